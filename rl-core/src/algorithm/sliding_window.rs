@@ -1,0 +1,114 @@
+//! Sliding-window counter: `N` slots of `S = P / N`; the slot index is
+//! `s = floor(now / S)`, `r = now mod S`.
+//!
+//! The estimate, scaled by `S` to stay an integer, is
+//! `est = S · Σ count[s-N+1 ..= s] + (S - r) · count[s-N]`: the full slots
+//! inside the window plus the oldest slot weighted by the part of it still
+//! inside. Refuse if `est + c·S > T·S`. Slots older than `s - N` are dropped.
+//!
+//! - refused: `retry_after` is the first µs at which the estimate has decayed
+//!   enough, found by walking at most `N + 1` slot boundaries;
+//! - `reset_after = (m + N + 1)·S - now` for the newest non-empty slot `m`;
+//! - expires at `(m + N + 1)·S`.
+//!
+//! Worst-case over-admission: the estimate assumes the oldest slot's calls
+//! were spread evenly, so up to `T + T/N` calls can pass in some window of
+//! length `P` (with `N = 10`, 10 % more).
+
+use std::collections::VecDeque;
+
+use super::{Cell, State, div_ceil};
+use crate::decision::Decision;
+use crate::limit::Limit;
+
+fn count_at(slots: &VecDeque<(u64, u64)>, index: u64) -> u64 {
+    slots.iter().find(|(i, _)| *i == index).map_or(0, |(_, c)| *c)
+}
+
+fn sum_between(slots: &VecDeque<(u64, u64)>, from: u64, to: u64) -> u64 {
+    slots.iter().filter(|(i, _)| *i >= from && *i <= to).map(|(_, c)| *c).sum()
+}
+
+/// The scaled estimate at time `at`, whose slot is `s_at`.
+fn estimate(slots: &VecDeque<(u64, u64)>, n: u64, size: u64, at: u64) -> u64 {
+    let s_at = at / size;
+    let full = sum_between(slots, (s_at + 1).saturating_sub(n), s_at);
+    let old = if s_at >= n { count_at(slots, s_at - n) } else { 0 };
+    size * full + ((s_at + 1) * size - at) * old
+}
+
+pub(super) fn decide(limit: &Limit, cell: &mut Cell, now: u64, cost: u64, commit: bool) -> Decision {
+    let (t, n) = (limit.threshold(), limit.slots());
+    let size = limit.period_micros() / n;
+    let s = now / size;
+    let mut slots = match cell.state.take() {
+        Some(State::Slots(slots)) => slots,
+        _ => VecDeque::new(),
+    };
+    while slots.front().is_some_and(|(i, _)| *i + n < s) {
+        slots.pop_front();
+    }
+    let est = estimate(&slots, n, size, now);
+    let capacity = t * size;
+    let decision = if est + cost * size > capacity {
+        let target = capacity - cost * size;
+        let retry = retry_after(&slots, n, size, now, target);
+        Decision::from_micros(false, t, (capacity.saturating_sub(est)) / size, retry, reset_after(&slots, n, size, now), now)
+    } else {
+        let est = if commit {
+            match slots.back_mut() {
+                Some((i, c)) if *i == s => *c += cost,
+                _ => slots.push_back((s, cost)),
+            }
+            est + cost * size
+        } else {
+            est
+        };
+        Decision::from_micros(true, t, (capacity - est) / size, 0, reset_after(&slots, n, size, now), now)
+    };
+    if let Some(&(newest, _)) = slots.iter().rev().find(|(_, c)| *c > 0) {
+        cell.expires_at = (newest + n + 1) * size;
+        cell.state = Some(State::Slots(slots));
+    }
+    decision
+}
+
+fn reset_after(slots: &VecDeque<(u64, u64)>, n: u64, size: u64, now: u64) -> u64 {
+    slots
+        .iter()
+        .rev()
+        .find(|(_, c)| *c > 0)
+        .map_or(0, |(newest, _)| ((newest + n + 1) * size).saturating_sub(now))
+}
+
+/// First time `>= now` at which `estimate <= target`, minus `now`.
+fn retry_after(slots: &VecDeque<(u64, u64)>, n: u64, size: u64, now: u64, target: u64) -> u64 {
+    let s = now / size;
+    for j in 0..=n {
+        let start = if j == 0 { now } else { (s + j) * size };
+        let end = (s + j + 1) * size;
+        let est = estimate(slots, n, size, start);
+        if est <= target {
+            return start - now;
+        }
+        let old_index = s + j;
+        let old = if old_index >= n { count_at(slots, old_index - n) } else { 0 };
+        if old > 0 {
+            let wait = div_ceil(est - target, old);
+            if start + wait <= end {
+                return start + wait - now;
+            }
+        }
+    }
+    // Unreachable for cost <= threshold: after N + 1 slots every count has left.
+    (s + n + 1) * size - now
+}
+
+pub(super) fn refund(limit: &Limit, cell: &mut Cell, cost: u64, at: u64) {
+    let size = limit.period_micros() / limit.slots();
+    if let Some(State::Slots(slots)) = &mut cell.state {
+        if let Some((_, c)) = slots.iter_mut().find(|(i, _)| *i == at / size) {
+            *c = c.saturating_sub(cost);
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! The storage side of the limiter: anything that can decide a batch of
+//! requests atomically.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::decision::Decisions;
+use crate::error::BackendError;
+use crate::key::Key;
+use crate::limit::Limit;
+
+/// A boxed, `Send` future, as backends return them (keeps [`Backend`] usable
+/// as a trait object behind the global limiter).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One limit to decide for one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request<'a> {
+    /// The identity's key.
+    pub key: &'a Key,
+    /// The limit to apply.
+    pub limit: &'a Limit,
+    /// Units this call takes (validated by the limiter: `1 ..= capacity`).
+    pub cost: u64,
+}
+
+impl<'a> Request<'a> {
+    /// A request for `cost` units of `limit` under `key`.
+    pub const fn new(key: &'a Key, limit: &'a Limit, cost: u64) -> Self {
+        Self { key, limit, cost }
+    }
+}
+
+/// A store that decides rate-limit requests.
+///
+/// Every method takes a batch: all requests of one call are decided together
+/// and atomically, in one round trip where the store is remote.
+/// [`Backend::acquire`] is all-or-nothing: if any request is refused, none
+/// consumes anything, and the decisions of the others report their current
+/// state (`allowed` then says whether that limit alone would have admitted
+/// the call).
+///
+/// Implementations must give the semantics of the in-memory reference
+/// ([`crate::MemoryBackend`]); `rl-redis` is held to it by differential tests.
+pub trait Backend: Send + Sync + Debug + 'static {
+    /// Decides and, when every request is allowed, consumes.
+    fn acquire<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<Decisions, BackendError>>;
+
+    /// Decides without consuming anything.
+    fn peek<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<Decisions, BackendError>>;
+
+    /// Gives back what an allowed [`Backend::acquire`] made at `at_micros`
+    /// (the decision's [`crate::Decision::at_micros`]) consumed.
+    fn refund<'a>(&'a self, requests: &'a [Request<'a>], at_micros: u64) -> BoxFuture<'a, Result<(), BackendError>>;
+
+    /// Forgets the state of each request's key and limit (the cost is ignored).
+    fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>>;
+}

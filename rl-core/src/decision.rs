@@ -1,0 +1,153 @@
+//! What a backend answers: one [`Decision`] per limit, gathered in [`Decisions`].
+
+use std::time::Duration;
+
+use smallvec::SmallVec;
+
+/// The answer for one limit.
+///
+/// Maps directly onto HTTP `Retry-After` and the IETF `RateLimit` fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Decision {
+    /// Whether the call is admitted.
+    pub allowed: bool,
+    /// The limit's capacity: the threshold, or the burst for token bucket,
+    /// leaky bucket and GCRA.
+    pub limit: u64,
+    /// Units still available right now, after this decision (never negative).
+    pub remaining: u64,
+    /// Zero when allowed; otherwise how long until a call of the same cost
+    /// would be allowed, assuming no other traffic.
+    pub retry_after: Duration,
+    /// How long until the limit is back to its full quota.
+    pub reset_after: Duration,
+    /// The backend's time of the decision, in microseconds since the Unix
+    /// epoch (needed to refund exactly what this decision took).
+    pub at_micros: u64,
+}
+
+impl Decision {
+    /// Builds a decision from microsecond figures (what backends compute).
+    pub const fn from_micros(
+        allowed: bool,
+        limit: u64,
+        remaining: u64,
+        retry_after_us: u64,
+        reset_after_us: u64,
+        at_micros: u64,
+    ) -> Self {
+        Self {
+            allowed,
+            limit,
+            remaining,
+            retry_after: Duration::from_micros(retry_after_us),
+            reset_after: Duration::from_micros(reset_after_us),
+            at_micros,
+        }
+    }
+
+    /// `retry_after` in whole seconds, rounded up: a client that waits exactly
+    /// this long is allowed (the HTTP `Retry-After` value).
+    pub fn retry_after_secs(&self) -> u64 {
+        self.retry_after.as_micros().div_ceil(1_000_000) as u64
+    }
+
+    /// `reset_after` in whole seconds, rounded up.
+    pub fn reset_after_secs(&self) -> u64 {
+        self.reset_after.as_micros().div_ceil(1_000_000) as u64
+    }
+}
+
+/// The decisions of one call that carries one or more limits, decided together
+/// and all-or-nothing: the call is allowed only if every limit allows it, and
+/// when any limit refuses, nothing is consumed from any of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decisions {
+    items: SmallVec<[Decision; 4]>,
+}
+
+impl Decisions {
+    /// Gathers per-limit decisions, in the order of the requests.
+    pub fn new(items: impl IntoIterator<Item = Decision>) -> Self {
+        Self { items: items.into_iter().collect() }
+    }
+
+    /// A single decision.
+    pub fn one(decision: Decision) -> Self {
+        let mut items = SmallVec::new();
+        items.push(decision);
+        Self { items }
+    }
+
+    /// True when every limit allows the call.
+    pub fn allowed(&self) -> bool {
+        self.items.iter().all(|d| d.allowed)
+    }
+
+    /// The decision that matters to a client: when refused, the refusing
+    /// limit with the longest `retry_after`; when allowed, the limit with the
+    /// fewest units remaining.
+    ///
+    /// # Panics
+    /// Never for decisions produced by a backend (they hold at least one).
+    pub fn binding(&self) -> &Decision {
+        let refused = self.items.iter().filter(|d| !d.allowed).max_by_key(|d| d.retry_after);
+        refused
+            .or_else(|| self.items.iter().min_by_key(|d| (d.remaining, std::cmp::Reverse(d.reset_after))))
+            .expect("decisions are never empty")
+    }
+
+    /// Every decision, in request order.
+    pub fn iter(&self) -> impl Iterator<Item = &Decision> {
+        self.items.iter()
+    }
+
+    /// Number of limits decided.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether no limit was decided.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The decisions as a slice.
+    pub fn as_slice(&self) -> &[Decision] {
+        &self.items
+    }
+}
+
+impl std::ops::Index<usize> for Decisions {
+    type Output = Decision;
+    fn index(&self, index: usize) -> &Decision {
+        &self.items[index]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(allowed: bool, remaining: u64, retry_ms: u64) -> Decision {
+        Decision::from_micros(allowed, 10, remaining, retry_ms * 1000, 0, 0)
+    }
+
+    #[test]
+    fn binding_decision_is_the_longest_refusal_or_the_scarcest_allowance() {
+        let refused = Decisions::new([d(true, 3, 0), d(false, 0, 50), d(false, 0, 900)]);
+        assert!(!refused.allowed());
+        assert_eq!(refused.binding().retry_after, Duration::from_millis(900));
+        let allowed = Decisions::new([d(true, 3, 0), d(true, 1, 0)]);
+        assert!(allowed.allowed());
+        assert_eq!(allowed.binding().remaining, 1);
+    }
+
+    #[test]
+    fn retry_after_seconds_round_up_so_waiting_that_long_suffices() {
+        assert_eq!(d(false, 0, 1).retry_after_secs(), 1);
+        assert_eq!(d(false, 0, 1000).retry_after_secs(), 1);
+        assert_eq!(d(false, 0, 1001).retry_after_secs(), 2);
+        assert_eq!(d(true, 0, 0).retry_after_secs(), 0);
+    }
+}

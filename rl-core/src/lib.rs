@@ -1,0 +1,87 @@
+//! Function-level rate limiting: one attribute on an async fn, one limiter
+//! configured at startup, decisions made in memory or in Redis.
+//!
+//! ```
+//! use rl_core::{rate_limit, Limiter, Rejection};
+//!
+//! #[rate_limit(period = 30, threshold = 2, key = user_id)]
+//! async fn say_hi(user_id: u64) -> Result<String, Rejection> {
+//!     Ok(format!("hi {user_id}"))
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! Limiter::builder().memory().prefix("demo").install()?; // once, at startup
+//! say_hi(7).await?;
+//! say_hi(7).await?;
+//! let refused = say_hi(7).await.unwrap_err(); // third call within 30 s: body not run
+//! assert_eq!(refused.retry_after(), Some(std::time::Duration::from_secs(15)));
+//! assert!(say_hi(8).await.is_ok()); // another user has their own quota
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Features
+//! - [`macro@rate_limit`] (feature `macros`, on by default): the attribute.
+//!   Arguments: `period`, `threshold`, `key`, `algorithm`, `cost`, `burst`,
+//!   `slots`, `name`, `limiter`, `on_error`; see its docs.
+//! - [`Limiter`]: a backend, a key prefix and a [`FailurePolicy`]; one is
+//!   installed globally with [`LimiterBuilder::install`].
+//! - [`MemoryBackend`]: the embedded default, sharded, bounded memory.
+//!   `rl-redis` provides the Redis and Redis Cluster backend.
+//! - Six [`Algorithm`]s with one contract; being limited is a [`Decision`],
+//!   not an error, and a refused call becomes a [`Rejection`].
+//!
+//! # Which algorithm
+//! | algorithm | memory per identity | worst case in any window of length `P` | pick it for |
+//! |---|---|---|---|
+//! | `gcra` (default) | one timestamp | `burst + T·(P/P) - 1` (a full burst, then the steady rate) | almost everything: O(1), smooth, exact `retry_after` |
+//! | `fixed_window` | one counter | `2T` across a window boundary | cheap coarse quotas ("10 per day") |
+//! | `sliding_log` | one entry per admitted unit (`T ≤ 10 000`) | exactly `T` | small `T` that must never be exceeded (SMS, login) |
+//! | `sliding_window` | `slots` counters | `T + T/slots` | large `T` needing near-exact windows |
+//! | `token_bucket` | tokens + timestamp | `burst + T - 1` | bursty clients with an average rate |
+//! | `leaky_bucket` | level + timestamp | `burst + T - 1` | smoothing into a steady drain |
+//!
+//! The default is GCRA because it needs one value per identity, never
+//! over-admits on average, gives an exact `retry_after`, and bursts only up to
+//! the configured `burst`. Choose `sliding_log` when "never more than `T` in
+//! any `P`" is a hard requirement.
+//!
+//! # Time
+//! All state is integer microseconds (exact in Redis' Lua doubles). GCRA's
+//! emission interval `P / T` is rounded up to a whole microsecond, so it never
+//! admits faster than configured.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod algorithm;
+mod backend;
+mod clock;
+mod decision;
+mod error;
+mod key;
+mod limit;
+mod limiter;
+mod mask;
+mod memory;
+mod policy;
+mod rejection;
+
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
+
+pub use backend::{Backend, BoxFuture, Request};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use decision::{Decision, Decisions};
+pub use error::{BackendError, Error, LimitError};
+pub use key::Key;
+pub use limit::{Algorithm, Limit, parse_duration};
+pub use limiter::{Admission, Limiter, LimiterBuilder};
+pub use mask::Masked;
+pub use memory::MemoryBackend;
+pub use policy::FailurePolicy;
+pub use rejection::{Rejection, RejectionReason};
+
+#[cfg(feature = "macros")]
+pub use rl_macros::rate_limit;

@@ -1,0 +1,322 @@
+//! The limiter: a backend, a key prefix and a failure policy, usually
+//! installed once per process as the global limiter the macro uses.
+
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use crate::backend::{Backend, Request};
+use crate::clock::{Clock, SystemClock};
+use crate::decision::{Decision, Decisions};
+use crate::error::{Error, LimitError};
+use crate::key::{Key, valid_prefix};
+use crate::limit::Limit;
+use crate::mask::Masked;
+use crate::memory::MemoryBackend;
+use crate::policy::FailurePolicy;
+use crate::rejection::Rejection;
+
+static GLOBAL: OnceLock<Limiter> = OnceLock::new();
+
+enum Store {
+    Memory(MemoryBackend),
+    Remote(Arc<dyn Backend>),
+}
+
+/// Decides calls against limits; see the crate docs for the tour.
+///
+/// ```
+/// use rl_core::{Limit, Limiter};
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let limiter = Limiter::builder().memory().prefix("demo").build()?;
+/// let limit = Limit::per_minute(2)?;
+/// let key = limiter.key("say_hi", &7);
+/// assert!(limiter.acquire(&key, &limit, 1).await?.allowed);
+/// assert!(limiter.acquire(&key, &limit, 1).await?.allowed);
+/// let third = limiter.acquire(&key, &limit, 1).await?;
+/// assert!(!third.allowed);
+/// assert_eq!(third.retry_after.as_secs(), 30);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # });
+/// ```
+pub struct Limiter {
+    store: Store,
+    prefix: Box<str>,
+    policy: FailurePolicy,
+    /// In-process limiter for [`FailurePolicy::Local`].
+    fallback: MemoryBackend,
+}
+
+impl fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let backend: &dyn fmt::Debug = match &self.store {
+            Store::Memory(memory) => memory,
+            Store::Remote(remote) => remote,
+        };
+        f.debug_struct("Limiter")
+            .field("backend", backend)
+            .field("prefix", &self.prefix)
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a call got through [`Limiter::check`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Admission {
+    /// The backend allowed it.
+    Backend(Decisions),
+    /// The backend failed and the in-process fallback allowed it.
+    Local(Decisions),
+    /// The backend failed and the policy let the call through.
+    FailedOpen,
+}
+
+impl Admission {
+    /// The decisions behind the admission, when there were any.
+    pub fn decisions(&self) -> Option<&Decisions> {
+        match self {
+            Admission::Backend(d) | Admission::Local(d) => Some(d),
+            Admission::FailedOpen => None,
+        }
+    }
+}
+
+impl Limiter {
+    /// Starts configuring a limiter (in-memory backend, prefix `rl`, fail-open).
+    pub fn builder() -> LimiterBuilder {
+        LimiterBuilder::default()
+    }
+
+    /// The process-global limiter, once [`LimiterBuilder::install`] has run.
+    pub fn global() -> Result<&'static Limiter, Error> {
+        GLOBAL.get().ok_or(Error::NotInstalled)
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The failure policy applied by [`Limiter::check`].
+    pub fn policy(&self) -> FailurePolicy {
+        self.policy
+    }
+
+    /// The key of `identity` under `scope` (usually the limit's name).
+    pub fn key(&self, scope: &str, identity: &dyn fmt::Display) -> Key {
+        Key::from_display(&self.prefix, scope, identity)
+    }
+
+    /// Decides one limit for one key, consuming `cost` units when allowed.
+    /// Backend failures are returned as `Err` (no policy is applied).
+    pub async fn acquire(&self, key: &Key, limit: &Limit, cost: u64) -> Result<Decision, Error> {
+        let requests = [Request::new(key, limit, cost)];
+        Ok(*self.acquire_all(&requests).await?.binding())
+    }
+
+    /// Decides several limits together, all-or-nothing, in one round trip.
+    pub async fn acquire_all(&self, requests: &[Request<'_>]) -> Result<Decisions, Error> {
+        validate(requests)?;
+        match &self.store {
+            Store::Memory(memory) => Ok(memory.acquire_sync(requests)),
+            Store::Remote(backend) => Ok(backend.acquire(requests).await?),
+        }
+    }
+
+    /// Evaluates limits without consuming anything.
+    pub async fn peek_all(&self, requests: &[Request<'_>]) -> Result<Decisions, Error> {
+        validate(requests)?;
+        match &self.store {
+            Store::Memory(memory) => Ok(memory.peek_sync(requests)),
+            Store::Remote(backend) => Ok(backend.peek(requests).await?),
+        }
+    }
+
+    /// Gives back what an allowed decision made at `at_micros` consumed.
+    pub async fn refund_all(&self, requests: &[Request<'_>], at_micros: u64) -> Result<(), Error> {
+        validate(requests)?;
+        match &self.store {
+            Store::Memory(memory) => memory.refund_sync(requests, at_micros),
+            Store::Remote(backend) => backend.refund(requests, at_micros).await?,
+        }
+        Ok(())
+    }
+
+    /// Forgets the state of the given keys and limits.
+    pub async fn reset_all(&self, requests: &[Request<'_>]) -> Result<(), Error> {
+        match &self.store {
+            Store::Memory(memory) => memory.reset_sync(requests),
+            Store::Remote(backend) => backend.reset(requests).await?,
+        }
+        Ok(())
+    }
+
+    /// Decides like [`Limiter::acquire_all`] and applies the failure policy
+    /// (`policy` overrides the limiter's): the call is admitted, or refused
+    /// with a [`Rejection`]. Logs and counts every outcome. This is what the
+    /// `#[rate_limit]` macro calls.
+    pub async fn check(
+        &self,
+        name: &'static str,
+        requests: &[Request<'_>],
+        policy: Option<FailurePolicy>,
+    ) -> Result<Admission, Rejection> {
+        let started = matches!(self.store, Store::Remote(_)).then(Instant::now);
+        let result = self.acquire_all(requests).await;
+        if let Some(started) = started {
+            metrics::histogram!("rl_backend_seconds", "limit" => name).record(started.elapsed().as_secs_f64());
+        }
+        match result {
+            Ok(decisions) if decisions.allowed() => {
+                metrics::counter!("rl_decisions_total", "limit" => name, "outcome" => "allowed").increment(1);
+                Ok(Admission::Backend(decisions))
+            }
+            Ok(decisions) => Err(self.reject(name, requests, &decisions)),
+            Err(Error::Limit(error)) => {
+                tracing::error!(limit = name, %error, "rate limit misconfigured");
+                Err(Rejection::unavailable(name, Error::Limit(error)))
+            }
+            Err(error) => self.on_failure(name, requests, policy.unwrap_or(self.policy), error),
+        }
+    }
+
+    fn reject(&self, name: &'static str, requests: &[Request<'_>], decisions: &Decisions) -> Rejection {
+        metrics::counter!("rl_decisions_total", "limit" => name, "outcome" => "rejected").increment(1);
+        let binding = decisions.binding();
+        let index = decisions.iter().position(|d| d == binding).unwrap_or(0);
+        let request = &requests[index];
+        tracing::info!(
+            limit = name,
+            identity = %Masked(request.key.hash_tag()),
+            rate = %request.limit,
+            retry_after_ms = binding.retry_after.as_millis() as u64,
+            "rate limited"
+        );
+        Rejection::limited(name, *binding, *request.limit)
+    }
+
+    fn on_failure(
+        &self,
+        name: &'static str,
+        requests: &[Request<'_>],
+        policy: FailurePolicy,
+        error: Error,
+    ) -> Result<Admission, Rejection> {
+        metrics::counter!("rl_decisions_total", "limit" => name, "outcome" => "error").increment(1);
+        tracing::warn!(limit = name, %error, ?policy, "rate limiter backend failed; applying failure policy");
+        match policy {
+            FailurePolicy::FailClosed => Err(Rejection::unavailable(name, error)),
+            FailurePolicy::Local { share } => {
+                metrics::counter!("rl_decisions_total", "limit" => name, "outcome" => "fallback").increment(1);
+                let shared: smallvec::SmallVec<[Limit; 4]> =
+                    requests.iter().map(|r| local_share(r.limit, share)).collect();
+                let local: smallvec::SmallVec<[Request<'_>; 4]> = requests
+                    .iter()
+                    .zip(&shared)
+                    .map(|(r, limit)| Request::new(r.key, limit, r.cost.min(limit.capacity())))
+                    .collect();
+                let decisions = self.fallback.acquire_sync(&local);
+                if decisions.allowed() {
+                    Ok(Admission::Local(decisions))
+                } else {
+                    Err(self.reject(name, &local, &decisions))
+                }
+            }
+            _ => Ok(Admission::FailedOpen),
+        }
+    }
+}
+
+/// `limit` with its threshold and burst divided by `share` (at least 1).
+fn local_share(limit: &Limit, share: u64) -> Limit {
+    let share = share.max(1);
+    limit
+        .with_threshold((limit.threshold() / share).max(1))
+        .and_then(|l| l.with_burst((limit.burst() / share).max(1)))
+        .unwrap_or(*limit)
+}
+
+fn validate(requests: &[Request<'_>]) -> Result<(), LimitError> {
+    requests.iter().try_for_each(|r| r.limit.check_cost(r.cost))
+}
+
+/// Configures a [`Limiter`].
+#[derive(Debug, Default)]
+pub struct LimiterBuilder {
+    backend: Option<Arc<dyn Backend>>,
+    prefix: Option<String>,
+    policy: FailurePolicy,
+    clock: Option<Arc<dyn Clock>>,
+}
+
+impl LimiterBuilder {
+    /// Use the in-memory backend (the default when no backend is given).
+    pub fn memory(mut self) -> Self {
+        self.backend = None;
+        self
+    }
+
+    /// Use a backend such as `rl_redis::RedisBackend`.
+    pub fn backend(mut self, backend: impl Backend) -> Self {
+        self.backend = Some(Arc::new(backend));
+        self
+    }
+
+    /// Use a shared backend.
+    pub fn shared_backend(mut self, backend: Arc<dyn Backend>) -> Self {
+        self.backend = Some(backend);
+        self
+    }
+
+    /// The key prefix (default `rl`): no braces, no whitespace.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// What to do when the backend fails (default: [`FailurePolicy::FailOpen`]).
+    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The clock of the in-memory backend and of the local fallback
+    /// (default: the system clock). Remote backends keep their own time.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Builds the limiter.
+    pub fn build(self) -> Result<Limiter, Error> {
+        let prefix = self.prefix.unwrap_or_else(|| "rl".to_owned());
+        if !valid_prefix(&prefix) {
+            return Err(Error::BadPrefix(prefix));
+        }
+        let clock: Arc<dyn Clock> = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        let store = match self.backend {
+            Some(backend) => Store::Remote(backend),
+            None => Store::Memory(MemoryBackend::with_shared_clock(clock.clone())),
+        };
+        Ok(Limiter {
+            store,
+            prefix: prefix.into_boxed_str(),
+            policy: self.policy,
+            fallback: MemoryBackend::with_shared_clock(clock),
+        })
+    }
+
+    /// Builds the limiter and installs it as the process-global one used by
+    /// `#[rate_limit]`. Fails if one is already installed.
+    pub fn install(self) -> Result<&'static Limiter, Error> {
+        let limiter = self.build()?;
+        let mut fresh = false;
+        let installed = GLOBAL.get_or_init(|| {
+            fresh = true;
+            limiter
+        });
+        if fresh { Ok(installed) } else { Err(Error::AlreadyInstalled) }
+    }
+}

@@ -1,0 +1,111 @@
+//! The value an annotated function returns instead of running its body.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::time::Duration;
+
+use crate::decision::Decision;
+use crate::error::Error;
+use crate::limit::Limit;
+
+/// Why a call was refused.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum RejectionReason {
+    /// Over the limit: the binding decision and the limit that made it.
+    Limited {
+        /// The decision of the refusing limit with the longest wait.
+        decision: Decision,
+        /// That limit.
+        limit: Limit,
+    },
+    /// The limiter could not decide and the policy says to refuse
+    /// ([`crate::FailurePolicy::FailClosed`]), or no limiter is installed.
+    Unavailable(Error),
+}
+
+/// A refused call. Convert it into your handler's error type with `From`.
+///
+/// ```
+/// use rl_core::{Decision, Limit, Rejection};
+/// let limit = Limit::per_minute(1).unwrap();
+/// let decision = Decision::from_micros(false, 1, 0, 1_500_000, 1_500_000, 0);
+/// let rejection = Rejection::limited("send_sms", decision, limit);
+/// assert_eq!(rejection.retry_after(), Some(std::time::Duration::from_millis(1500)));
+/// assert_eq!(rejection.to_string(), "rate limited by `send_sms`: retry after 1.5s");
+/// ```
+#[derive(Debug, Clone)]
+pub struct Rejection {
+    name: Cow<'static, str>,
+    reason: RejectionReason,
+}
+
+impl Rejection {
+    /// A rejection for being over `limit`.
+    pub fn limited(name: impl Into<Cow<'static, str>>, decision: Decision, limit: Limit) -> Self {
+        Self { name: name.into(), reason: RejectionReason::Limited { decision, limit } }
+    }
+
+    /// A rejection because the limiter could not decide.
+    pub fn unavailable(name: impl Into<Cow<'static, str>>, error: Error) -> Self {
+        Self { name: name.into(), reason: RejectionReason::Unavailable(error) }
+    }
+
+    /// The name of the limit (by default `module::function`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Why the call was refused.
+    pub fn reason(&self) -> &RejectionReason {
+        &self.reason
+    }
+
+    /// The binding decision, when the call was over its limit.
+    pub fn decision(&self) -> Option<&Decision> {
+        match &self.reason {
+            RejectionReason::Limited { decision, .. } => Some(decision),
+            RejectionReason::Unavailable(_) => None,
+        }
+    }
+
+    /// The refusing limit, when the call was over its limit.
+    pub fn limit(&self) -> Option<&Limit> {
+        match &self.reason {
+            RejectionReason::Limited { limit, .. } => Some(limit),
+            RejectionReason::Unavailable(_) => None,
+        }
+    }
+
+    /// How long to wait before a call of the same cost can pass.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.decision().map(|d| d.retry_after)
+    }
+
+    /// Whether the call was refused because the limiter could not decide.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self.reason, RejectionReason::Unavailable(_))
+    }
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.reason {
+            RejectionReason::Limited { decision, .. } => {
+                write!(f, "rate limited by `{}`: retry after {:?}", self.name, decision.retry_after)
+            }
+            RejectionReason::Unavailable(error) => {
+                write!(f, "rate limiter for `{}` unavailable: {error}", self.name)
+            }
+        }
+    }
+}
+
+impl std::error::Error for Rejection {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.reason {
+            RejectionReason::Unavailable(error) => Some(error),
+            RejectionReason::Limited { .. } => None,
+        }
+    }
+}
