@@ -12,8 +12,9 @@
 //! - expires at `(m + N + 1)·S`.
 //!
 //! Worst-case over-admission: the estimate assumes the oldest slot's calls
-//! were spread evenly, so up to `T + T/N` calls can pass in some window of
-//! length `P` (with `N = 10`, 10 % more).
+//! were spread evenly over it. If they all came at its very end, up to
+//! `T + count(oldest slot) < 2T` units pass in some window of length `P`.
+//! With traffic spread over the slot, the error stays within `T / N`.
 
 use std::collections::VecDeque;
 

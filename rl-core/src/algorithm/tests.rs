@@ -1,1 +1,319 @@
+//! Exact boundary behaviour of every algorithm, on a manual timeline.
 
+use super::{Cell, decide, refund};
+use crate::decision::Decision;
+use crate::limit::{Algorithm, Limit};
+use std::time::Duration;
+
+const S: u64 = 1_000_000;
+/// An aligned start, far from zero (window and slot boundaries at multiples of P).
+const T0: u64 = 1_700_000_000 * S;
+
+struct Timeline {
+    limit: Limit,
+    cell: Cell,
+    now: u64,
+}
+
+impl Timeline {
+    fn new(algorithm: Algorithm, threshold: u64, period_s: u64) -> Self {
+        let limit = Limit::new(threshold, Duration::from_secs(period_s)).unwrap().with_algorithm(algorithm).unwrap();
+        Self { limit, cell: Cell::default(), now: T0 }
+    }
+
+    fn with_burst(mut self, burst: u64) -> Self {
+        self.limit = self.limit.with_burst(burst).unwrap();
+        self
+    }
+
+    fn call(&mut self, cost: u64) -> Decision {
+        decide(&self.limit, &mut self.cell, self.now, cost, true)
+    }
+
+    fn peek(&mut self, cost: u64) -> Decision {
+        decide(&self.limit, &mut self.cell, self.now, cost, false)
+    }
+
+    fn at(&mut self, offset_us: u64) -> &mut Self {
+        self.now = T0 + offset_us;
+        self
+    }
+
+    fn refund(&mut self, cost: u64, at: u64) {
+        refund(&self.limit, &mut self.cell, self.now, cost, at);
+    }
+}
+
+fn us(d: Duration) -> u64 {
+    d.as_micros() as u64
+}
+
+#[track_caller]
+fn assert_allowed(d: Decision, remaining: u64, reset_after_us: u64) {
+    assert!(d.allowed, "expected allowed: {d:?}");
+    assert_eq!((d.remaining, us(d.reset_after), us(d.retry_after)), (remaining, reset_after_us, 0), "{d:?}");
+}
+
+#[track_caller]
+fn assert_refused(d: Decision, retry_after_us: u64) {
+    assert!(!d.allowed, "expected refused: {d:?}");
+    assert_eq!(us(d.retry_after), retry_after_us, "{d:?}");
+}
+
+// ---------- fixed window ----------
+
+#[test]
+fn fixed_window_admits_threshold_per_aligned_window_and_reopens_at_its_end() {
+    let mut t = Timeline::new(Algorithm::FixedWindow, 2, 10);
+    assert_allowed(t.at(0).call(1), 1, 10 * S);
+    assert_allowed(t.at(3 * S).call(1), 0, 7 * S);
+    let refused = t.at(4 * S).call(1);
+    assert_refused(refused, 6 * S);
+    assert_eq!((refused.remaining, us(refused.reset_after)), (0, 6 * S));
+    assert_refused(t.at(10 * S - 1).call(1), 1);
+    assert_allowed(t.at(10 * S).call(1), 1, 10 * S);
+}
+
+#[test]
+fn fixed_window_refusals_consume_nothing() {
+    let mut t = Timeline::new(Algorithm::FixedWindow, 1, 10);
+    t.at(0).call(1);
+    for _ in 0..100 {
+        assert!(!t.call(1).allowed);
+    }
+    assert_allowed(t.at(10 * S).call(1), 0, 10 * S);
+}
+
+#[test]
+fn fixed_window_cost_counts_units_and_refund_returns_them_within_the_window() {
+    let mut t = Timeline::new(Algorithm::FixedWindow, 5, 10);
+    let taken = t.at(S).call(3);
+    assert_allowed(taken, 2, 9 * S);
+    assert_refused(t.call(3), 9 * S);
+    t.refund(3, taken.at_micros);
+    assert_allowed(t.call(5), 0, 9 * S);
+}
+
+#[test]
+fn fixed_window_refund_of_a_previous_window_changes_nothing() {
+    let mut t = Timeline::new(Algorithm::FixedWindow, 1, 10);
+    let old = t.at(0).call(1);
+    t.at(10 * S).call(1);
+    t.refund(1, old.at_micros);
+    assert_refused(t.call(1), 10 * S);
+}
+
+// ---------- sliding log ----------
+
+#[test]
+fn sliding_log_refuses_until_the_oldest_entry_leaves_the_window() {
+    let mut t = Timeline::new(Algorithm::SlidingLog, 2, 10);
+    assert_allowed(t.at(0).call(1), 1, 10 * S);
+    assert_allowed(t.at(S).call(1), 0, 10 * S);
+    let refused = t.at(2 * S).call(1);
+    assert_refused(refused, 8 * S);
+    assert_eq!(us(refused.reset_after), 9 * S);
+    assert_refused(t.at(10 * S - 1).call(1), 1);
+    assert_allowed(t.at(10 * S).call(1), 0, 10 * S);
+    assert_refused(t.call(1), S);
+}
+
+#[test]
+fn sliding_log_retry_after_accounts_for_cost() {
+    let mut t = Timeline::new(Algorithm::SlidingLog, 3, 10);
+    t.at(0).call(1);
+    t.at(S).call(1);
+    t.at(2 * S).call(1);
+    // cost 2 needs the two oldest entries gone: the second leaves at 11 s.
+    assert_refused(t.at(3 * S).call(2), 8 * S);
+    assert!(!t.at(11 * S - 1).call(2).allowed);
+    assert_allowed(t.at(11 * S).call(2), 0, 10 * S);
+}
+
+#[test]
+fn sliding_log_counts_calls_in_the_same_microsecond_separately() {
+    let mut t = Timeline::new(Algorithm::SlidingLog, 3, 10);
+    for remaining in [2, 1, 0] {
+        assert_allowed(t.at(5).call(1), remaining, 10 * S);
+    }
+    assert!(!t.call(1).allowed);
+}
+
+#[test]
+fn sliding_log_refund_removes_the_refunded_entries() {
+    let mut t = Timeline::new(Algorithm::SlidingLog, 2, 10);
+    t.at(0).call(1);
+    let second = t.at(S).call(1);
+    t.refund(1, second.at_micros);
+    assert_allowed(t.at(2 * S).call(1), 0, 10 * S);
+}
+
+// ---------- sliding window counter ----------
+
+#[test]
+fn sliding_window_decays_the_oldest_slot_linearly() {
+    // 10 per 10 s, 10 slots of 1 s; all 10 admitted at the start of slot 0.
+    let mut t = Timeline::new(Algorithm::SlidingWindow, 10, 10);
+    for _ in 0..10 {
+        assert!(t.at(0).call(1).allowed);
+    }
+    let refused = t.call(1);
+    // Slot 0 is fully inside the window until 10 s, then decays over 1 s;
+    // one unit fits once 10·(1 - r) <= 9, i.e. r = 100 ms into slot 10.
+    assert_refused(refused, 10 * S + 100_000);
+    assert_eq!(us(refused.reset_after), 11 * S);
+    assert_refused(t.at(10 * S + 99_999).call(1), 1);
+    let allowed = t.at(10 * S + 100_000).call(1);
+    assert!(allowed.allowed);
+    assert_eq!(allowed.remaining, 0);
+}
+
+#[test]
+fn sliding_window_counts_full_slots_inside_the_window() {
+    let mut t = Timeline::new(Algorithm::SlidingWindow, 4, 10);
+    t.at(0).call(2);
+    t.at(5 * S).call(2);
+    // At 9.5 s both slots are fully inside: 4 counted.
+    let refused = t.at(9 * S + 500_000).call(1);
+    // Slot 0 leaves between 10 s and 11 s: one unit fits when 2·(1 - r) <= 1 → r = 0.5 s.
+    assert_refused(refused, S);
+    assert_eq!(us(refused.reset_after), 16 * S - (9 * S + 500_000));
+}
+
+#[test]
+fn sliding_window_refund_returns_units_to_their_slot() {
+    let mut t = Timeline::new(Algorithm::SlidingWindow, 2, 10);
+    let taken = t.at(0).call(2);
+    assert!(!t.call(1).allowed);
+    t.refund(1, taken.at_micros);
+    assert!(t.call(1).allowed);
+}
+
+// ---------- token bucket ----------
+
+#[test]
+fn token_bucket_starts_full_and_refills_fractionally() {
+    // 2 per 10 s, burst 2: one token every 5 s.
+    let mut t = Timeline::new(Algorithm::TokenBucket, 2, 10);
+    assert_allowed(t.at(0).call(1), 1, 5 * S);
+    assert_allowed(t.call(1), 0, 10 * S);
+    assert_refused(t.call(1), 5 * S);
+    // Slow callers still earn tokens: 4.999999 s is not enough, 5 s is.
+    assert_refused(t.at(5 * S - 1).call(1), 1);
+    assert_allowed(t.at(5 * S).call(1), 0, 10 * S);
+}
+
+#[test]
+fn token_bucket_burst_above_threshold_admits_the_burst_then_the_rate() {
+    let mut t = Timeline::new(Algorithm::TokenBucket, 1, 10).with_burst(3);
+    for _ in 0..3 {
+        assert!(t.at(0).call(1).allowed);
+    }
+    let refused = t.call(1);
+    assert_refused(refused, 10 * S);
+    assert_eq!(refused.limit, 3);
+    assert_eq!(us(refused.reset_after), 30 * S);
+}
+
+#[test]
+fn token_bucket_cost_and_refund() {
+    let mut t = Timeline::new(Algorithm::TokenBucket, 4, 8);
+    assert_allowed(t.at(0).call(3), 1, 6 * S);
+    assert_refused(t.call(2), 2 * S);
+    t.refund(3, 0);
+    assert_allowed(t.call(4), 0, 8 * S);
+}
+
+// ---------- leaky bucket ----------
+
+#[test]
+fn leaky_bucket_drains_at_the_rate() {
+    let mut t = Timeline::new(Algorithm::LeakyBucket, 2, 10);
+    assert_allowed(t.at(0).call(1), 1, 5 * S);
+    assert_allowed(t.call(1), 0, 10 * S);
+    assert_refused(t.call(1), 5 * S);
+    assert_refused(t.at(5 * S - 1).call(1), 1);
+    assert_allowed(t.at(5 * S).call(1), 0, 10 * S);
+    t.refund(1, 0);
+    assert_allowed(t.call(1), 0, 10 * S);
+}
+
+// ---------- GCRA ----------
+
+#[test]
+fn gcra_admits_the_burst_then_one_per_emission_interval() {
+    // 2 per 10 s: I = 5 s, τ = 10 s.
+    let mut t = Timeline::new(Algorithm::Gcra, 2, 10);
+    assert_allowed(t.at(0).call(1), 1, 5 * S);
+    assert_allowed(t.call(1), 0, 10 * S);
+    let refused = t.call(1);
+    assert_refused(refused, 5 * S);
+    assert_eq!((refused.remaining, us(refused.reset_after)), (0, 10 * S));
+    assert_refused(t.at(5 * S - 1).call(1), 1);
+    assert_allowed(t.at(5 * S).call(1), 0, 10 * S);
+}
+
+#[test]
+fn gcra_cost_uses_several_intervals_and_refund_gives_them_back() {
+    let mut t = Timeline::new(Algorithm::Gcra, 4, 8);
+    assert_allowed(t.at(0).call(3), 1, 6 * S);
+    assert_refused(t.call(2), 2 * S);
+    t.refund(2, 0);
+    assert_allowed(t.call(2), 1, 6 * S);
+}
+
+#[test]
+fn gcra_rounds_the_emission_interval_up_so_it_never_admits_faster() {
+    let limit = Limit::new(3, Duration::from_secs(1)).unwrap();
+    assert_eq!(limit.emission_interval_micros(), 333_334);
+}
+
+// ---------- shared laws ----------
+
+#[test]
+fn peeking_never_consumes() {
+    for algorithm in Algorithm::ALL {
+        let mut t = Timeline::new(algorithm, 2, 10);
+        for _ in 0..5 {
+            let d = t.at(0).peek(1);
+            assert!(d.allowed, "{algorithm}");
+            assert_eq!(d.remaining, 2, "{algorithm}");
+            assert_eq!(d.reset_after, Duration::ZERO, "{algorithm}");
+        }
+        assert!(t.call(2).allowed, "{algorithm}");
+        assert!(!t.peek(1).allowed, "{algorithm}");
+    }
+}
+
+#[test]
+fn a_call_exactly_retry_after_later_is_allowed_for_every_algorithm() {
+    for algorithm in Algorithm::ALL {
+        let mut t = Timeline::new(algorithm, 3, 7);
+        let mut now = 0;
+        for step in 0..40u64 {
+            now += step * 137_731 % 2_000_000;
+            let d = t.at(now).call(1 + step % 2);
+            if !d.allowed {
+                let wait = us(d.retry_after);
+                assert!(wait > 0, "{algorithm}");
+                assert!(!t.at(now + wait - 1).peek(1 + step % 2).allowed, "{algorithm} at {now}: {d:?}");
+                now += wait;
+                assert!(t.at(now).call(1 + step % 2).allowed, "{algorithm} at {now}: {d:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn state_expires_exactly_when_it_equals_a_fresh_one() {
+    for algorithm in Algorithm::ALL {
+        let mut t = Timeline::new(algorithm, 3, 7);
+        t.at(123).call(2);
+        let expires = t.cell.expires_at;
+        assert!(expires > T0 + 123, "{algorithm}");
+        assert!(expires <= T0 + 123 + 8 * S, "{algorithm}: no longer than needed");
+        let fresh = decide(&t.limit, &mut Cell::default(), expires, 1, false);
+        let aged = t.at(expires - T0).peek(1);
+        assert_eq!((aged.allowed, aged.remaining), (fresh.allowed, fresh.remaining), "{algorithm}");
+    }
+}

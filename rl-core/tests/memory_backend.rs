@@ -1,0 +1,100 @@
+//! The in-memory backend under concurrency, batches and key rotation.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use rl_core::{Algorithm, Backend, Key, Limit, Limiter, ManualClock, MemoryBackend, Request};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_thousand_concurrent_tasks_on_one_key_admit_exactly_the_threshold() {
+    for algorithm in Algorithm::ALL {
+        let limiter = Arc::new(Limiter::builder().memory().build().unwrap());
+        let limit = Limit::per_hour(100).unwrap().with_algorithm(algorithm).unwrap();
+        let admitted = Arc::new(AtomicU64::new(0));
+        let tasks: Vec<_> = (0..1000)
+            .map(|_| {
+                let (limiter, admitted) = (limiter.clone(), admitted.clone());
+                tokio::spawn(async move {
+                    let key = limiter.key("concurrency", &"one-key");
+                    if limiter.acquire(&key, &limit, 1).await.unwrap().allowed {
+                        admitted.fetch_add(1, Ordering::SeqCst);
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        assert_eq!(admitted.load(Ordering::SeqCst), 100, "{algorithm}");
+    }
+}
+
+#[tokio::test]
+async fn a_batch_refused_by_one_limit_consumes_nothing_from_the_others() {
+    let clock = ManualClock::new(1_000_000_000);
+    let backend = MemoryBackend::with_clock(clock.clone());
+    let phone = Key::new("rl", "sms", "+8613800000000");
+    let minute = Limit::per_minute(1).unwrap().with_algorithm(Algorithm::SlidingLog).unwrap();
+    let day = Limit::per_day(2).unwrap().with_algorithm(Algorithm::FixedWindow).unwrap();
+    let batch = [Request::new(&phone, &minute, 1), Request::new(&phone, &day, 1)];
+
+    assert!(backend.acquire(&batch).await.unwrap().allowed());
+    clock.advance(Duration::from_secs(61));
+    assert!(backend.acquire(&batch).await.unwrap().allowed());
+    clock.advance(Duration::from_secs(61));
+    let refused = backend.acquire(&batch).await.unwrap();
+    assert!(!refused.allowed());
+    assert!(refused[0].allowed, "the minute limit alone would allow");
+    assert!(!refused[1].allowed, "the daily limit refuses");
+    // The refused batch took nothing from the minute limit.
+    let minute_alone = backend.peek(&batch[..1]).await.unwrap();
+    assert_eq!(minute_alone[0].remaining, 1);
+}
+
+#[tokio::test]
+async fn rotating_keys_do_not_grow_memory_without_bound() {
+    let clock = ManualClock::new(1_000_000_000);
+    let backend = MemoryBackend::with_clock(clock.clone());
+    let limit = Limit::per_second(5).unwrap();
+    for round in 0..4u64 {
+        for i in 0..40_000u64 {
+            let key = Key::new("rl", "rotate", &format!("{round}-{i}"));
+            backend.acquire(&[Request::new(&key, &limit, 1)]).await.unwrap();
+        }
+        clock.advance(Duration::from_secs(2));
+    }
+    // 160 000 keys were written; expired ones are swept as shards grow.
+    assert!(backend.len() < 100_000, "held {} keys", backend.len());
+    backend.evict_expired();
+    assert_eq!(backend.len(), 0);
+}
+
+#[tokio::test]
+async fn cost_above_capacity_is_an_error_not_a_refusal() {
+    let limiter = Limiter::builder().build().unwrap();
+    let key = limiter.key("cost", &1);
+    let err = limiter.acquire(&key, &Limit::per_minute(3).unwrap(), 4).await.unwrap_err();
+    assert_eq!(err.to_string(), "cost 4 exceeds the capacity 3: such a call could never be allowed");
+    let backend = MemoryBackend::new();
+    let limit = Limit::per_minute(3).unwrap();
+    assert!(backend.acquire(&[Request::new(&key, &limit, 4)]).await.is_err());
+}
+
+#[test]
+fn invalid_prefixes_are_refused_at_construction() {
+    let err = Limiter::builder().prefix("a{b").build().unwrap_err();
+    assert!(err.to_string().contains("invalid key prefix"), "{err}");
+}
+
+#[tokio::test]
+async fn reset_forgets_one_identity_only() {
+    let limiter = Limiter::builder().build().unwrap();
+    let limit = Limit::per_hour(1).unwrap();
+    let (alice, bob) = (limiter.key("reset", &"alice"), limiter.key("reset", &"bob"));
+    limiter.acquire(&alice, &limit, 1).await.unwrap();
+    limiter.acquire(&bob, &limit, 1).await.unwrap();
+    limiter.reset_all(&[Request::new(&alice, &limit, 1)]).await.unwrap();
+    assert!(limiter.acquire(&alice, &limit, 1).await.unwrap().allowed);
+    assert!(!limiter.acquire(&bob, &limit, 1).await.unwrap().allowed);
+}
