@@ -4,6 +4,7 @@ use std::fmt;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
+use crossbeam_utils::CachePadded;
 use hashbrown::HashMap;
 use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
@@ -26,7 +27,7 @@ struct Shard {
 
 /// An in-process backend with the same semantics as the Redis backend.
 ///
-/// - Sharded: a key's shard is chosen by hash, so calls on different keys
+/// - Sharded (64 cache-padded shards per core): a key's shard is chosen by hash, so calls on different keys
 ///   rarely contend and no lock is held across shards except for the
 ///   duration of one multi-key decision (locks taken in shard order).
 /// - Bounded: every state expires when it becomes equivalent to a fresh one;
@@ -52,7 +53,7 @@ struct Shard {
 /// # }
 /// ```
 pub struct MemoryBackend {
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[CachePadded<Mutex<Shard>>]>,
     hasher: hashbrown::DefaultHashBuilder,
     clock: Arc<dyn Clock>,
 }
@@ -87,9 +88,9 @@ impl MemoryBackend {
 
     /// A backend on a shared clock.
     pub fn with_shared_clock(clock: Arc<dyn Clock>) -> Self {
-        let count = (std::thread::available_parallelism().map_or(4, |n| n.get()) * 8).next_power_of_two();
+        let count = (std::thread::available_parallelism().map_or(4, |n| n.get()) * 64).next_power_of_two();
         let shards = (0..count)
-            .map(|_| Mutex::new(Shard { map: HashMap::new(), sweep_at: MIN_SWEEP }))
+            .map(|_| CachePadded::new(Mutex::new(Shard { map: HashMap::new(), sweep_at: MIN_SWEEP })))
             .collect();
         Self { shards, hasher: hashbrown::DefaultHashBuilder::default(), clock }
     }
