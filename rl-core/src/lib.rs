@@ -15,7 +15,8 @@
 //! say_hi(7).await?;
 //! say_hi(7).await?;
 //! let refused = say_hi(7).await.unwrap_err(); // third call within 30 s: body not run
-//! assert_eq!(refused.retry_after(), Some(std::time::Duration::from_secs(15)));
+//! // GCRA (the default) spaces 2 per 30 s as one every 15 s after the burst.
+//! assert_eq!(refused.decision().unwrap().retry_after_secs(), 15);
 //! assert!(say_hi(8).await.is_ok()); // another user has their own quota
 //! # Ok(())
 //! # }
@@ -59,6 +60,8 @@ mod backend;
 mod clock;
 mod decision;
 mod error;
+#[cfg(feature = "axum")]
+pub mod http;
 mod key;
 mod limit;
 mod limiter;

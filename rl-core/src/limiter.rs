@@ -35,7 +35,7 @@ enum Store {
 /// assert!(limiter.acquire(&key, &limit, 1).await?.allowed);
 /// let third = limiter.acquire(&key, &limit, 1).await?;
 /// assert!(!third.allowed);
-/// assert_eq!(third.retry_after.as_secs(), 30);
+/// assert_eq!(third.retry_after_secs(), 30); // rounded up: waiting that long suffices
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # });
 /// ```
@@ -68,7 +68,12 @@ pub enum Admission {
     /// The backend allowed it.
     Backend(Decisions),
     /// The backend failed and the in-process fallback allowed it.
-    Local(Decisions),
+    Local {
+        /// The fallback's decisions.
+        decisions: Decisions,
+        /// The share the fallback divided the limits by.
+        share: u64,
+    },
     /// The backend failed and the policy let the call through.
     FailedOpen,
 }
@@ -77,7 +82,7 @@ impl Admission {
     /// The decisions behind the admission, when there were any.
     pub fn decisions(&self) -> Option<&Decisions> {
         match self {
-            Admission::Backend(d) | Admission::Local(d) => Some(d),
+            Admission::Backend(d) | Admission::Local { decisions: d, .. } => Some(d),
             Admission::FailedOpen => None,
         }
     }
@@ -163,6 +168,19 @@ impl Limiter {
         requests: &[Request<'_>],
         policy: Option<FailurePolicy>,
     ) -> Result<Admission, Rejection> {
+        self.check_named(name, &[], requests, policy).await
+    }
+
+    /// [`Limiter::check`] where `names[i]` names the limit of `requests[i]`
+    /// in rejections and logs (`name` is used for metrics and where `names`
+    /// is short).
+    pub(crate) async fn check_named(
+        &self,
+        name: &'static str,
+        names: &[&'static str],
+        requests: &[Request<'_>],
+        policy: Option<FailurePolicy>,
+    ) -> Result<Admission, Rejection> {
         let started = matches!(self.store, Store::Remote(_)).then(Instant::now);
         let result = self.acquire_all(requests).await;
         if let Some(started) = started {
@@ -173,20 +191,27 @@ impl Limiter {
                 metrics::counter!("rl_decisions_total", "limit" => name, "outcome" => "allowed").increment(1);
                 Ok(Admission::Backend(decisions))
             }
-            Ok(decisions) => Err(self.reject(name, requests, &decisions)),
+            Ok(decisions) => Err(self.reject(name, names, requests, &decisions)),
             Err(Error::Limit(error)) => {
                 tracing::error!(limit = name, %error, "rate limit misconfigured");
                 Err(Rejection::unavailable(name, Error::Limit(error)))
             }
-            Err(error) => self.on_failure(name, requests, policy.unwrap_or(self.policy), error),
+            Err(error) => self.on_failure(name, names, requests, policy.unwrap_or(self.policy), error),
         }
     }
 
-    fn reject(&self, name: &'static str, requests: &[Request<'_>], decisions: &Decisions) -> Rejection {
+    fn reject(
+        &self,
+        name: &'static str,
+        names: &[&'static str],
+        requests: &[Request<'_>],
+        decisions: &Decisions,
+    ) -> Rejection {
         metrics::counter!("rl_decisions_total", "limit" => name, "outcome" => "rejected").increment(1);
         let binding = decisions.binding();
         let index = decisions.iter().position(|d| d == binding).unwrap_or(0);
         let request = &requests[index];
+        let name = names.get(index).copied().unwrap_or(name);
         tracing::info!(
             limit = name,
             identity = %Masked(request.key.hash_tag()),
@@ -200,6 +225,7 @@ impl Limiter {
     fn on_failure(
         &self,
         name: &'static str,
+        names: &[&'static str],
         requests: &[Request<'_>],
         policy: FailurePolicy,
         error: Error,
@@ -210,23 +236,66 @@ impl Limiter {
             FailurePolicy::FailClosed => Err(Rejection::unavailable(name, error)),
             FailurePolicy::Local { share } => {
                 metrics::counter!("rl_decisions_total", "limit" => name, "outcome" => "fallback").increment(1);
-                let shared: smallvec::SmallVec<[Limit; 4]> =
-                    requests.iter().map(|r| local_share(r.limit, share)).collect();
-                let local: smallvec::SmallVec<[Request<'_>; 4]> = requests
-                    .iter()
-                    .zip(&shared)
-                    .map(|(r, limit)| Request::new(r.key, limit, r.cost.min(limit.capacity())))
-                    .collect();
+                let shared = local_limits(requests, share);
+                let local = local_requests(requests, &shared);
                 let decisions = self.fallback.acquire_sync(&local);
                 if decisions.allowed() {
-                    Ok(Admission::Local(decisions))
+                    Ok(Admission::Local { decisions, share })
                 } else {
-                    Err(self.reject(name, &local, &decisions))
+                    Err(self.reject(name, names, &local, &decisions))
                 }
             }
             _ => Ok(Admission::FailedOpen),
         }
     }
+
+    /// Gives back what an admission took: from the backend, or from the
+    /// local fallback for [`Admission::Local`]; nothing for a fail-open one.
+    /// Each decision is refunded at its own time.
+    pub async fn refund_admission(&self, requests: &[Request<'_>], admission: &Admission) -> Result<(), Error> {
+        match admission {
+            Admission::Backend(decisions) => {
+                let mut times: smallvec::SmallVec<[u64; 2]> = decisions.iter().map(|d| d.at_micros).collect();
+                times.sort_unstable();
+                times.dedup();
+                for at in times {
+                    let group: smallvec::SmallVec<[Request<'_>; 4]> = requests
+                        .iter()
+                        .zip(decisions.iter())
+                        .filter(|(_, d)| d.at_micros == at)
+                        .map(|(r, _)| *r)
+                        .collect();
+                    self.refund_all(&group, at).await?;
+                }
+            }
+            Admission::Local { decisions, share } => {
+                let shared = local_limits(requests, *share);
+                let local = local_requests(requests, &shared);
+                let at = decisions.iter().next().map_or(0, |d| d.at_micros);
+                self.fallback.refund_sync(&local, at);
+            }
+            Admission::FailedOpen => {}
+        }
+        Ok(())
+    }
+
+    /// Forgets the requests' state in the backend and in the local fallback.
+    pub async fn reset_everywhere(&self, requests: &[Request<'_>]) -> Result<(), Error> {
+        self.fallback.reset_sync(requests);
+        self.reset_all(requests).await
+    }
+}
+
+fn local_limits(requests: &[Request<'_>], share: u64) -> smallvec::SmallVec<[Limit; 4]> {
+    requests.iter().map(|r| local_share(r.limit, share)).collect()
+}
+
+fn local_requests<'a>(requests: &[Request<'a>], shared: &'a [Limit]) -> smallvec::SmallVec<[Request<'a>; 4]> {
+    requests
+        .iter()
+        .zip(shared)
+        .map(|(r, limit)| Request::new(r.key, limit, r.cost.min(limit.capacity())))
+        .collect()
 }
 
 /// `limit` with its threshold and burst divided by `share` (at least 1).
