@@ -1,0 +1,396 @@
+//! [`RedisServer`]: one real `redis-server` child process per value.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::sync::{Mutex, MutexGuard};
+use std::thread;
+use std::time::Duration;
+
+use redis::{AsyncConnectionConfig, FromRedisValue, RedisResult};
+
+use super::binary::redis_server_path;
+use super::port::PortReservation;
+use super::process::{self, LOG_FILE, STOP_GRACE, StartError};
+use super::tempdir::TempDir;
+
+/// How many ports are tried before giving up when they turn out to be taken.
+pub(crate) const MAX_START_ATTEMPTS: usize = 5;
+
+/// Response timeout of the connections opened by [`RedisServer::cmd`].
+const CMD_RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Timeout of the blocking connections used by [`RedisServer::blocking_cmd`].
+const BLOCKING_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A real `redis-server` process listening on `127.0.0.1`, with its own
+/// temporary working directory (holding `redis.log`, its stdout and stderr).
+///
+/// Persistence is disabled (`--save "" --appendonly no`), so every start and
+/// every [`restart`](Self::restart) begins with an empty dataset.
+///
+/// Dropping the value SIGKILLs the process if it is still running (also while
+/// a failing test unwinds, in which case the log tail is printed to stderr)
+/// and deletes the temporary directory. All methods take `&self`, so a
+/// server can be shared between tasks behind an `Arc`.
+#[derive(Debug)]
+pub struct RedisServer {
+    state: Mutex<State>,
+    args: Vec<String>,
+    port: PortReservation,
+    cluster_bus_port: Option<PortReservation>,
+    dir: TempDir,
+}
+
+#[derive(Debug)]
+struct State {
+    /// `None` once the process has been stopped or killed and reaped.
+    child: Option<Child>,
+    pid: u32,
+}
+
+/// Arguments used for every server, before the caller's own arguments.
+fn base_args(port: u16, dir: &Path) -> Vec<String> {
+    [
+        "--port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        &dir.display().to_string(),
+        "--daemonize",
+        "no",
+        "--protected-mode",
+        "no",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// Additional arguments of a cluster node.
+fn cluster_args(bus_port: u16) -> Vec<String> {
+    [
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        "2000",
+        "--cluster-port",
+        &bus_port.to_string(),
+        "--cluster-announce-ip",
+        "127.0.0.1",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+impl RedisServer {
+    /// Starts a standalone server on a free loopback port and waits until it
+    /// answers.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `redis-server` is not installed (see
+    /// [`NOT_FOUND_MESSAGE`](super::NOT_FOUND_MESSAGE)), if it does not answer
+    /// within 10 s (the message includes the log tail), or if five freshly
+    /// picked ports in a row turn out to be in use.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Like [`start`](Self::start), with extra `redis-server` arguments
+    /// appended after the harness's own (so they can override them), e.g.
+    /// `&["--maxmemory", "10mb"]`.
+    ///
+    /// # Panics
+    ///
+    /// See [`start`](Self::start); also panics if the arguments are rejected.
+    pub fn start_with(args: &[&str]) -> Self {
+        let extra: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+        Self::launch("redis", false, move |port, _, dir| {
+            let mut all = base_args(port, dir);
+            all.extend(extra.iter().cloned());
+            all
+        })
+    }
+
+    /// Starts a cluster-enabled node (`--cluster-enabled yes`, bus port
+    /// allocated like the client port) that knows no other node yet.
+    pub(crate) fn start_cluster_node() -> Self {
+        Self::launch("redis-cluster", true, |port, bus, dir| {
+            let mut all = base_args(port, dir);
+            all.extend(cluster_args(bus.expect("cluster nodes get a bus port")));
+            all
+        })
+    }
+
+    /// Picks ports, builds the argument list with `make_args(port, bus_port,
+    /// dir)` (which may also write files into `dir`) and starts the server,
+    /// retrying with new ports while they turn out to be taken.
+    pub(crate) fn launch(
+        label: &str,
+        with_bus_port: bool,
+        mut make_args: impl FnMut(u16, Option<u16>, &Path) -> Vec<String>,
+    ) -> Self {
+        let binary = redis_server_path();
+        let dir = TempDir::new(label);
+        let mut failures = Vec::new();
+        for _ in 0..MAX_START_ATTEMPTS {
+            let port = PortReservation::new();
+            let bus = with_bus_port.then(PortReservation::new);
+            let args = make_args(
+                port.port(),
+                bus.as_ref().map(PortReservation::port),
+                dir.path(),
+            );
+            match process::spawn_and_wait(&binary, dir.path(), &args, port.port()) {
+                Ok(child) => {
+                    return Self {
+                        state: Mutex::new(State {
+                            pid: child.id(),
+                            child: Some(child),
+                        }),
+                        args,
+                        port,
+                        cluster_bus_port: bus,
+                        dir,
+                    };
+                }
+                Err(StartError::AddressInUse(message)) => failures.push(message),
+                Err(StartError::Fatal(message)) => panic!("{message}"),
+            }
+        }
+        panic!(
+            "could not start redis-server: {MAX_START_ATTEMPTS} ports in a row were already in use.\n{}",
+            failures.join("\n\n")
+        );
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock must not turn Drop into a second panic.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The TCP port the server listens on (stable across restarts).
+    pub fn port(&self) -> u16 {
+        self.port.port()
+    }
+
+    /// The cluster bus port of a cluster node, `None` for other servers.
+    pub fn cluster_bus_port(&self) -> Option<u16> {
+        self.cluster_bus_port.as_ref().map(PortReservation::port)
+    }
+
+    /// The connection URL, `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        process::url(self.port())
+    }
+
+    /// The pid of the current process (after a stop: of the last one).
+    pub fn pid(&self) -> u32 {
+        self.state().pid
+    }
+
+    /// The server's temporary working directory.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The path of the server's log file (its stdout and stderr).
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join(LOG_FILE)
+    }
+
+    /// The last lines the server logged since it was last started.
+    pub fn log_tail(&self) -> String {
+        process::log_tail(&self.log_path())
+    }
+
+    /// Whether the process is alive. A paused server counts as running.
+    pub fn is_running(&self) -> bool {
+        let mut state = self.state();
+        match state.child.as_mut().map(Child::try_wait) {
+            Some(Ok(None)) => true,
+            Some(Ok(Some(_)) | Err(_)) => {
+                state.child = None;
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Stops the server gracefully: SIGTERM (plus SIGCONT in case it is
+    /// paused), SIGKILL if it is still alive after 2 s, then reaps it.
+    /// A no-op if it is not running.
+    pub fn stop(&self) {
+        let mut state = self.state();
+        if let Some(mut child) = state.child.take() {
+            process::terminate(&mut child, STOP_GRACE);
+        }
+    }
+
+    /// Kills the server abruptly with SIGKILL (simulating a crash) and reaps
+    /// it. A no-op if it is not running.
+    pub fn kill(&self) {
+        let mut state = self.state();
+        if let Some(mut child) = state.child.take() {
+            process::kill_and_reap(&mut child);
+        }
+    }
+
+    /// Stops the server (see [`stop`](Self::stop)) and starts a new process
+    /// with the same arguments on the same port, in the same directory (so a
+    /// cluster node keeps its `nodes.conf`), with an empty dataset. Works on a
+    /// stopped or killed server too.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the new process does not come up, e.g. because something
+    /// else took the port in the meantime.
+    pub fn restart(&self) {
+        self.stop();
+        for leftover in ["dump.rdb", "appendonly.aof", "appendonlydir"] {
+            let path = self.dir.path().join(leftover);
+            let _ = fs::remove_file(&path);
+            let _ = fs::remove_dir_all(&path);
+        }
+        let binary = redis_server_path();
+        let mut failures = Vec::new();
+        for attempt in 1..=MAX_START_ATTEMPTS {
+            match process::spawn_and_wait(&binary, self.dir.path(), &self.args, self.port()) {
+                Ok(child) => {
+                    let mut state = self.state();
+                    state.pid = child.id();
+                    state.child = Some(child);
+                    return;
+                }
+                Err(StartError::AddressInUse(message)) => {
+                    failures.push(message);
+                    thread::sleep(Duration::from_millis(200 * attempt as u64));
+                }
+                Err(StartError::Fatal(message)) => panic!("restart failed: {message}"),
+            }
+        }
+        panic!(
+            "restart failed: port {} stayed in use by another process.\n{}",
+            self.port(),
+            failures.join("\n\n")
+        );
+    }
+
+    /// Freezes the process with SIGSTOP: connections stay open but nothing
+    /// is answered until [`resume`](Self::resume).
+    ///
+    /// # Panics
+    ///
+    /// Panics if the server is not running or the signal cannot be sent.
+    pub fn pause(&self) {
+        self.signal_running("STOP");
+    }
+
+    /// Lets a paused process continue with SIGCONT.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the server is not running or the signal cannot be sent.
+    pub fn resume(&self) {
+        self.signal_running("CONT");
+    }
+
+    fn signal_running(&self, signal: &str) {
+        assert!(
+            self.is_running(),
+            "cannot send SIG{signal} to redis-server on port {}: it is not running",
+            self.port()
+        );
+        if let Err(message) = process::send_signal(self.pid(), signal) {
+            panic!("{message}");
+        }
+    }
+
+    /// A client for this server (connections are opened lazily by the
+    /// client's methods).
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("the harness URL is valid")
+    }
+
+    /// Runs one command on a fresh multiplexed connection and converts the
+    /// reply, e.g. `server.cmd::<String>(&["GET", "key"]).await`.
+    ///
+    /// # Panics
+    ///
+    /// Panics, naming the command, if it fails or the reply does not convert
+    /// to `T`; use [`try_cmd`](Self::try_cmd) to inspect errors.
+    pub async fn cmd<T: FromRedisValue>(&self, args: &[&str]) -> T {
+        match self.try_cmd(args).await {
+            Ok(value) => value,
+            Err(err) => panic!("`{}` on {} failed: {err}", args.join(" "), self.url()),
+        }
+    }
+
+    /// Like [`cmd`](Self::cmd) but returns the error instead of panicking
+    /// (still panics if `args` is empty).
+    pub async fn try_cmd<T: FromRedisValue>(&self, args: &[&str]) -> RedisResult<T> {
+        let config = AsyncConnectionConfig::new().set_response_timeout(Some(CMD_RESPONSE_TIMEOUT));
+        let mut con = self
+            .client()
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        process::build_cmd(args).query_async(&mut con).await
+    }
+
+    /// Runs one command on a fresh blocking connection (5 s timeouts), for
+    /// code outside an async runtime.
+    pub fn blocking_cmd<T: FromRedisValue>(&self, args: &[&str]) -> RedisResult<T> {
+        process::query(self.port(), args, BLOCKING_TIMEOUT)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let mut state = self.state();
+        if let Some(mut child) = state.child.take() {
+            if thread::panicking() {
+                eprintln!(
+                    "--- redis-server on port {} (pid {}) killed during a panic; log tail ---\n{}",
+                    self.port(),
+                    state.pid,
+                    process::log_tail(&self.dir.path().join(LOG_FILE))
+                );
+            }
+            process::kill_and_reap(&mut child);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, TcpListener};
+
+    use super::*;
+
+    #[test]
+    fn a_taken_port_is_reported_as_retryable_address_in_use() {
+        let taken = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let dir = TempDir::new("redis-test");
+        let args = base_args(port, dir.path());
+        match process::spawn_and_wait(&redis_server_path(), dir.path(), &args, port) {
+            Err(StartError::AddressInUse(message)) => {
+                assert!(message.contains("Address already in use"), "{message}");
+            }
+            Err(StartError::Fatal(message)) => panic!("expected a retryable error: {message}"),
+            Ok(mut child) => {
+                process::kill_and_reap(&mut child);
+                panic!("redis-server started on a port that was taken");
+            }
+        }
+    }
+}
