@@ -2,7 +2,11 @@
 //! installed once per process as the global limiter the macro uses.
 
 use std::fmt;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
+
+use parking_lot::RwLock;
 use std::time::Instant;
 
 use crate::backend::{Backend, Request};
@@ -45,6 +49,10 @@ pub struct Limiter {
     policy: FailurePolicy,
     /// In-process limiter for [`FailurePolicy::Local`].
     fallback: MemoryBackend,
+    /// Limits set at runtime by name, replacing the compiled-in ones.
+    overrides: RwLock<HashMap<Box<str>, Arc<[Limit]>>>,
+    /// Whether `overrides` holds anything (skips the lock on the hot path).
+    any_override: AtomicBool,
 }
 
 impl fmt::Debug for Limiter {
@@ -112,6 +120,41 @@ impl Limiter {
     /// The key of `identity` under `scope` (usually the limit's name).
     pub fn key(&self, scope: &str, identity: &dyn fmt::Display) -> Key {
         Key::from_display(&self.prefix, scope, identity)
+    }
+
+    /// Replaces, for every later decision, the limits of the function or
+    /// group named `name` (its `name = ...` in `#[rate_limit]`, by default
+    /// `module::function`). Threshold and burst changes apply to the existing
+    /// state; a changed algorithm or period starts from fresh state (each
+    /// algorithm and period keeps its own key), never a mis-read of the old.
+    ///
+    /// ```
+    /// use rl_core::{Limit, Limiter};
+    /// let limiter = Limiter::builder().build().unwrap();
+    /// limiter.set_limits("sms", vec![Limit::per_minute(2).unwrap()]);
+    /// assert_eq!(limiter.limits("sms").unwrap()[0].threshold(), 2);
+    /// limiter.clear_limits("sms");
+    /// assert!(limiter.limits("sms").is_none());
+    /// ```
+    pub fn set_limits(&self, name: &str, limits: Vec<Limit>) {
+        tracing::info!(limit = name, limits = ?limits.iter().map(ToString::to_string).collect::<Vec<_>>(), "limits changed");
+        self.overrides.write().insert(name.into(), limits.into());
+        self.any_override.store(true, Ordering::Release);
+    }
+
+    /// Goes back to the compiled-in limits of `name`.
+    pub fn clear_limits(&self, name: &str) {
+        let mut overrides = self.overrides.write();
+        overrides.remove(name);
+        self.any_override.store(!overrides.is_empty(), Ordering::Release);
+    }
+
+    /// The runtime limits of `name`, if set.
+    pub fn limits(&self, name: &str) -> Option<Arc<[Limit]>> {
+        if !self.any_override.load(Ordering::Acquire) {
+            return None;
+        }
+        self.overrides.read().get(name).cloned()
     }
 
     /// Decides one limit for one key, consuming `cost` units when allowed.
@@ -374,6 +417,8 @@ impl LimiterBuilder {
             prefix: prefix.into_boxed_str(),
             policy: self.policy,
             fallback: MemoryBackend::with_shared_clock(clock),
+            overrides: RwLock::default(),
+            any_override: AtomicBool::new(false),
         })
     }
 

@@ -1,20 +1,26 @@
 //! Support for the code `#[rate_limit]` generates. Not a public API.
+//!
+//! The entry points build every key synchronously from the identities, so
+//! the returned futures hold no reference to the caller's arguments and are
+//! `Send` whenever the handler's are.
 
 use std::fmt::Display;
+use std::future::Future;
 use std::sync::Arc;
 
 use smallvec::SmallVec;
 
+pub use crate::error::Error;
 pub use crate::limit::{Algorithm, Limit};
 pub use crate::limiter::{Admission, Limiter};
 pub use crate::policy::FailurePolicy;
 pub use crate::rejection::Rejection;
-pub use crate::error::Error;
 pub use core;
 
 use crate::backend::Request;
+use crate::key::Key;
 
-/// What one annotated function asks for, built at compile time.
+/// What one annotated function with a single key asks for, built at compile time.
 #[derive(Debug)]
 pub struct Spec {
     /// The limit's name: metrics label and key scope.
@@ -23,6 +29,29 @@ pub struct Spec {
     pub limits: &'static [Limit],
     /// Units each call takes.
     pub cost: u64,
+    /// Overrides the limiter's failure policy.
+    pub policy: Option<FailurePolicy>,
+}
+
+/// One key and the limits decided on it, for a function with several keys.
+#[derive(Debug)]
+pub struct Group {
+    /// The group's name: key scope, and policy name in HTTP headers.
+    pub name: &'static str,
+    /// The limits decided on this group's key.
+    pub limits: &'static [Limit],
+    /// Units each call takes from these limits.
+    pub cost: u64,
+}
+
+/// A function with one or more keys, each with one or more limits, decided
+/// together and all-or-nothing.
+#[derive(Debug)]
+pub struct MultiSpec {
+    /// The function's name, for metrics.
+    pub name: &'static str,
+    /// The groups, in the order of the identities passed to [`check_groups`].
+    pub groups: &'static [Group],
     /// Overrides the limiter's failure policy.
     pub policy: Option<FailurePolicy>,
 }
@@ -67,68 +96,56 @@ pub const fn limit(threshold: u64, period_us: u64, algorithm: Algorithm, burst: 
     Limit::__const(threshold, period_us, algorithm, burst, slots)
 }
 
-/// Decides the call described by `spec` for `identity`.
-pub async fn check(
-    spec: &'static Spec,
-    limiter: Result<&Limiter, Error>,
-    identity: &dyn Display,
-) -> Result<Admission, Rejection> {
-    let limiter = match limiter {
-        Ok(limiter) => limiter,
-        Err(error) => {
-            tracing::error!(limit = spec.name, %error, "rate limited function called without a limiter");
-            return Err(Rejection::unavailable(spec.name, error));
+/// A group's limits: compiled in, or set at runtime by name.
+#[derive(Debug, Clone)]
+enum Limits {
+    Static(&'static [Limit]),
+    Runtime(Arc<[Limit]>),
+}
+
+impl Limits {
+    fn resolve(limiter: &Limiter, name: &str, compiled: &'static [Limit]) -> Self {
+        limiter.limits(name).map_or(Limits::Static(compiled), Limits::Runtime)
+    }
+}
+
+impl std::ops::Deref for Limits {
+    type Target = [Limit];
+    fn deref(&self) -> &[Limit] {
+        match self {
+            Limits::Static(limits) => limits,
+            Limits::Runtime(limits) => limits,
         }
-    };
-    let key = limiter.key(spec.name, identity);
-    let requests: SmallVec<[Request<'_>; 4]> =
-        spec.limits.iter().map(|limit| Request::new(&key, limit, spec.cost)).collect();
-    limiter.check(spec.name, &requests, spec.policy).await
+    }
 }
 
-/// One key and the limits decided on it, for a function with several keys.
+/// One key with its limits, resolved for one call.
 #[derive(Debug)]
-pub struct Group {
-    /// The group's name: key scope, and policy name in HTTP headers.
-    pub name: &'static str,
-    /// The limits decided on this group's key.
-    pub limits: &'static [Limit],
-    /// Units each call takes from these limits.
-    pub cost: u64,
+struct Resolved {
+    name: &'static str,
+    key: Key,
+    limits: Limits,
+    cost: u64,
 }
 
-/// A function with one or more keys, each with one or more limits, decided
-/// together and all-or-nothing.
-#[derive(Debug)]
-pub struct MultiSpec {
-    /// The function's name, for metrics.
-    pub name: &'static str,
-    /// The groups, in the order of the identities passed to [`check_groups`].
-    pub groups: &'static [Group],
-    /// Overrides the limiter's failure policy.
-    pub policy: Option<FailurePolicy>,
-}
-
-/// An admitted call: can give back what it took (count-failures mode) or
-/// reset the identity (reset-on-success).
+/// An admitted call. In count-failures mode it gives back what it took
+/// ([`Permit::refund`]) or resets the identity ([`Permit::reset`]).
 #[derive(Debug)]
 pub struct Permit<'l> {
     limiter: &'l Limiter,
-    spec: &'static MultiSpec,
-    keys: SmallVec<[crate::key::Key; 2]>,
+    name: &'static str,
+    groups: SmallVec<[Resolved; 2]>,
     admission: Admission,
 }
 
-impl Permit<'_> {
-    fn requests(&self) -> SmallVec<[Request<'_>; 4]> {
-        self.spec
-            .groups
-            .iter()
-            .zip(&self.keys)
-            .flat_map(|(group, key)| group.limits.iter().map(move |limit| Request::new(key, limit, group.cost)))
-            .collect()
-    }
+fn requests(groups: &[Resolved]) -> SmallVec<[Request<'_>; 4]> {
+    groups
+        .iter()
+        .flat_map(|g| g.limits.iter().map(move |limit| Request::new(&g.key, limit, g.cost)))
+        .collect()
+}
 
+impl Permit<'_> {
     /// How the call was admitted.
     pub fn admission(&self) -> &Admission {
         &self.admission
@@ -137,47 +154,86 @@ impl Permit<'_> {
     /// Gives back what this call took. Failures are logged, not returned:
     /// the call already ran.
     pub async fn refund(self) {
-        let requests = self.requests();
+        let requests = requests(&self.groups);
         if let Err(error) = self.limiter.refund_admission(&requests, &self.admission).await {
-            tracing::warn!(limit = self.spec.name, %error, "rate limit refund failed");
+            tracing::warn!(limit = self.name, %error, "rate limit refund failed");
         }
     }
 
     /// Forgets the state of this call's identities (consecutive-failure
     /// counting: a success starts the count again).
     pub async fn reset(self) {
-        let requests = self.requests();
+        let requests = requests(&self.groups);
         if let Err(error) = self.limiter.reset_everywhere(&requests).await {
-            tracing::warn!(limit = self.spec.name, %error, "rate limit reset failed");
+            tracing::warn!(limit = self.name, %error, "rate limit reset failed");
         }
+    }
+}
+
+fn unavailable(name: &'static str, error: Error) -> Rejection {
+    tracing::error!(limit = name, %error, "rate limited function called without a limiter");
+    Rejection::unavailable(name, error)
+}
+
+async fn decide<'l>(
+    limiter: &'l Limiter,
+    name: &'static str,
+    policy: Option<FailurePolicy>,
+    groups: SmallVec<[Resolved; 2]>,
+) -> Result<Permit<'l>, Rejection> {
+    let names: SmallVec<[&'static str; 4]> =
+        groups.iter().flat_map(|g| std::iter::repeat_n(g.name, g.limits.len())).collect();
+    let admission = {
+        let requests = requests(&groups);
+        limiter.check_named(name, &names, &requests, policy).await?
+    };
+    Ok(Permit { limiter, name, groups, admission })
+}
+
+/// Decides the call described by `spec` for `identity`.
+pub fn check<'l>(
+    spec: &'static Spec,
+    limiter: Result<&'l Limiter, Error>,
+    identity: &dyn Display,
+) -> impl Future<Output = Result<Permit<'l>, Rejection>> + Send + 'l {
+    let prepared = limiter.map(|limiter| {
+        let group = Resolved {
+            name: spec.name,
+            key: limiter.key(spec.name, identity),
+            limits: Limits::resolve(limiter, spec.name, spec.limits),
+            cost: spec.cost,
+        };
+        (limiter, group)
+    });
+    async move {
+        let (limiter, group) = prepared.map_err(|error| unavailable(spec.name, error))?;
+        decide(limiter, spec.name, spec.policy, smallvec::smallvec![group]).await
     }
 }
 
 /// Decides a call with several keys: `identities[i]` is the identity of
 /// `spec.groups[i]`.
-pub async fn check_groups<'l>(
+pub fn check_groups<'l>(
     spec: &'static MultiSpec,
     limiter: Result<&'l Limiter, Error>,
     identities: &[&dyn Display],
-) -> Result<Permit<'l>, Rejection> {
-    let limiter = match limiter {
-        Ok(limiter) => limiter,
-        Err(error) => {
-            tracing::error!(limit = spec.name, %error, "rate limited function called without a limiter");
-            return Err(Rejection::unavailable(spec.name, error));
-        }
-    };
-    let keys: SmallVec<[crate::key::Key; 2]> =
-        spec.groups.iter().zip(identities).map(|(group, id)| limiter.key(group.name, *id)).collect();
-    let mut names: SmallVec<[&'static str; 4]> = SmallVec::new();
-    let mut requests: SmallVec<[Request<'_>; 4]> = SmallVec::new();
-    for (group, key) in spec.groups.iter().zip(&keys) {
-        for limit in group.limits {
-            names.push(group.name);
-            requests.push(Request::new(key, limit, group.cost));
-        }
+) -> impl Future<Output = Result<Permit<'l>, Rejection>> + Send + 'l {
+    let prepared = limiter.map(|limiter| {
+        let groups: SmallVec<[Resolved; 2]> = spec
+            .groups
+            .iter()
+            .zip(identities)
+            .map(|(group, identity)| Resolved {
+                name: group.name,
+                key: limiter.key(group.name, *identity),
+                limits: Limits::resolve(limiter, group.name, group.limits),
+                cost: group.cost,
+            })
+            .collect();
+        (limiter, groups)
+    });
+    async move {
+        let (limiter, groups) = prepared.map_err(|error| unavailable(spec.name, error))?;
+        decide(limiter, spec.name, spec.policy, groups).await
     }
-    let admission = limiter.check_named(spec.name, &names, &requests, spec.policy).await?;
-    drop(requests);
-    Ok(Permit { limiter, spec, keys, admission })
 }

@@ -98,3 +98,78 @@ async fn reset_forgets_one_identity_only() {
     assert!(limiter.acquire(&alice, &limit, 1).await.unwrap().allowed);
     assert!(!limiter.acquire(&bob, &limit, 1).await.unwrap().allowed);
 }
+
+#[tokio::test]
+async fn the_check_future_is_send_even_for_identities_that_are_not_sync() {
+    use rl_core::__private::{Spec, check, limit};
+    static SPEC: Spec = Spec {
+        name: "send_check",
+        limits: &[limit(1, 60_000_000, Algorithm::Gcra, 1, 10)],
+        cost: 1,
+        policy: None,
+    };
+    fn assert_send<T: Send>(value: T) -> T {
+        value
+    }
+    let limiter = Limiter::builder().build().unwrap();
+    let identity: std::rc::Rc<str> = "not-sync".into();
+    let first = assert_send(check(&SPEC, Ok(&limiter), &identity));
+    drop(identity);
+    assert!(first.await.is_ok());
+    let limiter_ref = &limiter;
+    assert!(check(&SPEC, Ok(limiter_ref), &"not-sync").await.is_err(), "same identity, limit 1");
+}
+
+#[tokio::test]
+async fn runtime_limits_replace_the_compiled_ones_by_name() {
+    use rl_core::__private::{Spec, check, limit};
+    static SPEC: Spec = Spec {
+        name: "live",
+        limits: &[limit(1, 60_000_000, Algorithm::SlidingLog, 1, 10)],
+        cost: 1,
+        policy: None,
+    };
+    let limiter = Limiter::builder().build().unwrap();
+    assert!(check(&SPEC, Ok(&limiter), &"u").await.is_ok());
+    assert!(check(&SPEC, Ok(&limiter), &"u").await.is_err());
+    limiter.set_limits("live", vec![Limit::per_minute(3).unwrap().with_algorithm(Algorithm::SlidingLog).unwrap()]);
+    assert!(check(&SPEC, Ok(&limiter), &"u").await.is_ok(), "threshold raised on the same state");
+    assert!(check(&SPEC, Ok(&limiter), &"u").await.is_ok());
+    assert!(check(&SPEC, Ok(&limiter), &"u").await.is_err());
+    limiter.clear_limits("live");
+    assert!(check(&SPEC, Ok(&limiter), &"u").await.is_err());
+}
+
+#[tokio::test]
+async fn a_refunded_permit_gives_its_units_back_and_a_reset_forgets_the_identity() {
+    use rl_core::__private::{Group, MultiSpec, check_groups, limit};
+    static SPEC: MultiSpec = MultiSpec {
+        name: "login",
+        groups: &[
+            Group { name: "login_user", limits: &[limit(2, 60_000_000, Algorithm::SlidingLog, 2, 10)], cost: 1 },
+            Group { name: "login_ip", limits: &[limit(5, 86_400_000_000, Algorithm::FixedWindow, 5, 10)], cost: 1 },
+        ],
+        policy: None,
+    };
+    let limiter = Limiter::builder().build().unwrap();
+    for _ in 0..10 {
+        let permit = check_groups(&SPEC, Ok(&limiter), &[&"alice", &"10.0.0.1"]).await.unwrap();
+        permit.refund().await;
+    }
+    check_groups(&SPEC, Ok(&limiter), &[&"alice", &"10.0.0.1"]).await.unwrap();
+    check_groups(&SPEC, Ok(&limiter), &[&"alice", &"10.0.0.1"]).await.unwrap();
+    let refused = check_groups(&SPEC, Ok(&limiter), &[&"alice", &"10.0.0.1"]).await.unwrap_err();
+    assert_eq!(refused.name(), "login_user", "the rejection names the refusing group");
+    // Refused by the user limit: nothing was taken from the IP limit (3 left of 5).
+    for user in ["bob", "bob2", "bob3"] {
+        check_groups(&SPEC, Ok(&limiter), &[&user, &"10.0.0.1"]).await.unwrap();
+    }
+    let by_ip = check_groups(&SPEC, Ok(&limiter), &[&"carol", &"10.0.0.1"]).await.unwrap_err();
+    assert_eq!(by_ip.name(), "login_ip");
+    // A reset (success with reset-on-success) forgets both identities.
+    let permit = check_groups(&SPEC, Ok(&limiter), &[&"dave", &"10.0.0.2"]).await.unwrap();
+    permit.reset().await;
+    let fresh = check_groups(&SPEC, Ok(&limiter), &[&"dave", &"10.0.0.2"]).await.unwrap();
+    let remaining: Vec<u64> = fresh.admission().decisions().unwrap().iter().map(|d| d.remaining).collect();
+    assert_eq!(remaining, [1, 4]);
+}
