@@ -9,7 +9,10 @@ use rl_core::{Algorithm, Key, Limit, Limiter, MemoryBackend, Request};
 
 fn limit(algorithm: Algorithm) -> Limit {
     // A generous limit so most decisions are "allowed" and write state.
-    Limit::new(1_000_000, Duration::from_secs(1)).unwrap().with_algorithm(algorithm).unwrap()
+    Limit::new(1_000_000, Duration::from_secs(1))
+        .unwrap()
+        .with_algorithm(algorithm)
+        .unwrap()
 }
 
 fn single_thread(c: &mut Criterion) {
@@ -17,7 +20,10 @@ fn single_thread(c: &mut Criterion) {
     group.throughput(Throughput::Elements(1));
     for algorithm in Algorithm::ALL {
         let limit = if algorithm == Algorithm::SlidingLog {
-            Limit::new(10_000, Duration::from_millis(100)).unwrap().with_algorithm(algorithm).unwrap()
+            Limit::new(10_000, Duration::from_millis(100))
+                .unwrap()
+                .with_algorithm(algorithm)
+                .unwrap()
         } else {
             limit(algorithm)
         };
@@ -25,13 +31,17 @@ fn single_thread(c: &mut Criterion) {
         let key = Key::new("rl", "bench", "user-42");
         let request = Request::new(&key, &limit, 1);
         backend.acquire_one(&request);
-        group.bench_function(algorithm.name(), |b| b.iter(|| black_box(backend.acquire_one(black_box(&request)))));
+        group.bench_function(algorithm.name(), |b| {
+            b.iter(|| black_box(backend.acquire_one(black_box(&request))))
+        });
     }
     group.finish();
 }
 
 fn through_limiter(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     let limiter = Limiter::builder().memory().build().unwrap();
     let limit = limit(Algorithm::Gcra);
     let mut group = c.benchmark_group("limiter");
@@ -78,8 +88,9 @@ fn scaling(c: &mut Criterion) {
                     for t in 0..threads {
                         let backend = backend.clone();
                         scope.spawn(move || {
-                            let keys: Vec<Key> =
-                                (0..8).map(|i| Key::new("rl", "scale", &format!("{t}-{i}"))).collect();
+                            let keys: Vec<Key> = (0..8)
+                                .map(|i| Key::new("rl", "scale", &format!("{t}-{i}")))
+                                .collect();
                             for i in 0..iters {
                                 let key = &keys[i as usize % keys.len()];
                                 black_box(backend.acquire_one(&Request::new(key, &limit, 1)));

@@ -45,14 +45,24 @@ impl<'a> Request<'a> {
 /// ([`crate::MemoryBackend`]); `rl-redis` is held to it by differential tests.
 pub trait Backend: Send + Sync + Debug + 'static {
     /// Decides and, when every request is allowed, consumes.
-    fn acquire<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<Decisions, BackendError>>;
+    fn acquire<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+    ) -> BoxFuture<'a, Result<Decisions, BackendError>>;
 
     /// Decides without consuming anything.
-    fn peek<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<Decisions, BackendError>>;
+    fn peek<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+    ) -> BoxFuture<'a, Result<Decisions, BackendError>>;
 
     /// Gives back what an allowed [`Backend::acquire`] made at `at_micros`
     /// (the decision's [`crate::Decision::at_micros`]) consumed.
-    fn refund<'a>(&'a self, requests: &'a [Request<'a>], at_micros: u64) -> BoxFuture<'a, Result<(), BackendError>>;
+    fn refund<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        at_micros: u64,
+    ) -> BoxFuture<'a, Result<(), BackendError>>;
 
     /// Forgets the state of each request's key and limit (the cost is ignored).
     fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>>;

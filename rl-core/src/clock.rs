@@ -45,7 +45,9 @@ pub struct ManualClock {
 impl ManualClock {
     /// A clock standing at `micros` microseconds since the epoch.
     pub fn new(micros: u64) -> Self {
-        Self { now: Arc::new(AtomicU64::new(micros)) }
+        Self {
+            now: Arc::new(AtomicU64::new(micros)),
+        }
     }
 
     /// Moves the clock forward.

@@ -69,7 +69,9 @@ pub struct Decisions {
 impl Decisions {
     /// Gathers per-limit decisions, in the order of the requests.
     pub fn new(items: impl IntoIterator<Item = Decision>) -> Self {
-        Self { items: items.into_iter().collect() }
+        Self {
+            items: items.into_iter().collect(),
+        }
     }
 
     /// A single decision.
@@ -91,9 +93,17 @@ impl Decisions {
     /// # Panics
     /// Never for decisions produced by a backend (they hold at least one).
     pub fn binding(&self) -> &Decision {
-        let refused = self.items.iter().filter(|d| !d.allowed).max_by_key(|d| d.retry_after);
+        let refused = self
+            .items
+            .iter()
+            .filter(|d| !d.allowed)
+            .max_by_key(|d| d.retry_after);
         refused
-            .or_else(|| self.items.iter().min_by_key(|d| (d.remaining, std::cmp::Reverse(d.reset_after))))
+            .or_else(|| {
+                self.items
+                    .iter()
+                    .min_by_key(|d| (d.remaining, std::cmp::Reverse(d.reset_after)))
+            })
             .expect("decisions are never empty")
     }
 

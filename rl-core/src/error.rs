@@ -20,7 +20,9 @@ pub enum LimitError {
     #[error("slots must be at least 1, got 0")]
     ZeroSlots,
     /// The sliding-window counter splits the period into equal slots.
-    #[error("period of {period_us} µs cannot be split into {slots} equal slots; pick a period divisible by the slot count")]
+    #[error(
+        "period of {period_us} µs cannot be split into {slots} equal slots; pick a period divisible by the slot count"
+    )]
     UnevenSlots {
         /// The period in microseconds.
         period_us: u64,
@@ -39,7 +41,9 @@ pub enum LimitError {
         capacity: u64,
     },
     /// Keeps all state exact in 53-bit integers (Lua numbers are doubles).
-    #[error("capacity {capacity} × period {period_us} µs exceeds 2^53: pick a shorter period or a smaller threshold")]
+    #[error(
+        "capacity {capacity} × period {period_us} µs exceeds 2^53: pick a shorter period or a smaller threshold"
+    )]
     TooLarge {
         /// The threshold or burst.
         capacity: u64,
@@ -47,7 +51,9 @@ pub enum LimitError {
         period_us: u64,
     },
     /// The sliding log stores one entry per admitted unit.
-    #[error("sliding log threshold {threshold} exceeds the cap of {cap} entries per identity; use the sliding-window counter (`Algorithm::SlidingWindow`) for large thresholds")]
+    #[error(
+        "sliding log threshold {threshold} exceeds the cap of {cap} entries per identity; use the sliding-window counter (`Algorithm::SlidingWindow`) for large thresholds"
+    )]
     SlidingLogTooLarge {
         /// The requested threshold.
         threshold: u64,
@@ -55,13 +61,17 @@ pub enum LimitError {
         cap: u64,
     },
     /// A duration string such as `"1m"` could not be read.
-    #[error("cannot parse duration {0:?}: expected an integer followed by one of us, ms, s, m, h, d (e.g. \"500ms\", \"1m\")")]
+    #[error(
+        "cannot parse duration {0:?}: expected an integer followed by one of us, ms, s, m, h, d (e.g. \"500ms\", \"1m\")"
+    )]
     BadDuration(String),
     /// A rate string such as `"5/1h"` could not be read.
     #[error("cannot parse rate {0:?}: expected THRESHOLD/PERIOD, e.g. \"5/1h\" or \"100/30s\"")]
     BadRate(String),
     /// An algorithm name was not recognised.
-    #[error("unknown algorithm {0:?}: expected one of fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra")]
+    #[error(
+        "unknown algorithm {0:?}: expected one of fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra"
+    )]
     UnknownAlgorithm(String),
 }
 
@@ -108,12 +118,16 @@ pub enum Error {
     #[error(transparent)]
     Backend(#[from] BackendError),
     /// No global limiter was installed before the first call.
-    #[error("no global rate limiter is installed: call `Limiter::builder()...install()` at startup")]
+    #[error(
+        "no global rate limiter is installed: call `Limiter::builder()...install()` at startup"
+    )]
     NotInstalled,
     /// `install()` was called twice.
     #[error("a global rate limiter is already installed")]
     AlreadyInstalled,
     /// The key prefix contains characters that would break key layout.
-    #[error("invalid key prefix {0:?}: it must be non-empty and contain none of `{{`, `}}`, or whitespace")]
+    #[error(
+        "invalid key prefix {0:?}: it must be non-empty and contain none of `{{`, `}}`, or whitespace"
+    )]
     BadPrefix(String),
 }

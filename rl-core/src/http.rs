@@ -41,12 +41,24 @@ pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 /// assert_eq!(headers["ratelimit-policy"], "\"sms\";q=5;w=3600");
 /// assert_eq!(headers["ratelimit"], "\"sms\";r=4;t=720");
 /// ```
-pub fn insert_rate_limit_headers(headers: &mut HeaderMap, name: &str, decision: &Decision, limit: &Limit) {
+pub fn insert_rate_limit_headers(
+    headers: &mut HeaderMap,
+    name: &str,
+    decision: &Decision,
+    limit: &Limit,
+) {
     let name = sf_string(name);
     let window = limit.period().as_micros().div_ceil(1_000_000);
     let policy = format!("{name};q={};w={window}", decision.limit);
-    let current = format!("{name};r={};t={}", decision.remaining, decision.reset_after_secs());
-    if let (Ok(policy), Ok(current)) = (HeaderValue::from_str(&policy), HeaderValue::from_str(&current)) {
+    let current = format!(
+        "{name};r={};t={}",
+        decision.remaining,
+        decision.reset_after_secs()
+    );
+    if let (Ok(policy), Ok(current)) = (
+        HeaderValue::from_str(&policy),
+        HeaderValue::from_str(&current),
+    ) {
         headers.insert(RATELIMIT_POLICY, policy);
         headers.insert(RATELIMIT, current);
     }
@@ -73,7 +85,9 @@ fn sf_string(name: &str) -> String {
 
 fn json(status: StatusCode, body: String) -> Response {
     let mut response = (status, body).into_response();
-    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }
 
@@ -82,16 +96,22 @@ impl IntoResponse for Rejection {
         match self.reason() {
             RejectionReason::Limited { decision, limit } => {
                 let retry_ms = decision.retry_after.as_micros().div_ceil(1_000) as u64;
-                let mut response =
-                    json(StatusCode::TOO_MANY_REQUESTS, format!(r#"{{"error":"rate_limited","retry_after_ms":{retry_ms}}}"#));
+                let mut response = json(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    format!(r#"{{"error":"rate_limited","retry_after_ms":{retry_ms}}}"#),
+                );
                 let headers = response.headers_mut();
-                headers.insert(RETRY_AFTER, HeaderValue::from(decision.retry_after_secs().max(1)));
+                headers.insert(
+                    RETRY_AFTER,
+                    HeaderValue::from(decision.retry_after_secs().max(1)),
+                );
                 insert_rate_limit_headers(headers, self.name(), decision, limit);
                 response
             }
-            RejectionReason::Unavailable(_) => {
-                json(StatusCode::SERVICE_UNAVAILABLE, r#"{"error":"rate_limiter_unavailable"}"#.to_owned())
-            }
+            RejectionReason::Unavailable(_) => json(
+                StatusCode::SERVICE_UNAVAILABLE,
+                r#"{"error":"rate_limiter_unavailable"}"#.to_owned(),
+            ),
         }
     }
 }
@@ -129,7 +149,10 @@ impl std::str::FromStr for TrustedProxies {
         s.split(',')
             .map(str::trim)
             .filter(|part| !part.is_empty())
-            .map(|part| part.parse::<IpNet>().or_else(|e| part.parse::<IpAddr>().map(IpNet::from).map_err(|_| e)))
+            .map(|part| {
+                part.parse::<IpNet>()
+                    .or_else(|e| part.parse::<IpAddr>().map(IpNet::from).map_err(|_| e))
+            })
             .collect::<Result<Vec<_>, _>>()
             .map(Self::new)
     }
@@ -182,7 +205,11 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientIp {
             StatusCode::INTERNAL_SERVER_ERROR,
             "ClientIp needs the router served with into_make_service_with_connect_info::<SocketAddr>()",
         ))?;
-        Ok(Self::resolve(peer, &parts.headers, parts.extensions.get::<TrustedProxies>()))
+        Ok(Self::resolve(
+            peer,
+            &parts.headers,
+            parts.extensions.get::<TrustedProxies>(),
+        ))
     }
 }
 
@@ -205,20 +232,33 @@ mod tests {
         assert_eq!(headers["ratelimit-policy"], "\"sms::send\";q=5;w=3600");
         assert_eq!(headers["ratelimit"], "\"sms::send\";r=0;t=3000");
         assert_eq!(headers[CONTENT_TYPE], "application/json");
-        let body = axum::body::to_bytes(response.into_body(), 1024).await.unwrap();
-        assert_eq!(&body[..], br#"{"error":"rate_limited","retry_after_ms":1001}"#);
+        let body = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap();
+        assert_eq!(
+            &body[..],
+            br#"{"error":"rate_limited","retry_after_ms":1001}"#
+        );
     }
 
     #[test]
     fn retry_after_is_never_zero_on_a_429() {
         assert_eq!(limited(1).into_response().headers()[RETRY_AFTER], "1");
-        assert_eq!(limited(Duration::from_secs(60).as_micros() as u64).into_response().headers()[RETRY_AFTER], "60");
+        assert_eq!(
+            limited(Duration::from_secs(60).as_micros() as u64)
+                .into_response()
+                .headers()[RETRY_AFTER],
+            "60"
+        );
     }
 
     #[test]
     fn an_unavailable_rejection_is_a_503() {
         let rejection = Rejection::unavailable("x", crate::Error::NotInstalled);
-        assert_eq!(rejection.into_response().status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            rejection.into_response().status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
     }
 
     #[test]
@@ -237,14 +277,21 @@ mod tests {
         let peer: IpAddr = "203.0.113.9".parse().unwrap();
         assert_eq!(ClientIp::resolve(peer, &xff("1.2.3.4"), None).0, peer);
         let trusted: TrustedProxies = "10.0.0.0/8".parse().unwrap();
-        assert_eq!(ClientIp::resolve(peer, &xff("1.2.3.4"), Some(&trusted)).0, peer);
+        assert_eq!(
+            ClientIp::resolve(peer, &xff("1.2.3.4"), Some(&trusted)).0,
+            peer
+        );
     }
 
     #[test]
     fn the_rightmost_untrusted_hop_is_the_client_and_spoofed_hops_are_skipped() {
         let trusted: TrustedProxies = "10.0.0.0/8".parse().unwrap();
         let proxy: IpAddr = "10.0.0.2".parse().unwrap();
-        let client = ClientIp::resolve(proxy, &xff("6.6.6.6, 198.51.100.7, 10.0.0.1"), Some(&trusted));
+        let client = ClientIp::resolve(
+            proxy,
+            &xff("6.6.6.6, 198.51.100.7, 10.0.0.1"),
+            Some(&trusted),
+        );
         assert_eq!(client.0, "198.51.100.7".parse::<IpAddr>().unwrap());
         let garbage = ClientIp::resolve(proxy, &xff("nonsense"), Some(&trusted));
         assert_eq!(garbage.0, proxy);

@@ -60,7 +60,9 @@ impl Key {
     /// keys of one identity share one slot.
     pub fn hash_tag(&self) -> &str {
         let open = self.text.find('{').map_or(0, |i| i + 1);
-        let close = self.text[open..].find('}').map_or(self.text.len(), |i| open + i);
+        let close = self.text[open..]
+            .find('}')
+            .map_or(self.text.len(), |i| open + i);
         &self.text[open..close]
     }
 }
@@ -114,8 +116,14 @@ mod tests {
 
     #[test]
     fn display_identities_are_escaped_like_strings() {
-        assert_eq!(Key::from_display("p", "s", &"a:{b}"), Key::new("p", "s", "a:{b}"));
-        assert_eq!(Key::from_display("p", "s", &42u64), Key::new("p", "s", "42"));
+        assert_eq!(
+            Key::from_display("p", "s", &"a:{b}"),
+            Key::new("p", "s", "a:{b}")
+        );
+        assert_eq!(
+            Key::from_display("p", "s", &42u64),
+            Key::new("p", "s", "42")
+        );
     }
 
     #[test]

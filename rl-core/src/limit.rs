@@ -70,7 +70,10 @@ impl Algorithm {
 
     /// Whether `burst` sets the capacity for this algorithm.
     pub const fn uses_burst(self) -> bool {
-        matches!(self, Algorithm::TokenBucket | Algorithm::LeakyBucket | Algorithm::Gcra)
+        matches!(
+            self,
+            Algorithm::TokenBucket | Algorithm::LeakyBucket | Algorithm::Gcra
+        )
     }
 }
 
@@ -169,23 +172,45 @@ impl Limit {
 
     /// The same limit decided by another algorithm.
     pub fn with_algorithm(self, algorithm: Algorithm) -> Result<Self, LimitError> {
-        Self::from_parts(self.threshold, self.period_us, algorithm, self.burst, self.slots)
+        Self::from_parts(
+            self.threshold,
+            self.period_us,
+            algorithm,
+            self.burst,
+            self.slots,
+        )
     }
 
     /// The same limit with another burst (capacity of token bucket, leaky bucket
     /// and GCRA; ignored by the window algorithms).
     pub fn with_burst(self, burst: u64) -> Result<Self, LimitError> {
-        Self::from_parts(self.threshold, self.period_us, self.algorithm, burst, self.slots)
+        Self::from_parts(
+            self.threshold,
+            self.period_us,
+            self.algorithm,
+            burst,
+            self.slots,
+        )
     }
 
     /// The same limit with another number of sub-windows (sliding-window counter).
     pub fn with_slots(self, slots: u64) -> Result<Self, LimitError> {
-        Self::from_parts(self.threshold, self.period_us, self.algorithm, self.burst, slots)
+        Self::from_parts(
+            self.threshold,
+            self.period_us,
+            self.algorithm,
+            self.burst,
+            slots,
+        )
     }
 
     /// The same limit with another threshold.
     pub fn with_threshold(self, threshold: u64) -> Result<Self, LimitError> {
-        let burst = if self.burst == self.threshold { threshold } else { self.burst };
+        let burst = if self.burst == self.threshold {
+            threshold
+        } else {
+            self.burst
+        };
         Self::from_parts(threshold, self.period_us, self.algorithm, burst, self.slots)
     }
 
@@ -206,7 +231,11 @@ impl Limit {
                 Problem::ZeroSlots => LimitError::ZeroSlots,
                 Problem::UnevenSlots => LimitError::UnevenSlots { period_us, slots },
                 Problem::TooLarge => LimitError::TooLarge {
-                    capacity: if algorithm.uses_burst() { burst.max(threshold) } else { threshold },
+                    capacity: if algorithm.uses_burst() {
+                        burst.max(threshold)
+                    } else {
+                        threshold
+                    },
                     period_us,
                 },
                 Problem::SlidingLogTooLarge => LimitError::SlidingLogTooLarge {
@@ -252,10 +281,14 @@ impl Limit {
         if slots == 0 {
             return Err(Problem::ZeroSlots);
         }
-        if matches!(algorithm, Algorithm::SlidingWindow) && period_us % slots != 0 {
+        if matches!(algorithm, Algorithm::SlidingWindow) && !period_us.is_multiple_of(slots) {
             return Err(Problem::UnevenSlots);
         }
-        let capacity = if algorithm.uses_burst() && burst > threshold { burst } else { threshold };
+        let capacity = if algorithm.uses_burst() && burst > threshold {
+            burst
+        } else {
+            threshold
+        };
         match capacity.checked_mul(period_us) {
             Some(product) if product <= EXACT_LIMIT => {}
             _ => return Err(Problem::TooLarge),
@@ -263,7 +296,13 @@ impl Limit {
         if matches!(algorithm, Algorithm::SlidingLog) && threshold > Self::SLIDING_LOG_CAP {
             return Err(Problem::SlidingLogTooLarge);
         }
-        Ok(Self { threshold, period_us, algorithm, burst, slots })
+        Ok(Self {
+            threshold,
+            period_us,
+            algorithm,
+            burst,
+            slots,
+        })
     }
 
     /// Units admitted per period.
@@ -300,7 +339,11 @@ impl Limit {
     /// leaky bucket and GCRA, `threshold` for the window algorithms. This is
     /// the `limit` a [`crate::Decision`] reports.
     pub const fn capacity(&self) -> u64 {
-        if self.algorithm.uses_burst() { self.burst } else { self.threshold }
+        if self.algorithm.uses_burst() {
+            self.burst
+        } else {
+            self.threshold
+        }
     }
 
     /// Checks that a call of `cost` units could ever be allowed.
@@ -308,7 +351,10 @@ impl Limit {
         if cost == 0 {
             Err(LimitError::ZeroCost)
         } else if cost > self.capacity() {
-            Err(LimitError::CostExceedsCapacity { cost, capacity: self.capacity() })
+            Err(LimitError::CostExceedsCapacity {
+                cost,
+                capacity: self.capacity(),
+            })
         } else {
             Ok(())
         }
@@ -330,7 +376,13 @@ impl Limit {
 
 impl fmt::Display for Limit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{} ({})", self.threshold, format_duration(self.period_us), self.algorithm)
+        write!(
+            f,
+            "{}/{} ({})",
+            self.threshold,
+            format_duration(self.period_us),
+            self.algorithm
+        )
     }
 }
 
@@ -366,7 +418,9 @@ impl FromStr for Limit {
 pub fn parse_duration(text: &str) -> Result<Duration, LimitError> {
     let bad = || LimitError::BadDuration(text.to_owned());
     let trimmed = text.trim();
-    let split = trimmed.find(|c: char| !c.is_ascii_digit()).unwrap_or(trimmed.len());
+    let split = trimmed
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(trimmed.len());
     let (number, unit) = trimmed.split_at(split);
     let number: u64 = number.parse().map_err(|_| bad())?;
     let micros_per_unit: u64 = match unit.trim() {
@@ -378,7 +432,10 @@ pub fn parse_duration(text: &str) -> Result<Duration, LimitError> {
         "d" => 86_400_000_000,
         _ => return Err(bad()),
     };
-    number.checked_mul(micros_per_unit).map(Duration::from_micros).ok_or_else(bad)
+    number
+        .checked_mul(micros_per_unit)
+        .map(Duration::from_micros)
+        .ok_or_else(bad)
 }
 
 fn format_duration(us: u64) -> String {
@@ -391,7 +448,7 @@ fn format_duration(us: u64) -> String {
     ];
     UNITS
         .iter()
-        .find(|(size, _)| us % size == 0)
+        .find(|(size, _)| us.is_multiple_of(*size))
         .map(|(size, unit)| format!("{}{unit}", us / size))
         .unwrap_or_else(|| format!("{us}us"))
 }
@@ -402,15 +459,27 @@ mod tests {
 
     #[test]
     fn zero_values_are_refused_with_the_bad_value_named() {
-        assert_eq!(Limit::new(0, Duration::from_secs(1)), Err(LimitError::ZeroThreshold));
+        assert_eq!(
+            Limit::new(0, Duration::from_secs(1)),
+            Err(LimitError::ZeroThreshold)
+        );
         assert_eq!(Limit::new(1, Duration::ZERO), Err(LimitError::ZeroPeriod));
-        assert_eq!(Limit::per_second(1).unwrap().with_burst(0), Err(LimitError::ZeroBurst));
-        assert_eq!(Limit::per_second(1).unwrap().with_slots(0), Err(LimitError::ZeroSlots));
+        assert_eq!(
+            Limit::per_second(1).unwrap().with_burst(0),
+            Err(LimitError::ZeroBurst)
+        );
+        assert_eq!(
+            Limit::per_second(1).unwrap().with_slots(0),
+            Err(LimitError::ZeroSlots)
+        );
     }
 
     #[test]
     fn sliding_log_above_the_cap_suggests_the_sliding_window_counter() {
-        let err = Limit::per_minute(20_000).unwrap().with_algorithm(Algorithm::SlidingLog).unwrap_err();
+        let err = Limit::per_minute(20_000)
+            .unwrap()
+            .with_algorithm(Algorithm::SlidingLog)
+            .unwrap_err();
         assert!(err.to_string().contains("sliding-window counter"), "{err}");
     }
 
@@ -425,7 +494,10 @@ mod tests {
         let limit = Limit::new(10, Duration::from_micros(1_001)).unwrap();
         assert!(matches!(
             limit.with_algorithm(Algorithm::SlidingWindow),
-            Err(LimitError::UnevenSlots { period_us: 1_001, slots: 10 })
+            Err(LimitError::UnevenSlots {
+                period_us: 1_001,
+                slots: 10
+            })
         ));
     }
 
@@ -433,17 +505,38 @@ mod tests {
     fn cost_above_capacity_is_an_error_not_a_forever_reject() {
         let limit = Limit::per_minute(5).unwrap();
         assert!(limit.check_cost(5).is_ok());
-        assert_eq!(limit.check_cost(6), Err(LimitError::CostExceedsCapacity { cost: 6, capacity: 5 }));
+        assert_eq!(
+            limit.check_cost(6),
+            Err(LimitError::CostExceedsCapacity {
+                cost: 6,
+                capacity: 5
+            })
+        );
         assert_eq!(limit.check_cost(0), Err(LimitError::ZeroCost));
     }
 
     #[test]
     fn rates_parse_from_text() {
-        assert_eq!("5/1h".parse::<Limit>().unwrap(), Limit::per_hour(5).unwrap());
-        assert_eq!("10/d".parse::<Limit>().unwrap(), Limit::per_day(10).unwrap());
-        assert_eq!("3/500ms".parse::<Limit>().unwrap(), Limit::new(3, Duration::from_millis(500)).unwrap());
-        assert!(matches!("5 per hour".parse::<Limit>(), Err(LimitError::BadRate(_))));
-        assert!(matches!("0/1h".parse::<Limit>(), Err(LimitError::ZeroThreshold)));
+        assert_eq!(
+            "5/1h".parse::<Limit>().unwrap(),
+            Limit::per_hour(5).unwrap()
+        );
+        assert_eq!(
+            "10/d".parse::<Limit>().unwrap(),
+            Limit::per_day(10).unwrap()
+        );
+        assert_eq!(
+            "3/500ms".parse::<Limit>().unwrap(),
+            Limit::new(3, Duration::from_millis(500)).unwrap()
+        );
+        assert!(matches!(
+            "5 per hour".parse::<Limit>(),
+            Err(LimitError::BadRate(_))
+        ));
+        assert!(matches!(
+            "0/1h".parse::<Limit>(),
+            Err(LimitError::ZeroThreshold)
+        ));
     }
 
     #[test]

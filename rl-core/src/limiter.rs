@@ -1,8 +1,8 @@
 //! The limiter: a backend, a key prefix and a failure policy, usually
 //! installed once per process as the global limiter the macro uses.
 
-use std::fmt;
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -146,7 +146,8 @@ impl Limiter {
     pub fn clear_limits(&self, name: &str) {
         let mut overrides = self.overrides.write();
         overrides.remove(name);
-        self.any_override.store(!overrides.is_empty(), Ordering::Release);
+        self.any_override
+            .store(!overrides.is_empty(), Ordering::Release);
     }
 
     /// The runtime limits of `name`, if set.
@@ -155,6 +156,34 @@ impl Limiter {
             return None;
         }
         self.overrides.read().get(name).cloned()
+    }
+
+    /// The current state of `identity` under `name` for each of `limits`,
+    /// without consuming (e.g. an admin page: remaining and reset per limit).
+    pub async fn peek_identity(
+        &self,
+        name: &str,
+        identity: &dyn fmt::Display,
+        limits: &[Limit],
+    ) -> Result<Decisions, Error> {
+        let key = self.key(name, identity);
+        let requests: smallvec::SmallVec<[Request<'_>; 4]> =
+            limits.iter().map(|l| Request::new(&key, l, 1)).collect();
+        self.peek_all(&requests).await
+    }
+
+    /// Forgets `identity` under `name` for each of `limits` (e.g. support
+    /// staff unblocking a user), in the backend and in the local fallback.
+    pub async fn reset_identity(
+        &self,
+        name: &str,
+        identity: &dyn fmt::Display,
+        limits: &[Limit],
+    ) -> Result<(), Error> {
+        let key = self.key(name, identity);
+        let requests: smallvec::SmallVec<[Request<'_>; 4]> =
+            limits.iter().map(|l| Request::new(&key, l, 1)).collect();
+        self.reset_everywhere(&requests).await
     }
 
     /// Decides one limit for one key, consuming `cost` units when allowed.
@@ -227,11 +256,13 @@ impl Limiter {
         let started = matches!(self.store, Store::Remote(_)).then(Instant::now);
         let result = self.acquire_all(requests).await;
         if let Some(started) = started {
-            metrics::histogram!("rl_backend_seconds", "limit" => name).record(started.elapsed().as_secs_f64());
+            metrics::histogram!("rl_backend_seconds", "limit" => name)
+                .record(started.elapsed().as_secs_f64());
         }
         match result {
             Ok(decisions) if decisions.allowed() => {
-                metrics::counter!("rl_decisions_total", "limit" => name, "outcome" => "allowed").increment(1);
+                metrics::counter!("rl_decisions_total", "limit" => name, "outcome" => "allowed")
+                    .increment(1);
                 Ok(Admission::Backend(decisions))
             }
             Ok(decisions) => Err(self.reject(name, names, requests, &decisions)),
@@ -239,7 +270,9 @@ impl Limiter {
                 tracing::error!(limit = name, %error, "rate limit misconfigured");
                 Err(Rejection::unavailable(name, Error::Limit(error)))
             }
-            Err(error) => self.on_failure(name, names, requests, policy.unwrap_or(self.policy), error),
+            Err(error) => {
+                self.on_failure(name, names, requests, policy.unwrap_or(self.policy), error)
+            }
         }
     }
 
@@ -250,7 +283,8 @@ impl Limiter {
         requests: &[Request<'_>],
         decisions: &Decisions,
     ) -> Rejection {
-        metrics::counter!("rl_decisions_total", "limit" => name, "outcome" => "rejected").increment(1);
+        metrics::counter!("rl_decisions_total", "limit" => name, "outcome" => "rejected")
+            .increment(1);
         let binding = decisions.binding();
         let index = decisions.iter().position(|d| d == binding).unwrap_or(0);
         let request = &requests[index];
@@ -278,7 +312,8 @@ impl Limiter {
         match policy {
             FailurePolicy::FailClosed => Err(Rejection::unavailable(name, error)),
             FailurePolicy::Local { share } => {
-                metrics::counter!("rl_decisions_total", "limit" => name, "outcome" => "fallback").increment(1);
+                metrics::counter!("rl_decisions_total", "limit" => name, "outcome" => "fallback")
+                    .increment(1);
                 let shared = local_limits(requests, share);
                 let local = local_requests(requests, &shared);
                 let decisions = self.fallback.acquire_sync(&local);
@@ -295,10 +330,15 @@ impl Limiter {
     /// Gives back what an admission took: from the backend, or from the
     /// local fallback for [`Admission::Local`]; nothing for a fail-open one.
     /// Each decision is refunded at its own time.
-    pub async fn refund_admission(&self, requests: &[Request<'_>], admission: &Admission) -> Result<(), Error> {
+    pub async fn refund_admission(
+        &self,
+        requests: &[Request<'_>],
+        admission: &Admission,
+    ) -> Result<(), Error> {
         match admission {
             Admission::Backend(decisions) => {
-                let mut times: smallvec::SmallVec<[u64; 2]> = decisions.iter().map(|d| d.at_micros).collect();
+                let mut times: smallvec::SmallVec<[u64; 2]> =
+                    decisions.iter().map(|d| d.at_micros).collect();
                 times.sort_unstable();
                 times.dedup();
                 for at in times {
@@ -330,10 +370,16 @@ impl Limiter {
 }
 
 fn local_limits(requests: &[Request<'_>], share: u64) -> smallvec::SmallVec<[Limit; 4]> {
-    requests.iter().map(|r| local_share(r.limit, share)).collect()
+    requests
+        .iter()
+        .map(|r| local_share(r.limit, share))
+        .collect()
 }
 
-fn local_requests<'a>(requests: &[Request<'a>], shared: &'a [Limit]) -> smallvec::SmallVec<[Request<'a>; 4]> {
+fn local_requests<'a>(
+    requests: &[Request<'a>],
+    shared: &'a [Limit],
+) -> smallvec::SmallVec<[Request<'a>; 4]> {
     requests
         .iter()
         .zip(shared)
@@ -431,6 +477,10 @@ impl LimiterBuilder {
             fresh = true;
             limiter
         });
-        if fresh { Ok(installed) } else { Err(Error::AlreadyInstalled) }
+        if fresh {
+            Ok(installed)
+        } else {
+            Err(Error::AlreadyInstalled)
+        }
     }
 }

@@ -88,11 +88,21 @@ impl MemoryBackend {
 
     /// A backend on a shared clock.
     pub fn with_shared_clock(clock: Arc<dyn Clock>) -> Self {
-        let count = (std::thread::available_parallelism().map_or(4, |n| n.get()) * 64).next_power_of_two();
+        let count =
+            (std::thread::available_parallelism().map_or(4, |n| n.get()) * 64).next_power_of_two();
         let shards = (0..count)
-            .map(|_| CachePadded::new(Mutex::new(Shard { map: HashMap::new(), sweep_at: MIN_SWEEP })))
+            .map(|_| {
+                CachePadded::new(Mutex::new(Shard {
+                    map: HashMap::new(),
+                    sweep_at: MIN_SWEEP,
+                }))
+            })
             .collect();
-        Self { shards, hasher: hashbrown::DefaultHashBuilder::default(), clock }
+        Self {
+            shards,
+            hasher: hashbrown::DefaultHashBuilder::default(),
+            clock,
+        }
     }
 
     /// The clock this backend decides with.
@@ -113,7 +123,10 @@ impl MemoryBackend {
     /// Drops every expired state now; returns how many keys were removed.
     pub fn evict_expired(&self) -> usize {
         let now = self.clock.now_micros();
-        self.shards.iter().map(|shard| sweep(&mut shard.lock(), now)).sum()
+        self.shards
+            .iter()
+            .map(|shard| sweep(&mut shard.lock(), now))
+            .sum()
     }
 
     fn shard_of(&self, key: &str) -> usize {
@@ -124,7 +137,13 @@ impl MemoryBackend {
     pub fn acquire_one(&self, request: &Request<'_>) -> Decision {
         let now = self.clock.now_micros();
         let mut shard = self.shards[self.shard_of(request.key.as_str())].lock();
-        algorithm::decide(request.limit, cell(&mut shard, request, now), now, request.cost, true)
+        algorithm::decide(
+            request.limit,
+            cell(&mut shard, request, now),
+            now,
+            request.cost,
+            true,
+        )
     }
 
     /// Decides a batch synchronously: all-or-nothing, as [`Backend::acquire`].
@@ -134,13 +153,25 @@ impl MemoryBackend {
         }
         self.with_locked(requests, |now, shards, index| {
             let probe = Decisions::new(requests.iter().enumerate().map(|(i, r)| {
-                algorithm::decide(r.limit, cell(shards.get(index[i]), r, now), now, r.cost, false)
+                algorithm::decide(
+                    r.limit,
+                    cell(shards.get(index[i]), r, now),
+                    now,
+                    r.cost,
+                    false,
+                )
             }));
             if !probe.allowed() {
                 return probe;
             }
             Decisions::new(requests.iter().enumerate().map(|(i, r)| {
-                algorithm::decide(r.limit, cell(shards.get(index[i]), r, now), now, r.cost, true)
+                algorithm::decide(
+                    r.limit,
+                    cell(shards.get(index[i]), r, now),
+                    now,
+                    r.cost,
+                    true,
+                )
             }))
         })
     }
@@ -149,7 +180,13 @@ impl MemoryBackend {
     pub fn peek_sync(&self, requests: &[Request<'_>]) -> Decisions {
         self.with_locked(requests, |now, shards, index| {
             Decisions::new(requests.iter().enumerate().map(|(i, r)| {
-                algorithm::decide(r.limit, cell(shards.get(index[i]), r, now), now, r.cost, false)
+                algorithm::decide(
+                    r.limit,
+                    cell(shards.get(index[i]), r, now),
+                    now,
+                    r.cost,
+                    false,
+                )
             }))
         })
     }
@@ -158,7 +195,13 @@ impl MemoryBackend {
     pub fn refund_sync(&self, requests: &[Request<'_>], at_micros: u64) {
         self.with_locked(requests, |now, shards, index| {
             for (i, r) in requests.iter().enumerate() {
-                algorithm::refund(r.limit, cell(shards.get(index[i]), r, now), now, r.cost, at_micros);
+                algorithm::refund(
+                    r.limit,
+                    cell(shards.get(index[i]), r, now),
+                    now,
+                    r.cost,
+                    at_micros,
+                );
             }
         });
     }
@@ -168,7 +211,9 @@ impl MemoryBackend {
         for r in requests {
             let mut shard = self.shards[self.shard_of(r.key.as_str())].lock();
             if let Some(cells) = shard.map.get_mut(r.key.as_str()) {
-                cells.retain(|(a, p, _)| !(*a == r.limit.algorithm() && *p == r.limit.period_micros()));
+                cells.retain(|(a, p, _)| {
+                    !(*a == r.limit.algorithm() && *p == r.limit.period_micros())
+                });
                 if cells.is_empty() {
                     shard.map.remove(r.key.as_str());
                 }
@@ -183,12 +228,17 @@ impl MemoryBackend {
         requests: &[Request<'_>],
         f: impl FnOnce(u64, &mut Guards<'_>, &[usize]) -> R,
     ) -> R {
-        let shard_ids: SmallVec<[usize; 4]> = requests.iter().map(|r| self.shard_of(r.key.as_str())).collect();
+        let shard_ids: SmallVec<[usize; 4]> = requests
+            .iter()
+            .map(|r| self.shard_of(r.key.as_str()))
+            .collect();
         let mut order: SmallVec<[usize; 4]> = shard_ids.clone();
         order.sort_unstable();
         order.dedup();
-        let index: SmallVec<[usize; 4]> =
-            shard_ids.iter().map(|id| order.binary_search(id).unwrap_or_default()).collect();
+        let index: SmallVec<[usize; 4]> = shard_ids
+            .iter()
+            .map(|id| order.binary_search(id).unwrap_or_default())
+            .collect();
         let mut guards = Guards(order.iter().map(|&id| self.shards[id].lock()).collect());
         let now = self.clock.now_micros();
         f(now, &mut guards, &index)
@@ -212,10 +262,18 @@ fn cell<'s>(shard: &'s mut Shard, request: &Request<'_>, now: u64) -> &'s mut Ce
             sweep(shard, now);
             shard.sweep_at = (shard.map.len() * 2).max(MIN_SWEEP);
         }
-        shard.map.insert(request.key.as_str().into(), SmallVec::new());
+        shard
+            .map
+            .insert(request.key.as_str().into(), SmallVec::new());
     }
-    let cells = shard.map.get_mut(request.key.as_str()).expect("inserted above");
-    let position = match cells.iter().position(|(a, p, _)| *a == algorithm && *p == period) {
+    let cells = shard
+        .map
+        .get_mut(request.key.as_str())
+        .expect("inserted above");
+    let position = match cells
+        .iter()
+        .position(|(a, p, _)| *a == algorithm && *p == period)
+    {
         Some(position) => position,
         None => {
             cells.push((algorithm, period, Cell::default()));
@@ -242,17 +300,27 @@ fn validate(requests: &[Request<'_>]) -> Result<(), BackendError> {
 }
 
 impl Backend for MemoryBackend {
-    fn acquire<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<Decisions, BackendError>> {
+    fn acquire<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
         let result = validate(requests).map(|()| self.acquire_sync(requests));
         Box::pin(std::future::ready(result))
     }
 
-    fn peek<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<Decisions, BackendError>> {
+    fn peek<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
         let result = validate(requests).map(|()| self.peek_sync(requests));
         Box::pin(std::future::ready(result))
     }
 
-    fn refund<'a>(&'a self, requests: &'a [Request<'a>], at_micros: u64) -> BoxFuture<'a, Result<(), BackendError>> {
+    fn refund<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        at_micros: u64,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
         self.refund_sync(requests, at_micros);
         Box::pin(std::future::ready(Ok(())))
     }

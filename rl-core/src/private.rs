@@ -42,6 +42,9 @@ pub struct Group {
     pub limits: &'static [Limit],
     /// Units each call takes from these limits.
     pub cost: u64,
+    /// When a call is not counted (count-failures mode), forget this
+    /// group's identity instead of refunding the call.
+    pub reset_on_success: bool,
 }
 
 /// A function with one or more keys, each with one or more limits, decided
@@ -92,7 +95,13 @@ pub fn global() -> Result<&'static Limiter, Error> {
 }
 
 /// A limit from literal parts the macro has validated; fails const evaluation otherwise.
-pub const fn limit(threshold: u64, period_us: u64, algorithm: Algorithm, burst: u64, slots: u64) -> Limit {
+pub const fn limit(
+    threshold: u64,
+    period_us: u64,
+    algorithm: Algorithm,
+    burst: u64,
+    slots: u64,
+) -> Limit {
     Limit::__const(threshold, period_us, algorithm, burst, slots)
 }
 
@@ -105,7 +114,9 @@ enum Limits {
 
 impl Limits {
     fn resolve(limiter: &Limiter, name: &str, compiled: &'static [Limit]) -> Self {
-        limiter.limits(name).map_or(Limits::Static(compiled), Limits::Runtime)
+        limiter
+            .limits(name)
+            .map_or(Limits::Static(compiled), Limits::Runtime)
     }
 }
 
@@ -126,6 +137,7 @@ struct Resolved {
     key: Key,
     limits: Limits,
     cost: u64,
+    reset_on_success: bool,
 }
 
 /// An admitted call. In count-failures mode it gives back what it took
@@ -141,7 +153,11 @@ pub struct Permit<'l> {
 fn requests(groups: &[Resolved]) -> SmallVec<[Request<'_>; 4]> {
     groups
         .iter()
-        .flat_map(|g| g.limits.iter().map(move |limit| Request::new(&g.key, limit, g.cost)))
+        .flat_map(|g| {
+            g.limits
+                .iter()
+                .map(move |limit| Request::new(&g.key, limit, g.cost))
+        })
         .collect()
 }
 
@@ -155,7 +171,11 @@ impl Permit<'_> {
     /// the call already ran.
     pub async fn refund(self) {
         let requests = requests(&self.groups);
-        if let Err(error) = self.limiter.refund_admission(&requests, &self.admission).await {
+        if let Err(error) = self
+            .limiter
+            .refund_admission(&requests, &self.admission)
+            .await
+        {
             tracing::warn!(limit = self.name, %error, "rate limit refund failed");
         }
     }
@@ -167,6 +187,89 @@ impl Permit<'_> {
         if let Err(error) = self.limiter.reset_everywhere(&requests).await {
             tracing::warn!(limit = self.name, %error, "rate limit reset failed");
         }
+    }
+
+    /// Count-failures mode, after the body ran: a counted call keeps what it
+    /// took; otherwise each group refunds it, or forgets its identity when
+    /// the group resets on success.
+    pub async fn settle(self, counted: bool) {
+        if counted {
+            return;
+        }
+        let mut offset = 0;
+        for group in &self.groups {
+            let requests = requests(std::slice::from_ref(group));
+            let range = offset..offset + requests.len();
+            offset = range.end;
+            let result = if group.reset_on_success {
+                self.limiter.reset_everywhere(&requests).await
+            } else {
+                self.limiter
+                    .refund_admission(&requests, &sub_admission(&self.admission, range))
+                    .await
+            };
+            if let Err(error) = result {
+                tracing::warn!(limit = group.name, %error, "rate limit refund or reset failed");
+            }
+        }
+    }
+
+    /// The allowed decision with the fewest units left, with its group's
+    /// name and limit (what `RateLimit` headers on a success describe).
+    pub fn binding(&self) -> Option<(&'static str, crate::Decision, Limit)> {
+        let decisions = self.admission.decisions()?;
+        let binding = decisions.binding();
+        let index = decisions.iter().position(|d| d == binding)?;
+        self.groups
+            .iter()
+            .flat_map(|g| g.limits.iter().map(move |limit| (g.name, *limit)))
+            .nth(index)
+            .map(|(name, limit)| (name, *binding, limit))
+    }
+
+    /// Adds `RateLimit-Policy` and `RateLimit` to a successful response.
+    #[cfg(feature = "axum")]
+    pub fn add_headers<R: WithHeaders>(&self, response: &mut R) {
+        if let (Some((name, decision, limit)), Some(headers)) =
+            (self.binding(), response.headers_mut())
+        {
+            crate::http::insert_rate_limit_headers(headers, name, &decision, &limit);
+        }
+    }
+}
+
+/// Responses that can carry rate-limit headers (the `headers` option).
+#[cfg(feature = "axum")]
+pub trait WithHeaders {
+    /// The headers to add to, if this is a successful response.
+    fn headers_mut(&mut self) -> Option<&mut ::http::HeaderMap>;
+}
+
+#[cfg(feature = "axum")]
+impl<B> WithHeaders for ::http::Response<B> {
+    fn headers_mut(&mut self) -> Option<&mut ::http::HeaderMap> {
+        Some(::http::Response::headers_mut(self))
+    }
+}
+
+#[cfg(feature = "axum")]
+impl<T: WithHeaders, E> WithHeaders for Result<T, E> {
+    fn headers_mut(&mut self) -> Option<&mut ::http::HeaderMap> {
+        self.as_mut().ok().and_then(WithHeaders::headers_mut)
+    }
+}
+
+/// The part of an admission that covers `range` of its requests.
+fn sub_admission(admission: &Admission, range: std::ops::Range<usize>) -> Admission {
+    let slice =
+        |d: &crate::Decisions| crate::Decisions::new(d.as_slice()[range.clone()].iter().copied());
+    match admission {
+        Admission::Backend(d) => Admission::Backend(slice(d)),
+        Admission::Local { decisions, share } => Admission::Local {
+            decisions: slice(decisions),
+            share: *share,
+        },
+        Admission::FailedOpen => Admission::FailedOpen,
     }
 }
 
@@ -181,13 +284,20 @@ async fn decide<'l>(
     policy: Option<FailurePolicy>,
     groups: SmallVec<[Resolved; 2]>,
 ) -> Result<Permit<'l>, Rejection> {
-    let names: SmallVec<[&'static str; 4]> =
-        groups.iter().flat_map(|g| std::iter::repeat_n(g.name, g.limits.len())).collect();
+    let names: SmallVec<[&'static str; 4]> = groups
+        .iter()
+        .flat_map(|g| std::iter::repeat_n(g.name, g.limits.len()))
+        .collect();
     let admission = {
         let requests = requests(&groups);
         limiter.check_named(name, &names, &requests, policy).await?
     };
-    Ok(Permit { limiter, name, groups, admission })
+    Ok(Permit {
+        limiter,
+        name,
+        groups,
+        admission,
+    })
 }
 
 /// Decides the call described by `spec` for `identity`.
@@ -202,6 +312,7 @@ pub fn check<'l>(
             key: limiter.key(spec.name, identity),
             limits: Limits::resolve(limiter, spec.name, spec.limits),
             cost: spec.cost,
+            reset_on_success: false,
         };
         (limiter, group)
     });
@@ -228,6 +339,7 @@ pub fn check_groups<'l>(
                 key: limiter.key(group.name, *identity),
                 limits: Limits::resolve(limiter, group.name, group.limits),
                 cost: group.cost,
+                reset_on_success: group.reset_on_success,
             })
             .collect();
         (limiter, groups)

@@ -37,18 +37,25 @@ pub enum RejectionReason {
 #[derive(Debug, Clone)]
 pub struct Rejection {
     name: Cow<'static, str>,
-    reason: RejectionReason,
+    /// Boxed: keeps `Result<_, Rejection>` small on the allowed path.
+    reason: Box<RejectionReason>,
 }
 
 impl Rejection {
     /// A rejection for being over `limit`.
     pub fn limited(name: impl Into<Cow<'static, str>>, decision: Decision, limit: Limit) -> Self {
-        Self { name: name.into(), reason: RejectionReason::Limited { decision, limit } }
+        Self {
+            name: name.into(),
+            reason: Box::new(RejectionReason::Limited { decision, limit }),
+        }
     }
 
     /// A rejection because the limiter could not decide.
     pub fn unavailable(name: impl Into<Cow<'static, str>>, error: Error) -> Self {
-        Self { name: name.into(), reason: RejectionReason::Unavailable(error) }
+        Self {
+            name: name.into(),
+            reason: Box::new(RejectionReason::Unavailable(error)),
+        }
     }
 
     /// The name of the limit (by default `module::function`).
@@ -63,7 +70,7 @@ impl Rejection {
 
     /// The binding decision, when the call was over its limit.
     pub fn decision(&self) -> Option<&Decision> {
-        match &self.reason {
+        match &*self.reason {
             RejectionReason::Limited { decision, .. } => Some(decision),
             RejectionReason::Unavailable(_) => None,
         }
@@ -71,7 +78,7 @@ impl Rejection {
 
     /// The refusing limit, when the call was over its limit.
     pub fn limit(&self) -> Option<&Limit> {
-        match &self.reason {
+        match &*self.reason {
             RejectionReason::Limited { limit, .. } => Some(limit),
             RejectionReason::Unavailable(_) => None,
         }
@@ -84,15 +91,19 @@ impl Rejection {
 
     /// Whether the call was refused because the limiter could not decide.
     pub fn is_unavailable(&self) -> bool {
-        matches!(self.reason, RejectionReason::Unavailable(_))
+        matches!(*self.reason, RejectionReason::Unavailable(_))
     }
 }
 
 impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.reason {
+        match &*self.reason {
             RejectionReason::Limited { decision, .. } => {
-                write!(f, "rate limited by `{}`: retry after {:?}", self.name, decision.retry_after)
+                write!(
+                    f,
+                    "rate limited by `{}`: retry after {:?}",
+                    self.name, decision.retry_after
+                )
             }
             RejectionReason::Unavailable(error) => {
                 write!(f, "rate limiter for `{}` unavailable: {error}", self.name)
@@ -103,7 +114,7 @@ impl fmt::Display for Rejection {
 
 impl std::error::Error for Rejection {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.reason {
+        match &*self.reason {
             RejectionReason::Unavailable(error) => Some(error),
             RejectionReason::Limited { .. } => None,
         }

@@ -25,11 +25,20 @@ fn admitted(limit: &Limit, arrivals: &[(u64, u64)]) -> Vec<(u64, u64)> {
 }
 
 fn arrivals(period_us: u64) -> impl Strategy<Value = Vec<(u64, u64)>> {
-    prop::collection::vec((prop_oneof![Just(0u64), 0..period_us / 4, 0..period_us * 2], 1u64..=3), 1..200)
+    prop::collection::vec(
+        (
+            prop_oneof![Just(0u64), 0..period_us / 4, 0..period_us * 2],
+            1u64..=3,
+        ),
+        1..200,
+    )
 }
 
 fn limit(algorithm: Algorithm, threshold: u64, period_us: u64) -> Limit {
-    Limit::new(threshold, Duration::from_micros(period_us)).unwrap().with_algorithm(algorithm).unwrap()
+    Limit::new(threshold, Duration::from_micros(period_us))
+        .unwrap()
+        .with_algorithm(algorithm)
+        .unwrap()
 }
 
 proptest! {

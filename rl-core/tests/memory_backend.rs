@@ -10,7 +10,10 @@ use rl_core::{Algorithm, Backend, Key, Limit, Limiter, ManualClock, MemoryBacken
 async fn a_thousand_concurrent_tasks_on_one_key_admit_exactly_the_threshold() {
     for algorithm in Algorithm::ALL {
         let limiter = Arc::new(Limiter::builder().memory().build().unwrap());
-        let limit = Limit::per_hour(100).unwrap().with_algorithm(algorithm).unwrap();
+        let limit = Limit::per_hour(100)
+            .unwrap()
+            .with_algorithm(algorithm)
+            .unwrap();
         let admitted = Arc::new(AtomicU64::new(0));
         let tasks: Vec<_> = (0..1000)
             .map(|_| {
@@ -35,9 +38,18 @@ async fn a_batch_refused_by_one_limit_consumes_nothing_from_the_others() {
     let clock = ManualClock::new(1_000_000_000);
     let backend = MemoryBackend::with_clock(clock.clone());
     let phone = Key::new("rl", "sms", "+8613800000000");
-    let minute = Limit::per_minute(1).unwrap().with_algorithm(Algorithm::SlidingLog).unwrap();
-    let day = Limit::per_day(2).unwrap().with_algorithm(Algorithm::FixedWindow).unwrap();
-    let batch = [Request::new(&phone, &minute, 1), Request::new(&phone, &day, 1)];
+    let minute = Limit::per_minute(1)
+        .unwrap()
+        .with_algorithm(Algorithm::SlidingLog)
+        .unwrap();
+    let day = Limit::per_day(2)
+        .unwrap()
+        .with_algorithm(Algorithm::FixedWindow)
+        .unwrap();
+    let batch = [
+        Request::new(&phone, &minute, 1),
+        Request::new(&phone, &day, 1),
+    ];
 
     assert!(backend.acquire(&batch).await.unwrap().allowed());
     clock.advance(Duration::from_secs(61));
@@ -60,7 +72,10 @@ async fn rotating_keys_do_not_grow_memory_without_bound() {
     for round in 0..4u64 {
         for i in 0..40_000u64 {
             let key = Key::new("rl", "rotate", &format!("{round}-{i}"));
-            backend.acquire(&[Request::new(&key, &limit, 1)]).await.unwrap();
+            backend
+                .acquire(&[Request::new(&key, &limit, 1)])
+                .await
+                .unwrap();
         }
         clock.advance(Duration::from_secs(2));
     }
@@ -74,11 +89,22 @@ async fn rotating_keys_do_not_grow_memory_without_bound() {
 async fn cost_above_capacity_is_an_error_not_a_refusal() {
     let limiter = Limiter::builder().build().unwrap();
     let key = limiter.key("cost", &1);
-    let err = limiter.acquire(&key, &Limit::per_minute(3).unwrap(), 4).await.unwrap_err();
-    assert_eq!(err.to_string(), "cost 4 exceeds the capacity 3: such a call could never be allowed");
+    let err = limiter
+        .acquire(&key, &Limit::per_minute(3).unwrap(), 4)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "cost 4 exceeds the capacity 3: such a call could never be allowed"
+    );
     let backend = MemoryBackend::new();
     let limit = Limit::per_minute(3).unwrap();
-    assert!(backend.acquire(&[Request::new(&key, &limit, 4)]).await.is_err());
+    assert!(
+        backend
+            .acquire(&[Request::new(&key, &limit, 4)])
+            .await
+            .is_err()
+    );
 }
 
 #[test]
@@ -94,7 +120,10 @@ async fn reset_forgets_one_identity_only() {
     let (alice, bob) = (limiter.key("reset", &"alice"), limiter.key("reset", &"bob"));
     limiter.acquire(&alice, &limit, 1).await.unwrap();
     limiter.acquire(&bob, &limit, 1).await.unwrap();
-    limiter.reset_all(&[Request::new(&alice, &limit, 1)]).await.unwrap();
+    limiter
+        .reset_all(&[Request::new(&alice, &limit, 1)])
+        .await
+        .unwrap();
     assert!(limiter.acquire(&alice, &limit, 1).await.unwrap().allowed);
     assert!(!limiter.acquire(&bob, &limit, 1).await.unwrap().allowed);
 }
@@ -117,7 +146,10 @@ async fn the_check_future_is_send_even_for_identities_that_are_not_sync() {
     drop(identity);
     assert!(first.await.is_ok());
     let limiter_ref = &limiter;
-    assert!(check(&SPEC, Ok(limiter_ref), &"not-sync").await.is_err(), "same identity, limit 1");
+    assert!(
+        check(&SPEC, Ok(limiter_ref), &"not-sync").await.is_err(),
+        "same identity, limit 1"
+    );
 }
 
 #[tokio::test]
@@ -132,8 +164,19 @@ async fn runtime_limits_replace_the_compiled_ones_by_name() {
     let limiter = Limiter::builder().build().unwrap();
     assert!(check(&SPEC, Ok(&limiter), &"u").await.is_ok());
     assert!(check(&SPEC, Ok(&limiter), &"u").await.is_err());
-    limiter.set_limits("live", vec![Limit::per_minute(3).unwrap().with_algorithm(Algorithm::SlidingLog).unwrap()]);
-    assert!(check(&SPEC, Ok(&limiter), &"u").await.is_ok(), "threshold raised on the same state");
+    limiter.set_limits(
+        "live",
+        vec![
+            Limit::per_minute(3)
+                .unwrap()
+                .with_algorithm(Algorithm::SlidingLog)
+                .unwrap(),
+        ],
+    );
+    assert!(
+        check(&SPEC, Ok(&limiter), &"u").await.is_ok(),
+        "threshold raised on the same state"
+    );
     assert!(check(&SPEC, Ok(&limiter), &"u").await.is_ok());
     assert!(check(&SPEC, Ok(&limiter), &"u").await.is_err());
     limiter.clear_limits("live");
@@ -146,30 +189,118 @@ async fn a_refunded_permit_gives_its_units_back_and_a_reset_forgets_the_identity
     static SPEC: MultiSpec = MultiSpec {
         name: "login",
         groups: &[
-            Group { name: "login_user", limits: &[limit(2, 60_000_000, Algorithm::SlidingLog, 2, 10)], cost: 1 },
-            Group { name: "login_ip", limits: &[limit(5, 86_400_000_000, Algorithm::FixedWindow, 5, 10)], cost: 1 },
+            Group {
+                name: "login_user",
+                limits: &[limit(2, 60_000_000, Algorithm::SlidingLog, 2, 10)],
+                cost: 1,
+                reset_on_success: true,
+            },
+            Group {
+                name: "login_ip",
+                limits: &[limit(5, 86_400_000_000, Algorithm::FixedWindow, 5, 10)],
+                cost: 1,
+                reset_on_success: false,
+            },
         ],
         policy: None,
     };
     let limiter = Limiter::builder().build().unwrap();
     for _ in 0..10 {
-        let permit = check_groups(&SPEC, Ok(&limiter), &[&"alice", &"10.0.0.1"]).await.unwrap();
+        let permit = check_groups(&SPEC, Ok(&limiter), &[&"alice", &"10.0.0.1"])
+            .await
+            .unwrap();
         permit.refund().await;
     }
-    check_groups(&SPEC, Ok(&limiter), &[&"alice", &"10.0.0.1"]).await.unwrap();
-    check_groups(&SPEC, Ok(&limiter), &[&"alice", &"10.0.0.1"]).await.unwrap();
-    let refused = check_groups(&SPEC, Ok(&limiter), &[&"alice", &"10.0.0.1"]).await.unwrap_err();
-    assert_eq!(refused.name(), "login_user", "the rejection names the refusing group");
+    check_groups(&SPEC, Ok(&limiter), &[&"alice", &"10.0.0.1"])
+        .await
+        .unwrap();
+    check_groups(&SPEC, Ok(&limiter), &[&"alice", &"10.0.0.1"])
+        .await
+        .unwrap();
+    let refused = check_groups(&SPEC, Ok(&limiter), &[&"alice", &"10.0.0.1"])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.name(),
+        "login_user",
+        "the rejection names the refusing group"
+    );
     // Refused by the user limit: nothing was taken from the IP limit (3 left of 5).
     for user in ["bob", "bob2", "bob3"] {
-        check_groups(&SPEC, Ok(&limiter), &[&user, &"10.0.0.1"]).await.unwrap();
+        check_groups(&SPEC, Ok(&limiter), &[&user, &"10.0.0.1"])
+            .await
+            .unwrap();
     }
-    let by_ip = check_groups(&SPEC, Ok(&limiter), &[&"carol", &"10.0.0.1"]).await.unwrap_err();
+    let by_ip = check_groups(&SPEC, Ok(&limiter), &[&"carol", &"10.0.0.1"])
+        .await
+        .unwrap_err();
     assert_eq!(by_ip.name(), "login_ip");
     // A reset (success with reset-on-success) forgets both identities.
-    let permit = check_groups(&SPEC, Ok(&limiter), &[&"dave", &"10.0.0.2"]).await.unwrap();
+    let permit = check_groups(&SPEC, Ok(&limiter), &[&"dave", &"10.0.0.2"])
+        .await
+        .unwrap();
     permit.reset().await;
-    let fresh = check_groups(&SPEC, Ok(&limiter), &[&"dave", &"10.0.0.2"]).await.unwrap();
-    let remaining: Vec<u64> = fresh.admission().decisions().unwrap().iter().map(|d| d.remaining).collect();
+    let fresh = check_groups(&SPEC, Ok(&limiter), &[&"dave", &"10.0.0.2"])
+        .await
+        .unwrap();
+    let remaining: Vec<u64> = fresh
+        .admission()
+        .decisions()
+        .unwrap()
+        .iter()
+        .map(|d| d.remaining)
+        .collect();
     assert_eq!(remaining, [1, 4]);
+}
+
+#[tokio::test]
+async fn settling_an_uncounted_call_resets_groups_that_ask_for_it_and_refunds_the_others() {
+    use rl_core::__private::{Group, MultiSpec, check_groups, limit};
+    static SPEC: MultiSpec = MultiSpec {
+        name: "settle",
+        groups: &[
+            Group {
+                name: "settle_user",
+                limits: &[limit(3, 60_000_000, Algorithm::SlidingLog, 3, 10)],
+                cost: 1,
+                reset_on_success: true,
+            },
+            Group {
+                name: "settle_ip",
+                limits: &[limit(9, 60_000_000, Algorithm::SlidingLog, 9, 10)],
+                cost: 1,
+                reset_on_success: false,
+            },
+        ],
+        policy: None,
+    };
+    let limiter = Limiter::builder().build().unwrap();
+    let ids: [&dyn std::fmt::Display; 2] = [&"eve", &"10.9.9.9"];
+    check_groups(&SPEC, Ok(&limiter), &ids)
+        .await
+        .unwrap()
+        .settle(true)
+        .await; // a failure: counted
+    check_groups(&SPEC, Ok(&limiter), &ids)
+        .await
+        .unwrap()
+        .settle(true)
+        .await;
+    check_groups(&SPEC, Ok(&limiter), &ids)
+        .await
+        .unwrap()
+        .settle(false)
+        .await; // a success
+    let next = check_groups(&SPEC, Ok(&limiter), &ids).await.unwrap();
+    let remaining: Vec<u64> = next
+        .admission()
+        .decisions()
+        .unwrap()
+        .iter()
+        .map(|d| d.remaining)
+        .collect();
+    // The user was reset (3 - 1 = 2 left); the IP kept its 2 failures (9 - 3 = 6 left).
+    assert_eq!(remaining, [2, 6]);
+    let (name, decision, _) = next.binding().unwrap();
+    assert_eq!((name, decision.remaining), ("settle_user", 2));
 }

@@ -8,7 +8,13 @@ use super::{Cell, State};
 use crate::decision::Decision;
 use crate::limit::Limit;
 
-pub(super) fn decide(limit: &Limit, cell: &mut Cell, now: u64, cost: u64, commit: bool) -> Decision {
+pub(super) fn decide(
+    limit: &Limit,
+    cell: &mut Cell,
+    now: u64,
+    cost: u64,
+    commit: bool,
+) -> Decision {
     let (t, p) = (limit.threshold(), limit.period_micros());
     let window = now / p;
     let window_end_in = p - now % p;
@@ -17,10 +23,20 @@ pub(super) fn decide(limit: &Limit, cell: &mut Cell, now: u64, cost: u64, commit
         _ => 0,
     };
     if count + cost > t {
-        return Decision::from_micros(false, t, t.saturating_sub(count), window_end_in, window_end_in, now);
+        return Decision::from_micros(
+            false,
+            t,
+            t.saturating_sub(count),
+            window_end_in,
+            window_end_in,
+            now,
+        );
     }
     let count = if commit {
-        cell.state = Some(State::Window { window, count: count + cost });
+        cell.state = Some(State::Window {
+            window,
+            count: count + cost,
+        });
         cell.expires_at = (window + 1) * p;
         count + cost
     } else {
@@ -31,9 +47,9 @@ pub(super) fn decide(limit: &Limit, cell: &mut Cell, now: u64, cost: u64, commit
 }
 
 pub(super) fn refund(limit: &Limit, cell: &mut Cell, cost: u64, at: u64) {
-    if let Some(State::Window { window, count }) = &mut cell.state {
-        if *window == at / limit.period_micros() {
-            *count = count.saturating_sub(cost);
-        }
+    if let Some(State::Window { window, count }) = &mut cell.state
+        && *window == at / limit.period_micros()
+    {
+        *count = count.saturating_sub(cost);
     }
 }

@@ -12,7 +12,13 @@ use super::{Cell, State};
 use crate::decision::Decision;
 use crate::limit::Limit;
 
-pub(super) fn decide(limit: &Limit, cell: &mut Cell, now: u64, cost: u64, commit: bool) -> Decision {
+pub(super) fn decide(
+    limit: &Limit,
+    cell: &mut Cell,
+    now: u64,
+    cost: u64,
+    commit: bool,
+) -> Decision {
     let interval = limit.emission_interval_micros();
     let tau = interval * limit.burst();
     let tat = match cell.state {
@@ -28,7 +34,14 @@ pub(super) fn decide(limit: &Limit, cell: &mut Cell, now: u64, cost: u64, commit
     if commit {
         cell.state = Some(State::Tat(new_tat));
         cell.expires_at = new_tat;
-        Decision::from_micros(true, b, (now + tau - new_tat) / interval, 0, new_tat - now, now)
+        Decision::from_micros(
+            true,
+            b,
+            (now + tau - new_tat) / interval,
+            0,
+            new_tat - now,
+            now,
+        )
     } else {
         Decision::from_micros(true, b, (now + tau - tat) / interval, 0, tat - now, now)
     }

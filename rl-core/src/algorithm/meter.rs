@@ -51,12 +51,22 @@ fn store(limit: &Limit, cell: &mut Cell, now: u64, level: u64, kind: Kind) {
     if level == 0 {
         cell.state = None;
     } else {
-        cell.state = Some(State::Meter { scaled, updated: now });
+        cell.state = Some(State::Meter {
+            scaled,
+            updated: now,
+        });
         cell.expires_at = now + div_ceil(level, limit.threshold());
     }
 }
 
-pub(super) fn decide(limit: &Limit, cell: &mut Cell, now: u64, cost: u64, commit: bool, kind: Kind) -> Decision {
+pub(super) fn decide(
+    limit: &Limit,
+    cell: &mut Cell,
+    now: u64,
+    cost: u64,
+    commit: bool,
+    kind: Kind,
+) -> Decision {
     let (t, p, b) = (limit.threshold(), limit.period_micros(), limit.burst());
     let full = b * p;
     let level = level(limit, cell, now, kind);

@@ -64,7 +64,13 @@ impl Cell {
 }
 
 /// Decides one call on one cell.
-pub(crate) fn decide(limit: &Limit, cell: &mut Cell, now: u64, cost: u64, commit: bool) -> Decision {
+pub(crate) fn decide(
+    limit: &Limit,
+    cell: &mut Cell,
+    now: u64,
+    cost: u64,
+    commit: bool,
+) -> Decision {
     cell.settle(now);
     match limit.algorithm() {
         Algorithm::FixedWindow => fixed_window::decide(limit, cell, now, cost, commit),

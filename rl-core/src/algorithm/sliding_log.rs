@@ -12,7 +12,13 @@ use super::{Cell, State};
 use crate::decision::Decision;
 use crate::limit::Limit;
 
-pub(super) fn decide(limit: &Limit, cell: &mut Cell, now: u64, cost: u64, commit: bool) -> Decision {
+pub(super) fn decide(
+    limit: &Limit,
+    cell: &mut Cell,
+    now: u64,
+    cost: u64,
+    commit: bool,
+) -> Decision {
     let (t, p) = (limit.threshold(), limit.period_micros());
     let log = match &mut cell.state {
         Some(State::Log(log)) => log,

@@ -23,22 +23,39 @@ use crate::decision::Decision;
 use crate::limit::Limit;
 
 fn count_at(slots: &VecDeque<(u64, u64)>, index: u64) -> u64 {
-    slots.iter().find(|(i, _)| *i == index).map_or(0, |(_, c)| *c)
+    slots
+        .iter()
+        .find(|(i, _)| *i == index)
+        .map_or(0, |(_, c)| *c)
 }
 
 fn sum_between(slots: &VecDeque<(u64, u64)>, from: u64, to: u64) -> u64 {
-    slots.iter().filter(|(i, _)| *i >= from && *i <= to).map(|(_, c)| *c).sum()
+    slots
+        .iter()
+        .filter(|(i, _)| *i >= from && *i <= to)
+        .map(|(_, c)| *c)
+        .sum()
 }
 
 /// The scaled estimate at time `at`, whose slot is `s_at`.
 fn estimate(slots: &VecDeque<(u64, u64)>, n: u64, size: u64, at: u64) -> u64 {
     let s_at = at / size;
     let full = sum_between(slots, (s_at + 1).saturating_sub(n), s_at);
-    let old = if s_at >= n { count_at(slots, s_at - n) } else { 0 };
+    let old = if s_at >= n {
+        count_at(slots, s_at - n)
+    } else {
+        0
+    };
     size * full + ((s_at + 1) * size - at) * old
 }
 
-pub(super) fn decide(limit: &Limit, cell: &mut Cell, now: u64, cost: u64, commit: bool) -> Decision {
+pub(super) fn decide(
+    limit: &Limit,
+    cell: &mut Cell,
+    now: u64,
+    cost: u64,
+    commit: bool,
+) -> Decision {
     let (t, n) = (limit.threshold(), limit.slots());
     let size = limit.period_micros() / n;
     let s = now / size;
@@ -54,7 +71,14 @@ pub(super) fn decide(limit: &Limit, cell: &mut Cell, now: u64, cost: u64, commit
     let decision = if est + cost * size > capacity {
         let target = capacity - cost * size;
         let retry = retry_after(&slots, n, size, now, target);
-        Decision::from_micros(false, t, (capacity.saturating_sub(est)) / size, retry, reset_after(&slots, n, size, now), now)
+        Decision::from_micros(
+            false,
+            t,
+            (capacity.saturating_sub(est)) / size,
+            retry,
+            reset_after(&slots, n, size, now),
+            now,
+        )
     } else {
         let est = if commit {
             match slots.back_mut() {
@@ -65,7 +89,14 @@ pub(super) fn decide(limit: &Limit, cell: &mut Cell, now: u64, cost: u64, commit
         } else {
             est
         };
-        Decision::from_micros(true, t, (capacity - est) / size, 0, reset_after(&slots, n, size, now), now)
+        Decision::from_micros(
+            true,
+            t,
+            (capacity - est) / size,
+            0,
+            reset_after(&slots, n, size, now),
+            now,
+        )
     };
     if let Some(&(newest, _)) = slots.iter().rev().find(|(_, c)| *c > 0) {
         cell.expires_at = (newest + n + 1) * size;
@@ -79,7 +110,9 @@ fn reset_after(slots: &VecDeque<(u64, u64)>, n: u64, size: u64, now: u64) -> u64
         .iter()
         .rev()
         .find(|(_, c)| *c > 0)
-        .map_or(0, |(newest, _)| ((newest + n + 1) * size).saturating_sub(now))
+        .map_or(0, |(newest, _)| {
+            ((newest + n + 1) * size).saturating_sub(now)
+        })
 }
 
 /// First time `>= now` at which `estimate <= target`, minus `now`.
@@ -93,7 +126,11 @@ fn retry_after(slots: &VecDeque<(u64, u64)>, n: u64, size: u64, now: u64, target
             return start - now;
         }
         let old_index = s + j;
-        let old = if old_index >= n { count_at(slots, old_index - n) } else { 0 };
+        let old = if old_index >= n {
+            count_at(slots, old_index - n)
+        } else {
+            0
+        };
         if old > 0 {
             let wait = div_ceil(est - target, old);
             if start + wait <= end {
@@ -107,9 +144,9 @@ fn retry_after(slots: &VecDeque<(u64, u64)>, n: u64, size: u64, now: u64, target
 
 pub(super) fn refund(limit: &Limit, cell: &mut Cell, cost: u64, at: u64) {
     let size = limit.period_micros() / limit.slots();
-    if let Some(State::Slots(slots)) = &mut cell.state {
-        if let Some((_, c)) = slots.iter_mut().find(|(i, _)| *i == at / size) {
-            *c = c.saturating_sub(cost);
-        }
+    if let Some(State::Slots(slots)) = &mut cell.state
+        && let Some((_, c)) = slots.iter_mut().find(|(i, _)| *i == at / size)
+    {
+        *c = c.saturating_sub(cost);
     }
 }

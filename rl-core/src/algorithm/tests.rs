@@ -17,8 +17,15 @@ struct Timeline {
 
 impl Timeline {
     fn new(algorithm: Algorithm, threshold: u64, period_s: u64) -> Self {
-        let limit = Limit::new(threshold, Duration::from_secs(period_s)).unwrap().with_algorithm(algorithm).unwrap();
-        Self { limit, cell: Cell::default(), now: T0 }
+        let limit = Limit::new(threshold, Duration::from_secs(period_s))
+            .unwrap()
+            .with_algorithm(algorithm)
+            .unwrap();
+        Self {
+            limit,
+            cell: Cell::default(),
+            now: T0,
+        }
     }
 
     fn with_burst(mut self, burst: u64) -> Self {
@@ -51,7 +58,11 @@ fn us(d: Duration) -> u64 {
 #[track_caller]
 fn assert_allowed(d: Decision, remaining: u64, reset_after_us: u64) {
     assert!(d.allowed, "expected allowed: {d:?}");
-    assert_eq!((d.remaining, us(d.reset_after), us(d.retry_after)), (remaining, reset_after_us, 0), "{d:?}");
+    assert_eq!(
+        (d.remaining, us(d.reset_after), us(d.retry_after)),
+        (remaining, reset_after_us, 0),
+        "{d:?}"
+    );
 }
 
 #[track_caller]
@@ -296,9 +307,15 @@ fn a_call_exactly_retry_after_later_is_allowed_for_every_algorithm() {
             if !d.allowed {
                 let wait = us(d.retry_after);
                 assert!(wait > 0, "{algorithm}");
-                assert!(!t.at(now + wait - 1).peek(1 + step % 2).allowed, "{algorithm} at {now}: {d:?}");
+                assert!(
+                    !t.at(now + wait - 1).peek(1 + step % 2).allowed,
+                    "{algorithm} at {now}: {d:?}"
+                );
                 now += wait;
-                assert!(t.at(now).call(1 + step % 2).allowed, "{algorithm} at {now}: {d:?}");
+                assert!(
+                    t.at(now).call(1 + step % 2).allowed,
+                    "{algorithm} at {now}: {d:?}"
+                );
             }
         }
     }
@@ -311,9 +328,16 @@ fn state_expires_exactly_when_it_equals_a_fresh_one() {
         t.at(123).call(2);
         let expires = t.cell.expires_at;
         assert!(expires > T0 + 123, "{algorithm}");
-        assert!(expires <= T0 + 123 + 8 * S, "{algorithm}: no longer than needed");
+        assert!(
+            expires <= T0 + 123 + 8 * S,
+            "{algorithm}: no longer than needed"
+        );
         let fresh = decide(&t.limit, &mut Cell::default(), expires, 1, false);
         let aged = t.at(expires - T0).peek(1);
-        assert_eq!((aged.allowed, aged.remaining), (fresh.allowed, fresh.remaining), "{algorithm}");
+        assert_eq!(
+            (aged.allowed, aged.remaining),
+            (fresh.allowed, fresh.remaining),
+            "{algorithm}"
+        );
     }
 }

@@ -1,0 +1,447 @@
+//! What `#[rate_limit]` does at run time: which calls run their body, which
+//! are refused, and what the refusal carries.
+//!
+//! Most tests pass their own limiter (`limiter = ...`) over a [`ManualClock`],
+//! so they are deterministic and independent of each other. The global
+//! limiter is process-wide: the one test that uses it installs it through
+//! [`global_limiter`]; the "no limiter installed" case lives in its own
+//! binary (`macro_not_installed.rs`).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use rl_core::{
+    Algorithm, Backend, BackendError, BoxFuture, Decisions, Limiter, ManualClock, Rejection,
+    Request, rate_limit,
+};
+
+/// A limiter over a manual clock standing at an arbitrary instant.
+fn manual_limiter() -> (Limiter, ManualClock) {
+    let clock = ManualClock::new(1_700_000_000_000_000);
+    let limiter = Limiter::builder()
+        .memory()
+        .clock(clock.clone())
+        .build()
+        .expect("valid limiter");
+    (limiter, clock)
+}
+
+/// The process-global limiter, installed once for this test binary.
+fn global_limiter() -> &'static Limiter {
+    static INSTALLED: OnceLock<&'static Limiter> = OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        Limiter::builder()
+            .memory()
+            .prefix("behaviour")
+            .install()
+            .expect("installed once")
+    })
+}
+
+#[rate_limit(period = 60, threshold = 2, limiter = limiter)]
+async fn counted(limiter: &Limiter, runs: &AtomicUsize) -> Result<(), Rejection> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_body_does_not_run_when_the_call_is_rejected() {
+    let (limiter, _clock) = manual_limiter();
+    let runs = AtomicUsize::new(0);
+    assert!(counted(&limiter, &runs).await.is_ok());
+    assert!(counted(&limiter, &runs).await.is_ok());
+    let rejection = counted(&limiter, &runs)
+        .await
+        .expect_err("third call within the period");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "the refused call must not run the body"
+    );
+    assert!(!rejection.is_unavailable());
+    assert_eq!(rejection.retry_after(), Some(Duration::from_secs(30)));
+}
+
+#[rate_limit(period = "1m", threshold = 1, key = user_id, limiter = limiter)]
+async fn per_user(limiter: &Limiter, user_id: u64) -> Result<u64, Rejection> {
+    Ok(user_id)
+}
+
+#[tokio::test]
+async fn keys_from_arguments_give_each_user_their_own_quota() {
+    let (limiter, _clock) = manual_limiter();
+    assert_eq!(per_user(&limiter, 1).await.unwrap(), 1);
+    assert!(
+        per_user(&limiter, 1).await.is_err(),
+        "user 1 used their quota"
+    );
+    assert_eq!(
+        per_user(&limiter, 2).await.unwrap(),
+        2,
+        "user 2 is not limited by user 1"
+    );
+}
+
+#[derive(Debug)]
+struct User {
+    name: String,
+}
+
+#[rate_limit(period = 60, threshold = 1, key = user.name, limiter = limiter)]
+async fn greet(limiter: &Limiter, user: User) -> Result<String, Rejection> {
+    // The key borrowed `user.name`: the argument is still whole here.
+    Ok(format!("hi {}", user.name))
+}
+
+#[tokio::test]
+async fn the_key_is_evaluated_by_reference_and_does_not_move_the_argument() {
+    let (limiter, _clock) = manual_limiter();
+    let greeting = greet(
+        &limiter,
+        User {
+            name: "ada".to_owned(),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(greeting, "hi ada");
+    assert!(
+        greet(
+            &limiter,
+            User {
+                name: "ada".to_owned()
+            }
+        )
+        .await
+        .is_err()
+    );
+    assert!(
+        greet(
+            &limiter,
+            User {
+                name: "bob".to_owned()
+            }
+        )
+        .await
+        .is_ok()
+    );
+}
+
+#[rate_limit(period = 60, threshold = 1)]
+async fn no_key_shares_one_limit() -> Result<(), Rejection> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn without_a_key_every_call_shares_one_limit_of_the_global_limiter() {
+    let limiter = global_limiter();
+    assert_eq!(limiter.prefix(), "behaviour");
+    assert!(no_key_shares_one_limit().await.is_ok());
+    let rejection = no_key_shares_one_limit()
+        .await
+        .expect_err("one call per minute for everyone");
+    assert_eq!(rejection.name(), "macro_behaviour::no_key_shares_one_limit");
+}
+
+struct Tenant {
+    limiter: Arc<Limiter>,
+    tenant: String,
+    sent: usize,
+}
+
+impl Tenant {
+    #[rate_limit(period = 60, threshold = 2, key = self.tenant, limiter = self.limiter, name = "tenant_send")]
+    async fn send(&mut self) -> Result<usize, Rejection> {
+        self.sent += 1;
+        Ok(self.sent)
+    }
+
+    #[rate_limit(period = 60, threshold = 2, key = self.tenant, limiter = self.limiter, name = "tenant_send")]
+    async fn peek_sent(&self) -> Result<usize, Rejection> {
+        Ok(self.sent)
+    }
+
+    #[rate_limit(period = 60, threshold = 1, key = self.tenant, limiter = &*self.limiter)]
+    async fn into_sent(self) -> Result<usize, Rejection> {
+        Ok(self.sent)
+    }
+}
+
+#[tokio::test]
+async fn methods_with_self_ref_and_mut_self_use_self_fields_as_key_and_limiter() {
+    let limiter = Arc::new(manual_limiter().0);
+    let mut acme = Tenant {
+        limiter: limiter.clone(),
+        tenant: "acme".to_owned(),
+        sent: 0,
+    };
+    let mut globex = Tenant {
+        limiter: limiter.clone(),
+        tenant: "globex".to_owned(),
+        sent: 0,
+    };
+    assert_eq!(acme.send().await.unwrap(), 1);
+    assert_eq!(
+        acme.peek_sent().await.unwrap(),
+        1,
+        "same name and key: the second unit of acme's quota"
+    );
+    assert!(acme.send().await.is_err(), "acme's two units are used");
+    assert_eq!(acme.sent, 1, "the refused call did not run the body");
+    assert_eq!(globex.send().await.unwrap(), 1, "globex has its own quota");
+    assert_eq!(
+        globex.into_sent().await.unwrap(),
+        1,
+        "by-value self works too"
+    );
+}
+
+#[rate_limit(period = 60, threshold = 1, key = user, limiter = limiter)]
+async fn first(limiter: &Limiter, user: &str) -> Result<(), Rejection> {
+    Ok(())
+}
+
+#[rate_limit(period = 60, threshold = 1, key = user, limiter = limiter)]
+async fn second(limiter: &Limiter, user: &str) -> Result<(), Rejection> {
+    Ok(())
+}
+
+#[rate_limit(period = 60, threshold = 1, key = user, limiter = limiter, name = "shared")]
+async fn shared_a(limiter: &Limiter, user: &str) -> Result<(), Rejection> {
+    Ok(())
+}
+
+#[rate_limit(period = 60, threshold = 1, key = user, limiter = limiter, name = "shared")]
+async fn shared_b(limiter: &Limiter, user: &str) -> Result<(), Rejection> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn two_functions_with_the_same_key_have_separate_counters() {
+    let (limiter, _clock) = manual_limiter();
+    assert!(first(&limiter, "ada").await.is_ok());
+    assert!(
+        second(&limiter, "ada").await.is_ok(),
+        "`second` does not count `first`'s calls"
+    );
+    assert!(first(&limiter, "ada").await.is_err());
+    assert!(second(&limiter, "ada").await.is_err());
+}
+
+#[tokio::test]
+async fn two_functions_with_the_same_name_share_one_counter() {
+    let (limiter, _clock) = manual_limiter();
+    assert!(shared_a(&limiter, "ada").await.is_ok());
+    let rejection = shared_b(&limiter, "ada")
+        .await
+        .expect_err("`shared_a` used the shared quota");
+    assert_eq!(rejection.name(), "shared");
+    assert!(shared_b(&limiter, "bob").await.is_ok());
+}
+
+#[rate_limit(period = 10, threshold = 2, key = user, algorithm = sliding_log, limiter = limiter)]
+async fn logged(limiter: &Limiter, user: u32) -> Result<(), Rejection> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_rejected_call_is_allowed_again_exactly_at_retry_after() {
+    let (limiter, clock) = manual_limiter();
+    logged(&limiter, 1).await.unwrap();
+    clock.advance(Duration::from_secs(3));
+    logged(&limiter, 1).await.unwrap();
+    let rejection = logged(&limiter, 1)
+        .await
+        .expect_err("two calls in the last ten seconds");
+    let retry_after = rejection
+        .retry_after()
+        .expect("a limited rejection has a retry_after");
+    assert_eq!(
+        retry_after,
+        Duration::from_secs(7),
+        "the first call leaves the window 10 s after it was made"
+    );
+
+    clock.advance(retry_after - Duration::from_micros(1));
+    assert!(
+        logged(&limiter, 1).await.is_err(),
+        "one microsecond early is still refused"
+    );
+    clock.advance_micros(1);
+    assert!(
+        logged(&limiter, 1).await.is_ok(),
+        "allowed exactly at retry_after"
+    );
+}
+
+#[rate_limit(period = "1h", threshold = 5, burst = 3, algorithm = token_bucket, cost = 2, limiter = limiter, name = "spec")]
+async fn specified(limiter: &Limiter) -> Result<(), Rejection> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_rejection_reports_the_configured_limit() {
+    let (limiter, _clock) = manual_limiter();
+    specified(&limiter).await.unwrap();
+    let rejection = specified(&limiter)
+        .await
+        .expect_err("cost 2 of a burst of 3: one call");
+    let limit = rejection.limit().expect("over the limit");
+    assert_eq!(limit.threshold(), 5);
+    assert_eq!(limit.period(), Duration::from_secs(3_600));
+    assert_eq!(limit.algorithm(), Algorithm::TokenBucket);
+    assert_eq!(limit.burst(), 3);
+    assert_eq!(rejection.name(), "spec");
+}
+
+#[rate_limit(period = 60, threshold = 3, limiter = limiter)]
+async fn default_name(limiter: &Limiter) -> Result<(), Rejection> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_default_name_is_the_module_path_and_the_function_name() {
+    let (limiter, _clock) = manual_limiter();
+    for _ in 0..3 {
+        default_name(&limiter).await.unwrap();
+    }
+    let rejection = default_name(&limiter).await.unwrap_err();
+    assert_eq!(rejection.name(), concat!(module_path!(), "::default_name"));
+    assert_eq!(
+        rejection.limit().unwrap().algorithm(),
+        Algorithm::Gcra,
+        "gcra by default"
+    );
+}
+
+#[derive(Debug)]
+enum ApiError {
+    TooManyRequests(Rejection),
+    NotFound(String),
+    BadInput(std::num::ParseIntError),
+}
+
+impl From<Rejection> for ApiError {
+    fn from(rejection: Rejection) -> Self {
+        ApiError::TooManyRequests(rejection)
+    }
+}
+
+impl From<std::num::ParseIntError> for ApiError {
+    fn from(error: std::num::ParseIntError) -> Self {
+        ApiError::BadInput(error)
+    }
+}
+
+#[rate_limit(period = 60, threshold = 3, key = id, limiter = limiter)]
+async fn handler(limiter: &Limiter, id: &str) -> Result<u32, ApiError> {
+    if id.is_empty() {
+        return Err(ApiError::NotFound("empty id".to_owned()));
+    }
+    let parsed: u32 = id.parse()?;
+    Ok(parsed)
+}
+
+#[tokio::test]
+async fn a_handler_error_type_with_from_rejection_receives_the_rejection() {
+    let (limiter, _clock) = manual_limiter();
+    assert_eq!(handler(&limiter, "42").await.unwrap(), 42);
+    assert!(matches!(handler(&limiter, "42").await, Ok(42)));
+    assert!(matches!(handler(&limiter, "42").await, Ok(42)));
+    match handler(&limiter, "42").await {
+        Err(ApiError::TooManyRequests(rejection)) => assert!(rejection.retry_after().is_some()),
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn return_and_question_mark_in_the_body_work_as_written() {
+    let (limiter, _clock) = manual_limiter();
+    match handler(&limiter, "").await {
+        Err(ApiError::NotFound(message)) => assert_eq!(message, "empty id"),
+        other => panic!("expected the early return, got {other:?}"),
+    }
+    match handler(&limiter, "x").await {
+        Err(ApiError::BadInput(error)) => assert_eq!(error, "x".parse::<u32>().unwrap_err()),
+        other => panic!("expected `?` to convert the parse error, got {other:?}"),
+    }
+}
+
+/// A backend that is always down.
+#[derive(Debug)]
+struct Down;
+
+impl Backend for Down {
+    fn acquire<'a>(
+        &'a self,
+        _: &'a [Request<'a>],
+    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
+        Box::pin(async { Err(BackendError::unavailable("down")) })
+    }
+
+    fn peek<'a>(&'a self, _: &'a [Request<'a>]) -> BoxFuture<'a, Result<Decisions, BackendError>> {
+        Box::pin(async { Err(BackendError::unavailable("down")) })
+    }
+
+    fn refund<'a>(
+        &'a self,
+        _: &'a [Request<'a>],
+        _: u64,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(async { Err(BackendError::unavailable("down")) })
+    }
+
+    fn reset<'a>(&'a self, _: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(async { Err(BackendError::unavailable("down")) })
+    }
+}
+
+#[rate_limit(period = 60, threshold = 1, limiter = limiter, on_error = fail_closed)]
+async fn closed_on_error(limiter: &Limiter, runs: &AtomicUsize) -> Result<(), Rejection> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[rate_limit(period = 60, threshold = 1, limiter = limiter)]
+async fn limiter_policy_on_error(limiter: &Limiter, runs: &AtomicUsize) -> Result<(), Rejection> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[tokio::test]
+async fn on_error_fail_closed_refuses_calls_when_the_backend_is_down() {
+    let limiter = Limiter::builder().backend(Down).build().unwrap();
+    let runs = AtomicUsize::new(0);
+    let rejection = closed_on_error(&limiter, &runs)
+        .await
+        .expect_err("fail closed");
+    assert!(rejection.is_unavailable());
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn without_on_error_the_limiter_policy_applies_and_fails_open_by_default() {
+    let limiter = Limiter::builder().backend(Down).build().unwrap();
+    let runs = AtomicUsize::new(0);
+    limiter_policy_on_error(&limiter, &runs)
+        .await
+        .expect("fail open");
+    limiter_policy_on_error(&limiter, &runs)
+        .await
+        .expect("fail open, even over the threshold");
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limited_futures_are_send_and_can_be_spawned() {
+    static LIMITER: OnceLock<Limiter> = OnceLock::new();
+    let limiter = LIMITER.get_or_init(|| manual_limiter().0);
+    let first = tokio::spawn(per_user(limiter, 9));
+    assert_eq!(first.await.unwrap().unwrap(), 9);
+    let second = tokio::spawn(per_user(limiter, 9));
+    assert!(
+        second.await.unwrap().is_err(),
+        "the spawned calls share the limiter's state"
+    );
+}

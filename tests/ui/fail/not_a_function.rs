@@ -1,0 +1,6 @@
+use rl_core::rate_limit;
+
+#[rate_limit(period = 60, threshold = 5)]
+struct Handler;
+
+fn main() {}

@@ -1,0 +1,28 @@
+//! `crate = "..."` for crates that re-export `rl_core` under another path.
+
+mod my_framework {
+    pub mod limits {
+        pub use rl_core::*;
+    }
+}
+
+use my_framework::limits::{Limiter, Rejection, rate_limit};
+
+#[rate_limit(period = 60, threshold = 1, crate = "my_framework::limits", on_error = fail_closed)]
+async fn relative() -> Result<(), Rejection> {
+    Ok(())
+}
+
+#[rate_limit(period = 60, threshold = 1, crate = "crate::my_framework::limits", limiter = limiter)]
+async fn absolute(limiter: &Limiter) -> Result<(), Rejection> {
+    Ok(())
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    Limiter::builder().memory().install().unwrap();
+    relative().await.unwrap();
+    assert!(relative().await.is_err());
+    let limiter = Limiter::builder().build().unwrap();
+    absolute(&limiter).await.unwrap();
+}

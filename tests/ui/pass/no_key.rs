@@ -1,0 +1,15 @@
+//! Without `key`, every call shares one limit.
+
+use rl_core::{Limiter, Rejection, rate_limit};
+
+#[rate_limit(period = 60, threshold = 1)]
+async fn ping() -> Result<(), Rejection> {
+    Ok(())
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    Limiter::builder().memory().install().unwrap();
+    assert!(ping().await.is_ok());
+    assert!(ping().await.is_err());
+}
