@@ -1,5 +1,14 @@
-//! Shared start-up code of the examples and showcase services.
+//! Shared start-up code of the examples, and the two showcase services
+//! ([`sms`] and [`login`]) as libraries so their binaries stay one line.
 
+pub mod login;
+pub mod sms;
+
+use std::net::SocketAddr;
+
+use axum::Router;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use rl_core::LimiterBuilder;
 
 /// Logs to stderr; `RUST_LOG` filters (default `info`).
@@ -20,7 +29,7 @@ pub async fn builder_from_env(builder: LimiterBuilder) -> Result<LimiterBuilder,
                 rl_redis::RedisBackend::connect_cluster(urls).await?
             } else {
                 tracing::info!(url = %url, "rate limiter backend: Redis");
-                rl_redis::RedisBackend::connect(&url).await?
+                rl_redis::RedisBackend::connect(url.as_str()).await?
             };
             Ok(builder.backend(backend))
         }
@@ -29,4 +38,67 @@ pub async fn builder_from_env(builder: LimiterBuilder) -> Result<LimiterBuilder,
             Ok(builder.memory())
         }
     }
+}
+
+/// Installs the Prometheus recorder and returns a router serving `GET /metrics`.
+pub fn metrics_router<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    match metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder() {
+        Ok(handle) => Router::new().route("/metrics", axum::routing::get(move || async move { handle.render() })),
+        Err(error) => {
+            tracing::warn!(%error, "metrics recorder not installed");
+            Router::new()
+        }
+    }
+}
+
+/// Serves `router` on `BIND` (or `default_bind`) with the peer address
+/// available to [`rl_core::http::ClientIp`], until Ctrl-C / SIGTERM.
+/// `TRUSTED_PROXIES` (comma-separated CIDRs) makes `X-Forwarded-For` from
+/// those proxies count.
+pub async fn serve(router: Router, default_bind: &str) -> std::io::Result<()> {
+    let router = match std::env::var("TRUSTED_PROXIES") {
+        Ok(list) => {
+            let proxies: rl_core::http::TrustedProxies = list
+                .parse()
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("TRUSTED_PROXIES: {e}")))?;
+            tracing::info!(?proxies, "X-Forwarded-For trusted from these proxies");
+            router.layer(axum::Extension(proxies))
+        }
+        Err(_) => router,
+    };
+    let bind = std::env::var("BIND").unwrap_or_else(|_| default_bind.to_owned());
+    let listener = tokio::net::TcpListener::bind(&bind).await?;
+    tracing::info!(addr = %listener.local_addr()?, "listening");
+    axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(shutdown())
+        .await
+}
+
+async fn shutdown() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(_) => return std::future::pending().await,
+        };
+        tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+/// A JSON error response: `{"error": code, "message": message}`.
+pub fn json_error(status: StatusCode, code: &str, message: &str) -> Response {
+    (status, axum::Json(serde_json::json!({ "error": code, "message": message }))).into_response()
+}
+
+/// Checks `Authorization: Bearer <token>` in constant time.
+pub fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|given| bool::from(given.as_bytes().ct_eq(token.as_bytes())))
 }

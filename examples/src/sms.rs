@@ -1,0 +1,344 @@
+//! SMS anti-abuse: per phone 1 per minute, 5 per hour and 10 per day, plus
+//! 20 per hour per client IP, decided together and all-or-nothing.
+//!
+//! Routes:
+//! - `POST /sms/send` `{"phone":"+8613800000000"}` → `200 {"sent":true}`, a
+//!   `429` with `Retry-After` and the IETF `RateLimit` fields, or `400` for a
+//!   malformed body or implausible phone number (which consumes nothing).
+//! - `GET /admin/limits/{phone}` and `DELETE /admin/limits/{phone}`: remaining
+//!   and reset per limit, and unblocking a phone (support staff).
+//! - `GET /admin/config` and `PUT /admin/config`: the limits of the running
+//!   process, changed without a restart.
+//! - `GET /metrics`: Prometheus.
+//!
+//! Admin routes need `Authorization: Bearer $ADMIN_TOKEN` and are not
+//! mounted when `ADMIN_TOKEN` is unset.
+//!
+//! Limits come from `SMS_LIMITS_FILE` (TOML, reloaded on SIGHUP), else from
+//! `SMS_PHONE_LIMITS` / `SMS_IP_LIMITS` (comma-separated, e.g. `1/1m,5/1h`),
+//! else the defaults above.
+
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use rl_core::http::ClientIp;
+use rl_core::{Algorithm, Limit, Limiter, Masked, Rejection, rate_limit};
+use serde::{Deserialize, Serialize};
+
+use crate::{bearer_matches, json_error};
+
+/// Name of the per-phone limits (metrics label, key scope, runtime override).
+pub const PHONE_LIMITS: &str = "sms_phone";
+/// Name of the per-IP limit.
+pub const IP_LIMITS: &str = "sms_ip";
+
+/// The service's limits as rates such as `"5/1h"` (sliding log: never more
+/// than the threshold in any window).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitsConfig {
+    /// Per phone number.
+    pub phone: Vec<String>,
+    /// Per client IP.
+    pub ip: Vec<String>,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self { phone: vec!["1/1m".into(), "5/1h".into(), "10/1d".into()], ip: vec!["20/1h".into()] }
+    }
+}
+
+/// Parsed limits, ready for the limiter.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Per phone number.
+    pub phone: Vec<Limit>,
+    /// Per client IP.
+    pub ip: Vec<Limit>,
+}
+
+fn parse_rates(rates: &[String]) -> Result<Vec<Limit>, String> {
+    if rates.is_empty() {
+        return Err("at least one rate is needed".into());
+    }
+    rates
+        .iter()
+        .map(|rate| {
+            rate.parse::<Limit>()
+                .and_then(|limit| limit.with_algorithm(Algorithm::SlidingLog))
+                .map_err(|e| format!("{rate:?}: {e}"))
+        })
+        .collect()
+}
+
+impl LimitsConfig {
+    /// Validates every rate.
+    pub fn parse(&self) -> Result<Limits, String> {
+        Ok(Limits { phone: parse_rates(&self.phone)?, ip: parse_rates(&self.ip)? })
+    }
+
+    /// From `SMS_LIMITS_FILE`, else `SMS_PHONE_LIMITS` / `SMS_IP_LIMITS`, else defaults.
+    pub fn from_env() -> Result<Self, String> {
+        if let Ok(path) = std::env::var("SMS_LIMITS_FILE") {
+            return Self::from_file(&PathBuf::from(path));
+        }
+        let list = |var: &str| {
+            std::env::var(var).ok().map(|v| v.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect())
+        };
+        let defaults = Self::default();
+        Ok(Self {
+            phone: list("SMS_PHONE_LIMITS").unwrap_or(defaults.phone),
+            ip: list("SMS_IP_LIMITS").unwrap_or(defaults.ip),
+        })
+    }
+
+    /// Reads a TOML file: `phone = ["1/1m", "5/1h", "10/1d"]` and `ip = ["20/1h"]`.
+    pub fn from_file(path: &std::path::Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+/// The service's state.
+#[derive(Debug)]
+pub struct Sms {
+    limiter: &'static Limiter,
+    config: RwLock<(LimitsConfig, Limits)>,
+    admin_token: Option<String>,
+}
+
+impl Sms {
+    /// Applies `config` to the limiter (every later decision uses it).
+    pub fn apply(&self, config: LimitsConfig) -> Result<(), String> {
+        let limits = config.parse()?;
+        self.limiter.set_limits(PHONE_LIMITS, limits.phone.clone());
+        self.limiter.set_limits(IP_LIMITS, limits.ip.clone());
+        *self.config.write().unwrap_or_else(|e| e.into_inner()) = (config, limits);
+        Ok(())
+    }
+
+    fn limits(&self) -> Limits {
+        self.config.read().unwrap_or_else(|e| e.into_inner()).1.clone()
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct SendRequest {
+    phone: String,
+}
+
+/// A plausible phone number: `+` and 8 to 15 digits (E.164-ish).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Phone(String);
+
+impl Phone {
+    /// Accepts `+` followed by 8 to 15 ASCII digits, surrounding spaces trimmed.
+    pub fn parse(text: &str) -> Option<Self> {
+        let digits = text.trim().strip_prefix('+')?;
+        let plausible = (8..=15).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit());
+        plausible.then(|| Self(format!("+{digits}")))
+    }
+}
+
+impl std::fmt::Display for Phone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+async fn send(ip: ClientIp, body: Result<Json<SendRequest>, JsonRejection>) -> Response {
+    let request = match body {
+        Ok(Json(request)) => request,
+        Err(rejection) => return json_error(StatusCode::BAD_REQUEST, "bad_request", &rejection.body_text()),
+    };
+    let Some(phone) = Phone::parse(&request.phone) else {
+        return json_error(StatusCode::BAD_REQUEST, "bad_phone", "phone must be `+` followed by 8 to 15 digits");
+    };
+    deliver(ip, phone).await.into_response()
+}
+
+/// Sends one SMS, at most 1/min, 5/h and 10/day per phone and 20/h per IP.
+/// The compiled-in limits are defaults; [`Sms::apply`] replaces them at runtime.
+#[rate_limit(
+    name = "sms_phone",
+    key = phone,
+    limits = ["1/1m", "5/1h", "10/1d"],
+    algorithm = sliding_log,
+    also(name = "sms_ip", key = ip, limits = ["20/1h"], algorithm = sliding_log),
+    headers
+)]
+async fn deliver(ip: ClientIp, phone: Phone) -> Result<Response, Rejection> {
+    // A real service hands the message to its SMS gateway here.
+    tracing::info!(phone = %Masked(&phone.0), %ip, "sms sent");
+    Ok(Json(serde_json::json!({ "sent": true })).into_response())
+}
+
+#[derive(Debug, Serialize)]
+struct LimitState {
+    name: &'static str,
+    rate: String,
+    limit: u64,
+    remaining: u64,
+    reset_after_ms: u64,
+}
+
+fn authorized(sms: &Sms, headers: &HeaderMap) -> Result<(), Response> {
+    match &sms.admin_token {
+        Some(token) if bearer_matches(headers, token) => Ok(()),
+        _ => Err(json_error(StatusCode::UNAUTHORIZED, "unauthorized", "a valid bearer token is required")),
+    }
+}
+
+async fn show_limits(State(sms): State<Arc<Sms>>, headers: HeaderMap, Path(phone): Path<String>) -> Response {
+    if let Err(denied) = authorized(&sms, &headers) {
+        return denied;
+    }
+    let Some(phone) = Phone::parse(&phone) else {
+        return json_error(StatusCode::BAD_REQUEST, "bad_phone", "phone must be `+` followed by 8 to 15 digits");
+    };
+    let limits = sms.limits().phone;
+    match sms.limiter.peek_identity(PHONE_LIMITS, &phone, &limits).await {
+        Ok(decisions) => {
+            let states: Vec<LimitState> = limits
+                .iter()
+                .zip(decisions.iter())
+                .map(|(limit, d)| LimitState {
+                    name: PHONE_LIMITS,
+                    rate: limit.to_string(),
+                    limit: d.limit,
+                    remaining: d.remaining,
+                    reset_after_ms: d.reset_after.as_millis() as u64,
+                })
+                .collect();
+            Json(serde_json::json!({ "phone": phone.0, "limits": states })).into_response()
+        }
+        Err(error) => json_error(StatusCode::SERVICE_UNAVAILABLE, "limiter_unavailable", &error.to_string()),
+    }
+}
+
+async fn reset_limits(State(sms): State<Arc<Sms>>, headers: HeaderMap, Path(phone): Path<String>) -> Response {
+    if let Err(denied) = authorized(&sms, &headers) {
+        return denied;
+    }
+    let Some(phone) = Phone::parse(&phone) else {
+        return json_error(StatusCode::BAD_REQUEST, "bad_phone", "phone must be `+` followed by 8 to 15 digits");
+    };
+    match sms.limiter.reset_identity(PHONE_LIMITS, &phone, &sms.limits().phone).await {
+        Ok(()) => {
+            tracing::info!(phone = %Masked(&phone.0), "limits reset by admin");
+            Json(serde_json::json!({ "reset": true })).into_response()
+        }
+        Err(error) => json_error(StatusCode::SERVICE_UNAVAILABLE, "limiter_unavailable", &error.to_string()),
+    }
+}
+
+async fn show_config(State(sms): State<Arc<Sms>>, headers: HeaderMap) -> Response {
+    if let Err(denied) = authorized(&sms, &headers) {
+        return denied;
+    }
+    let config = sms.config.read().unwrap_or_else(|e| e.into_inner()).0.clone();
+    Json(config).into_response()
+}
+
+async fn change_config(
+    State(sms): State<Arc<Sms>>,
+    headers: HeaderMap,
+    body: Result<Json<LimitsConfig>, JsonRejection>,
+) -> Response {
+    if let Err(denied) = authorized(&sms, &headers) {
+        return denied;
+    }
+    let config = match body {
+        Ok(Json(config)) => config,
+        Err(rejection) => return json_error(StatusCode::BAD_REQUEST, "bad_request", &rejection.body_text()),
+    };
+    match sms.apply(config.clone()) {
+        Ok(()) => Json(config).into_response(),
+        Err(message) => json_error(StatusCode::BAD_REQUEST, "bad_limits", &message),
+    }
+}
+
+/// The service's router, on the global limiter with `config` applied.
+pub fn router(limiter: &'static Limiter, config: LimitsConfig, admin_token: Option<String>) -> Result<(Router, Arc<Sms>), String> {
+    let limits = config.parse()?;
+    let sms = Arc::new(Sms { limiter, config: RwLock::new((config.clone(), limits)), admin_token });
+    sms.apply(config)?;
+    let mut router = Router::new().route("/sms/send", post(send));
+    if sms.admin_token.is_some() {
+        router = router
+            .route("/admin/limits/{phone}", get(show_limits).delete(reset_limits))
+            .route("/admin/config", get(show_config).put(change_config));
+    }
+    Ok((router.with_state(sms.clone()).merge(crate::metrics_router()), sms))
+}
+
+/// The `sms` binary.
+pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    crate::init_tracing();
+    let limiter = crate::builder_from_env(Limiter::builder()).await?.prefix("sms").install()?;
+    let config = LimitsConfig::from_env()?;
+    let admin_token = std::env::var("ADMIN_TOKEN").ok().filter(|t| !t.is_empty());
+    if admin_token.is_none() {
+        tracing::info!("ADMIN_TOKEN unset: admin routes disabled");
+    }
+    let (router, sms) = router(limiter, config, admin_token)?;
+    tracing::info!(limits = ?sms.config.read().unwrap_or_else(|e| e.into_inner()).0, "sms limits");
+    #[cfg(unix)]
+    if let Ok(path) = std::env::var("SMS_LIMITS_FILE") {
+        reload_on_sighup(sms, PathBuf::from(path))?;
+    }
+    crate::serve(router, "127.0.0.1:3000").await?;
+    Ok(())
+}
+
+/// Re-reads the limits file on SIGHUP; a bad file is logged and ignored.
+#[cfg(unix)]
+fn reload_on_sighup(sms: Arc<Sms>, path: PathBuf) -> std::io::Result<()> {
+    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            match LimitsConfig::from_file(&path).and_then(|config| sms.apply(config)) {
+                Ok(()) => tracing::info!(path = %path.display(), "limits reloaded"),
+                Err(error) => tracing::error!(%error, "limits file rejected; keeping the current limits"),
+            }
+        }
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plausible_phone_numbers_are_plus_and_8_to_15_digits() {
+        assert!(Phone::parse("+8613800000000").is_some());
+        assert!(Phone::parse(" +12345678 ").is_some());
+        assert!(Phone::parse("8613800000000").is_none());
+        assert!(Phone::parse("+1234567").is_none());
+        assert!(Phone::parse("+1234567890123456").is_none());
+        assert!(Phone::parse("+86-138").is_none());
+        assert!(Phone::parse("+８６１３８００００００００").is_none());
+    }
+
+    #[test]
+    fn limits_config_rejects_bad_rates_with_the_offending_text() {
+        let bad = LimitsConfig { phone: vec!["1/1m".into(), "5 per hour".into()], ip: vec!["20/1h".into()] };
+        assert!(bad.parse().unwrap_err().contains("5 per hour"));
+        let too_big = LimitsConfig { phone: vec!["20000/1h".into()], ip: vec!["20/1h".into()] };
+        assert!(too_big.parse().unwrap_err().contains("sliding-window counter"));
+        assert_eq!(LimitsConfig::default().parse().unwrap().phone.len(), 3);
+    }
+
+    #[test]
+    fn limits_files_are_toml() {
+        let config: LimitsConfig = toml::from_str("phone = [\"2/1m\"]\nip = [\"50/1h\"]").unwrap();
+        assert_eq!(config.phone, ["2/1m"]);
+    }
+}

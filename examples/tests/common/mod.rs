@@ -1,0 +1,95 @@
+//! Runs a service binary on a free port, on the in-memory backend or on a
+//! real `redis-server` started by the harness.
+
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rl_tests::harness::RedisServer;
+
+/// Which backend the service runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Memory,
+    Redis,
+}
+
+pub const BACKENDS: [Backend; 2] = [Backend::Memory, Backend::Redis];
+
+/// A running service process, killed on drop.
+pub struct Service {
+    child: Child,
+    pub addr: SocketAddr,
+    pub http: reqwest::Client,
+    _redis: Option<RedisServer>,
+}
+
+impl Service {
+    /// Starts `binary` with `env`, on `backend`, and waits until it accepts connections.
+    pub fn start(binary: &str, backend: Backend, env: &[(&str, &str)]) -> Self {
+        let redis = (backend == Backend::Redis).then(RedisServer::start);
+        for attempt in 0..5 {
+            let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+            let mut command = Command::new(binary);
+            command
+                .env("BIND", addr.to_string())
+                .env("RUST_LOG", "warn")
+                .env_remove("REDIS_URL")
+                .envs(env.iter().copied())
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit());
+            if let Some(redis) = &redis {
+                command.env("REDIS_URL", redis.url());
+            }
+            let mut child = command.spawn().unwrap_or_else(|e| panic!("cannot start {binary}: {e}"));
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while Instant::now() < deadline {
+                if TcpStream::connect(addr).is_ok() {
+                    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+                    return Self { child, addr, http, _redis: redis };
+                }
+                if let Ok(Some(status)) = child.try_wait() {
+                    eprintln!("{binary} exited with {status} (attempt {attempt}); retrying on another port");
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("{binary} did not start listening");
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub async fn post_json(&self, path: &str, body: serde_json::Value) -> reqwest::Response {
+        self.http.post(self.url(path)).json(&body).send().await.unwrap()
+    }
+
+    pub async fn post_raw(&self, path: &str, body: &'static str) -> reqwest::Response {
+        self.http
+            .post(self.url(path))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The body of a response as JSON.
+pub async fn json(response: reqwest::Response) -> serde_json::Value {
+    response.json().await.unwrap()
+}

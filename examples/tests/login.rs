@@ -1,0 +1,127 @@
+//! The login service over HTTP, on the in-memory backend and on Redis.
+
+mod common;
+
+use common::{BACKENDS, Backend, Service, json};
+use futures::future::join_all;
+use serde_json::json;
+
+const LOGIN: &str = env!("CARGO_BIN_EXE_login");
+
+async fn login(service: &Service, username: &str, password: &str) -> reqwest::Response {
+    service.post_json("/login", json!({ "username": username, "password": password })).await
+}
+
+async fn captcha(service: &Service) -> String {
+    let body = json(service.http.get(service.url("/captcha")).send().await.unwrap()).await;
+    body["captcha"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn right_password_logs_in_and_wrong_password_is_401() {
+    for backend in BACKENDS {
+        let service = Service::start(LOGIN, backend, &[]);
+        let ok = login(&service, "alice", "wonderland").await;
+        assert_eq!(ok.status(), 200, "{backend:?}");
+        assert_eq!(json(ok).await["user"], "alice");
+        let wrong = login(&service, "alice", "looking-glass").await;
+        assert_eq!(wrong.status(), 401);
+        assert_eq!(json(wrong).await["error"], "invalid_credentials");
+    }
+}
+
+#[tokio::test]
+async fn three_failures_in_a_minute_require_a_captcha_even_for_the_right_password() {
+    for backend in BACKENDS {
+        let service = Service::start(LOGIN, backend, &[]);
+        for _ in 0..3 {
+            assert_eq!(login(&service, "alice", "nope").await.status(), 401, "{backend:?}");
+        }
+        let locked = login(&service, "Alice ", "wonderland").await;
+        assert_eq!(locked.status(), 429, "{backend:?}: usernames are normalised");
+        assert!(locked.headers().contains_key("retry-after"));
+        assert_eq!(json(locked).await["error"], "captcha_required");
+        // Another user is not affected.
+        assert_eq!(login(&service, "bob", "builder").await.status(), 200);
+    }
+}
+
+#[tokio::test]
+async fn a_valid_captcha_with_the_right_password_succeeds_and_resets_the_count() {
+    for backend in BACKENDS {
+        let service = Service::start(LOGIN, backend, &[]);
+        for _ in 0..3 {
+            login(&service, "alice", "nope").await;
+        }
+        assert_eq!(login(&service, "alice", "wonderland").await.status(), 429);
+
+        let forged = service
+            .post_json("/login", json!({ "username": "alice", "password": "wonderland", "captcha": "forged" }))
+            .await;
+        assert_eq!(json(forged).await["error"], "captcha_required", "{backend:?}: a forged captcha does not help");
+
+        let token = captcha(&service).await;
+        let wrong_with_captcha =
+            service.post_json("/login", json!({ "username": "alice", "password": "nope", "captcha": token })).await;
+        assert_eq!(wrong_with_captcha.status(), 401, "a captcha lets the attempt through, the password decides");
+
+        let token = captcha(&service).await;
+        let ok = service.post_json("/login", json!({ "username": "alice", "password": "wonderland", "captcha": token })).await;
+        assert_eq!(ok.status(), 200, "{backend:?}");
+        // The count starts again: three more failures before the next captcha.
+        for _ in 0..3 {
+            assert_eq!(login(&service, "alice", "nope").await.status(), 401, "{backend:?}");
+        }
+        assert_eq!(login(&service, "alice", "nope").await.status(), 429);
+    }
+}
+
+#[tokio::test]
+async fn successful_logins_never_count() {
+    for backend in BACKENDS {
+        let service = Service::start(LOGIN, backend, &[]);
+        for _ in 0..10 {
+            assert_eq!(login(&service, "bob", "builder").await.status(), 200, "{backend:?}");
+        }
+        for _ in 0..3 {
+            assert_eq!(login(&service, "bob", "wrong").await.status(), 401, "{backend:?}");
+        }
+        assert_eq!(login(&service, "bob", "wrong").await.status(), 429);
+    }
+}
+
+#[tokio::test]
+async fn concurrent_wrong_passwords_never_produce_more_than_three_401s() {
+    for backend in BACKENDS {
+        let service = Service::start(LOGIN, backend, &[]);
+        let statuses: Vec<u16> = join_all((0..60).map(|_| login(&service, "alice", "guess")))
+            .await
+            .iter()
+            .map(|r| r.status().as_u16())
+            .collect();
+        assert_eq!(statuses.iter().filter(|&&s| s == 401).count(), 3, "{backend:?}: {statuses:?}");
+        assert_eq!(statuses.iter().filter(|&&s| s == 429).count(), 57, "{backend:?}");
+    }
+}
+
+#[tokio::test]
+async fn failures_per_ip_are_limited_across_usernames() {
+    for backend in BACKENDS {
+        let service = Service::start(LOGIN, backend, &[("LOGIN_IP_FAILURES", "5/1d")]);
+        for user in ["u1", "u2", "u3", "u4", "u5"] {
+            assert_eq!(login(&service, user, "x").await.status(), 401, "{backend:?}");
+        }
+        let refused = login(&service, "u6", "x").await;
+        assert_eq!(refused.status(), 429, "{backend:?}");
+        assert_eq!(refused.headers()["ratelimit-policy"], "\"login_ip\";q=5;w=86400");
+        assert_eq!(json(refused).await["error"], "rate_limited");
+    }
+}
+
+#[tokio::test]
+async fn malformed_logins_get_400() {
+    let service = Service::start(LOGIN, Backend::Memory, &[]);
+    for body in ["{", "{\"username\":\"alice\"}", "{\"username\":\"   \",\"password\":\"x\"}"] {
+        assert_eq!(service.post_raw("/login", body).await.status(), 400, "{body}");
+    }
+}
