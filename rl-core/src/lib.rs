@@ -57,6 +57,7 @@
 
 mod algorithm;
 mod backend;
+mod breaker;
 mod clock;
 mod decision;
 mod error;
@@ -75,6 +76,7 @@ mod rejection;
 pub mod __private;
 
 pub use backend::{Backend, BoxFuture, Request};
+pub use breaker::BreakerConfig;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Decision, Decisions};
 pub use error::{BackendError, Error, LimitError};

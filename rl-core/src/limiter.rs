@@ -10,9 +10,10 @@ use parking_lot::RwLock;
 use std::time::Instant;
 
 use crate::backend::{Backend, Request};
+use crate::breaker::{Breaker, BreakerConfig, Permission};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::{Decision, Decisions};
-use crate::error::{Error, LimitError};
+use crate::error::{BackendError, Error, LimitError};
 use crate::key::{Key, valid_prefix};
 use crate::limit::Limit;
 use crate::mask::Masked;
@@ -53,6 +54,10 @@ pub struct Limiter {
     overrides: RwLock<HashMap<Box<str>, Arc<[Limit]>>>,
     /// Whether `overrides` holds anything (skips the lock on the hot path).
     any_override: AtomicBool,
+    /// Names in shadow mode: decided and logged, never refused.
+    shadowed: RwLock<std::collections::HashSet<Box<str>>>,
+    any_shadow: AtomicBool,
+    breaker: Breaker,
 }
 
 impl fmt::Debug for Limiter {
@@ -84,13 +89,17 @@ pub enum Admission {
     },
     /// The backend failed and the policy let the call through.
     FailedOpen,
+    /// Over the limit, but the limit is in shadow mode: nothing was consumed.
+    Shadowed(Decisions),
 }
 
 impl Admission {
     /// The decisions behind the admission, when there were any.
     pub fn decisions(&self) -> Option<&Decisions> {
         match self {
-            Admission::Backend(d) | Admission::Local { decisions: d, .. } => Some(d),
+            Admission::Backend(d)
+            | Admission::Local { decisions: d, .. }
+            | Admission::Shadowed(d) => Some(d),
             Admission::FailedOpen => None,
         }
     }
@@ -253,17 +262,43 @@ impl Limiter {
         requests: &[Request<'_>],
         policy: Option<FailurePolicy>,
     ) -> Result<Admission, Rejection> {
-        let started = matches!(self.store, Store::Remote(_)).then(Instant::now);
-        let result = self.acquire_all(requests).await;
-        if let Some(started) = started {
-            metrics::histogram!("rl_backend_seconds", "limit" => name)
-                .record(started.elapsed().as_secs_f64());
-        }
+        let result = match &self.store {
+            Store::Memory(_) => self.acquire_all(requests).await,
+            Store::Remote(_) => {
+                let permission = self.breaker.permission();
+                if permission == Permission::Skip {
+                    Err(Error::Backend(BackendError::unavailable(
+                        "circuit open after consecutive backend failures",
+                    )))
+                } else {
+                    let started = Instant::now();
+                    let result = self.acquire_all(requests).await;
+                    metrics::histogram!("rl_backend_seconds", "limit" => name)
+                        .record(started.elapsed().as_secs_f64());
+                    match &result {
+                        Err(Error::Backend(_)) => self.breaker.failure(permission),
+                        _ => self.breaker.success(permission),
+                    }
+                    result
+                }
+            }
+        };
         match result {
             Ok(decisions) if decisions.allowed() => {
                 metrics::counter!("rl_decisions_total", "limit" => name, "outcome" => "allowed")
                     .increment(1);
                 Ok(Admission::Backend(decisions))
+            }
+            Ok(decisions) if self.shadowed(name, names, &decisions) => {
+                metrics::counter!("rl_decisions_total", "limit" => name, "outcome" => "shadow_rejected")
+                    .increment(1);
+                let retry_after_ms = decisions.binding().retry_after.as_millis() as u64;
+                tracing::info!(
+                    limit = name,
+                    retry_after_ms,
+                    "shadow mode: would have rate limited"
+                );
+                Ok(Admission::Shadowed(decisions))
             }
             Ok(decisions) => Err(self.reject(name, names, requests, &decisions)),
             Err(Error::Limit(error)) => {
@@ -327,6 +362,42 @@ impl Limiter {
         }
     }
 
+    /// Puts `name` (a function's or a group's limit name) in shadow mode:
+    /// its decisions are made, logged and counted as usual
+    /// (`outcome="shadow_rejected"`), but never refuse a call — for rolling
+    /// out a new limit safely.
+    pub fn set_shadow(&self, name: &str, shadow: bool) {
+        let mut shadowed = self.shadowed.write();
+        if shadow {
+            shadowed.insert(name.into());
+        } else {
+            shadowed.remove(name);
+        }
+        self.any_shadow
+            .store(!shadowed.is_empty(), Ordering::Release);
+    }
+
+    /// Whether a refusal of `name`, or of the refusing group, is shadowed.
+    fn shadowed(&self, name: &str, names: &[&'static str], decisions: &Decisions) -> bool {
+        if !self.any_shadow.load(Ordering::Acquire) {
+            return false;
+        }
+        let shadowed = self.shadowed.read();
+        if shadowed.contains(name) {
+            return true;
+        }
+        let binding = decisions.binding();
+        let index = decisions.iter().position(|d| d == binding).unwrap_or(0);
+        names
+            .get(index)
+            .is_some_and(|group| shadowed.contains(*group))
+    }
+
+    /// Whether the circuit breaker currently skips the backend.
+    pub fn circuit_open(&self) -> bool {
+        self.breaker.is_open()
+    }
+
     /// Gives back what an admission took: from the backend, or from the
     /// local fallback for [`Admission::Local`]; nothing for a fail-open one.
     /// Each decision is refunded at its own time.
@@ -357,7 +428,7 @@ impl Limiter {
                 let at = decisions.iter().next().map_or(0, |d| d.at_micros);
                 self.fallback.refund_sync(&local, at);
             }
-            Admission::FailedOpen => {}
+            Admission::FailedOpen | Admission::Shadowed(_) => {}
         }
         Ok(())
     }
@@ -407,9 +478,17 @@ pub struct LimiterBuilder {
     prefix: Option<String>,
     policy: FailurePolicy,
     clock: Option<Arc<dyn Clock>>,
+    breaker: BreakerConfig,
 }
 
 impl LimiterBuilder {
+    /// The circuit breaker in front of a remote backend (default: open after
+    /// 5 consecutive failures, for 2 s; [`BreakerConfig::disabled`] to turn off).
+    pub fn circuit_breaker(mut self, config: BreakerConfig) -> Self {
+        self.breaker = config;
+        self
+    }
+
     /// Use the in-memory backend (the default when no backend is given).
     pub fn memory(mut self) -> Self {
         self.backend = None;
@@ -465,6 +544,9 @@ impl LimiterBuilder {
             fallback: MemoryBackend::with_shared_clock(clock),
             overrides: RwLock::default(),
             any_override: AtomicBool::new(false),
+            shadowed: RwLock::default(),
+            any_shadow: AtomicBool::new(false),
+            breaker: Breaker::new(self.breaker),
         })
     }
 

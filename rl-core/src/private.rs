@@ -269,6 +269,7 @@ fn sub_admission(admission: &Admission, range: std::ops::Range<usize>) -> Admiss
             decisions: slice(decisions),
             share: *share,
         },
+        Admission::Shadowed(d) => Admission::Shadowed(slice(d)),
         Admission::FailedOpen => Admission::FailedOpen,
     }
 }

@@ -304,3 +304,108 @@ async fn settling_an_uncounted_call_resets_groups_that_ask_for_it_and_refunds_th
     let (name, decision, _) = next.binding().unwrap();
     assert_eq!((name, decision.remaining), ("settle_user", 2));
 }
+
+/// A backend that always fails, to exercise the limiter's failure handling
+/// (the Redis tests do the same against a real, stopped server).
+#[derive(Debug, Default)]
+struct Broken {
+    calls: AtomicU64,
+}
+
+impl Backend for Broken {
+    fn acquire<'a>(
+        &'a self,
+        _: &'a [Request<'a>],
+    ) -> rl_core::BoxFuture<'a, Result<rl_core::Decisions, rl_core::BackendError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async { Err(rl_core::BackendError::unavailable("connection refused")) })
+    }
+    fn peek<'a>(
+        &'a self,
+        r: &'a [Request<'a>],
+    ) -> rl_core::BoxFuture<'a, Result<rl_core::Decisions, rl_core::BackendError>> {
+        self.acquire(r)
+    }
+    fn refund<'a>(
+        &'a self,
+        _: &'a [Request<'a>],
+        _: u64,
+    ) -> rl_core::BoxFuture<'a, Result<(), rl_core::BackendError>> {
+        Box::pin(async { Err(rl_core::BackendError::unavailable("connection refused")) })
+    }
+    fn reset<'a>(
+        &'a self,
+        _: &'a [Request<'a>],
+    ) -> rl_core::BoxFuture<'a, Result<(), rl_core::BackendError>> {
+        Box::pin(async { Err(rl_core::BackendError::unavailable("connection refused")) })
+    }
+}
+
+#[tokio::test]
+async fn each_failure_policy_is_honoured_and_the_circuit_stops_calling_a_failing_backend() {
+    use rl_core::{BreakerConfig, FailurePolicy};
+    let limit = Limit::per_minute(4).unwrap();
+    for (policy, expected_allowed) in [
+        (FailurePolicy::FailOpen, 10),
+        (FailurePolicy::FailClosed, 0),
+        (FailurePolicy::Local { share: 2 }, 2),
+    ] {
+        let broken = Arc::new(Broken::default());
+        let limiter = Limiter::builder()
+            .shared_backend(broken.clone())
+            .failure_policy(policy)
+            .circuit_breaker(BreakerConfig::new(3, Duration::from_secs(60)))
+            .build()
+            .unwrap();
+        let key = limiter.key("policy", &"id");
+        let requests = [Request::new(&key, &limit, 1)];
+        let mut allowed = 0;
+        for _ in 0..10 {
+            match limiter.check("policy", &requests, None).await {
+                Ok(_) => allowed += 1,
+                Err(rejection) => {
+                    if policy == FailurePolicy::FailClosed {
+                        assert!(rejection.is_unavailable(), "{policy:?}: a distinct reason");
+                    } else {
+                        assert!(
+                            !rejection.is_unavailable(),
+                            "{policy:?}: refused by the local limiter"
+                        );
+                    }
+                }
+            }
+        }
+        assert_eq!(allowed, expected_allowed, "{policy:?}");
+        assert_eq!(
+            broken.calls.load(Ordering::SeqCst),
+            3,
+            "{policy:?}: the circuit opened after 3 failures"
+        );
+        assert!(limiter.circuit_open());
+        // The per-call override wins over the limiter's policy.
+        let overridden = limiter
+            .check("policy", &requests, Some(FailurePolicy::FailClosed))
+            .await;
+        assert!(overridden.unwrap_err().is_unavailable());
+    }
+}
+
+#[tokio::test]
+async fn shadow_mode_decides_and_counts_but_never_refuses() {
+    let limiter = Limiter::builder().build().unwrap();
+    let limit = Limit::per_minute(1).unwrap();
+    let key = limiter.key("shadowed", &"id");
+    let requests = [Request::new(&key, &limit, 1)];
+    limiter.set_shadow("shadowed", true);
+    assert!(matches!(
+        limiter.check("shadowed", &requests, None).await,
+        Ok(rl_core::Admission::Backend(_))
+    ));
+    let shadowed = limiter.check("shadowed", &requests, None).await.unwrap();
+    let rl_core::Admission::Shadowed(decisions) = shadowed else {
+        panic!("expected a shadowed admission: {shadowed:?}")
+    };
+    assert!(!decisions.allowed());
+    limiter.set_shadow("shadowed", false);
+    assert!(limiter.check("shadowed", &requests, None).await.is_err());
+}
