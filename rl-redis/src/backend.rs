@@ -1,0 +1,477 @@
+//! [`RedisBackend`]: rl-core's [`Backend`] on Redis or Redis Cluster.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::cluster_async::ClusterConnection;
+use redis::{RedisResult, ScriptInvocation};
+use rl_core::{Backend, BackendError, BoxFuture, Clock, Decision, Decisions, Request};
+use tokio::time::Instant;
+
+use crate::builder::RedisBackendBuilder;
+use crate::error;
+use crate::script::{Call, Op, Reply, SCRIPT, SOURCE, Time, parse_reply};
+
+/// The connection behind a backend: one type for both deployments, each
+/// variant driven by the same generic code ([`invoke`]).
+#[derive(Clone)]
+pub(crate) enum Connection {
+    /// A reconnecting multiplexed connection to one server.
+    Standalone(ConnectionManager),
+    /// A Redis Cluster connection (reconnects and follows slot moves).
+    Cluster(ClusterConnection),
+}
+
+/// Settings fixed when the backend is built.
+#[derive(Clone)]
+pub(crate) struct Settings {
+    /// The server(s), passwords redacted, for error messages.
+    pub(crate) target: Arc<str>,
+    pub(crate) timeout: Duration,
+    pub(crate) clock: Option<Arc<dyn Clock>>,
+    pub(crate) extra_ttl_ms: u64,
+}
+
+/// Runs the script on any connection type.
+async fn invoke<C>(
+    mut connection: C,
+    invocation: ScriptInvocation<'static>,
+) -> RedisResult<Vec<i64>>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    invocation.invoke_async(&mut connection).await
+}
+
+/// Decides rate limits in Redis or Redis Cluster, with the exact semantics of
+/// [`rl_core::MemoryBackend`].
+///
+/// - **One round trip, atomic.** Every call (any number of limits, any mix
+///   of algorithms) is one `EVALSHA` of one Lua script that reads, decides and
+///   writes. [`Backend::acquire`] is all-or-nothing: when any limit refuses,
+///   nothing is consumed from any of them.
+/// - **One clock.** By default the time is the server's `TIME`, so app
+///   instances with skewed clocks agree (Redis ≥ 5 replicates script effects,
+///   which makes this safe). A client clock is an explicit option
+///   ([`RedisBackendBuilder::client_clock`]), used by deterministic tests.
+/// - **Bounded memory.** Every key written gets a TTL equal to the time at
+///   which its state becomes equivalent to no state; a state that becomes
+///   fresh is deleted; refused calls and peeks write nothing.
+/// - **Resilient.** The script is sent as `EVALSHA` and loaded again on
+///   `NOSCRIPT` (after `SCRIPT FLUSH`, a restart or a fail-over); connections
+///   reconnect by themselves; every call is bounded by a timeout and fails
+///   with a [`BackendError`], never a panic.
+///
+/// # Keys
+/// A request for key `prefix:{scope:identity}` and a limit stores its state
+/// under `prefix:{scope:identity}:<algorithm>:<period_us>` (the sliding log
+/// also uses `...:seq` for unique entry ids). The hash tag keeps all of an
+/// identity's keys in one cluster slot.
+///
+/// # Redis Cluster
+/// All requests whose keys share a hash tag are decided by one script call.
+/// A call whose requests span several hash tags (e.g. a per-phone and a
+/// per-IP limit) cannot be one script on a cluster: the groups are decided
+/// one after the other, the first group's time is used for all of them, and
+/// when a later group refuses, the earlier groups are refunded
+/// (reserve-then-compensate); the refused call then reads the other groups'
+/// state so that its decisions are those of the single-script path. That is
+/// the one case that takes more than one round trip (the forward path shares
+/// one timeout; giving back and reading take one timeout each). In between, a
+/// concurrent caller may see the reservation. On a standalone server such a
+/// call is still one `EVALSHA`.
+///
+/// ```no_run
+/// use rl_core::{Backend, Key, Limit, Limiter, Request};
+/// use rl_redis::RedisBackend;
+/// use std::time::Duration;
+///
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let backend = RedisBackend::builder("redis://127.0.0.1:6379/")
+///     .timeout(Duration::from_millis(250))
+///     .connect()
+///     .await?;
+/// let limit = Limit::per_minute(1)?;
+/// let key = Key::new("rl", "sms", "+33 6 12 34 56 78");
+/// let request = [Request::new(&key, &limit, 1)];
+/// assert!(backend.acquire(&request).await?.allowed());
+/// assert!(!backend.acquire(&request).await?.allowed());
+///
+/// // Or behind the limiter used by `#[rate_limit]`:
+/// let _limiter = Limiter::builder().backend(backend).prefix("app").build()?;
+/// # Ok(())
+/// # }
+/// ```
+pub struct RedisBackend {
+    connection: Connection,
+    settings: Settings,
+}
+
+impl fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.connection {
+            Connection::Standalone(_) => "standalone",
+            Connection::Cluster(_) => "cluster",
+        };
+        f.debug_struct("RedisBackend")
+            .field("kind", &kind)
+            .field("target", &self.settings.target)
+            .field("timeout", &self.settings.timeout)
+            .field("client_clock", &self.settings.clock)
+            .field("extra_ttl_ms", &self.settings.extra_ttl_ms)
+            .finish()
+    }
+}
+
+/// Names a script call in error messages (never the keys: they hold identities).
+struct What<'a> {
+    op: Op,
+    count: usize,
+    target: &'a str,
+}
+
+impl fmt::Display for What<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "rate-limit script ({}, {} limit(s)) on {}",
+            self.op.name(),
+            self.count,
+            self.target
+        )
+    }
+}
+
+/// Requests sharing one hash tag, with their positions in the call.
+struct Group<'r> {
+    positions: Vec<usize>,
+    requests: Vec<Request<'r>>,
+}
+
+impl Group<'_> {
+    fn place(&self, decisions: &[Decision], out: &mut [Option<Decision>]) {
+        for (&position, decision) in self.positions.iter().zip(decisions) {
+            out[position] = Some(*decision);
+        }
+    }
+}
+
+fn validate(requests: &[Request<'_>]) -> Result<(), BackendError> {
+    requests
+        .iter()
+        .try_for_each(|r| r.limit.check_cost(r.cost).map_err(BackendError::Invalid))
+}
+
+fn gather(decided: Vec<Option<Decision>>) -> Result<Decisions, BackendError> {
+    decided
+        .into_iter()
+        .collect::<Option<Vec<_>>>()
+        .map(Decisions::new)
+        .ok_or_else(|| BackendError::protocol("a limit of the call was left undecided"))
+}
+
+impl RedisBackend {
+    /// The default per-call timeout: 1 s.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
+
+    /// The default time allowed to connect: 5 s.
+    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// Configures a backend on one Redis server, e.g. `redis://127.0.0.1:6379/`.
+    pub fn builder(url: impl Into<String>) -> RedisBackendBuilder {
+        RedisBackendBuilder::standalone(url.into())
+    }
+
+    /// Configures a backend on a Redis Cluster, given the URLs of some of its nodes.
+    pub fn cluster_builder<I, S>(urls: I) -> RedisBackendBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedisBackendBuilder::cluster(urls.into_iter().map(Into::into).collect())
+    }
+
+    /// Connects to one Redis server with the default settings (server time,
+    /// 1 s timeout, reconnecting connection).
+    pub async fn connect(url: impl Into<String>) -> Result<Self, BackendError> {
+        Self::builder(url).connect().await
+    }
+
+    /// Connects to a Redis Cluster with the default settings.
+    pub async fn connect_cluster<I, S>(urls: I) -> Result<Self, BackendError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::cluster_builder(urls).connect().await
+    }
+
+    pub(crate) fn from_parts(connection: Connection, settings: Settings) -> Self {
+        Self {
+            connection,
+            settings,
+        }
+    }
+
+    /// The SHA1 of the Lua script (what `EVALSHA` is sent with).
+    pub fn script_sha() -> &'static str {
+        SCRIPT.get_hash()
+    }
+
+    /// The Lua script's source, e.g. for `SCRIPT LOAD` by other tools.
+    pub fn script_source() -> &'static str {
+        SOURCE
+    }
+
+    /// Whether this backend talks to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.connection, Connection::Cluster(_))
+    }
+
+    /// The per-call timeout.
+    pub fn timeout(&self) -> Duration {
+        self.settings.timeout
+    }
+
+    /// When a call started now must be done (a timeout too large to add
+    /// means no practical limit: a year).
+    fn deadline(&self) -> Instant {
+        let now = Instant::now();
+        now.checked_add(self.settings.timeout)
+            .or_else(|| now.checked_add(Duration::from_secs(365 * 86_400)))
+            .unwrap_or(now)
+    }
+
+    fn time(&self) -> Time {
+        match &self.settings.clock {
+            Some(clock) => Time::Client(clock.now_micros()),
+            None => Time::Server,
+        }
+    }
+
+    /// Runs one script call within the per-call timeout.
+    async fn call(
+        &self,
+        op: Op,
+        time: Time,
+        at: u64,
+        requests: &[Request<'_>],
+    ) -> Result<Reply, BackendError> {
+        self.call_until(self.deadline(), op, time, at, requests)
+            .await
+    }
+
+    /// Runs one script call that must complete by `deadline`.
+    async fn call_until(
+        &self,
+        deadline: Instant,
+        op: Op,
+        time: Time,
+        at: u64,
+        requests: &[Request<'_>],
+    ) -> Result<Reply, BackendError> {
+        let invocation = Call::new(op, time, at, self.settings.extra_ttl_ms, requests).invocation();
+        let result = match &self.connection {
+            Connection::Standalone(c) => {
+                tokio::time::timeout_at(deadline, invoke(c.clone(), invocation)).await
+            }
+            Connection::Cluster(c) => {
+                tokio::time::timeout_at(deadline, invoke(c.clone(), invocation)).await
+            }
+        };
+        match result {
+            Err(_elapsed) => Err(BackendError::Timeout(self.settings.timeout)),
+            Ok(Err(err)) => {
+                let what = What {
+                    op,
+                    count: requests.len(),
+                    target: &self.settings.target,
+                };
+                Err(error::from_redis(&what, &err, self.settings.timeout))
+            }
+            Ok(Ok(values)) => parse_reply(op, requests.len(), &values),
+        }
+    }
+
+    /// On a cluster, the requests split by hash tag when there is more than
+    /// one; `None` when one script call can take them all.
+    fn groups<'r>(&self, requests: &[Request<'r>]) -> Option<Vec<Group<'r>>> {
+        if !self.is_cluster() {
+            return None;
+        }
+        let first = requests.first()?.key.hash_tag();
+        if requests.iter().all(|r| r.key.hash_tag() == first) {
+            return None;
+        }
+        let mut groups: Vec<(&str, Group<'r>)> = Vec::new();
+        for (position, request) in requests.iter().enumerate() {
+            let tag = request.key.hash_tag();
+            match groups.iter_mut().find(|(t, _)| *t == tag) {
+                Some((_, group)) => {
+                    group.positions.push(position);
+                    group.requests.push(*request);
+                }
+                None => groups.push((
+                    tag,
+                    Group {
+                        positions: vec![position],
+                        requests: vec![*request],
+                    },
+                )),
+            }
+        }
+        Some(groups.into_iter().map(|(_, group)| group).collect())
+    }
+
+    async fn acquire_batch(&self, requests: &[Request<'_>]) -> Result<Decisions, BackendError> {
+        validate(requests)?;
+        if requests.is_empty() {
+            return Ok(Decisions::new([]));
+        }
+        match self.groups(requests) {
+            None => Ok(Decisions::new(
+                self.call(Op::Acquire, self.time(), 0, requests)
+                    .await?
+                    .decisions,
+            )),
+            Some(groups) => self.acquire_groups(requests.len(), &groups).await,
+        }
+    }
+
+    /// Reserve-then-compensate over several hash tags (cluster only).
+    async fn acquire_groups(
+        &self,
+        count: usize,
+        groups: &[Group<'_>],
+    ) -> Result<Decisions, BackendError> {
+        let deadline = self.deadline();
+        let mut decided = vec![None; count];
+        let mut time = self.time();
+        let mut taken = Vec::with_capacity(groups.len());
+        let mut refused = None;
+        for (index, group) in groups.iter().enumerate() {
+            let reply = match self
+                .call_until(deadline, Op::Acquire, time, 0, &group.requests)
+                .await
+            {
+                Ok(reply) => reply,
+                Err(err) => {
+                    if let Time::Client(now) = time {
+                        self.give_back(groups, &taken, now).await;
+                    }
+                    return Err(err);
+                }
+            };
+            time = Time::Client(reply.now);
+            group.place(&reply.decisions, &mut decided);
+            if reply.decisions.iter().all(|d| d.allowed) {
+                taken.push(index);
+            } else {
+                refused = Some(index);
+                break;
+            }
+        }
+        let (Some(refused), Time::Client(now)) = (refused, time) else {
+            return gather(decided);
+        };
+        self.give_back(groups, &taken, now).await;
+        // Like the single-script path: the other limits report their current
+        // state, as of the same time.
+        for (index, group) in groups.iter().enumerate() {
+            if index != refused {
+                let reply = self
+                    .call(Op::Peek, Time::Client(now), 0, &group.requests)
+                    .await?;
+                group.place(&reply.decisions, &mut decided);
+            }
+        }
+        gather(decided)
+    }
+
+    /// Refunds what the `taken` groups consumed at `at` (best effort: a
+    /// failure is logged, the units then return when their state expires).
+    async fn give_back(&self, groups: &[Group<'_>], taken: &[usize], at: u64) {
+        for &index in taken {
+            let requests = &groups[index].requests;
+            if let Err(error) = self.call(Op::Refund, self.time(), at, requests).await {
+                tracing::warn!(
+                    %error,
+                    limits = requests.len(),
+                    "could not give back units reserved on a Redis Cluster hash tag; they return when the state expires"
+                );
+            }
+        }
+    }
+
+    /// Runs `op` over the batch: one script call, or one per hash tag on a
+    /// cluster (sharing the first call's time).
+    async fn each_group(
+        &self,
+        op: Op,
+        at: u64,
+        requests: &[Request<'_>],
+    ) -> Result<Vec<Decision>, BackendError> {
+        if requests.is_empty() {
+            return Ok(Vec::new());
+        }
+        let Some(groups) = self.groups(requests) else {
+            return Ok(self.call(op, self.time(), at, requests).await?.decisions);
+        };
+        let deadline = self.deadline();
+        let mut decided = vec![None; requests.len()];
+        let mut time = self.time();
+        for group in &groups {
+            let reply = self
+                .call_until(deadline, op, time, at, &group.requests)
+                .await?;
+            time = Time::Client(reply.now);
+            group.place(&reply.decisions, &mut decided);
+        }
+        Ok(decided.into_iter().flatten().collect())
+    }
+}
+
+impl Backend for RedisBackend {
+    fn acquire<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
+        Box::pin(self.acquire_batch(requests))
+    }
+
+    fn peek<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
+        Box::pin(async move {
+            validate(requests)?;
+            let decisions = self.each_group(Op::Peek, 0, requests).await?;
+            if decisions.len() != requests.len() {
+                return Err(BackendError::protocol(
+                    "a limit of the call was left undecided",
+                ));
+            }
+            Ok(Decisions::new(decisions))
+        })
+    }
+
+    fn refund<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        at_micros: u64,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        // Like the memory backend, refunds are not validated: giving back
+        // more than was taken only empties the state.
+        Box::pin(async move {
+            self.each_group(Op::Refund, at_micros, requests)
+                .await
+                .map(drop)
+        })
+    }
+
+    fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(async move { self.each_group(Op::Reset, 0, requests).await.map(drop) })
+    }
+}

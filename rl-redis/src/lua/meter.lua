@@ -1,0 +1,80 @@
+-- Token bucket and leaky bucket (rl-core algorithm/meter.rs): one meter
+-- scaled by P so refill and drain stay integers (T scaled units per us, one
+-- unit = P scaled units, capacity B * P).
+-- State: HASH { s = tokens * P (token bucket) or level * P (leaky bucket),
+-- u = time of the last update, e = time it is back to fresh }. The level is
+-- what is in use: B * P - tokens for the token bucket. Fresh again at
+-- e = now + ceil(level / T), computed with the limit that wrote it (a
+-- changed threshold or burst does not revive an expired state), which is
+-- also when the key expires. A meter back to fresh is deleted.
+
+-- The level (units in use x P) after draining up to `now`; 0 when fresh.
+local function meter_level(r, now, token)
+  local full = r.b * r.p
+  local st = redis.call('HMGET', r.key, 's', 'u', 'e')
+  if not st[1] or now >= (tonumber(st[3]) or 0) then
+    return 0
+  end
+  local scaled, updated = tonumber(st[1]), tonumber(st[2])
+  -- A product beyond 2^53 is inexact but then exceeds every capacity, so
+  -- the clamps below give the exact result.
+  local drained = math.max(now - updated, 0) * r.t
+  if token then
+    if scaled + drained >= full then
+      return 0
+    end
+    return full - (scaled + drained)
+  end
+  if drained >= scaled then
+    return 0
+  end
+  return scaled - drained
+end
+
+local function meter_store(r, now, level, token)
+  if level <= 0 then
+    redis.call('DEL', r.key)
+    return
+  end
+  local scaled = level
+  if token then
+    scaled = math.max(r.b * r.p - level, 0)
+  end
+  local expires_at = now + cdiv(level, r.t)
+  redis.call('HSET', r.key, 's', fmt(scaled), 'u', fmt(now), 'e', fmt(expires_at))
+  expire(r.key, expires_at, now)
+end
+
+local function meter_decide(r, now, commit, token)
+  local t, p, b = r.t, r.p, r.b
+  local full = b * p
+  local level = meter_level(r, now, token)
+  local need = r.cost * p
+  if need > full - level then
+    local remaining = idiv(math.max(full - level, 0), p)
+    return decision(false, b, remaining, cdiv(need - (full - level), t), cdiv(level, t))
+  end
+  if commit then
+    level = level + need
+    meter_store(r, now, level, token)
+  end
+  return decision(true, b, idiv(full - level, p), 0, cdiv(level, t))
+end
+
+local function meter_refund(r, now, token)
+  if redis.call('EXISTS', r.key) == 0 then
+    return
+  end
+  local level = meter_level(r, now, token) - r.cost * r.p
+  meter_store(r, now, math.max(level, 0), token)
+end
+
+ALG.tb = {
+  decide = function(r, now, commit) return meter_decide(r, now, commit, true) end,
+  refund = function(r, now, _) meter_refund(r, now, true) end,
+}
+
+ALG.lb = {
+  decide = function(r, now, commit) return meter_decide(r, now, commit, false) end,
+  refund = function(r, now, _) meter_refund(r, now, false) end,
+}

@@ -1,0 +1,294 @@
+//! The Redis backend on a real three-master Redis Cluster: identities spread
+//! over slots, limits over several hash tags stay all-or-nothing, and a
+//! flushed script cache on every node is survived.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use rl_core::{Algorithm, Backend, Decisions, Key, Limit, ManualClock, MemoryBackend, Request};
+use rl_redis::RedisBackend;
+use rl_tests::harness::RedisCluster;
+
+const EPOCH_US: u64 = 1_700_000_000_000_000;
+
+fn limit(algorithm: Algorithm, threshold: u64, period: Duration) -> Limit {
+    Limit::new(threshold, period)
+        .and_then(|l| l.with_algorithm(algorithm))
+        .expect("valid limit")
+}
+
+async fn slot_of(cluster: &RedisCluster, key: &str) -> u16 {
+    cluster.masters()[0].cmd(&["CLUSTER", "KEYSLOT", key]).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_identities_spread_over_slots_and_stay_isolated_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let backend = RedisBackend::connect_cluster(cluster.urls())
+        .await
+        .expect("connect");
+    assert!(backend.is_cluster());
+    let long = "y".repeat(10 * 1024);
+    let mut identities: Vec<String> = [
+        "{",
+        "}",
+        "{}",
+        "a}{b",
+        ":",
+        "a:b",
+        "a b",
+        "",
+        "%7B",
+        "日本語",
+        "😀",
+        long.as_str(),
+    ]
+    .map(String::from)
+    .to_vec();
+    identities.extend((0..30).map(|n| format!("user-{n}")));
+    let log = limit(Algorithm::SlidingLog, 1, Duration::from_secs(60));
+    let gcra = limit(Algorithm::Gcra, 1, Duration::from_secs(60));
+    let keys: Vec<Key> = identities
+        .iter()
+        .map(|id| Key::new("spread", "otp", id))
+        .collect();
+    for key in &keys {
+        let batch = [Request::new(key, &log, 1), Request::new(key, &gcra, 1)];
+        assert!(
+            backend.acquire(&batch).await.expect("acquire").allowed(),
+            "first call of {:.40}",
+            key.hash_tag()
+        );
+    }
+    for key in &keys {
+        let batch = [Request::new(key, &log, 1), Request::new(key, &gcra, 1)];
+        assert!(
+            !backend.acquire(&batch).await.expect("acquire").allowed(),
+            "second call of {:.40}",
+            key.hash_tag()
+        );
+    }
+    let mut slots = BTreeSet::new();
+    for key in &keys {
+        let base = format!("{key}:{}", log.storage_suffix());
+        let own: HashSet<u16> = [
+            slot_of(&cluster, &base).await,
+            slot_of(&cluster, &format!("{base}:seq")).await,
+            slot_of(&cluster, &format!("{key}:{}", gcra.storage_suffix())).await,
+        ]
+        .into();
+        assert_eq!(
+            own.len(),
+            1,
+            "the keys of {:.40} span several slots",
+            key.hash_tag()
+        );
+        slots.extend(own);
+    }
+    assert!(
+        slots.len() > identities.len() / 2,
+        "only {} slots for {} identities",
+        slots.len(),
+        identities.len()
+    );
+    let masters_used: HashSet<u16> = slots.iter().map(|slot| slot / 5_461).collect();
+    assert_eq!(masters_used.len(), 3, "identities land on every master");
+}
+
+/// A small deterministic generator (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_over_several_hash_tags_are_all_or_nothing_and_decide_like_the_memory_backend_on_a_cluster()
+ {
+    let cluster = RedisCluster::start();
+    let clock = ManualClock::new(EPOCH_US);
+    let redis = RedisBackend::cluster_builder(cluster.urls())
+        .client_clock(clock.clone())
+        .extra_ttl(Duration::from_secs(3_600))
+        .connect()
+        .await
+        .expect("connect");
+    let memory = MemoryBackend::with_clock(clock.clone());
+    // SMS: per phone 2/10 s (log), 3/min (window), 4/30 s (GCRA); per IP a
+    // token bucket and a sliding window; per device a leaky bucket.
+    let phone_limits = [
+        limit(Algorithm::SlidingLog, 2, Duration::from_secs(10)),
+        limit(Algorithm::FixedWindow, 3, Duration::from_secs(60)),
+        limit(Algorithm::Gcra, 4, Duration::from_secs(30)),
+    ];
+    let ip_limits = [
+        limit(Algorithm::TokenBucket, 5, Duration::from_secs(10)),
+        limit(Algorithm::SlidingWindow, 6, Duration::from_secs(10))
+            .with_slots(5)
+            .expect("slots"),
+    ];
+    let device_limit = limit(Algorithm::LeakyBucket, 3, Duration::from_secs(5));
+    let phones: Vec<Key> = (0..3)
+        .map(|i| Key::from_display("sms", "phone", &i))
+        .collect();
+    let ips: Vec<Key> = (0..2).map(|i| Key::from_display("sms", "ip", &i)).collect();
+    let devices: Vec<Key> = (0..2)
+        .map(|i| Key::from_display("sms", "device", &i))
+        .collect();
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let (mut allowed, mut refused) = (0, 0);
+    let mut last_allowed: Option<(usize, usize, usize, u64)> = None;
+    for step in 0..400 {
+        let (p, i, d) = (
+            rng.below(3) as usize,
+            rng.below(2) as usize,
+            rng.below(2) as usize,
+        );
+        let batch: Vec<Request<'_>> = phone_limits
+            .iter()
+            .map(|l| Request::new(&phones[p], l, 1))
+            .chain(ip_limits.iter().map(|l| Request::new(&ips[i], l, 1)))
+            .chain([Request::new(&devices[d], &device_limit, 1)])
+            .collect();
+        match rng.below(10) {
+            0 => {
+                let m = memory.peek(&batch).await.expect("memory");
+                let r = redis.peek(&batch).await.expect("redis");
+                assert_eq!(m, r, "peek at step {step}");
+            }
+            1 => {
+                if let Some((p, i, d, at)) = last_allowed.take() {
+                    let batch: Vec<Request<'_>> = phone_limits
+                        .iter()
+                        .map(|l| Request::new(&phones[p], l, 1))
+                        .chain(ip_limits.iter().map(|l| Request::new(&ips[i], l, 1)))
+                        .chain([Request::new(&devices[d], &device_limit, 1)])
+                        .collect();
+                    memory.refund(&batch, at).await.expect("memory");
+                    redis.refund(&batch, at).await.expect("redis");
+                }
+            }
+            _ => {
+                let m: Decisions = memory.acquire(&batch).await.expect("memory");
+                let r: Decisions = redis.acquire(&batch).await.expect("redis");
+                assert_eq!(m, r, "acquire at step {step}");
+                if m.allowed() {
+                    allowed += 1;
+                    last_allowed = Some((p, i, d, m[0].at_micros));
+                } else {
+                    refused += 1;
+                }
+            }
+        }
+        clock.advance_micros(rng.below(3_000_000));
+    }
+    assert!(
+        allowed > 20 && refused > 20,
+        "allowed {allowed}, refused {refused}: the scenario must exercise both"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_by_a_later_hash_tag_gives_back_what_earlier_ones_reserved_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let backend = RedisBackend::connect_cluster(cluster.urls())
+        .await
+        .expect("connect");
+    let per_phone = limit(Algorithm::SlidingLog, 1, Duration::from_secs(60));
+    let per_ip = limit(Algorithm::FixedWindow, 1, Duration::from_secs(3_600));
+    let ip = Key::new("comp", "ip", "198.51.100.1");
+    let first = Key::new("comp", "phone", "first");
+    let second = Key::new("comp", "phone", "second");
+    let call = |phone| {
+        [
+            Request::new(phone, &per_phone, 1),
+            Request::new(&ip, &per_ip, 1),
+        ]
+    };
+    assert!(
+        backend
+            .acquire(&call(&first))
+            .await
+            .expect("acquire")
+            .allowed()
+    );
+    let refused = backend.acquire(&call(&second)).await.expect("acquire");
+    assert!(
+        !refused.allowed() && refused[0].allowed && !refused[1].allowed,
+        "{refused:?}"
+    );
+    assert_eq!(
+        refused[0].remaining, 1,
+        "the phone limit reports its state without the reservation"
+    );
+    let phone_key = format!("{second}:{}", per_phone.storage_suffix());
+    let node = &cluster.masters()[usize::from(slot_of(&cluster, &phone_key).await / 5_461)];
+    let exists: i64 = node.cmd(&["EXISTS", &phone_key]).await;
+    assert_eq!(exists, 0, "the reservation on the phone was given back");
+    assert!(
+        backend
+            .acquire(&[Request::new(&second, &per_phone, 1)])
+            .await
+            .expect("acquire")
+            .allowed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_on_every_node_during_a_load_run_causes_no_errors_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let backend = Arc::new(
+        RedisBackend::connect_cluster(cluster.urls())
+            .await
+            .expect("connect"),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let (calls, errors) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut workers = tokio::task::JoinSet::new();
+    for worker in 0..8u64 {
+        let (backend, stop, calls, errors) =
+            (backend.clone(), stop.clone(), calls.clone(), errors.clone());
+        workers.spawn(async move {
+            let limits: Vec<Limit> = Algorithm::ALL
+                .iter()
+                .map(|&a| limit(a, 10_000, Duration::from_secs(1)))
+                .collect();
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let key = Key::from_display("cflush", "load", &(worker * 1_000 + n % 50));
+                let batch: Vec<Request<'_>> =
+                    limits.iter().map(|l| Request::new(&key, l, 1)).collect();
+                if let Err(error) = backend.acquire(&batch).await {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                    eprintln!("call failed: {error}");
+                }
+                calls.fetch_add(1, Ordering::Relaxed);
+                n += 1;
+            }
+        });
+    }
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for node in cluster.masters() {
+            let _: String = node.cmd(&["SCRIPT", "FLUSH"]).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    while let Some(done) = workers.join_next().await {
+        done.expect("worker");
+    }
+    let (calls, errors) = (
+        calls.load(Ordering::Relaxed),
+        errors.load(Ordering::Relaxed),
+    );
+    assert!(calls > 200, "only {calls} calls");
+    assert_eq!(errors, 0, "{errors} of {calls} calls failed");
+}

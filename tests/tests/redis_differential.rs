@@ -1,0 +1,398 @@
+//! The Redis backend decides exactly like the in-memory reference.
+//!
+//! Random sequences of acquire, peek, refund, reset and clock advances (0 to
+//! 2 periods, exact window, slot and retry boundaries included) run against
+//! `RedisBackend` and `MemoryBackend` under identical manual clocks; every
+//! decision (allowed, limit, remaining, retry_after, reset_after, time) must
+//! be identical. One real server is shared by the whole file; every case uses
+//! its own key prefix.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use rl_core::{
+    Algorithm, Backend, BackendError, Clock, Decisions, Key, Limit, ManualClock, MemoryBackend,
+    Request,
+};
+use rl_redis::RedisBackend;
+use rl_tests::harness::RedisServer;
+
+/// Cases per property (`PROPTEST_CASES` overrides).
+const CASES: u32 = 200;
+
+/// Periods used: short, whole and fractional seconds (all divisible by every slot count used).
+const PERIODS_US: [u64; 6] = [
+    1_000_000, 1_500_000, 2_000_000, 5_000_000, 10_000_000, 60_000_000,
+];
+const SLOTS: [u64; 5] = [1, 2, 4, 5, 10];
+
+/// A realistic epoch (2023-11), so Lua handles full-size microsecond times.
+const EPOCH_US: u64 = 1_700_000_000_000_000;
+
+/// One server for every test of this file: started by the first test that
+/// needs it, stopped when the last one using it finishes.
+fn shared_server() -> Arc<RedisServer> {
+    static SHARED: Mutex<Weak<RedisServer>> = Mutex::new(Weak::new());
+    let mut shared = SHARED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(server) = shared.upgrade() {
+        return server;
+    }
+    let server = Arc::new(RedisServer::start());
+    *shared = Arc::downgrade(&server);
+    server
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Advance {
+    /// Parts per million of two periods of the first limit: 0 ..= 2P.
+    PartsOfTwoPeriods(u64),
+    /// A few microseconds.
+    Micros(u64),
+    /// Exactly the last decision's binding `retry_after`, plus -1, 0 or +1 µs.
+    RetryAfter(i64),
+    /// Exactly the last decision's binding `reset_after`, plus -1, 0 or +1 µs.
+    ResetAfter(i64),
+    /// To the next window (or slot) boundary of the first limit, plus -1, 0 or +1 µs.
+    Boundary(i64),
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    Advance(Advance),
+    Acquire {
+        key: usize,
+        limits: Vec<usize>,
+        cost: u64,
+    },
+    Peek {
+        key: usize,
+        limits: Vec<usize>,
+        cost: u64,
+    },
+    /// Refunds the last allowed acquire, at its decision time.
+    RefundLast,
+    /// Refunds at the current time (often matching nothing).
+    RefundNow {
+        key: usize,
+        limits: Vec<usize>,
+        cost: u64,
+    },
+    Reset {
+        key: usize,
+        limit: usize,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    limits: Vec<Limit>,
+    keys: usize,
+    start: u64,
+    steps: Vec<Step>,
+}
+
+fn limit(algorithm: Algorithm, slots: u64) -> impl Strategy<Value = Limit> {
+    (
+        1u64..=6,
+        prop::sample::select(PERIODS_US.to_vec()),
+        1u64..=6,
+    )
+        .prop_map(move |(threshold, period, burst)| {
+            Limit::from_parts(
+                threshold,
+                period,
+                algorithm,
+                if algorithm.uses_burst() {
+                    burst
+                } else {
+                    threshold
+                },
+                slots,
+            )
+            .expect("valid limit parts")
+        })
+}
+
+fn cost() -> impl Strategy<Value = u64> {
+    prop_oneof![3 => Just(1u64), 1 => 2u64..=3]
+}
+
+fn advance() -> impl Strategy<Value = Advance> {
+    prop_oneof![
+        4 => (0u64..=2_000_000).prop_map(Advance::PartsOfTwoPeriods),
+        2 => (0u64..2_000).prop_map(Advance::Micros),
+        3 => (-1i64..=1).prop_map(Advance::RetryAfter),
+        1 => (-1i64..=1).prop_map(Advance::ResetAfter),
+        2 => (-1i64..=1).prop_map(Advance::Boundary),
+    ]
+}
+
+fn step(limits: usize, keys: usize) -> impl Strategy<Value = Step> {
+    let chosen = move || prop::collection::vec(0..limits, 1..=limits);
+    prop_oneof![
+        8 => (0..keys, chosen(), cost()).prop_map(|(key, limits, cost)| Step::Acquire { key, limits, cost }),
+        2 => (0..keys, chosen(), cost()).prop_map(|(key, limits, cost)| Step::Peek { key, limits, cost }),
+        2 => Just(Step::RefundLast),
+        1 => (0..keys, chosen(), cost()).prop_map(|(key, limits, cost)| Step::RefundNow { key, limits, cost }),
+        1 => (0..keys, 0..limits).prop_map(|(key, limit)| Step::Reset { key, limit }),
+        6 => advance().prop_map(Step::Advance),
+    ]
+}
+
+/// Cases with 1 ..= `max_limits` limits drawn from `algorithms`, 1 ..= 3
+/// identities and up to 40 steps. Sliding-window limits of one case share
+/// one slot count (a limit's state is keyed by algorithm and period).
+fn case(algorithms: Vec<Algorithm>, max_limits: usize) -> impl Strategy<Value = Case> {
+    let limits = prop::sample::select(SLOTS.to_vec()).prop_flat_map(move |slots| {
+        let algorithm = prop::sample::select(algorithms.clone());
+        prop::collection::vec(
+            algorithm.prop_flat_map(move |a| limit(a, slots)),
+            1..=max_limits,
+        )
+    });
+    (limits, 1usize..=3, 0u64..1_000_000_000).prop_flat_map(|(limits, keys, offset)| {
+        let steps = prop::collection::vec(step(limits.len(), keys), 1..40);
+        (Just(limits), Just(keys), Just(EPOCH_US + offset), steps).prop_map(
+            |(limits, keys, start, steps)| Case {
+                limits,
+                keys,
+                start,
+                steps,
+            },
+        )
+    })
+}
+
+/// Both backends under one manual clock.
+struct Pair {
+    redis: RedisBackend,
+    clock: ManualClock,
+}
+
+static CASE_NUMBER: AtomicU64 = AtomicU64::new(0);
+
+fn same(
+    step: &str,
+    what: &Step,
+    now: u64,
+    memory: &Result<Decisions, BackendError>,
+    redis: &Result<Decisions, BackendError>,
+) -> Result<(), TestCaseError> {
+    let agree = match (memory, redis) {
+        (Ok(m), Ok(r)) => m == r,
+        (Err(BackendError::Invalid(m)), Err(BackendError::Invalid(r))) => m == r,
+        _ => false,
+    };
+    if agree {
+        Ok(())
+    } else {
+        Err(TestCaseError::fail(format!(
+            "{step} {what:?} at {now}:\n  memory: {memory:?}\n  redis:  {redis:?}"
+        )))
+    }
+}
+
+async fn run_case(pair: &Pair, case: &Case) -> Result<(), TestCaseError> {
+    let number = CASE_NUMBER.fetch_add(1, Ordering::Relaxed);
+    let prefix = format!("diff{number}");
+    let keys: Vec<Key> = (0..case.keys)
+        .map(|i| Key::new(&prefix, "scope", &format!("id{i}")))
+        .collect();
+    let clock = &pair.clock;
+    clock.set_micros(case.start);
+    let memory = MemoryBackend::with_clock(clock.clone());
+    let requests = |key: usize, limits: &[usize], cost: u64| -> Vec<Request<'_>> {
+        limits
+            .iter()
+            .map(|&l| Request::new(&keys[key], &case.limits[l], cost))
+            .collect()
+    };
+    let first = case.limits[0];
+    let mut last: Option<Decisions> = None;
+    let mut last_allowed: Option<(usize, Vec<usize>, u64, u64)> = None;
+    for (index, step) in case.steps.iter().enumerate() {
+        let now = clock.now_micros();
+        match step {
+            Step::Advance(advance) => {
+                let shift = |base: u64, offset: i64| base.saturating_add_signed(offset);
+                let by = match *advance {
+                    Advance::PartsOfTwoPeriods(ppm) => first.period_micros() * 2 * ppm / 1_000_000,
+                    Advance::Micros(us) => us,
+                    Advance::RetryAfter(offset) => shift(
+                        last.as_ref()
+                            .map_or(0, |d| d.binding().retry_after.as_micros() as u64),
+                        offset,
+                    ),
+                    Advance::ResetAfter(offset) => shift(
+                        last.as_ref()
+                            .map_or(0, |d| d.binding().reset_after.as_micros() as u64),
+                        offset,
+                    ),
+                    Advance::Boundary(offset) => {
+                        let unit = if first.algorithm() == Algorithm::SlidingWindow {
+                            first.period_micros() / first.slots()
+                        } else {
+                            first.period_micros()
+                        };
+                        shift((now / unit + 1) * unit - now, offset)
+                    }
+                };
+                clock.advance_micros(by);
+            }
+            Step::Acquire { key, limits, cost } => {
+                let batch = requests(*key, limits, *cost);
+                let m = memory.acquire(&batch).await;
+                let r = pair.redis.acquire(&batch).await;
+                same(&format!("step {index}"), step, now, &m, &r)?;
+                if let Ok(decisions) = m {
+                    if decisions.allowed() {
+                        last_allowed = Some((*key, limits.clone(), *cost, decisions[0].at_micros));
+                    }
+                    last = Some(decisions);
+                }
+            }
+            Step::Peek { key, limits, cost } => {
+                let batch = requests(*key, limits, *cost);
+                let m = memory.peek(&batch).await;
+                let r = pair.redis.peek(&batch).await;
+                same(&format!("step {index}"), step, now, &m, &r)?;
+                if let Ok(decisions) = m {
+                    last = Some(decisions);
+                }
+            }
+            Step::RefundLast => {
+                if let Some((key, limits, cost, at)) = &last_allowed {
+                    let batch = requests(*key, limits, *cost);
+                    memory
+                        .refund(&batch, *at)
+                        .await
+                        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                    pair.redis
+                        .refund(&batch, *at)
+                        .await
+                        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                }
+            }
+            Step::RefundNow { key, limits, cost } => {
+                let batch = requests(*key, limits, *cost);
+                let m = memory.refund(&batch, now).await;
+                let r = pair.redis.refund(&batch, now).await;
+                prop_assert_eq!(
+                    m.is_ok(),
+                    r.is_ok(),
+                    "refund at step {}: {:?} vs {:?}",
+                    index,
+                    m,
+                    r
+                );
+            }
+            Step::Reset { key, limit } => {
+                let batch = requests(*key, &[*limit], 1);
+                memory
+                    .reset(&batch)
+                    .await
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                pair.redis
+                    .reset(&batch)
+                    .await
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            }
+        }
+    }
+    // Finally, the whole state must agree: peek every identity under every limit.
+    let now = clock.now_micros();
+    for key in 0..case.keys {
+        for limit in 0..case.limits.len() {
+            let batch = requests(key, &[limit], 1);
+            let final_step = Step::Peek {
+                key,
+                limits: vec![limit],
+                cost: 1,
+            };
+            same(
+                "final check",
+                &final_step,
+                now,
+                &memory.peek(&batch).await,
+                &pair.redis.peek(&batch).await,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `CASES` cases of `strategy` against one shared server.
+fn check(strategy: impl Strategy<Value = Case>) {
+    let server = shared_server();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let clock = ManualClock::new(EPOCH_US);
+    let redis = runtime.block_on(async {
+        RedisBackend::builder(server.url())
+            .client_clock(clock.clone())
+            // Redis expires keys in real time while the manual clock stands
+            // still; decisions never depend on the extra lifetime.
+            .extra_ttl(Duration::from_secs(3_600))
+            .timeout(Duration::from_secs(10))
+            .connect()
+            .await
+            .expect("connect to the test server")
+    });
+    let pair = Pair { redis, clock };
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(CASES);
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new(config);
+    let result = runner.run(&strategy, |case| runtime.block_on(run_case(&pair, &case)));
+    if let Err(failure) = result {
+        panic!("{failure}");
+    }
+}
+
+#[test]
+fn fixed_window_decisions_are_identical_to_the_memory_backend() {
+    check(case(vec![Algorithm::FixedWindow], 2));
+}
+
+#[test]
+fn sliding_log_decisions_are_identical_to_the_memory_backend() {
+    check(case(vec![Algorithm::SlidingLog], 2));
+}
+
+#[test]
+fn sliding_window_decisions_are_identical_to_the_memory_backend() {
+    check(case(vec![Algorithm::SlidingWindow], 2));
+}
+
+#[test]
+fn token_bucket_decisions_are_identical_to_the_memory_backend() {
+    check(case(vec![Algorithm::TokenBucket], 2));
+}
+
+#[test]
+fn leaky_bucket_decisions_are_identical_to_the_memory_backend() {
+    check(case(vec![Algorithm::LeakyBucket], 2));
+}
+
+#[test]
+fn gcra_decisions_are_identical_to_the_memory_backend() {
+    check(case(vec![Algorithm::Gcra], 2));
+}
+
+#[test]
+fn multi_limit_batches_mixing_algorithms_are_decided_identically_and_all_or_nothing() {
+    check(case(Algorithm::ALL.to_vec(), 4));
+}

@@ -1,0 +1,472 @@
+//! What the Redis backend guarantees on one real server: TTLs, key layout,
+//! time source, exact retry_after, write-free refusals, one round trip per
+//! batch, and the sliding log's cost at its cap.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rl_core::{
+    Algorithm, Backend, BackendError, Clock, Decisions, Key, Limit, Limiter, ManualClock,
+    MemoryBackend, Request, SystemClock,
+};
+use rl_redis::RedisBackend;
+use rl_tests::harness::RedisServer;
+
+const EPOCH_US: u64 = 1_700_000_000_123_456;
+
+fn limit(algorithm: Algorithm, threshold: u64, period: Duration) -> Limit {
+    Limit::new(threshold, period)
+        .and_then(|l| l.with_algorithm(algorithm))
+        .expect("valid limit")
+}
+
+fn storage_keys(key: &Key, limit: &Limit) -> Vec<String> {
+    let base = format!("{key}:{}", limit.storage_suffix());
+    if limit.algorithm() == Algorithm::SlidingLog {
+        vec![format!("{base}:seq"), base]
+    } else {
+        vec![base]
+    }
+}
+
+async fn client_clock_backend(server: &RedisServer, clock: &ManualClock) -> RedisBackend {
+    RedisBackend::builder(server.url())
+        .client_clock(clock.clone())
+        .connect()
+        .await
+        .expect("connect")
+}
+
+async fn changes(server: &RedisServer) -> u64 {
+    let info: String = server.cmd(&["INFO", "persistence"]).await;
+    info.lines()
+        .find_map(|line| line.strip_prefix("rdb_changes_since_last_save:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("rdb_changes_since_last_save in INFO")
+}
+
+async fn evalsha_calls(server: &RedisServer) -> u64 {
+    let info: String = server.cmd(&["INFO", "commandstats"]).await;
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn every_key_written_expires_exactly_when_the_decision_says_the_limit_is_back_to_full() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(EPOCH_US);
+    let backend = client_clock_backend(&server, &clock).await;
+    for algorithm in Algorithm::ALL {
+        let limit = limit(algorithm, 4, Duration::from_secs(30));
+        let key = Key::new("ttl", algorithm.name(), "alice");
+        let decision = backend
+            .acquire(&[Request::new(&key, &limit, 3)])
+            .await
+            .expect("acquire")[0];
+        assert!(decision.allowed);
+        let expected_ms = decision.reset_after.as_micros().div_ceil(1_000) as i64;
+        for storage in storage_keys(&key, &limit) {
+            let pttl: i64 = server.cmd(&["PTTL", &storage]).await;
+            assert!(
+                pttl <= expected_ms && pttl > expected_ms - 1_000,
+                "{algorithm}: {storage} has PTTL {pttl} ms, expected {expected_ms} ms (reset_after {:?})",
+                decision.reset_after
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn after_ten_thousand_distinct_identities_every_key_has_a_ttl() {
+    let server = RedisServer::start();
+    let backend = Arc::new(RedisBackend::connect(server.url()).await.expect("connect"));
+    let limits: Vec<Limit> = Algorithm::ALL
+        .iter()
+        .map(|&a| limit(a, 3, Duration::from_secs(60)))
+        .collect();
+    let limits = Arc::new(limits);
+    let mut tasks = tokio::task::JoinSet::new();
+    for worker in 0..16u64 {
+        let (backend, limits) = (backend.clone(), limits.clone());
+        tasks.spawn(async move {
+            for identity in (worker..10_000).step_by(16) {
+                let key = Key::from_display("rot", "login", &identity);
+                let limit = &limits[identity as usize % limits.len()];
+                let request = [Request::new(&key, limit, 1)];
+                let decision = backend.acquire(&request).await.expect("acquire")[0];
+                match identity % 5 {
+                    0 => backend
+                        .refund(&request, decision.at_micros)
+                        .await
+                        .expect("refund"),
+                    1 => drop(backend.peek(&request).await.expect("peek")),
+                    2 => drop(
+                        backend
+                            .acquire(&[Request::new(&key, limit, 3)])
+                            .await
+                            .expect("refused acquire"),
+                    ),
+                    _ => {}
+                }
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.expect("worker");
+    }
+    let mut cursor = "0".to_owned();
+    let mut seen = 0usize;
+    let mut connection = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connection");
+    loop {
+        let (next, keys): (String, Vec<String>) = redis::cmd("SCAN")
+            .arg(&cursor)
+            .arg("MATCH")
+            .arg("rot:*")
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut connection)
+            .await
+            .expect("SCAN");
+        let mut pipe = redis::pipe();
+        for key in &keys {
+            pipe.cmd("PTTL").arg(key);
+        }
+        let ttls: Vec<i64> = pipe.query_async(&mut connection).await.expect("PTTL");
+        for (key, ttl) in keys.iter().zip(&ttls) {
+            assert!(*ttl > 0, "{key} has PTTL {ttl}");
+        }
+        seen += keys.len();
+        if next == "0" {
+            break;
+        }
+        cursor = next;
+    }
+    // Refunded states are fresh again and deleted; the others remain.
+    let refunded = 10_000 / 5;
+    let logs = (0..10_000u64).filter(|i| i % 6 == 1 && i % 5 != 0).count();
+    assert_eq!(
+        seen,
+        10_000 - refunded + logs,
+        "keys left: one per identity, two for sliding logs"
+    );
+}
+
+#[tokio::test]
+async fn hostile_identities_are_accepted_and_never_share_state() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(server.url()).await.expect("connect");
+    let long = "x".repeat(10 * 1024);
+    let identities = [
+        "{",
+        "}",
+        "{}",
+        "a}{b",
+        ":",
+        "a:b",
+        "a b",
+        " ",
+        "",
+        "%7B",
+        "%",
+        "日本語",
+        "😀",
+        "\u{0}",
+        "\r\n",
+        long.as_str(),
+    ];
+    for algorithm in [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+        Algorithm::Gcra,
+    ] {
+        let limit = limit(algorithm, 1, Duration::from_secs(60));
+        let keys: Vec<Key> = identities
+            .iter()
+            .map(|id| Key::new("host", "sms", id))
+            .collect();
+        for key in &keys {
+            let first = backend
+                .acquire(&[Request::new(key, &limit, 1)])
+                .await
+                .expect("acquire");
+            assert!(
+                first.allowed(),
+                "{algorithm}: first call of {:?} refused",
+                key.hash_tag()
+            );
+        }
+        for key in &keys {
+            let second = backend
+                .acquire(&[Request::new(key, &limit, 1)])
+                .await
+                .expect("acquire");
+            assert!(
+                !second.allowed(),
+                "{algorithm}: second call of {:?} allowed",
+                key.hash_tag()
+            );
+        }
+        for key in &keys {
+            for storage in storage_keys(key, &limit) {
+                let exists: i64 = server.cmd(&["EXISTS", &storage]).await;
+                assert_eq!(exists, 1, "{algorithm}: {storage:.60} missing");
+            }
+        }
+    }
+    let distinct: HashSet<String> = identities
+        .iter()
+        .map(|id| Key::new("host", "sms", id).to_string())
+        .collect();
+    assert_eq!(distinct.len(), identities.len());
+}
+
+#[tokio::test]
+async fn server_time_gives_one_timeline_to_clients_whose_clocks_differ_by_ten_seconds() {
+    let server = RedisServer::start();
+    let real = SystemClock.now_micros();
+    let ahead = ManualClock::new(real + 5_000_000);
+    let behind = ManualClock::new(real - 5_000_000);
+    let limiter_ahead = Limiter::builder()
+        .backend(RedisBackend::connect(server.url()).await.expect("connect"))
+        .clock(ahead)
+        .build()
+        .expect("limiter");
+    let limiter_behind = Limiter::builder()
+        .backend(RedisBackend::connect(server.url()).await.expect("connect"))
+        .clock(behind)
+        .build()
+        .expect("limiter");
+    for algorithm in Algorithm::ALL {
+        let limit = limit(algorithm, 5, Duration::from_secs(3_600));
+        let key = Key::new("skew", algorithm.name(), "shared");
+        let requests = [Request::new(&key, &limit, 1)];
+        let reference_clock = ManualClock::new(0);
+        let reference = MemoryBackend::with_clock(reference_clock.clone());
+        let mut allowed = 0;
+        for call in 0..12 {
+            let limiter = if call % 2 == 0 {
+                &limiter_ahead
+            } else {
+                &limiter_behind
+            };
+            let decisions: Decisions = limiter.acquire_all(&requests).await.expect("acquire");
+            let at = decisions[0].at_micros;
+            let now = SystemClock.now_micros();
+            assert!(
+                at.abs_diff(now) < 1_000_000,
+                "{algorithm}: decided at {at}, real time {now}"
+            );
+            reference_clock.set_micros(at);
+            assert_eq!(
+                decisions,
+                reference.acquire_sync(&requests),
+                "{algorithm}: call {call}"
+            );
+            allowed += usize::from(decisions.allowed());
+        }
+        assert_eq!(allowed, 5, "{algorithm}");
+    }
+}
+
+#[tokio::test]
+async fn a_call_exactly_retry_after_a_rejection_is_allowed_for_every_algorithm() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(EPOCH_US);
+    let backend = client_clock_backend(&server, &clock).await;
+    for algorithm in Algorithm::ALL {
+        for cost in [1, 2] {
+            let limit = limit(algorithm, 3, Duration::from_secs(10))
+                .with_slots(5)
+                .expect("slots");
+            let key = Key::from_display("retry", algorithm.name(), &cost);
+            let request = [Request::new(&key, &limit, cost)];
+            clock.advance_micros(1_234_567);
+            let refused = loop {
+                let decisions = backend.acquire(&request).await.expect("acquire");
+                if !decisions.allowed() {
+                    break decisions[0];
+                }
+                clock.advance_micros(100_003);
+            };
+            let wait = refused.retry_after.as_micros() as u64;
+            assert!(wait > 0, "{algorithm}: refused with retry_after 0");
+            clock.advance_micros(wait - 1);
+            assert!(
+                !backend.peek(&request).await.expect("peek").allowed(),
+                "{algorithm} cost {cost}: allowed 1 µs before retry_after"
+            );
+            clock.advance_micros(1);
+            assert!(
+                backend.acquire(&request).await.expect("acquire").allowed(),
+                "{algorithm} cost {cost}: refused exactly retry_after ({wait} µs) after the rejection"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn refused_calls_and_peeks_write_nothing() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(server.url()).await.expect("connect");
+    for algorithm in Algorithm::ALL {
+        let limit = limit(algorithm, 2, Duration::from_secs(60));
+        let key = Key::new("ro", algorithm.name(), "bob");
+        let request = [Request::new(&key, &limit, 2)];
+        assert!(backend.acquire(&request).await.expect("acquire").allowed());
+        let before = changes(&server).await;
+        for _ in 0..5 {
+            assert!(!backend.acquire(&request).await.expect("acquire").allowed());
+            backend.peek(&request).await.expect("peek");
+        }
+        assert_eq!(
+            changes(&server).await,
+            before,
+            "{algorithm}: refusals or peeks wrote"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_state_given_back_entirely_is_deleted() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(server.url()).await.expect("connect");
+    for algorithm in Algorithm::ALL {
+        let limit = limit(algorithm, 3, Duration::from_secs(60));
+        let key = Key::new("fresh", algorithm.name(), "carol");
+        let request = [Request::new(&key, &limit, 2)];
+        let decision = backend.acquire(&request).await.expect("acquire")[0];
+        backend
+            .refund(&request, decision.at_micros)
+            .await
+            .expect("refund");
+        for storage in storage_keys(&key, &limit) {
+            let exists: i64 = server.cmd(&["EXISTS", &storage]).await;
+            assert_eq!(exists, 0, "{algorithm}: {storage} survived a full refund");
+        }
+        let peek = backend.peek(&request).await.expect("peek")[0];
+        assert_eq!(
+            (peek.remaining, peek.reset_after),
+            (limit.capacity(), Duration::ZERO),
+            "{algorithm}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn costs_above_the_capacity_are_invalid_requests_not_forever_rejections() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(server.url()).await.expect("connect");
+    let limit = limit(Algorithm::SlidingLog, 3, Duration::from_secs(60));
+    let key = Key::new("inv", "x", "y");
+    for cost in [0, 4, u64::MAX] {
+        let error = backend
+            .acquire(&[Request::new(&key, &limit, cost)])
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, BackendError::Invalid(_)),
+            "cost {cost}: {error}"
+        );
+        let error = backend
+            .peek(&[Request::new(&key, &limit, cost)])
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, BackendError::Invalid(_)),
+            "cost {cost}: {error}"
+        );
+    }
+    let keys: i64 = server.cmd(&["DBSIZE"]).await;
+    assert_eq!(keys, 0);
+}
+
+#[tokio::test]
+async fn sms_limits_over_two_identities_are_one_evalsha_and_all_or_nothing_on_standalone() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(server.url()).await.expect("connect");
+    let per_minute = limit(Algorithm::SlidingLog, 1, Duration::from_secs(60));
+    let per_hour = limit(Algorithm::SlidingLog, 5, Duration::from_secs(3_600));
+    let per_day = limit(Algorithm::FixedWindow, 10, Duration::from_secs(86_400));
+    let per_ip = limit(Algorithm::Gcra, 2, Duration::from_secs(3_600));
+    let phones: Vec<Key> = (0..3)
+        .map(|i| Key::new("sms", "phone", &format!("+33 6 00 00 00 0{i}")))
+        .collect();
+    let ip = Key::new("sms", "ip", "203.0.113.7");
+    let calls_before = evalsha_calls(&server).await;
+    let mut outcomes = Vec::new();
+    for phone in &phones {
+        let batch = [
+            Request::new(phone, &per_minute, 1),
+            Request::new(phone, &per_hour, 1),
+            Request::new(phone, &per_day, 1),
+            Request::new(&ip, &per_ip, 1),
+        ];
+        outcomes.push(backend.acquire(&batch).await.expect("acquire"));
+    }
+    assert_eq!(
+        evalsha_calls(&server).await - calls_before,
+        3,
+        "one EVALSHA per call"
+    );
+    assert!(outcomes[0].allowed() && outcomes[1].allowed());
+    let refused = &outcomes[2];
+    assert!(!refused.allowed());
+    assert!(
+        !refused[3].allowed,
+        "the per-IP limit refuses the third phone"
+    );
+    assert!(
+        refused[0].allowed && refused[0].remaining == 1,
+        "the phone's own limits report they would allow it"
+    );
+    // Nothing was consumed from the third phone's limits.
+    let phone = &phones[2];
+    let alone = backend
+        .acquire(&[Request::new(phone, &per_minute, 1)])
+        .await
+        .expect("acquire");
+    assert!(
+        alone.allowed(),
+        "the refused call consumed the minute limit"
+    );
+}
+
+#[tokio::test]
+async fn a_full_sliding_log_at_its_cap_stays_below_the_slowlog_threshold() {
+    let server = RedisServer::start_with(&["--slowlog-log-slower-than", "10000"]);
+    let backend = RedisBackend::connect(server.url()).await.expect("connect");
+    let cap = Limit::SLIDING_LOG_CAP;
+    let limit = limit(Algorithm::SlidingLog, cap, Duration::from_secs(60));
+    let key = Key::new("cap", "sms", "dave");
+    for _ in 0..cap / 100 {
+        let decisions = backend
+            .acquire(&[Request::new(&key, &limit, 100)])
+            .await
+            .expect("fill");
+        assert!(decisions.allowed());
+    }
+    let entries: u64 = server.cmd(&["ZCARD", &storage_keys(&key, &limit)[1]]).await;
+    assert_eq!(entries, cap);
+    let _: String = server.cmd(&["SLOWLOG", "RESET"]).await;
+    for call in 0..100 {
+        let decision = backend
+            .acquire(&[Request::new(&key, &limit, 1 + call % 3)])
+            .await
+            .expect("acquire")[0];
+        assert!(!decision.allowed);
+        assert!(decision.retry_after > Duration::ZERO);
+    }
+    let slow: Vec<redis::Value> = server.cmd(&["SLOWLOG", "GET", "128"]).await;
+    assert!(
+        slow.is_empty(),
+        "calls on a full log took over 10 ms: {slow:?}"
+    );
+}
