@@ -223,7 +223,7 @@ pub fn apply_env_limits(limiter: &Limiter) -> Result<(), String> {
                 .map(|rate| rate.trim().parse::<Limit>().and_then(|l| l.with_algorithm(algorithm)))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| format!("{var}={rates:?}: {e}"))?;
-            limiter.set_limits(name, limits);
+            limiter.set_limits(name, limits).map_err(|e| format!("{var}: {e}"))?;
         }
     }
     Ok(())

@@ -117,8 +117,9 @@ impl Sms {
     /// Applies `config` to the limiter (every later decision uses it).
     pub fn apply(&self, config: LimitsConfig) -> Result<(), String> {
         let limits = config.parse()?;
-        self.limiter.set_limits(PHONE_LIMITS, limits.phone.clone());
-        self.limiter.set_limits(IP_LIMITS, limits.ip.clone());
+        Limit::check_distinct(&limits.ip).map_err(|e| format!("ip: {e}"))?;
+        self.limiter.set_limits(PHONE_LIMITS, limits.phone.clone()).map_err(|e| format!("phone: {e}"))?;
+        self.limiter.set_limits(IP_LIMITS, limits.ip.clone()).map_err(|e| format!("ip: {e}"))?;
         *self.config.write().unwrap_or_else(|e| e.into_inner()) = (config, limits);
         Ok(())
     }

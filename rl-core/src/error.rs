@@ -42,7 +42,7 @@ pub enum LimitError {
     },
     /// Keeps all state exact in 53-bit integers (Lua numbers are doubles).
     #[error(
-        "capacity {capacity} × period {period_us} µs exceeds 2^53: pick a shorter period or a smaller threshold"
+        "capacity {capacity} × period {period_us} µs exceeds 2^52 (exact integer arithmetic): pick a shorter period or a smaller threshold"
     )]
     TooLarge {
         /// The threshold or burst.
@@ -65,6 +65,17 @@ pub enum LimitError {
         "cannot parse duration {0:?}: expected an integer followed by one of us, ms, s, m, h, d (e.g. \"500ms\", \"1m\")"
     )]
     BadDuration(String),
+    /// A limit name needs at least one limit.
+    #[error("at least one limit is needed")]
+    NoLimits,
+    /// Two limits on one key with the same algorithm and period would share state.
+    #[error("limits {first} and {second} share an algorithm and period on one key; keep one")]
+    Overlapping {
+        /// The first limit.
+        first: String,
+        /// The second limit.
+        second: String,
+    },
     /// A rate string such as `"5/1h"` could not be read.
     #[error("cannot parse rate {0:?}: expected THRESHOLD/PERIOD, e.g. \"5/1h\" or \"100/30s\"")]
     BadRate(String),

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use crate::error::LimitError;
 
-/// Largest value every integer in the algorithms' arithmetic stays under, so
-/// that Lua (doubles) and Rust (u64) compute the same results.
-pub(crate) const EXACT_LIMIT: u64 = 1 << 53;
+/// Bound on `capacity × period_us`. Every integer of the algorithms'
+/// arithmetic, absolute times included (now ≈ 2^50.6 µs, plus at most this),
+/// then stays below 2^53, so Lua (doubles) and Rust (u64) compute the same.
+pub(crate) const EXACT_LIMIT: u64 = 1 << 52;
 
 /// The limiting algorithm. See the crate docs for which one to pick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -367,10 +368,43 @@ impl Limit {
     }
 
     /// The suffix that identifies this limit's state under a key: algorithm
-    /// and period. Changing either starts from fresh state (documented as a
-    /// reset); changing the threshold or burst applies to the existing state.
+    /// and period (and slot count for the sliding-window counter). Changing
+    /// any of these starts from fresh state (documented as a reset); changing
+    /// the threshold or burst applies to the existing state.
     pub fn storage_suffix(&self) -> String {
-        format!("{}:{}", self.algorithm.code(), self.period_us)
+        let (algorithm, period, slots) = self.state_id();
+        match algorithm {
+            Algorithm::SlidingWindow => format!("{}:{period}:{slots}", algorithm.code()),
+            _ => format!("{}:{period}", algorithm.code()),
+        }
+    }
+
+    /// What identifies this limit's state: two limits with the same id on one
+    /// key would share (and double-count) one state.
+    pub const fn state_id(&self) -> (Algorithm, u64, u64) {
+        let slots = if matches!(self.algorithm, Algorithm::SlidingWindow) {
+            self.slots
+        } else {
+            0
+        };
+        (self.algorithm, self.period_us, slots)
+    }
+
+    /// Checks that limits meant for one key have distinct state ids (e.g. not
+    /// `"5/1h"` and `"10/1h"` with one algorithm: the smaller one suffices).
+    pub fn check_distinct(limits: &[Limit]) -> Result<(), LimitError> {
+        for (i, a) in limits.iter().enumerate() {
+            if let Some(b) = limits[i + 1..]
+                .iter()
+                .find(|b| b.state_id() == a.state_id())
+            {
+                return Err(LimitError::Overlapping {
+                    first: a.to_string(),
+                    second: b.to_string(),
+                });
+            }
+        }
+        Ok(())
     }
 }
 
@@ -513,6 +547,30 @@ mod tests {
             })
         );
         assert_eq!(limit.check_cost(0), Err(LimitError::ZeroCost));
+    }
+
+    #[test]
+    fn limits_on_one_key_must_not_share_algorithm_and_period() {
+        let hour = |t| Limit::per_hour(t).unwrap();
+        assert!(
+            Limit::check_distinct(&[
+                Limit::per_minute(1).unwrap(),
+                hour(5),
+                Limit::per_day(10).unwrap()
+            ])
+            .is_ok()
+        );
+        let err = Limit::check_distinct(&[hour(5), hour(10)]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "limits 5/1h (gcra) and 10/1h (gcra) share an algorithm and period on one key; keep one"
+        );
+        let windows = hour(5).with_algorithm(Algorithm::SlidingWindow).unwrap();
+        assert!(Limit::check_distinct(&[windows, windows.with_slots(20).unwrap()]).is_ok());
+        assert_ne!(
+            windows.storage_suffix(),
+            windows.with_slots(20).unwrap().storage_suffix()
+        );
     }
 
     #[test]

@@ -140,15 +140,24 @@ impl Limiter {
     /// ```
     /// use rl_core::{Limit, Limiter};
     /// let limiter = Limiter::builder().build().unwrap();
-    /// limiter.set_limits("sms", vec![Limit::per_minute(2).unwrap()]);
+    /// limiter.set_limits("sms", vec![Limit::per_minute(2).unwrap()]).unwrap();
+    /// assert!(limiter.set_limits("sms", vec![]).is_err());
     /// assert_eq!(limiter.limits("sms").unwrap()[0].threshold(), 2);
     /// limiter.clear_limits("sms");
     /// assert!(limiter.limits("sms").is_none());
     /// ```
-    pub fn set_limits(&self, name: &str, limits: Vec<Limit>) {
+    ///
+    /// Refuses an empty list and limits that would share state (see
+    /// [`Limit::check_distinct`]).
+    pub fn set_limits(&self, name: &str, limits: Vec<Limit>) -> Result<(), LimitError> {
+        if limits.is_empty() {
+            return Err(LimitError::NoLimits);
+        }
+        Limit::check_distinct(&limits)?;
         tracing::info!(limit = name, limits = ?limits.iter().map(ToString::to_string).collect::<Vec<_>>(), "limits changed");
         self.overrides.write().insert(name.into(), limits.into());
         self.any_override.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// Goes back to the compiled-in limits of `name`.

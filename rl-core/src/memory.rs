@@ -16,13 +16,26 @@ use crate::decision::{Decision, Decisions};
 use crate::error::BackendError;
 use crate::limit::Algorithm;
 
-/// Every limit's state under one key: (algorithm, period) → cell.
-type Cells = SmallVec<[(Algorithm, u64, Cell); 1]>;
+/// What identifies a limit's state under a key ([`crate::Limit::state_id`]).
+type StateId = (Algorithm, u64, u64);
+
+/// Every limit's state under one key.
+type Cells = SmallVec<[(StateId, Cell); 1]>;
 
 struct Shard {
     map: HashMap<Box<str>, Cells>,
     /// Sweep expired entries when the map grows past this size.
     sweep_at: usize,
+    /// The latest time this shard decided at: a wall clock stepping back
+    /// never makes a state look older than it is.
+    last_now: u64,
+}
+
+impl Shard {
+    fn now(&mut self, clock: u64) -> u64 {
+        self.last_now = self.last_now.max(clock);
+        self.last_now
+    }
 }
 
 /// An in-process backend with the same semantics as the Redis backend.
@@ -95,6 +108,7 @@ impl MemoryBackend {
                 CachePadded::new(Mutex::new(Shard {
                     map: HashMap::new(),
                     sweep_at: MIN_SWEEP,
+                    last_now: 0,
                 }))
             })
             .collect();
@@ -135,8 +149,9 @@ impl MemoryBackend {
 
     /// Decides one request synchronously (the in-memory fast path).
     pub fn acquire_one(&self, request: &Request<'_>) -> Decision {
-        let now = self.clock.now_micros();
+        let clock = self.clock.now_micros();
         let mut shard = self.shards[self.shard_of(request.key.as_str())].lock();
+        let now = shard.now(clock);
         algorithm::decide(
             request.limit,
             cell(&mut shard, request, now),
@@ -211,9 +226,7 @@ impl MemoryBackend {
         for r in requests {
             let mut shard = self.shards[self.shard_of(r.key.as_str())].lock();
             if let Some(cells) = shard.map.get_mut(r.key.as_str()) {
-                cells.retain(|(a, p, _)| {
-                    !(*a == r.limit.algorithm() && *p == r.limit.period_micros())
-                });
+                cells.retain(|(id, _)| *id != r.limit.state_id());
                 if cells.is_empty() {
                     shard.map.remove(r.key.as_str());
                 }
@@ -240,7 +253,15 @@ impl MemoryBackend {
             .map(|id| order.binary_search(id).unwrap_or_default())
             .collect();
         let mut guards = Guards(order.iter().map(|&id| self.shards[id].lock()).collect());
-        let now = self.clock.now_micros();
+        let clock = self.clock.now_micros();
+        let now = guards
+            .0
+            .iter()
+            .map(|shard| shard.last_now)
+            .fold(clock, u64::max);
+        for shard in guards.0.iter_mut() {
+            shard.last_now = now;
+        }
         f(now, &mut guards, &index)
     }
 }
@@ -256,7 +277,7 @@ impl Guards<'_> {
 /// The cell of `request` in `shard`, created when missing (sweeping first
 /// when the shard has grown enough).
 fn cell<'s>(shard: &'s mut Shard, request: &Request<'_>, now: u64) -> &'s mut Cell {
-    let (algorithm, period) = (request.limit.algorithm(), request.limit.period_micros());
+    let id = request.limit.state_id();
     if !shard.map.contains_key(request.key.as_str()) {
         if shard.map.len() >= shard.sweep_at {
             sweep(shard, now);
@@ -270,23 +291,20 @@ fn cell<'s>(shard: &'s mut Shard, request: &Request<'_>, now: u64) -> &'s mut Ce
         .map
         .get_mut(request.key.as_str())
         .expect("inserted above");
-    let position = match cells
-        .iter()
-        .position(|(a, p, _)| *a == algorithm && *p == period)
-    {
+    let position = match cells.iter().position(|(existing, _)| *existing == id) {
         Some(position) => position,
         None => {
-            cells.push((algorithm, period, Cell::default()));
+            cells.push((id, Cell::default()));
             cells.len() - 1
         }
     };
-    &mut cells[position].2
+    &mut cells[position].1
 }
 
 fn sweep(shard: &mut Shard, now: u64) -> usize {
     let before = shard.map.len();
     shard.map.retain(|_, cells| {
-        cells.retain(|(_, _, cell)| !cell.is_idle(now));
+        cells.retain(|(_, cell)| !cell.is_idle(now));
         !cells.is_empty()
     });
     before - shard.map.len()

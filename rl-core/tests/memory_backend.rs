@@ -164,15 +164,17 @@ async fn runtime_limits_replace_the_compiled_ones_by_name() {
     let limiter = Limiter::builder().build().unwrap();
     assert!(check(&SPEC, Ok(&limiter), &"u").await.is_ok());
     assert!(check(&SPEC, Ok(&limiter), &"u").await.is_err());
-    limiter.set_limits(
-        "live",
-        vec![
-            Limit::per_minute(3)
-                .unwrap()
-                .with_algorithm(Algorithm::SlidingLog)
-                .unwrap(),
-        ],
-    );
+    limiter
+        .set_limits(
+            "live",
+            vec![
+                Limit::per_minute(3)
+                    .unwrap()
+                    .with_algorithm(Algorithm::SlidingLog)
+                    .unwrap(),
+            ],
+        )
+        .unwrap();
     assert!(
         check(&SPEC, Ok(&limiter), &"u").await.is_ok(),
         "threshold raised on the same state"
@@ -408,4 +410,18 @@ async fn shadow_mode_decides_and_counts_but_never_refuses() {
     assert!(!decisions.allowed());
     limiter.set_shadow("shadowed", false);
     assert!(limiter.check("shadowed", &requests, None).await.is_err());
+}
+
+#[tokio::test]
+async fn a_wall_clock_stepping_back_never_makes_state_look_older() {
+    let clock = ManualClock::new(1_000_000_000_000);
+    let backend = MemoryBackend::with_clock(clock.clone());
+    let key = Key::new("rl", "clock", "id");
+    let limit = Limit::per_minute(1).unwrap().with_algorithm(Algorithm::SlidingLog).unwrap();
+    let request = [Request::new(&key, &limit, 1)];
+    assert!(backend.acquire(&request).await.unwrap().allowed());
+    clock.set_micros(1_000_000_000_000 - 5_000_000);
+    let refused = backend.acquire(&request).await.unwrap();
+    assert!(!refused.allowed());
+    assert_eq!(refused[0].retry_after, Duration::from_secs(60), "measured from the latest time seen");
 }
