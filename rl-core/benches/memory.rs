@@ -1,7 +1,7 @@
-//! In-memory decisions on an existing key, per algorithm, and scaling across threads.
+//! In-memory decisions on an existing key, per algorithm, and through the limiter.
+//! Thread scaling: `cargo run --release -p rl-core --example memory_scaling`.
 
 use std::hint::black_box;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -74,36 +74,5 @@ fn through_limiter(c: &mut Criterion) {
     group.finish();
 }
 
-/// Decisions per second on 1 and 2 threads, each thread on its own keys.
-fn scaling(c: &mut Criterion) {
-    let mut group = c.benchmark_group("memory_scaling");
-    for threads in [1usize, 2] {
-        group.throughput(Throughput::Elements(threads as u64));
-        group.bench_function(format!("gcra_{threads}_threads"), |b| {
-            let backend = Arc::new(MemoryBackend::new());
-            let limit = limit(Algorithm::Gcra);
-            b.iter_custom(|iters| {
-                let start = Instant::now();
-                std::thread::scope(|scope| {
-                    for t in 0..threads {
-                        let backend = backend.clone();
-                        scope.spawn(move || {
-                            let keys: Vec<Key> = (0..8)
-                                .map(|i| Key::new("rl", "scale", &format!("{t}-{i}")))
-                                .collect();
-                            for i in 0..iters {
-                                let key = &keys[i as usize % keys.len()];
-                                black_box(backend.acquire_one(&Request::new(key, &limit, 1)));
-                            }
-                        });
-                    }
-                });
-                start.elapsed()
-            })
-        });
-    }
-    group.finish();
-}
-
-criterion_group!(benches, single_thread, through_limiter, scaling);
+criterion_group!(benches, single_thread, through_limiter);
 criterion_main!(benches);

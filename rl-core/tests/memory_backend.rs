@@ -417,11 +417,18 @@ async fn a_wall_clock_stepping_back_never_makes_state_look_older() {
     let clock = ManualClock::new(1_000_000_000_000);
     let backend = MemoryBackend::with_clock(clock.clone());
     let key = Key::new("rl", "clock", "id");
-    let limit = Limit::per_minute(1).unwrap().with_algorithm(Algorithm::SlidingLog).unwrap();
+    let limit = Limit::per_minute(1)
+        .unwrap()
+        .with_algorithm(Algorithm::SlidingLog)
+        .unwrap();
     let request = [Request::new(&key, &limit, 1)];
     assert!(backend.acquire(&request).await.unwrap().allowed());
     clock.set_micros(1_000_000_000_000 - 5_000_000);
     let refused = backend.acquire(&request).await.unwrap();
     assert!(!refused.allowed());
-    assert_eq!(refused[0].retry_after, Duration::from_secs(60), "measured from the latest time seen");
+    assert_eq!(
+        refused[0].retry_after,
+        Duration::from_secs(60),
+        "measured from the latest time seen"
+    );
 }
