@@ -8,10 +8,11 @@ use proc_macro2::{Span, TokenStream};
 use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
+use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::{
     Attribute, Error, Expr, Ident, LitFloat, LitInt, LitStr, Path, Result, Signature, Token,
-    Visibility, braced, token,
+    Visibility, braced, bracketed, parenthesized, token,
 };
 
 use crate::duration;
@@ -20,6 +21,7 @@ use crate::duration;
 mod kw {
     syn::custom_keyword!(period);
     syn::custom_keyword!(threshold);
+    syn::custom_keyword!(limits);
     syn::custom_keyword!(key);
     syn::custom_keyword!(algorithm);
     syn::custom_keyword!(cost);
@@ -28,10 +30,16 @@ mod kw {
     syn::custom_keyword!(name);
     syn::custom_keyword!(limiter);
     syn::custom_keyword!(on_error);
+    syn::custom_keyword!(also);
+    syn::custom_keyword!(count);
+    syn::custom_keyword!(count_if);
+    syn::custom_keyword!(reset_on_success);
+    syn::custom_keyword!(on_reject);
+    syn::custom_keyword!(headers);
 }
 
 /// Every argument, in the order the docs and error messages list them.
-pub(crate) const ARGUMENTS: [&str; 11] = [
+pub(crate) const ARGUMENTS: [&str; 18] = [
     "period",
     "threshold",
     "key",
@@ -42,7 +50,28 @@ pub(crate) const ARGUMENTS: [&str; 11] = [
     "name",
     "limiter",
     "on_error",
+    "limits",
+    "also",
+    "count",
+    "count_if",
+    "reset_on_success",
+    "on_reject",
+    "headers",
     "crate",
+];
+
+/// The arguments `also(...)` takes: those describing one key and its limits.
+pub(crate) const ALSO_ARGUMENTS: [&str; 10] = [
+    "name",
+    "key",
+    "limits",
+    "period",
+    "threshold",
+    "algorithm",
+    "cost",
+    "burst",
+    "slots",
+    "reset_on_success",
 ];
 
 /// A parsed value and the span errors about it point at.
@@ -119,21 +148,62 @@ pub(crate) enum OnError {
     FailClosed,
 }
 
-/// The arguments as written; `None` for the ones left out.
+/// One string of `limits = [...]`: `"5/1h"` read as 5 per 3 600 000 000 µs.
+#[derive(Debug, Clone)]
+pub(crate) struct Rate {
+    pub(crate) threshold: u64,
+    pub(crate) period_us: u64,
+    /// As written, for messages.
+    pub(crate) text: String,
+}
+
+/// The arguments that describe one key and its limits: the function's own
+/// (main) group, or one `also(...)` group. `None` for the ones left out.
 #[derive(Default)]
-pub(crate) struct Args {
+pub(crate) struct GroupArgs {
     /// In microseconds.
     pub(crate) period: Option<Arg<u64>>,
     pub(crate) threshold: Option<Arg<u64>>,
+    /// The span is the brackets'; each rate keeps its string's span.
+    pub(crate) limits: Option<Arg<Vec<Arg<Rate>>>>,
     pub(crate) key: Option<Arg<Expr>>,
     pub(crate) algorithm: Option<Arg<Algorithm>>,
     pub(crate) cost: Option<Arg<u64>>,
     pub(crate) burst: Option<Arg<u64>>,
     pub(crate) slots: Option<Arg<u64>>,
     pub(crate) name: Option<Arg<LitStr>>,
+    /// A flag: the span is the keyword's.
+    pub(crate) reset_on_success: Option<Arg<()>>,
+}
+
+/// One `also(...)`: another key decided with the function's own.
+pub(crate) struct Also {
+    pub(crate) group: GroupArgs,
+    /// The `also` keyword, where a missing `name` is reported.
+    pub(crate) span: Span,
+}
+
+/// The `count = ...` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Count {
+    /// Only calls returning `Err` count.
+    Failures,
+}
+
+/// The arguments as written; `None` for the ones left out.
+#[derive(Default)]
+pub(crate) struct Args {
+    /// The function's own key and limits.
+    pub(crate) group: GroupArgs,
     pub(crate) limiter: Option<Arg<Expr>>,
     pub(crate) on_error: Option<Arg<OnError>>,
     pub(crate) krate: Option<Arg<Path>>,
+    pub(crate) also: Vec<Also>,
+    pub(crate) count: Option<Arg<Count>>,
+    pub(crate) count_if: Option<Arg<Expr>>,
+    pub(crate) on_reject: Option<Arg<Expr>>,
+    /// A flag: the span is the keyword's.
+    pub(crate) headers: Option<Arg<()>>,
 }
 
 impl Parse for Args {
@@ -151,74 +221,12 @@ impl Parse for Args {
 }
 
 impl Args {
-    /// Parses one `name = value` pair into its field.
+    /// Parses one argument into its field.
     fn parse_one(&mut self, input: ParseStream) -> Result<()> {
-        let lookahead = input.lookahead1();
-        if lookahead.peek(kw::period) {
-            let keyword = input.parse::<kw::period>()?;
-            input.parse::<Token![=]>()?;
-            set_once(
-                &mut self.period,
-                "period",
-                keyword.span,
-                parse_period(input)?,
-            )
-        } else if lookahead.peek(kw::threshold) {
-            let keyword = input.parse::<kw::threshold>()?;
-            input.parse::<Token![=]>()?;
-            set_once(
-                &mut self.threshold,
-                "threshold",
-                keyword.span,
-                parse_count(input, "threshold")?,
-            )
-        } else if lookahead.peek(kw::key) {
-            let keyword = input.parse::<kw::key>()?;
-            input.parse::<Token![=]>()?;
-            set_once(&mut self.key, "key", keyword.span, parse_expr(input)?)
-        } else if lookahead.peek(kw::algorithm) {
-            let keyword = input.parse::<kw::algorithm>()?;
-            input.parse::<Token![=]>()?;
-            set_once(
-                &mut self.algorithm,
-                "algorithm",
-                keyword.span,
-                parse_algorithm(input)?,
-            )
-        } else if lookahead.peek(kw::cost) {
-            let keyword = input.parse::<kw::cost>()?;
-            input.parse::<Token![=]>()?;
-            set_once(
-                &mut self.cost,
-                "cost",
-                keyword.span,
-                parse_count(input, "cost")?,
-            )
-        } else if lookahead.peek(kw::burst) {
-            let keyword = input.parse::<kw::burst>()?;
-            input.parse::<Token![=]>()?;
-            set_once(
-                &mut self.burst,
-                "burst",
-                keyword.span,
-                parse_count(input, "burst")?,
-            )
-        } else if lookahead.peek(kw::slots) {
-            let keyword = input.parse::<kw::slots>()?;
-            input.parse::<Token![=]>()?;
-            set_once(
-                &mut self.slots,
-                "slots",
-                keyword.span,
-                parse_count(input, "slots")?,
-            )
-        } else if lookahead.peek(kw::name) {
-            let keyword = input.parse::<kw::name>()?;
-            input.parse::<Token![=]>()?;
-            let name: LitStr = input.parse()?;
-            let span = name.span();
-            set_once(&mut self.name, "name", keyword.span, Arg::new(name, span))
-        } else if lookahead.peek(kw::limiter) {
+        if self.group.parse_one(input)? {
+            return Ok(());
+        }
+        if input.peek(kw::limiter) {
             let keyword = input.parse::<kw::limiter>()?;
             input.parse::<Token![=]>()?;
             set_once(
@@ -227,7 +235,7 @@ impl Args {
                 keyword.span,
                 parse_expr(input)?,
             )
-        } else if lookahead.peek(kw::on_error) {
+        } else if input.peek(kw::on_error) {
             let keyword = input.parse::<kw::on_error>()?;
             input.parse::<Token![=]>()?;
             set_once(
@@ -236,7 +244,7 @@ impl Args {
                 keyword.span,
                 parse_on_error(input)?,
             )
-        } else if lookahead.peek(Token![crate]) {
+        } else if input.peek(Token![crate]) {
             let keyword = input.parse::<Token![crate]>()?;
             input.parse::<Token![=]>()?;
             set_once(
@@ -245,6 +253,51 @@ impl Args {
                 keyword.span,
                 parse_crate_path(input)?,
             )
+        } else if input.peek(kw::also) {
+            let keyword = input.parse::<kw::also>()?;
+            let content;
+            parenthesized!(content in input);
+            let group = parse_also(&content)?;
+            self.also.push(Also {
+                group,
+                span: keyword.span,
+            });
+            Ok(())
+        } else if input.peek(kw::count) {
+            let keyword = input.parse::<kw::count>()?;
+            input.parse::<Token![=]>()?;
+            set_once(
+                &mut self.count,
+                "count",
+                keyword.span,
+                parse_count_mode(input)?,
+            )
+        } else if input.peek(kw::count_if) {
+            let keyword = input.parse::<kw::count_if>()?;
+            input.parse::<Token![=]>()?;
+            set_once(
+                &mut self.count_if,
+                "count_if",
+                keyword.span,
+                parse_expr(input)?,
+            )
+        } else if input.peek(kw::on_reject) {
+            let keyword = input.parse::<kw::on_reject>()?;
+            input.parse::<Token![=]>()?;
+            set_once(
+                &mut self.on_reject,
+                "on_reject",
+                keyword.span,
+                parse_expr(input)?,
+            )
+        } else if input.peek(kw::headers) {
+            let keyword = input.parse::<kw::headers>()?;
+            set_once(
+                &mut self.headers,
+                "headers",
+                keyword.span,
+                parse_flag(input, "headers", keyword.span)?,
+            )
         } else if input.peek(Ident::peek_any) {
             let unknown = input.call(Ident::parse_any)?;
             Err(Error::new(
@@ -252,9 +305,240 @@ impl Args {
                 unknown_argument_message(&unknown.unraw().to_string()),
             ))
         } else {
-            Err(lookahead.error())
+            Err(Error::new(
+                input.span(),
+                format!("expected an argument, one of {}", listed(&ARGUMENTS)),
+            ))
         }
     }
+}
+
+impl GroupArgs {
+    /// Parses one argument describing a key and its limits; `false`, having
+    /// consumed nothing, when the next argument is not one of those.
+    fn parse_one(&mut self, input: ParseStream) -> Result<bool> {
+        if input.peek(kw::period) {
+            let keyword = input.parse::<kw::period>()?;
+            input.parse::<Token![=]>()?;
+            set_once(
+                &mut self.period,
+                "period",
+                keyword.span,
+                parse_period(input)?,
+            )?;
+        } else if input.peek(kw::threshold) {
+            let keyword = input.parse::<kw::threshold>()?;
+            input.parse::<Token![=]>()?;
+            set_once(
+                &mut self.threshold,
+                "threshold",
+                keyword.span,
+                parse_count(input, "threshold")?,
+            )?;
+        } else if input.peek(kw::limits) {
+            let keyword = input.parse::<kw::limits>()?;
+            input.parse::<Token![=]>()?;
+            set_once(
+                &mut self.limits,
+                "limits",
+                keyword.span,
+                parse_limits(input)?,
+            )?;
+        } else if input.peek(kw::key) {
+            let keyword = input.parse::<kw::key>()?;
+            input.parse::<Token![=]>()?;
+            set_once(&mut self.key, "key", keyword.span, parse_expr(input)?)?;
+        } else if input.peek(kw::algorithm) {
+            let keyword = input.parse::<kw::algorithm>()?;
+            input.parse::<Token![=]>()?;
+            set_once(
+                &mut self.algorithm,
+                "algorithm",
+                keyword.span,
+                parse_algorithm(input)?,
+            )?;
+        } else if input.peek(kw::cost) {
+            let keyword = input.parse::<kw::cost>()?;
+            input.parse::<Token![=]>()?;
+            set_once(
+                &mut self.cost,
+                "cost",
+                keyword.span,
+                parse_count(input, "cost")?,
+            )?;
+        } else if input.peek(kw::burst) {
+            let keyword = input.parse::<kw::burst>()?;
+            input.parse::<Token![=]>()?;
+            set_once(
+                &mut self.burst,
+                "burst",
+                keyword.span,
+                parse_count(input, "burst")?,
+            )?;
+        } else if input.peek(kw::slots) {
+            let keyword = input.parse::<kw::slots>()?;
+            input.parse::<Token![=]>()?;
+            set_once(
+                &mut self.slots,
+                "slots",
+                keyword.span,
+                parse_count(input, "slots")?,
+            )?;
+        } else if input.peek(kw::name) {
+            let keyword = input.parse::<kw::name>()?;
+            input.parse::<Token![=]>()?;
+            let name: LitStr = input.parse()?;
+            let span = name.span();
+            set_once(&mut self.name, "name", keyword.span, Arg::new(name, span))?;
+        } else if input.peek(kw::reset_on_success) {
+            let keyword = input.parse::<kw::reset_on_success>()?;
+            set_once(
+                &mut self.reset_on_success,
+                "reset_on_success",
+                keyword.span,
+                parse_flag(input, "reset_on_success", keyword.span)?,
+            )?;
+        } else {
+            return Ok(false);
+        }
+        Ok(true)
+    }
+}
+
+/// The inside of `also(...)`: the arguments of one group, nothing else.
+fn parse_also(input: ParseStream) -> Result<GroupArgs> {
+    let mut group = GroupArgs::default();
+    while !input.is_empty() {
+        if !group.parse_one(input)? {
+            return Err(also_argument_error(input));
+        }
+        if input.is_empty() {
+            break;
+        }
+        input.parse::<Token![,]>()?;
+    }
+    Ok(group)
+}
+
+/// The error for an argument `also(...)` does not take, at its name.
+fn also_argument_error(input: ParseStream) -> Error {
+    let expected = listed(&ALSO_ARGUMENTS);
+    if input.peek(kw::also) {
+        return Error::new(
+            input.span(),
+            "`also(...)` cannot be nested: write each extra key as its own `also(...)` among the main arguments",
+        );
+    }
+    let Ok(word) = input.call(Ident::parse_any) else {
+        return Error::new(
+            input.span(),
+            format!("expected an argument of `also(...)`, one of {expected}"),
+        );
+    };
+    let written = word.unraw().to_string();
+    if ARGUMENTS.contains(&written.as_str()) {
+        return Error::new(
+            word.span(),
+            format!(
+                "`{written}` applies to the whole function, not to one `also(...)` group; move it to the main \
+                 arguments (`also(...)` takes {expected})"
+            ),
+        );
+    }
+    let mut message =
+        format!("unknown argument `{written}` in `also(...)`; expected one of {expected}");
+    if let Some(close) = closest(&written, &ALSO_ARGUMENTS) {
+        message.push_str(&format!(" (did you mean `{close}`?)"));
+    }
+    Error::new(word.span(), message)
+}
+
+/// A flag takes no value: `headers`, not `headers = true`.
+fn parse_flag(input: ParseStream, name: &str, keyword: Span) -> Result<Arg<()>> {
+    if input.peek(Token![=]) {
+        let equals: Token![=] = input.parse()?;
+        return Err(Error::new(
+            equals.span,
+            format!("`{name}` is a flag and takes no value: write `{name}` alone, or leave it out"),
+        ));
+    }
+    Ok(Arg::new((), keyword))
+}
+
+/// `count = failures`.
+fn parse_count_mode(input: ParseStream) -> Result<Arg<Count>> {
+    let (written, span) = parse_word(input)?;
+    match written.as_str() {
+        "failures" => Ok(Arg::new(Count::Failures, span)),
+        _ => Err(Error::new(
+            span,
+            format!(
+                "unknown `count` value `{written}`; expected `failures` (only calls returning `Err` count), or say \
+                 which calls count with `count_if = |out| ...`"
+            ),
+        )),
+    }
+}
+
+/// `limits = ["5/1m", "100/1d"]`: a non-empty list of rate strings.
+fn parse_limits(input: ParseStream) -> Result<Arg<Vec<Arg<Rate>>>> {
+    if input.peek(LitStr) {
+        let text: LitStr = input.parse()?;
+        return Err(Error::new(
+            text.span(),
+            format!(
+                "`limits` takes a list of strings, even for one limit: `limits = [{:?}]`",
+                text.value()
+            ),
+        ));
+    }
+    let content;
+    let brackets = bracketed!(content in input);
+    let strings = Punctuated::<LitStr, Token![,]>::parse_terminated(&content)?;
+    let span = brackets.span.join();
+    if strings.is_empty() {
+        return Err(Error::new(
+            span,
+            "`limits` needs at least one limit, e.g. `limits = [\"5/1m\", \"100/1d\"]`",
+        ));
+    }
+    let rates = strings
+        .iter()
+        .map(|text| {
+            parse_rate(&text.value())
+                .map(|rate| Arg::new(rate, text.span()))
+                .ok_or_else(|| Error::new(text.span(), bad_rate_message(&text.value())))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Arg::new(rates, span))
+}
+
+/// `"5/1h"`, `"100/30s"`, `"10/d"`: the grammar of `rl_core::Limit`'s
+/// `FromStr` (a threshold, `/`, and a duration or a bare unit meaning one of
+/// it). `None` when unreadable. Zero values are read and left to validation.
+pub(crate) fn parse_rate(text: &str) -> Option<Rate> {
+    let (threshold, period) = text.split_once('/')?;
+    let threshold: u64 = threshold.trim().parse().ok()?;
+    let period = period.trim();
+    let period_us = if period.starts_with(|c: char| c.is_ascii_digit()) {
+        duration::parse_micros(period)?
+    } else if period.is_empty() {
+        return None;
+    } else {
+        duration::parse_micros(&format!("1{period}"))?
+    };
+    Some(Rate {
+        threshold,
+        period_us,
+        text: text.to_owned(),
+    })
+}
+
+fn bad_rate_message(text: &str) -> String {
+    format!(
+        "cannot parse limit {text:?}: expected THRESHOLD/PERIOD with a period such as 30s, 1m, 1h, 1d or a bare \
+         unit, e.g. \"5/1h\", \"100/30s\" or \"10/d\""
+    )
 }
 
 /// The one place that refuses an argument written twice, at the second
@@ -270,12 +554,17 @@ fn set_once<T>(slot: &mut Option<Arg<T>>, name: &str, keyword: Span, value: Arg<
     Ok(())
 }
 
-fn unknown_argument_message(unknown: &str) -> String {
-    let expected = ARGUMENTS
+/// `a`, `b`, `c`: the names quoted and joined, for messages.
+pub(crate) fn listed(names: &[&str]) -> String {
+    names
         .iter()
         .map(|a| format!("`{a}`"))
         .collect::<Vec<_>>()
-        .join(", ");
+        .join(", ")
+}
+
+fn unknown_argument_message(unknown: &str) -> String {
+    let expected = listed(&ARGUMENTS);
     let mut message = format!("unknown argument `{unknown}`; expected one of {expected}");
     if let Some(close) = closest(unknown, &ARGUMENTS) {
         message.push_str(&format!(" (did you mean `{close}`?)"));
@@ -511,14 +800,17 @@ mod tests {
             crate = "my::rl",
         })
         .unwrap();
-        assert_eq!(args.period.unwrap().value, 60_000_000);
-        assert_eq!(args.threshold.unwrap().value, 5);
-        assert!(args.key.is_some());
-        assert_eq!(args.algorithm.unwrap().value, Algorithm::SlidingWindow);
-        assert_eq!(args.cost.unwrap().value, 2);
-        assert_eq!(args.burst.unwrap().value, 7);
-        assert_eq!(args.slots.unwrap().value, 6);
-        assert_eq!(args.name.unwrap().value.value(), "login");
+        assert_eq!(args.group.period.unwrap().value, 60_000_000);
+        assert_eq!(args.group.threshold.unwrap().value, 5);
+        assert!(args.group.key.is_some());
+        assert_eq!(
+            args.group.algorithm.unwrap().value,
+            Algorithm::SlidingWindow
+        );
+        assert_eq!(args.group.cost.unwrap().value, 2);
+        assert_eq!(args.group.burst.unwrap().value, 7);
+        assert_eq!(args.group.slots.unwrap().value, 6);
+        assert_eq!(args.group.name.unwrap().value.value(), "login");
         assert!(args.limiter.is_some());
         assert_eq!(args.on_error.unwrap().value, OnError::FailClosed);
         assert_eq!(args.krate.unwrap().value.segments.len(), 2);
@@ -527,13 +819,18 @@ mod tests {
     #[test]
     fn nothing_is_an_empty_set_of_arguments() {
         let args = parse(quote!()).unwrap();
-        assert!(args.period.is_none() && args.threshold.is_none());
+        assert!(args.group.period.is_none() && args.group.threshold.is_none());
     }
 
     #[test]
     fn a_bare_integer_period_is_seconds() {
         assert_eq!(
-            parse(quote!(period = 30)).unwrap().period.unwrap().value,
+            parse(quote!(period = 30))
+                .unwrap()
+                .group
+                .period
+                .unwrap()
+                .value,
             30_000_000
         );
     }
@@ -546,6 +843,7 @@ mod tests {
             assert_eq!(
                 parse(quote!(algorithm = #ident))
                     .unwrap()
+                    .group
                     .algorithm
                     .unwrap()
                     .value,
@@ -554,6 +852,7 @@ mod tests {
             assert_eq!(
                 parse(quote!(algorithm = #name))
                     .unwrap()
+                    .group
                     .algorithm
                     .unwrap()
                     .value,
@@ -584,6 +883,16 @@ mod tests {
                 "on_error",
             ),
             (quote!(crate = "a"), quote!(crate = "b"), "crate"),
+            (quote!(limits = ["1/s"]), quote!(limits = ["1/s"]), "limits"),
+            (quote!(count = failures), quote!(count = failures), "count"),
+            (quote!(count_if = f), quote!(count_if = g), "count_if"),
+            (quote!(on_reject = f), quote!(on_reject = g), "on_reject"),
+            (quote!(headers), quote!(headers), "headers"),
+            (
+                quote!(reset_on_success),
+                quote!(reset_on_success),
+                "reset_on_success",
+            ),
         ] {
             assert_eq!(
                 error(quote!(#first, #second)),
@@ -638,6 +947,112 @@ mod tests {
     #[test]
     fn arguments_must_be_separated_by_commas() {
         assert!(parse(quote!(period = 1 threshold = 2)).is_err());
+    }
+
+    #[test]
+    fn the_new_arguments_are_read_with_their_values() {
+        let args = parse(quote! {
+            limits = ["1/1m", "5/1h", "10/d"], count = failures, reset_on_success, headers,
+            on_reject = |r| r, count_if = is_failure,
+            also(name = "sms_ip", key = ip, limits = ["20/1h"], algorithm = sliding_log, cost = 2,
+                 reset_on_success),
+            also(name = "global", period = 60, threshold = 100, burst = 10, slots = 6),
+        })
+        .unwrap();
+        let limits = args.group.limits.unwrap().value;
+        let rates: Vec<(u64, u64)> = limits
+            .iter()
+            .map(|r| (r.value.threshold, r.value.period_us))
+            .collect();
+        assert_eq!(
+            rates,
+            [(1, 60_000_000), (5, 3_600_000_000), (10, 86_400_000_000)]
+        );
+        assert_eq!(limits[2].value.text, "10/d");
+        assert_eq!(args.count.unwrap().value, Count::Failures);
+        assert!(args.group.reset_on_success.is_some() && args.headers.is_some());
+        assert!(args.on_reject.is_some() && args.count_if.is_some());
+        assert_eq!(args.also.len(), 2);
+        let ip = &args.also[0].group;
+        assert_eq!(ip.name.as_ref().unwrap().value.value(), "sms_ip");
+        assert!(ip.key.is_some() && ip.reset_on_success.is_some());
+        assert_eq!(ip.algorithm.as_ref().unwrap().value, Algorithm::SlidingLog);
+        assert_eq!(ip.cost.as_ref().unwrap().value, 2);
+        let global = &args.also[1].group;
+        assert_eq!(global.period.as_ref().unwrap().value, 60_000_000);
+        assert_eq!(global.threshold.as_ref().unwrap().value, 100);
+        assert_eq!(global.burst.as_ref().unwrap().value, 10);
+        assert_eq!(global.slots.as_ref().unwrap().value, 6);
+    }
+
+    #[test]
+    fn rates_follow_the_core_grammar() {
+        let rate = |text: &str| parse_rate(text).map(|r| (r.threshold, r.period_us));
+        assert_eq!(rate("5/1h"), Some((5, 3_600_000_000)));
+        assert_eq!(rate("100/30s"), Some((100, 30_000_000)));
+        assert_eq!(rate("3/500ms"), Some((3, 500_000)));
+        assert_eq!(rate(" 10 / d "), Some((10, 86_400_000_000)));
+        assert_eq!(rate("7/min"), Some((7, 60_000_000)));
+        assert_eq!(rate("2/30"), Some((2, 30_000_000)));
+        assert_eq!(rate("0/1h"), Some((0, 3_600_000_000)), "left to validation");
+        for bad in [
+            "5",
+            "5/",
+            "x/1h",
+            "-1/1h",
+            "5/1w",
+            "5 per hour",
+            "5/1h/2",
+            "/1h",
+        ] {
+            assert_eq!(rate(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn unreadable_new_values_are_refused_with_how_to_fix() {
+        assert!(
+            error(quote!(limits = ["5 per hour"]))
+                .starts_with("cannot parse limit \"5 per hour\": expected THRESHOLD/PERIOD")
+        );
+        assert_eq!(
+            error(quote!(limits = "5/1h")),
+            "`limits` takes a list of strings, even for one limit: `limits = [\"5/1h\"]`"
+        );
+        assert!(error(quote!(limits = [])).starts_with("`limits` needs at least one limit"));
+        assert!(error(quote!(count = errors)).starts_with("unknown `count` value `errors`"));
+        assert!(
+            error(quote!(headers = true)).starts_with("`headers` is a flag and takes no value")
+        );
+    }
+
+    #[test]
+    fn also_takes_only_group_arguments() {
+        assert!(
+            error(quote!(also(name = "a", also(name = "b"))))
+                .starts_with("`also(...)` cannot be nested")
+        );
+        let message = error(quote!(also(name = "a", limiter = l)));
+        assert!(
+            message.starts_with("`limiter` applies to the whole function"),
+            "{message}"
+        );
+        let message = error(quote!(also(name = "a", tresh = 5)));
+        assert!(
+            message.starts_with(
+                "unknown argument `tresh` in `also(...)`; expected one of `name`, `key`, `limits`, `period`, \
+                 `threshold`, `algorithm`, `cost`, `burst`, `slots`, `reset_on_success`"
+            ),
+            "{message}"
+        );
+        assert!(
+            message.ends_with("(did you mean `threshold`?)"),
+            "{message}"
+        );
+        assert_eq!(
+            error(quote!(also(name = "a", name = "b"))),
+            "`name` given twice; keep one"
+        );
     }
 
     #[test]

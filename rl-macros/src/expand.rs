@@ -1,7 +1,8 @@
 //! Generation only: turns a validated [`Config`] and the function into code.
 //!
-//! The function keeps its attributes, visibility and signature. Its body
-//! becomes
+//! The function keeps its attributes, visibility and signature. For limits
+//! on one key that every admitted call consumes (`period`/`threshold` or
+//! `limits`, no other feature), its body becomes
 //!
 //! ```text
 //! {
@@ -19,18 +20,59 @@
 //!
 //! The original statements stay in the function's own body rather than in
 //! an `async move { .. }.await` block: `return` and `?` then mean exactly
-//! what they meant (an async block's output type is not inferred from the
-//! function's, so `?` in it fails with "type annotations needed"), no
-//! argument is moved into a second future, and the future is not nested.
-//! The check sits in a block of its own so `__RL_SPEC` is not in scope for
-//! the user's code.
+//! what they meant, no argument is moved into a second future, and the
+//! future is not nested. The check sits in a block of its own so
+//! `__RL_SPEC` is not in scope for the user's code.
+//!
+//! With `also`, `count`, `count_if`, `on_reject` or `headers`, the groups
+//! go in a `MultiSpec` decided by one `check_groups` call (one round trip,
+//! all-or-nothing). Without `count`, `count_if` and `headers` the body still
+//! follows unchanged; with them the body's result is needed as a value:
+//!
+//! ```text
+//! {
+//!     #![inner attributes]
+//!     let __rl_limiter = <limiter>;
+//!     let __rl_permit = {
+//!         static __RL_SPEC: ::rl_core::__private::MultiSpec = .. { groups: &[Group { .. }, ..], .. };
+//!         let __rl_check = ::rl_core::__private::check_groups(&__RL_SPEC, __rl_limiter, &[&(<key>), ..]);
+//!         match __rl_check.await {
+//!             Ok(__rl_permit) => __rl_permit,
+//!             Err(__rl_rejection) => return <Err(From::from(..)) or (on_reject)(..)>,
+//!         }
+//!     };
+//!     let mut __rl_out: <Output> = async move {
+//!         #[allow(unreachable_code)]
+//!         if false { let __rl_never: <Output> = loop {}; return __rl_never; }
+//!         { <the original statements> }
+//!     }
+//!     .await;
+//!     let __rl_counted: bool = <is_err(&__rl_out) or (count_if)(&__rl_out)>;
+//!     ::rl_core::__private::Permit::add_headers(&__rl_permit, &mut __rl_out);   // `headers`
+//!     ::rl_core::__private::Permit::settle(__rl_permit, __rl_counted).await;     // `count`
+//!     __rl_out
+//! }
+//! ```
+//!
+//! In the block, `return` and `?` leave the block with the function's
+//! result, as they left the function: the never-taken `return` of a value
+//! of the output type fixes the block's output type before the body is
+//! checked, so `?` conversions and coercions in early returns work as in
+//! the function. The block is `async move` (arguments move in, so the
+//! future is `Send` whenever they are), except for `&mut self` and `self`
+//! methods, where a plain `async` block captures the fields of `self` the
+//! body uses, leaving a limiter borrowed from another field usable.
+//! `__rl_limiter` and `__rl_check` are separate statements so the
+//! identities (`&dyn Display`, not `Send`) are dropped before the first
+//! await, and a limiter built by the expression (`self.limiter.clone()`)
+//! lives as long as the permit borrowing it.
 
 use proc_macro2::{Ident, Literal, Span, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::ext::IdentExt;
 
 use crate::attr::{Function, OnError};
-use crate::validate::Config;
+use crate::validate::{Config, Counting, GroupConfig};
 
 /// The function with the limiter check in front of its body.
 pub(crate) fn expand(config: Config, function: Function) -> TokenStream {
@@ -46,20 +88,10 @@ pub(crate) fn expand(config: Config, function: Function) -> TokenStream {
         Some(path) => quote!(#path::__private),
         None => quote!(::rl_core::__private),
     };
-
-    let name = match &config.name {
-        Some(name) => quote!(#name),
-        None => {
-            let function_name = sig.ident.unraw().to_string();
-            quote!(#private::core::concat!(#private::core::module_path!(), "::", #function_name))
-        }
+    let default_name = {
+        let function_name = sig.ident.unraw().to_string();
+        quote!(#private::core::concat!(#private::core::module_path!(), "::", #function_name))
     };
-    let algorithm = Ident::new(config.algorithm.variant(), Span::call_site());
-    let threshold = Literal::u64_unsuffixed(config.threshold);
-    let period_us = Literal::u64_unsuffixed(config.period_us);
-    let burst = Literal::u64_unsuffixed(config.burst);
-    let slots = Literal::u64_unsuffixed(config.slots);
-    let cost = Literal::u64_unsuffixed(config.cost);
     let policy = match config.on_error {
         None => quote!(#private::core::option::Option::None),
         Some(OnError::FailOpen) => {
@@ -70,6 +102,113 @@ pub(crate) fn expand(config: Config, function: Function) -> TokenStream {
         }
     };
 
+    let mut block = TokenStream::new();
+    brace.surround(&mut block, |block| {
+        block.extend(quote!(#(#inner_attrs)*));
+        if config.is_multi() {
+            block.extend(multi(
+                &config,
+                &private,
+                &default_name,
+                &policy,
+                brace,
+                body,
+            ));
+        } else {
+            block.extend(single(&config, &private, &default_name, &policy));
+            block.extend(body);
+        }
+    });
+
+    quote! {
+        #(#attrs)*
+        #vis #sig #block
+    }
+}
+
+/// `::rl_core::__private::limit(..)` for each limit of a group.
+fn limits(group: &GroupConfig, private: &TokenStream) -> Vec<TokenStream> {
+    group
+        .limits
+        .iter()
+        .map(|limit| {
+            let algorithm = Ident::new(limit.algorithm.variant(), Span::call_site());
+            let threshold = Literal::u64_unsuffixed(limit.threshold);
+            let period_us = Literal::u64_unsuffixed(limit.period_us);
+            let burst = Literal::u64_unsuffixed(limit.burst);
+            let slots = Literal::u64_unsuffixed(limit.slots);
+            quote!(#private::limit(#threshold, #period_us, #private::Algorithm::#algorithm, #burst, #slots))
+        })
+        .collect()
+}
+
+/// A group's name: as given, or the function's default name.
+fn group_name(group: &GroupConfig, default_name: &TokenStream) -> TokenStream {
+    match &group.name {
+        Some(name) => quote!(#name),
+        None => default_name.clone(),
+    }
+}
+
+/// `&(<key>)`, spanned on the user's expression, or the empty identity.
+fn key(group: &GroupConfig) -> TokenStream {
+    match &group.key {
+        Some(key) => {
+            let (expr, span) = (&key.value, key.span);
+            quote_spanned!(span=> &(#expr))
+        }
+        None => quote!(&""),
+    }
+}
+
+/// What a refused call returns: `Err(From::from(rejection))`, or what
+/// `on_reject` makes of it.
+fn refused(config: &Config, private: &TokenStream) -> TokenStream {
+    match &config.on_reject {
+        Some(on_reject) => {
+            let (expr, span) = (&on_reject.value, on_reject.span);
+            // Through a generic function so an unannotated closure
+            // (`|rejection| ...`) gets its argument type.
+            let call = quote_spanned! {span=>
+                __rl_on_reject(#expr, __rl_rejection)
+            };
+            quote! {{
+                fn __rl_on_reject<__RlOut, __RlOnReject>(
+                    on_reject: __RlOnReject,
+                    rejection: #private::Rejection,
+                ) -> __RlOut
+                where
+                    __RlOnReject: #private::core::ops::FnOnce(#private::Rejection) -> __RlOut,
+                {
+                    on_reject(rejection)
+                }
+                return #call;
+            }}
+        }
+        None => {
+            // A missing `From<Rejection>` is reported at the function's error type.
+            let convert = quote_spanned! {config.error_type_span=>
+                #private::core::convert::From::from(__rl_rejection)
+            };
+            quote! {{
+                return #private::core::result::Result::Err(#convert);
+            }}
+        }
+    }
+}
+
+/// The check in front of the unchanged body: one key, every admitted call
+/// consumed.
+fn single(
+    config: &Config,
+    private: &TokenStream,
+    default_name: &TokenStream,
+    policy: &TokenStream,
+) -> TokenStream {
+    let group = &config.groups[0];
+    let name = group_name(group, default_name);
+    let limits = limits(group, private);
+    let cost = Literal::u64_unsuffixed(group.cost);
     // The user's expressions keep their spans, so type errors land on them.
     let limiter = match &config.limiter {
         Some(limiter) => {
@@ -78,43 +217,162 @@ pub(crate) fn expand(config: Config, function: Function) -> TokenStream {
         }
         None => quote!(#private::global()),
     };
-    let key = match &config.key {
-        Some(key) => {
-            let (expr, span) = (&key.value, key.span);
-            quote_spanned!(span=> &(#expr))
+    let key = key(group);
+    let refused = refused(config, private);
+    quote! {
+        {
+            static __RL_SPEC: #private::Spec = #private::Spec {
+                name: #name,
+                limits: &[#(#limits),*],
+                cost: #cost,
+                policy: #policy,
+            };
+            match #private::check(&__RL_SPEC, #limiter, #key).await {
+                #private::core::result::Result::Ok(_) => {}
+                #private::core::result::Result::Err(__rl_rejection) => #refused
+            }
         }
-        None => quote!(&""),
+    }
+}
+
+/// Several groups, counting, `on_reject` or `headers`: one `check_groups`
+/// call, then the body (as a value when counting or adding headers).
+fn multi(
+    config: &Config,
+    private: &TokenStream,
+    default_name: &TokenStream,
+    policy: &TokenStream,
+    brace: syn::token::Brace,
+    body: TokenStream,
+) -> TokenStream {
+    let name = group_name(&config.groups[0], default_name);
+    let groups = config.groups.iter().map(|group| {
+        let name = group_name(group, default_name);
+        let limits = limits(group, private);
+        let cost = Literal::u64_unsuffixed(group.cost);
+        let reset_on_success = group.reset_on_success;
+        quote! {
+            #private::Group {
+                name: #name,
+                limits: &[#(#limits),*],
+                cost: #cost,
+                reset_on_success: #reset_on_success,
+            }
+        }
+    });
+    let keys = config.groups.iter().map(key);
+    let limiter = match &config.limiter {
+        Some(limiter) => {
+            let (expr, span) = (&limiter.value, limiter.span);
+            quote_spanned! {span=>
+                let __rl_limiter = &(#expr);
+                let __rl_limiter = #private::core::result::Result::Ok(#private::AsLimiter::as_limiter(__rl_limiter));
+            }
+        }
+        None => quote!(let __rl_limiter = #private::global();),
     };
-    // A missing `From<Rejection>` is reported at the function's error type.
-    let convert = quote_spanned! {config.error_type_span=>
-        #private::core::convert::From::from(__rl_rejection)
+    let refused = refused(config, private);
+    let check = quote! {
+        static __RL_SPEC: #private::MultiSpec = #private::MultiSpec {
+            name: #name,
+            groups: &[#(#groups),*],
+            policy: #policy,
+        };
+        let __rl_check = #private::check_groups(&__RL_SPEC, __rl_limiter, &[#(#keys),*]);
     };
 
-    let mut block = TokenStream::new();
-    brace.surround(&mut block, |block| {
-        block.extend(quote! {
-            #(#inner_attrs)*
+    if !config.wraps_body() {
+        return quote! {
             {
-                static __RL_SPEC: #private::Spec = #private::Spec {
-                    name: #name,
-                    limits: &[#private::limit(#threshold, #period_us, #private::Algorithm::#algorithm, #burst, #slots)],
-                    cost: #cost,
-                    policy: #policy,
-                };
-                match #private::check(&__RL_SPEC, #limiter, #key).await {
+                #limiter
+                #check
+                match __rl_check.await {
                     #private::core::result::Result::Ok(_) => {}
-                    #private::core::result::Result::Err(__rl_rejection) => {
-                        return #private::core::result::Result::Err(#convert);
-                    }
+                    #private::core::result::Result::Err(__rl_rejection) => #refused
                 }
             }
-        });
-        block.extend(body);
-    });
+            #body
+        };
+    }
 
+    let output = &config.output;
+    let mut statements = TokenStream::new();
+    brace.surround(&mut statements, |statements| statements.extend(body));
+    let capture = if config.borrows_self {
+        quote!()
+    } else {
+        quote!(move)
+    };
+    let mutability = config.headers.map(|_| quote!(mut));
+    let counted = match &config.counting {
+        None => quote!(),
+        Some(Counting::Failures(span)) => {
+            let is_err = quote_spanned! {*span=>
+                #private::core::result::Result::is_err(&__rl_out)
+            };
+            quote!(let __rl_counted: bool = #is_err;)
+        }
+        Some(Counting::If(count_if)) => {
+            let (expr, span) = (&count_if.value, count_if.span);
+            // Through a generic function so an unannotated closure
+            // (`|out| ...`) gets its argument type.
+            let call = quote_spanned! {span=>
+                __rl_count_if(&__rl_out, #expr)
+            };
+            quote! {
+                let __rl_counted: bool = {
+                    fn __rl_count_if<__RlOut: ?Sized, __RlCountIf>(
+                        out: &__RlOut,
+                        count_if: __RlCountIf,
+                    ) -> bool
+                    where
+                        __RlCountIf: #private::core::ops::FnOnce(&__RlOut) -> bool,
+                    {
+                        count_if(out)
+                    }
+                    #call
+                };
+            }
+        }
+    };
+    let headers = config.headers.map(|span| {
+        quote_spanned! {span=>
+            #private::Permit::add_headers(&__rl_permit, &mut __rl_out);
+        }
+    });
+    let settle = config.counting.as_ref().map(|_| {
+        quote! {
+            #private::Permit::settle(__rl_permit, __rl_counted).await;
+        }
+    });
     quote! {
-        #(#attrs)*
-        #vis #sig #block
+        #limiter
+        let __rl_permit = {
+            #check
+            match __rl_check.await {
+                #private::core::result::Result::Ok(__rl_permit) => __rl_permit,
+                #private::core::result::Result::Err(__rl_rejection) => #refused
+            }
+        };
+        let #mutability __rl_out: #output = async #capture {
+            #[allow(
+                unknown_lints,
+                unreachable_code,
+                clippy::diverging_sub_expression,
+                clippy::empty_loop,
+                clippy::let_unit_value
+            )]
+            if false {
+                let __rl_never: #output = loop {};
+                return __rl_never;
+            }
+            #statements
+        }
+        .await;
+        #counted
+        #headers
+        #settle
+        __rl_out
     }
 }
 
@@ -221,5 +479,160 @@ mod tests {
             ),
         );
         assert!(code.contains(r#""::" , "match""#), "{code}");
+    }
+
+    #[test]
+    fn several_limits_on_one_key_keep_the_simple_expansion() {
+        let code = expand(
+            quote!(
+                limits = ["1/1m", "5/1h"],
+                key = phone,
+                algorithm = sliding_log
+            ),
+            quote!(
+                async fn f(phone: &str) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        assert!(code.contains(":: Spec {"), "{code}");
+        assert!(
+            code.contains(
+                "limits : & [:: rl_core :: __private :: limit (1 , 60000000 , :: rl_core :: __private :: Algorithm :: \
+                 SlidingLog , 1 , 10) , :: rl_core :: __private :: limit (5 , 3600000000 , :: rl_core :: __private \
+                 :: Algorithm :: SlidingLog , 5 , 10)]"
+            ),
+            "{code}"
+        );
+    }
+
+    #[test]
+    fn also_and_on_reject_check_every_group_in_one_call_before_the_unchanged_body() {
+        let code = expand(
+            quote!(
+                name = "sms",
+                key = phone,
+                period = 60,
+                threshold = 1,
+                also(name = "sms_ip", key = ip, limits = ["20/1h"], cost = 2),
+                limiter = self.limiter.clone(),
+                on_reject = reject
+            ),
+            quote! {
+                async fn f(&self, ip: Ip, phone: &str) -> Reply { let x = 1; x }
+            },
+        );
+        let expected = quote! {
+            async fn f(&self, ip: Ip, phone: &str) -> Reply {
+                {
+                    let __rl_limiter = &(self.limiter.clone());
+                    let __rl_limiter = ::rl_core::__private::core::result::Result::Ok(
+                        ::rl_core::__private::AsLimiter::as_limiter(__rl_limiter)
+                    );
+                    static __RL_SPEC: ::rl_core::__private::MultiSpec = ::rl_core::__private::MultiSpec {
+                        name: "sms",
+                        groups: &[
+                            ::rl_core::__private::Group {
+                                name: "sms",
+                                limits: &[::rl_core::__private::limit(1, 60000000, ::rl_core::__private::Algorithm::Gcra, 1, 10)],
+                                cost: 1,
+                                reset_on_success: false,
+                            },
+                            ::rl_core::__private::Group {
+                                name: "sms_ip",
+                                limits: &[::rl_core::__private::limit(20, 3600000000, ::rl_core::__private::Algorithm::Gcra, 20, 10)],
+                                cost: 2,
+                                reset_on_success: false,
+                            }
+                        ],
+                        policy: ::rl_core::__private::core::option::Option::None,
+                    };
+                    let __rl_check = ::rl_core::__private::check_groups(&__RL_SPEC, __rl_limiter, &[&(phone), &(ip)]);
+                    match __rl_check.await {
+                        ::rl_core::__private::core::result::Result::Ok(_) => {}
+                        ::rl_core::__private::core::result::Result::Err(__rl_rejection) => {
+                            fn __rl_on_reject<__RlOut, __RlOnReject>(
+                                on_reject: __RlOnReject,
+                                rejection: ::rl_core::__private::Rejection,
+                            ) -> __RlOut
+                            where
+                                __RlOnReject: ::rl_core::__private::core::ops::FnOnce(::rl_core::__private::Rejection) -> __RlOut,
+                            {
+                                on_reject(rejection)
+                            }
+                            return __rl_on_reject(reject, __rl_rejection);
+                        }
+                    }
+                }
+                let x = 1;
+                x
+            }
+        };
+        assert_eq!(code, expected.to_string());
+    }
+
+    #[test]
+    fn counting_and_headers_settle_the_permit_after_the_body_returns_a_value() {
+        let code = expand(
+            quote!(
+                period = 60,
+                threshold = 3,
+                count = failures,
+                reset_on_success,
+                headers
+            ),
+            quote! {
+                async fn f(id: u8) -> Result<u8, E> { let x = id; Ok(x) }
+            },
+        );
+        let expected_tail = quote! {
+            let mut __rl_out: Result<u8, E> = async move {
+                #[allow(
+                    unknown_lints,
+                    unreachable_code,
+                    clippy::diverging_sub_expression,
+                    clippy::empty_loop,
+                    clippy::let_unit_value
+                )]
+                if false {
+                    let __rl_never: Result<u8, E> = loop {};
+                    return __rl_never;
+                }
+                { let x = id; Ok(x) }
+            }
+            .await;
+            let __rl_counted: bool = ::rl_core::__private::core::result::Result::is_err(&__rl_out);
+            ::rl_core::__private::Permit::add_headers(&__rl_permit, &mut __rl_out);
+            ::rl_core::__private::Permit::settle(__rl_permit, __rl_counted).await;
+            __rl_out
+        };
+        assert!(code.ends_with(&format!("{expected_tail} }}")), "{code}");
+        assert!(code.contains("reset_on_success : true"), "{code}");
+        assert!(
+            code.contains(
+                "let __rl_limiter = :: rl_core :: __private :: global () ; let __rl_permit = { static __RL_SPEC"
+            ),
+            "{code}"
+        );
+        assert!(code.contains("Ok (__rl_permit) => __rl_permit"), "{code}");
+    }
+
+    #[test]
+    fn mut_self_methods_borrow_into_the_body_block_instead_of_moving() {
+        let function = |receiver: TokenStream| {
+            quote! {
+                async fn f(#receiver) -> Result<u8, E> { Ok(1) }
+            }
+        };
+        let args = || quote!(period = 60, threshold = 3, count_if = |r| r.is_err());
+        assert!(expand(args(), function(quote!(&self))).contains("async move {"));
+        assert!(expand(args(), function(quote!())).contains("async move {"));
+        let code = expand(args(), function(quote!(&mut self)));
+        assert!(!code.contains("async move"), "{code}");
+        assert!(code.contains("= async {"), "{code}");
+        assert!(
+            code.contains("__rl_count_if (& __rl_out , | r | r . is_err ())"),
+            "{code}"
+        );
     }
 }

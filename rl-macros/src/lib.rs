@@ -18,8 +18,10 @@ use proc_macro::TokenStream;
 use proc_macro2::{Span, TokenStream as TokenStream2};
 
 /// Limits how often an `async fn` may run: before the body, the limiter
-/// decides the call; a refused call returns `Err(E::from(rejection))`
-/// without running the body.
+/// decides the call; a refused call returns `Err(E::from(rejection))` (or
+/// `on_reject`'s value) without running the body. Several limits per key,
+/// several keys per call, counting only failures and HTTP `RateLimit`
+/// headers are options below.
 ///
 /// ```text
 /// use rl_core::{rate_limit, Limiter, Rejection};
@@ -42,25 +44,90 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 ///
 /// | argument | value | default | meaning |
 /// |---|---|---|---|
-/// | `period` | integer (seconds) or duration string: `"250us"`, `"500ms"`, `"30s"`, `"1m"`, `"1h"`, `"1d"` | required | the window `threshold` applies to |
-/// | `threshold` | integer ≥ 1 | required | calls (units of `cost`) admitted per `period` |
+/// | `period` | integer (seconds) or duration string: `"250us"`, `"500ms"`, `"30s"`, `"1m"`, `"1h"`, `"1d"` | required, unless `limits` | the window `threshold` applies to |
+/// | `threshold` | integer ≥ 1 | required, unless `limits` | calls (units of `cost`) admitted per `period` |
+/// | `limits` | list of `"THRESHOLD/PERIOD"` strings: `["1/1m", "5/1h", "10/d"]` (a period, or a bare unit meaning one of it) | instead of `period` + `threshold` | several limits on the key, decided together: a call passes only if every one admits it, and a refused call consumes none of them; at most one limit per period |
 /// | `key` | any expression over the arguments whose value is `Display` | none: one limit shared by every call | whose quota the call uses; evaluated by reference, never moves an argument |
-/// | `algorithm` | `fixed_window`, `sliding_log`, `sliding_window`, `token_bucket`, `leaky_bucket`, `gcra` (identifier or string) | `gcra` | how calls are counted |
-/// | `cost` | integer ≥ 1 | `1` | units each call takes |
-/// | `burst` | integer ≥ 1 | `threshold` | capacity of `token_bucket`, `leaky_bucket` and `gcra`; refused for the others |
+/// | `algorithm` | `fixed_window`, `sliding_log`, `sliding_window`, `token_bucket`, `leaky_bucket`, `gcra` (identifier or string) | `gcra` | how calls are counted (each limit of `limits`) |
+/// | `cost` | integer ≥ 1 | `1` | units each call takes (from each limit) |
+/// | `burst` | integer ≥ 1 | `threshold` (of each limit) | capacity of `token_bucket`, `leaky_bucket` and `gcra`; refused for the others |
 /// | `slots` | integer ≥ 1 | `10` | sub-windows of `sliding_window`; refused for the others |
 /// | `name` | string | `"<module path>::<fn name>"` | metrics label, log field and key scope |
 /// | `limiter` | expression evaluating to a `Limiter`, `&Limiter`, `Arc<Limiter>` or `Box<Limiter>` (borrowed, never moved) | the global limiter | the limiter deciding the calls |
 /// | `on_error` | `fail_open` or `fail_closed` | the limiter's policy | what to do when the backend cannot decide |
+/// | `also(...)` | `name` (required, distinct), `key`, `limits` or `period` + `threshold`, `algorithm`, `cost`, `burst`, `slots`, `reset_on_success` | none; may be repeated | another key with its own limits (e.g. per IP beside per phone), decided in the same call, all-or-nothing |
+/// | `count` | `failures` | every admitted call counts | only calls returning `Err` keep what they took; the others are given back (the function must return a `Result`) |
+/// | `count_if` | expression callable as `FnOnce(&ReturnType) -> bool`: a closure (`\|r: &Response\| r.status() == 401`) or a function path | every admitted call counts | `true`: the call keeps what it took; `false`: it is given back |
+/// | `reset_on_success` | flag, on the function or in an `also(...)` | off | with `count`/`count_if`: a call that does not count forgets this group's state for its key (consecutive-failure counting) instead of giving back its own units |
+/// | `on_reject` | expression callable as `FnOnce(rl_core::Rejection) -> ReturnType` (closure or path, e.g. `IntoResponse::into_response`) | `Err(From::from(rejection))` | the value a refused call returns; with it the function may return any type |
+/// | `headers` | flag (needs `rl-core`'s `axum` feature) | off | adds `RateLimit-Policy` and `RateLimit` (the binding limit) to a successful response; the return type must implement `WithHeaders`: `http::Response<B>` or `Result<Response<B>, E>` |
 /// | `crate` | string path to `rl_core` | `"::rl_core"` | for crates that re-export `rl_core` |
 ///
 /// Every argument is checked at compile time, at the offending token:
 /// unknown or repeated arguments, zero or negative numbers, unreadable
-/// duration strings, unknown algorithms, a `cost` above the capacity (the
-/// `burst` of `token_bucket`, `leaky_bucket` and `gcra`, the `threshold`
-/// of the others), a `sliding_window` period that does not split into
-/// `slots` equal whole microseconds, a `sliding_log` threshold above
-/// 10 000, and a capacity × period (in µs) above 2^53.
+/// duration or limit strings, unknown algorithms, a `cost` above the
+/// capacity (the `burst` of `token_bucket`, `leaky_bucket` and `gcra`, the
+/// `threshold` of the others), a `sliding_window` period that does not
+/// split into `slots` equal whole microseconds, a `sliding_log` threshold
+/// above 10 000, and a capacity × period (in µs) above 2^53; these apply to
+/// every string of `limits` (reported at the string) and to every
+/// `also(...)`. Also refused: `limits` with `period` or `threshold`, two
+/// limits of one key with the same period, an `also(...)` without a
+/// `name` or with a name another group uses, `also(...)` inside
+/// `also(...)` or holding a whole-function argument (`limiter`,
+/// `on_error`, `count`, `on_reject`, `headers`, `crate`), `count` with
+/// `count_if`, `count = failures` on a function not returning a `Result`,
+/// `reset_on_success` without `count`/`count_if`, and `count`, `count_if`
+/// or `headers` on a function returning `impl Trait`.
+///
+/// # Several limits and several keys
+///
+/// ```text
+/// #[rate_limit(
+///     name = "sms_phone", key = phone, limits = ["1/1m", "5/1h", "10/1d"], algorithm = sliding_log,
+///     also(name = "sms_ip", key = ip, limits = ["20/1h"], algorithm = sliding_log),
+/// )]
+/// async fn send_sms(ip: ClientIp, phone: Phone) -> Result<Response, Rejection> { .. }
+/// ```
+///
+/// Every limit of every group is decided in one call to the limiter (one
+/// Redis round trip), all-or-nothing: a call refused by the daily limit
+/// takes nothing from the minute limit nor from the IP group. The
+/// rejection is named after the group that refused (`"sms_ip"`). A group's
+/// `name` scopes its keys, so two functions with `also(name = "sms_ip", ..)`
+/// share the per-IP counter; `Limiter::set_limits(name, ..)` replaces a
+/// group's limits at run time.
+///
+/// # Counting failures
+///
+/// ```text
+/// #[rate_limit(name = "login_user", key = form.username, period = "15m", threshold = 3,
+///              algorithm = sliding_log, count = failures, reset_on_success,
+///              also(name = "login_ip", key = ip, period = "1d", threshold = 100))]
+/// async fn login(ip: ClientIp, form: Form) -> Result<Session, LoginError> { .. }
+/// ```
+///
+/// With `count` or `count_if` a call still reserves its units before the
+/// body runs (so concurrent calls never exceed a threshold); after the
+/// body, a call that does not count gives them back, or, in a group with
+/// `reset_on_success`, forgets that group's state for the key. Above: three
+/// failed logins per user, then refused; a success starts the user's count
+/// again but keeps the IP's failures. A call whose future is dropped
+/// mid-body (or whose body panics) keeps what it reserved.
+///
+/// # Responses
+///
+/// ```text
+/// #[rate_limit(key = ip, period = 60, threshold = 10, headers,
+///              on_reject = IntoResponse::into_response)]
+/// async fn status(ip: ClientIp) -> Response { .. }
+/// ```
+///
+/// `on_reject` makes the refused call's value, so an axum handler can
+/// return a plain `Response` (a `Rejection` becomes a `429` with
+/// `Retry-After` and the `RateLimit` fields). `headers` adds
+/// `RateLimit-Policy` and `RateLimit` for the binding limit to successful
+/// responses.
 ///
 /// # The function
 ///
@@ -72,7 +139,22 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// signature are kept; the body runs unchanged after the check, so `return`
 /// and `?` in it work as written. The key is rendered before the first
 /// await, so the function's future is `Send` whenever its arguments are
-/// (it can be spawned, or be an axum handler).
+/// (it can be spawned, or be an axum handler). With `on_reject` any return
+/// type is accepted.
+///
+/// With `count`, `count_if` or `headers` the body runs in a block of its own
+/// whose value is the function's result (`return` and `?` still leave with
+/// the function's result): an `async move` block, or for `&mut self` and
+/// `self` methods an `async` block borrowing the fields of `self` it uses,
+/// so that `limiter = self.limiter` and a body mutating other fields go
+/// together. The permit borrows the limiter until the body ends, so the
+/// body cannot move what the limiter is borrowed from: in a `self` or
+/// `&mut self` method whose body uses all of `self` (moves it, or calls a
+/// `&mut self` method), pass `limiter = self.limiter.clone()` (an
+/// `Arc<Limiter>`) or use the global limiter. `count_if` runs after the
+/// body, when arguments the `async move` block took are gone: refer to
+/// `Copy` values only. The result is held in a local, so these arguments
+/// are refused with an `impl Trait` return type.
 ///
 /// ```text
 /// #[derive(Debug)]
@@ -106,8 +188,9 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 ///
 /// # Failures
 ///
-/// A refused call returns `Err(E::from(rejection))` without running the
-/// body; `Rejection::retry_after` says how long to wait. If no `limiter` is
+/// A refused call returns `Err(E::from(rejection))` (or, with `on_reject`,
+/// what it makes of the rejection) without running the body;
+/// `Rejection::retry_after` says how long to wait. If no `limiter` is
 /// given and no global limiter was installed, the call is refused with a
 /// rejection whose `is_unavailable()` is true (and logged): it does not
 /// panic. Backend failures follow `on_error`, else the limiter's policy.
@@ -129,6 +212,41 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 ///         }
 ///     }
 ///     Ok(format!("hi {user_id}"))
+/// }
+/// ```
+///
+/// With `also`, `count`, `count_if`, `on_reject` or `headers` it expands
+/// to one `check_groups` call instead (shown with `count = failures` and
+/// `headers`):
+///
+/// ```text
+/// async fn login(ip: IpAddr, user: String) -> Result<Response, LoginError> {
+///     let __rl_limiter = ::rl_core::__private::global();
+///     let __rl_permit = {
+///         static __RL_SPEC: ::rl_core::__private::MultiSpec = ::rl_core::__private::MultiSpec {
+///             name: concat!(module_path!(), "::", "login"),
+///             groups: &[
+///                 ::rl_core::__private::Group { name: .., limits: &[..], cost: 1, reset_on_success: true },
+///                 ::rl_core::__private::Group { name: "login_ip", limits: &[..], cost: 1, reset_on_success: false },
+///             ],
+///             policy: None,
+///         };
+///         let __rl_check = ::rl_core::__private::check_groups(&__RL_SPEC, __rl_limiter, &[&(user), &(ip)]);
+///         match __rl_check.await {
+///             Ok(__rl_permit) => __rl_permit,
+///             Err(__rl_rejection) => return Err(From::from(__rl_rejection)), // or on_reject's value
+///         }
+///     };
+///     let mut __rl_out: Result<Response, LoginError> = async move {
+///         #[allow(unreachable_code)]
+///         if false { let __rl_never: Result<Response, LoginError> = loop {}; return __rl_never; }
+///         { /* the original body */ }
+///     }
+///     .await;
+///     let __rl_counted: bool = Result::is_err(&__rl_out);
+///     ::rl_core::__private::Permit::add_headers(&__rl_permit, &mut __rl_out);
+///     ::rl_core::__private::Permit::settle(__rl_permit, __rl_counted).await;
+///     __rl_out
 /// }
 /// ```
 ///

@@ -4,15 +4,18 @@
 //! The limit rules are those of `rl_core::Limit` (its const constructor
 //! panics on anything this module lets through, so the two must agree) plus
 //! `Limit::check_cost`, which the limiter would otherwise only apply at run
-//! time.
+//! time. They apply to every limit of every group: the function's own and
+//! each `also(...)`.
 
-use proc_macro2::Span;
+use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::ToTokens;
 use syn::spanned::Spanned;
 use syn::{
-    Error, Expr, GenericArgument, LitStr, Path, PathArguments, Result, ReturnType, Signature, Type,
+    Error, Expr, GenericArgument, LitStr, Path, PathArguments, ReceiverKind, Result, ReturnType,
+    Signature, Type, TypeReference,
 };
 
-use crate::attr::{Algorithm, Arg, Args, OnError};
+use crate::attr::{Algorithm, Arg, Args, Count, GroupArgs, OnError, Rate};
 
 /// Largest value the algorithms' integers may reach (Lua numbers are doubles).
 const EXACT_LIMIT: u64 = 1 << 53;
@@ -25,20 +28,69 @@ const DEFAULT_SLOTS: u64 = 10;
 
 /// Everything expansion needs, defaults filled in and all rules checked.
 pub(crate) struct Config {
-    pub(crate) threshold: u64,
-    pub(crate) period_us: u64,
-    pub(crate) algorithm: Algorithm,
-    pub(crate) burst: u64,
-    pub(crate) slots: u64,
-    pub(crate) cost: u64,
-    pub(crate) key: Option<Arg<Expr>>,
+    /// The function's own group first, then each `also(...)` in order.
+    pub(crate) groups: Vec<GroupConfig>,
     pub(crate) limiter: Option<Arg<Expr>>,
-    pub(crate) name: Option<LitStr>,
     pub(crate) on_error: Option<OnError>,
     pub(crate) krate: Option<Path>,
     /// Where a failed `From<Rejection>` conversion is reported: the `E` of
     /// `Result<T, E>`, or the whole return type.
     pub(crate) error_type_span: Span,
+    /// Which calls count (`count` / `count_if`); `None`: every admitted call.
+    pub(crate) counting: Option<Counting>,
+    pub(crate) on_reject: Option<Arg<Expr>>,
+    /// The `headers` keyword, when given.
+    pub(crate) headers: Option<Span>,
+    /// The return type as written, `()` when there is none.
+    pub(crate) output: Type,
+    /// A `&mut self` or `self` method: the body's block borrows what it
+    /// uses (precisely, field by field) rather than moving the receiver, so
+    /// a limiter borrowed from another field of `self` can stay borrowed.
+    pub(crate) borrows_self: bool,
+}
+
+impl Config {
+    /// Whether the call needs `MultiSpec` and `check_groups`: anything
+    /// beyond limits on one key that are simply consumed.
+    pub(crate) fn is_multi(&self) -> bool {
+        self.groups.len() > 1
+            || self.counting.is_some()
+            || self.on_reject.is_some()
+            || self.headers.is_some()
+    }
+
+    /// Whether the body's result is needed as a value before returning it.
+    pub(crate) fn wraps_body(&self) -> bool {
+        self.counting.is_some() || self.headers.is_some()
+    }
+}
+
+/// Which admitted calls keep what they took.
+pub(crate) enum Counting {
+    /// `count = failures`: the ones returning `Err`; the span is `failures`'.
+    Failures(Span),
+    /// `count_if = <expr>`: the ones the predicate accepts.
+    If(Arg<Expr>),
+}
+
+/// One key and its limits, checked.
+pub(crate) struct GroupConfig {
+    /// `None` for the function's own group without `name`: the default name.
+    pub(crate) name: Option<LitStr>,
+    pub(crate) key: Option<Arg<Expr>>,
+    pub(crate) limits: Vec<LimitConfig>,
+    pub(crate) cost: u64,
+    pub(crate) reset_on_success: bool,
+}
+
+/// The parts of one `rl_core::Limit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LimitConfig {
+    pub(crate) threshold: u64,
+    pub(crate) period_us: u64,
+    pub(crate) algorithm: Algorithm,
+    pub(crate) burst: u64,
+    pub(crate) slots: u64,
 }
 
 /// Collects every error, so one build shows them all.
@@ -65,22 +117,167 @@ impl Errors {
 /// Checks the function and the arguments together.
 pub(crate) fn validate(args: Args, sig: &Signature) -> Result<Config> {
     let mut errors = Errors::default();
-    let error_type_span = check_signature(sig, &mut errors);
+    let Args {
+        group,
+        limiter,
+        on_error,
+        krate,
+        also,
+        count,
+        count_if,
+        on_reject,
+        headers,
+    } = args;
+    let error_type_span = check_signature(sig, on_reject.is_none(), &mut errors);
 
-    let threshold = args.threshold.as_ref().map(|t| t.value);
-    if args.threshold.is_none() {
+    // Every `reset_on_success`, checked against `count` below.
+    let mut resets: Vec<Span> = Vec::new();
+    // Names in use, to refuse two groups sharing one.
+    let mut names: Vec<String> = Vec::new();
+    if let Some(name) = &group.name {
+        names.push(name.value.value());
+    }
+    resets.extend(group.reset_on_success.as_ref().map(|r| r.span));
+    let main = validate_group(group, None, &mut errors);
+    let mut groups = vec![main];
+    for also in also {
+        resets.extend(also.group.reset_on_success.as_ref().map(|r| r.span));
+        match &also.group.name {
+            None => errors.push(
+                also.span,
+                "`also(...)` needs a `name`: it scopes the group's keys and names the group in rejections and \
+                 headers, e.g. `also(name = \"sms_ip\", key = ip, limits = [\"20/1h\"])`",
+            ),
+            Some(name) => {
+                let value = name.value.value();
+                if !value.is_empty() {
+                    if names.contains(&value) {
+                        errors.push(
+                            name.span,
+                            format!(
+                                "the name {value:?} is already used by another group of this function; give each \
+                                 `also(...)` its own `name` (groups with one name would share their counters)"
+                            ),
+                        );
+                    }
+                    names.push(value);
+                }
+            }
+        }
+        groups.push(validate_group(also.group, Some(also.span), &mut errors));
+    }
+
+    let counting = match (count, count_if) {
+        (Some(_), Some(count_if)) => {
+            errors.push(
+                count_if.span,
+                "`count` and `count_if` both say which calls count; keep one",
+            );
+            None
+        }
+        (Some(count), None) => match count.value {
+            Count::Failures => Some(Counting::Failures(count.span)),
+        },
+        (None, Some(count_if)) => Some(Counting::If(count_if)),
+        (None, None) => None,
+    };
+    if let Some(Counting::Failures(span)) = &counting
+        && !returns_result(sig)
+    {
         errors.push(
-            Span::call_site(),
-            "missing `threshold`: how many calls each key may make per `period`, e.g. `threshold = 10`",
+            *span,
+            "`count = failures` counts the calls that return `Err`, but this function does not return a `Result`; \
+             say which calls count with `count_if = |out: &T| ...` instead",
         );
     }
-    if args.period.is_none() {
+    if counting.is_none() {
+        for span in resets {
+            errors.push(
+                span,
+                "`reset_on_success` only applies when calls are counted selectively: add `count = failures` or \
+                 `count_if = ...`, or remove it",
+            );
+        }
+    }
+    let holds_result = match (&counting, &headers) {
+        (Some(Counting::Failures(_)), _) => Some("count"),
+        (Some(Counting::If(_)), _) => Some("count_if"),
+        (None, Some(_)) => Some("headers"),
+        (None, None) => None,
+    };
+    if let (Some(argument), ReturnType::Type(_, ty)) = (holds_result, &sig.output)
+        && let Some(span) = impl_trait_span(ty.to_token_stream())
+    {
         errors.push(
-            Span::call_site(),
-            "missing `period`: the window `threshold` applies to, in seconds (`period = 60`) or as a duration \
-             string (`period = \"1m\"`)",
+            span,
+            format!(
+                "`{argument}` keeps the function's result in a local before returning it, and a local cannot have \
+                 an `impl Trait` type; return a concrete type (e.g. a `Box<dyn Trait>`), or remove `{argument}`"
+            ),
         );
     }
+
+    let output = match &sig.output {
+        ReturnType::Default => syn::parse_quote!(()),
+        ReturnType::Type(_, ty) => (**ty).clone(),
+    };
+    let borrows_self = sig.receiver().is_some_and(|receiver| match &receiver.kind {
+        ReceiverKind::Reference(_, _, mutability) => mutability.is_some(),
+        ReceiverKind::Typed(_, ty) => !matches!(
+            **ty,
+            Type::Reference(TypeReference {
+                mutability: None,
+                ..
+            })
+        ),
+        _ => true,
+    });
+
+    let Some(groups) = groups.into_iter().collect::<Option<Vec<_>>>() else {
+        return Err(errors.0.expect("an invalid group was reported"));
+    };
+    let config = Config {
+        groups,
+        limiter,
+        on_error: on_error.map(|o| o.value),
+        krate: krate.map(|k| k.value),
+        error_type_span,
+        counting,
+        on_reject,
+        headers: headers.map(|h| h.span),
+        output,
+        borrows_self,
+    };
+    errors.finish(config)
+}
+
+/// Where a limit's threshold and period were written.
+enum Source<'a> {
+    /// `period = ..., threshold = ...`.
+    Args { threshold: Span, period: Span },
+    /// One string of `limits = [...]`.
+    Text(&'a Arg<Rate>),
+}
+
+impl Source<'_> {
+    /// What messages about this limit start with.
+    fn prefix(&self) -> String {
+        match self {
+            Source::Args { .. } => String::new(),
+            Source::Text(rate) => format!("limit {:?}: ", rate.value.text),
+        }
+    }
+}
+
+/// Checks one group's arguments; `None` when they cannot make limits
+/// (the reasons are in `errors`). `also` is the `also` keyword's span for
+/// an `also(...)` group.
+fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> Option<GroupConfig> {
+    let within = if also.is_some() {
+        "in `also(...)`: "
+    } else {
+        ""
+    };
     let algorithm = args.algorithm.as_ref().map_or(Algorithm::Gcra, |a| a.value);
 
     for (arg, name) in [
@@ -128,99 +325,230 @@ pub(crate) fn validate(args: Args, sig: &Signature) -> Result<Config> {
         );
     }
 
-    let burst = args.burst.as_ref().map_or(threshold, |b| Some(b.value));
+    // Each limit with where it was written; zero ones are reported and left out.
+    let mut limits: Vec<(u64, u64, Source)> = Vec::new();
+    let mut complete = true;
+    if let Some(list) = &args.limits {
+        for (arg, name) in [(&args.period, "period"), (&args.threshold, "threshold")] {
+            if let Some(arg) = arg {
+                errors.push(
+                    arg.span,
+                    format!(
+                        "`{name}` cannot be combined with `limits`, which gives each limit's threshold and period \
+                         (`limits = [\"5/1m\", \"100/1d\"]`); remove `{name}`, or use `period` and `threshold` \
+                         without `limits`"
+                    ),
+                );
+            }
+        }
+        for (index, rate) in list.value.iter().enumerate() {
+            let Rate {
+                threshold,
+                period_us,
+                text,
+            } = &rate.value;
+            let prefix = format!("limit {text:?}: ");
+            if *threshold == 0 {
+                errors.push(
+                    rate.span,
+                    format!("{prefix}`threshold` must be at least 1, got 0"),
+                );
+                complete = false;
+            } else if *period_us == 0 {
+                errors.push(
+                    rate.span,
+                    format!("{prefix}the period must be longer than zero"),
+                );
+                complete = false;
+            } else if let Some(earlier) = list.value[..index]
+                .iter()
+                .find(|earlier| earlier.value.period_us == *period_us)
+            {
+                errors.push(
+                    rate.span,
+                    format!(
+                        "{prefix}{:?} already limits this key over the same period; each limit needs its own \
+                         period (state is kept per algorithm and period), so keep the stricter one",
+                        earlier.value.text
+                    ),
+                );
+                complete = false;
+            } else {
+                limits.push((*threshold, *period_us, Source::Text(rate)));
+            }
+        }
+    } else {
+        if args.threshold.is_none() {
+            errors.push(
+                also.unwrap_or_else(Span::call_site),
+                format!(
+                    "{within}missing `threshold`: how many calls each key may make per `period`, e.g. \
+                     `threshold = 10`; or give every limit as a string, e.g. `limits = [\"10/1m\", \"100/1d\"]`"
+                ),
+            );
+        }
+        if args.period.is_none() {
+            errors.push(
+                also.unwrap_or_else(Span::call_site),
+                format!(
+                    "{within}missing `period`: the window `threshold` applies to, in seconds (`period = 60`) or \
+                     as a duration string (`period = \"1m\"`)"
+                ),
+            );
+        }
+        match (&args.threshold, &args.period) {
+            (Some(threshold), Some(period)) if threshold.value > 0 && period.value > 0 => {
+                limits.push((
+                    threshold.value,
+                    period.value,
+                    Source::Args {
+                        threshold: threshold.span,
+                        period: period.span,
+                    },
+                ));
+            }
+            _ => complete = false,
+        }
+    }
+
     let slots = args.slots.as_ref().map_or(DEFAULT_SLOTS, |s| s.value);
     let cost = args.cost.as_ref().map_or(1, |c| c.value);
-    let (Some(threshold_arg), Some(period_arg), Some(burst)) =
-        (&args.threshold, &args.period, burst)
-    else {
-        return Err(errors.0.expect("a missing argument was reported"));
-    };
-    let (threshold, period_us) = (threshold_arg.value, period_arg.value);
-    if threshold == 0 || period_us == 0 || burst == 0 || slots == 0 || cost == 0 {
-        return Err(errors.0.expect("a zero value was reported"));
+    let burst = args.burst.as_ref().map(|b| b.value);
+    if !complete || slots == 0 || cost == 0 || burst == Some(0) {
+        return None;
     }
 
-    if algorithm == Algorithm::SlidingWindow && !period_us.is_multiple_of(slots) {
-        let span = args.slots.as_ref().map_or(period_arg.span, |s| s.span);
-        errors.push(
-            span,
-            format!(
-                "a period of {period_us} µs cannot be split into {slots} equal `slots` (sliding_window counts per \
-                 whole microsecond); pick a period or slot count that divides evenly"
-            ),
-        );
+    let mut checked = Vec::with_capacity(limits.len());
+    let mut cost_reported = false;
+    for (threshold, period_us, source) in &limits {
+        let (threshold, period_us) = (*threshold, *period_us);
+        let burst = burst.unwrap_or(threshold);
+        let prefix = source.prefix();
+        let (threshold_span, period_span) = match source {
+            Source::Args { threshold, period } => (*threshold, *period),
+            Source::Text(rate) => (rate.span, rate.span),
+        };
+
+        if algorithm == Algorithm::SlidingWindow && !period_us.is_multiple_of(slots) {
+            let span = match (source, &args.slots) {
+                (Source::Args { .. }, Some(slots)) => slots.span,
+                _ => period_span,
+            };
+            errors.push(
+                span,
+                format!(
+                    "{prefix}a period of {period_us} µs cannot be split into {slots} equal `slots` (sliding_window \
+                     counts per whole microsecond); pick a period or slot count that divides evenly"
+                ),
+            );
+        }
+
+        // The largest value a limit's state reaches, as `rl_core::Limit` computes it.
+        let (capacity_name, capacity_span, size) = match (&args.burst, source) {
+            (Some(b), Source::Args { .. }) if algorithm.uses_burst() && b.value > threshold => {
+                ("burst", b.span, b.value)
+            }
+            (Some(b), Source::Text(_)) if algorithm.uses_burst() && b.value > threshold => {
+                ("burst", threshold_span, b.value)
+            }
+            _ => ("threshold", threshold_span, threshold),
+        };
+        if size
+            .checked_mul(period_us)
+            .is_none_or(|product| product > EXACT_LIMIT)
+        {
+            errors.push(
+                capacity_span,
+                format!(
+                    "{prefix}`{capacity_name}` × `period` = {size} × {period_us} µs exceeds 2^53, too large to \
+                     compute exactly (the Redis backend computes in doubles); pick a shorter period or a smaller \
+                     {capacity_name}"
+                ),
+            );
+        }
+
+        if algorithm == Algorithm::SlidingLog && threshold > SLIDING_LOG_CAP {
+            errors.push(
+                threshold_span,
+                format!(
+                    "{prefix}`sliding_log` stores one entry per admitted call and allows a threshold of at most \
+                     {SLIDING_LOG_CAP}, got {threshold}; use `algorithm = sliding_window` for large thresholds"
+                ),
+            );
+        }
+
+        let (capacity, capacity_name) = if algorithm.uses_burst() {
+            (burst, "burst")
+        } else {
+            (threshold, "threshold")
+        };
+        if let Some(cost_arg) = &args.cost
+            && cost > capacity
+        {
+            // The same explicit `burst` for every limit: one message, at `cost`.
+            let (span, prefix) = match source {
+                Source::Text(_) if algorithm.uses_burst() && args.burst.is_some() => {
+                    (cost_arg.span, String::new())
+                }
+                Source::Text(rate) => (rate.span, prefix),
+                Source::Args { .. } => (cost_arg.span, prefix),
+            };
+            if prefix.is_empty() && std::mem::replace(&mut cost_reported, true) {
+                continue;
+            }
+            errors.push(
+                span,
+                format!(
+                    "{prefix}`cost = {cost}` exceeds the capacity of {capacity} (the `{capacity_name}` of `{}`), \
+                     so every call would be refused; lower `cost` or raise `{capacity_name}`",
+                    algorithm.name()
+                ),
+            );
+        }
+
+        checked.push(LimitConfig {
+            threshold,
+            period_us,
+            algorithm,
+            burst,
+            slots,
+        });
     }
 
-    // The largest value a limit's state reaches, as `rl_core::Limit` computes it.
-    let (capacity_name, capacity_span, size) = match &args.burst {
-        Some(b) if algorithm.uses_burst() && b.value > threshold => ("burst", b.span, b.value),
-        _ => ("threshold", threshold_arg.span, threshold),
-    };
-    if size
-        .checked_mul(period_us)
-        .is_none_or(|product| product > EXACT_LIMIT)
-    {
-        errors.push(
-            capacity_span,
-            format!(
-                "`{capacity_name}` × `period` = {size} × {period_us} µs exceeds 2^53, too large to compute exactly \
-                 (the Redis backend computes in doubles); pick a shorter period or a smaller {capacity_name}"
-            ),
-        );
-    }
-
-    if algorithm == Algorithm::SlidingLog && threshold > SLIDING_LOG_CAP {
-        errors.push(
-            threshold_arg.span,
-            format!(
-                "`sliding_log` stores one entry per admitted call and allows a threshold of at most \
-                 {SLIDING_LOG_CAP}, got {threshold}; use `algorithm = sliding_window` for large thresholds"
-            ),
-        );
-    }
-
-    let (capacity, capacity_name) = if algorithm.uses_burst() {
-        (burst, "burst")
-    } else {
-        (threshold, "threshold")
-    };
-    if let Some(cost_arg) = &args.cost
-        && cost > capacity
-    {
-        errors.push(
-            cost_arg.span,
-            format!(
-                "`cost = {cost}` exceeds the capacity of {capacity} (the `{capacity_name}` of `{}`), so \
-                 every call would be refused; lower `cost` or raise `{capacity_name}`",
-                algorithm.name()
-            ),
-        );
-    }
-
-    let config = Config {
-        threshold,
-        period_us,
-        algorithm,
-        burst,
-        slots,
-        cost,
-        key: args.key,
-        limiter: args.limiter,
+    Some(GroupConfig {
         name: args.name.map(|n| n.value),
-        on_error: args.on_error.map(|o| o.value),
-        krate: args.krate.map(|k| k.value),
-        error_type_span,
-    };
-    errors.finish(config)
+        key: args.key,
+        limits: checked,
+        cost,
+        reset_on_success: args.reset_on_success.is_some(),
+    })
+}
+
+/// The span of the first `impl` in a type (`impl Display`,
+/// `Result<impl Display, E>`), which no local can be declared with.
+fn impl_trait_span(tokens: TokenStream) -> Option<Span> {
+    tokens.into_iter().find_map(|token| match token {
+        TokenTree::Ident(ident) if ident == "impl" => Some(ident.span()),
+        TokenTree::Group(group) => impl_trait_span(group.stream()),
+        _ => None,
+    })
 }
 
 const MUST_RETURN: &str = "`#[rate_limit]` functions must return `Result<T, E>` with \
     `E: From<rl_core::Rejection>`, so that a refused call can return an error";
 
-/// The function must be `async` and return a `Result`. Returns the span
+/// Whether the function returns a `Result` (or an alias named like one).
+fn returns_result(sig: &Signature) -> bool {
+    match &sig.output {
+        ReturnType::Default => false,
+        ReturnType::Type(_, ty) => result_error_type(ty).is_some(),
+    }
+}
+
+/// The function must be `async` and, unless `on_reject` builds the refused
+/// call's value (`needs_result` false), return a `Result`. Returns the span
 /// of the error type, where a missing `From<Rejection>` is reported.
-fn check_signature(sig: &Signature, errors: &mut Errors) -> Span {
+fn check_signature(sig: &Signature, needs_result: bool, errors: &mut Errors) -> Span {
     if sig.asyncness.is_none() {
         errors.push(
             sig.fn_token.span,
@@ -230,19 +558,30 @@ fn check_signature(sig: &Signature, errors: &mut Errors) -> Span {
     match &sig.output {
         ReturnType::Default => {
             let span = sig.paren_token.span.close();
-            errors.push(
-                span,
-                format!("{MUST_RETURN}; add e.g. `-> Result<(), rl_core::Rejection>`"),
-            );
+            if needs_result {
+                errors.push(
+                    span,
+                    format!(
+                        "{MUST_RETURN}; add e.g. `-> Result<(), rl_core::Rejection>`, or build the refused call's \
+                         value with `on_reject = ...`"
+                    ),
+                );
+            }
             span
         }
         ReturnType::Type(_, ty) => match result_error_type(ty) {
             Some(span) => span,
             None => {
-                errors.push(
-                    ty.span(),
-                    format!("{MUST_RETURN}; this type is not a `Result` (nor an alias whose name ends in `Result`)"),
-                );
+                if needs_result {
+                    errors.push(
+                        ty.span(),
+                        format!(
+                            "{MUST_RETURN}; this type is not a `Result` (nor an alias whose name ends in \
+                             `Result`); to return something else, build the refused call's value with \
+                             `on_reject = |rejection| ...`"
+                        ),
+                    );
+                }
                 ty.span()
             }
         },
@@ -306,19 +645,21 @@ mod tests {
             quote!(async fn f() -> Result<(), E>),
         )
         .unwrap();
-        assert_eq!(config.algorithm, Algorithm::Gcra);
+        let group = &config.groups[0];
         assert_eq!(
-            (
-                config.threshold,
-                config.period_us,
-                config.burst,
-                config.slots,
-                config.cost
-            ),
-            (5, 60_000_000, 5, 10, 1)
+            group.limits,
+            [LimitConfig {
+                threshold: 5,
+                period_us: 60_000_000,
+                algorithm: Algorithm::Gcra,
+                burst: 5,
+                slots: 10
+            }]
         );
-        assert!(config.key.is_none() && config.limiter.is_none() && config.name.is_none());
+        assert_eq!(group.cost, 1);
+        assert!(group.key.is_none() && config.limiter.is_none() && group.name.is_none());
         assert!(config.on_error.is_none() && config.krate.is_none());
+        assert!(!config.is_multi() && !config.wraps_body());
     }
 
     #[test]
@@ -520,5 +861,289 @@ mod tests {
         assert!(error(quote!(async fn f() -> Resulting<u8>)).is_some());
         assert!(error(quote!(async fn f() -> std::result::Result<u8, E>)).is_none());
         assert!(error(quote!(async fn f(&self) -> (Result<u8, E>))).is_none());
+    }
+
+    fn ok(args: TokenStream, sig: TokenStream) -> Config {
+        match check(args, sig) {
+            Ok(config) => config,
+            Err(error) => panic!("refused: {error}"),
+        }
+    }
+
+    fn messages_for(args: TokenStream, sig: TokenStream) -> Vec<String> {
+        match check(args, sig) {
+            Ok(_) => panic!("accepted"),
+            Err(error) => error.into_iter().map(|e| e.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn limits_give_each_limit_the_algorithm_burst_and_slots() {
+        let config = ok(
+            quote!(
+                limits = ["1/1m", "6/1h"],
+                algorithm = sliding_window,
+                slots = 6
+            ),
+            quote!(async fn f() -> Result<(), E>),
+        );
+        let limits = &config.groups[0].limits;
+        assert_eq!(limits.len(), 2);
+        assert_eq!((limits[0].threshold, limits[0].period_us), (1, 60_000_000));
+        assert_eq!((limits[1].threshold, limits[1].burst), (6, 6));
+        assert!(
+            limits
+                .iter()
+                .all(|l| l.algorithm == Algorithm::SlidingWindow && l.slots == 6)
+        );
+        assert!(
+            !config.is_multi(),
+            "several limits on one key keep the simple expansion"
+        );
+        let config = ok(
+            quote!(limits = ["1/1m", "6/1h"], burst = 3),
+            quote!(async fn f() -> Result<(), E>),
+        );
+        assert!(config.groups[0].limits.iter().all(|l| l.burst == 3));
+    }
+
+    #[test]
+    fn every_limit_string_is_checked_at_the_string() {
+        assert_eq!(
+            single(quote!(limits = ["1/1m", "0/1h"])),
+            "limit \"0/1h\": `threshold` must be at least 1, got 0"
+        );
+        assert_eq!(
+            single(quote!(limits = ["5/0s"])),
+            "limit \"5/0s\": the period must be longer than zero"
+        );
+        assert!(single(quote!(limits = ["5/1h", "10/60m"])).starts_with(
+            "limit \"10/60m\": \"5/1h\" already limits this key over the same period"
+        ));
+        assert!(
+            single(quote!(limits = ["1/1m", "104250/1d"]))
+                .starts_with("limit \"104250/1d\": `threshold` × `period` = 104250 × ")
+        );
+        assert!(
+            single(quote!(limits = ["20000/1h"], algorithm = sliding_log))
+                .starts_with("limit \"20000/1h\": `sliding_log` stores one entry")
+        );
+        assert!(
+            single(quote!(limits = ["7/1001us"], algorithm = sliding_window))
+                .starts_with("limit \"7/1001us\": a period of 1001 µs cannot be split")
+        );
+        assert!(
+            single(quote!(
+                limits = ["5/1m", "2/1h"],
+                cost = 3,
+                algorithm = fixed_window
+            ))
+            .starts_with("limit \"2/1h\": `cost = 3` exceeds the capacity of 2")
+        );
+        let all = messages(quote!(limits = ["5/1m", "2/1h"], cost = 3, burst = 2));
+        assert_eq!(
+            all,
+            [
+                "`cost = 3` exceeds the capacity of 2 (the `burst` of `gcra`), so every call would be refused; \
+              lower `cost` or raise `burst`"
+            ],
+            "one message at `cost` for a `burst` shared by every limit"
+        );
+    }
+
+    #[test]
+    fn limits_exclude_period_and_threshold() {
+        let all = messages(quote!(limits = ["5/1m"], period = 60, threshold = 5));
+        assert_eq!(all.len(), 2, "{all:?}");
+        assert!(all[0].starts_with("`period` cannot be combined with `limits`"));
+        assert!(all[1].starts_with("`threshold` cannot be combined with `limits`"));
+    }
+
+    #[test]
+    fn also_groups_are_checked_like_the_main_one_and_need_distinct_names() {
+        let config = ok(
+            quote!(
+                limits = ["1/1m", "5/1h"],
+                key = phone,
+                name = "sms",
+                also(
+                    name = "sms_ip",
+                    key = ip,
+                    limits = ["20/1h"],
+                    algorithm = fixed_window,
+                    cost = 2
+                ),
+                also(name = "sms_all", period = 1, threshold = 100)
+            ),
+            quote!(async fn f() -> Result<(), E>),
+        );
+        assert!(config.is_multi() && !config.wraps_body());
+        assert_eq!(config.groups.len(), 3);
+        let ip = &config.groups[1];
+        assert_eq!(ip.name.as_ref().unwrap().value(), "sms_ip");
+        assert_eq!(ip.cost, 2);
+        assert_eq!(ip.limits[0].algorithm, Algorithm::FixedWindow);
+        assert_eq!(config.groups[0].limits[0].algorithm, Algorithm::Gcra);
+        assert!(config.groups[2].key.is_none());
+
+        assert!(
+            single(quote!(
+                period = 1,
+                threshold = 1,
+                also(key = ip, limits = ["1/s"])
+            ))
+            .starts_with("`also(...)` needs a `name`")
+        );
+        assert!(
+            single(quote!(
+                period = 1,
+                threshold = 1,
+                name = "a",
+                also(name = "a", limits = ["1/s"])
+            ))
+            .starts_with("the name \"a\" is already used by another group")
+        );
+        assert!(
+            single(quote!(
+                period = 1,
+                threshold = 1,
+                also(name = "b", limits = ["1/s"]),
+                also(name = "b", limits = ["2/s"])
+            ))
+            .starts_with("the name \"b\" is already used")
+        );
+        assert!(
+            single(quote!(
+                period = 1,
+                threshold = 1,
+                also(name = "b", threshold = 5)
+            ))
+            .starts_with("in `also(...)`: missing `period`")
+        );
+        assert!(
+            single(quote!(
+                period = 1,
+                threshold = 1,
+                also(name = "b", limits = ["5/1m"], cost = 6)
+            ))
+            .starts_with("limit \"5/1m\": `cost = 6` exceeds the capacity of 5")
+        );
+    }
+
+    #[test]
+    fn counting_needs_a_result_or_a_predicate_and_reset_needs_counting() {
+        let config = ok(
+            quote!(
+                period = 1,
+                threshold = 3,
+                count = failures,
+                reset_on_success
+            ),
+            quote!(async fn f(&self) -> Result<(), E>),
+        );
+        assert!(config.is_multi() && config.wraps_body() && !config.borrows_self);
+        assert!(config.groups[0].reset_on_success);
+        assert!(matches!(config.counting, Some(Counting::Failures(_))));
+
+        assert!(
+            single(quote!(period = 1, threshold = 3, reset_on_success))
+                .starts_with("`reset_on_success` only applies when calls are counted selectively")
+        );
+        assert!(
+            single(quote!(
+                period = 1,
+                threshold = 3,
+                also(name = "ip", period = 1, threshold = 3, reset_on_success)
+            ))
+            .starts_with("`reset_on_success` only applies")
+        );
+        assert_eq!(
+            single(quote!(
+                period = 1,
+                threshold = 3,
+                count = failures,
+                count_if = f
+            )),
+            "`count` and `count_if` both say which calls count; keep one"
+        );
+        let all = messages_for(
+            quote!(period = 1, threshold = 3, count = failures, on_reject = f),
+            quote!(async fn f() -> Response),
+        );
+        assert_eq!(all.len(), 1, "{all:?}");
+        assert!(all[0].starts_with("`count = failures` counts the calls that return `Err`"));
+        ok(
+            quote!(period = 1, threshold = 3, count_if = f, on_reject = f),
+            quote!(async fn f() -> Response),
+        );
+    }
+
+    #[test]
+    fn count_failures_without_a_result_suggests_count_if_even_without_on_reject() {
+        let all = messages_for(
+            quote!(period = 1, threshold = 3, count = failures),
+            quote!(async fn f() -> Response),
+        );
+        assert_eq!(all.len(), 2, "{all:?}");
+        assert!(all[0].contains("must return `Result<T, E>`"), "{all:?}");
+        assert!(all[1].contains("`count_if = |out: &T| ...`"), "{all:?}");
+    }
+
+    #[test]
+    fn on_reject_lifts_the_result_requirement() {
+        ok(
+            quote!(period = 1, threshold = 3, on_reject = f),
+            quote!(async fn f() -> Response),
+        );
+        ok(
+            quote!(period = 1, threshold = 3, on_reject = f),
+            quote!(async fn f()),
+        );
+        let all = messages_for(
+            quote!(period = 1, threshold = 3),
+            quote!(async fn f() -> Response),
+        );
+        assert!(
+            all[0].contains("build the refused call's value with `on_reject"),
+            "{all:?}"
+        );
+    }
+
+    #[test]
+    fn keeping_the_result_refuses_impl_trait_return_types() {
+        for args in [
+            quote!(period = 1, threshold = 3, count = failures),
+            quote!(period = 1, threshold = 3, count_if = f),
+            quote!(period = 1, threshold = 3, headers),
+        ] {
+            let all = messages_for(args, quote!(async fn f() -> Result<impl Display, E>));
+            assert_eq!(all.len(), 1, "{all:?}");
+            assert!(
+                all[0].contains("a local cannot have an `impl Trait` type"),
+                "{all:?}"
+            );
+        }
+        ok(
+            quote!(period = 1, threshold = 3, on_reject = f),
+            quote!(async fn f() -> Result<impl Display, E>),
+        );
+    }
+
+    #[test]
+    fn the_body_borrows_self_only_for_mut_and_by_value_receivers() {
+        let borrows = |sig: TokenStream| {
+            ok(
+                quote!(period = 1, threshold = 3, headers, on_reject = f),
+                sig,
+            )
+            .borrows_self
+        };
+        assert!(!borrows(quote!(async fn f() -> R)));
+        assert!(!borrows(quote!(async fn f(&self) -> R)));
+        assert!(!borrows(quote!(async fn f(&'a self) -> R)));
+        assert!(!borrows(quote!(async fn f(self: &Self) -> R)));
+        assert!(borrows(quote!(async fn f(&mut self) -> R)));
+        assert!(borrows(quote!(async fn f(mut self) -> R)));
+        assert!(borrows(quote!(async fn f(self: Box<Self>) -> R)));
     }
 }

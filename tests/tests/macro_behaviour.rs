@@ -11,8 +11,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
 use rl_core::{
-    Algorithm, Backend, BackendError, BoxFuture, Decisions, Limiter, ManualClock, Rejection,
+    Algorithm, Backend, BackendError, BoxFuture, Decisions, Limit, Limiter, ManualClock, Rejection,
     Request, rate_limit,
 };
 
@@ -443,5 +445,396 @@ async fn rate_limited_futures_are_send_and_can_be_spawned() {
     assert!(
         second.await.unwrap().is_err(),
         "the spawned calls share the limiter's state"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Several limits, several keys, counting failures, `on_reject`, `headers`.
+// ---------------------------------------------------------------------------
+
+/// `limit` with the algorithm the functions below use.
+fn fixed(limit: &str) -> Limit {
+    limit
+        .parse::<Limit>()
+        .unwrap()
+        .with_algorithm(Algorithm::FixedWindow)
+        .unwrap()
+}
+
+/// What `identity` has left of `limit` under `name`, without consuming.
+async fn remaining(limiter: &Limiter, name: &str, identity: &str, limit: &str) -> u64 {
+    limiter
+        .peek_identity(name, &identity, &[fixed(limit)])
+        .await
+        .unwrap()
+        .binding()
+        .remaining
+}
+
+#[rate_limit(
+    name = "sms_phone",
+    key = phone,
+    limits = ["3/1m", "2/1d"],
+    algorithm = fixed_window,
+    also(name = "sms_ip", key = ip, limits = ["100/1h"], algorithm = fixed_window),
+    limiter = limiter,
+)]
+async fn send_sms(
+    limiter: &Limiter,
+    ip: &str,
+    phone: &str,
+    runs: &AtomicUsize,
+) -> Result<(), Rejection> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_call_refused_by_one_limit_consumes_nothing_from_the_others_or_the_other_groups() {
+    let (limiter, _clock) = manual_limiter();
+    let runs = AtomicUsize::new(0);
+    send_sms(&limiter, "10.0.0.1", "+1", &runs).await.unwrap();
+    send_sms(&limiter, "10.0.0.1", "+1", &runs).await.unwrap();
+    let rejection = send_sms(&limiter, "10.0.0.1", "+1", &runs)
+        .await
+        .expect_err("the daily limit of 2 is used up");
+    assert_eq!(rejection.name(), "sms_phone");
+    assert_eq!(rejection.limit(), Some(&fixed("2/1d")));
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "the refused body did not run"
+    );
+    assert_eq!(
+        remaining(&limiter, "sms_phone", "+1", "3/1m").await,
+        1,
+        "the refused call took nothing from the minute limit"
+    );
+    assert_eq!(
+        remaining(&limiter, "sms_ip", "10.0.0.1", "100/1h").await,
+        98,
+        "nor from the IP group"
+    );
+}
+
+#[rate_limit(
+    name = "sms_phone_b",
+    key = phone,
+    limits = ["5/1m"],
+    algorithm = fixed_window,
+    also(name = "sms_ip_b", key = ip, limits = ["2/1h"], algorithm = fixed_window),
+    limiter = limiter,
+)]
+async fn send_sms_b(limiter: &Limiter, ip: &str, phone: &str) -> Result<(), Rejection> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_call_refused_by_an_also_group_consumes_nothing_from_the_main_group() {
+    let (limiter, _clock) = manual_limiter();
+    send_sms_b(&limiter, "10.0.0.1", "+1").await.unwrap();
+    send_sms_b(&limiter, "10.0.0.1", "+2").await.unwrap();
+    let rejection = send_sms_b(&limiter, "10.0.0.1", "+3")
+        .await
+        .expect_err("two SMS per hour from this IP");
+    assert_eq!(
+        rejection.name(),
+        "sms_ip_b",
+        "named after the refusing group"
+    );
+    assert_eq!(remaining(&limiter, "sms_phone_b", "+3", "5/1m").await, 5);
+    assert!(
+        send_sms_b(&limiter, "10.0.0.2", "+3").await.is_ok(),
+        "another IP"
+    );
+}
+
+#[derive(Debug)]
+enum LoginError {
+    WrongPassword,
+    Limited(Rejection),
+}
+
+impl From<Rejection> for LoginError {
+    fn from(rejection: Rejection) -> Self {
+        LoginError::Limited(rejection)
+    }
+}
+
+#[rate_limit(
+    name = "login_user",
+    key = user,
+    period = "1m",
+    threshold = 3,
+    algorithm = fixed_window,
+    count = failures,
+    reset_on_success,
+    also(name = "login_ip", key = ip, period = "1h", threshold = 4, algorithm = fixed_window),
+    limiter = limiter,
+)]
+async fn login(
+    limiter: &Limiter,
+    ip: &str,
+    user: &str,
+    password: &str,
+    runs: &AtomicUsize,
+) -> Result<String, LoginError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    if password != "hunter2" {
+        return Err(LoginError::WrongPassword);
+    }
+    Ok(format!("welcome {user}"))
+}
+
+#[tokio::test]
+async fn with_count_failures_three_failures_then_even_the_right_password_is_refused() {
+    let (limiter, _clock) = manual_limiter();
+    let runs = AtomicUsize::new(0);
+    for _ in 0..3 {
+        assert!(matches!(
+            login(&limiter, "10.0.0.1", "ada", "guess", &runs).await,
+            Err(LoginError::WrongPassword)
+        ));
+    }
+    match login(&limiter, "10.0.0.1", "ada", "hunter2", &runs).await {
+        Err(LoginError::Limited(rejection)) => assert_eq!(rejection.name(), "login_user"),
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        3,
+        "the refused body did not run"
+    );
+    assert!(
+        login(&limiter, "10.0.0.1", "bob", "hunter2", &runs)
+            .await
+            .is_ok(),
+        "another user from the same IP"
+    );
+}
+
+#[tokio::test]
+async fn a_success_resets_the_group_with_reset_on_success_and_refunds_the_others() {
+    let (limiter, _clock) = manual_limiter();
+    let runs = AtomicUsize::new(0);
+    let attempt = |password: &'static str| login(&limiter, "10.0.0.1", "ada", password, &runs);
+    attempt("guess").await.unwrap_err();
+    attempt("guess").await.unwrap_err();
+    assert_eq!(attempt("hunter2").await.unwrap(), "welcome ada");
+    assert_eq!(
+        remaining(&limiter, "login_user", "ada", "3/1m").await,
+        3,
+        "the success forgot ada's failures"
+    );
+    assert_eq!(
+        remaining(&limiter, "login_ip", "10.0.0.1", "4/1h").await,
+        2,
+        "the IP keeps its two failures; the success itself was refunded"
+    );
+    // Two more failures: ada is at 2 of 3 (reset), the IP at 4 of 4.
+    attempt("guess").await.unwrap_err();
+    attempt("guess").await.unwrap_err();
+    match attempt("hunter2").await {
+        Err(LoginError::Limited(rejection)) => assert_eq!(rejection.name(), "login_ip"),
+        other => panic!("expected the IP group to refuse, got {other:?}"),
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 5);
+}
+
+#[rate_limit(period = 60, threshold = 3, count = failures, limiter = limiter)]
+async fn parse_counted(limiter: &Limiter, id: &str) -> Result<u32, ApiError> {
+    if id.is_empty() {
+        return Err(ApiError::NotFound("empty id".to_owned()));
+    }
+    let parsed: u32 = id.parse()?;
+    if parsed == 0 {
+        return Ok(0);
+    }
+    Ok(parsed)
+}
+
+#[tokio::test]
+async fn return_and_question_mark_in_a_counted_body_work_and_count_only_errors() {
+    let (limiter, _clock) = manual_limiter();
+    match parse_counted(&limiter, "").await {
+        Err(ApiError::NotFound(message)) => assert_eq!(message, "empty id"),
+        other => panic!("expected the early return, got {other:?}"),
+    }
+    match parse_counted(&limiter, "x").await {
+        Err(ApiError::BadInput(error)) => assert_eq!(error, "x".parse::<u32>().unwrap_err()),
+        other => panic!("expected `?` to convert the parse error, got {other:?}"),
+    }
+    for _ in 0..5 {
+        assert_eq!(
+            parse_counted(&limiter, "0").await.unwrap(),
+            0,
+            "an early `return Ok` does not count"
+        );
+    }
+    assert_eq!(parse_counted(&limiter, "7").await.unwrap(), 7);
+    assert!(matches!(
+        parse_counted(&limiter, "").await,
+        Err(ApiError::NotFound(_))
+    ));
+    assert!(
+        matches!(
+            parse_counted(&limiter, "7").await,
+            Err(ApiError::TooManyRequests(_))
+        ),
+        "the three failures (`return Err`, `?`, `return Err`) were counted"
+    );
+}
+
+#[rate_limit(period = 60, threshold = 3, algorithm = sliding_log, count = failures, limiter = limiter)]
+async fn slow_failure(limiter: &Limiter, runs: &AtomicUsize) -> Result<(), ApiError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    Err(ApiError::NotFound("always".to_owned()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_failures_never_exceed_the_threshold() {
+    static LIMITER: OnceLock<Limiter> = OnceLock::new();
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
+    let limiter = LIMITER.get_or_init(|| manual_limiter().0);
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..50 {
+        calls.spawn(slow_failure(limiter, &RUNS));
+    }
+    let (mut failed, mut refused) = (0, 0);
+    while let Some(result) = calls.join_next().await {
+        match result.unwrap() {
+            Err(ApiError::NotFound(_)) => failed += 1,
+            Err(ApiError::TooManyRequests(_)) => refused += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(RUNS.load(Ordering::SeqCst), 3, "exactly three bodies ran");
+    assert_eq!((failed, refused), (3, 47));
+}
+
+#[derive(Debug, PartialEq)]
+enum Reply {
+    Sent(usize),
+    TryLater { retry_after_secs: u64 },
+}
+
+#[rate_limit(period = 60, threshold = 1, key = to, limiter = limiter,
+             on_reject = |rejection| Reply::TryLater {
+                 retry_after_secs: rejection.decision().map_or(0, |d| d.retry_after_secs()),
+             })]
+async fn reply(limiter: &Limiter, to: &str, runs: &AtomicUsize) -> Reply {
+    Reply::Sent(runs.fetch_add(1, Ordering::SeqCst) + 1)
+}
+
+#[rate_limit(period = 60, threshold = 1, limiter = limiter, count_if = |_| true, on_reject = drop)]
+async fn ping(limiter: &Limiter, runs: &AtomicUsize) {
+    runs.fetch_add(1, Ordering::SeqCst);
+}
+
+#[tokio::test]
+async fn on_reject_returns_its_value_without_running_the_body() {
+    let (limiter, _clock) = manual_limiter();
+    let runs = AtomicUsize::new(0);
+    assert_eq!(reply(&limiter, "ada", &runs).await, Reply::Sent(1));
+    assert_eq!(
+        reply(&limiter, "ada", &runs).await,
+        Reply::TryLater {
+            retry_after_secs: 60
+        }
+    );
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the refused body did not run"
+    );
+    assert_eq!(reply(&limiter, "bob", &runs).await, Reply::Sent(2));
+
+    let pings = AtomicUsize::new(0);
+    ping(&limiter, &pings).await;
+    ping(&limiter, &pings).await;
+    assert_eq!(
+        pings.load(Ordering::SeqCst),
+        1,
+        "a unit function refused quietly"
+    );
+}
+
+#[rate_limit(period = 60, threshold = 2, name = "status", limiter = limiter, headers,
+             on_reject = IntoResponse::into_response)]
+async fn status(limiter: &Limiter) -> Response {
+    (StatusCode::OK, "up").into_response()
+}
+
+#[rate_limit(period = "1m", threshold = 5, name = "status_result", limiter = limiter, headers,
+             also(name = "status_hourly", limits = ["100/1h"]))]
+async fn status_result(limiter: &Limiter, fail: bool) -> Result<Response, Rejection> {
+    if fail {
+        return Err(Rejection::unavailable(
+            "status_result",
+            rl_core::Error::NotInstalled,
+        ));
+    }
+    Ok("up".into_response())
+}
+
+#[tokio::test]
+async fn headers_describe_the_binding_limit_on_a_successful_response() {
+    let (limiter, _clock) = manual_limiter();
+    let first = status(&limiter).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(first.headers()["ratelimit-policy"], "\"status\";q=2;w=60");
+    assert_eq!(first.headers()["ratelimit"], "\"status\";r=1;t=30");
+    let second = status(&limiter).await;
+    assert_eq!(second.headers()["ratelimit"], "\"status\";r=0;t=60");
+    let refused = status(&limiter).await;
+    assert_eq!(
+        refused.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "on_reject built the 429"
+    );
+    assert!(refused.headers().contains_key("retry-after"));
+
+    let ok = status_result(&limiter, false).await.unwrap();
+    assert_eq!(
+        ok.headers()["ratelimit-policy"],
+        "\"status_result\";q=5;w=60",
+        "the minute limit, with fewer units left, binds"
+    );
+    assert!(status_result(&limiter, true).await.is_err());
+}
+
+#[rate_limit(period = 60, threshold = 2, limiter = limiter,
+             count_if = |response: &Response| response.status() == StatusCode::UNAUTHORIZED,
+             on_reject = IntoResponse::into_response)]
+async fn guarded(limiter: &Limiter, password: &str) -> Response {
+    if password != "hunter2" {
+        return StatusCode::UNAUTHORIZED.into_response();
+    }
+    StatusCode::OK.into_response()
+}
+
+#[tokio::test]
+async fn count_if_counts_only_the_calls_it_accepts() {
+    let (limiter, _clock) = manual_limiter();
+    for _ in 0..5 {
+        assert_eq!(
+            guarded(&limiter, "hunter2").await.status(),
+            StatusCode::OK,
+            "successes are refunded"
+        );
+    }
+    assert_eq!(
+        guarded(&limiter, "x").await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        guarded(&limiter, "y").await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        guarded(&limiter, "hunter2").await.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "two 401s used the quota"
     );
 }

@@ -1,0 +1,42 @@
+//! `limits = [...]`: several limits on one key, decided together; with the
+//! other arguments applying to each limit.
+
+use rl_core::{Algorithm, Limiter, Rejection, rate_limit};
+
+#[rate_limit(limits = ["1/1m", "5/1h", "10/1d"], key = phone)]
+async fn sms(phone: &str) -> Result<(), Rejection> {
+    let _ = phone;
+    Ok(())
+}
+
+#[rate_limit(limits = ["2/1m", "3/h"], algorithm = sliding_window, slots = 6, cost = 2)]
+async fn windowed() -> Result<(), Rejection> {
+    Ok(())
+}
+
+#[rate_limit(limits = ["10/30s"], algorithm = token_bucket, burst = 4, name = "bucket")]
+async fn bucket() -> Result<(), Rejection> {
+    Ok(())
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    Limiter::builder().memory().install().unwrap();
+    sms("+1").await.unwrap();
+    let refused = sms("+1").await.unwrap_err();
+    assert_eq!(
+        refused.limit().unwrap().threshold(),
+        1,
+        "the minute limit binds"
+    );
+    windowed().await.unwrap();
+    let refused = windowed().await.unwrap_err();
+    assert_eq!(
+        refused.limit().unwrap().algorithm(),
+        Algorithm::SlidingWindow
+    );
+    for _ in 0..4 {
+        bucket().await.unwrap();
+    }
+    assert_eq!(bucket().await.unwrap_err().limit().unwrap().burst(), 4);
+}
