@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -178,30 +179,35 @@ impl Limiter {
 
     /// The current state of `identity` under `name` for each of `limits`,
     /// without consuming (e.g. an admin page: remaining and reset per limit).
-    pub async fn peek_identity(
-        &self,
+    /// The key is built before the returned future, which is `Send`.
+    pub fn peek_identity<'a>(
+        &'a self,
         name: &str,
         identity: &dyn fmt::Display,
-        limits: &[Limit],
-    ) -> Result<Decisions, Error> {
+        limits: &'a [Limit],
+    ) -> impl Future<Output = Result<Decisions, Error>> + Send + 'a {
         let key = self.key(name, identity);
-        let requests: smallvec::SmallVec<[Request<'_>; 4]> =
-            limits.iter().map(|l| Request::new(&key, l, 1)).collect();
-        self.peek_all(&requests).await
+        async move {
+            let requests: smallvec::SmallVec<[Request<'_>; 4]> =
+                limits.iter().map(|l| Request::new(&key, l, 1)).collect();
+            self.peek_all(&requests).await
+        }
     }
 
     /// Forgets `identity` under `name` for each of `limits` (e.g. support
     /// staff unblocking a user), in the backend and in the local fallback.
-    pub async fn reset_identity(
-        &self,
+    pub fn reset_identity<'a>(
+        &'a self,
         name: &str,
         identity: &dyn fmt::Display,
-        limits: &[Limit],
-    ) -> Result<(), Error> {
+        limits: &'a [Limit],
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
         let key = self.key(name, identity);
-        let requests: smallvec::SmallVec<[Request<'_>; 4]> =
-            limits.iter().map(|l| Request::new(&key, l, 1)).collect();
-        self.reset_everywhere(&requests).await
+        async move {
+            let requests: smallvec::SmallVec<[Request<'_>; 4]> =
+                limits.iter().map(|l| Request::new(&key, l, 1)).collect();
+            self.reset_everywhere(&requests).await
+        }
     }
 
     /// Decides one limit for one key, consuming `cost` units when allowed.

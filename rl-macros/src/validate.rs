@@ -17,8 +17,9 @@ use syn::{
 
 use crate::attr::{Algorithm, Arg, Args, Count, GroupArgs, OnError, Rate};
 
-/// Largest value the algorithms' integers may reach (Lua numbers are doubles).
-const EXACT_LIMIT: u64 = 1 << 53;
+/// Bound on capacity × period in µs, as in rl-core: absolute times (≈ 2^50.6
+/// µs) plus this stay below 2^53, exact in Lua's doubles.
+const EXACT_LIMIT: u64 = 1 << 52;
 
 /// Mirror of `rl_core::Limit::SLIDING_LOG_CAP`.
 const SLIDING_LOG_CAP: u64 = 10_000;
@@ -460,7 +461,7 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
             errors.push(
                 capacity_span,
                 format!(
-                    "{prefix}`{capacity_name}` × `period` = {size} × {period_us} µs exceeds 2^53, too large to \
+                    "{prefix}`{capacity_name}` × `period` = {size} × {period_us} µs exceeds 2^52, too large to \
                      compute exactly (the Redis backend computes in doubles); pick a shorter period or a smaller \
                      {capacity_name}"
                 ),
@@ -789,19 +790,19 @@ mod tests {
     }
 
     #[test]
-    fn values_beyond_two_to_the_53_are_refused_at_the_larger_of_threshold_and_burst() {
-        // A day is 8.64e10 µs and 2^53 ≈ 9.007e15: up to 104 249 per day.
+    fn values_beyond_two_to_the_52_are_refused_at_the_larger_of_threshold_and_burst() {
+        // A day is 8.64e10 µs and 2^52 ≈ 4.504e15: up to 52 124 per day.
         assert!(
-            single(quote!(period = "1d", threshold = 104_250))
-                .starts_with("`threshold` × `period` = 104250 × ")
+            single(quote!(period = "1d", threshold = 52_125))
+                .starts_with("`threshold` × `period` = 52125 × ")
         );
         assert!(
-            single(quote!(period = "1d", threshold = 1, burst = 104_250))
-                .starts_with("`burst` × `period` = 104250 × ")
+            single(quote!(period = "1d", threshold = 1, burst = 52_125))
+                .starts_with("`burst` × `period` = 52125 × ")
         );
         assert!(
             check(
-                quote!(period = "1d", threshold = 104_249),
+                quote!(period = "1d", threshold = 52_124),
                 quote!(async fn f() -> Result<(), E>)
             )
             .is_ok()
