@@ -15,12 +15,19 @@ use rl_core::LimiterBuilder;
 pub fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 /// Uses Redis when `REDIS_URL` is set (a comma-separated list of node URLs
 /// selects Redis Cluster), and the in-memory backend otherwise; says which.
-pub async fn builder_from_env(builder: LimiterBuilder) -> Result<LimiterBuilder, Box<dyn std::error::Error>> {
+pub async fn builder_from_env(
+    builder: LimiterBuilder,
+) -> Result<LimiterBuilder, Box<dyn std::error::Error>> {
     match std::env::var("REDIS_URL") {
         Ok(url) if !url.trim().is_empty() => {
             let urls: Vec<&str> = url.split(',').map(str::trim).collect();
@@ -43,7 +50,10 @@ pub async fn builder_from_env(builder: LimiterBuilder) -> Result<LimiterBuilder,
 /// Installs the Prometheus recorder and returns a router serving `GET /metrics`.
 pub fn metrics_router<S: Clone + Send + Sync + 'static>() -> Router<S> {
     match metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder() {
-        Ok(handle) => Router::new().route("/metrics", axum::routing::get(move || async move { handle.render() })),
+        Ok(handle) => Router::new().route(
+            "/metrics",
+            axum::routing::get(move || async move { handle.render() }),
+        ),
         Err(error) => {
             tracing::warn!(%error, "metrics recorder not installed");
             Router::new()
@@ -58,9 +68,12 @@ pub fn metrics_router<S: Clone + Send + Sync + 'static>() -> Router<S> {
 pub async fn serve(router: Router, default_bind: &str) -> std::io::Result<()> {
     let router = match std::env::var("TRUSTED_PROXIES") {
         Ok(list) => {
-            let proxies: rl_core::http::TrustedProxies = list
-                .parse()
-                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("TRUSTED_PROXIES: {e}")))?;
+            let proxies: rl_core::http::TrustedProxies = list.parse().map_err(|e| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("TRUSTED_PROXIES: {e}"),
+                )
+            })?;
             tracing::info!(?proxies, "X-Forwarded-For trusted from these proxies");
             router.layer(axum::Extension(proxies))
         }
@@ -69,19 +82,23 @@ pub async fn serve(router: Router, default_bind: &str) -> std::io::Result<()> {
     let bind = std::env::var("BIND").unwrap_or_else(|_| default_bind.to_owned());
     let listener = tokio::net::TcpListener::bind(&bind).await?;
     tracing::info!(addr = %listener.local_addr()?, "listening");
-    axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(shutdown())
-        .await
+    axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown())
+    .await
 }
 
 async fn shutdown() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(_) => return std::future::pending().await,
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => return std::future::pending().await,
+            };
         tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
     }
     #[cfg(not(unix))]
@@ -90,7 +107,11 @@ async fn shutdown() {
 
 /// A JSON error response: `{"error": code, "message": message}`.
 pub fn json_error(status: StatusCode, code: &str, message: &str) -> Response {
-    (status, axum::Json(serde_json::json!({ "error": code, "message": message }))).into_response()
+    (
+        status,
+        axum::Json(serde_json::json!({ "error": code, "message": message })),
+    )
+        .into_response()
 }
 
 /// Checks `Authorization: Bearer <token>` in constant time.

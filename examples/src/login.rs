@@ -37,7 +37,9 @@ pub const IP_FAILURES: &str = "login_ip";
 
 /// The per-username limit as compiled in (3 failures per minute, exact).
 pub static USER_LIMIT: LazyLock<Limit> = LazyLock::new(|| {
-    Limit::per_minute(3).and_then(|l| l.with_algorithm(Algorithm::SlidingLog)).expect("a valid literal limit")
+    Limit::per_minute(3)
+        .and_then(|l| l.with_algorithm(Algorithm::SlidingLog))
+        .expect("a valid literal limit")
 });
 
 const USERS: [(&str, &str); 2] = [("alice", "wonderland"), ("bob", "builder")];
@@ -63,7 +65,9 @@ impl Captchas {
     /// Whether `token` was issued, is fresh, and was not used before.
     pub fn redeem(&self, token: &str) -> bool {
         let mut issued = self.issued.lock().unwrap_or_else(|e| e.into_inner());
-        issued.remove(token).is_some_and(|at| at.elapsed() < Self::VALID_FOR)
+        issued
+            .remove(token)
+            .is_some_and(|at| at.elapsed() < Self::VALID_FOR)
     }
 }
 
@@ -108,14 +112,18 @@ impl From<Rejection> for LoginError {
 impl IntoResponse for LoginError {
     fn into_response(self) -> Response {
         match self {
-            LoginError::InvalidCredentials => {
-                json_error(StatusCode::UNAUTHORIZED, "invalid_credentials", "wrong username or password")
-            }
+            LoginError::InvalidCredentials => json_error(
+                StatusCode::UNAUTHORIZED,
+                "invalid_credentials",
+                "wrong username or password",
+            ),
             LoginError::CaptchaRequired(rejection) => {
                 let retry_after_ms = rejection.retry_after().unwrap_or_default().as_millis() as u64;
                 let (mut parts, _) = rejection.into_response().into_parts();
                 parts.headers.remove(axum::http::header::CONTENT_LENGTH);
-                let body = Json(serde_json::json!({ "error": "captcha_required", "retry_after_ms": retry_after_ms }));
+                let body = Json(
+                    serde_json::json!({ "error": "captcha_required", "retry_after_ms": retry_after_ms }),
+                );
                 (parts, body).into_response()
             }
             LoginError::Limited(rejection) => rejection.into_response(),
@@ -128,9 +136,15 @@ fn verify(credentials: &Credentials) -> Result<Json<LoggedIn>, LoginError> {
     let known = USERS.iter().find(|(user, _)| *user == credentials.username);
     // Compare against something even for unknown users, so timing does not tell.
     let expected = known.map_or("\u{0}", |(_, password)| password);
-    let matches: bool = credentials.password.as_bytes().ct_eq(expected.as_bytes()).into();
+    let matches: bool = credentials
+        .password
+        .as_bytes()
+        .ct_eq(expected.as_bytes())
+        .into();
     if known.is_some() && matches {
-        Ok(Json(LoggedIn { user: credentials.username.clone() }))
+        Ok(Json(LoggedIn {
+            user: credentials.username.clone(),
+        }))
     } else {
         Err(LoginError::InvalidCredentials)
     }
@@ -165,11 +179,20 @@ async fn attempt(ip: ClientIp, credentials: Credentials) -> Result<Json<LoggedIn
 /// A login with a solved captcha: only the per-IP failure limit applies, and
 /// a success starts the username's failure count again.
 #[rate_limit(name = "login_ip", key = ip, period = "1d", threshold = 100, algorithm = fixed_window, count = failures)]
-async fn attempt_with_captcha(ip: ClientIp, credentials: Credentials) -> Result<Json<LoggedIn>, LoginError> {
+async fn attempt_with_captcha(
+    ip: ClientIp,
+    credentials: Credentials,
+) -> Result<Json<LoggedIn>, LoginError> {
     let logged_in = verify(&credentials)?;
-    let limiter = Limiter::global().map_err(|e| LoginError::Limited(Rejection::unavailable(USER_FAILURES, e)))?;
-    let user_limits = limiter.limits(USER_FAILURES).map_or_else(|| vec![*USER_LIMIT], |l| l.to_vec());
-    if let Err(error) = limiter.reset_identity(USER_FAILURES, &credentials.username, &user_limits).await {
+    let limiter = Limiter::global()
+        .map_err(|e| LoginError::Limited(Rejection::unavailable(USER_FAILURES, e)))?;
+    let user_limits = limiter
+        .limits(USER_FAILURES)
+        .map_or_else(|| vec![*USER_LIMIT], |l| l.to_vec());
+    if let Err(error) = limiter
+        .reset_identity(USER_FAILURES, &credentials.username, &user_limits)
+        .await
+    {
         tracing::warn!(%error, "could not reset the failure count after a captcha login");
     }
     Ok(logged_in)
@@ -182,15 +205,35 @@ async fn login(
 ) -> Response {
     let request = match body {
         Ok(Json(request)) => request,
-        Err(rejection) => return json_error(StatusCode::BAD_REQUEST, "bad_request", &rejection.body_text()),
+        Err(rejection) => {
+            return json_error(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                &rejection.body_text(),
+            );
+        }
     };
     let username = request.username.trim().to_lowercase();
     if username.is_empty() || username.len() > 256 {
-        return json_error(StatusCode::BAD_REQUEST, "bad_username", "username must be 1 to 256 bytes");
+        return json_error(
+            StatusCode::BAD_REQUEST,
+            "bad_username",
+            "username must be 1 to 256 bytes",
+        );
     }
-    let credentials = Credentials { username, password: request.password };
-    let solved = request.captcha.as_deref().is_some_and(|token| captchas.redeem(token));
-    let result = if solved { attempt_with_captcha(ip, credentials).await } else { attempt(ip, credentials).await };
+    let credentials = Credentials {
+        username,
+        password: request.password,
+    };
+    let solved = request
+        .captcha
+        .as_deref()
+        .is_some_and(|token| captchas.redeem(token));
+    let result = if solved {
+        attempt_with_captcha(ip, credentials).await
+    } else {
+        attempt(ip, credentials).await
+    };
     if let Err(LoginError::InvalidCredentials) = &result {
         tracing::info!(%ip, "login failed");
     }
@@ -220,10 +263,16 @@ pub fn apply_env_limits(limiter: &Limiter) -> Result<(), String> {
         if let Ok(rates) = std::env::var(var) {
             let limits = rates
                 .split(',')
-                .map(|rate| rate.trim().parse::<Limit>().and_then(|l| l.with_algorithm(algorithm)))
+                .map(|rate| {
+                    rate.trim()
+                        .parse::<Limit>()
+                        .and_then(|l| l.with_algorithm(algorithm))
+                })
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| format!("{var}={rates:?}: {e}"))?;
-            limiter.set_limits(name, limits).map_err(|e| format!("{var}: {e}"))?;
+            limiter
+                .set_limits(name, limits)
+                .map_err(|e| format!("{var}: {e}"))?;
         }
     }
     Ok(())
@@ -260,7 +309,10 @@ mod tests {
 
     #[test]
     fn only_the_right_password_of_a_known_user_verifies() {
-        let creds = |u: &str, p: &str| Credentials { username: u.into(), password: p.into() };
+        let creds = |u: &str, p: &str| Credentials {
+            username: u.into(),
+            password: p.into(),
+        };
         assert!(verify(&creds("alice", "wonderland")).is_ok());
         assert!(verify(&creds("alice", "wonderlan")).is_err());
         assert!(verify(&creds("mallory", "wonderland")).is_err());

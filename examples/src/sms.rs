@@ -50,7 +50,10 @@ pub struct LimitsConfig {
 
 impl Default for LimitsConfig {
     fn default() -> Self {
-        Self { phone: vec!["1/1m".into(), "5/1h".into(), "10/1d".into()], ip: vec!["20/1h".into()] }
+        Self {
+            phone: vec!["1/1m".into(), "5/1h".into(), "10/1d".into()],
+            ip: vec!["20/1h".into()],
+        }
     }
 }
 
@@ -80,7 +83,10 @@ fn parse_rates(rates: &[String]) -> Result<Vec<Limit>, String> {
 impl LimitsConfig {
     /// Validates every rate.
     pub fn parse(&self) -> Result<Limits, String> {
-        Ok(Limits { phone: parse_rates(&self.phone)?, ip: parse_rates(&self.ip)? })
+        Ok(Limits {
+            phone: parse_rates(&self.phone)?,
+            ip: parse_rates(&self.ip)?,
+        })
     }
 
     /// From `SMS_LIMITS_FILE`, else `SMS_PHONE_LIMITS` / `SMS_IP_LIMITS`, else defaults.
@@ -89,7 +95,12 @@ impl LimitsConfig {
             return Self::from_file(&PathBuf::from(path));
         }
         let list = |var: &str| {
-            std::env::var(var).ok().map(|v| v.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect())
+            std::env::var(var).ok().map(|v| {
+                v.split(',')
+                    .map(|s| s.trim().to_owned())
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            })
         };
         let defaults = Self::default();
         Ok(Self {
@@ -118,14 +129,22 @@ impl Sms {
     pub fn apply(&self, config: LimitsConfig) -> Result<(), String> {
         let limits = config.parse()?;
         Limit::check_distinct(&limits.ip).map_err(|e| format!("ip: {e}"))?;
-        self.limiter.set_limits(PHONE_LIMITS, limits.phone.clone()).map_err(|e| format!("phone: {e}"))?;
-        self.limiter.set_limits(IP_LIMITS, limits.ip.clone()).map_err(|e| format!("ip: {e}"))?;
+        self.limiter
+            .set_limits(PHONE_LIMITS, limits.phone.clone())
+            .map_err(|e| format!("phone: {e}"))?;
+        self.limiter
+            .set_limits(IP_LIMITS, limits.ip.clone())
+            .map_err(|e| format!("ip: {e}"))?;
         *self.config.write().unwrap_or_else(|e| e.into_inner()) = (config, limits);
         Ok(())
     }
 
     fn limits(&self) -> Limits {
-        self.config.read().unwrap_or_else(|e| e.into_inner()).1.clone()
+        self.config
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
+            .clone()
     }
 }
 
@@ -142,7 +161,8 @@ impl Phone {
     /// Accepts `+` followed by 8 to 15 ASCII digits, surrounding spaces trimmed.
     pub fn parse(text: &str) -> Option<Self> {
         let digits = text.trim().strip_prefix('+')?;
-        let plausible = (8..=15).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit());
+        let plausible =
+            (8..=15).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit());
         plausible.then(|| Self(format!("+{digits}")))
     }
 }
@@ -156,10 +176,20 @@ impl std::fmt::Display for Phone {
 async fn send(ip: ClientIp, body: Result<Json<SendRequest>, JsonRejection>) -> Response {
     let request = match body {
         Ok(Json(request)) => request,
-        Err(rejection) => return json_error(StatusCode::BAD_REQUEST, "bad_request", &rejection.body_text()),
+        Err(rejection) => {
+            return json_error(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                &rejection.body_text(),
+            );
+        }
     };
     let Some(phone) = Phone::parse(&request.phone) else {
-        return json_error(StatusCode::BAD_REQUEST, "bad_phone", "phone must be `+` followed by 8 to 15 digits");
+        return json_error(
+            StatusCode::BAD_REQUEST,
+            "bad_phone",
+            "phone must be `+` followed by 8 to 15 digits",
+        );
     };
     deliver(ip, phone).await.into_response()
 }
@@ -192,19 +222,35 @@ struct LimitState {
 fn authorized(sms: &Sms, headers: &HeaderMap) -> Result<(), Response> {
     match &sms.admin_token {
         Some(token) if bearer_matches(headers, token) => Ok(()),
-        _ => Err(json_error(StatusCode::UNAUTHORIZED, "unauthorized", "a valid bearer token is required")),
+        _ => Err(json_error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "a valid bearer token is required",
+        )),
     }
 }
 
-async fn show_limits(State(sms): State<Arc<Sms>>, headers: HeaderMap, Path(phone): Path<String>) -> Response {
+async fn show_limits(
+    State(sms): State<Arc<Sms>>,
+    headers: HeaderMap,
+    Path(phone): Path<String>,
+) -> Response {
     if let Err(denied) = authorized(&sms, &headers) {
         return denied;
     }
     let Some(phone) = Phone::parse(&phone) else {
-        return json_error(StatusCode::BAD_REQUEST, "bad_phone", "phone must be `+` followed by 8 to 15 digits");
+        return json_error(
+            StatusCode::BAD_REQUEST,
+            "bad_phone",
+            "phone must be `+` followed by 8 to 15 digits",
+        );
     };
     let limits = sms.limits().phone;
-    match sms.limiter.peek_identity(PHONE_LIMITS, &phone, &limits).await {
+    match sms
+        .limiter
+        .peek_identity(PHONE_LIMITS, &phone, &limits)
+        .await
+    {
         Ok(decisions) => {
             let states: Vec<LimitState> = limits
                 .iter()
@@ -219,23 +265,43 @@ async fn show_limits(State(sms): State<Arc<Sms>>, headers: HeaderMap, Path(phone
                 .collect();
             Json(serde_json::json!({ "phone": phone.0, "limits": states })).into_response()
         }
-        Err(error) => json_error(StatusCode::SERVICE_UNAVAILABLE, "limiter_unavailable", &error.to_string()),
+        Err(error) => json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "limiter_unavailable",
+            &error.to_string(),
+        ),
     }
 }
 
-async fn reset_limits(State(sms): State<Arc<Sms>>, headers: HeaderMap, Path(phone): Path<String>) -> Response {
+async fn reset_limits(
+    State(sms): State<Arc<Sms>>,
+    headers: HeaderMap,
+    Path(phone): Path<String>,
+) -> Response {
     if let Err(denied) = authorized(&sms, &headers) {
         return denied;
     }
     let Some(phone) = Phone::parse(&phone) else {
-        return json_error(StatusCode::BAD_REQUEST, "bad_phone", "phone must be `+` followed by 8 to 15 digits");
+        return json_error(
+            StatusCode::BAD_REQUEST,
+            "bad_phone",
+            "phone must be `+` followed by 8 to 15 digits",
+        );
     };
-    match sms.limiter.reset_identity(PHONE_LIMITS, &phone, &sms.limits().phone).await {
+    match sms
+        .limiter
+        .reset_identity(PHONE_LIMITS, &phone, &sms.limits().phone)
+        .await
+    {
         Ok(()) => {
             tracing::info!(phone = %Masked(&phone.0), "limits reset by admin");
             Json(serde_json::json!({ "reset": true })).into_response()
         }
-        Err(error) => json_error(StatusCode::SERVICE_UNAVAILABLE, "limiter_unavailable", &error.to_string()),
+        Err(error) => json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "limiter_unavailable",
+            &error.to_string(),
+        ),
     }
 }
 
@@ -243,7 +309,12 @@ async fn show_config(State(sms): State<Arc<Sms>>, headers: HeaderMap) -> Respons
     if let Err(denied) = authorized(&sms, &headers) {
         return denied;
     }
-    let config = sms.config.read().unwrap_or_else(|e| e.into_inner()).0.clone();
+    let config = sms
+        .config
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .0
+        .clone();
     Json(config).into_response()
 }
 
@@ -257,7 +328,13 @@ async fn change_config(
     }
     let config = match body {
         Ok(Json(config)) => config,
-        Err(rejection) => return json_error(StatusCode::BAD_REQUEST, "bad_request", &rejection.body_text()),
+        Err(rejection) => {
+            return json_error(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                &rejection.body_text(),
+            );
+        }
     };
     match sms.apply(config.clone()) {
         Ok(()) => Json(config).into_response(),
@@ -266,23 +343,42 @@ async fn change_config(
 }
 
 /// The service's router, on the global limiter with `config` applied.
-pub fn router(limiter: &'static Limiter, config: LimitsConfig, admin_token: Option<String>) -> Result<(Router, Arc<Sms>), String> {
+pub fn router(
+    limiter: &'static Limiter,
+    config: LimitsConfig,
+    admin_token: Option<String>,
+) -> Result<(Router, Arc<Sms>), String> {
     let limits = config.parse()?;
-    let sms = Arc::new(Sms { limiter, config: RwLock::new((config.clone(), limits)), admin_token });
+    let sms = Arc::new(Sms {
+        limiter,
+        config: RwLock::new((config.clone(), limits)),
+        admin_token,
+    });
     sms.apply(config)?;
     let mut router = Router::new().route("/sms/send", post(send));
     if sms.admin_token.is_some() {
         router = router
-            .route("/admin/limits/{phone}", get(show_limits).delete(reset_limits))
+            .route(
+                "/admin/limits/{phone}",
+                get(show_limits).delete(reset_limits),
+            )
             .route("/admin/config", get(show_config).put(change_config));
     }
-    Ok((router.with_state(sms.clone()).merge(crate::metrics_router()), sms))
+    Ok((
+        router
+            .with_state(sms.clone())
+            .merge(crate::metrics_router()),
+        sms,
+    ))
 }
 
 /// The `sms` binary.
 pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
     crate::init_tracing();
-    let limiter = crate::builder_from_env(Limiter::builder()).await?.prefix("sms").install()?;
+    let limiter = crate::builder_from_env(Limiter::builder())
+        .await?
+        .prefix("sms")
+        .install()?;
     let config = LimitsConfig::from_env()?;
     let admin_token = std::env::var("ADMIN_TOKEN").ok().filter(|t| !t.is_empty());
     if admin_token.is_none() {
@@ -306,7 +402,9 @@ fn reload_on_sighup(sms: Arc<Sms>, path: PathBuf) -> std::io::Result<()> {
         while hangups.recv().await.is_some() {
             match LimitsConfig::from_file(&path).and_then(|config| sms.apply(config)) {
                 Ok(()) => tracing::info!(path = %path.display(), "limits reloaded"),
-                Err(error) => tracing::error!(%error, "limits file rejected; keeping the current limits"),
+                Err(error) => {
+                    tracing::error!(%error, "limits file rejected; keeping the current limits")
+                }
             }
         }
     });
@@ -330,10 +428,21 @@ mod tests {
 
     #[test]
     fn limits_config_rejects_bad_rates_with_the_offending_text() {
-        let bad = LimitsConfig { phone: vec!["1/1m".into(), "5 per hour".into()], ip: vec!["20/1h".into()] };
+        let bad = LimitsConfig {
+            phone: vec!["1/1m".into(), "5 per hour".into()],
+            ip: vec!["20/1h".into()],
+        };
         assert!(bad.parse().unwrap_err().contains("5 per hour"));
-        let too_big = LimitsConfig { phone: vec!["20000/1h".into()], ip: vec!["20/1h".into()] };
-        assert!(too_big.parse().unwrap_err().contains("sliding-window counter"));
+        let too_big = LimitsConfig {
+            phone: vec!["20000/1h".into()],
+            ip: vec!["20/1h".into()],
+        };
+        assert!(
+            too_big
+                .parse()
+                .unwrap_err()
+                .contains("sliding-window counter")
+        );
         assert_eq!(LimitsConfig::default().parse().unwrap().phone.len(), 3);
     }
 

@@ -9,11 +9,24 @@ use serde_json::json;
 const LOGIN: &str = env!("CARGO_BIN_EXE_login");
 
 async fn login(service: &Service, username: &str, password: &str) -> reqwest::Response {
-    service.post_json("/login", json!({ "username": username, "password": password })).await
+    service
+        .post_json(
+            "/login",
+            json!({ "username": username, "password": password }),
+        )
+        .await
 }
 
 async fn captcha(service: &Service) -> String {
-    let body = json(service.http.get(service.url("/captcha")).send().await.unwrap()).await;
+    let body = json(
+        service
+            .http
+            .get(service.url("/captcha"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     body["captcha"].as_str().unwrap().to_owned()
 }
 
@@ -35,10 +48,18 @@ async fn three_failures_in_a_minute_require_a_captcha_even_for_the_right_passwor
     for backend in BACKENDS {
         let service = Service::start(LOGIN, backend, &[]);
         for _ in 0..3 {
-            assert_eq!(login(&service, "alice", "nope").await.status(), 401, "{backend:?}");
+            assert_eq!(
+                login(&service, "alice", "nope").await.status(),
+                401,
+                "{backend:?}"
+            );
         }
         let locked = login(&service, "Alice ", "wonderland").await;
-        assert_eq!(locked.status(), 429, "{backend:?}: usernames are normalised");
+        assert_eq!(
+            locked.status(),
+            429,
+            "{backend:?}: usernames are normalised"
+        );
         assert!(locked.headers().contains_key("retry-after"));
         assert_eq!(json(locked).await["error"], "captcha_required");
         // Another user is not affected.
@@ -56,21 +77,45 @@ async fn a_valid_captcha_with_the_right_password_succeeds_and_resets_the_count()
         assert_eq!(login(&service, "alice", "wonderland").await.status(), 429);
 
         let forged = service
-            .post_json("/login", json!({ "username": "alice", "password": "wonderland", "captcha": "forged" }))
+            .post_json(
+                "/login",
+                json!({ "username": "alice", "password": "wonderland", "captcha": "forged" }),
+            )
             .await;
-        assert_eq!(json(forged).await["error"], "captcha_required", "{backend:?}: a forged captcha does not help");
+        assert_eq!(
+            json(forged).await["error"],
+            "captcha_required",
+            "{backend:?}: a forged captcha does not help"
+        );
 
         let token = captcha(&service).await;
-        let wrong_with_captcha =
-            service.post_json("/login", json!({ "username": "alice", "password": "nope", "captcha": token })).await;
-        assert_eq!(wrong_with_captcha.status(), 401, "a captcha lets the attempt through, the password decides");
+        let wrong_with_captcha = service
+            .post_json(
+                "/login",
+                json!({ "username": "alice", "password": "nope", "captcha": token }),
+            )
+            .await;
+        assert_eq!(
+            wrong_with_captcha.status(),
+            401,
+            "a captcha lets the attempt through, the password decides"
+        );
 
         let token = captcha(&service).await;
-        let ok = service.post_json("/login", json!({ "username": "alice", "password": "wonderland", "captcha": token })).await;
+        let ok = service
+            .post_json(
+                "/login",
+                json!({ "username": "alice", "password": "wonderland", "captcha": token }),
+            )
+            .await;
         assert_eq!(ok.status(), 200, "{backend:?}");
         // The count starts again: three more failures before the next captcha.
         for _ in 0..3 {
-            assert_eq!(login(&service, "alice", "nope").await.status(), 401, "{backend:?}");
+            assert_eq!(
+                login(&service, "alice", "nope").await.status(),
+                401,
+                "{backend:?}"
+            );
         }
         assert_eq!(login(&service, "alice", "nope").await.status(), 429);
     }
@@ -81,10 +126,18 @@ async fn successful_logins_never_count() {
     for backend in BACKENDS {
         let service = Service::start(LOGIN, backend, &[]);
         for _ in 0..10 {
-            assert_eq!(login(&service, "bob", "builder").await.status(), 200, "{backend:?}");
+            assert_eq!(
+                login(&service, "bob", "builder").await.status(),
+                200,
+                "{backend:?}"
+            );
         }
         for _ in 0..3 {
-            assert_eq!(login(&service, "bob", "wrong").await.status(), 401, "{backend:?}");
+            assert_eq!(
+                login(&service, "bob", "wrong").await.status(),
+                401,
+                "{backend:?}"
+            );
         }
         assert_eq!(login(&service, "bob", "wrong").await.status(), 429);
     }
@@ -99,8 +152,16 @@ async fn concurrent_wrong_passwords_never_produce_more_than_three_401s() {
             .iter()
             .map(|r| r.status().as_u16())
             .collect();
-        assert_eq!(statuses.iter().filter(|&&s| s == 401).count(), 3, "{backend:?}: {statuses:?}");
-        assert_eq!(statuses.iter().filter(|&&s| s == 429).count(), 57, "{backend:?}");
+        assert_eq!(
+            statuses.iter().filter(|&&s| s == 401).count(),
+            3,
+            "{backend:?}: {statuses:?}"
+        );
+        assert_eq!(
+            statuses.iter().filter(|&&s| s == 429).count(),
+            57,
+            "{backend:?}"
+        );
     }
 }
 
@@ -109,11 +170,18 @@ async fn failures_per_ip_are_limited_across_usernames() {
     for backend in BACKENDS {
         let service = Service::start(LOGIN, backend, &[("LOGIN_IP_FAILURES", "5/1d")]);
         for user in ["u1", "u2", "u3", "u4", "u5"] {
-            assert_eq!(login(&service, user, "x").await.status(), 401, "{backend:?}");
+            assert_eq!(
+                login(&service, user, "x").await.status(),
+                401,
+                "{backend:?}"
+            );
         }
         let refused = login(&service, "u6", "x").await;
         assert_eq!(refused.status(), 429, "{backend:?}");
-        assert_eq!(refused.headers()["ratelimit-policy"], "\"login_ip\";q=5;w=86400");
+        assert_eq!(
+            refused.headers()["ratelimit-policy"],
+            "\"login_ip\";q=5;w=86400"
+        );
         assert_eq!(json(refused).await["error"], "rate_limited");
     }
 }
@@ -121,7 +189,15 @@ async fn failures_per_ip_are_limited_across_usernames() {
 #[tokio::test]
 async fn malformed_logins_get_400() {
     let service = Service::start(LOGIN, Backend::Memory, &[]);
-    for body in ["{", "{\"username\":\"alice\"}", "{\"username\":\"   \",\"password\":\"x\"}"] {
-        assert_eq!(service.post_raw("/login", body).await.status(), 400, "{body}");
+    for body in [
+        "{",
+        "{\"username\":\"alice\"}",
+        "{\"username\":\"   \",\"password\":\"x\"}",
+    ] {
+        assert_eq!(
+            service.post_raw("/login", body).await.status(),
+            400,
+            "{body}"
+        );
     }
 }

@@ -16,7 +16,9 @@ fn start(backend: Backend, env: &[(&str, &str)]) -> Service {
 }
 
 async fn send(service: &Service, phone: &str) -> reqwest::Response {
-    service.post_json("/sms/send", json!({ "phone": phone })).await
+    service
+        .post_json("/sms/send", json!({ "phone": phone }))
+        .await
 }
 
 #[tokio::test]
@@ -25,23 +27,43 @@ async fn one_sms_per_minute_then_429_with_retry_after_and_ietf_fields() {
         let service = start(backend, &[]);
         let first = send(&service, "+8613800000000").await;
         assert_eq!(first.status(), 200, "{backend:?}");
-        let policy = first.headers()["ratelimit-policy"].to_str().unwrap().to_owned();
+        let policy = first.headers()["ratelimit-policy"]
+            .to_str()
+            .unwrap()
+            .to_owned();
         assert!(policy.starts_with("\"sms_phone\";q="), "{policy}");
         assert!(first.headers().contains_key("ratelimit"));
         assert_eq!(json(first).await, json!({ "sent": true }));
 
         let second = send(&service, "+8613800000000").await;
         assert_eq!(second.status(), 429, "{backend:?}");
-        let retry_after: u64 = second.headers()["retry-after"].to_str().unwrap().parse().unwrap();
-        assert!((59..=60).contains(&retry_after), "Retry-After {retry_after}");
-        assert_eq!(second.headers()["ratelimit-policy"], "\"sms_phone\";q=1;w=60");
-        assert_eq!(second.headers()["ratelimit"].to_str().unwrap(), format!("\"sms_phone\";r=0;t={retry_after}"));
+        let retry_after: u64 = second.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            (59..=60).contains(&retry_after),
+            "Retry-After {retry_after}"
+        );
+        assert_eq!(
+            second.headers()["ratelimit-policy"],
+            "\"sms_phone\";q=1;w=60"
+        );
+        assert_eq!(
+            second.headers()["ratelimit"].to_str().unwrap(),
+            format!("\"sms_phone\";r=0;t={retry_after}")
+        );
         let body = json(second).await;
         assert_eq!(body["error"], "rate_limited");
         let retry_ms = body["retry_after_ms"].as_u64().unwrap();
         assert!(retry_ms > 58_000 && retry_ms <= 60_000, "{retry_ms}");
 
-        assert_eq!(send(&service, "+8613900000000").await.status(), 200, "another phone is independent");
+        assert_eq!(
+            send(&service, "+8613900000000").await.status(),
+            200,
+            "another phone is independent"
+        );
     }
 }
 
@@ -49,10 +71,21 @@ async fn one_sms_per_minute_then_429_with_retry_after_and_ietf_fields() {
 async fn two_hundred_concurrent_sends_for_one_phone_yield_exactly_one_200() {
     for backend in BACKENDS {
         let service = start(backend, &[("SMS_IP_LIMITS", "1000/1h")]);
-        let statuses: Vec<u16> =
-            join_all((0..200).map(|_| send(&service, "+4915112345678"))).await.iter().map(|r| r.status().as_u16()).collect();
-        assert_eq!(statuses.iter().filter(|&&s| s == 200).count(), 1, "{backend:?}");
-        assert_eq!(statuses.iter().filter(|&&s| s == 429).count(), 199, "{backend:?}");
+        let statuses: Vec<u16> = join_all((0..200).map(|_| send(&service, "+4915112345678")))
+            .await
+            .iter()
+            .map(|r| r.status().as_u16())
+            .collect();
+        assert_eq!(
+            statuses.iter().filter(|&&s| s == 200).count(),
+            1,
+            "{backend:?}"
+        );
+        assert_eq!(
+            statuses.iter().filter(|&&s| s == 429).count(),
+            199,
+            "{backend:?}"
+        );
     }
 }
 
@@ -60,18 +93,33 @@ async fn two_hundred_concurrent_sends_for_one_phone_yield_exactly_one_200() {
 async fn malformed_bodies_and_implausible_phones_get_400_and_consume_nothing() {
     for backend in BACKENDS {
         let service = start(backend, &[("SMS_IP_LIMITS", "1/1h")]);
-        for body in ["{", "[]", "{\"phone\": 8613800000000}", "{\"number\": \"+8613800000000\"}"] {
+        for body in [
+            "{",
+            "[]",
+            "{\"phone\": 8613800000000}",
+            "{\"number\": \"+8613800000000\"}",
+        ] {
             let response = service.post_raw("/sms/send", body).await;
             assert_eq!(response.status(), 400, "{body}");
             assert!(json(response).await["error"].is_string());
         }
-        for phone in ["8613800000000", "+123", "+1234567890123456", "+86 138 0000 0000", "+86abc00000000"] {
+        for phone in [
+            "8613800000000",
+            "+123",
+            "+1234567890123456",
+            "+86 138 0000 0000",
+            "+86abc00000000",
+        ] {
             let response = send(&service, phone).await;
             assert_eq!(response.status(), 400, "{phone}");
             assert_eq!(json(response).await["error"], "bad_phone");
         }
         // Neither the phone nor the single per-IP unit was consumed.
-        assert_eq!(send(&service, "+8613800000000").await.status(), 200, "{backend:?}");
+        assert_eq!(
+            send(&service, "+8613800000000").await.status(),
+            200,
+            "{backend:?}"
+        );
     }
 }
 
@@ -83,7 +131,10 @@ async fn the_per_ip_limit_refuses_without_consuming_the_phone_limits() {
         assert_eq!(send(&service, "+3361234567802").await.status(), 200);
         let refused = send(&service, "+3361234567803").await;
         assert_eq!(refused.status(), 429, "{backend:?}");
-        assert_eq!(refused.headers()["ratelimit-policy"], "\"sms_ip\";q=2;w=3600");
+        assert_eq!(
+            refused.headers()["ratelimit-policy"],
+            "\"sms_ip\";q=2;w=3600"
+        );
         // The refused phone's minute limit is untouched: all-or-nothing.
         let state = service
             .http
@@ -93,7 +144,12 @@ async fn the_per_ip_limit_refuses_without_consuming_the_phone_limits() {
             .await
             .unwrap();
         let state = json(state).await;
-        let remaining: Vec<u64> = state["limits"].as_array().unwrap().iter().map(|l| l["remaining"].as_u64().unwrap()).collect();
+        let remaining: Vec<u64> = state["limits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["remaining"].as_u64().unwrap())
+            .collect();
         assert_eq!(remaining, [1, 5, 10], "{backend:?}");
     }
 }
@@ -109,26 +165,63 @@ async fn admin_shows_and_resets_a_phone_behind_a_bearer_token() {
         let path = format!("/admin/limits/{phone}");
         let anonymous = service.http.get(service.url(&path)).send().await.unwrap();
         assert_eq!(anonymous.status(), 401);
-        let wrong = service.http.get(service.url(&path)).bearer_auth("guess").send().await.unwrap();
+        let wrong = service
+            .http
+            .get(service.url(&path))
+            .bearer_auth("guess")
+            .send()
+            .await
+            .unwrap();
         assert_eq!(wrong.status(), 401);
 
-        let shown = json(service.http.get(service.url(&path)).bearer_auth(TOKEN).send().await.unwrap()).await;
+        let shown = json(
+            service
+                .http
+                .get(service.url(&path))
+                .bearer_auth(TOKEN)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
         let limits = shown["limits"].as_array().unwrap();
         assert_eq!(limits.len(), 3);
-        assert_eq!((limits[0]["rate"].as_str().unwrap(), limits[0]["remaining"].as_u64().unwrap()), ("1/1m (sliding_log)", 0));
+        assert_eq!(
+            (
+                limits[0]["rate"].as_str().unwrap(),
+                limits[0]["remaining"].as_u64().unwrap()
+            ),
+            ("1/1m (sliding_log)", 0)
+        );
         assert!(limits[0]["reset_after_ms"].as_u64().unwrap() > 58_000);
         assert_eq!(limits[2]["remaining"], 9);
 
-        let reset = service.http.delete(service.url(&path)).bearer_auth(TOKEN).send().await.unwrap();
+        let reset = service
+            .http
+            .delete(service.url(&path))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(reset.status(), 200, "{backend:?}");
-        assert_eq!(send(&service, phone).await.status(), 200, "unblocked by support staff");
+        assert_eq!(
+            send(&service, phone).await.status(),
+            200,
+            "unblocked by support staff"
+        );
     }
 }
 
 #[tokio::test]
 async fn admin_routes_do_not_exist_without_a_token() {
     let service = Service::start(SMS, Backend::Memory, &[]);
-    let response = service.http.get(service.url("/admin/limits/+447700900123")).bearer_auth("").send().await.unwrap();
+    let response = service
+        .http
+        .get(service.url("/admin/limits/+447700900123"))
+        .bearer_auth("")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), 404);
 }
 
@@ -149,7 +242,12 @@ async fn limits_change_at_runtime_without_a_restart() {
             .await
             .unwrap();
         assert_eq!(bad.status(), 400);
-        assert!(json(bad).await["message"].as_str().unwrap().contains("3 per minute"));
+        assert!(
+            json(bad).await["message"]
+                .as_str()
+                .unwrap()
+                .contains("3 per minute")
+        );
 
         let changed = service
             .http
@@ -164,18 +262,50 @@ async fn limits_change_at_runtime_without_a_restart() {
         assert_eq!(send(&service, phone).await.status(), 200, "{backend:?}");
         assert_eq!(send(&service, phone).await.status(), 200);
         assert_eq!(send(&service, phone).await.status(), 429);
-        let config = json(service.http.get(service.url("/admin/config")).bearer_auth(TOKEN).send().await.unwrap()).await;
+        let config = json(
+            service
+                .http
+                .get(service.url("/admin/config"))
+                .bearer_auth(TOKEN)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
         assert_eq!(config["phone"], json!(["3/1m"]));
     }
 }
 
 #[tokio::test]
 async fn forwarded_for_counts_only_from_trusted_proxies() {
-    let service = Service::start(SMS, Backend::Memory, &[("TRUSTED_PROXIES", "127.0.0.1/32"), ("SMS_IP_LIMITS", "1/1h")]);
+    let service = Service::start(
+        SMS,
+        Backend::Memory,
+        &[
+            ("TRUSTED_PROXIES", "127.0.0.1/32"),
+            ("SMS_IP_LIMITS", "1/1h"),
+        ],
+    );
     let from = |client: &'static str, phone: &'static str| {
-        service.http.post(service.url("/sms/send")).header("x-forwarded-for", client).json(&json!({ "phone": phone })).send()
+        service
+            .http
+            .post(service.url("/sms/send"))
+            .header("x-forwarded-for", client)
+            .json(&json!({ "phone": phone }))
+            .send()
     };
-    assert_eq!(from("198.51.100.1", "+15550000001").await.unwrap().status(), 200);
-    assert_eq!(from("198.51.100.2", "+15550000002").await.unwrap().status(), 200, "another client behind the proxy");
-    assert_eq!(from("198.51.100.1", "+15550000003").await.unwrap().status(), 429, "same client, IP limit 1/h");
+    assert_eq!(
+        from("198.51.100.1", "+15550000001").await.unwrap().status(),
+        200
+    );
+    assert_eq!(
+        from("198.51.100.2", "+15550000002").await.unwrap().status(),
+        200,
+        "another client behind the proxy"
+    );
+    assert_eq!(
+        from("198.51.100.1", "+15550000003").await.unwrap().status(),
+        429,
+        "same client, IP limit 1/h"
+    );
 }

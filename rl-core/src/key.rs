@@ -67,6 +67,14 @@ impl Key {
     }
 }
 
+impl Key {
+    /// The escaped identity part of the hash tag (what logs mask).
+    pub fn identity(&self) -> &str {
+        let tag = self.hash_tag();
+        tag.split_once(':').map_or(tag, |(_, identity)| identity)
+    }
+}
+
 impl fmt::Display for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.text)
@@ -112,6 +120,11 @@ mod tests {
         assert_eq!(key.hash_tag(), "sms:%7D%7Bx%3Ay%7D%25");
         assert_eq!(key.as_str().matches('{').count(), 1);
         assert_eq!(key.as_str().matches('}').count(), 1);
+    }
+
+    #[test]
+    fn the_identity_part_excludes_the_scope() {
+        assert_eq!(Key::new("rl", "sms:x", "+86:1").identity(), "+86%3A1");
     }
 
     #[test]

@@ -341,7 +341,7 @@ impl Limiter {
         let name = names.get(index).copied().unwrap_or(name);
         tracing::info!(
             limit = name,
-            identity = %Masked(request.key.hash_tag()),
+            identity = %Masked(request.key.identity()),
             rate = %request.limit,
             retry_after_ms = binding.retry_after.as_millis() as u64,
             "rate limited"

@@ -31,7 +31,11 @@ impl Service {
     pub fn start(binary: &str, backend: Backend, env: &[(&str, &str)]) -> Self {
         let redis = (backend == Backend::Redis).then(RedisServer::start);
         for attempt in 0..5 {
-            let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            let port = TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
             let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
             let mut command = Command::new(binary);
             command
@@ -44,15 +48,24 @@ impl Service {
             if let Some(redis) = &redis {
                 command.env("REDIS_URL", redis.url());
             }
-            let mut child = command.spawn().unwrap_or_else(|e| panic!("cannot start {binary}: {e}"));
+            let mut child = command
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start {binary}: {e}"));
             let deadline = Instant::now() + Duration::from_secs(15);
             while Instant::now() < deadline {
                 if TcpStream::connect(addr).is_ok() {
                     let http = reqwest::Client::builder().no_proxy().build().unwrap();
-                    return Self { child, addr, http, _redis: redis };
+                    return Self {
+                        child,
+                        addr,
+                        http,
+                        _redis: redis,
+                    };
                 }
                 if let Ok(Some(status)) = child.try_wait() {
-                    eprintln!("{binary} exited with {status} (attempt {attempt}); retrying on another port");
+                    eprintln!(
+                        "{binary} exited with {status} (attempt {attempt}); retrying on another port"
+                    );
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(20));
@@ -68,7 +81,12 @@ impl Service {
     }
 
     pub async fn post_json(&self, path: &str, body: serde_json::Value) -> reqwest::Response {
-        self.http.post(self.url(path)).json(&body).send().await.unwrap()
+        self.http
+            .post(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
     }
 
     pub async fn post_raw(&self, path: &str, body: &'static str) -> reqwest::Response {
