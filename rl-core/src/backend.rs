@@ -66,4 +66,17 @@ pub trait Backend: Send + Sync + Debug + 'static {
 
     /// Forgets the state of each request's key and limit (the cost is ignored).
     fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>>;
+
+    /// Records, where operators can read it, that limit `name` under key
+    /// prefix `prefix` currently has `limits` (e.g. for an admin tool listing
+    /// a deployment's limits). The default does nothing.
+    fn publish_limits<'a>(
+        &'a self,
+        prefix: &'a str,
+        name: &'a str,
+        limits: &'a [Limit],
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        let _ = (prefix, name, limits);
+        Box::pin(std::future::ready(Ok(())))
+    }
 }

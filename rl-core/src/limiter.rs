@@ -55,10 +55,15 @@ pub struct Limiter {
     overrides: RwLock<HashMap<Box<str>, Arc<[Limit]>>>,
     /// Whether `overrides` holds anything (skips the lock on the hot path).
     any_override: AtomicBool,
+    /// Failure policies set at runtime by name, over the macro's and the limiter's.
+    policies: RwLock<HashMap<Box<str>, FailurePolicy>>,
+    any_policy: AtomicBool,
     /// Names in shadow mode: decided and logged, never refused.
     shadowed: RwLock<std::collections::HashSet<Box<str>>>,
     any_shadow: AtomicBool,
     breaker: Breaker,
+    /// When each limit name was last published to a remote backend.
+    published: parking_lot::Mutex<HashMap<Box<str>, Instant>>,
 }
 
 impl fmt::Debug for Limiter {
@@ -158,6 +163,7 @@ impl Limiter {
         tracing::info!(limit = name, limits = ?limits.iter().map(ToString::to_string).collect::<Vec<_>>(), "limits changed");
         self.overrides.write().insert(name.into(), limits.into());
         self.any_override.store(true, Ordering::Release);
+        self.published.lock().remove(name);
         Ok(())
     }
 
@@ -286,6 +292,7 @@ impl Limiter {
                         "circuit open after consecutive backend failures",
                     )))
                 } else {
+                    self.publish_if_stale(name, names, requests).await;
                     let started = Instant::now();
                     let result = self.acquire_all(requests).await;
                     metrics::histogram!("rl_backend_seconds", "limit" => name)
@@ -321,7 +328,7 @@ impl Limiter {
                 Err(Rejection::unavailable(name, Error::Limit(error)))
             }
             Err(error) => {
-                self.on_failure(name, names, requests, policy.unwrap_or(self.policy), error)
+                self.on_failure(name, names, requests, self.policy_for(name, policy), error)
             }
         }
     }
@@ -390,6 +397,69 @@ impl Limiter {
         }
         self.any_shadow
             .store(!shadowed.is_empty(), Ordering::Release);
+    }
+
+    /// How often a remote backend is told again about a limit name's rates.
+    const REPUBLISH: std::time::Duration = std::time::Duration::from_secs(3_600);
+
+    /// Tells a remote backend about the rates of each name in a call, once
+    /// per name and [`Self::REPUBLISH`] period (failures are only logged).
+    async fn publish_if_stale(
+        &self,
+        name: &'static str,
+        names: &[&'static str],
+        requests: &[Request<'_>],
+    ) {
+        let Store::Remote(backend) = &self.store else {
+            return;
+        };
+        let mut groups: smallvec::SmallVec<[(&str, smallvec::SmallVec<[Limit; 4]>); 2]> =
+            smallvec::SmallVec::new();
+        for (i, request) in requests.iter().enumerate() {
+            let group = names.get(i).copied().unwrap_or(name);
+            match groups.iter_mut().find(|(n, _)| *n == group) {
+                Some((_, limits)) => limits.push(*request.limit),
+                None => groups.push((group, smallvec::smallvec![*request.limit])),
+            }
+        }
+        for (group, limits) in groups {
+            let stale = {
+                let mut published = self.published.lock();
+                let stale = published
+                    .get(group)
+                    .is_none_or(|at| at.elapsed() > Self::REPUBLISH);
+                if stale {
+                    published.insert(group.into(), Instant::now());
+                }
+                stale
+            };
+            if stale && let Err(error) = backend.publish_limits(&self.prefix, group, &limits).await
+            {
+                tracing::debug!(limit = group, %error, "could not publish limits");
+            }
+        }
+    }
+
+    /// Sets, at runtime, the failure policy of `name` (a function's limit
+    /// name), over the one given in `#[rate_limit(on_error = ...)]` and the
+    /// limiter's default; `None` removes the override.
+    pub fn set_policy(&self, name: &str, policy: Option<FailurePolicy>) {
+        let mut policies = self.policies.write();
+        match policy {
+            Some(policy) => policies.insert(name.into(), policy),
+            None => policies.remove(name),
+        };
+        self.any_policy
+            .store(!policies.is_empty(), Ordering::Release);
+    }
+
+    /// The policy applied to `name`: runtime override, else `given`, else the default.
+    pub fn policy_for(&self, name: &str, given: Option<FailurePolicy>) -> FailurePolicy {
+        let runtime = self
+            .any_policy
+            .load(Ordering::Acquire)
+            .then(|| self.policies.read().get(name).copied());
+        runtime.flatten().or(given).unwrap_or(self.policy)
     }
 
     /// Whether a refusal of `name`, or of the refusing group, is shadowed.
@@ -559,9 +629,12 @@ impl LimiterBuilder {
             fallback: MemoryBackend::with_shared_clock(clock),
             overrides: RwLock::default(),
             any_override: AtomicBool::new(false),
+            policies: RwLock::default(),
+            any_policy: AtomicBool::new(false),
             shadowed: RwLock::default(),
             any_shadow: AtomicBool::new(false),
             breaker: Breaker::new(self.breaker),
+            published: parking_lot::Mutex::default(),
         })
     }
 

@@ -432,3 +432,40 @@ async fn a_wall_clock_stepping_back_never_makes_state_look_older() {
         "measured from the latest time seen"
     );
 }
+
+#[tokio::test]
+async fn a_runtime_policy_overrides_the_given_one_and_the_default() {
+    use rl_core::FailurePolicy;
+    let limiter = Limiter::builder()
+        .shared_backend(Arc::new(Broken::default()))
+        .build()
+        .unwrap();
+    let limit = Limit::per_minute(1).unwrap();
+    let key = limiter.key("runtime_policy", &"id");
+    let requests = [Request::new(&key, &limit, 1)];
+    assert!(
+        limiter
+            .check("runtime_policy", &requests, None)
+            .await
+            .is_ok(),
+        "default: fail open"
+    );
+    assert!(
+        limiter
+            .check("runtime_policy", &requests, Some(FailurePolicy::FailClosed))
+            .await
+            .is_err()
+    );
+    limiter.set_policy("runtime_policy", Some(FailurePolicy::FailOpen));
+    assert!(
+        limiter
+            .check("runtime_policy", &requests, Some(FailurePolicy::FailClosed))
+            .await
+            .is_ok()
+    );
+    limiter.set_policy("runtime_policy", None);
+    assert_eq!(
+        limiter.policy_for("runtime_policy", Some(FailurePolicy::FailClosed)),
+        FailurePolicy::FailClosed
+    );
+}

@@ -1,0 +1,63 @@
+//! What `#[rate_limit]` costs over writing the same decision by hand, on the
+//! in-memory backend through the global limiter.
+
+use std::hint::black_box;
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use rl_core::{Limit, Limiter, Rejection, Request, rate_limit};
+
+/// A limit high enough that every call in the bench is allowed.
+static LIMIT: LazyLock<Limit> =
+    LazyLock::new(|| Limit::new(1_000_000_000, Duration::from_secs(1)).unwrap());
+
+#[rate_limit(period = 1, threshold = 1_000_000_000, key = user, name = "bench_macro")]
+async fn annotated(user: u64) -> Result<u64, Rejection> {
+    Ok(user)
+}
+
+/// The same work written by hand: build the key, decide, convert the refusal.
+async fn by_hand(user: u64) -> Result<u64, Rejection> {
+    let limiter = Limiter::global().map_err(|e| Rejection::unavailable("bench_hand", e))?;
+    let key = limiter.key("bench_hand", &user);
+    limiter
+        .check("bench_hand", &[Request::new(&key, &LIMIT, 1)], None)
+        .await?;
+    Ok(user)
+}
+
+fn overhead(c: &mut Criterion) {
+    Limiter::builder().memory().install().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let mut group = c.benchmark_group("macro_overhead");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("annotated_fn", |b| {
+        b.iter_custom(|iters| {
+            runtime.block_on(async {
+                let start = Instant::now();
+                for i in 0..iters {
+                    black_box(annotated(black_box(i % 64)).await.unwrap());
+                }
+                start.elapsed()
+            })
+        })
+    });
+    group.bench_function("hand_written", |b| {
+        b.iter_custom(|iters| {
+            runtime.block_on(async {
+                let start = Instant::now();
+                for i in 0..iters {
+                    black_box(by_hand(black_box(i % 64)).await.unwrap());
+                }
+                start.elapsed()
+            })
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, overhead);
+criterion_main!(benches);
