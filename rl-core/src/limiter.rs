@@ -24,6 +24,9 @@ use crate::rejection::Rejection;
 
 static GLOBAL: OnceLock<Limiter> = OnceLock::new();
 
+/// A limit name and its limits in one call.
+type NamedLimits<'a> = (&'a str, smallvec::SmallVec<[Limit; 4]>);
+
 enum Store {
     Memory(MemoryBackend),
     Remote(Arc<dyn Backend>),
@@ -413,8 +416,7 @@ impl Limiter {
         let Store::Remote(backend) = &self.store else {
             return;
         };
-        let mut groups: smallvec::SmallVec<[(&str, smallvec::SmallVec<[Limit; 4]>); 2]> =
-            smallvec::SmallVec::new();
+        let mut groups: smallvec::SmallVec<[NamedLimits<'_>; 2]> = smallvec::SmallVec::new();
         for (i, request) in requests.iter().enumerate() {
             let group = names.get(i).copied().unwrap_or(name);
             match groups.iter_mut().find(|(n, _)| *n == group) {
