@@ -24,8 +24,10 @@
 //!
 //! # Features
 //! - [`macro@rate_limit`] (feature `macros`, on by default): the attribute.
-//!   Arguments: `period`, `threshold`, `key`, `algorithm`, `cost`, `burst`,
-//!   `slots`, `name`, `limiter`, `on_error`; see its docs.
+//!   Arguments: `period`, `threshold`, `limits`, `key`, `algorithm`,
+//!   `cost`, `burst`, `slots`, `name`, `also(...)`, `count`, `count_if`,
+//!   `reset_on_success`, `on_reject`, `headers`, `limiter`, `on_error`,
+//!   `crate`; see its docs.
 //! - [`Limiter`]: a backend, a key prefix and a [`FailurePolicy`]; one is
 //!   installed globally with [`LimiterBuilder::install`].
 //! - [`MemoryBackend`]: the embedded default, sharded, bounded memory.

@@ -60,6 +60,9 @@ pub struct MultiSpec {
 }
 
 /// Anything the `limiter = ...` argument may name.
+#[diagnostic::on_unimplemented(
+    message = "`limiter = ...` must be a `Limiter`, `&Limiter`, `Arc<Limiter>` or `Box<Limiter>`, not `{Self}`"
+)]
 pub trait AsLimiter {
     /// The limiter.
     fn as_limiter(&self) -> &Limiter;
@@ -240,6 +243,9 @@ impl Permit<'_> {
 
 /// Responses that can carry rate-limit headers (the `headers` option).
 #[cfg(feature = "axum")]
+#[diagnostic::on_unimplemented(
+    message = "`headers` needs the function to return an `http::Response` or a `Result` of one, not `{Self}`"
+)]
 pub trait WithHeaders {
     /// The headers to add to, if this is a successful response.
     fn headers_mut(&mut self) -> Option<&mut ::http::HeaderMap>;
