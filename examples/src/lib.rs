@@ -1,6 +1,7 @@
 //! Shared start-up code of the examples, and the two showcase services
 //! ([`sms`] and [`login`]) as libraries so their binaries stay one line.
 
+pub mod admin;
 pub mod login;
 pub mod sms;
 
@@ -123,3 +124,67 @@ pub fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
         .and_then(|v| v.strip_prefix("Bearer "))
         .is_some_and(|given| bool::from(given.as_bytes().ct_eq(token.as_bytes())))
 }
+
+/// Applies the limits file at `path` ([`rl_core::LimitsFile`]: per limit
+/// name its rates, algorithm, burst, `on_error` and `shadow`) to `limiter`
+/// now, and again on every SIGHUP (Unix). A file that cannot be read or is
+/// invalid on reload is logged and the limits in force are kept; names
+/// removed from the file go back to their compiled-in settings. Fails when
+/// the file is bad at startup. Call it inside a Tokio runtime.
+pub fn watch_limits_file<L>(
+    limiter: L,
+    path: impl Into<std::path::PathBuf>,
+) -> Result<(), Box<dyn std::error::Error>>
+where
+    L: std::ops::Deref<Target = rl_core::Limiter> + Send + Sync + 'static,
+{
+    let path = path.into();
+    let in_file = |error: rl_core::ConfigError| match error {
+        rl_core::ConfigError::Read { .. } => BadLimitsFile(error.to_string()),
+        _ => BadLimitsFile(format!("limits file {}: {error}", path.display())),
+    };
+    let file = rl_core::LimitsFile::load(&path).map_err(in_file)?;
+    file.apply(&limiter).map_err(in_file)?;
+    tracing::info!(path = %path.display(), names = ?file.names().collect::<Vec<_>>(), "limits file applied");
+    #[cfg(unix)]
+    {
+        let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+        tokio::spawn(async move {
+            let mut current = file;
+            while hangups.recv().await.is_some() {
+                let reloaded = rl_core::LimitsFile::load(&path)
+                    .and_then(|next| next.apply_over(&current, &limiter).map(|()| next));
+                match reloaded {
+                    Ok(next) => {
+                        tracing::info!(path = %path.display(), names = ?next.names().collect::<Vec<_>>(), "limits file reloaded");
+                        current = next;
+                    }
+                    Err(error) => tracing::error!(
+                        path = %path.display(),
+                        %error,
+                        "limits file rejected; keeping the limits in force"
+                    ),
+                }
+            }
+        });
+    }
+    Ok(())
+}
+
+/// A limits file refused at startup. Its `Debug` is its message, so a `main`
+/// returning it prints the message as written, not as an escaped string.
+struct BadLimitsFile(String);
+
+impl std::fmt::Debug for BadLimitsFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::fmt::Display for BadLimitsFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadLimitsFile {}

@@ -289,6 +289,9 @@ pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .failure_policy(FailurePolicy::Local { share: 1 })
         .install()?;
     apply_env_limits(limiter)?;
+    if let Ok(path) = std::env::var("LIMITS_FILE") {
+        crate::watch_limits_file(limiter, path)?; // rl_core::LimitsFile, reloaded on SIGHUP
+    }
     tracing::info!("demo users: alice (wonderland), bob (builder)");
     crate::serve(router(), "127.0.0.1:3001").await?;
     Ok(())

@@ -219,10 +219,11 @@ struct LimitState {
     reset_after_ms: u64,
 }
 
-fn authorized(sms: &Sms, headers: &HeaderMap) -> Result<(), Response> {
+/// `None` when the bearer token is right, else the `401` to answer.
+fn denied(sms: &Sms, headers: &HeaderMap) -> Option<Response> {
     match &sms.admin_token {
-        Some(token) if bearer_matches(headers, token) => Ok(()),
-        _ => Err(json_error(
+        Some(token) if bearer_matches(headers, token) => None,
+        _ => Some(json_error(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             "a valid bearer token is required",
@@ -235,7 +236,7 @@ async fn show_limits(
     headers: HeaderMap,
     Path(phone): Path<String>,
 ) -> Response {
-    if let Err(denied) = authorized(&sms, &headers) {
+    if let Some(denied) = denied(&sms, &headers) {
         return denied;
     }
     let Some(phone) = Phone::parse(&phone) else {
@@ -278,7 +279,7 @@ async fn reset_limits(
     headers: HeaderMap,
     Path(phone): Path<String>,
 ) -> Response {
-    if let Err(denied) = authorized(&sms, &headers) {
+    if let Some(denied) = denied(&sms, &headers) {
         return denied;
     }
     let Some(phone) = Phone::parse(&phone) else {
@@ -306,7 +307,7 @@ async fn reset_limits(
 }
 
 async fn show_config(State(sms): State<Arc<Sms>>, headers: HeaderMap) -> Response {
-    if let Err(denied) = authorized(&sms, &headers) {
+    if let Some(denied) = denied(&sms, &headers) {
         return denied;
     }
     let config = sms
@@ -323,7 +324,7 @@ async fn change_config(
     headers: HeaderMap,
     body: Result<Json<LimitsConfig>, JsonRejection>,
 ) -> Response {
-    if let Err(denied) = authorized(&sms, &headers) {
+    if let Some(denied) = denied(&sms, &headers) {
         return denied;
     }
     let config = match body {
@@ -385,6 +386,11 @@ pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
         tracing::info!("ADMIN_TOKEN unset: admin routes disabled");
     }
     let (router, sms) = router(limiter, config, admin_token)?;
+    if std::env::var_os("LIMITS_FILE").is_some() {
+        // The SMS service keeps its limits in its own config (shown and changed
+        // through /admin/config); a generic file would bypass that view.
+        tracing::warn!("LIMITS_FILE is ignored by the sms service; use SMS_LIMITS_FILE");
+    }
     tracing::info!(limits = ?sms.config.read().unwrap_or_else(|e| e.into_inner()).0, "sms limits");
     #[cfg(unix)]
     if let Ok(path) = std::env::var("SMS_LIMITS_FILE") {

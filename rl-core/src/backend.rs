@@ -50,6 +50,32 @@ pub trait Backend: Send + Sync + Debug + 'static {
         requests: &'a [Request<'a>],
     ) -> BoxFuture<'a, Result<Decisions, BackendError>>;
 
+    /// Like [`Backend::acquire`], made idempotent by `request_id`: a client
+    /// that retries a call whose reply it never saw (a timeout after the
+    /// store had decided) is not charged twice.
+    ///
+    /// The first call with a given id under the first request's key decides
+    /// as [`Backend::acquire`]; when it is allowed, its [`Decisions`] are
+    /// kept (for the longest period of the call's limits) and every later
+    /// call with the same id and first key returns them again, unchanged
+    /// (same `remaining`, same [`crate::Decision::at_micros`]), consuming
+    /// nothing. A refused call consumes nothing, so it is not kept: a retry
+    /// decides again. An id names one call: use a fresh one (e.g. a UUID)
+    /// per logical call. Reusing an id for a call with another number of
+    /// limits is an error ([`BackendError::Protocol`]).
+    ///
+    /// The default implementation ignores the id and calls
+    /// [`Backend::acquire`] (not idempotent); [`crate::MemoryBackend`] and
+    /// `rl_redis::RedisBackend` override it.
+    fn acquire_once<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        request_id: &'a str,
+    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
+        let _ = request_id;
+        self.acquire(requests)
+    }
+
     /// Decides without consuming anything.
     fn peek<'a>(
         &'a self,

@@ -34,6 +34,8 @@
 //!   `rl-redis` provides the Redis and Redis Cluster backend.
 //! - Six [`Algorithm`]s with one contract; being limited is a [`Decision`],
 //!   not an error, and a refused call becomes a [`Rejection`].
+//! - `LimitsFile` (feature `config`): limits, failure policies and shadow
+//!   mode per name from a TOML file, applied to a running limiter.
 //!
 //! # Which algorithm
 //! | algorithm | memory per identity | worst case in any window of length `P` | pick it for |
@@ -61,7 +63,11 @@ mod algorithm;
 mod backend;
 mod breaker;
 mod clock;
+#[cfg(feature = "config")]
+mod config;
+mod counters;
 mod decision;
+mod deny_cache;
 mod error;
 #[cfg(feature = "axum")]
 pub mod http;
@@ -80,6 +86,8 @@ pub mod __private;
 pub use backend::{Backend, BoxFuture, Request};
 pub use breaker::BreakerConfig;
 pub use clock::{Clock, ManualClock, SystemClock};
+#[cfg(feature = "config")]
+pub use config::{ConfigError, LimitsEntry, LimitsFile};
 pub use decision::{Decision, Decisions};
 pub use error::{BackendError, Error, LimitError};
 pub use key::Key;

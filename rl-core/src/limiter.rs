@@ -14,6 +14,7 @@ use crate::backend::{Backend, Request};
 use crate::breaker::{Breaker, BreakerConfig, Permission};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::{Decision, Decisions};
+use crate::deny_cache::DenyCache;
 use crate::error::{BackendError, Error, LimitError};
 use crate::key::{Key, valid_prefix};
 use crate::limit::Limit;
@@ -67,6 +68,8 @@ pub struct Limiter {
     breaker: Breaker,
     /// When each limit name was last published to a remote backend.
     published: parking_lot::Mutex<HashMap<Box<str>, Instant>>,
+    /// Refusals remembered locally (see [`Limiter::set_deny_cache`]).
+    deny_cache: DenyCache,
 }
 
 impl fmt::Debug for Limiter {
@@ -167,6 +170,7 @@ impl Limiter {
         self.overrides.write().insert(name.into(), limits.into());
         self.any_override.store(true, Ordering::Release);
         self.published.lock().remove(name);
+        self.deny_cache.forget_name(name);
         Ok(())
     }
 
@@ -176,6 +180,8 @@ impl Limiter {
         overrides.remove(name);
         self.any_override
             .store(!overrides.is_empty(), Ordering::Release);
+        self.deny_cache.forget_name(name);
+        self.published.lock().remove(name);
     }
 
     /// The runtime limits of `name`, if set.
@@ -247,6 +253,7 @@ impl Limiter {
     /// Gives back what an allowed decision made at `at_micros` consumed.
     pub async fn refund_all(&self, requests: &[Request<'_>], at_micros: u64) -> Result<(), Error> {
         validate(requests)?;
+        self.deny_cache.forget(requests);
         match &self.store {
             Store::Memory(memory) => memory.refund_sync(requests, at_micros),
             Store::Remote(backend) => backend.refund(requests, at_micros).await?,
@@ -256,6 +263,7 @@ impl Limiter {
 
     /// Forgets the state of the given keys and limits.
     pub async fn reset_all(&self, requests: &[Request<'_>]) -> Result<(), Error> {
+        self.deny_cache.forget(requests);
         match &self.store {
             Store::Memory(memory) => memory.reset_sync(requests),
             Store::Remote(backend) => backend.reset(requests).await?,
@@ -286,6 +294,16 @@ impl Limiter {
         requests: &[Request<'_>],
         policy: Option<FailurePolicy>,
     ) -> Result<Admission, Rejection> {
+        // Taken before the backend call: a remembered refusal never outlives the real one.
+        let deny_since = self
+            .deny_cache
+            .enabled(name, names)
+            .then(|| self.deny_cache.now());
+        if let Some(now) = deny_since
+            && let Some(hit) = self.deny_cache.lookup(requests, now)
+        {
+            return Err(self.reject_cached(name, names, requests, hit));
+        }
         let result = match &self.store {
             Store::Memory(_) => self.acquire_all(requests).await,
             Store::Remote(_) => {
@@ -310,8 +328,7 @@ impl Limiter {
         };
         match result {
             Ok(decisions) if decisions.allowed() => {
-                metrics::counter!("rl_decisions_total", "limit" => name, "outcome" => "allowed")
-                    .increment(1);
+                crate::counters::decision(name, "allowed");
                 Ok(Admission::Backend(decisions))
             }
             Ok(decisions) if self.shadowed(name, names, &decisions) => {
@@ -325,7 +342,13 @@ impl Limiter {
                 );
                 Ok(Admission::Shadowed(decisions))
             }
-            Ok(decisions) => Err(self.reject(name, names, requests, &decisions)),
+            Ok(decisions) => {
+                if let Some(since) = deny_since {
+                    self.deny_cache
+                        .remember(name, names, requests, &decisions, since);
+                }
+                Err(self.reject(name, names, requests, &decisions))
+            }
             Err(Error::Limit(error)) => {
                 tracing::error!(limit = name, %error, "rate limit misconfigured");
                 Err(Rejection::unavailable(name, Error::Limit(error)))
@@ -343,8 +366,7 @@ impl Limiter {
         requests: &[Request<'_>],
         decisions: &Decisions,
     ) -> Rejection {
-        metrics::counter!("rl_decisions_total", "limit" => name, "outcome" => "rejected")
-            .increment(1);
+        crate::counters::decision(name, "rejected");
         let binding = decisions.binding();
         let index = decisions.iter().position(|d| d == binding).unwrap_or(0);
         let request = &requests[index];
@@ -357,6 +379,59 @@ impl Limiter {
             "rate limited"
         );
         Rejection::limited(name, *binding, *request.limit)
+    }
+
+    /// A refusal answered by the deny cache, without the backend.
+    fn reject_cached(
+        &self,
+        name: &'static str,
+        names: &[&'static str],
+        requests: &[Request<'_>],
+        hit: crate::deny_cache::Hit,
+    ) -> Rejection {
+        crate::counters::decision(name, "rejected_cached");
+        let request = &requests[hit.index];
+        let name = names.get(hit.index).copied().unwrap_or(name);
+        tracing::debug!(
+            limit = name,
+            identity = %Masked(request.key.identity()),
+            retry_after_ms = hit.decision.retry_after.as_millis() as u64,
+            "rate limited (remembered refusal)"
+        );
+        Rejection::limited(name, hit.decision, *request.limit)
+    }
+
+    /// Turns the deny cache on or off, at run time, for calls of `name` (a
+    /// function's or a group's limit name); an explicit off for any name of
+    /// a call wins. Off forgets what was remembered for `name`.
+    ///
+    /// The deny cache (on by default for remote backends, see
+    /// [`LimiterBuilder::deny_cache`]) remembers, for a key and limit the
+    /// backend just refused, that it stays refused until its `retry_after`,
+    /// and refuses such calls in process (`outcome="rejected_cached"` in
+    /// `rl_decisions_total`) instead of asking the backend again. Decisions
+    /// are unchanged: only what the backend refused is remembered, from the
+    /// instant before it was asked, for no longer than its `retry_after`;
+    /// this limiter's refunds, resets and [`Limiter::set_limits`] forget
+    /// the key or name at once. It keeps time with the process' monotonic
+    /// clock: turn it off where the backend decides on a manual clock.
+    ///
+    /// ```
+    /// use rl_core::{Limit, Limiter, Request};
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let limiter = Limiter::builder().deny_cache(true).build()?;
+    /// let limit = Limit::per_hour(1)?;
+    /// let key = limiter.key("sms", &"+1 555");
+    /// let call = [Request::new(&key, &limit, 1)];
+    /// assert!(limiter.check("sms", &call, None).await.is_ok());
+    /// assert!(limiter.check("sms", &call, None).await.is_err()); // remembered
+    /// limiter.set_deny_cache("sms", false); // every call asks the backend again
+    /// assert!(limiter.check("sms", &call, None).await.is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # });
+    /// ```
+    pub fn set_deny_cache(&self, name: &str, enabled: bool) {
+        self.deny_cache.set(name, enabled);
     }
 
     fn on_failure(
@@ -392,6 +467,7 @@ impl Limiter {
     /// (`outcome="shadow_rejected"`), but never refuse a call — for rolling
     /// out a new limit safely.
     pub fn set_shadow(&self, name: &str, shadow: bool) {
+        self.deny_cache.forget_name(name);
         let mut shadowed = self.shadowed.write();
         if shadow {
             shadowed.insert(name.into());
@@ -437,6 +513,8 @@ impl Limiter {
             };
             if stale && let Err(error) = backend.publish_limits(&self.prefix, group, &limits).await
             {
+                // Not published: try again on the next call.
+                self.published.lock().remove(group);
                 tracing::debug!(limit = group, %error, "could not publish limits");
             }
         }
@@ -566,9 +644,20 @@ pub struct LimiterBuilder {
     policy: FailurePolicy,
     clock: Option<Arc<dyn Clock>>,
     breaker: BreakerConfig,
+    deny_cache: Option<bool>,
 }
 
 impl LimiterBuilder {
+    /// Whether [`Limiter::check`] remembers the backend's refusals and
+    /// refuses repeats in process until their `retry_after` (see
+    /// [`Limiter::set_deny_cache`]). Default: on for a remote backend, off
+    /// for the in-memory one, whose decisions cost about as much as a
+    /// remembered refusal and follow the limiter's [`Clock`].
+    pub fn deny_cache(mut self, enabled: bool) -> Self {
+        self.deny_cache = Some(enabled);
+        self
+    }
+
     /// The circuit breaker in front of a remote backend (default: open after
     /// 5 consecutive failures, for 2 s; [`BreakerConfig::disabled`] to turn off).
     pub fn circuit_breaker(mut self, config: BreakerConfig) -> Self {
@@ -624,6 +713,7 @@ impl LimiterBuilder {
             Some(backend) => Store::Remote(backend),
             None => Store::Memory(MemoryBackend::with_shared_clock(clock.clone())),
         };
+        let deny_cache = self.deny_cache.unwrap_or(matches!(store, Store::Remote(_)));
         Ok(Limiter {
             store,
             prefix: prefix.into_boxed_str(),
@@ -637,6 +727,7 @@ impl LimiterBuilder {
             any_shadow: AtomicBool::new(false),
             breaker: Breaker::new(self.breaker),
             published: parking_lot::Mutex::default(),
+            deny_cache: DenyCache::new(deny_cache, crate::deny_cache::DEFAULT_CAPACITY),
         })
     }
 

@@ -5,7 +5,7 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
-use hashbrown::HashMap;
+use hashbrown::{HashMap, HashTable};
 use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
@@ -22,8 +22,16 @@ type StateId = (Algorithm, u64, u64);
 /// Every limit's state under one key.
 type Cells = SmallVec<[(StateId, Cell); 1]>;
 
+/// One key's states, with the key's hash (computed once per decision: it
+/// picks the shard and probes the table).
+struct Entry {
+    hash: u64,
+    key: Box<str>,
+    cells: Cells,
+}
+
 struct Shard {
-    map: HashMap<Box<str>, Cells>,
+    table: HashTable<Entry>,
     /// Sweep expired entries when the map grows past this size.
     sweep_at: usize,
     /// The latest time this shard decided at: a wall clock stepping back
@@ -69,6 +77,32 @@ pub struct MemoryBackend {
     shards: Box<[CachePadded<Mutex<Shard>>]>,
     hasher: hashbrown::DefaultHashBuilder,
     clock: Arc<dyn Clock>,
+    /// Kept replies of idempotent acquires ([`Backend::acquire_once`]),
+    /// sharded like `shards` by the first request's key.
+    replies: Box<[Mutex<Replies>]>,
+}
+
+/// The allowed replies of [`MemoryBackend::acquire_once_sync`], by
+/// `<first key>:req:<request id>` (injective: a key ends at its only `}`).
+struct Replies {
+    map: HashMap<Box<str>, Kept>,
+    /// Sweep expired replies when the map grows past this size.
+    sweep_at: usize,
+}
+
+/// One kept reply and when it stops being replayed.
+struct Kept {
+    expires_at: u64,
+    decisions: Decisions,
+}
+
+impl Replies {
+    /// Drops expired replies; returns how many.
+    fn sweep(&mut self, now: u64) -> usize {
+        let before = self.map.len();
+        self.map.retain(|_, kept| kept.expires_at > now);
+        before - self.map.len()
+    }
 }
 
 impl fmt::Debug for MemoryBackend {
@@ -106,16 +140,25 @@ impl MemoryBackend {
         let shards = (0..count)
             .map(|_| {
                 CachePadded::new(Mutex::new(Shard {
-                    map: HashMap::new(),
+                    table: HashTable::new(),
                     sweep_at: MIN_SWEEP,
                     last_now: 0,
                 }))
+            })
+            .collect();
+        let replies = (0..count)
+            .map(|_| {
+                Mutex::new(Replies {
+                    map: HashMap::new(),
+                    sweep_at: MIN_SWEEP,
+                })
             })
             .collect();
         Self {
             shards,
             hasher: hashbrown::DefaultHashBuilder::default(),
             clock,
+            replies,
         }
     }
 
@@ -126,7 +169,7 @@ impl MemoryBackend {
 
     /// Keys currently held (including expired ones not yet swept).
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().map.len()).sum()
+        self.shards.iter().map(|s| s.lock().table.len()).sum()
     }
 
     /// Whether no key is held.
@@ -134,27 +177,109 @@ impl MemoryBackend {
         self.len() == 0
     }
 
-    /// Drops every expired state now; returns how many keys were removed.
+    /// Drops every expired state (and every expired kept reply of
+    /// [`MemoryBackend::acquire_once_sync`]) now; returns how many keys were
+    /// removed.
     pub fn evict_expired(&self) -> usize {
         let now = self.clock.now_micros();
-        self.shards
+        let states: usize = self
+            .shards
             .iter()
             .map(|shard| sweep(&mut shard.lock(), now))
-            .sum()
+            .sum();
+        let replies: usize = self.replies.iter().map(|r| r.lock().sweep(now)).sum();
+        states + replies
+    }
+
+    /// Decides a batch synchronously like [`MemoryBackend::acquire_sync`],
+    /// idempotently: see [`Backend::acquire_once`]. An allowed reply is kept
+    /// under the first request's key and `request_id` for the longest
+    /// period of the batch, and swept like expired state.
+    ///
+    /// ```
+    /// use rl_core::{Key, Limit, MemoryBackend, Request};
+    /// let backend = MemoryBackend::new();
+    /// let limit = Limit::per_minute(5).unwrap();
+    /// let key = Key::new("rl", "pay", "alice");
+    /// let req = [Request::new(&key, &limit, 1)];
+    /// let first = backend.acquire_once_sync(&req, "retry-1").unwrap();
+    /// let again = backend.acquire_once_sync(&req, "retry-1").unwrap();
+    /// assert_eq!(first, again);
+    /// assert_eq!(backend.peek_sync(&req)[0].remaining, 4); // charged once
+    /// ```
+    pub fn acquire_once_sync(
+        &self,
+        requests: &[Request<'_>],
+        request_id: &str,
+    ) -> Result<Decisions, BackendError> {
+        let Some(first) = requests.first() else {
+            return Ok(self.acquire_sync(requests));
+        };
+        let mut id = String::with_capacity(first.key.as_str().len() + 5 + request_id.len());
+        id.push_str(first.key.as_str());
+        id.push_str(":req:");
+        id.push_str(request_id);
+        // Held while deciding: two calls with one id never both consume.
+        let mut replies = self.replies[self.shard_of(first.key.as_str())].lock();
+        let now = self.clock.now_micros();
+        if let Some(kept) = replies.map.get(id.as_str())
+            && kept.expires_at > now
+        {
+            if kept.decisions.len() != requests.len() {
+                return Err(BackendError::protocol(format_args!(
+                    "request id reused for a call with {} limit(s); it was first used with {}",
+                    requests.len(),
+                    kept.decisions.len()
+                )));
+            }
+            return Ok(kept.decisions.clone());
+        }
+        let decisions = self.acquire_sync(requests);
+        if decisions.allowed() {
+            let at = decisions.iter().map(|d| d.at_micros).max().unwrap_or(now);
+            let longest = requests
+                .iter()
+                .map(|r| r.limit.period_micros())
+                .max()
+                .unwrap_or(0);
+            if replies.map.len() >= replies.sweep_at {
+                replies.sweep(now);
+                replies.sweep_at = (replies.map.len() * 2).max(MIN_SWEEP);
+            }
+            replies.map.insert(
+                id.into_boxed_str(),
+                Kept {
+                    expires_at: at.saturating_add(longest),
+                    decisions: decisions.clone(),
+                },
+            );
+        }
+        Ok(decisions)
+    }
+
+    fn hash(&self, key: &str) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// The shard of a hash: bits that the shard's table uses neither for
+    /// its bucket index (low bits) nor for its control bytes (top 7 bits).
+    fn shard_of_hash(&self, hash: u64) -> usize {
+        ((hash >> 32) as usize) & (self.shards.len() - 1)
     }
 
     fn shard_of(&self, key: &str) -> usize {
-        (self.hasher.hash_one(key) as usize) & (self.shards.len() - 1)
+        self.shard_of_hash(self.hash(key))
     }
 
     /// Decides one request synchronously (the in-memory fast path).
     pub fn acquire_one(&self, request: &Request<'_>) -> Decision {
         let clock = self.clock.now_micros();
-        let mut shard = self.shards[self.shard_of(request.key.as_str())].lock();
+        let hash = self.hash(request.key.as_str());
+        let mut shard = self.shards[self.shard_of_hash(hash)].lock();
         let now = shard.now(clock);
         algorithm::decide(
             request.limit,
-            cell(&mut shard, request, now),
+            cell(&mut shard, hash, request, now),
             now,
             request.cost,
             true,
@@ -170,7 +295,7 @@ impl MemoryBackend {
             let probe = Decisions::new(requests.iter().enumerate().map(|(i, r)| {
                 algorithm::decide(
                     r.limit,
-                    cell(shards.get(index[i]), r, now),
+                    cell(shards.get(index[i].0), index[i].1, r, now),
                     now,
                     r.cost,
                     false,
@@ -182,7 +307,7 @@ impl MemoryBackend {
             Decisions::new(requests.iter().enumerate().map(|(i, r)| {
                 algorithm::decide(
                     r.limit,
-                    cell(shards.get(index[i]), r, now),
+                    cell(shards.get(index[i].0), index[i].1, r, now),
                     now,
                     r.cost,
                     true,
@@ -197,7 +322,7 @@ impl MemoryBackend {
             Decisions::new(requests.iter().enumerate().map(|(i, r)| {
                 algorithm::decide(
                     r.limit,
-                    cell(shards.get(index[i]), r, now),
+                    cell(shards.get(index[i].0), index[i].1, r, now),
                     now,
                     r.cost,
                     false,
@@ -212,7 +337,7 @@ impl MemoryBackend {
             for (i, r) in requests.iter().enumerate() {
                 algorithm::refund(
                     r.limit,
-                    cell(shards.get(index[i]), r, now),
+                    cell(shards.get(index[i].0), index[i].1, r, now),
                     now,
                     r.cost,
                     at_micros,
@@ -224,33 +349,40 @@ impl MemoryBackend {
     /// Resets a batch synchronously.
     pub fn reset_sync(&self, requests: &[Request<'_>]) {
         for r in requests {
-            let mut shard = self.shards[self.shard_of(r.key.as_str())].lock();
-            if let Some(cells) = shard.map.get_mut(r.key.as_str()) {
+            let key = r.key.as_str();
+            let hash = self.hash(key);
+            let mut shard = self.shards[self.shard_of_hash(hash)].lock();
+            if let Ok(mut found) = shard.table.find_entry(hash, |e| &*e.key == key) {
+                let cells = &mut found.get_mut().cells;
                 cells.retain(|(id, _)| *id != r.limit.state_id());
                 if cells.is_empty() {
-                    shard.map.remove(r.key.as_str());
+                    found.remove();
                 }
             }
         }
     }
 
     /// Locks every shard the requests touch, in shard order, and runs `f`
-    /// with the time, the guards and each request's guard index.
+    /// with the time, the guards and each request's guard index and key hash.
     fn with_locked<R>(
         &self,
         requests: &[Request<'_>],
-        f: impl FnOnce(u64, &mut Guards<'_>, &[usize]) -> R,
+        f: impl FnOnce(u64, &mut Guards<'_>, &[(usize, u64)]) -> R,
     ) -> R {
-        let shard_ids: SmallVec<[usize; 4]> = requests
-            .iter()
-            .map(|r| self.shard_of(r.key.as_str()))
-            .collect();
-        let mut order: SmallVec<[usize; 4]> = shard_ids.clone();
+        let hashes: SmallVec<[u64; 4]> =
+            requests.iter().map(|r| self.hash(r.key.as_str())).collect();
+        let mut order: SmallVec<[usize; 4]> =
+            hashes.iter().map(|&h| self.shard_of_hash(h)).collect();
         order.sort_unstable();
         order.dedup();
-        let index: SmallVec<[usize; 4]> = shard_ids
+        let index: SmallVec<[(usize, u64); 4]> = hashes
             .iter()
-            .map(|id| order.binary_search(id).unwrap_or_default())
+            .map(|&h| {
+                let guard = order
+                    .binary_search(&self.shard_of_hash(h))
+                    .unwrap_or_default();
+                (guard, h)
+            })
             .collect();
         let mut guards = Guards(order.iter().map(|&id| self.shards[id].lock()).collect());
         let clock = self.clock.now_micros();
@@ -274,23 +406,37 @@ impl Guards<'_> {
     }
 }
 
-/// The cell of `request` in `shard`, created when missing (sweeping first
-/// when the shard has grown enough).
-fn cell<'s>(shard: &'s mut Shard, request: &Request<'_>, now: u64) -> &'s mut Cell {
+/// The cell of `request` (whose key hashes to `hash`) in `shard`, created
+/// when missing (sweeping first when the shard has grown enough). One probe
+/// of the table when the key exists.
+fn cell<'s>(shard: &'s mut Shard, hash: u64, request: &Request<'_>, now: u64) -> &'s mut Cell {
     let id = request.limit.state_id();
-    if !shard.map.contains_key(request.key.as_str()) {
-        if shard.map.len() >= shard.sweep_at {
-            sweep(shard, now);
-            shard.sweep_at = (shard.map.len() * 2).max(MIN_SWEEP);
+    let key = request.key.as_str();
+    let cells = match shard.table.find_bucket_index(hash, |e| &*e.key == key) {
+        Some(index) => {
+            &mut shard
+                .table
+                .get_bucket_mut(index)
+                .expect("found above")
+                .cells
         }
-        shard
-            .map
-            .insert(request.key.as_str().into(), SmallVec::new());
-    }
-    let cells = shard
-        .map
-        .get_mut(request.key.as_str())
-        .expect("inserted above");
+        None => {
+            if shard.table.len() >= shard.sweep_at {
+                sweep(shard, now);
+                shard.sweep_at = (shard.table.len() * 2).max(MIN_SWEEP);
+            }
+            let entry = Entry {
+                hash,
+                key: key.into(),
+                cells: SmallVec::new(),
+            };
+            &mut shard
+                .table
+                .insert_unique(hash, entry, |e| e.hash)
+                .into_mut()
+                .cells
+        }
+    };
     let position = match cells.iter().position(|(existing, _)| *existing == id) {
         Some(position) => position,
         None => {
@@ -302,12 +448,12 @@ fn cell<'s>(shard: &'s mut Shard, request: &Request<'_>, now: u64) -> &'s mut Ce
 }
 
 fn sweep(shard: &mut Shard, now: u64) -> usize {
-    let before = shard.map.len();
-    shard.map.retain(|_, cells| {
-        cells.retain(|(_, cell)| !cell.is_idle(now));
-        !cells.is_empty()
+    let before = shard.table.len();
+    shard.table.retain(|entry| {
+        entry.cells.retain(|(_, cell)| !cell.is_idle(now));
+        !entry.cells.is_empty()
     });
-    before - shard.map.len()
+    before - shard.table.len()
 }
 
 fn validate(requests: &[Request<'_>]) -> Result<(), BackendError> {
@@ -323,6 +469,15 @@ impl Backend for MemoryBackend {
         requests: &'a [Request<'a>],
     ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
         let result = validate(requests).map(|()| self.acquire_sync(requests));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn acquire_once<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        request_id: &'a str,
+    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
+        let result = validate(requests).and_then(|()| self.acquire_once_sync(requests, request_id));
         Box::pin(std::future::ready(result))
     }
 

@@ -1,66 +1,216 @@
 //! Load generator: end-to-end decisions per second and latency of the Redis
-//! backend, per algorithm and concurrency, compared with `redis-benchmark`
-//! sending the very same `EVALSHA`.
+//! backend, per algorithm and concurrency, against Redis' own ceiling for
+//! the very same script measured by `redis-benchmark` in the same run.
 //!
 //! ```text
-//! REDIS_URL=redis://127.0.0.1:6379/ cargo run --release -p rl-redis --example loadgen
+//! cargo run --release -p rl-redis --example loadgen -- \
+//!     --url redis://127.0.0.1:6379/ --secs 1 --out target/loadgen
 //! ```
 //!
-//! Environment: `REDIS_URL` (default `redis://127.0.0.1:6379/`),
-//! `LOADGEN_SECS` seconds per measurement (default 3), `LOADGEN_BENCH`
-//! (`redis-benchmark` binary, default from `PATH`). One backend (one
-//! multiplexed connection, as one app instance) serves all callers; keys are
-//! drawn from 10 000 identities under a 100-per-minute limit. The server's
-//! keys under the `lg:` prefix are left to expire.
+//! Prints one table, and writes it as `loadgen.csv` and `loadgen.json`, with
+//! a plot of throughput and p99 against concurrency (`loadgen.png`), under
+//! `--out`. Per algorithm:
+//! - decisions/s and p50/p99 at 1, 16, 64 and 256 concurrent callers, all
+//!   sharing one backend (one multiplexed connection, as one app instance);
+//! - Redis' saturation point for the same `EVALSHA` (one limit, random
+//!   identity): the best of `redis-benchmark -c 50` and `-c 50 -P 16`, and
+//!   our throughput at 256 callers as a share of it;
+//! - our p99 at 64 callers against `redis-benchmark -c 64`'s p99;
+//! - a multi-limit call (three limits on the identity plus one per-IP
+//!   limit: one `EVALSHA` on a standalone server) at 64 callers, and its
+//!   cost relative to a single-limit call;
+//! - `MEMORY USAGE` of one identity's keys (T = 100, after 100 calls).
+//!
+//! Keys are drawn from 10 000 identities (and 100 IPs) under a
+//! 100-per-minute limit; the server's keys under the `lg:` prefix are left to
+//! expire. Flags: `--url` (default `$REDIS_URL`, else
+//! `redis://127.0.0.1:6379/`), `--secs` per cell (default 3; 1 gives a run
+//! of about a minute), `--out` (default `target/loadgen`), `--algorithms
+//! gcra,fixed_window`, `--concurrency 1,16,64,256`, `--redis-benchmark
+//! PATH`, `--font PATH` (a TTF for the plot's text; default: DejaVu Sans
+//! where Debian installs it). `--profile N` only runs `N` sequential
+//! decisions (for `valgrind --tool=callgrind`) and prints their mean time.
 
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use plotters::prelude::*;
 use rl_core::{Algorithm, Backend, Key, Limit, Request};
 use rl_redis::RedisBackend;
+use serde::Serialize;
 
-const CONCURRENCY: [usize; 4] = [1, 16, 64, 256];
 const IDENTITIES: u64 = 10_000;
-const BENCH_CLIENTS: usize = 64;
+const IPS: u64 = 100;
+const SATURATION_CLIENTS: usize = 50;
+const SATURATION_PIPELINE: usize = 16;
+const LATENCY_CLIENTS: usize = 64;
+const FONTS: [&str; 3] = [
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+];
 
+/// The one limit of a single-limit call.
 fn limit(algorithm: Algorithm) -> Limit {
     Limit::per_minute(100)
         .and_then(|l| l.with_algorithm(algorithm))
         .expect("valid limit")
 }
 
-/// Decisions per second and latency percentiles (µs) at one concurrency.
-struct Run {
-    per_second: f64,
-    p50_us: u64,
-    p99_us: u64,
+/// The limits of a multi-limit call: three on the identity, one per IP.
+fn multi_limits(algorithm: Algorithm) -> [Limit; 4] {
+    let with = |l: Result<Limit, _>| l.and_then(|l: Limit| l.with_algorithm(algorithm));
+    [
+        with(Limit::per_minute(100)),
+        with(Limit::per_hour(1_000)),
+        with(Limit::per_day(10_000)),
+        with(Limit::per_minute(1_000)),
+    ]
+    .map(|l| l.expect("valid limit"))
+}
+
+struct Options {
+    url: String,
+    secs: f64,
+    out: PathBuf,
+    algorithms: Vec<Algorithm>,
+    concurrency: Vec<usize>,
+    bench: String,
+    font: Option<PathBuf>,
+    profile: Option<u64>,
+}
+
+fn usage(problem: &str) -> ! {
+    eprintln!(
+        "loadgen: {problem}\nflags: --url URL --secs SECONDS --out DIR --algorithms a,b \
+         --concurrency 1,16,64,256 --redis-benchmark PATH --font TTF --profile N"
+    );
+    std::process::exit(2)
+}
+
+fn options() -> Options {
+    let mut options = Options {
+        url: std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".to_owned()),
+        secs: 3.0,
+        out: PathBuf::from("target/loadgen"),
+        algorithms: Algorithm::ALL.to_vec(),
+        concurrency: vec![1, 16, 64, 256],
+        bench: "redis-benchmark".to_owned(),
+        font: None,
+        profile: None,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let mut value = || {
+            args.next()
+                .unwrap_or_else(|| usage(&format!("{flag} needs a value")))
+        };
+        match flag.as_str() {
+            "--url" => options.url = value(),
+            "--secs" => {
+                options.secs = value()
+                    .parse()
+                    .ok()
+                    .filter(|s: &f64| *s > 0.0)
+                    .unwrap_or_else(|| usage("--secs takes a positive number"));
+            }
+            "--out" => options.out = PathBuf::from(value()),
+            "--algorithms" => {
+                options.algorithms = value()
+                    .split(',')
+                    .map(|a| a.parse().unwrap_or_else(|e| usage(&format!("{e}"))))
+                    .collect();
+            }
+            "--concurrency" => {
+                options.concurrency = value()
+                    .split(',')
+                    .map(|c| {
+                        c.parse()
+                            .ok()
+                            .filter(|&c: &usize| c > 0)
+                            .unwrap_or_else(|| usage("--concurrency takes positive integers"))
+                    })
+                    .collect();
+            }
+            "--redis-benchmark" => options.bench = value(),
+            "--font" => options.font = Some(PathBuf::from(value())),
+            "--profile" => {
+                options.profile = Some(
+                    value()
+                        .parse()
+                        .unwrap_or_else(|_| usage("--profile takes a count")),
+                );
+            }
+            "-h" | "--help" => usage("help"),
+            other => usage(&format!("unknown flag {other:?}")),
+        }
+    }
+    options
+}
+
+/// Decisions per second and latency percentiles at one concurrency.
+#[derive(Debug, Clone, Copy, Serialize)]
+struct Cell {
+    concurrency: usize,
+    decisions_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
     errors: u64,
+}
+
+/// What a call asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Single,
+    Multi,
+}
+
+fn next(state: &mut u64) -> u64 {
+    *state = state
+        .wrapping_mul(6_364_136_223_846_793_005)
+        .wrapping_add(1_442_695_040_888_963_407);
+    *state >> 33
 }
 
 async fn run(
     backend: &Arc<RedisBackend>,
     algorithm: Algorithm,
+    shape: Shape,
     callers: usize,
     length: Duration,
-) -> Run {
+) -> Cell {
     let deadline = Instant::now() + length;
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for caller in 0..callers {
         let backend = backend.clone();
         tasks.spawn(async move {
-            let limit = limit(algorithm);
+            let single = limit(algorithm);
+            let multi = multi_limits(algorithm);
             let mut latencies = Vec::with_capacity(4_096);
             let mut errors = 0u64;
             let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ caller as u64;
             while Instant::now() < deadline {
-                state = state
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1_442_695_040_888_963_407);
-                let key = Key::from_display("lg", algorithm.name(), &((state >> 33) % IDENTITIES));
+                let id = next(&mut state) % IDENTITIES;
+                let key = Key::from_display("lg", algorithm.name(), &id);
                 let begun = Instant::now();
-                match backend.acquire(&[Request::new(&key, &limit, 1)]).await {
+                let result = match shape {
+                    Shape::Single => backend.acquire(&[Request::new(&key, &single, 1)]).await,
+                    Shape::Multi => {
+                        let ip = Key::from_display("lg", "ip", &(id % IPS));
+                        let requests = [
+                            Request::new(&key, &multi[0], 1),
+                            Request::new(&key, &multi[1], 1),
+                            Request::new(&key, &multi[2], 1),
+                            Request::new(&ip, &multi[3], 1),
+                        ];
+                        backend.acquire(&requests).await
+                    }
+                };
+                match result {
                     Ok(_) => latencies.push(begun.elapsed().as_micros() as u64),
                     Err(_) => errors += 1,
                 }
@@ -80,11 +230,13 @@ async fn run(
     let at = |q: f64| {
         latencies
             .get(((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1)))
+            .map_or(0.0, |&us| us as f64 / 1_000.0)
     };
-    Run {
-        per_second: latencies.len() as f64 / elapsed,
-        p50_us: at(0.50).copied().unwrap_or(0),
-        p99_us: at(0.99).copied().unwrap_or(0),
+    Cell {
+        concurrency: callers,
+        decisions_per_s: latencies.len() as f64 / elapsed,
+        p50_ms: at(0.50),
+        p99_ms: at(0.99),
         errors,
     }
 }
@@ -102,28 +254,38 @@ fn host_port(url: &str) -> (String, String) {
     }
 }
 
-/// `redis-benchmark` requests per second and p50/p99 (ms) for the same
-/// script call, with a random identity per request.
-fn redis_benchmark(url: &str, algorithm: Algorithm, requests: usize) -> Option<(f64, f64, f64)> {
+/// One `redis-benchmark` run of the single-limit script call.
+#[derive(Debug, Clone, Copy, Serialize)]
+struct BenchRun {
+    clients: usize,
+    pipeline: usize,
+    requests: usize,
+    rps: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+/// `redis-benchmark` sending the same `EVALSHA` as a single-limit call,
+/// with a random identity per request.
+fn redis_benchmark(
+    options: &Options,
+    algorithm: Algorithm,
+    clients: usize,
+    pipeline: usize,
+    requests: usize,
+) -> Option<BenchRun> {
     let limit = limit(algorithm);
     let key = Key::new("lg", algorithm.name(), "__rand_int__");
     let line = rl_redis::__private::acquire_command_line(&[Request::new(&key, &limit, 1)]);
-    let (host, port) = host_port(url);
-    let binary = std::env::var("LOADGEN_BENCH").unwrap_or_else(|_| "redis-benchmark".to_owned());
-    let output = Command::new(binary)
-        .args([
-            "-h",
-            &host,
-            "-p",
-            &port,
-            "-c",
-            &BENCH_CLIENTS.to_string(),
-            "-n",
-            &requests.to_string(),
-        ])
+    let (host, port) = host_port(&options.url);
+    let output = Command::new(&options.bench)
+        .args(["-h", &host, "-p", &port])
+        .args(["-c", &clients.to_string(), "-P", &pipeline.to_string()])
+        .args(["-n", &requests.to_string()])
         .args(["-r", &IDENTITIES.to_string(), "--csv"])
         .args(&line)
         .output()
+        .map_err(|error| eprintln!("cannot run {}: {error}", options.bench))
         .ok()?;
     let text = String::from_utf8_lossy(&output.stdout);
     // "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
@@ -133,103 +295,464 @@ fn redis_benchmark(url: &str, algorithm: Algorithm, requests: usize) -> Option<(
         .skip(1)
         .filter_map(|f| f.trim_matches('"').parse().ok())
         .collect();
-    Some((*fields.first()?, *fields.get(3)?, *fields.get(5)?))
+    Some(BenchRun {
+        clients,
+        pipeline,
+        requests,
+        rps: *fields.first()?,
+        p50_ms: *fields.get(3)?,
+        p99_ms: *fields.get(5)?,
+    })
 }
 
-async fn memory_usage(url: &str) -> Vec<(Algorithm, u64)> {
-    let backend = RedisBackend::connect(url).await.expect("connect");
-    let client = redis::Client::open(url).expect("url");
-    let mut connection = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connection");
-    let mut usage = Vec::new();
-    for algorithm in Algorithm::ALL {
-        let limit = limit(algorithm);
-        let key = Key::new("lg", "memory", algorithm.name());
-        backend
-            .reset(&[Request::new(&key, &limit, 1)])
-            .await
-            .expect("reset");
-        for _ in 0..100 {
-            backend
-                .acquire(&[Request::new(&key, &limit, 1)])
-                .await
-                .expect("acquire");
-        }
-        let base = format!("{key}:{}", limit.storage_suffix());
-        let mut names = vec![base.clone()];
-        if algorithm == Algorithm::SlidingLog {
-            names.push(format!("{base}:seq"));
-        }
-        let mut bytes = 0;
-        for name in names {
-            let used: Option<u64> = redis::cmd("MEMORY")
-                .arg("USAGE")
-                .arg(&name)
-                .query_async(&mut connection)
-                .await
-                .expect("MEMORY USAGE");
-            bytes += used.unwrap_or(0);
-        }
-        usage.push((algorithm, bytes));
+async fn memory_usage(url: &str, algorithm: Algorithm) -> Option<u64> {
+    let backend = RedisBackend::connect(url).await.ok()?;
+    let client = redis::Client::open(url).ok()?;
+    let mut connection = client.get_multiplexed_async_connection().await.ok()?;
+    let limit = limit(algorithm);
+    let key = Key::new("lg", "memory", algorithm.name());
+    let request = [Request::new(&key, &limit, 1)];
+    backend.reset(&request).await.ok()?;
+    for _ in 0..100 {
+        backend.acquire(&request).await.ok()?;
     }
-    usage
+    let base = format!("{key}:{}", limit.storage_suffix());
+    let mut names = vec![base.clone()];
+    if algorithm == Algorithm::SlidingLog {
+        names.push(format!("{base}:seq"));
+    }
+    let mut bytes = 0;
+    for name in names {
+        let used: Option<u64> = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(&name)
+            .query_async(&mut connection)
+            .await
+            .ok()?;
+        bytes += used.unwrap_or(0);
+    }
+    Some(bytes)
+}
+
+/// Everything measured for one algorithm.
+#[derive(Debug, Serialize)]
+struct Row {
+    algorithm: &'static str,
+    cells: Vec<Cell>,
+    /// `redis-benchmark -c 50` and `-c 50 -P 16`.
+    saturation_runs: Vec<BenchRun>,
+    /// The better of the two.
+    saturation_rps: Option<f64>,
+    /// Our decisions/s at the highest concurrency over `saturation_rps`.
+    ratio_top_to_saturation: Option<f64>,
+    /// `redis-benchmark -c 64`.
+    latency_run: Option<BenchRun>,
+    /// Our p99 at 64 callers over `redis-benchmark -c 64`'s p99.
+    p99_ratio_at_64: Option<f64>,
+    /// Single- and multi-limit calls at 64 callers.
+    single_at_64: Option<Cell>,
+    multi_at_64: Option<Cell>,
+    /// Time per multi-limit decision over time per single-limit decision.
+    multi_cost_ratio: Option<f64>,
+    memory_usage_bytes: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    url: String,
+    script_sha: &'static str,
+    secs_per_cell: f64,
+    identities: u64,
+    limit: &'static str,
+    rows: Vec<Row>,
+}
+
+async fn measure(options: &Options, backend: &Arc<RedisBackend>, algorithm: Algorithm) -> Row {
+    let length = Duration::from_secs_f64(options.secs);
+    let mut cells = Vec::new();
+    for &callers in &options.concurrency {
+        eprintln!("  {algorithm} @ {callers}");
+        cells.push(run(backend, algorithm, Shape::Single, callers, length).await);
+    }
+    // Enough requests for about `secs` at the best rate seen so far.
+    let best = cells
+        .iter()
+        .map(|c| c.decisions_per_s)
+        .fold(10_000.0, f64::max);
+    let requests = |factor: f64| ((best * factor * options.secs) as usize).max(10_000);
+    eprintln!("  {algorithm}: redis-benchmark");
+    let saturation_runs: Vec<BenchRun> = [(1, 1.5), (SATURATION_PIPELINE, 4.0)]
+        .into_iter()
+        .filter_map(|(pipeline, factor)| {
+            redis_benchmark(
+                options,
+                algorithm,
+                SATURATION_CLIENTS,
+                pipeline,
+                requests(factor),
+            )
+        })
+        .collect();
+    let saturation_rps = saturation_runs.iter().map(|r| r.rps).reduce(f64::max);
+    let latency_run = redis_benchmark(options, algorithm, LATENCY_CLIENTS, 1, requests(1.5));
+    let top = cells.iter().max_by_key(|c| c.concurrency);
+    let at_64 = cells
+        .iter()
+        .find(|c| c.concurrency == LATENCY_CLIENTS)
+        .copied();
+    let single_at_64 = match at_64 {
+        Some(cell) => Some(cell),
+        None => Some(run(backend, algorithm, Shape::Single, LATENCY_CLIENTS, length).await),
+    };
+    eprintln!("  {algorithm}: multi-limit @ {LATENCY_CLIENTS}");
+    let multi_at_64 = Some(run(backend, algorithm, Shape::Multi, LATENCY_CLIENTS, length).await);
+    let multi_cost_ratio = match (single_at_64, multi_at_64) {
+        (Some(s), Some(m)) if m.decisions_per_s > 0.0 => {
+            Some(s.decisions_per_s / m.decisions_per_s)
+        }
+        _ => None,
+    };
+    Row {
+        algorithm: algorithm.name(),
+        ratio_top_to_saturation: top.zip(saturation_rps).map(|(c, s)| c.decisions_per_s / s),
+        p99_ratio_at_64: at_64
+            .zip(latency_run)
+            .filter(|(_, r)| r.p99_ms > 0.0)
+            .map(|(c, r)| c.p99_ms / r.p99_ms),
+        cells,
+        saturation_runs,
+        saturation_rps,
+        latency_run,
+        single_at_64,
+        multi_at_64,
+        multi_cost_ratio,
+        memory_usage_bytes: memory_usage(&options.url, algorithm).await,
+    }
+}
+
+fn opt(value: Option<f64>, digits: usize) -> String {
+    value.map_or_else(|| "–".to_owned(), |v| format!("{v:.digits$}"))
+}
+
+/// The report as one Markdown table.
+fn table(report: &Report) -> String {
+    let concurrency: Vec<usize> = report.rows[0].cells.iter().map(|c| c.concurrency).collect();
+    let top = concurrency.iter().max().copied().unwrap_or(0);
+    let mut out = String::new();
+    out.push_str("| algorithm |");
+    for c in &concurrency {
+        let _ = write!(out, " @{c}: decisions/s (p50 / p99 ms) |");
+    }
+    let _ = writeln!(
+        out,
+        " Redis saturation, req/s (best of -c 50, -c 50 -P 16) | ours@{top} / saturation | \
+         p99@64 ours / redis-benchmark -c 64 (ms) | ratio | multi-limit 3+1 @64, decisions/s | \
+         multi / single cost | MEMORY USAGE / identity |"
+    );
+    out.push_str("|---|");
+    for _ in &concurrency {
+        out.push_str("---:|");
+    }
+    out.push_str("---:|---:|---:|---:|---:|---:|---:|\n");
+    for row in &report.rows {
+        let _ = write!(out, "| {} |", row.algorithm);
+        for cell in &row.cells {
+            let errors = if cell.errors > 0 {
+                format!(", {} errors", cell.errors)
+            } else {
+                String::new()
+            };
+            let _ = write!(
+                out,
+                " {:.0} ({:.2} / {:.2}{errors}) |",
+                cell.decisions_per_s, cell.p50_ms, cell.p99_ms
+            );
+        }
+        let saturation = match (row.saturation_rps, row.saturation_runs.as_slice()) {
+            (Some(rps), runs) => {
+                let best = runs
+                    .iter()
+                    .find(|r| r.rps == rps)
+                    .map_or(String::new(), |r| {
+                        if r.pipeline > 1 {
+                            format!(" (-P {})", r.pipeline)
+                        } else {
+                            String::new()
+                        }
+                    });
+                format!("{rps:.0}{best}")
+            }
+            _ => "–".to_owned(),
+        };
+        let p99 = match (
+            row.cells.iter().find(|c| c.concurrency == 64),
+            row.latency_run,
+        ) {
+            (Some(c), Some(r)) => format!("{:.2} / {:.2}", c.p99_ms, r.p99_ms),
+            _ => "–".to_owned(),
+        };
+        let _ = writeln!(
+            out,
+            " {saturation} | {} | {p99} | {} | {} | {} | {} |",
+            opt(row.ratio_top_to_saturation, 2),
+            opt(row.p99_ratio_at_64, 2),
+            opt(row.multi_at_64.map(|m| m.decisions_per_s), 0),
+            opt(row.multi_cost_ratio, 2),
+            row.memory_usage_bytes
+                .map_or_else(|| "–".to_owned(), |b| format!("{b} B")),
+        );
+    }
+    out
+}
+
+/// The report as CSV: one line per algorithm, the table's columns as numbers.
+fn csv(report: &Report) -> String {
+    let mut out = String::from("algorithm");
+    for cell in &report.rows[0].cells {
+        let c = cell.concurrency;
+        let _ = write!(
+            out,
+            ",c{c}_decisions_per_s,c{c}_p50_ms,c{c}_p99_ms,c{c}_errors"
+        );
+    }
+    out.push_str(
+        ",saturation_rps,ratio_top_to_saturation,bench_c64_p99_ms,p99_ratio_at_64,\
+         multi_at_64_decisions_per_s,multi_cost_ratio,memory_usage_bytes\n",
+    );
+    let num = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.4}"));
+    for row in &report.rows {
+        out.push_str(row.algorithm);
+        for cell in &row.cells {
+            let _ = write!(
+                out,
+                ",{:.1},{:.3},{:.3},{}",
+                cell.decisions_per_s, cell.p50_ms, cell.p99_ms, cell.errors
+            );
+        }
+        let _ = writeln!(
+            out,
+            ",{},{},{},{},{},{},{}",
+            num(row.saturation_rps),
+            num(row.ratio_top_to_saturation),
+            num(row.latency_run.map(|r| r.p99_ms)),
+            num(row.p99_ratio_at_64),
+            num(row.multi_at_64.map(|m| m.decisions_per_s)),
+            num(row.multi_cost_ratio),
+            row.memory_usage_bytes
+                .map_or_else(String::new, |b| b.to_string()),
+        );
+    }
+    out
+}
+
+/// Registers a TTF for the plot's text; `false` when none can be read.
+fn load_font(options: &Options) -> bool {
+    let candidates: Vec<PathBuf> = match &options.font {
+        Some(path) => vec![path.clone()],
+        None => FONTS.iter().map(PathBuf::from).collect(),
+    };
+    for path in candidates {
+        if let Ok(bytes) = std::fs::read(&path) {
+            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+            if plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok() {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// Throughput and p99 against concurrency, one line per algorithm.
+fn plot(report: &Report, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let root = BitMapBackend::new(path, (1400, 600)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let root = root.titled(
+        &format!(
+            "rl-redis, one connection, {} s per point; dashed: Redis' saturation for the same EVALSHA",
+            report.secs_per_cell
+        ),
+        ("sans-serif", 22),
+    )?;
+    let (left, right) = root.split_horizontally(700);
+    let concurrency: Vec<f64> = report.rows[0]
+        .cells
+        .iter()
+        .map(|c| c.concurrency as f64)
+        .collect();
+    let x_max = concurrency.iter().copied().fold(1.0, f64::max) * 1.5;
+    let colors = [
+        RGBColor(31, 119, 180),
+        RGBColor(255, 127, 14),
+        RGBColor(44, 160, 44),
+        RGBColor(214, 39, 40),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+    ];
+    type Pick = fn(&Cell) -> f64;
+    let panels: [(&DrawingArea<BitMapBackend, _>, &str, Pick, bool); 2] = [
+        (&left, "decisions / s", |c: &Cell| c.decisions_per_s, true),
+        (&right, "p99 latency (ms)", |c: &Cell| c.p99_ms, false),
+    ];
+    for (area, label, pick, saturation) in panels {
+        let values = report.rows.iter().flat_map(|r| r.cells.iter().map(pick));
+        let mut y_max = values.fold(0.0, f64::max);
+        if saturation {
+            y_max = report
+                .rows
+                .iter()
+                .filter_map(|r| r.saturation_rps)
+                .fold(y_max, f64::max);
+        }
+        let mut chart = ChartBuilder::on(area)
+            .margin(20)
+            .x_label_area_size(45)
+            .y_label_area_size(80)
+            .build_cartesian_2d(
+                (0.8f64..x_max)
+                    .log_scale()
+                    .with_key_points(concurrency.clone()),
+                0f64..y_max * 1.1,
+            )?;
+        chart
+            .configure_mesh()
+            .x_desc("concurrent callers")
+            .y_desc(label)
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_label_formatter(&|y| {
+                if saturation {
+                    format!("{:.0}k", y / 1_000.0)
+                } else {
+                    format!("{y:.1}")
+                }
+            })
+            .label_style(("sans-serif", 16))
+            .axis_desc_style(("sans-serif", 18))
+            .draw()?;
+        for (i, row) in report.rows.iter().enumerate() {
+            let color = colors[i % colors.len()];
+            let points: Vec<(f64, f64)> = row
+                .cells
+                .iter()
+                .map(|c| (c.concurrency as f64, pick(c)))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
+                .label(row.algorithm)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                });
+            chart.draw_series(
+                points
+                    .iter()
+                    .map(|&(x, y)| Circle::new((x, y), 4, color.filled())),
+            )?;
+        }
+        if saturation {
+            // Each algorithm's Redis saturation point, dashed, in its colour.
+            let steps = 48;
+            let ratio = (x_max / 0.8f64).powf(1.0 / f64::from(steps));
+            for (i, row) in report.rows.iter().enumerate() {
+                let Some(rps) = row.saturation_rps else {
+                    continue;
+                };
+                let color = colors[i % colors.len()];
+                chart.draw_series((0..steps).step_by(2).map(|k| {
+                    let from = 0.8 * ratio.powi(k);
+                    PathElement::new(
+                        vec![(from, rps), (from * ratio, rps)],
+                        color.stroke_width(1),
+                    )
+                }))?;
+            }
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 16))
+            .position(if saturation {
+                SeriesLabelPosition::LowerRight
+            } else {
+                SeriesLabelPosition::UpperLeft
+            })
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+/// `N` sequential single-limit decisions (for a profiler).
+async fn profile(backend: &RedisBackend, n: u64) {
+    let limit = limit(Algorithm::Gcra);
+    let started = Instant::now();
+    let mut state = 1u64;
+    for _ in 0..n {
+        let key = Key::from_display("lg", "profile", &(next(&mut state) % IDENTITIES));
+        backend
+            .acquire(&[Request::new(&key, &limit, 1)])
+            .await
+            .expect("acquire");
+    }
+    let each = started.elapsed().as_secs_f64() / n as f64;
+    println!("{n} sequential decisions, {:.1} µs each", each * 1e6);
 }
 
 #[tokio::main]
 async fn main() {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".to_owned());
-    let seconds: u64 = std::env::var("LOADGEN_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3);
-    let length = Duration::from_secs(seconds);
+    let options = options();
     let backend = Arc::new(
-        RedisBackend::builder(url.as_str())
+        RedisBackend::builder(options.url.as_str())
             .timeout(Duration::from_secs(5))
             .connect()
             .await
-            .unwrap_or_else(|error| panic!("cannot connect to {url}: {error}")),
+            .unwrap_or_else(|error| panic!("cannot connect to {}: {error}", options.url)),
     );
-    println!(
-        "rl-redis load generator: {url}, {seconds} s per cell, script {}",
+    if let Some(n) = options.profile {
+        profile(&backend, n).await;
+        return;
+    }
+    eprintln!(
+        "rl-redis load generator: {}, {} s per cell, script {}",
+        options.url,
+        options.secs,
         RedisBackend::script_sha()
     );
-    println!();
-    println!(
-        "| algorithm | callers | decisions/s | p50 | p99 | errors | redis-benchmark, same EVALSHA, req/s (p50/p99) | ratio |"
-    );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    for algorithm in Algorithm::ALL {
-        for callers in CONCURRENCY {
-            let result = run(&backend, algorithm, callers, length).await;
-            // redis-benchmark with as many connections as we have callers.
-            let bench = (callers == BENCH_CLIENTS).then(|| {
-                let requests = ((result.per_second * seconds as f64) as usize).max(10_000);
-                redis_benchmark(&url, algorithm, requests)
-            });
-            let (bench_text, ratio) = match bench.flatten() {
-                Some((rps, p50, p99)) => (
-                    format!("{rps:.0} ({p50:.2}/{p99:.2} ms)"),
-                    format!("{:.2}", result.per_second / rps),
-                ),
-                None => (String::new(), String::new()),
-            };
-            println!(
-                "| {} | {callers} | {:.0} | {:.2} ms | {:.2} ms | {} | {bench_text} | {ratio} |",
-                algorithm.name(),
-                result.per_second,
-                result.p50_us as f64 / 1_000.0,
-                result.p99_us as f64 / 1_000.0,
-                result.errors,
-            );
-        }
+    let mut rows = Vec::new();
+    for &algorithm in &options.algorithms {
+        rows.push(measure(&options, &backend, algorithm).await);
     }
-    println!();
-    println!("| algorithm | MEMORY USAGE of one identity, T=100, after 100 calls |");
-    println!("|---|---:|");
-    for (algorithm, bytes) in memory_usage(&url).await {
-        println!("| {} | {bytes} B |", algorithm.name());
+    let report = Report {
+        url: options.url.clone(),
+        script_sha: RedisBackend::script_sha(),
+        secs_per_cell: options.secs,
+        identities: IDENTITIES,
+        limit: "100 per minute",
+        rows,
+    };
+    if report.rows.is_empty() {
+        usage("no algorithm to measure");
+    }
+    let table = table(&report);
+    println!("{table}");
+    std::fs::create_dir_all(&options.out).expect("create --out dir");
+    let write = |name: &str, text: &str| {
+        let path = options.out.join(name);
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        println!("wrote {}", path.display());
+    };
+    write("loadgen.md", &table);
+    write("loadgen.csv", &csv(&report));
+    write(
+        "loadgen.json",
+        &serde_json::to_string_pretty(&report).expect("serialise"),
+    );
+    let png = options.out.join("loadgen.png");
+    if load_font(&options) {
+        match plot(&report, &png) {
+            Ok(()) => println!("wrote {}", png.display()),
+            Err(error) => eprintln!("could not draw {}: {error}", png.display()),
+        }
+    } else {
+        eprintln!("no font for the plot (give one with --font PATH.ttf); skipped it");
     }
 }

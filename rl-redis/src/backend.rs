@@ -12,7 +12,8 @@ use tokio::time::Instant;
 
 use crate::builder::RedisBackendBuilder;
 use crate::error;
-use crate::script::{Call, Op, Reply, SCRIPT, SOURCE, Time, parse_reply};
+use crate::script::{Call, Op, Reply, SCRIPT, SOURCE, Time, parse_reply, request_id_key};
+use crate::sentinel::SentinelConnection;
 
 /// The connection behind a backend: one type for both deployments, each
 /// variant driven by the same generic code ([`invoke`]).
@@ -22,6 +23,8 @@ pub(crate) enum Connection {
     Standalone(ConnectionManager),
     /// A Redis Cluster connection (reconnects and follows slot moves).
     Cluster(ClusterConnection),
+    /// The master named by Redis Sentinels (looked up again after failures).
+    Sentinel(SentinelConnection),
 }
 
 /// Settings fixed when the backend is built.
@@ -81,7 +84,21 @@ where
 /// the one case that takes more than one round trip (the forward path shares
 /// one timeout; giving back and reading take one timeout each). In between, a
 /// concurrent caller may see the reservation. On a standalone server such a
-/// call is still one `EVALSHA`.
+/// call is still one `EVALSHA`. An idempotent call
+/// ([`Backend::acquire_once`]) over several hash tags keeps one reply per
+/// hash tag, each under `<group's first key>:req:<id>`; a retry replays the
+/// groups that had consumed and decides the others.
+///
+/// # Redis Sentinel
+/// [`RedisBackend::connect_sentinel`] finds the master through the
+/// sentinels and looks it up again whenever it fails, following fail-overs.
+/// Decisions are made on the master only (never on replicas, which may lag).
+///
+/// # Idempotent calls
+/// [`Backend::acquire_once`] keeps an allowed reply under
+/// `prefix:{scope:identity}:req:<escaped id>` (the first request's key, so
+/// the same slot) for the longest period of the call, decided and stored in
+/// the same script call as the decision.
 ///
 /// ```no_run
 /// use rl_core::{Backend, Key, Limit, Limiter, Request};
@@ -114,6 +131,7 @@ impl fmt::Debug for RedisBackend {
         let kind = match self.connection {
             Connection::Standalone(_) => "standalone",
             Connection::Cluster(_) => "cluster",
+            Connection::Sentinel(_) => "sentinel",
         };
         f.debug_struct("RedisBackend")
             .field("kind", &kind)
@@ -193,6 +211,60 @@ impl RedisBackend {
         RedisBackendBuilder::cluster(urls.into_iter().map(Into::into).collect())
     }
 
+    /// Configures a backend on the master of a Redis Sentinel deployment:
+    /// `sentinel_urls` are the sentinels' URLs (e.g.
+    /// `redis://10.0.0.1:26379/`; one reachable sentinel suffices) and
+    /// `master_name` the name they monitor the master under (`sentinel
+    /// monitor <name> ...`). See [`RedisBackend::connect_sentinel`].
+    pub fn sentinel_builder<I, S>(
+        sentinel_urls: I,
+        master_name: impl Into<String>,
+    ) -> RedisBackendBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedisBackendBuilder::sentinel(
+            sentinel_urls.into_iter().map(Into::into).collect(),
+            master_name.into(),
+        )
+    }
+
+    /// Connects to the master of a Redis Sentinel deployment with the
+    /// default settings.
+    ///
+    /// The master is looked up through the sentinels (and checked to answer
+    /// `ROLE` as a master) when connecting, and again after any call on it
+    /// fails with an I/O error, a timeout, `READONLY` or `MASTERDOWN`: after
+    /// a fail-over the same backend decides on the promoted replica as soon
+    /// as the sentinels name it, without being rebuilt. Calls made in between
+    /// fail with a [`BackendError`] within the timeout, like any outage.
+    ///
+    /// ```no_run
+    /// use rl_redis::RedisBackend;
+    /// # async fn demo() -> Result<(), rl_core::BackendError> {
+    /// let backend = RedisBackend::connect_sentinel(
+    ///     ["redis://10.0.0.1:26379/", "redis://10.0.0.2:26379/"],
+    ///     "mymaster",
+    /// )
+    /// .await?;
+    /// assert!(!backend.is_cluster());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect_sentinel<I, S>(
+        sentinel_urls: I,
+        master_name: impl Into<String>,
+    ) -> Result<Self, BackendError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::sentinel_builder(sentinel_urls, master_name)
+            .connect()
+            .await
+    }
+
     /// Connects to one Redis server with the default settings (server time,
     /// 1 s timeout, reconnecting connection).
     pub async fn connect(url: impl Into<String>) -> Result<Self, BackendError> {
@@ -230,6 +302,11 @@ impl RedisBackend {
         matches!(self.connection, Connection::Cluster(_))
     }
 
+    /// Whether this backend finds its master through Redis Sentinels.
+    pub fn is_sentinel(&self) -> bool {
+        matches!(self.connection, Connection::Sentinel(_))
+    }
+
     /// The per-call timeout.
     pub fn timeout(&self) -> Duration {
         self.settings.timeout
@@ -258,12 +335,14 @@ impl RedisBackend {
         time: Time,
         at: u64,
         requests: &[Request<'_>],
+        request_id: Option<&str>,
     ) -> Result<Reply, BackendError> {
-        self.call_until(self.deadline(), op, time, at, requests)
+        self.call_until(self.deadline(), op, time, at, requests, request_id)
             .await
     }
 
-    /// Runs one script call that must complete by `deadline`.
+    /// Runs one script call that must complete by `deadline`. `request_id`
+    /// is required by (and only used for) the `_once` operations.
     async fn call_until(
         &self,
         deadline: Instant,
@@ -271,19 +350,35 @@ impl RedisBackend {
         time: Time,
         at: u64,
         requests: &[Request<'_>],
+        request_id: Option<&str>,
     ) -> Result<Reply, BackendError> {
-        let invocation = Call::new(op, time, at, self.settings.extra_ttl_ms, requests).invocation();
+        let mut call = Call::new(op, time, at, self.settings.extra_ttl_ms, requests);
+        if op.takes_request_id() {
+            let (Some(first), Some(id)) = (requests.first(), request_id) else {
+                return Err(BackendError::protocol(format_args!(
+                    "{} needs a request id and at least one limit",
+                    op.name()
+                )));
+            };
+            call = call.with_request_id_key(request_id_key(first.key, id));
+        }
+        let invocation = call.invocation();
         let result = match &self.connection {
             Connection::Standalone(c) => {
-                tokio::time::timeout_at(deadline, invoke(c.clone(), invocation)).await
+                tokio::time::timeout_at(deadline, invoke(c.clone(), invocation))
+                    .await
+                    .ok()
             }
             Connection::Cluster(c) => {
-                tokio::time::timeout_at(deadline, invoke(c.clone(), invocation)).await
+                tokio::time::timeout_at(deadline, invoke(c.clone(), invocation))
+                    .await
+                    .ok()
             }
+            Connection::Sentinel(c) => c.invoke(deadline, invocation).await,
         };
         match result {
-            Err(_elapsed) => Err(BackendError::Timeout(self.settings.timeout)),
-            Ok(Err(err)) => {
+            None => Err(BackendError::Timeout(self.settings.timeout)),
+            Some(Err(err)) => {
                 let what = What {
                     op,
                     count: requests.len(),
@@ -291,7 +386,7 @@ impl RedisBackend {
                 };
                 Err(error::from_redis(&what, &err, self.settings.timeout))
             }
-            Ok(Ok(values)) => parse_reply(op, requests.len(), &values),
+            Some(Ok(values)) => parse_reply(op, requests.len(), &values),
         }
     }
 
@@ -325,49 +420,83 @@ impl RedisBackend {
         Some(groups.into_iter().map(|(_, group)| group).collect())
     }
 
-    async fn acquire_batch(&self, requests: &[Request<'_>]) -> Result<Decisions, BackendError> {
+    async fn acquire_batch(
+        &self,
+        requests: &[Request<'_>],
+        request_id: Option<&str>,
+    ) -> Result<Decisions, BackendError> {
         validate(requests)?;
         if requests.is_empty() {
             return Ok(Decisions::new([]));
         }
+        let op = if request_id.is_some() {
+            Op::AcquireOnce
+        } else {
+            Op::Acquire
+        };
         match self.groups(requests) {
-            None => Ok(Decisions::new(
-                self.call(Op::Acquire, self.time(), 0, requests)
-                    .await?
-                    .decisions,
-            )),
-            Some(groups) => self.acquire_groups(requests.len(), &groups).await,
+            None => {
+                let reply = self.call(op, self.time(), 0, requests, request_id).await?;
+                if reply.replayed {
+                    tracing::debug!(
+                        limits = requests.len(),
+                        "idempotent acquire: returned the reply kept for this request id"
+                    );
+                }
+                Ok(Decisions::new(reply.decisions))
+            }
+            Some(groups) => {
+                self.acquire_groups(requests.len(), &groups, request_id)
+                    .await
+            }
         }
     }
 
-    /// Reserve-then-compensate over several hash tags (cluster only).
+    /// Reserve-then-compensate over several hash tags (cluster only). With a
+    /// request id, each group keeps (and replays) its own reply under its
+    /// own request-id key, and a group given back forgets it.
     async fn acquire_groups(
         &self,
         count: usize,
         groups: &[Group<'_>],
+        request_id: Option<&str>,
     ) -> Result<Decisions, BackendError> {
+        let op = if request_id.is_some() {
+            Op::AcquireOnce
+        } else {
+            Op::Acquire
+        };
         let deadline = self.deadline();
         let mut decided = vec![None; count];
         let mut time = self.time();
+        // Groups that consumed, with the time they consumed at.
         let mut taken = Vec::with_capacity(groups.len());
         let mut refused = None;
         for (index, group) in groups.iter().enumerate() {
             let reply = match self
-                .call_until(deadline, Op::Acquire, time, 0, &group.requests)
+                .call_until(deadline, op, time, 0, &group.requests, request_id)
                 .await
             {
                 Ok(reply) => reply,
                 Err(err) => {
-                    if let Time::Client(now) = time {
-                        self.give_back(groups, &taken, now).await;
-                    }
+                    self.give_back(groups, &taken, request_id).await;
                     return Err(err);
                 }
             };
-            time = Time::Client(reply.now);
+            // A replayed group keeps its original time; the others are
+            // decided at the first call's current time.
+            if let Time::Server = time {
+                time = Time::Client(reply.current);
+            }
+            if reply.replayed {
+                tracing::debug!(
+                    limits = group.requests.len(),
+                    "idempotent acquire: a hash tag's kept reply returned for this request id"
+                );
+            }
             group.place(&reply.decisions, &mut decided);
             if reply.decisions.iter().all(|d| d.allowed) {
-                taken.push(index);
+                taken.push((index, reply.now));
             } else {
                 refused = Some(index);
                 break;
@@ -376,13 +505,13 @@ impl RedisBackend {
         let (Some(refused), Time::Client(now)) = (refused, time) else {
             return gather(decided);
         };
-        self.give_back(groups, &taken, now).await;
+        self.give_back(groups, &taken, request_id).await;
         // Like the single-script path: the other limits report their current
         // state, as of the same time.
         for (index, group) in groups.iter().enumerate() {
             if index != refused {
                 let reply = self
-                    .call(Op::Peek, Time::Client(now), 0, &group.requests)
+                    .call(Op::Peek, Time::Client(now), 0, &group.requests, None)
                     .await?;
                 group.place(&reply.decisions, &mut decided);
             }
@@ -390,12 +519,23 @@ impl RedisBackend {
         gather(decided)
     }
 
-    /// Refunds what the `taken` groups consumed at `at` (best effort: a
-    /// failure is logged, the units then return when their state expires).
-    async fn give_back(&self, groups: &[Group<'_>], taken: &[usize], at: u64) {
-        for &index in taken {
+    /// Refunds what the `taken` groups consumed, each at its time (best
+    /// effort: a failure is logged, the units then return when their state
+    /// expires); with a request id, also forgets each group's kept reply.
+    async fn give_back(
+        &self,
+        groups: &[Group<'_>],
+        taken: &[(usize, u64)],
+        request_id: Option<&str>,
+    ) {
+        let op = if request_id.is_some() {
+            Op::RefundOnce
+        } else {
+            Op::Refund
+        };
+        for &(index, at) in taken {
             let requests = &groups[index].requests;
-            if let Err(error) = self.call(Op::Refund, self.time(), at, requests).await {
+            if let Err(error) = self.call(op, self.time(), at, requests, request_id).await {
                 tracing::warn!(
                     %error,
                     limits = requests.len(),
@@ -417,14 +557,17 @@ impl RedisBackend {
             return Ok(Vec::new());
         }
         let Some(groups) = self.groups(requests) else {
-            return Ok(self.call(op, self.time(), at, requests).await?.decisions);
+            return Ok(self
+                .call(op, self.time(), at, requests, None)
+                .await?
+                .decisions);
         };
         let deadline = self.deadline();
         let mut decided = vec![None; requests.len()];
         let mut time = self.time();
         for group in &groups {
             let reply = self
-                .call_until(deadline, op, time, at, &group.requests)
+                .call_until(deadline, op, time, at, &group.requests, None)
                 .await?;
             time = Time::Client(reply.now);
             group.place(&reply.decisions, &mut decided);
@@ -438,7 +581,21 @@ impl Backend for RedisBackend {
         &'a self,
         requests: &'a [Request<'a>],
     ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
-        Box::pin(self.acquire_batch(requests))
+        Box::pin(self.acquire_batch(requests, None))
+    }
+
+    /// Idempotent acquire (see [`Backend::acquire_once`]), in the same
+    /// script call and round trip: the reply of an allowed call is kept under
+    /// `<first key>:req:<escaped id>` (same hash slot as the call's keys) for
+    /// the longest period of the call, and returned again by any call with
+    /// the same id and first key. On a cluster, a call over several hash
+    /// tags keeps one reply per hash tag (see the type's docs).
+    fn acquire_once<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        request_id: &'a str,
+    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
+        Box::pin(self.acquire_batch(requests, Some(request_id)))
     }
 
     fn peek<'a>(
@@ -473,5 +630,22 @@ impl Backend for RedisBackend {
 
     fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(async move { self.each_group(Op::Reset, 0, requests).await.map(drop) })
+    }
+
+    /// Writes the limits registry (`<prefix>:{limits}`, see [`crate::RegisteredLimits`]).
+    fn publish_limits<'a>(
+        &'a self,
+        prefix: &'a str,
+        name: &'a str,
+        limits: &'a [rl_core::Limit],
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(self.publish(prefix, name, limits))
+    }
+}
+
+impl RedisBackend {
+    /// The connection and settings, for the limits registry (`crate::registry`).
+    pub(crate) fn parts(&self) -> (&Connection, &Settings) {
+        (&self.connection, &self.settings)
     }
 }

@@ -6,11 +6,14 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
+use redis::sentinel::SentinelNodeConnectionInfo;
+use redis::{AsyncConnectionConfig, RedisConnectionInfo};
 use rl_core::{BackendError, Clock};
 
 use crate::backend::{Connection, RedisBackend, Settings};
 use crate::error::{from_redis, redact};
 use crate::script::SCRIPT;
+use crate::sentinel::SentinelConnection;
 
 /// Shortest and longest wait between reconnection attempts: short enough
 /// that a restarted server is used again within a fraction of a second.
@@ -23,10 +26,23 @@ const MAX_EXTRA_TTL_MS: u64 = 100 * 365 * 86_400 * 1_000;
 enum Target {
     Standalone(String),
     Cluster(Vec<String>),
+    Sentinel {
+        sentinels: Vec<String>,
+        master_name: String,
+    },
 }
 
-/// Configures a [`RedisBackend`]; made by [`RedisBackend::builder`] or
-/// [`RedisBackend::cluster_builder`].
+/// How to log in to the master of a Sentinel deployment (the sentinels'
+/// own credentials go in their URLs).
+#[derive(Default)]
+struct MasterAuth {
+    username: Option<String>,
+    password: Option<String>,
+    db: i64,
+}
+
+/// Configures a [`RedisBackend`]; made by [`RedisBackend::builder`],
+/// [`RedisBackend::cluster_builder`] or [`RedisBackend::sentinel_builder`].
 ///
 /// ```no_run
 /// use rl_core::ManualClock;
@@ -50,6 +66,7 @@ pub struct RedisBackendBuilder {
     connect_timeout: Duration,
     clock: Option<Arc<dyn Clock>>,
     extra_ttl: Duration,
+    master_auth: MasterAuth,
 }
 
 impl fmt::Debug for RedisBackendBuilder {
@@ -60,7 +77,9 @@ impl fmt::Debug for RedisBackendBuilder {
             .field("connect_timeout", &self.connect_timeout)
             .field("client_clock", &self.clock)
             .field("extra_ttl", &self.extra_ttl)
-            .finish()
+            .field("master_username", &self.master_auth.username)
+            .field("master_db", &self.master_auth.db)
+            .finish_non_exhaustive()
     }
 }
 
@@ -72,6 +91,7 @@ impl RedisBackendBuilder {
             connect_timeout: RedisBackend::DEFAULT_CONNECT_TIMEOUT,
             clock: None,
             extra_ttl: Duration::ZERO,
+            master_auth: MasterAuth::default(),
         }
     }
 
@@ -81,6 +101,30 @@ impl RedisBackendBuilder {
 
     pub(crate) fn cluster(urls: Vec<String>) -> Self {
         Self::new(Target::Cluster(urls))
+    }
+
+    pub(crate) fn sentinel(sentinels: Vec<String>, master_name: String) -> Self {
+        Self::new(Target::Sentinel {
+            sentinels,
+            master_name,
+        })
+    }
+
+    /// Sentinel deployments only: the credentials to log in to the master
+    /// with (`AUTH [username] password`). The sentinels' own credentials, if
+    /// any, go in their URLs. Ignored for the other deployments, whose URLs
+    /// carry the credentials.
+    pub fn master_credentials(mut self, username: Option<&str>, password: &str) -> Self {
+        self.master_auth.username = username.map(str::to_owned);
+        self.master_auth.password = Some(password.to_owned());
+        self
+    }
+
+    /// Sentinel deployments only: the database number to use on the master
+    /// (default 0). Ignored for the other deployments (give it in the URL).
+    pub fn master_db(mut self, db: i64) -> Self {
+        self.master_auth.db = db;
+        self
     }
 
     /// The longest a call may take (default [`RedisBackend::DEFAULT_TIMEOUT`]);
@@ -132,11 +176,20 @@ impl RedisBackendBuilder {
                 let urls: Vec<String> = urls.iter().map(|url| redact(url)).collect();
                 format!("cluster [{}]", urls.join(", "))
             }
+            Target::Sentinel {
+                sentinels,
+                master_name,
+            } => {
+                let urls: Vec<String> = sentinels.iter().map(|url| redact(url)).collect();
+                format!("master `{master_name}` of sentinels [{}]", urls.join(", "))
+            }
         }
     }
 
     /// Connects (checking the server answers and loading the script) and
-    /// builds the backend. The connection reconnects by itself afterwards.
+    /// builds the backend. The connection reconnects by itself afterwards;
+    /// with sentinels, the master is looked up through them now and again
+    /// whenever it fails (so fail-overs are followed).
     pub async fn connect(self) -> Result<RedisBackend, BackendError> {
         let target = self.describe();
         let settings = Settings {
@@ -187,6 +240,38 @@ impl RedisBackendBuilder {
                         .await
                         .map_err(|err| from_redis(&what, &err, self.connect_timeout))?;
                     Ok(Connection::Cluster(connection))
+                }
+                Target::Sentinel {
+                    sentinels,
+                    master_name,
+                } => {
+                    let mut redis = RedisConnectionInfo::default().set_db(self.master_auth.db);
+                    if let Some(username) = &self.master_auth.username {
+                        redis = redis.set_username(username);
+                    }
+                    if let Some(password) = &self.master_auth.password {
+                        redis = redis.set_password(password);
+                    }
+                    let node =
+                        SentinelNodeConnectionInfo::default().set_redis_connection_info(redis);
+                    let config = AsyncConnectionConfig::new()
+                        .set_connection_timeout(Some(self.timeout))
+                        .set_response_timeout(Some(self.timeout));
+                    let connection = SentinelConnection::new(&sentinels, master_name, node, config)
+                        .map_err(|err| {
+                            BackendError::unavailable(format_args!(
+                                "invalid sentinel URLs {target}: {err}"
+                            ))
+                        })?;
+                    let (_, mut master) = connection
+                        .connection()
+                        .await
+                        .map_err(|err| from_redis(&what, &err, self.connect_timeout))?;
+                    SCRIPT
+                        .load_async(&mut master)
+                        .await
+                        .map_err(|err| from_redis(&what, &err, self.connect_timeout))?;
+                    Ok(Connection::Sentinel(connection))
                 }
             }
         };

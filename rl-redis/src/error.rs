@@ -20,9 +20,11 @@ pub(crate) fn from_redis(
         return BackendError::Timeout(timeout);
     }
     let unavailable = match err.kind() {
-        ErrorKind::Io | ErrorKind::ClusterConnectionNotFound | ErrorKind::AuthenticationFailed => {
-            true
-        }
+        ErrorKind::Io
+        | ErrorKind::ClusterConnectionNotFound
+        | ErrorKind::AuthenticationFailed
+        | ErrorKind::MasterNameNotFoundBySentinel
+        | ErrorKind::NoValidReplicasFoundBySentinel => true,
         ErrorKind::Server(kind) => matches!(
             kind,
             ServerErrorKind::BusyLoading

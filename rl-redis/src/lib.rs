@@ -35,8 +35,16 @@
 //! - Every key expires as soon as its state no longer matters; refused calls
 //!   and peeks write nothing.
 //! - Standalone Redis ([`RedisBackend::connect`], a reconnecting
-//!   `ConnectionManager`) and Redis Cluster ([`RedisBackend::connect_cluster`]).
+//!   `ConnectionManager`), Redis Cluster ([`RedisBackend::connect_cluster`])
+//!   and Redis Sentinel ([`RedisBackend::connect_sentinel`]: the master is
+//!   found through the sentinels and looked up again after a failure, so
+//!   fail-overs are followed by the same backend).
+//! - Idempotent decisions ([`rl_core::Backend::acquire_once`]): a retry with
+//!   the same request id after a lost reply returns the kept reply instead
+//!   of charging again, decided and kept in the same script call.
 //! - A per-call timeout ([`RedisBackendBuilder::timeout`], 1 s by default).
+//! - A limits registry, `<prefix>:{limits}`: the limits of every name the
+//!   limiter decides, for operators' tools ([`RedisBackend::registered_limits`]).
 //!
 //! # Storage
 //! Per identity and limit, under `<key>:<algorithm>:<period_us>`:
@@ -49,6 +57,10 @@
 //! | `token_bucket`, `leaky_bucket` | hash `{s, u, e}` (scaled level, updated, fresh at) | 136 B |
 //! | `gcra` | string (the TAT) | 72 B |
 //!
+//! An allowed [`rl_core::Backend::acquire_once`] also keeps its reply, as a
+//! comma-separated string, under `<first key>:req:<escaped id>` for the
+//! longest period of the call.
+//!
 //! (Redis 7.0, measured by the `loadgen` example.)
 //!
 //! # Requirements
@@ -60,10 +72,13 @@
 mod backend;
 mod builder;
 mod error;
+mod registry;
 mod script;
+mod sentinel;
 
 pub use backend::RedisBackend;
 pub use builder::RedisBackendBuilder;
+pub use registry::RegisteredLimits;
 
 /// Support for this crate's tools (the load generator). Not a public API.
 #[doc(hidden)]

@@ -33,8 +33,12 @@ const DECISION_WIDTH: usize = 5;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Op {
     Acquire,
+    /// Acquire, replaying the reply kept under a request-id key.
+    AcquireOnce,
     Peek,
     Refund,
+    /// Refund, dropping a request-id key.
+    RefundOnce,
     Reset,
 }
 
@@ -42,16 +46,43 @@ impl Op {
     pub(crate) const fn name(self) -> &'static str {
         match self {
             Op::Acquire => "acquire",
+            Op::AcquireOnce => "acquire_once",
             Op::Peek => "peek",
             Op::Refund => "refund",
+            Op::RefundOnce => "refund_once",
             Op::Reset => "reset",
         }
     }
 
     /// Whether the reply carries one decision per request.
     const fn decides(self) -> bool {
-        matches!(self, Op::Acquire | Op::Peek)
+        matches!(self, Op::Acquire | Op::AcquireOnce | Op::Peek)
     }
+
+    /// Whether the call takes a request-id key (the last key).
+    pub(crate) const fn takes_request_id(self) -> bool {
+        matches!(self, Op::AcquireOnce | Op::RefundOnce)
+    }
+}
+
+/// The request-id key of an idempotent call whose first request is under
+/// `key`: `<key>:req:<id>`, the id escaped like identities (`%`, `{`, `}`
+/// and `:` become `%25`, `%7B`, `%7D` and `%3A`), so it shares the key's
+/// hash slot and two ids never share a key.
+pub(crate) fn request_id_key(key: &rl_core::Key, request_id: &str) -> String {
+    let mut out = String::with_capacity(key.as_str().len() + 5 + request_id.len());
+    out.push_str(key.as_str());
+    out.push_str(":req:");
+    for c in request_id.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            ':' => out.push_str("%3A"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// Whose clock decides.
@@ -118,6 +149,13 @@ impl Call {
         Self { keys, args }
     }
 
+    /// Appends the request-id key of an [`Op::AcquireOnce`] or
+    /// [`Op::RefundOnce`] call (see [`request_id_key`]).
+    pub(crate) fn with_request_id_key(mut self, key: String) -> Self {
+        self.keys.push(key);
+        self
+    }
+
     pub(crate) fn invocation(&self) -> ScriptInvocation<'static> {
         let mut invocation = SCRIPT.prepare_invoke();
         for key in &self.keys {
@@ -145,11 +183,29 @@ impl Call {
 #[derive(Debug)]
 pub(crate) struct Reply {
     pub(crate) decisions: Vec<Decision>,
+    /// The time of the decisions (a replayed reply keeps its original time).
     pub(crate) now: u64,
+    /// The script's time at this call (differs from `now` on a replay).
+    pub(crate) current: u64,
+    /// Whether the decisions are a kept reply of an earlier
+    /// [`Op::AcquireOnce`] call.
+    pub(crate) replayed: bool,
 }
 
 /// Decodes the flat integer reply of a call over `count` requests.
 pub(crate) fn parse_reply(op: Op, count: usize, values: &[i64]) -> Result<Reply, BackendError> {
+    let (values, replayed, current) = match (op, values) {
+        (Op::AcquireOnce, [rest @ .., flag, current]) if matches!(flag, 0 | 1) => {
+            (rest, *flag == 1, Some(*current))
+        }
+        (Op::AcquireOnce, _) => {
+            return Err(BackendError::protocol(format_args!(
+                "the rate-limit script answered {} integers to acquire_once, without a replay flag",
+                values.len()
+            )));
+        }
+        _ => (values, false, None),
+    };
     let expected = if op.decides() {
         count * DECISION_WIDTH + 1
     } else {
@@ -171,6 +227,7 @@ pub(crate) fn parse_reply(op: Op, count: usize, values: &[i64]) -> Result<Reply,
         })
     };
     let now = unsigned(values[values.len() - 1])?;
+    let current = current.map_or(Ok(now), unsigned)?;
     let mut decisions = Vec::with_capacity(if op.decides() { count } else { 0 });
     if op.decides() {
         for chunk in values[..values.len() - 1].chunks_exact(DECISION_WIDTH) {
@@ -193,7 +250,12 @@ pub(crate) fn parse_reply(op: Op, count: usize, values: &[i64]) -> Result<Reply,
             ));
         }
     }
-    Ok(Reply { decisions, now })
+    Ok(Reply {
+        decisions,
+        now,
+        current,
+        replayed,
+    })
 }
 
 #[cfg(test)]
@@ -284,6 +346,31 @@ mod tests {
             Decision::from_micros(false, 3, 0, 250, 900, 77)
         );
         assert_eq!(parse_reply(Op::Reset, 3, &[9]).unwrap().now, 9);
+        let replay = parse_reply(Op::AcquireOnce, 1, &[1, 5, 4, 0, 12, 77, 1, 99]).unwrap();
+        assert!(replay.replayed);
+        assert_eq!((replay.now, replay.current), (77, 99));
+        assert_eq!(replay.decisions[0].at_micros, 77);
+        let fresh = parse_reply(Op::AcquireOnce, 1, &[1, 5, 4, 0, 12, 99, 0, 99]).unwrap();
+        assert!(!fresh.replayed);
+    }
+
+    #[test]
+    fn request_id_keys_share_the_slot_of_the_first_key_and_escape_the_id() {
+        let key = Key::new("rl", "pay", "alice");
+        assert_eq!(
+            request_id_key(&key, "a:{b}%"),
+            "rl:{pay:alice}:req:a%3A%7Bb%7D%25"
+        );
+        assert_ne!(request_id_key(&key, "a:b"), request_id_key(&key, "a%3Ab"));
+        let call = Call::new(
+            Op::AcquireOnce,
+            Time::Server,
+            0,
+            0,
+            &[Request::new(&key, &Limit::per_minute(1).unwrap(), 1)],
+        )
+        .with_request_id_key(request_id_key(&key, "x"));
+        assert_eq!(call.keys.last().unwrap(), "rl:{pay:alice}:req:x");
     }
 
     #[test]
@@ -302,6 +389,10 @@ mod tests {
         ));
         assert!(matches!(
             parse_reply(Op::Refund, 1, &[]),
+            Err(BackendError::Protocol(_))
+        ));
+        assert!(matches!(
+            parse_reply(Op::AcquireOnce, 1, &[1, 5, 4, 0, 12, 77]),
             Err(BackendError::Protocol(_))
         ));
     }

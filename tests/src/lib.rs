@@ -4,5 +4,6 @@
 //! cluster and sentinel); its main types are re-exported here.
 
 pub mod harness;
+pub mod proxy;
 
 pub use harness::{RedisCluster, RedisSentinel, RedisServer};

@@ -76,6 +76,11 @@ impl Service {
         panic!("{binary} did not start listening");
     }
 
+    /// The service's process id (e.g. to send it SIGHUP).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }

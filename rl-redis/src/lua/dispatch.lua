@@ -1,16 +1,24 @@
 -- Dispatcher: decodes the batch and runs the operation.
 --
--- ARGV: op (acquire | peek | refund | reset), time ('s' = server TIME, or
--- the client's now in us), at (us, refund only), extra TTL (ms), then per
--- request: algorithm code, threshold, period (us), burst, slots, cost.
+-- ARGV: op (acquire | acquire_once | peek | refund | refund_once | reset),
+-- time ('s' = server TIME, or the client's now in us), at (us, refunds
+-- only), extra TTL (ms), then per request: algorithm code, threshold,
+-- period (us), burst, slots, cost.
 -- KEYS: per request `<key>:<algorithm>:<period>`, plus `...:seq` for the
--- sliding log. All keys of one call share one hash tag.
+-- sliding log; the `_once` ops take one more, last key: the request-id key
+-- `<first key>:req:<escaped id>`. All keys of one call share one hash tag.
 --
 -- Reply: per request allowed (1/0), limit, remaining, retry_after_us,
--- reset_after_us (acquire and peek only), then the now used.
+-- reset_after_us (acquire and peek only), then the now used. acquire_once
+-- appends two more integers: 1 if the reply is a replay (0 if decided now),
+-- and the current now (a replay's decisions keep their original now).
 --
 -- acquire is all-or-nothing: every request is first evaluated without
 -- writing; only if all are allowed is each committed, in order.
+-- acquire_once returns the reply kept under the request-id key if there is
+-- one; otherwise it decides like acquire and, when allowed, keeps the reply
+-- there for the longest period of the call. refund_once refunds and drops
+-- the request-id key.
 
 local HEADER, FIELDS = 4, 6
 if #ARGV < HEADER or (#ARGV - HEADER) % FIELDS ~= 0 then
@@ -52,6 +60,12 @@ for i = 1, count do
   end
   requests[i] = r
 end
+local once = op == 'acquire_once' or op == 'refund_once'
+local id_key
+if once then
+  id_key = KEYS[next_key]
+  next_key = next_key + 1
+end
 if next_key - 1 ~= #KEYS then
   return redis.error_reply('ERR rl-redis: expected ' .. (next_key - 1) .. ' keys, got ' .. #KEYS)
 end
@@ -63,7 +77,8 @@ local function emit(d)
   end
 end
 
-if op == 'acquire' then
+-- Decides the batch all-or-nothing and emits it; true when all allowed.
+local function acquire()
   local decided = {}
   local all = true
   if count > 1 then
@@ -79,20 +94,66 @@ if op == 'acquire' then
     for i = 1, count do
       local r = requests[i]
       decided[i] = ALG[r.alg].decide(r, now, true)
+      if decided[i][1] == 0 then
+        all = false
+      end
     end
   end
   for i = 1, count do
     emit(decided[i])
   end
+  return all
+end
+
+if op == 'acquire' then
+  acquire()
+elseif op == 'acquire_once' then
+  local kept = redis.call('GET', id_key)
+  if kept then
+    local values = {}
+    for v in string.gmatch(kept, '[^,]+') do
+      values[#values + 1] = tonumber(v)
+    end
+    if #values ~= count * 5 + 1 then
+      return redis.error_reply('ERR rl-redis: request id reused for a call with ' .. count
+        .. ' limit(s); it was first used with ' .. math.floor((#values - 1) / 5))
+    end
+    values[#values + 1] = 1
+    values[#values + 1] = now
+    return values
+  end
+  if acquire() then
+    out[#out + 1] = now
+    local parts = {}
+    local longest = 0
+    for i = 1, #out do
+      parts[i] = fmt(out[i])
+    end
+    for i = 1, count do
+      longest = math.max(longest, requests[i].p)
+    end
+    redis.call('SET', id_key, table.concat(parts, ','), 'PX',
+      fmt(math.max(cdiv(longest, 1000), 1) + EXTRA_TTL_MS))
+    out[#out + 1] = 0
+    out[#out + 1] = now
+    return out
+  end
+  out[#out + 1] = now
+  out[#out + 1] = 0
+  out[#out + 1] = now
+  return out
 elseif op == 'peek' then
   for i = 1, count do
     local r = requests[i]
     emit(ALG[r.alg].decide(r, now, false))
   end
-elseif op == 'refund' then
+elseif op == 'refund' or op == 'refund_once' then
   for i = 1, count do
     local r = requests[i]
     ALG[r.alg].refund(r, now, at)
+  end
+  if id_key then
+    redis.call('DEL', id_key)
   end
 elseif op == 'reset' then
   for i = 1, count do

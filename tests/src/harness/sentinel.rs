@@ -2,9 +2,12 @@
 //! monitoring a master started by the harness.
 
 use std::fs;
+use std::thread;
+use std::time::{Duration, Instant};
 
 use redis::{FromRedisValue, RedisResult};
 
+use super::process;
 use super::server::RedisServer;
 
 /// Master name used by [`RedisSentinel::start`].
@@ -50,6 +53,30 @@ impl RedisSentinel {
     ///
     /// Panics like [`RedisServer::start`], or if the config cannot be written.
     pub fn start_monitoring(master_name: &str, master_port: u16, quorum: u32) -> Self {
+        Self::start_monitoring_with(
+            master_name,
+            master_port,
+            quorum,
+            DOWN_AFTER_MS,
+            FAILOVER_TIMEOUT_MS,
+        )
+    }
+
+    /// Like [`start_monitoring`](Self::start_monitoring) with the given
+    /// `down-after-milliseconds` and `failover-timeout` (short values make
+    /// fail-over tests fast: the master is declared down after
+    /// `down_after_ms` without answers, and a replica promoted soon after).
+    ///
+    /// # Panics
+    ///
+    /// Panics like [`RedisServer::start`], or if the config cannot be written.
+    pub fn start_monitoring_with(
+        master_name: &str,
+        master_port: u16,
+        quorum: u32,
+        down_after_ms: u32,
+        failover_timeout_ms: u32,
+    ) -> Self {
         let server = RedisServer::launch("redis-sentinel", false, |port, _, dir| {
             let config = format!(
                 "port {port}\n\
@@ -58,8 +85,8 @@ impl RedisSentinel {
                  daemonize no\n\
                  dir {dir}\n\
                  sentinel monitor {master_name} 127.0.0.1 {master_port} {quorum}\n\
-                 sentinel down-after-milliseconds {master_name} {DOWN_AFTER_MS}\n\
-                 sentinel failover-timeout {master_name} {FAILOVER_TIMEOUT_MS}\n\
+                 sentinel down-after-milliseconds {master_name} {down_after_ms}\n\
+                 sentinel failover-timeout {master_name} {failover_timeout_ms}\n\
                  sentinel parallel-syncs {master_name} 1\n",
                 dir = dir.display(),
             );
@@ -118,5 +145,46 @@ impl RedisSentinel {
     pub fn master_addr(&self) -> RedisResult<(String, u16)> {
         self.server
             .blocking_cmd(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", &self.master_name])
+    }
+
+    /// Waits until the sentinel names a master other than
+    /// `127.0.0.1:old_port` and that node answers `ROLE` as a master (the
+    /// fail-over is done); returns the new master's port.
+    ///
+    /// # Panics
+    ///
+    /// Panics if that does not happen within `timeout` (the message includes
+    /// the sentinel's log tail).
+    pub fn wait_for_failover(&self, old_port: u16, timeout: Duration) -> u16 {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok((_, port)) = self.master_addr()
+                && port != old_port
+                && process::query::<redis::Value>(port, &["ROLE"], Duration::from_millis(250))
+                    .is_ok_and(|role| is_master_role(&role))
+            {
+                return port;
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "sentinel on port {} did not promote a new master (old: {old_port}) within \
+                     {timeout:?}\n--- log tail ---\n{}",
+                    self.port(),
+                    self.server.log_tail()
+                );
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Whether a `ROLE` reply says `master`.
+fn is_master_role(role: &redis::Value) -> bool {
+    match role {
+        redis::Value::Array(items) => matches!(
+            items.first(),
+            Some(redis::Value::BulkString(name)) if name.as_slice() == b"master"
+        ),
+        _ => false,
     }
 }

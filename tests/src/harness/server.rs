@@ -119,6 +119,44 @@ impl RedisServer {
         })
     }
 
+    /// Starts a replica of `master` (`--replicaof 127.0.0.1 <port>`) and
+    /// waits until it has synced (`master_link_status:up`).
+    ///
+    /// # Panics
+    ///
+    /// See [`start`](Self::start); also panics if the replica has not synced
+    /// within 10 s (the message includes both log tails).
+    pub fn start_replica_of(master: &RedisServer) -> Self {
+        let port = master.port().to_string();
+        let replica = Self::start_with(&["--replicaof", "127.0.0.1", &port]);
+        replica.wait_for_sync(master, process::READY_TIMEOUT);
+        replica
+    }
+
+    /// Waits until this replica reports `master_link_status:up`.
+    fn wait_for_sync(&self, master: &RedisServer, timeout: Duration) {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let synced = self
+                .blocking_cmd::<String>(&["INFO", "replication"])
+                .is_ok_and(|info| info.lines().any(|l| l.trim() == "master_link_status:up"));
+            if synced {
+                return;
+            }
+            if std::time::Instant::now() >= deadline {
+                panic!(
+                    "replica on port {} did not sync with master {} within {timeout:?}\n\
+                     --- replica log ---\n{}\n--- master log ---\n{}",
+                    self.port(),
+                    master.port(),
+                    self.log_tail(),
+                    master.log_tail()
+                );
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Starts a cluster-enabled node (`--cluster-enabled yes`, bus port
     /// allocated like the client port) that knows no other node yet.
     pub(crate) fn start_cluster_node() -> Self {

@@ -1,0 +1,410 @@
+//! `rl-admin`: operations on a running deployment's Redis.
+//!
+//! ```text
+//! rl-admin --redis redis://127.0.0.1:6379/ --prefix sms limits
+//! rl-admin --redis redis://127.0.0.1:6379/ --prefix sms inspect sms_phone +8613800000000
+//! rl-admin --redis redis://127.0.0.1:6379/ --prefix sms reset sms_phone +8613800000000
+//! rl-admin --redis redis://10.0.0.1:26379/,redis://10.0.0.2:26379/ --sentinel mymaster limits
+//! ```
+//!
+//! The limits of each name come from the limits registry the limiter keeps
+//! in Redis (`<prefix>:{limits}`, see [`rl_redis::RegisteredLimits`]): a name
+//! is listed once a service has decided a call for it, and `inspect` and
+//! `reset` use exactly the limits that service decides with. `inspect` peeks
+//! through [`Limiter::peek_identity`] and never consumes; `reset` forgets the
+//! identity's state for every limit of the name
+//! ([`Limiter::reset_identity`]).
+//!
+//! Output is a table, or JSON with `--json`. Exit codes: 0 done, 1 Redis
+//! failed (unreachable, timed out, unexpected reply), 2 bad usage (arguments,
+//! URL, prefix), 3 unknown limit name.
+
+mod report;
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use rl_core::{BackendError, Limiter};
+use rl_redis::{RedisBackend, RegisteredLimits};
+
+pub use report::{
+    InspectReport, LimitDescription, LimitState, LimitsReport, NameReport, Report, ResetReport,
+};
+
+/// The command line of `rl-admin`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "rl-admin",
+    version,
+    about = "Inspect and reset rate limits in a running deployment's Redis",
+    after_help = "IDENTITY is written as the service formats it (e.g. the normalised \
+username, the phone number, the client IP).\n\nExit codes: 0 done, 1 Redis failed, \
+2 bad usage (arguments, URL, prefix), 3 unknown limit name."
+)]
+pub struct Cli {
+    /// Redis URL, e.g. redis://127.0.0.1:6379/ (several comma-separated node
+    /// URLs select Redis Cluster)
+    #[arg(long, env = "REDIS_URL", value_name = "URL", global = true)]
+    pub redis: Option<String>,
+    /// Treat the --redis URLs as Redis Sentinels and use the master they
+    /// monitor under this name
+    #[arg(long, value_name = "MASTER_NAME", global = true)]
+    pub sentinel: Option<String>,
+    /// The deployment's key prefix (the limiter's `prefix`)
+    #[arg(long, default_value = "rl", global = true)]
+    pub prefix: String,
+    /// Print JSON instead of a table
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// How long each Redis call (and connecting) may take, e.g. 500ms, 2s
+    #[arg(long, default_value = "2s", value_parser = parse_timeout, global = true)]
+    pub timeout: Duration,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// What `rl-admin` does.
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// List the limit names in the registry and their limits
+    Limits,
+    /// Show limit, remaining and reset of each of NAME's limits for IDENTITY
+    /// (never consumes)
+    Inspect {
+        /// The limit name, as `rl-admin limits` lists it
+        name: String,
+        /// The identity, as the service formats it
+        identity: String,
+    },
+    /// Forget IDENTITY's state for all of NAME's limits
+    Reset {
+        /// The limit name, as `rl-admin limits` lists it
+        name: String,
+        /// The identity, as the service formats it
+        identity: String,
+    },
+}
+
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    match rl_core::parse_duration(text) {
+        Ok(timeout) if !timeout.is_zero() => Ok(timeout),
+        Ok(_) => Err("the timeout must be above zero".to_owned()),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+/// Why `rl-admin` failed; [`AdminError::exit_code`] tells the kinds apart.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AdminError {
+    /// The arguments cannot work (exit code 2).
+    #[error("{0}")]
+    Usage(String),
+    /// Redis could not be reached or failed (exit code 1).
+    #[error("Redis at {target} failed while {doing}: {source}")]
+    Redis {
+        /// The server(s), passwords redacted.
+        target: String,
+        /// What was being done.
+        doing: &'static str,
+        /// The backend's error.
+        source: BackendError,
+    },
+    /// The registry has no such name (exit code 3).
+    #[error("{}", unknown_name(name, prefix, known))]
+    UnknownName {
+        /// The name asked for.
+        name: String,
+        /// The prefix searched.
+        prefix: String,
+        /// The names the registry has.
+        known: Vec<String>,
+    },
+}
+
+fn unknown_name(name: &str, prefix: &str, known: &[String]) -> String {
+    let key = RedisBackend::registry_key(prefix);
+    let mut message = format!("unknown limit name `{name}` under prefix `{prefix}`: ");
+    if known.is_empty() {
+        let _ = write!(
+            message,
+            "the registry `{key}` is empty (no service with this prefix decided a call in the last 7 days; check --prefix)"
+        );
+    } else {
+        let _ = write!(
+            message,
+            "the registry `{key}` has {} (see `rl-admin limits`)",
+            known
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    message
+}
+
+impl AdminError {
+    /// The process exit code: 1 Redis, 2 usage, 3 unknown name.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            AdminError::Redis { .. } => 1,
+            AdminError::Usage(_) => 2,
+            AdminError::UnknownName { .. } => 3,
+        }
+    }
+}
+
+/// `url` with any password replaced by `***`.
+fn redact(url: &str) -> String {
+    let Some(start) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let end = url[start..].find('/').map_or(url.len(), |i| start + i);
+    match url[start..end].rfind('@') {
+        Some(at) => format!("{}***{}", &url[..start], &url[start + at..]),
+        None => url.to_owned(),
+    }
+}
+
+/// A connected backend, the limiter over it, and where it points.
+struct Deployment {
+    backend: Arc<RedisBackend>,
+    limiter: Limiter,
+    prefix: String,
+    target: String,
+}
+
+impl Deployment {
+    async fn connect(cli: &Cli) -> Result<Self, AdminError> {
+        let Some(redis) = cli.redis.as_deref().filter(|r| !r.trim().is_empty()) else {
+            return Err(AdminError::Usage(
+                "no Redis given: pass --redis URL or set REDIS_URL".to_owned(),
+            ));
+        };
+        let urls: Vec<&str> = redis.split(',').map(str::trim).collect();
+        for url in &urls {
+            if let Err(error) = redis::Client::open(*url) {
+                return Err(AdminError::Usage(format!(
+                    "invalid Redis URL `{}`: {error}; expected e.g. redis://127.0.0.1:6379/",
+                    redact(url)
+                )));
+            }
+        }
+        // Checks the prefix before connecting.
+        Limiter::builder()
+            .prefix(cli.prefix.as_str())
+            .build()
+            .map_err(|error| AdminError::Usage(error.to_string()))?;
+        let target = urls.iter().map(|u| redact(u)).collect::<Vec<_>>().join(",");
+        let builder = if let Some(master) = &cli.sentinel {
+            RedisBackend::sentinel_builder(urls, master.as_str())
+        } else if urls.len() > 1 {
+            RedisBackend::cluster_builder(urls)
+        } else {
+            RedisBackend::builder(redis.trim())
+        };
+        let backend = builder
+            .timeout(cli.timeout)
+            .connect_timeout(cli.timeout)
+            .connect()
+            .await
+            .map_err(|source| AdminError::Redis {
+                target: target.clone(),
+                doing: "connecting",
+                source,
+            })?;
+        let backend = Arc::new(backend);
+        let limiter = Limiter::builder()
+            .shared_backend(backend.clone())
+            .prefix(cli.prefix.as_str())
+            .build()
+            .map_err(|error| AdminError::Usage(error.to_string()))?;
+        Ok(Self {
+            backend,
+            limiter,
+            prefix: cli.prefix.clone(),
+            target,
+        })
+    }
+
+    fn failed(&self, doing: &'static str) -> impl FnOnce(BackendError) -> AdminError + '_ {
+        move |source| AdminError::Redis {
+            target: self.target.clone(),
+            doing,
+            source,
+        }
+    }
+
+    fn failed_limiter(
+        &self,
+        doing: &'static str,
+    ) -> impl FnOnce(rl_core::Error) -> AdminError + '_ {
+        move |error| match error {
+            rl_core::Error::Backend(source) => (self.failed(doing))(source),
+            other => AdminError::Usage(other.to_string()),
+        }
+    }
+
+    async fn registered(&self, name: &str) -> Result<RegisteredLimits, AdminError> {
+        let found = self
+            .backend
+            .registered(&self.prefix, name)
+            .await
+            .map_err(self.failed("reading the limits registry"))?;
+        match found {
+            Some(registered) => Ok(registered),
+            None => {
+                let known = self
+                    .backend
+                    .registered_limits(&self.prefix)
+                    .await
+                    .map_err(self.failed("reading the limits registry"))?
+                    .into_iter()
+                    .map(|r| r.name)
+                    .collect();
+                Err(AdminError::UnknownName {
+                    name: name.to_owned(),
+                    prefix: self.prefix.clone(),
+                    known,
+                })
+            }
+        }
+    }
+}
+
+/// Runs one command against the deployment's Redis.
+pub async fn run(cli: &Cli) -> Result<Report, AdminError> {
+    let deployment = Deployment::connect(cli).await?;
+    match &cli.command {
+        Command::Limits => {
+            let registered = deployment
+                .backend
+                .registered_limits(&deployment.prefix)
+                .await
+                .map_err(deployment.failed("reading the limits registry"))?;
+            Ok(Report::Limits(LimitsReport::new(
+                &deployment.prefix,
+                &registered,
+            )))
+        }
+        Command::Inspect { name, identity } => {
+            let registered = deployment.registered(name).await?;
+            let decisions = deployment
+                .limiter
+                .peek_identity(name, identity, &registered.limits)
+                .await
+                .map_err(deployment.failed_limiter("peeking at the identity's state"))?;
+            let key = deployment.limiter.key(name, identity);
+            Ok(Report::Inspect(InspectReport::new(
+                &deployment.prefix,
+                &registered,
+                identity,
+                &key,
+                &decisions,
+            )))
+        }
+        Command::Reset { name, identity } => {
+            let registered = deployment.registered(name).await?;
+            deployment
+                .limiter
+                .reset_identity(name, identity, &registered.limits)
+                .await
+                .map_err(deployment.failed_limiter("resetting the identity's state"))?;
+            let key = deployment.limiter.key(name, identity);
+            Ok(Report::Reset(ResetReport::new(
+                &deployment.prefix,
+                &registered,
+                identity,
+                &key,
+            )))
+        }
+    }
+}
+
+/// The `rl-admin` binary: parses the command line (exit code 2 on bad
+/// usage), runs the command, prints the report or the error.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("rl-admin: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(&cli)) {
+        Ok(report) => {
+            let text = if cli.json {
+                report.to_json()
+            } else {
+                report.to_table()
+            };
+            // A closed stdout (e.g. `| head`) is not worth a panic.
+            let mut stdout = std::io::stdout().lock();
+            let _ = stdout
+                .write_all(text.as_bytes())
+                .and_then(|()| stdout.flush());
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("rl-admin: {error}");
+            ExitCode::from(error.exit_code())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn options_go_before_or_after_the_command() {
+        let cli = Cli::try_parse_from([
+            "rl-admin",
+            "inspect",
+            "sms",
+            "+331",
+            "--json",
+            "--prefix",
+            "app",
+            "--redis",
+            "redis://x/",
+        ])
+        .unwrap();
+        assert!(cli.json);
+        assert_eq!(cli.prefix, "app");
+        assert!(matches!(cli.command, Command::Inspect { ref name, .. } if name == "sms"));
+    }
+
+    #[test]
+    fn passwords_never_reach_messages() {
+        assert_eq!(
+            redact("redis://:s3cret@host:6379/0"),
+            "redis://***@host:6379/0"
+        );
+        assert_eq!(redact("redis://host:6379/"), "redis://host:6379/");
+        assert_eq!(redact("nonsense"), "nonsense");
+    }
+
+    #[test]
+    fn timeouts_need_a_unit_or_seconds_and_must_be_positive() {
+        assert_eq!(parse_timeout("500ms"), Ok(Duration::from_millis(500)));
+        assert!(parse_timeout("0s").is_err());
+        assert!(parse_timeout("soon").is_err());
+    }
+}

@@ -1,0 +1,422 @@
+//! What `rl-admin` prints: one report per command, as a table or as JSON.
+
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rl_core::{Decisions, Key, Limit};
+use rl_redis::{RedisBackend, RegisteredLimits};
+use serde::Serialize;
+
+/// The outcome of one command.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+#[non_exhaustive]
+pub enum Report {
+    /// `rl-admin limits`.
+    Limits(LimitsReport),
+    /// `rl-admin inspect`.
+    Inspect(InspectReport),
+    /// `rl-admin reset`.
+    Reset(ResetReport),
+}
+
+/// One limit as the registry describes it.
+#[derive(Debug, Clone, Serialize)]
+pub struct LimitDescription {
+    /// E.g. `"5/1h"`.
+    pub rate: String,
+    /// E.g. `"sliding_log"`.
+    pub algorithm: &'static str,
+    /// Units per period.
+    pub threshold: u64,
+    /// The period in microseconds.
+    pub period_us: u64,
+    /// The configured burst.
+    pub burst: u64,
+    /// Sub-windows of the sliding-window counter.
+    pub slots: u64,
+    /// What one instant can admit (a decision's `limit`).
+    pub capacity: u64,
+    /// The storage-key suffix of this limit's state.
+    pub suffix: String,
+}
+
+impl LimitDescription {
+    fn new(limit: &Limit) -> Self {
+        let text = limit.to_string();
+        let rate = text
+            .split_once(" (")
+            .map_or(text.as_str(), |(rate, _)| rate);
+        Self {
+            rate: rate.to_owned(),
+            algorithm: limit.algorithm().name(),
+            threshold: limit.threshold(),
+            period_us: limit.period_micros(),
+            burst: limit.burst(),
+            slots: limit.slots(),
+            capacity: limit.capacity(),
+            suffix: limit.storage_suffix(),
+        }
+    }
+}
+
+/// One limit name of the registry.
+#[derive(Debug, Clone, Serialize)]
+pub struct NameReport {
+    /// The limit name.
+    pub name: String,
+    /// When a service last published it, in milliseconds since the epoch.
+    pub published_at_ms: u64,
+    /// Its limits.
+    pub limits: Vec<LimitDescription>,
+}
+
+/// `rl-admin limits`: every name in the registry.
+#[derive(Debug, Clone, Serialize)]
+pub struct LimitsReport {
+    /// The key prefix.
+    pub prefix: String,
+    /// The registry's key.
+    pub registry_key: String,
+    /// The names, sorted.
+    pub names: Vec<NameReport>,
+}
+
+impl LimitsReport {
+    /// The report of `registered` under `prefix`.
+    pub fn new(prefix: &str, registered: &[RegisteredLimits]) -> Self {
+        Self {
+            prefix: prefix.to_owned(),
+            registry_key: RedisBackend::registry_key(prefix),
+            names: registered
+                .iter()
+                .map(|r| NameReport {
+                    name: r.name.clone(),
+                    published_at_ms: epoch_ms(r.published_at),
+                    limits: r.limits.iter().map(LimitDescription::new).collect(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// One limit's current state for one identity.
+#[derive(Debug, Clone, Serialize)]
+pub struct LimitState {
+    /// The limit.
+    #[serde(flatten)]
+    pub limit: LimitDescription,
+    /// The storage key of the state.
+    pub key: String,
+    /// Whether a call costing 1 would be allowed now.
+    pub allowed: bool,
+    /// The decision's `limit` (the capacity), `"limit"` in JSON.
+    #[serde(rename = "limit")]
+    pub limit_units: u64,
+    /// Units available now.
+    pub remaining: u64,
+    /// How long until a call costing 1 would be allowed (0 when it is).
+    pub retry_after_ms: u64,
+    /// How long until the limit is back to its full quota.
+    pub reset_after_ms: u64,
+}
+
+/// `rl-admin inspect`: one identity's state under one name.
+#[derive(Debug, Clone, Serialize)]
+pub struct InspectReport {
+    /// The key prefix.
+    pub prefix: String,
+    /// The limit name.
+    pub name: String,
+    /// The identity.
+    pub identity: String,
+    /// The identity's key (each limit's state is under it plus a suffix).
+    pub key: String,
+    /// One state per limit, in the registry's order.
+    pub limits: Vec<LimitState>,
+}
+
+impl InspectReport {
+    /// The report of `decisions` (peeked for `registered`'s limits).
+    pub fn new(
+        prefix: &str,
+        registered: &RegisteredLimits,
+        identity: &str,
+        key: &Key,
+        decisions: &Decisions,
+    ) -> Self {
+        Self {
+            prefix: prefix.to_owned(),
+            name: registered.name.clone(),
+            identity: identity.to_owned(),
+            key: key.to_string(),
+            limits: registered
+                .limits
+                .iter()
+                .zip(decisions.iter())
+                .map(|(limit, decision)| LimitState {
+                    limit: LimitDescription::new(limit),
+                    key: format!("{key}:{}", limit.storage_suffix()),
+                    allowed: decision.allowed,
+                    limit_units: decision.limit,
+                    remaining: decision.remaining,
+                    retry_after_ms: millis(decision.retry_after),
+                    reset_after_ms: millis(decision.reset_after),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// `rl-admin reset`: what was forgotten.
+#[derive(Debug, Clone, Serialize)]
+pub struct ResetReport {
+    /// The key prefix.
+    pub prefix: String,
+    /// The limit name.
+    pub name: String,
+    /// The identity.
+    pub identity: String,
+    /// Always true: the state of every limit of the name was forgotten.
+    pub reset: bool,
+    /// The limits whose state was forgotten.
+    pub limits: Vec<LimitDescription>,
+    /// The keys deleted (where they existed).
+    pub keys: Vec<String>,
+}
+
+impl ResetReport {
+    /// The report of a reset of `identity` (key `key`) for `registered`.
+    pub fn new(prefix: &str, registered: &RegisteredLimits, identity: &str, key: &Key) -> Self {
+        Self {
+            prefix: prefix.to_owned(),
+            name: registered.name.clone(),
+            identity: identity.to_owned(),
+            reset: true,
+            limits: registered
+                .limits
+                .iter()
+                .map(LimitDescription::new)
+                .collect(),
+            keys: registered
+                .limits
+                .iter()
+                .map(|limit| format!("{key}:{}", limit.storage_suffix()))
+                .collect(),
+        }
+    }
+}
+
+impl Report {
+    /// Pretty JSON, ending with a newline.
+    pub fn to_json(&self) -> String {
+        let mut text = serde_json::to_string_pretty(self)
+            .unwrap_or_else(|error| serde_json::json!({ "error": error.to_string() }).to_string());
+        text.push('\n');
+        text
+    }
+
+    /// A human-readable table.
+    pub fn to_table(&self) -> String {
+        match self {
+            Report::Limits(report) => limits_table(report),
+            Report::Inspect(report) => inspect_table(report),
+            Report::Reset(report) => format!(
+                "reset `{}` for identity `{}` under prefix `{}`: {} limit(s) ({}) back to full\n",
+                report.name,
+                report.identity,
+                report.prefix,
+                report.limits.len(),
+                report
+                    .limits
+                    .iter()
+                    .map(|l| l.rate.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+}
+
+fn limits_table(report: &LimitsReport) -> String {
+    if report.names.is_empty() {
+        return format!(
+            "no limits registered under prefix `{}` (`{}` is empty: no service with this prefix decided a call in the last 7 days)\n",
+            report.prefix, report.registry_key
+        );
+    }
+    let mut rows = Vec::new();
+    for name in &report.names {
+        for (i, limit) in name.limits.iter().enumerate() {
+            let first = i == 0;
+            rows.push(vec![
+                if first {
+                    name.name.clone()
+                } else {
+                    String::new()
+                },
+                limit.rate.clone(),
+                limit.algorithm.to_owned(),
+                if rl_core::Algorithm::ALL
+                    .iter()
+                    .find(|a| a.name() == limit.algorithm)
+                    .is_some_and(|a| a.uses_burst())
+                {
+                    limit.burst.to_string()
+                } else {
+                    "-".to_owned()
+                },
+                if limit.algorithm == "sliding_window" {
+                    limit.slots.to_string()
+                } else {
+                    "-".to_owned()
+                },
+                limit.suffix.clone(),
+                if first {
+                    ago(name.published_at_ms)
+                } else {
+                    String::new()
+                },
+            ]);
+        }
+    }
+    let mut text = format!(
+        "{} limit name(s) under prefix `{}` (registry `{}`)\n\n",
+        report.names.len(),
+        report.prefix,
+        report.registry_key
+    );
+    text.push_str(&table(
+        &[
+            "NAME",
+            "RATE",
+            "ALGORITHM",
+            "BURST",
+            "SLOTS",
+            "STORAGE SUFFIX",
+            "PUBLISHED",
+        ],
+        &rows,
+    ));
+    text
+}
+
+fn inspect_table(report: &InspectReport) -> String {
+    let rows: Vec<Vec<String>> = report
+        .limits
+        .iter()
+        .map(|state| {
+            vec![
+                state.limit.rate.clone(),
+                state.limit.algorithm.to_owned(),
+                state.limit_units.to_string(),
+                state.remaining.to_string(),
+                if state.allowed { "allowed" } else { "refused" }.to_owned(),
+                human(Duration::from_millis(state.retry_after_ms)),
+                human(Duration::from_millis(state.reset_after_ms)),
+            ]
+        })
+        .collect();
+    let mut text = format!(
+        "`{}` for identity `{}` under prefix `{}` (key {})\n\n",
+        report.name, report.identity, report.prefix, report.key
+    );
+    text.push_str(&table(
+        &[
+            "RATE",
+            "ALGORITHM",
+            "LIMIT",
+            "REMAINING",
+            "NEXT CALL",
+            "RETRY AFTER",
+            "RESET AFTER",
+        ],
+        &rows,
+    ));
+    text
+}
+
+/// Columns padded to their widest cell, two spaces apart.
+fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut text = String::new();
+    let headers: Vec<String> = headers.iter().map(|h| (*h).to_owned()).collect();
+    for row in std::iter::once(&headers).chain(rows) {
+        let mut line = String::new();
+        for (cell, width) in row.iter().zip(&widths) {
+            let _ = write!(line, "{cell:<width$}  ");
+        }
+        text.push_str(line.trim_end());
+        text.push('\n');
+    }
+    text
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn epoch_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH).map_or(0, millis)
+}
+
+/// `"3m 20s ago"`, from milliseconds since the epoch.
+fn ago(published_at_ms: u64) -> String {
+    let now = epoch_ms(SystemTime::now());
+    format!(
+        "{} ago",
+        human(Duration::from_millis(now.saturating_sub(published_at_ms)))
+    )
+}
+
+/// The two largest units, seconds rounded up: `"42s"`, `"3m 20s"`, `"1d 2h"`.
+fn human(duration: Duration) -> String {
+    let secs = duration.as_micros().div_ceil(1_000_000) as u64;
+    let units = [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)];
+    let parts: Vec<String> = units
+        .iter()
+        .scan(secs, |left, (unit, size)| {
+            let count = *left / size;
+            *left %= size;
+            Some((count, *unit))
+        })
+        .skip_while(|(count, _)| *count == 0)
+        .take(2)
+        .filter(|(count, _)| *count > 0)
+        .map(|(count, unit)| format!("{count}{unit}"))
+        .collect();
+    if parts.is_empty() {
+        "0s".to_owned()
+    } else {
+        parts.join(" ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_the_two_largest_units() {
+        assert_eq!(human(Duration::ZERO), "0s");
+        assert_eq!(human(Duration::from_millis(1)), "1s");
+        assert_eq!(human(Duration::from_secs(42)), "42s");
+        assert_eq!(human(Duration::from_secs(200)), "3m 20s");
+        assert_eq!(human(Duration::from_secs(3_600)), "1h");
+        assert_eq!(human(Duration::from_secs(93_784)), "1d 2h");
+    }
+
+    #[test]
+    fn tables_align_columns_without_trailing_spaces() {
+        let text = table(
+            &["A", "LONG HEADER"],
+            &[vec!["wide cell".into(), "x".into()]],
+        );
+        assert_eq!(text, "A          LONG HEADER\nwide cell  x\n");
+    }
+}

@@ -1,0 +1,147 @@
+//! A plain driver for profilers: runs `N` decisions of one kind in a loop
+//! and prints the mean time per decision. Meant for instruction counts,
+//! which are repeatable where wall-clock benches are not:
+//!
+//! ```text
+//! cargo bench -p rl-core --bench decision_profile --no-run
+//! valgrind --tool=callgrind --callgrind-out-file=cg.out \
+//!     target/release/deps/decision_profile-<hash> backend 200000
+//! callgrind_annotate cg.out | head -40
+//! ```
+//!
+//! Kinds: `backend` (`MemoryBackend::acquire_one`, GCRA), `limiter`
+//! (`Limiter::acquire`, prebuilt key), `check` (`Limiter::check`, allowed,
+//! what `#[rate_limit]` calls), `refused` (`Limiter::check` refused by the
+//! memory backend), `cached` (`Limiter::check` refused by the deny cache in
+//! front of a remote backend), `multi` (`Limiter::check` of three limits on
+//! two keys, allowed). Without arguments (as `cargo bench` runs it)
+//! every kind runs briefly.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use rl_core::{
+    Backend, BackendError, BoxFuture, Decisions, Key, Limit, Limiter, MemoryBackend, Request,
+};
+
+/// A remote backend in all but name: the memory backend behind the trait,
+/// so the limiter takes its remote path (breaker, publishing, deny cache).
+#[derive(Debug, Default)]
+struct Remote(MemoryBackend);
+
+impl Backend for Remote {
+    fn acquire<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
+        self.0.acquire(requests)
+    }
+    fn peek<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
+        self.0.peek(requests)
+    }
+    fn refund<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        at_micros: u64,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        self.0.refund(requests, at_micros)
+    }
+    fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>> {
+        self.0.reset(requests)
+    }
+}
+
+const KINDS: [&str; 6] = ["backend", "limiter", "check", "refused", "cached", "multi"];
+
+fn run(kind: &str, n: u64) -> Duration {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let generous = Limit::new(1_000_000_000, Duration::from_secs(1)).expect("limit");
+    let tight = Limit::per_hour(1).expect("limit");
+    match kind {
+        "backend" => {
+            let backend = MemoryBackend::new();
+            let key = Key::new("rl", "profile", "user-42");
+            let request = Request::new(&key, &generous, 1);
+            backend.acquire_one(&request);
+            let start = Instant::now();
+            for _ in 0..n {
+                black_box(backend.acquire_one(black_box(&request)));
+            }
+            start.elapsed()
+        }
+        "limiter" | "check" | "refused" | "cached" => {
+            let limiter = if kind == "cached" {
+                Limiter::builder().backend(Remote::default()).build()
+            } else {
+                Limiter::builder().memory().build()
+            }
+            .expect("limiter");
+            let limit = if matches!(kind, "refused" | "cached") {
+                tight
+            } else {
+                generous
+            };
+            let key = limiter.key("profile", &42u64);
+            let requests = [Request::new(&key, &limit, 1)];
+            runtime.block_on(async {
+                // Use the quota up first, so that a refusal is what is measured.
+                let _ = limiter.check("profile", &requests, None).await;
+                let _ = limiter.check("profile", &requests, None).await;
+                let start = Instant::now();
+                for _ in 0..n {
+                    if kind == "limiter" {
+                        black_box(limiter.acquire(black_box(&key), &limit, 1).await.ok());
+                    } else {
+                        let _ =
+                            black_box(limiter.check("profile", black_box(&requests), None).await);
+                    }
+                }
+                start.elapsed()
+            })
+        }
+        "multi" => {
+            let limiter = Limiter::builder().memory().build().expect("limiter");
+            let per_hour = Limit::new(1_000_000_000, Duration::from_secs(3_600)).expect("limit");
+            let user = limiter.key("profile", &42u64);
+            let ip = limiter.key("ip", &"10.0.0.1");
+            let requests = [
+                Request::new(&user, &generous, 1),
+                Request::new(&user, &per_hour, 1),
+                Request::new(&ip, &generous, 1),
+            ];
+            runtime.block_on(async {
+                let _ = limiter.check("profile", &requests, None).await;
+                let start = Instant::now();
+                for _ in 0..n {
+                    let _ = black_box(limiter.check("profile", black_box(&requests), None).await);
+                }
+                start.elapsed()
+            })
+        }
+        other => panic!("unknown kind {other:?}; expected one of {KINDS:?}"),
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let (kinds, n): (Vec<&str>, u64) = match args.as_slice() {
+        [] => (KINDS.to_vec(), 200_000),
+        [kind] => (vec![kind.as_str()], 1_000_000),
+        [kind, n, ..] => (vec![kind.as_str()], n.parse().expect("N is an integer")),
+    };
+    for kind in kinds {
+        let took = run(kind, n);
+        println!(
+            "{kind:>8}: {n} decisions, {:.1} ns each",
+            took.as_nanos() as f64 / n as f64
+        );
+    }
+}

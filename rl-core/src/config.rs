@@ -1,0 +1,432 @@
+//! Limits from a TOML file (feature `config`): per limit name its rates,
+//! algorithm, burst, failure policy and shadow mode, applied to a running
+//! [`Limiter`] all-or-nothing.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::error::LimitError;
+use crate::limit::{Algorithm, Limit};
+use crate::limiter::Limiter;
+use crate::policy::FailurePolicy;
+
+/// The keys a limit's table may hold.
+const KEYS: &str = "`rates`, `algorithm`, `burst`, `slots`, `on_error`, `shadow`";
+
+/// A limits file that can never be built from a bad file: the message names
+/// the limit, the key and the bad value, and says what was expected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read limits file {path}: {message}")]
+    Read {
+        /// The file's path.
+        path: String,
+        /// The operating system's reason.
+        message: String,
+    },
+    /// The text is not TOML (the message gives the line and column).
+    #[error("limits file is not valid TOML: {0}")]
+    Syntax(String),
+    /// A top-level key other than `limits`.
+    #[error("unknown top-level key `{0}`; expected `limits`, e.g. `[limits.sms_phone]`")]
+    UnknownTopLevelKey(String),
+    /// `limits` is not a table.
+    #[error("`limits` must be a table of limit names, e.g. `[limits.sms_phone]`; got {0}")]
+    LimitsNotATable(String),
+    /// A limit name is empty.
+    #[error("limit names must not be empty")]
+    EmptyName,
+    /// `limits.<name>` is not a table.
+    #[error(
+        "limit `{name}` must be a table, e.g. `[limits.{name}]` with `rates = [\"5/1h\"]`; got {value}"
+    )]
+    NotATable {
+        /// The limit name.
+        name: String,
+        /// The value found instead, as TOML.
+        value: String,
+    },
+    /// A key that no limit has (e.g. a typo).
+    #[error("limit `{name}`: unknown key `{key}`; expected one of {KEYS}")]
+    UnknownKey {
+        /// The limit name.
+        name: String,
+        /// The unknown key.
+        key: String,
+    },
+    /// A limit without `rates`.
+    #[error("limit `{name}`: `rates` is missing; e.g. `rates = [\"1/1m\", \"5/1h\"]`")]
+    MissingRates {
+        /// The limit name.
+        name: String,
+    },
+    /// A value of the wrong type or out of range.
+    #[error("limit `{name}`: `{key}` = {value}: {expected}")]
+    BadValue {
+        /// The limit name.
+        name: String,
+        /// The key holding the value.
+        key: &'static str,
+        /// The bad value, as TOML.
+        value: String,
+        /// What was expected instead.
+        expected: String,
+    },
+    /// A rate that does not make a limit with the given settings.
+    #[error("limit `{name}`: rate {rate:?}: {source}")]
+    BadRate {
+        /// The limit name.
+        name: String,
+        /// The rate as written.
+        rate: String,
+        /// Why it is not a limit.
+        source: LimitError,
+    },
+    /// Rates that cannot go together on one key (see [`Limit::check_distinct`]).
+    #[error("limit `{name}`: {source}")]
+    Conflict {
+        /// The limit name.
+        name: String,
+        /// The conflict.
+        source: LimitError,
+    },
+}
+
+/// The settings of one limit name in a [`LimitsFile`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitsEntry {
+    limits: Vec<Limit>,
+    policy: Option<FailurePolicy>,
+    shadow: bool,
+}
+
+impl LimitsEntry {
+    /// The limits, decided together, in the file's order (never empty).
+    pub fn limits(&self) -> &[Limit] {
+        &self.limits
+    }
+
+    /// The failure policy (`on_error`), if the file sets one.
+    pub fn policy(&self) -> Option<FailurePolicy> {
+        self.policy
+    }
+
+    /// Whether the name is in shadow mode (`shadow = true`).
+    pub fn shadow(&self) -> bool {
+        self.shadow
+    }
+}
+
+/// Limits per name, read from TOML:
+///
+/// ```toml
+/// [limits.sms_phone]
+/// rates = ["1/1m", "5/1h", "10/1d"]
+/// algorithm = "sliding_log"   # optional, default gcra
+/// burst = 10                  # optional (token bucket, leaky bucket, gcra)
+/// slots = 10                  # optional (sliding_window)
+/// on_error = "fail_closed"    # optional: fail_open | fail_closed | local:<share>
+/// shadow = true               # optional, default false
+/// ```
+///
+/// A name is the `name` of `#[rate_limit]` (by default `module::function`)
+/// or of an `also(...)` group. [`LimitsFile::apply`] sets, for each name in
+/// the file, its limits, its failure policy (none given: the one of the
+/// macro or the limiter) and its shadow mode.
+///
+/// ```
+/// use rl_core::{FailurePolicy, Limiter, LimitsFile};
+///
+/// let file = LimitsFile::parse(r#"
+///     [limits.sms_phone]
+///     rates = ["1/1m", "5/1h"]
+///     algorithm = "sliding_log"
+///     on_error = "local:4"
+/// "#)?;
+/// let limiter = Limiter::builder().build()?;
+/// file.apply(&limiter)?;
+/// assert_eq!(limiter.limits("sms_phone").unwrap().len(), 2);
+/// assert_eq!(limiter.policy_for("sms_phone", None), FailurePolicy::Local { share: 4 });
+///
+/// let bad = LimitsFile::parse("[limits.sms_phone]\nrates = [\"5 per hour\"]").unwrap_err();
+/// assert!(bad.to_string().starts_with("limit `sms_phone`: rate \"5 per hour\""));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LimitsFile {
+    entries: BTreeMap<String, LimitsEntry>,
+}
+
+impl LimitsFile {
+    /// Reads and validates a limits file's text; nothing is applied.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let table: toml::Table = toml::from_str(text)
+            .map_err(|e: toml::de::Error| ConfigError::Syntax(e.to_string().trim().to_owned()))?;
+        let mut entries = BTreeMap::new();
+        for (key, value) in table {
+            if key != "limits" {
+                return Err(ConfigError::UnknownTopLevelKey(key));
+            }
+            let toml::Value::Table(limits) = value else {
+                return Err(ConfigError::LimitsNotATable(value.to_string()));
+            };
+            for (name, value) in limits {
+                let entry = parse_entry(&name, value)?;
+                entries.insert(name, entry);
+            }
+        }
+        Ok(Self { entries })
+    }
+
+    /// Reads the file at `path` and [parses](LimitsFile::parse) it.
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Self::parse(&text)
+    }
+
+    /// Sets, on `limiter`, every name's limits ([`Limiter::set_limits`],
+    /// skipped when unchanged so the state and the published limits stay),
+    /// failure policy ([`Limiter::set_policy`]) and shadow mode
+    /// ([`Limiter::set_shadow`]). Everything is checked before anything is
+    /// applied: on `Err`, the limiter is unchanged.
+    pub fn apply(&self, limiter: &Limiter) -> Result<(), ConfigError> {
+        for (name, entry) in &self.entries {
+            if entry.limits.is_empty() {
+                return Err(ConfigError::Conflict {
+                    name: name.clone(),
+                    source: LimitError::NoLimits,
+                });
+            }
+            Limit::check_distinct(&entry.limits).map_err(|source| ConfigError::Conflict {
+                name: name.clone(),
+                source,
+            })?;
+        }
+        for (name, entry) in &self.entries {
+            if limiter.limits(name).as_deref() != Some(entry.limits.as_slice()) {
+                limiter
+                    .set_limits(name, entry.limits.clone())
+                    .map_err(|source| ConfigError::Conflict {
+                        name: name.clone(),
+                        source,
+                    })?;
+            }
+            limiter.set_policy(name, entry.policy);
+            limiter.set_shadow(name, entry.shadow);
+        }
+        Ok(())
+    }
+
+    /// Like [`LimitsFile::apply`], replacing `previous` (the file applied
+    /// before, e.g. on a reload): the names only `previous` has go back to
+    /// their compiled-in limits, no runtime failure policy and no shadow mode.
+    pub fn apply_over(&self, previous: &LimitsFile, limiter: &Limiter) -> Result<(), ConfigError> {
+        self.apply(limiter)?;
+        for name in previous.names().filter(|name| self.get(name).is_none()) {
+            limiter.clear_limits(name);
+            limiter.set_policy(name, None);
+            limiter.set_shadow(name, false);
+        }
+        Ok(())
+    }
+
+    /// The settings of `name`, if the file has it.
+    pub fn get(&self, name: &str) -> Option<&LimitsEntry> {
+        self.entries.get(name)
+    }
+
+    /// The limit names, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.entries.keys().map(String::as_str)
+    }
+
+    /// Every name with its settings, sorted by name.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &LimitsEntry)> {
+        self.entries
+            .iter()
+            .map(|(name, entry)| (name.as_str(), entry))
+    }
+
+    /// How many names the file sets.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the file sets no name.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// The raw settings of one name, each value checked for its type.
+#[derive(Default)]
+struct Raw {
+    rates: Option<Vec<String>>,
+    algorithm: Option<Algorithm>,
+    burst: Option<u64>,
+    slots: Option<u64>,
+    policy: Option<FailurePolicy>,
+    shadow: Option<bool>,
+}
+
+fn parse_entry(name: &str, value: toml::Value) -> Result<LimitsEntry, ConfigError> {
+    if name.is_empty() {
+        return Err(ConfigError::EmptyName);
+    }
+    let toml::Value::Table(table) = value else {
+        return Err(ConfigError::NotATable {
+            name: name.to_owned(),
+            value: value.to_string(),
+        });
+    };
+    let bad = |key: &'static str, value: &toml::Value, expected: &str| ConfigError::BadValue {
+        name: name.to_owned(),
+        key,
+        value: value.to_string(),
+        expected: expected.to_owned(),
+    };
+    let positive = |key: &'static str, value: &toml::Value| match value {
+        toml::Value::Integer(n) if *n >= 1 => Ok(*n as u64),
+        _ => Err(bad(key, value, "expected a positive integer")),
+    };
+    let mut raw = Raw::default();
+    for (key, value) in &table {
+        match key.as_str() {
+            "rates" => {
+                let toml::Value::Array(items) = value else {
+                    return Err(bad(
+                        "rates",
+                        value,
+                        "expected a list such as [\"1/1m\", \"5/1h\"]",
+                    ));
+                };
+                if items.is_empty() {
+                    return Err(bad(
+                        "rates",
+                        value,
+                        "at least one rate is needed, e.g. [\"5/1h\"]",
+                    ));
+                }
+                let rates = items
+                    .iter()
+                    .map(|item| match item {
+                        toml::Value::String(rate) => Ok(rate.clone()),
+                        _ => Err(bad("rates", item, "each rate is a string such as \"5/1h\"")),
+                    })
+                    .collect::<Result<_, _>>()?;
+                raw.rates = Some(rates);
+            }
+            "algorithm" => {
+                let algorithm = value
+                    .as_str()
+                    .and_then(|text| text.parse().ok())
+                    .ok_or_else(|| {
+                        let names: Vec<String> = Algorithm::ALL
+                            .iter()
+                            .map(|a| format!("\"{}\"", a.name()))
+                            .collect();
+                        bad(
+                            "algorithm",
+                            value,
+                            &format!("expected one of {}", names.join(", ")),
+                        )
+                    })?;
+                raw.algorithm = Some(algorithm);
+            }
+            "burst" => raw.burst = Some(positive("burst", value)?),
+            "slots" => raw.slots = Some(positive("slots", value)?),
+            "on_error" => {
+                let policy = value.as_str().and_then(parse_policy).ok_or_else(|| {
+                    bad(
+                        "on_error",
+                        value,
+                        "expected \"fail_open\", \"fail_closed\" or \"local:<share>\" (share >= 1, e.g. \"local:4\")",
+                    )
+                })?;
+                raw.policy = Some(policy);
+            }
+            "shadow" => {
+                let shadow = value
+                    .as_bool()
+                    .ok_or_else(|| bad("shadow", value, "expected true or false"))?;
+                raw.shadow = Some(shadow);
+            }
+            _ => {
+                return Err(ConfigError::UnknownKey {
+                    name: name.to_owned(),
+                    key: key.clone(),
+                });
+            }
+        }
+    }
+    let Some(rates) = raw.rates else {
+        return Err(ConfigError::MissingRates {
+            name: name.to_owned(),
+        });
+    };
+    let limits = rates
+        .iter()
+        .map(|rate| {
+            let mut limit = rate.parse::<Limit>();
+            if let Some(slots) = raw.slots {
+                limit = limit.and_then(|l| l.with_slots(slots));
+            }
+            if let Some(burst) = raw.burst {
+                limit = limit.and_then(|l| l.with_burst(burst));
+            }
+            if let Some(algorithm) = raw.algorithm {
+                limit = limit.and_then(|l| l.with_algorithm(algorithm));
+            }
+            limit.map_err(|source| ConfigError::BadRate {
+                name: name.to_owned(),
+                rate: rate.clone(),
+                source,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Limit::check_distinct(&limits).map_err(|source| ConfigError::Conflict {
+        name: name.to_owned(),
+        source,
+    })?;
+    Ok(LimitsEntry {
+        limits,
+        policy: raw.policy,
+        shadow: raw.shadow.unwrap_or(false),
+    })
+}
+
+/// `fail_open`, `fail_closed` or `local:<share>` with `share >= 1`.
+fn parse_policy(text: &str) -> Option<FailurePolicy> {
+    match text.trim() {
+        "fail_open" => Some(FailurePolicy::FailOpen),
+        "fail_closed" => Some(FailurePolicy::FailClosed),
+        other => {
+            let share: u64 = other.strip_prefix("local:")?.trim().parse().ok()?;
+            (share >= 1).then_some(FailurePolicy::Local { share })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_policies_read_as_in_the_docs() {
+        assert_eq!(parse_policy("fail_open"), Some(FailurePolicy::FailOpen));
+        assert_eq!(parse_policy("fail_closed"), Some(FailurePolicy::FailClosed));
+        assert_eq!(
+            parse_policy("local:3"),
+            Some(FailurePolicy::Local { share: 3 })
+        );
+        assert_eq!(parse_policy("local:0"), None);
+        assert_eq!(parse_policy("local"), None);
+        assert_eq!(parse_policy("closed"), None);
+    }
+}

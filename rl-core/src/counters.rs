@@ -1,0 +1,142 @@
+//! `rl_decisions_total{limit, outcome}`, counted without rebuilding the
+//! metric key on every decision.
+//!
+//! `metrics::counter!` with a runtime label allocates the label vector and
+//! hashes the key on each call (about a third of an in-memory
+//! `Limiter::check`). The key depends only on the limit's name and the
+//! outcome, both `&'static str`, so each thread keeps the keys it built in
+//! a small direct-mapped table indexed by the strings' addresses. The
+//! recorder is still asked for the counter on every call, so installing or
+//! replacing a recorder (global or local) takes effect at once.
+
+use std::cell::RefCell;
+
+use metrics::{Key, Label, Level, Metadata};
+
+/// Slots per thread (a power of two); a collision only rebuilds a key.
+const SLOTS: usize = 32;
+
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+struct Slot {
+    name: *const u8,
+    name_len: usize,
+    outcome: *const u8,
+    key: Key,
+}
+
+thread_local! {
+    static KEYS: RefCell<[Option<Slot>; SLOTS]> = const { RefCell::new([const { None }; SLOTS]) };
+}
+
+/// Adds one to `rl_decisions_total{limit = name, outcome = outcome}`.
+pub(crate) fn decision(name: &'static str, outcome: &'static str) {
+    let index = ((name.as_ptr() as usize >> 3) ^ (outcome.as_ptr() as usize >> 3) ^ name.len())
+        & (SLOTS - 1);
+    let counted = KEYS.try_with(|keys| {
+        let mut keys = keys.borrow_mut();
+        let slot = &mut keys[index];
+        let hit = slot.as_ref().is_some_and(|s| {
+            s.name == name.as_ptr() && s.name_len == name.len() && s.outcome == outcome.as_ptr()
+        });
+        if !hit {
+            *slot = Some(Slot {
+                name: name.as_ptr(),
+                name_len: name.len(),
+                outcome: outcome.as_ptr(),
+                key: key(name, outcome),
+            });
+        }
+        let key = &slot.as_ref().expect("filled above").key;
+        metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA)).increment(1);
+    });
+    if counted.is_err() {
+        // Thread-local storage is being torn down: count the slow way.
+        metrics::with_recorder(|recorder| {
+            recorder.register_counter(&key(name, outcome), &METADATA)
+        })
+        .increment(1);
+    }
+}
+
+fn key(name: &'static str, outcome: &'static str) -> Key {
+    Key::from_parts(
+        "rl_decisions_total",
+        vec![Label::new("limit", name), Label::new("outcome", outcome)],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Default)]
+    struct Seen(Arc<Mutex<HashMap<Key, u64>>>);
+
+    struct Tally(Key, Arc<Mutex<HashMap<Key, u64>>>);
+
+    impl metrics::CounterFn for Tally {
+        fn increment(&self, value: u64) {
+            *self.1.lock().unwrap().entry(self.0.clone()).or_default() += value;
+        }
+        fn absolute(&self, _: u64) {}
+    }
+
+    impl metrics::Recorder for Seen {
+        fn describe_counter(
+            &self,
+            _: metrics::KeyName,
+            _: Option<metrics::Unit>,
+            _: metrics::SharedString,
+        ) {
+        }
+        fn describe_gauge(
+            &self,
+            _: metrics::KeyName,
+            _: Option<metrics::Unit>,
+            _: metrics::SharedString,
+        ) {
+        }
+        fn describe_histogram(
+            &self,
+            _: metrics::KeyName,
+            _: Option<metrics::Unit>,
+            _: metrics::SharedString,
+        ) {
+        }
+        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> metrics::Counter {
+            metrics::Counter::from_arc(Arc::new(Tally(key.clone(), self.0.clone())))
+        }
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> metrics::Gauge {
+            metrics::Gauge::noop()
+        }
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> metrics::Histogram {
+            metrics::Histogram::noop()
+        }
+    }
+
+    #[test]
+    fn counts_land_under_the_same_key_as_the_counter_macro_and_follow_the_recorder() {
+        let first = Seen::default();
+        metrics::with_local_recorder(&first, || {
+            decision("sms", "allowed");
+            decision("sms", "allowed");
+            decision("login", "rejected");
+            let name = "sms";
+            metrics::counter!("rl_decisions_total", "limit" => name, "outcome" => "allowed")
+                .increment(1);
+        });
+        let second = Seen::default();
+        metrics::with_local_recorder(&second, || decision("sms", "allowed"));
+        let first = first.0.lock().unwrap();
+        assert_eq!(first.get(&key("sms", "allowed")), Some(&3));
+        assert_eq!(first.get(&key("login", "rejected")), Some(&1));
+        assert_eq!(
+            second.0.lock().unwrap().get(&key("sms", "allowed")),
+            Some(&1)
+        );
+    }
+}

@@ -1,0 +1,411 @@
+//! The deny cache, end to end through the limiter: a flood on a blocked
+//! identity stays in process, and no decision changes because of it.
+//!
+//! The backend is the in-memory one behind a counting wrapper, which the
+//! limiter treats as remote (the deny cache is on by default there).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use rl_core::{
+    Algorithm, Backend, BackendError, BoxFuture, Decisions, Key, Limit, Limiter, ManualClock,
+    MemoryBackend, Rejection, Request, rate_limit,
+};
+
+/// The in-memory backend, counting the calls that reach it.
+#[derive(Debug, Default)]
+struct Counting {
+    inner: MemoryBackend,
+    acquires: AtomicU64,
+}
+
+impl Backend for Counting {
+    fn acquire<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
+        self.acquires.fetch_add(1, Ordering::SeqCst);
+        self.inner.acquire(requests)
+    }
+
+    fn peek<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
+        self.inner.peek(requests)
+    }
+
+    fn refund<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        at_micros: u64,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        self.inner.refund(requests, at_micros)
+    }
+
+    fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>> {
+        self.inner.reset(requests)
+    }
+}
+
+/// A limiter over a counting backend, and the backend.
+fn counted(deny_cache: Option<bool>) -> (Limiter, Arc<Counting>) {
+    let backend = Arc::new(Counting::default());
+    let mut builder = Limiter::builder().shared_backend(backend.clone());
+    if let Some(enabled) = deny_cache {
+        builder = builder.deny_cache(enabled);
+    }
+    (builder.build().expect("limiter"), backend)
+}
+
+fn calls(backend: &Counting) -> u64 {
+    backend.acquires.load(Ordering::SeqCst)
+}
+
+#[tokio::test]
+async fn a_flood_of_a_million_calls_on_a_blocked_identity_makes_at_most_ten_backend_calls() {
+    let (limiter, backend) = counted(None);
+    let limit = Limit::per_hour(3).unwrap();
+    let key = limiter.key("otp", &"+33 6 12 34 56 78");
+    let call = [Request::new(&key, &limit, 1)];
+    let mut admitted = 0;
+    for _ in 0..1_000_000 {
+        if limiter.check("otp", &call, None).await.is_ok() {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 3, "exactly the quota is admitted");
+    assert!(calls(&backend) <= 10, "{} backend calls", calls(&backend));
+    // Another identity is decided by the backend as usual.
+    let other = limiter.key("otp", &"+1 555 0100");
+    assert!(
+        limiter
+            .check("otp", &[Request::new(&other, &limit, 1)], None)
+            .await
+            .is_ok()
+    );
+}
+
+#[tokio::test]
+async fn a_remembered_refusal_reports_the_backend_decision_with_the_wait_left() {
+    let (limiter, backend) = counted(None);
+    let limit = Limit::per_minute(1).unwrap();
+    let key = limiter.key("sms", &"alice");
+    let call = [Request::new(&key, &limit, 1)];
+    limiter.check("sms", &call, None).await.expect("first call");
+    let from_backend = limiter.check("sms", &call, None).await.unwrap_err();
+    let before = calls(&backend);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let remembered = limiter.check("sms", &call, None).await.unwrap_err();
+    assert_eq!(calls(&backend), before, "answered in process");
+    let (b, r) = (
+        from_backend.decision().unwrap(),
+        remembered.decision().unwrap(),
+    );
+    assert!(!r.allowed);
+    assert_eq!(r.remaining, 0);
+    assert_eq!(r.limit, b.limit);
+    assert!(r.retry_after > Duration::ZERO);
+    assert!(
+        r.retry_after <= b.retry_after - Duration::from_millis(20),
+        "{:?} then {:?}",
+        b.retry_after,
+        r.retry_after
+    );
+    assert_eq!(remembered.name(), "sms");
+    assert_eq!(remembered.limit(), Some(&limit));
+}
+
+#[tokio::test]
+async fn a_remembered_refusal_ends_at_its_retry_after() {
+    let (limiter, backend) = counted(None);
+    let limit = Limit::new(1, Duration::from_millis(50)).unwrap();
+    let key = limiter.key("burst", &1);
+    let call = [Request::new(&key, &limit, 1)];
+    limiter
+        .check("burst", &call, None)
+        .await
+        .expect("first call");
+    let refused = limiter.check("burst", &call, None).await.unwrap_err();
+    tokio::time::sleep(refused.retry_after().unwrap()).await;
+    let before = calls(&backend);
+    assert!(limiter.check("burst", &call, None).await.is_ok());
+    assert_eq!(calls(&backend), before + 1);
+}
+
+#[tokio::test]
+async fn a_refund_forgets_the_refusal_so_the_freed_unit_can_be_used() {
+    let (limiter, backend) = counted(None);
+    let limit = Limit::per_hour(1).unwrap();
+    let key = limiter.key("login", &"bob");
+    let call = [Request::new(&key, &limit, 1)];
+    let admission = limiter.check("login", &call, None).await.expect("first");
+    assert!(limiter.check("login", &call, None).await.is_err());
+    let before = calls(&backend);
+    assert!(limiter.check("login", &call, None).await.is_err());
+    assert_eq!(calls(&backend), before, "remembered");
+    // Count-failures mode: the first call is not counted after all.
+    limiter.refund_admission(&call, &admission).await.unwrap();
+    assert!(limiter.check("login", &call, None).await.is_ok());
+    // And a reset forgets too.
+    assert!(limiter.check("login", &call, None).await.is_err());
+    limiter.reset_everywhere(&call).await.unwrap();
+    assert!(limiter.check("login", &call, None).await.is_ok());
+}
+
+#[tokio::test]
+async fn a_call_with_any_remembered_refusal_is_refused_and_consumes_nothing_elsewhere() {
+    let (limiter, backend) = counted(None);
+    let per_phone = Limit::per_hour(1).unwrap();
+    let per_ip = Limit::per_hour(100).unwrap();
+    let phone = limiter.key("sms", &"+1");
+    let ip = limiter.key("ip", &"10.0.0.1");
+    let call = [
+        Request::new(&phone, &per_phone, 1),
+        Request::new(&ip, &per_ip, 1),
+    ];
+    limiter.check("send", &call, None).await.expect("first");
+    let refused = limiter.check("send", &call, None).await.unwrap_err();
+    assert_eq!(refused.name(), "send");
+    let before = calls(&backend);
+    for _ in 0..50 {
+        assert!(limiter.check("send", &call, None).await.is_err());
+    }
+    assert_eq!(calls(&backend), before);
+    let ip_state = limiter
+        .peek_all(&[Request::new(&ip, &per_ip, 1)])
+        .await
+        .unwrap();
+    assert_eq!(
+        ip_state[0].remaining, 99,
+        "only the first call took from the IP"
+    );
+    // The IP was not the refusing limit: another phone from it is decided.
+    let other = limiter.key("sms", &"+2");
+    let other_call = [
+        Request::new(&other, &per_phone, 1),
+        Request::new(&ip, &per_ip, 1),
+    ];
+    assert!(limiter.check("send", &other_call, None).await.is_ok());
+}
+
+#[rate_limit(period = "1h", threshold = 1, algorithm = fixed_window, key = user, name = "otp_macro", limiter = limiter)]
+async fn send_otp(limiter: &Limiter, user: u32) -> Result<u32, Rejection> {
+    Ok(user)
+}
+
+fn hourly(threshold: u64) -> Limit {
+    Limit::per_hour(threshold)
+        .and_then(|l| l.with_algorithm(Algorithm::FixedWindow))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn new_limits_for_a_name_forget_its_remembered_refusals() {
+    let (limiter, backend) = counted(None);
+    send_otp(&limiter, 7).await.expect("first");
+    assert!(send_otp(&limiter, 7).await.is_err());
+    let before = calls(&backend);
+    assert!(send_otp(&limiter, 7).await.is_err());
+    assert_eq!(calls(&backend), before, "remembered");
+    // The same limit set again still forgets: the next call asks the backend.
+    limiter.set_limits("otp_macro", vec![hourly(1)]).unwrap();
+    assert!(send_otp(&limiter, 7).await.is_err());
+    assert_eq!(calls(&backend), before + 1);
+    // A higher threshold applies to the existing state at once.
+    limiter.set_limits("otp_macro", vec![hourly(2)]).unwrap();
+    assert_eq!(send_otp(&limiter, 7).await.unwrap(), 7);
+}
+
+#[tokio::test]
+async fn the_cache_can_be_turned_off_per_name_and_in_the_builder() {
+    let limit = Limit::per_hour(1).unwrap();
+    for (deny_cache, per_name_off, expected) in [
+        (None, false, 2),
+        (None, true, 11),
+        (Some(false), false, 11),
+        (Some(true), false, 2),
+    ] {
+        let (limiter, backend) = counted(deny_cache);
+        if per_name_off {
+            limiter.set_deny_cache("sms", false);
+        }
+        let key = limiter.key("sms", &"carol");
+        let call = [Request::new(&key, &limit, 1)];
+        for _ in 0..11 {
+            let _ = limiter.check("sms", &call, None).await;
+        }
+        assert_eq!(
+            calls(&backend),
+            expected,
+            "builder {deny_cache:?}, off for the name: {per_name_off}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn shadowed_refusals_are_never_remembered() {
+    let (limiter, backend) = counted(None);
+    let limit = Limit::per_hour(1).unwrap();
+    let key = limiter.key("new_limit", &"dave");
+    let call = [Request::new(&key, &limit, 1)];
+    limiter
+        .check("new_limit", &call, None)
+        .await
+        .expect("first");
+    assert!(limiter.check("new_limit", &call, None).await.is_err());
+    limiter.set_shadow("new_limit", true);
+    for _ in 0..5 {
+        assert!(limiter.check("new_limit", &call, None).await.is_ok());
+    }
+    assert_eq!(calls(&backend), 7, "every shadowed call is decided");
+}
+
+/// Counts `rl_decisions_total` per outcome.
+#[derive(Default)]
+struct Outcomes(Arc<Mutex<HashMap<String, u64>>>);
+
+struct Tally {
+    outcome: String,
+    counts: Arc<Mutex<HashMap<String, u64>>>,
+}
+
+impl metrics::CounterFn for Tally {
+    fn increment(&self, value: u64) {
+        *self
+            .counts
+            .lock()
+            .unwrap()
+            .entry(self.outcome.clone())
+            .or_default() += value;
+    }
+
+    fn absolute(&self, _value: u64) {}
+}
+
+impl metrics::Recorder for Outcomes {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+
+    fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        let outcome = key
+            .labels()
+            .find(|l| l.key() == "outcome")
+            .map_or_else(String::new, |l| l.value().to_owned());
+        metrics::Counter::from_arc(Arc::new(Tally {
+            outcome,
+            counts: self.0.clone(),
+        }))
+    }
+
+    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        metrics::Gauge::noop()
+    }
+
+    fn register_histogram(
+        &self,
+        _: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
+}
+
+#[test]
+fn remembered_refusals_are_counted_as_rejected_cached_and_memory_limiters_do_not_remember() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let recorder = Outcomes::default();
+    let counts = recorder.0.clone();
+    let _guard = metrics::set_default_local_recorder(&recorder);
+    let limit = Limit::per_hour(1).unwrap();
+    runtime.block_on(async {
+        let (remote, _) = counted(None);
+        let memory = Limiter::builder().memory().build().unwrap();
+        for limiter in [&remote, &memory] {
+            let key = limiter.key("metered", &"erin");
+            let call = [Request::new(&key, &limit, 1)];
+            for _ in 0..5 {
+                let _ = limiter.check("metered", &call, None).await;
+            }
+        }
+    });
+    let counts = counts.lock().unwrap();
+    assert_eq!(counts.get("allowed"), Some(&2));
+    assert_eq!(counts.get("rejected"), Some(&(1 + 4)), "{counts:?}");
+    assert_eq!(counts.get("rejected_cached"), Some(&3), "{counts:?}");
+}
+
+fn limit(algorithm: Algorithm, threshold: u64, period_us: u64) -> Limit {
+    Limit::new(threshold, Duration::from_micros(period_us))
+        .unwrap()
+        .with_algorithm(algorithm)
+        .unwrap()
+        .with_slots(4)
+        .unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// What the deny cache relies on: with no other traffic, a refusal
+    /// stays a refusal, for the same or a higher cost, until its
+    /// `retry_after`.
+    #[test]
+    fn a_refusal_holds_until_its_retry_after_for_every_algorithm(
+        algorithm in prop::sample::select(Algorithm::ALL.to_vec()),
+        threshold in 1u64..6,
+        gaps in prop::collection::vec((0u64..3_000_000, 1u64..=3), 1..40),
+        probes in prop::collection::vec((0.0f64..1.0, 0u64..2), 1..8),
+    ) {
+        let limit = limit(algorithm, threshold, 4_000_000);
+        let clock = ManualClock::new(1_700_000_000_000_000);
+        let backend = MemoryBackend::with_clock(clock.clone());
+        let key = Key::new("rl", "law", "k");
+        for (gap, cost) in gaps {
+            clock.advance_micros(gap);
+            let cost = cost.min(limit.capacity());
+            let decision = backend.acquire_one(&Request::new(&key, &limit, cost));
+            if decision.allowed {
+                continue;
+            }
+            let now = decision.at_micros;
+            let wait = decision.retry_after.as_micros() as u64;
+            for &(fraction, extra) in &probes {
+                let at = now + (wait as f64 * fraction) as u64;
+                let probe_cost = (cost + extra).min(limit.capacity());
+                clock.set_micros(at.min(now + wait - 1));
+                let peeked = backend.peek_sync(&[Request::new(&key, &limit, probe_cost)]);
+                prop_assert!(
+                    !peeked.allowed(),
+                    "{algorithm}: refused at {now} for {wait} µs, allowed at {}",
+                    at - now
+                );
+            }
+            clock.set_micros(now);
+        }
+    }
+}

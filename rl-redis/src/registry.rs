@@ -1,0 +1,356 @@
+//! The limits registry: which limit names a deployment decides in Redis, and
+//! with which limits, for operators' tools (e.g. `rl-admin`).
+//!
+//! The limiter publishes a name's limits on its first remote decision for
+//! that name, again every hour and after `Limiter::set_limits`
+//! ([`rl_core::Backend::publish_limits`]). [`RedisBackend`] keeps them in one
+//! hash per key prefix:
+//!
+//! - key `<prefix>:{limits}`: its own hash tag, so it is a single key on Redis
+//!   Cluster, and it still starts with `<prefix>:` (key-pattern ACLs such as
+//!   `~app:*` cover it). It can never be an identity's key: those have a
+//!   `:` inside their hash tag.
+//! - field: the limit name, which is also the scope of its identities' keys.
+//! - value: JSON, e.g.
+//!   `{"v":1,"published_at_ms":1700000000000,"limits":[{"rate":"1/1m","algorithm":"sliding_log","threshold":1,"period_us":60000000,"burst":1,"slots":10,"capacity":1,"suffix":"sl:60000000","suffixes":["sl:60000000","sl:60000000:seq"]}]}`.
+//!   The state of identity `id` under limit name `name` and one of its limits
+//!   is at `<rl_core::Key::new(prefix, name, id)>:<suffix>` (every key in
+//!   `suffixes` for the limits that use more than one).
+//! - TTL: [`RedisBackend::REGISTRY_TTL`] (7 days), set again on every
+//!   publish: a deployment that stops deciding leaves nothing behind.
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::{Cmd, FromRedisValue, RedisResult, Script, ScriptInvocation};
+use rl_core::{Algorithm, BackendError, Limit};
+use serde_json::{Value, json};
+
+use crate::backend::{Connection, RedisBackend};
+use crate::error::from_redis;
+use crate::sentinel::needs_new_master;
+
+/// Writes one field and the TTL together (`lua/registry.lua`).
+static PUBLISH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/registry.lua")));
+
+/// The value format written by this version (`"v"` in the JSON).
+const FORMAT_VERSION: u64 = 1;
+
+/// One limit name as the registry holds it.
+///
+/// ```
+/// use rl_core::Limit;
+/// use rl_redis::RegisteredLimits;
+/// use std::time::UNIX_EPOCH;
+///
+/// let registered = RegisteredLimits::new("sms", vec![Limit::per_minute(1)?], UNIX_EPOCH);
+/// assert_eq!(registered.name, "sms");
+/// assert_eq!(registered.limits[0].threshold(), 1);
+/// # Ok::<(), rl_core::LimitError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RegisteredLimits {
+    /// The limit name: the `name` of `#[rate_limit]` (or of an `also(...)`
+    /// group), which is also the scope of its identities' keys.
+    pub name: String,
+    /// Its limits, as last published, in the order they are decided.
+    pub limits: Vec<Limit>,
+    /// When they were last published (by the publisher's clock).
+    pub published_at: SystemTime,
+}
+
+impl RegisteredLimits {
+    /// A registry entry (what [`RedisBackend::registered_limits`] returns).
+    pub fn new(name: impl Into<String>, limits: Vec<Limit>, published_at: SystemTime) -> Self {
+        Self {
+            name: name.into(),
+            limits,
+            published_at,
+        }
+    }
+}
+
+/// A command or a script call on the registry key.
+enum Query {
+    Script(ScriptInvocation<'static>),
+    Cmd(Cmd),
+}
+
+async fn send<T, C>(mut connection: C, query: &Query) -> RedisResult<T>
+where
+    T: FromRedisValue,
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    match query {
+        Query::Script(invocation) => invocation.invoke_async(&mut connection).await,
+        Query::Cmd(cmd) => cmd.query_async(&mut connection).await,
+    }
+}
+
+impl RedisBackend {
+    /// How long the registry of a prefix lives after its last publish: 7 days.
+    pub const REGISTRY_TTL: Duration = Duration::from_secs(7 * 86_400);
+
+    /// The registry key of `prefix`: `<prefix>:{limits}`.
+    ///
+    /// ```
+    /// assert_eq!(rl_redis::RedisBackend::registry_key("app"), "app:{limits}");
+    /// ```
+    pub fn registry_key(prefix: &str) -> String {
+        format!("{prefix}:{{limits}}")
+    }
+
+    /// Every limit name published under `prefix`, sorted by name (empty when
+    /// nothing was published in the last [`RedisBackend::REGISTRY_TTL`]).
+    ///
+    /// Fails with [`BackendError::Protocol`] naming the field when an entry
+    /// cannot be read (e.g. written by a newer version of this crate).
+    pub async fn registered_limits(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<RegisteredLimits>, BackendError> {
+        let key = Self::registry_key(prefix);
+        let mut cmd = redis::cmd("HGETALL");
+        cmd.arg(&key);
+        let entries: BTreeMap<String, String> = self
+            .registry_query("reading the limits registry", Query::Cmd(cmd))
+            .await?;
+        entries
+            .iter()
+            .map(|(name, value)| {
+                decode(name, value).map_err(|reason| unreadable(&key, name, &reason))
+            })
+            .collect()
+    }
+
+    /// The limits published under `prefix` for `name`, if any.
+    pub async fn registered(
+        &self,
+        prefix: &str,
+        name: &str,
+    ) -> Result<Option<RegisteredLimits>, BackendError> {
+        let key = Self::registry_key(prefix);
+        let mut cmd = redis::cmd("HGET");
+        cmd.arg(&key).arg(name);
+        let value: Option<String> = self
+            .registry_query("reading the limits registry", Query::Cmd(cmd))
+            .await?;
+        value
+            .map(|value| decode(name, &value).map_err(|reason| unreadable(&key, name, &reason)))
+            .transpose()
+    }
+
+    /// Records `limits` as those of `name` under `prefix` and sets the
+    /// registry's TTL again ([`rl_core::Backend::publish_limits`]).
+    pub(crate) async fn publish(
+        &self,
+        prefix: &str,
+        name: &str,
+        limits: &[Limit],
+    ) -> Result<(), BackendError> {
+        let published_at_ms = match &self.parts().1.clock {
+            Some(clock) => clock.now_micros() / 1_000,
+            None => SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        };
+        let mut invocation = PUBLISH.prepare_invoke();
+        invocation
+            .key(Self::registry_key(prefix))
+            .arg(name)
+            .arg(encode(limits, published_at_ms))
+            .arg(Self::REGISTRY_TTL.as_millis() as u64);
+        let _: i64 = self
+            .registry_query(
+                "publishing to the limits registry",
+                Query::Script(invocation),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Runs `query` within the per-call timeout, mapping failures like the
+    /// rate-limit script's.
+    async fn registry_query<T: FromRedisValue>(
+        &self,
+        what: &str,
+        query: Query,
+    ) -> Result<T, BackendError> {
+        let (connection, settings) = self.parts();
+        let sent = async {
+            match connection {
+                Connection::Standalone(c) => send(c.clone(), &query).await,
+                Connection::Cluster(c) => send(c.clone(), &query).await,
+                Connection::Sentinel(c) => {
+                    let (generation, master) = c.connection().await?;
+                    let result = send(master, &query).await;
+                    if result.as_ref().is_err_and(needs_new_master) {
+                        c.forget(generation);
+                    }
+                    result
+                }
+            }
+        };
+        match tokio::time::timeout(settings.timeout, sent).await {
+            Err(_elapsed) => Err(BackendError::Timeout(settings.timeout)),
+            Ok(Err(err)) => Err(from_redis(
+                &format_args!("{what} on {}", settings.target),
+                &err,
+                settings.timeout,
+            )),
+            Ok(Ok(value)) => Ok(value),
+        }
+    }
+}
+
+fn unreadable(key: &str, name: &str, reason: &str) -> BackendError {
+    BackendError::protocol(format_args!(
+        "limits registry `{key}`, field `{name}`: {reason}"
+    ))
+}
+
+/// `"5/1h"` from `"5/1h (gcra)"`.
+fn rate(limit: &Limit) -> String {
+    let text = limit.to_string();
+    match text.split_once(" (") {
+        Some((rate, _)) => rate.to_owned(),
+        None => text,
+    }
+}
+
+/// Every storage-key suffix one identity's state of `limit` may use.
+fn suffixes(limit: &Limit) -> Vec<String> {
+    let suffix = limit.storage_suffix();
+    if limit.algorithm() == Algorithm::SlidingLog {
+        vec![suffix.clone(), format!("{suffix}:seq")]
+    } else {
+        vec![suffix]
+    }
+}
+
+/// The registry value describing `limits`.
+fn encode(limits: &[Limit], published_at_ms: u64) -> String {
+    let limits: Vec<Value> = limits
+        .iter()
+        .map(|limit| {
+            json!({
+                "rate": rate(limit),
+                "algorithm": limit.algorithm().name(),
+                "threshold": limit.threshold(),
+                "period_us": limit.period_micros(),
+                "burst": limit.burst(),
+                "slots": limit.slots(),
+                "capacity": limit.capacity(),
+                "suffix": limit.storage_suffix(),
+                "suffixes": suffixes(limit),
+            })
+        })
+        .collect();
+    json!({ "v": FORMAT_VERSION, "published_at_ms": published_at_ms, "limits": limits }).to_string()
+}
+
+/// Reads a registry value back (unknown JSON members are ignored).
+fn decode(name: &str, text: &str) -> Result<RegisteredLimits, String> {
+    let value: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let number = |value: &Value, member: &str| {
+        value
+            .get(member)
+            .and_then(Value::as_u64)
+            .ok_or_else(|| format!("`{member}` is missing or not a non-negative integer"))
+    };
+    let version = number(&value, "v")?;
+    if version != FORMAT_VERSION {
+        return Err(format!(
+            "format version {version} is not understood (this version reads {FORMAT_VERSION})"
+        ));
+    }
+    let published_at = UNIX_EPOCH + Duration::from_millis(number(&value, "published_at_ms")?);
+    let limits = value
+        .get("limits")
+        .and_then(Value::as_array)
+        .filter(|limits| !limits.is_empty())
+        .ok_or("`limits` is missing or empty")?
+        .iter()
+        .map(|limit| {
+            let algorithm: Algorithm = limit
+                .get("algorithm")
+                .and_then(Value::as_str)
+                .ok_or("`algorithm` is missing or not a string")?
+                .parse()
+                .map_err(|e| format!("{e}"))?;
+            Limit::from_parts(
+                number(limit, "threshold")?,
+                number(limit, "period_us")?,
+                algorithm,
+                number(limit, "burst")?,
+                number(limit, "slots")?,
+            )
+            .map_err(|e| e.to_string())
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(RegisteredLimits::new(name, limits, published_at))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn every_algorithm() -> Vec<Limit> {
+        Algorithm::ALL
+            .into_iter()
+            .map(|algorithm| {
+                Limit::per_hour(20)
+                    .and_then(|l| l.with_burst(7))
+                    .and_then(|l| l.with_slots(12))
+                    .and_then(|l| l.with_algorithm(algorithm))
+                    .unwrap()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn registry_values_read_back_as_the_same_limits() {
+        let limits = every_algorithm();
+        let decoded = decode("sms", &encode(&limits, 1_700_000_000_123)).unwrap();
+        assert_eq!(decoded.name, "sms");
+        assert_eq!(decoded.limits, limits);
+        assert_eq!(
+            decoded.published_at,
+            UNIX_EPOCH + Duration::from_millis(1_700_000_000_123)
+        );
+    }
+
+    #[test]
+    fn registry_values_carry_the_rate_and_storage_suffixes_for_tools() {
+        let limit = Limit::per_minute(1)
+            .and_then(|l| l.with_algorithm(Algorithm::SlidingLog))
+            .unwrap();
+        let value: Value = serde_json::from_str(&encode(&[limit], 0)).unwrap();
+        let described = &value["limits"][0];
+        assert_eq!(described["rate"], "1/1m");
+        assert_eq!(described["algorithm"], "sliding_log");
+        assert_eq!(described["suffix"], limit.storage_suffix());
+        assert_eq!(
+            described["suffixes"],
+            json!(["sl:60000000", "sl:60000000:seq"])
+        );
+    }
+
+    #[test]
+    fn unreadable_registry_values_say_why() {
+        assert!(decode("x", "nope").unwrap_err().contains("not JSON"));
+        let newer = r#"{"v":2,"published_at_ms":0,"limits":[]}"#;
+        assert!(decode("x", newer).unwrap_err().contains("version 2"));
+        let zero = r#"{"v":1,"published_at_ms":0,"limits":[{"algorithm":"gcra","threshold":0,"period_us":1,"burst":1,"slots":1}]}"#;
+        assert!(decode("x", zero).unwrap_err().contains("threshold"));
+        let unknown = r#"{"v":1,"published_at_ms":0,"limits":[{"algorithm":"magic","threshold":1,"period_us":1,"burst":1,"slots":1}]}"#;
+        assert!(decode("x", unknown).unwrap_err().contains("magic"));
+    }
+
+    #[test]
+    fn the_registry_key_has_its_own_hash_tag_under_the_prefix() {
+        assert_eq!(RedisBackend::registry_key("app:rl"), "app:rl:{limits}");
+    }
+}

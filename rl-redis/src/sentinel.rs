@@ -1,0 +1,321 @@
+//! A connection to the master of a Redis Sentinel deployment that follows
+//! fail-overs.
+//!
+//! redis-rs 1.8 discovers a master through sentinels
+//! ([`redis::sentinel::Sentinel::async_master_for`], which also checks that
+//! the node answers `ROLE` as a master) but has no connection that follows a
+//! fail-over by itself. [`SentinelConnection`] keeps one multiplexed
+//! connection to the current master and drops it when:
+//!
+//! - a call on it fails in a way that says the node is gone, frozen or no
+//!   longer the master (I/O errors, timeouts, `READONLY`, `MASTERDOWN`); the
+//!   next call asks the sentinels again;
+//! - a sentinel announces `+switch-master` for the master's name (a
+//!   background task stays subscribed on one of the sentinels, as the
+//!   Sentinel client guidelines recommend); the next call connects to the
+//!   announced address, after checking `ROLE` says master. Without this, a
+//!   switch-over that leaves the old master running would keep deciding on
+//!   it until the sentinels reconfigure it as a replica (up to their 10 s
+//!   `INFO` period).
+//!
+//! Discovery is serialised: concurrent calls wait for one look-up instead of
+//! each asking the sentinels.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use futures::StreamExt;
+use redis::aio::MultiplexedConnection;
+use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
+use redis::{
+    AsyncConnectionConfig, ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisConnectionInfo,
+    RedisError, RedisResult, ServerErrorKind, Value,
+};
+use tokio::time::Instant;
+
+/// The master connection and its generation.
+type Current = Option<(u64, MultiplexedConnection)>;
+
+/// The `+switch-master` channel sentinels publish fail-overs on.
+const SWITCH_MASTER: &str = "+switch-master";
+
+/// The longest the watcher waits to subscribe to one sentinel.
+const WATCH_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The pause before the watcher tries the next sentinel.
+const WATCH_RETRY_DELAY: Duration = Duration::from_millis(500);
+
+/// How often the watcher checks that its backend still exists.
+const WATCH_LIVENESS: Duration = Duration::from_secs(1);
+
+/// Generations are unique per process, so a stale one never matches.
+static GENERATION: AtomicU64 = AtomicU64::new(1);
+
+/// A master connection found through sentinels; cheap to clone (shared).
+#[derive(Clone)]
+pub(crate) struct SentinelConnection {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    master_name: String,
+    sentinel_urls: Vec<String>,
+    node: SentinelNodeConnectionInfo,
+    /// How to log in to a master found from a `+switch-master` message.
+    redis: RedisConnectionInfo,
+    config: AsyncConnectionConfig,
+    /// The sentinels (and their cached connections); locked while resolving.
+    sentinel: tokio::sync::Mutex<Sentinel>,
+    current: Mutex<Current>,
+    /// The master address last announced by `+switch-master`, tried first
+    /// by the next look-up.
+    announced: Mutex<Option<(String, u16)>>,
+}
+
+impl fmt::Debug for SentinelConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SentinelConnection")
+            .field("master_name", &self.inner.master_name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether `err`, met on a master connection, means the connection should be
+/// dropped and the master looked up again.
+pub(crate) fn needs_new_master(err: &RedisError) -> bool {
+    err.is_io_error()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+        || err.is_timeout()
+        || err.is_unrecoverable_error()
+        || matches!(
+            err.kind(),
+            ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
+        )
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Inner {
+    /// Drops the master connection of `generation` (any if `None`).
+    fn forget(&self, generation: Option<u64>) {
+        let mut current = lock(&self.current);
+        if current
+            .as_ref()
+            .is_some_and(|(g, _)| generation.is_none_or(|wanted| *g == wanted))
+        {
+            *current = None;
+            tracing::debug!(
+                name = %self.master_name,
+                "master connection dropped; the master will be looked up again"
+            );
+        }
+    }
+
+    /// Connects to `host:port` if it answers `ROLE` as a master.
+    async fn connect_to_master(
+        &self,
+        host: String,
+        port: u16,
+    ) -> RedisResult<MultiplexedConnection> {
+        let info = ConnectionAddr::Tcp(host, port)
+            .into_connection_info()?
+            .set_redis_settings(self.redis.clone());
+        let mut connection = redis::Client::open(info)?
+            .get_multiplexed_async_connection_with_config(&self.config)
+            .await?;
+        let role: Value = redis::cmd("ROLE").query_async(&mut connection).await?;
+        let is_master = matches!(
+            &role,
+            Value::Array(items) if matches!(items.first(), Some(Value::BulkString(name)) if name.as_slice() == b"master")
+        );
+        if is_master {
+            Ok(connection)
+        } else {
+            Err(RedisError::from((
+                ErrorKind::Server(ServerErrorKind::ReadOnly),
+                "the announced master is not a master",
+            )))
+        }
+    }
+}
+
+impl SentinelConnection {
+    /// Prepares a connection to `master_name` as known by the sentinels at
+    /// `sentinel_urls`; nothing is connected until [`Self::connection`].
+    pub(crate) fn new(
+        sentinel_urls: &[String],
+        master_name: String,
+        redis: RedisConnectionInfo,
+        config: AsyncConnectionConfig,
+    ) -> RedisResult<Self> {
+        let sentinel = Sentinel::build(sentinel_urls.to_vec())?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                master_name,
+                sentinel_urls: sentinel_urls.to_vec(),
+                node: SentinelNodeConnectionInfo::default()
+                    .set_redis_connection_info(redis.clone()),
+                redis,
+                config,
+                sentinel: tokio::sync::Mutex::new(sentinel),
+                current: Mutex::new(None),
+                announced: Mutex::new(None),
+            }),
+        })
+    }
+
+    /// Starts the background task that listens for `+switch-master` on the
+    /// sentinels (one at a time, moving on when one fails). It ends once
+    /// every clone of this connection is dropped. Needs a Tokio runtime.
+    pub(crate) fn watch_switches(&self) {
+        tokio::spawn(watch(Arc::downgrade(&self.inner)));
+    }
+
+    /// The master connection, looked up if there is none, with its
+    /// generation (to pass to [`Self::forget`]).
+    pub(crate) async fn connection(&self) -> RedisResult<(u64, MultiplexedConnection)> {
+        if let Some(current) = lock(&self.inner.current).clone() {
+            return Ok(current);
+        }
+        let mut sentinel = self.inner.sentinel.lock().await;
+        // Someone else may have resolved while this call waited for the lock.
+        if let Some(current) = lock(&self.inner.current).clone() {
+            return Ok(current);
+        }
+        let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
+        let announced = lock(&self.inner.announced).take();
+        let from_announcement = match announced {
+            Some((host, port)) => self.inner.connect_to_master(host, port).await.ok(),
+            None => None,
+        };
+        let connection = match from_announcement {
+            Some(connection) => connection,
+            None => {
+                let client = sentinel
+                    .async_master_for(&self.inner.master_name, Some(&self.inner.node))
+                    .await?;
+                tracing::info!(
+                    master = %client.get_connection_info().addr(),
+                    name = %self.inner.master_name,
+                    "rate limiter connecting to the master named by the sentinels"
+                );
+                client
+                    .get_multiplexed_async_connection_with_config(&self.inner.config)
+                    .await?
+            }
+        };
+        *lock(&self.inner.current) = Some((generation, connection.clone()));
+        Ok((generation, connection))
+    }
+
+    /// Drops the master connection of `generation` (if still current), so
+    /// that the next call looks the master up again.
+    pub(crate) fn forget(&self, generation: u64) {
+        self.inner.forget(Some(generation));
+    }
+
+    /// Runs `invocation` on the master by `deadline`: `None` when the
+    /// deadline passed. Forgets the master on failures that call for it.
+    pub(crate) async fn invoke(
+        &self,
+        deadline: Instant,
+        invocation: redis::ScriptInvocation<'static>,
+    ) -> Option<RedisResult<Vec<i64>>> {
+        let (generation, mut connection) =
+            match tokio::time::timeout_at(deadline, self.connection()).await {
+                Err(_elapsed) => return None,
+                Ok(Err(err)) => return Some(Err(err)),
+                Ok(Ok(found)) => found,
+            };
+        let result =
+            tokio::time::timeout_at(deadline, invocation.invoke_async(&mut connection)).await;
+        match &result {
+            Err(_elapsed) => self.forget(generation),
+            Ok(Err(err)) if needs_new_master(err) => self.forget(generation),
+            Ok(_) => {}
+        }
+        result.ok()
+    }
+}
+
+/// Parses `<name> <old-ip> <old-port> <new-ip> <new-port>`, the payload of
+/// `+switch-master`, into the name and the new address.
+fn parse_switch(payload: &str) -> Option<(&str, String, u16)> {
+    let mut fields = payload.split_ascii_whitespace();
+    let name = fields.next()?;
+    let (_old_ip, _old_port) = (fields.next()?, fields.next()?);
+    let host = fields.next()?.to_owned();
+    let port = fields.next()?.parse().ok()?;
+    Some((name, host, port))
+}
+
+/// The `+switch-master` listener (see [`SentinelConnection::watch_switches`]).
+async fn watch(weak: Weak<Inner>) {
+    let Some(urls) = weak.upgrade().map(|inner| inner.sentinel_urls.clone()) else {
+        return;
+    };
+    let mut liveness = tokio::time::interval(WATCH_LIVENESS);
+    for url in urls.iter().cycle() {
+        let subscribing = async {
+            let mut pubsub = redis::Client::open(url.as_str())?
+                .get_async_pubsub()
+                .await?;
+            pubsub.subscribe(SWITCH_MASTER).await?;
+            Ok::<_, RedisError>(pubsub)
+        };
+        if let Ok(Ok(mut pubsub)) = tokio::time::timeout(WATCH_CONNECT_TIMEOUT, subscribing).await {
+            let mut messages = pubsub.on_message();
+            loop {
+                tokio::select! {
+                    message = messages.next() => {
+                        let Some(message) = message else { break };
+                        let Some(inner) = weak.upgrade() else { return };
+                        let payload: String = message.get_payload().unwrap_or_default();
+                        if let Some((name, host, port)) = parse_switch(&payload)
+                            && name == inner.master_name
+                        {
+                            tracing::info!(
+                                name,
+                                master = %format_args!("{host}:{port}"),
+                                "the sentinels announced a new master"
+                            );
+                            *lock(&inner.announced) = Some((host, port));
+                            inner.forget(None);
+                        }
+                    }
+                    _ = liveness.tick() => {
+                        if weak.strong_count() == 0 {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+        if weak.strong_count() == 0 {
+            return;
+        }
+        tokio::time::sleep(WATCH_RETRY_DELAY).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_switch;
+
+    #[test]
+    fn switch_master_messages_name_the_new_address() {
+        assert_eq!(
+            parse_switch("mymaster 10.0.0.1 6379 10.0.0.2 6380"),
+            Some(("mymaster", "10.0.0.2".to_owned(), 6380))
+        );
+        assert_eq!(parse_switch("mymaster 10.0.0.1 6379"), None);
+        assert_eq!(parse_switch("mymaster 10.0.0.1 6379 10.0.0.2 x"), None);
+    }
+}
