@@ -106,7 +106,7 @@ fn run(kind: &str, n: u64) -> Duration {
         }
         "multi" => {
             let limiter = Limiter::builder().memory().build().expect("limiter");
-            let per_hour = Limit::new(1_000_000_000, Duration::from_secs(3_600)).expect("limit");
+            let per_hour = Limit::new(1_000_000, Duration::from_secs(3_600)).expect("limit");
             let user = limiter.key("profile", &42u64);
             let ip = limiter.key("ip", &"10.0.0.1");
             let requests = [

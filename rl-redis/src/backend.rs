@@ -91,8 +91,10 @@ where
 ///
 /// # Redis Sentinel
 /// [`RedisBackend::connect_sentinel`] finds the master through the
-/// sentinels and looks it up again whenever it fails, following fail-overs.
-/// Decisions are made on the master only (never on replicas, which may lag).
+/// sentinels and looks it up again whenever it fails, and as soon as a
+/// sentinel announces `+switch-master` (a background task stays subscribed
+/// on one sentinel), so fail-overs and switch-overs are followed. Decisions
+/// are made on the master only (never on replicas, which may lag).
 ///
 /// # Idempotent calls
 /// [`Backend::acquire_once`] keeps an allowed reply under
@@ -235,10 +237,13 @@ impl RedisBackend {
     ///
     /// The master is looked up through the sentinels (and checked to answer
     /// `ROLE` as a master) when connecting, and again after any call on it
-    /// fails with an I/O error, a timeout, `READONLY` or `MASTERDOWN`: after
-    /// a fail-over the same backend decides on the promoted replica as soon
-    /// as the sentinels name it, without being rebuilt. Calls made in between
-    /// fail with a [`BackendError`] within the timeout, like any outage.
+    /// fails with an I/O error, a timeout, `READONLY` or `MASTERDOWN`, or a
+    /// sentinel announces `+switch-master` for it: after a fail-over the same
+    /// backend decides on the promoted replica as soon as the sentinels name
+    /// it, without being rebuilt. Calls made in between fail with a
+    /// [`BackendError`] within the timeout, like any outage. Needs a Tokio
+    /// runtime (for the `+switch-master` listener, which ends when the
+    /// backend is dropped).
     ///
     /// ```no_run
     /// use rl_redis::RedisBackend;

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
-use redis::sentinel::SentinelNodeConnectionInfo;
 use redis::{AsyncConnectionConfig, RedisConnectionInfo};
 use rl_core::{BackendError, Clock};
 
@@ -252,17 +251,17 @@ impl RedisBackendBuilder {
                     if let Some(password) = &self.master_auth.password {
                         redis = redis.set_password(password);
                     }
-                    let node =
-                        SentinelNodeConnectionInfo::default().set_redis_connection_info(redis);
                     let config = AsyncConnectionConfig::new()
                         .set_connection_timeout(Some(self.timeout))
                         .set_response_timeout(Some(self.timeout));
-                    let connection = SentinelConnection::new(&sentinels, master_name, node, config)
-                        .map_err(|err| {
-                            BackendError::unavailable(format_args!(
-                                "invalid sentinel URLs {target}: {err}"
-                            ))
-                        })?;
+                    let connection =
+                        SentinelConnection::new(&sentinels, master_name, redis, config).map_err(
+                            |err| {
+                                BackendError::unavailable(format_args!(
+                                    "invalid sentinel URLs {target}: {err}"
+                                ))
+                            },
+                        )?;
                     let (_, mut master) = connection
                         .connection()
                         .await
@@ -271,6 +270,7 @@ impl RedisBackendBuilder {
                         .load_async(&mut master)
                         .await
                         .map_err(|err| from_redis(&what, &err, self.connect_timeout))?;
+                    connection.watch_switches();
                     Ok(Connection::Sentinel(connection))
                 }
             }

@@ -10,13 +10,15 @@
 //! - a call on it fails in a way that says the node is gone, frozen or no
 //!   longer the master (I/O errors, timeouts, `READONLY`, `MASTERDOWN`); the
 //!   next call asks the sentinels again;
-//! - a sentinel announces `+switch-master` for the master's name (a
-//!   background task stays subscribed on one of the sentinels, as the
-//!   Sentinel client guidelines recommend); the next call connects to the
-//!   announced address, after checking `ROLE` says master. Without this, a
-//!   switch-over that leaves the old master running would keep deciding on
-//!   it until the sentinels reconfigure it as a replica (up to their 10 s
-//!   `INFO` period).
+//! - a sentinel announces a new master for the name: `+promoted-slave`
+//!   (the moment the sentinels start naming the promoted replica) or
+//!   `+switch-master` (the end of the fail-over). A background task stays
+//!   subscribed on one of the sentinels, as the Sentinel client guidelines
+//!   recommend; the next call connects to the announced address, after
+//!   checking `ROLE` says master. Without this, a switch-over that leaves
+//!   the old master running would keep deciding on it until the sentinels
+//!   reconfigure it as a replica (up to their 10 s `INFO` period), and those
+//!   decisions would be lost.
 //!
 //! Discovery is serialised: concurrent calls wait for one look-up instead of
 //! each asking the sentinels.
@@ -38,8 +40,14 @@ use tokio::time::Instant;
 /// The master connection and its generation.
 type Current = Option<(u64, MultiplexedConnection)>;
 
-/// The `+switch-master` channel sentinels publish fail-overs on.
+/// The channel sentinels announce the end of a fail-over on:
+/// `<name> <old-ip> <old-port> <new-ip> <new-port>`.
 const SWITCH_MASTER: &str = "+switch-master";
+
+/// The channel sentinels announce a promoted replica on, as soon as it
+/// answers as a master: `slave <ip:port> <ip> <port> @ <name> <old-ip>
+/// <old-port>`.
+const PROMOTED_SLAVE: &str = "+promoted-slave";
 
 /// The longest the watcher waits to subscribe to one sentinel.
 const WATCH_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -245,15 +253,19 @@ impl SentinelConnection {
     }
 }
 
-/// Parses `<name> <old-ip> <old-port> <new-ip> <new-port>`, the payload of
-/// `+switch-master`, into the name and the new address.
-fn parse_switch(payload: &str) -> Option<(&str, String, u16)> {
-    let mut fields = payload.split_ascii_whitespace();
-    let name = fields.next()?;
-    let (_old_ip, _old_port) = (fields.next()?, fields.next()?);
-    let host = fields.next()?.to_owned();
-    let port = fields.next()?.parse().ok()?;
-    Some((name, host, port))
+/// The master name and new master address announced by a message on
+/// [`SWITCH_MASTER`] or [`PROMOTED_SLAVE`].
+fn parse_switch<'p>(channel: &str, payload: &'p str) -> Option<(&'p str, String, u16)> {
+    let fields: Vec<&str> = payload.split_ascii_whitespace().collect();
+    match (channel, fields.as_slice()) {
+        (SWITCH_MASTER, [name, _old_ip, _old_port, host, port]) => {
+            Some((name, (*host).to_owned(), port.parse().ok()?))
+        }
+        (PROMOTED_SLAVE, ["slave", _id, host, port, "@", name, ..]) => {
+            Some((name, (*host).to_owned(), port.parse().ok()?))
+        }
+        _ => None,
+    }
 }
 
 /// The `+switch-master` listener (see [`SentinelConnection::watch_switches`]).
@@ -267,7 +279,7 @@ async fn watch(weak: Weak<Inner>) {
             let mut pubsub = redis::Client::open(url.as_str())?
                 .get_async_pubsub()
                 .await?;
-            pubsub.subscribe(SWITCH_MASTER).await?;
+            pubsub.subscribe(&[SWITCH_MASTER, PROMOTED_SLAVE]).await?;
             Ok::<_, RedisError>(pubsub)
         };
         if let Ok(Ok(mut pubsub)) = tokio::time::timeout(WATCH_CONNECT_TIMEOUT, subscribing).await {
@@ -278,12 +290,14 @@ async fn watch(weak: Weak<Inner>) {
                         let Some(message) = message else { break };
                         let Some(inner) = weak.upgrade() else { return };
                         let payload: String = message.get_payload().unwrap_or_default();
-                        if let Some((name, host, port)) = parse_switch(&payload)
+                        if let Some((name, host, port)) =
+                            parse_switch(message.get_channel_name(), &payload)
                             && name == inner.master_name
                         {
                             tracing::info!(
                                 name,
                                 master = %format_args!("{host}:{port}"),
+                                event = message.get_channel_name(),
                                 "the sentinels announced a new master"
                             );
                             *lock(&inner.announced) = Some((host, port));
@@ -310,12 +324,27 @@ mod tests {
     use super::parse_switch;
 
     #[test]
-    fn switch_master_messages_name_the_new_address() {
+    fn switch_and_promotion_messages_name_the_new_address() {
+        let switch = "+switch-master";
         assert_eq!(
-            parse_switch("mymaster 10.0.0.1 6379 10.0.0.2 6380"),
+            parse_switch(switch, "mymaster 10.0.0.1 6379 10.0.0.2 6380"),
             Some(("mymaster", "10.0.0.2".to_owned(), 6380))
         );
-        assert_eq!(parse_switch("mymaster 10.0.0.1 6379"), None);
-        assert_eq!(parse_switch("mymaster 10.0.0.1 6379 10.0.0.2 x"), None);
+        assert_eq!(parse_switch(switch, "mymaster 10.0.0.1 6379"), None);
+        assert_eq!(
+            parse_switch(switch, "mymaster 10.0.0.1 6379 10.0.0.2 x"),
+            None
+        );
+        assert_eq!(
+            parse_switch(
+                "+promoted-slave",
+                "slave 10.0.0.2:6380 10.0.0.2 6380 @ mymaster 10.0.0.1 6379"
+            ),
+            Some(("mymaster", "10.0.0.2".to_owned(), 6380))
+        );
+        assert_eq!(
+            parse_switch("+promoted-slave", "master mymaster 10.0.0.1 6379"),
+            None
+        );
     }
 }

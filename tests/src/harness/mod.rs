@@ -1,10 +1,13 @@
 //! Real `redis-server` processes for integration tests: no mocks.
 //!
 //! * [`RedisServer`]: one standalone server on a free loopback port, with
-//!   stop / kill / restart / pause / resume.
+//!   stop / kill / restart / pause / resume, or a replica of another
+//!   ([`RedisServer::start_replica_of`]).
 //! * [`RedisCluster`]: three masters (optionally with replicas) joined with
 //!   `CLUSTER MEET` and `CLUSTER ADDSLOTSRANGE`.
-//! * [`RedisSentinel`]: a sentinel monitoring a harness master.
+//! * [`RedisSentinel`]: a sentinel monitoring a harness master, with short
+//!   timings on request and a wait for its fail-over
+//!   ([`RedisSentinel::wait_for_failover`]).
 //!
 //! Every process runs in its own temporary directory, logs to `redis.log`
 //! there, and is killed when its handle is dropped (also when a test
