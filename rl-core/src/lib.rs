@@ -30,6 +30,9 @@
 //!   `crate`; see its docs.
 //! - [`Limiter`]: a backend, a key prefix and a [`FailurePolicy`]; one is
 //!   installed globally with [`LimiterBuilder::install`].
+//! - A deny cache in front of remote backends: a key the backend just
+//!   refused is refused in process until its `retry_after`, so a flood on
+//!   a blocked identity never reaches Redis ([`Limiter::set_deny_cache`]).
 //! - [`MemoryBackend`]: the embedded default, sharded, bounded memory.
 //!   `rl-redis` provides the Redis and Redis Cluster backend.
 //! - Six [`Algorithm`]s with one contract; being limited is a [`Decision`],

@@ -241,6 +241,22 @@ impl Limiter {
         }
     }
 
+    /// Like [`Limiter::acquire_all`], idempotent by `request_id`: a retry
+    /// with the same id (e.g. after a timeout whose reply was lost) gets the
+    /// first call's decisions back instead of being charged again. Needs a
+    /// backend that implements [`Backend::acquire_once`] (memory and Redis do).
+    pub async fn acquire_all_once(
+        &self,
+        requests: &[Request<'_>],
+        request_id: &str,
+    ) -> Result<Decisions, Error> {
+        validate(requests)?;
+        match &self.store {
+            Store::Memory(memory) => Ok(memory.acquire_once_sync(requests, request_id)?),
+            Store::Remote(backend) => Ok(backend.acquire_once(requests, request_id).await?),
+        }
+    }
+
     /// Evaluates limits without consuming anything.
     pub async fn peek_all(&self, requests: &[Request<'_>]) -> Result<Decisions, Error> {
         validate(requests)?;
@@ -313,14 +329,18 @@ impl Limiter {
                         "circuit open after consecutive backend failures",
                     )))
                 } else {
-                    self.publish_if_stale(name, names, requests).await;
                     let started = Instant::now();
                     let result = self.acquire_all(requests).await;
                     metrics::histogram!("rl_backend_seconds", "limit" => name)
                         .record(started.elapsed().as_secs_f64());
                     match &result {
                         Err(Error::Backend(_)) => self.breaker.failure(permission),
-                        _ => self.breaker.success(permission),
+                        _ => {
+                            self.breaker.success(permission);
+                            // Only once the backend answered: an outage never
+                            // costs a call a second timeout.
+                            self.publish_if_stale(name, names, requests).await;
+                        }
                     }
                     result
                 }

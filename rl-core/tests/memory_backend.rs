@@ -469,3 +469,17 @@ async fn a_runtime_policy_overrides_the_given_one_and_the_default() {
         FailurePolicy::FailClosed
     );
 }
+
+#[tokio::test]
+async fn a_retried_request_id_is_charged_once_through_the_limiter() {
+    let limiter = Limiter::builder().build().unwrap();
+    let limit = Limit::per_minute(2).unwrap();
+    let key = limiter.key("once", &"id");
+    let requests = [Request::new(&key, &limit, 1)];
+    let first = limiter.acquire_all_once(&requests, "req-1").await.unwrap();
+    let retried = limiter.acquire_all_once(&requests, "req-1").await.unwrap();
+    assert_eq!(first, retried, "the retry replays the first decision");
+    assert_eq!(limiter.peek_all(&requests).await.unwrap()[0].remaining, 1, "charged once");
+    assert!(limiter.acquire_all_once(&requests, "req-2").await.unwrap().allowed());
+    assert!(!limiter.acquire_all_once(&requests, "req-3").await.unwrap().allowed());
+}
