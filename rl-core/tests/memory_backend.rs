@@ -479,7 +479,23 @@ async fn a_retried_request_id_is_charged_once_through_the_limiter() {
     let first = limiter.acquire_all_once(&requests, "req-1").await.unwrap();
     let retried = limiter.acquire_all_once(&requests, "req-1").await.unwrap();
     assert_eq!(first, retried, "the retry replays the first decision");
-    assert_eq!(limiter.peek_all(&requests).await.unwrap()[0].remaining, 1, "charged once");
-    assert!(limiter.acquire_all_once(&requests, "req-2").await.unwrap().allowed());
-    assert!(!limiter.acquire_all_once(&requests, "req-3").await.unwrap().allowed());
+    assert_eq!(
+        limiter.peek_all(&requests).await.unwrap()[0].remaining,
+        1,
+        "charged once"
+    );
+    assert!(
+        limiter
+            .acquire_all_once(&requests, "req-2")
+            .await
+            .unwrap()
+            .allowed()
+    );
+    assert!(
+        !limiter
+            .acquire_all_once(&requests, "req-3")
+            .await
+            .unwrap()
+            .allowed()
+    );
 }

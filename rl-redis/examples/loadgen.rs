@@ -21,6 +21,11 @@
 //!   cost relative to a single-limit call;
 //! - `MEMORY USAGE` of one identity's keys (T = 100, after 100 calls).
 //!
+//! Then a flood: 64 callers hammering one blocked identity through
+//! `Limiter::check` (what `#[rate_limit]` calls) for `--secs`, with the deny
+//! cache on and off: calls refused per second and how many `EVALSHA`s
+//! reached Redis (from `INFO commandstats`).
+//!
 //! Keys are drawn from 10 000 identities (and 100 IPs) under a
 //! 100-per-minute limit; the server's keys under the `lg:` prefix are left to
 //! expire. Flags: `--url` (default `$REDIS_URL`, else
@@ -38,7 +43,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use plotters::prelude::*;
-use rl_core::{Algorithm, Backend, Key, Limit, Request};
+use rl_core::{Algorithm, Backend, Key, Limit, Limiter, Request};
 use rl_redis::RedisBackend;
 use serde::Serialize;
 
@@ -357,6 +362,17 @@ struct Row {
     memory_usage_bytes: Option<u64>,
 }
 
+/// A flood on one blocked identity through `Limiter::check`.
+#[derive(Debug, Clone, Copy, Serialize)]
+struct Flood {
+    deny_cache: bool,
+    callers: usize,
+    calls: u64,
+    calls_per_s: f64,
+    /// `EVALSHA` calls Redis counted during the flood.
+    evalsha: u64,
+}
+
 #[derive(Debug, Serialize)]
 struct Report {
     url: String,
@@ -365,6 +381,7 @@ struct Report {
     identities: u64,
     limit: &'static str,
     rows: Vec<Row>,
+    flood: Vec<Flood>,
 }
 
 async fn measure(options: &Options, backend: &Arc<RedisBackend>, algorithm: Algorithm) -> Row {
@@ -681,6 +698,76 @@ fn plot(report: &Report, path: &Path) -> Result<(), Box<dyn std::error::Error>> 
     Ok(())
 }
 
+/// `EVALSHA` calls the server has counted so far.
+async fn evalsha_calls(url: &str) -> Option<u64> {
+    let client = redis::Client::open(url).ok()?;
+    let mut connection = client.get_multiplexed_async_connection().await.ok()?;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut connection)
+        .await
+        .ok()?;
+    let line = info.lines().find(|l| l.starts_with("cmdstat_evalsha:"))?;
+    line.split([':', ','])
+        .find_map(|f| f.strip_prefix("calls=")?.parse().ok())
+}
+
+async fn flood(options: &Options, deny_cache: bool) -> Option<Flood> {
+    let backend = RedisBackend::connect(options.url.as_str()).await.ok()?;
+    let limiter = Arc::new(
+        Limiter::builder()
+            .backend(backend)
+            .prefix("lg")
+            .deny_cache(deny_cache)
+            .build()
+            .ok()?,
+    );
+    let limit = Limit::per_hour(1).ok()?;
+    let identity = format!("flood-{deny_cache}-{}", std::process::id());
+    let key = limiter.key("flood", &identity);
+    // Use the quota up: the flood starts on a blocked identity.
+    for _ in 0..2 {
+        let _ = limiter
+            .check("flood", &[Request::new(&key, &limit, 1)], None)
+            .await;
+    }
+    let before = evalsha_calls(&options.url).await?;
+    let callers = LATENCY_CLIENTS;
+    let deadline = Instant::now() + Duration::from_secs_f64(options.secs);
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..callers {
+        let (limiter, key) = (limiter.clone(), key.clone());
+        tasks.spawn(async move {
+            let call = [Request::new(&key, &limit, 1)];
+            let mut calls = 0u64;
+            while Instant::now() < deadline {
+                for _ in 0..64 {
+                    let refused = limiter.check("flood", &call, None).await.is_err();
+                    assert!(refused, "a blocked identity was admitted");
+                    calls += 1;
+                }
+                tokio::task::yield_now().await;
+            }
+            calls
+        });
+    }
+    let mut calls = 0;
+    while let Some(done) = tasks.join_next().await {
+        calls += done.expect("flood task");
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let after = evalsha_calls(&options.url).await?;
+    Some(Flood {
+        deny_cache,
+        callers,
+        calls,
+        calls_per_s: calls as f64 / elapsed,
+        // Our own INFO call is not an EVALSHA; nothing else runs meanwhile.
+        evalsha: after.saturating_sub(before),
+    })
+}
+
 /// `N` sequential single-limit decisions (for a profiler).
 async fn profile(backend: &RedisBackend, n: u64) {
     let limit = limit(Algorithm::Gcra);
@@ -721,6 +808,11 @@ async fn main() {
     for &algorithm in &options.algorithms {
         rows.push(measure(&options, &backend, algorithm).await);
     }
+    eprintln!("  flood on one blocked identity");
+    let mut floods = Vec::new();
+    for deny_cache in [true, false] {
+        floods.extend(flood(&options, deny_cache).await);
+    }
     let report = Report {
         url: options.url.clone(),
         script_sha: RedisBackend::script_sha(),
@@ -728,11 +820,24 @@ async fn main() {
         identities: IDENTITIES,
         limit: "100 per minute",
         rows,
+        flood: floods,
     };
     if report.rows.is_empty() {
         usage("no algorithm to measure");
     }
-    let table = table(&report);
+    let mut table = table(&report);
+    for f in &report.flood {
+        let _ = writeln!(
+            table,
+            "\nFlood, {} callers on one blocked identity through `Limiter::check`, deny cache {}: \
+             {:.0} refusals/s, {} of {} calls reached Redis.",
+            f.callers,
+            if f.deny_cache { "on" } else { "off" },
+            f.calls_per_s,
+            f.evalsha,
+            f.calls
+        );
+    }
     println!("{table}");
     std::fs::create_dir_all(&options.out).expect("create --out dir");
     let write = |name: &str, text: &str| {
