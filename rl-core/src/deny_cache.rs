@@ -44,6 +44,11 @@ use crate::limit::Limit;
 /// How many keys the cache holds at most, by default.
 pub(crate) const DEFAULT_CAPACITY: usize = 65_536;
 
+/// How long a process trusts a remembered refusal at most (1 s): bounds how
+/// late it sees a reset made elsewhere, while a flood still reaches the
+/// backend at most once a second per key.
+pub(crate) const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(1);
+
 /// A shard sweeps expired entries once it holds this many keys (and then
 /// again each time it has doubled).
 const MIN_SWEEP: usize = 64;
@@ -68,6 +73,10 @@ struct Entry {
     since: u64,
     /// When the refusal ends (ns on the cache's clock).
     until: u64,
+    /// When this process stops trusting it: at most
+    /// [`DEFAULT_MAX_HOLD`] after `since`, so a reset made by another process
+    /// (an operator unblocking a user) is seen within that bound.
+    held_until: u64,
     /// The backend's decision.
     decision: Decision,
 }
@@ -83,7 +92,7 @@ struct Slot {
 impl Slot {
     /// The latest end among the entries (what eviction compares).
     fn until(&self) -> u64 {
-        self.entries.iter().map(|e| e.until).max().unwrap_or(0)
+        self.entries.iter().map(|e| e.held_until).max().unwrap_or(0)
     }
 }
 
@@ -97,7 +106,7 @@ impl Shard {
     fn sweep(&mut self, now: u64) -> usize {
         let before = self.table.len();
         self.table.retain(|slot| {
-            slot.entries.retain(|e| e.until > now);
+            slot.entries.retain(|e| e.held_until > now);
             !slot.entries.is_empty()
         });
         before - self.table.len()
@@ -119,6 +128,8 @@ pub(crate) struct DenyCache {
     /// Per-name settings made at run time.
     overrides: RwLock<HashMap<Box<str>, bool>>,
     any_override: AtomicBool,
+    /// The most a refusal is held, in ns.
+    max_hold: u64,
 }
 
 /// A remembered refusal that applies to a call: which request, and the
@@ -134,7 +145,13 @@ pub(crate) struct Hit {
 
 impl DenyCache {
     /// A cache holding at most `capacity` keys, used by default or not.
+    #[cfg(test)]
     pub(crate) fn new(enabled: bool, capacity: usize) -> Self {
+        Self::with_max_hold(enabled, capacity, DEFAULT_MAX_HOLD)
+    }
+
+    /// Like [`DenyCache::new`], holding a refusal at most `max_hold`.
+    pub(crate) fn with_max_hold(enabled: bool, capacity: usize, max_hold: Duration) -> Self {
         let count = (std::thread::available_parallelism().map_or(4, |n| n.get()) * 8)
             .next_power_of_two()
             .min(capacity.max(1).next_power_of_two());
@@ -155,6 +172,9 @@ impl DenyCache {
             default: AtomicBool::new(enabled),
             overrides: RwLock::default(),
             any_override: AtomicBool::new(false),
+            max_hold: u64::try_from(max_hold.as_nanos())
+                .unwrap_or(u64::MAX)
+                .max(1),
         }
     }
 
@@ -217,10 +237,9 @@ impl DenyCache {
             let Some(slot) = shard.table.find(hash, |s| &*s.key == key) else {
                 continue;
             };
-            let found = slot
-                .entries
-                .iter()
-                .find(|e| e.until > now && e.limit == *request.limit && e.cost <= request.cost);
+            let found = slot.entries.iter().find(|e| {
+                e.held_until > now && e.limit == *request.limit && e.cost <= request.cost
+            });
             if let Some(entry) = found
                 && best.is_none_or(|(_, b)| entry.until > b.until)
             {
@@ -261,6 +280,7 @@ impl DenyCache {
             group: groups.get(index).copied().unwrap_or(name),
             since,
             until: since.saturating_add(retry),
+            held_until: since.saturating_add(retry.min(self.max_hold)),
             decision: *binding,
         };
         self.insert(request.key.as_str(), entry);

@@ -665,6 +665,7 @@ pub struct LimiterBuilder {
     clock: Option<Arc<dyn Clock>>,
     breaker: BreakerConfig,
     deny_cache: Option<bool>,
+    deny_cache_max_hold: Option<std::time::Duration>,
 }
 
 impl LimiterBuilder {
@@ -675,6 +676,15 @@ impl LimiterBuilder {
     /// remembered refusal and follow the limiter's [`Clock`].
     pub fn deny_cache(mut self, enabled: bool) -> Self {
         self.deny_cache = Some(enabled);
+        self
+    }
+
+    /// How long a remembered refusal is trusted at most (default 1 s). A
+    /// reset made by another process (e.g. `rl-admin reset`) is seen within
+    /// this bound; a flood on a refused key reaches the backend at most once
+    /// per this period.
+    pub fn deny_cache_max_hold(mut self, max_hold: std::time::Duration) -> Self {
+        self.deny_cache_max_hold = Some(max_hold);
         self
     }
 
@@ -747,7 +757,12 @@ impl LimiterBuilder {
             any_shadow: AtomicBool::new(false),
             breaker: Breaker::new(self.breaker),
             published: parking_lot::Mutex::default(),
-            deny_cache: DenyCache::new(deny_cache, crate::deny_cache::DEFAULT_CAPACITY),
+            deny_cache: DenyCache::with_max_hold(
+                deny_cache,
+                crate::deny_cache::DEFAULT_CAPACITY,
+                self.deny_cache_max_hold
+                    .unwrap_or(crate::deny_cache::DEFAULT_MAX_HOLD),
+            ),
         })
     }
 

@@ -54,7 +54,11 @@ impl Backend for Counting {
 /// A limiter over a counting backend, and the backend.
 fn counted(deny_cache: Option<bool>) -> (Limiter, Arc<Counting>) {
     let backend = Arc::new(Counting::default());
-    let mut builder = Limiter::builder().shared_backend(backend.clone());
+    // Held as long as the refusal lasts: these tests check the mechanism, not
+    // the staleness bound (tested on its own below).
+    let mut builder = Limiter::builder()
+        .shared_backend(backend.clone())
+        .deny_cache_max_hold(Duration::from_secs(3_600));
     if let Some(enabled) = deny_cache {
         builder = builder.deny_cache(enabled);
     }
@@ -408,4 +412,39 @@ proptest! {
             clock.set_micros(now);
         }
     }
+}
+
+#[tokio::test]
+async fn a_reset_made_by_another_process_is_seen_within_the_maximum_hold() {
+    // Two limiters on one backend stand for two processes of one deployment.
+    let backend = Arc::new(Counting::default());
+    let service = Limiter::builder()
+        .shared_backend(backend.clone())
+        .deny_cache_max_hold(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    let operator = Limiter::builder()
+        .shared_backend(backend.clone())
+        .build()
+        .unwrap();
+    let limit = hourly(1);
+    let key = service.key("unblock", &"user");
+    let call = [Request::new(&key, &limit, 1)];
+    service
+        .check("unblock", &call, None)
+        .await
+        .expect("first call");
+    assert!(service.check("unblock", &call, None).await.is_err());
+    let before = calls(&backend);
+    assert!(
+        service.check("unblock", &call, None).await.is_err(),
+        "refused from the cache"
+    );
+    assert_eq!(calls(&backend), before);
+    operator.reset_all(&call).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert!(
+        service.check("unblock", &call, None).await.is_ok(),
+        "the reset is seen after the hold"
+    );
 }
