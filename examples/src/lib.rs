@@ -106,6 +106,39 @@ async fn shutdown() {
     let _ = ctrl_c.await;
 }
 
+/// Parses rates such as `"5/1h"` with `algorithm`; the error names the bad rate.
+pub fn parse_rates<'a>(
+    rates: impl IntoIterator<Item = &'a str>,
+    algorithm: rl_core::Algorithm,
+) -> Result<Vec<rl_core::Limit>, String> {
+    let limits = rates
+        .into_iter()
+        .map(str::trim)
+        .map(|rate| {
+            rate.parse::<rl_core::Limit>()
+                .and_then(|limit| limit.with_algorithm(algorithm))
+                .map_err(|e| format!("{rate:?}: {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if limits.is_empty() {
+        return Err("at least one rate is needed".into());
+    }
+    Ok(limits)
+}
+
+/// The JSON body of a request, or the `400` answering a malformed one.
+pub fn json_body<T>(
+    body: Result<axum::Json<T>, axum::extract::rejection::JsonRejection>,
+) -> Result<T, Response> {
+    body.map(|axum::Json(value)| value).map_err(|rejection| {
+        json_error(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            &rejection.body_text(),
+        )
+    })
+}
+
 /// A JSON error response: `{"error": code, "message": message}`.
 pub fn json_error(status: StatusCode, code: &str, message: &str) -> Response {
     (

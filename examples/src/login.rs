@@ -203,15 +203,9 @@ async fn login(
     ip: ClientIp,
     body: Result<Json<LoginRequest>, JsonRejection>,
 ) -> Response {
-    let request = match body {
-        Ok(Json(request)) => request,
-        Err(rejection) => {
-            return json_error(
-                StatusCode::BAD_REQUEST,
-                "bad_request",
-                &rejection.body_text(),
-            );
-        }
+    let request = match crate::json_body(body) {
+        Ok(value) => value,
+        Err(bad) => return bad,
     };
     let username = request.username.trim().to_lowercase();
     if username.is_empty() || username.len() > 256 {
@@ -261,15 +255,8 @@ pub fn apply_env_limits(limiter: &Limiter) -> Result<(), String> {
         ("LOGIN_IP_FAILURES", IP_FAILURES, Algorithm::FixedWindow),
     ] {
         if let Ok(rates) = std::env::var(var) {
-            let limits = rates
-                .split(',')
-                .map(|rate| {
-                    rate.trim()
-                        .parse::<Limit>()
-                        .and_then(|l| l.with_algorithm(algorithm))
-                })
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("{var}={rates:?}: {e}"))?;
+            let limits = crate::parse_rates(rates.split(','), algorithm)
+                .map_err(|e| format!("{var}: {e}"))?;
             limiter
                 .set_limits(name, limits)
                 .map_err(|e| format!("{var}: {e}"))?;

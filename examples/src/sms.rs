@@ -67,17 +67,7 @@ pub struct Limits {
 }
 
 fn parse_rates(rates: &[String]) -> Result<Vec<Limit>, String> {
-    if rates.is_empty() {
-        return Err("at least one rate is needed".into());
-    }
-    rates
-        .iter()
-        .map(|rate| {
-            rate.parse::<Limit>()
-                .and_then(|limit| limit.with_algorithm(Algorithm::SlidingLog))
-                .map_err(|e| format!("{rate:?}: {e}"))
-        })
-        .collect()
+    crate::parse_rates(rates.iter().map(String::as_str), Algorithm::SlidingLog)
 }
 
 impl LimitsConfig {
@@ -174,22 +164,12 @@ impl std::fmt::Display for Phone {
 }
 
 async fn send(ip: ClientIp, body: Result<Json<SendRequest>, JsonRejection>) -> Response {
-    let request = match body {
-        Ok(Json(request)) => request,
-        Err(rejection) => {
-            return json_error(
-                StatusCode::BAD_REQUEST,
-                "bad_request",
-                &rejection.body_text(),
-            );
-        }
+    let request = match crate::json_body(body) {
+        Ok(value) => value,
+        Err(bad) => return bad,
     };
     let Some(phone) = Phone::parse(&request.phone) else {
-        return json_error(
-            StatusCode::BAD_REQUEST,
-            "bad_phone",
-            "phone must be `+` followed by 8 to 15 digits",
-        );
+        return bad_phone();
     };
     deliver(ip, phone).await.into_response()
 }
@@ -219,6 +199,22 @@ struct LimitState {
     reset_after_ms: u64,
 }
 
+fn bad_phone() -> Response {
+    json_error(
+        StatusCode::BAD_REQUEST,
+        "bad_phone",
+        "phone must be `+` followed by 8 to 15 digits",
+    )
+}
+
+/// An admin call's phone, once the bearer token is checked.
+fn admin_phone(sms: &Sms, headers: &HeaderMap, phone: &str) -> Result<Phone, Response> {
+    if let Some(denied) = denied(sms, headers) {
+        return Err(denied);
+    }
+    Phone::parse(phone).ok_or_else(bad_phone)
+}
+
 /// `None` when the bearer token is right, else the `401` to answer.
 fn denied(sms: &Sms, headers: &HeaderMap) -> Option<Response> {
     match &sms.admin_token {
@@ -236,15 +232,9 @@ async fn show_limits(
     headers: HeaderMap,
     Path(phone): Path<String>,
 ) -> Response {
-    if let Some(denied) = denied(&sms, &headers) {
-        return denied;
-    }
-    let Some(phone) = Phone::parse(&phone) else {
-        return json_error(
-            StatusCode::BAD_REQUEST,
-            "bad_phone",
-            "phone must be `+` followed by 8 to 15 digits",
-        );
+    let phone = match admin_phone(&sms, &headers, &phone) {
+        Ok(phone) => phone,
+        Err(refused) => return refused,
     };
     let limits = sms.limits().phone;
     match sms
@@ -279,15 +269,9 @@ async fn reset_limits(
     headers: HeaderMap,
     Path(phone): Path<String>,
 ) -> Response {
-    if let Some(denied) = denied(&sms, &headers) {
-        return denied;
-    }
-    let Some(phone) = Phone::parse(&phone) else {
-        return json_error(
-            StatusCode::BAD_REQUEST,
-            "bad_phone",
-            "phone must be `+` followed by 8 to 15 digits",
-        );
+    let phone = match admin_phone(&sms, &headers, &phone) {
+        Ok(phone) => phone,
+        Err(refused) => return refused,
     };
     match sms
         .limiter
@@ -327,15 +311,9 @@ async fn change_config(
     if let Some(denied) = denied(&sms, &headers) {
         return denied;
     }
-    let config = match body {
-        Ok(Json(config)) => config,
-        Err(rejection) => {
-            return json_error(
-                StatusCode::BAD_REQUEST,
-                "bad_request",
-                &rejection.body_text(),
-            );
-        }
+    let config = match crate::json_body(body) {
+        Ok(value) => value,
+        Err(bad) => return bad,
     };
     match sms.apply(config.clone()) {
         Ok(()) => Json(config).into_response(),
