@@ -24,15 +24,34 @@ pub fn init_tracing() {
         .try_init();
 }
 
-/// Uses Redis when `REDIS_URL` is set (a comma-separated list of node URLs
-/// selects Redis Cluster), and the in-memory backend otherwise; says which.
+/// Reads `redis+sentinel://host:26379[,host:26379...]/master-name` into the
+/// sentinels' URLs and the master's name.
+pub fn sentinel_url(url: &str) -> Option<(Vec<String>, String)> {
+    let rest = url.trim().strip_prefix("redis+sentinel://")?;
+    let (hosts, master) = rest.split_once('/')?;
+    let master = master.trim_matches('/');
+    let sentinels: Vec<String> = hosts
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(|h| format!("redis://{h}"))
+        .collect();
+    (!sentinels.is_empty() && !master.is_empty()).then(|| (sentinels, master.to_owned()))
+}
+
+/// Uses Redis when `REDIS_URL` is set — a comma-separated list of node URLs
+/// selects Redis Cluster, `redis+sentinel://h1:26379,h2:26379/master` Redis
+/// Sentinel — and the in-memory backend otherwise; says which.
 pub async fn builder_from_env(
     builder: LimiterBuilder,
 ) -> Result<LimiterBuilder, Box<dyn std::error::Error>> {
     match std::env::var("REDIS_URL") {
         Ok(url) if !url.trim().is_empty() => {
             let urls: Vec<&str> = url.split(',').map(str::trim).collect();
-            let backend = if urls.len() > 1 {
+            let backend = if let Some((sentinels, master)) = sentinel_url(&url) {
+                tracing::info!(sentinels = sentinels.len(), master = %master, "rate limiter backend: Redis Sentinel");
+                rl_redis::RedisBackend::connect_sentinel(sentinels, master).await?
+            } else if urls.len() > 1 {
                 tracing::info!(nodes = urls.len(), "rate limiter backend: Redis Cluster");
                 rl_redis::RedisBackend::connect_cluster(urls).await?
             } else {
@@ -137,6 +156,22 @@ pub fn json_body<T>(
             &rejection.body_text(),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sentinel_urls_name_the_sentinels_and_the_master() {
+        let (sentinels, master) =
+            super::sentinel_url("redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/mymaster").unwrap();
+        assert_eq!(
+            sentinels,
+            ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379"]
+        );
+        assert_eq!(master, "mymaster");
+        assert!(super::sentinel_url("redis://127.0.0.1:6379").is_none());
+        assert!(super::sentinel_url("redis+sentinel://10.0.0.1:26379/").is_none());
+    }
 }
 
 /// A JSON error response: `{"error": code, "message": message}`.

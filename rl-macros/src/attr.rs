@@ -146,6 +146,8 @@ impl Algorithm {
 pub(crate) enum OnError {
     FailOpen,
     FailClosed,
+    /// Decide in process with `threshold / share`.
+    Local(u64),
 }
 
 /// One string of `limits = [...]`: `"5/1h"` read as 5 per 3 600 000 000 µs.
@@ -697,16 +699,39 @@ fn parse_algorithm(input: ParseStream) -> Result<Arg<Algorithm>> {
     }
 }
 
-/// `fail_open` or `fail_closed`, as an identifier or a string.
+/// `fail_open`, `fail_closed` or `local(N)`, as an identifier (or a string
+/// `"fail_open"`, `"fail_closed"`, `"local:N"`).
 fn parse_on_error(input: ParseStream) -> Result<Arg<OnError>> {
+    const LOCAL_NEEDS_SHARE: &str = "`on_error = local(N)` needs how many instances share the limit, \
+         a positive integer: e.g. `local(4)` decides with threshold / 4 while the backend is down";
     let (written, span) = parse_word(input)?;
     match written.as_str() {
         "fail_open" => Ok(Arg::new(OnError::FailOpen, span)),
         "fail_closed" => Ok(Arg::new(OnError::FailClosed, span)),
-        _ => Err(Error::new(
-            span,
-            format!("unknown `on_error` value `{written}`; expected `fail_open` or `fail_closed`"),
-        )),
+        "local" => {
+            if !input.peek(syn::token::Paren) {
+                return Err(Error::new(span, LOCAL_NEEDS_SHARE));
+            }
+            let content;
+            syn::parenthesized!(content in input);
+            let share: LitInt = content
+                .parse()
+                .map_err(|e| Error::new(e.span(), LOCAL_NEEDS_SHARE))?;
+            match share.base10_parse::<u64>() {
+                Ok(share) if share > 0 => Ok(Arg::new(OnError::Local(share), span)),
+                _ => Err(Error::new(share.span(), LOCAL_NEEDS_SHARE)),
+            }
+        }
+        text => match text.strip_prefix("local:").map(str::parse::<u64>) {
+            Some(Ok(share)) if share > 0 => Ok(Arg::new(OnError::Local(share), span)),
+            Some(_) => Err(Error::new(span, LOCAL_NEEDS_SHARE)),
+            None => Err(Error::new(
+                span,
+                format!(
+                    "unknown `on_error` value `{written}`; expected `fail_open`, `fail_closed` or `local(N)`"
+                ),
+            )),
+        },
     }
 }
 
@@ -1061,5 +1086,26 @@ mod tests {
         assert_eq!(closest("perod", &ARGUMENTS), Some("period"));
         assert_eq!(closest("tresh", &ARGUMENTS), Some("threshold"));
         assert_eq!(closest("fooooo", &ARGUMENTS), None);
+    }
+
+    #[test]
+    fn on_error_local_takes_the_number_of_instances_sharing_the_limit() {
+        let local = |tokens| parse(tokens).unwrap().on_error.unwrap().value;
+        assert_eq!(local(quote!(on_error = local(4))), OnError::Local(4));
+        assert_eq!(local(quote!(on_error = "local:2")), OnError::Local(2));
+        for bad in [
+            quote!(on_error = local),
+            quote!(on_error = local(0)),
+            quote!(on_error = "local:x"),
+        ] {
+            assert!(
+                error(bad)
+                    .contains("`on_error = local(N)` needs how many instances share the limit")
+            );
+        }
+        assert!(
+            error(quote!(on_error = retry))
+                .contains("expected `fail_open`, `fail_closed` or `local(N)`")
+        );
     }
 }

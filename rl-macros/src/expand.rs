@@ -100,6 +100,9 @@ pub(crate) fn expand(config: Config, function: Function) -> TokenStream {
         Some(OnError::FailClosed) => {
             quote!(#private::core::option::Option::Some(#private::FailurePolicy::FailClosed))
         }
+        Some(OnError::Local(share)) => {
+            quote!(#private::core::option::Option::Some(#private::FailurePolicy::Local { share: #share }))
+        }
     };
 
     let mut block = TokenStream::new();

@@ -54,7 +54,7 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// | `slots` | integer ≥ 1 | `10` | sub-windows of `sliding_window`; refused for the others |
 /// | `name` | string | `"<module path>::<fn name>"` | metrics label, log field and key scope |
 /// | `limiter` | expression evaluating to a `Limiter`, `&Limiter`, `Arc<Limiter>` or `Box<Limiter>` (borrowed, never moved) | the global limiter | the limiter deciding the calls |
-/// | `on_error` | `fail_open` or `fail_closed` | the limiter's policy | what to do when the backend cannot decide |
+/// | `on_error` | `fail_open`, `fail_closed` or `local(N)` (decide in process with threshold / N) | the limiter's policy | what to do when the backend cannot decide |
 /// | `also(...)` | `name` (required, distinct), `key`, `limits` or `period` + `threshold`, `algorithm`, `cost`, `burst`, `slots`, `reset_on_success` | none; may be repeated | another key with its own limits (e.g. per IP beside per phone), decided in the same call, all-or-nothing |
 /// | `count` | `failures` | every admitted call counts | only calls returning `Err` keep what they took; the others are given back (the function must return a `Result`) |
 /// | `count_if` | expression callable as `FnOnce(&ReturnType) -> bool`: a closure (`\|r: &Response\| r.status() == 401`) or a function path | every admitted call counts | `true`: the call keeps what it took; `false`: it is given back |

@@ -405,6 +405,24 @@ async fn closed_on_error(limiter: &Limiter, runs: &AtomicUsize) -> Result<(), Re
     Ok(())
 }
 
+#[rate_limit(period = 60, threshold = 4, limiter = limiter, on_error = local(2))]
+async fn local_on_error(limiter: &Limiter, runs: &AtomicUsize) -> Result<(), Rejection> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[tokio::test]
+async fn on_error_local_decides_in_process_with_the_threshold_shared_by_instances() {
+    let limiter = Limiter::builder().backend(Down).build().unwrap();
+    let runs = AtomicUsize::new(0);
+    local_on_error(&limiter, &runs).await.expect("local 1 of 2");
+    local_on_error(&limiter, &runs).await.expect("local 2 of 2");
+    let rejection = local_on_error(&limiter, &runs).await.expect_err("4 / 2 instances = 2");
+    assert!(!rejection.is_unavailable(), "refused by the local limiter, not for the outage");
+    assert_eq!(rejection.limit().unwrap().threshold(), 2);
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
 #[rate_limit(period = 60, threshold = 1, limiter = limiter)]
 async fn limiter_policy_on_error(limiter: &Limiter, runs: &AtomicUsize) -> Result<(), Rejection> {
     runs.fetch_add(1, Ordering::SeqCst);
