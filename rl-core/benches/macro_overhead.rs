@@ -27,6 +27,25 @@ async fn by_hand(user: u64) -> Result<u64, Rejection> {
     Ok(user)
 }
 
+/// What the macro expands to, minus the macro: the private support call.
+async fn via_private_check(user: u64) -> Result<u64, Rejection> {
+    use rl_core::__private::{Algorithm, Spec, check, global, limit};
+    static SPEC: Spec = Spec {
+        name: "bench_private",
+        limits: &[limit(
+            1_000_000_000,
+            1_000_000,
+            Algorithm::Gcra,
+            1_000_000_000,
+            10,
+        )],
+        cost: 1,
+        policy: None,
+    };
+    check(&SPEC, global(), &user).await?;
+    Ok(user)
+}
+
 fn overhead(c: &mut Criterion) {
     Limiter::builder().memory().install().unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -51,6 +70,17 @@ fn overhead(c: &mut Criterion) {
                 let start = Instant::now();
                 for i in 0..iters {
                     black_box(by_hand(black_box(i % 64)).await.unwrap());
+                }
+                start.elapsed()
+            })
+        })
+    });
+    group.bench_function("private_check", |b| {
+        b.iter_custom(|iters| {
+            runtime.block_on(async {
+                let start = Instant::now();
+                for i in 0..iters {
+                    black_box(via_private_check(black_box(i % 64)).await.unwrap());
                 }
                 start.elapsed()
             })

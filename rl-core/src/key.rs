@@ -96,6 +96,10 @@ struct Escaper<'a>(&'a mut String);
 
 impl Write for Escaper<'_> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
+        if !s.bytes().any(|b| matches!(b, b'%' | b'{' | b'}' | b':')) {
+            self.0.push_str(s);
+            return Ok(());
+        }
         for c in s.chars() {
             match c {
                 '%' => self.0.push_str("%25"),

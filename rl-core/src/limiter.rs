@@ -310,19 +310,13 @@ impl Limiter {
         requests: &[Request<'_>],
         policy: Option<FailurePolicy>,
     ) -> Result<Admission, Rejection> {
-        // Taken before the backend call: a remembered refusal never outlives the real one.
-        let deny_since = self
-            .deny_cache
-            .enabled(name, names)
-            .then(|| self.deny_cache.now());
-        if let Some(now) = deny_since
-            && let Some(hit) = self.deny_cache.lookup(requests, now)
-        {
-            return Err(self.reject_cached(name, names, requests, hit));
+        if let Some(done) = self.check_in_memory(name, names, requests, policy) {
+            return done;
         }
+        let deny_since = self.deny_lookup(name, names, requests)?;
         let result = match &self.store {
             Store::Memory(_) => self.acquire_all(requests).await,
-            Store::Remote(_) => {
+            Store::Remote(backend) => {
                 let permission = self.breaker.permission();
                 if permission == Permission::Skip {
                     Err(Error::Backend(BackendError::unavailable(
@@ -339,13 +333,73 @@ impl Limiter {
                             self.breaker.success(permission);
                             // Only once the backend answered: an outage never
                             // costs a call a second timeout.
-                            self.publish_if_stale(name, names, requests).await;
+                            let stale = self.stale_groups(name, names, requests);
+                            if !stale.is_empty() {
+                                Box::pin(self.publish(&**backend, stale)).await;
+                            }
                         }
                     }
                     result
                 }
             }
         };
+        self.conclude(name, names, requests, policy, deny_since, result)
+    }
+
+    /// The whole decision, synchronously, when the store is in memory (so
+    /// the macro's plain path needs no future state at all).
+    pub(crate) fn check_in_memory(
+        &self,
+        name: &'static str,
+        names: &[&'static str],
+        requests: &[Request<'_>],
+        policy: Option<FailurePolicy>,
+    ) -> Option<Result<Admission, Rejection>> {
+        let Store::Memory(memory) = &self.store else {
+            return None;
+        };
+        let deny_since = match self.deny_lookup(name, names, requests) {
+            Ok(since) => since,
+            Err(rejection) => return Some(Err(rejection)),
+        };
+        let result = validate(requests)
+            .map(|()| memory.acquire_sync(requests))
+            .map_err(Error::from);
+        Some(self.conclude(name, names, requests, policy, deny_since, result))
+    }
+
+    /// The deny cache's verdict before deciding: a remembered refusal, or
+    /// the time to remember a new one from (taken before the backend call,
+    /// so a remembered refusal never outlives the real one).
+    fn deny_lookup(
+        &self,
+        name: &'static str,
+        names: &[&'static str],
+        requests: &[Request<'_>],
+    ) -> Result<Option<u64>, Rejection> {
+        let since = self
+            .deny_cache
+            .enabled(name, names)
+            .then(|| self.deny_cache.now());
+        if let Some(now) = since
+            && let Some(hit) = self.deny_cache.lookup(requests, now)
+        {
+            return Err(self.reject_cached(name, names, requests, hit));
+        }
+        Ok(since)
+    }
+
+    /// Turns a backend's answer into an admission or a rejection: counts,
+    /// logs, shadow mode, the deny cache and the failure policy.
+    fn conclude(
+        &self,
+        name: &'static str,
+        names: &[&'static str],
+        requests: &[Request<'_>],
+        policy: Option<FailurePolicy>,
+        deny_since: Option<u64>,
+        result: Result<Decisions, Error>,
+    ) -> Result<Admission, Rejection> {
         match result {
             Ok(decisions) if decisions.allowed() => {
                 crate::counters::decision(name, "allowed");
@@ -501,39 +555,37 @@ impl Limiter {
     /// How often a remote backend is told again about a limit name's rates.
     const REPUBLISH: std::time::Duration = std::time::Duration::from_secs(3_600);
 
-    /// Tells a remote backend about the rates of each name in a call, once
-    /// per name and [`Self::REPUBLISH`] period (failures are only logged).
-    async fn publish_if_stale(
+    /// The groups of a call whose rates a remote backend has not been told
+    /// about within [`Self::REPUBLISH`] (marked as told). Synchronous and
+    /// cheap, so the common call carries no publishing state.
+    fn stale_groups(
         &self,
         name: &'static str,
         names: &[&'static str],
         requests: &[Request<'_>],
-    ) {
-        let Store::Remote(backend) = &self.store else {
-            return;
-        };
-        let mut groups: smallvec::SmallVec<[NamedLimits<'_>; 2]> = smallvec::SmallVec::new();
+    ) -> Vec<NamedLimits<'static>> {
+        let mut published = self.published.lock();
+        let mut stale: Vec<NamedLimits<'static>> = Vec::new();
         for (i, request) in requests.iter().enumerate() {
             let group = names.get(i).copied().unwrap_or(name);
-            match groups.iter_mut().find(|(n, _)| *n == group) {
-                Some((_, limits)) => limits.push(*request.limit),
-                None => groups.push((group, smallvec::smallvec![*request.limit])),
+            if let Some((_, limits)) = stale.iter_mut().find(|(n, _)| *n == group) {
+                limits.push(*request.limit);
+            } else if published
+                .get(group)
+                .is_none_or(|at| at.elapsed() > Self::REPUBLISH)
+            {
+                published.insert(group.into(), Instant::now());
+                stale.push((group, smallvec::smallvec![*request.limit]));
             }
         }
+        stale
+    }
+
+    /// Tells a remote backend about the rates of `groups` (failures are only
+    /// logged, and retried on the next call).
+    async fn publish(&self, backend: &dyn Backend, groups: Vec<NamedLimits<'static>>) {
         for (group, limits) in groups {
-            let stale = {
-                let mut published = self.published.lock();
-                let stale = published
-                    .get(group)
-                    .is_none_or(|at| at.elapsed() > Self::REPUBLISH);
-                if stale {
-                    published.insert(group.into(), Instant::now());
-                }
-                stale
-            };
-            if stale && let Err(error) = backend.publish_limits(&self.prefix, group, &limits).await
-            {
-                // Not published: try again on the next call.
+            if let Err(error) = backend.publish_limits(&self.prefix, group, &limits).await {
                 self.published.lock().remove(group);
                 tracing::debug!(limit = group, %error, "could not publish limits");
             }

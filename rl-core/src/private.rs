@@ -154,14 +154,13 @@ pub struct Permit<'l> {
 }
 
 fn requests(groups: &[Resolved]) -> SmallVec<[Request<'_>; 4]> {
-    groups
-        .iter()
-        .flat_map(|g| {
-            g.limits
-                .iter()
-                .map(move |limit| Request::new(&g.key, limit, g.cost))
-        })
-        .collect()
+    let mut requests = SmallVec::new();
+    for group in groups {
+        for limit in group.limits.iter() {
+            requests.push(Request::new(&group.key, limit, group.cost));
+        }
+    }
+    requests
 }
 
 impl Permit<'_> {
@@ -291,10 +290,10 @@ async fn decide<'l>(
     policy: Option<FailurePolicy>,
     groups: SmallVec<[Resolved; 2]>,
 ) -> Result<Permit<'l>, Rejection> {
-    let names: SmallVec<[&'static str; 4]> = groups
-        .iter()
-        .flat_map(|g| std::iter::repeat_n(g.name, g.limits.len()))
-        .collect();
+    let mut names: SmallVec<[&'static str; 4]> = SmallVec::new();
+    for group in &groups {
+        names.extend(std::iter::repeat_n(group.name, group.limits.len()));
+    }
     let admission = {
         let requests = requests(&groups);
         limiter.check_named(name, &names, &requests, policy).await?
@@ -307,26 +306,74 @@ async fn decide<'l>(
     })
 }
 
-/// Decides the call described by `spec` for `identity`.
+/// The future of the plain expansion: already decided for the in-memory
+/// store (no state, no allocation), boxed for a remote one (one allocation
+/// next to a network round trip).
+#[must_use = "futures do nothing unless awaited"]
+pub enum CheckFuture<'l> {
+    /// Decided synchronously.
+    Ready(Option<Result<(), Rejection>>),
+    /// Waiting for a remote backend.
+    Remote(std::pin::Pin<Box<dyn Future<Output = Result<(), Rejection>> + Send + 'l>>),
+}
+
+impl std::fmt::Debug for CheckFuture<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CheckFuture::Ready(result) => f.debug_tuple("Ready").field(result).finish(),
+            CheckFuture::Remote(_) => f.write_str("Remote(..)"),
+        }
+    }
+}
+
+impl Future for CheckFuture<'_> {
+    type Output = Result<(), Rejection>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        match self.get_mut() {
+            CheckFuture::Ready(result) => {
+                std::task::Poll::Ready(result.take().expect("CheckFuture polled after completion"))
+            }
+            CheckFuture::Remote(future) => future.as_mut().poll(cx),
+        }
+    }
+}
+
+/// Decides the call described by `spec` for `identity` (the plain
+/// `#[rate_limit]` expansion: nothing to settle afterwards, so no [`Permit`]).
 pub fn check<'l>(
     spec: &'static Spec,
     limiter: Result<&'l Limiter, Error>,
     identity: &dyn Display,
-) -> impl Future<Output = Result<Permit<'l>, Rejection>> + Send + 'l {
-    let prepared = limiter.map(|limiter| {
-        let group = Resolved {
-            name: spec.name,
-            key: limiter.key(spec.name, identity),
-            limits: Limits::resolve(limiter, spec.name, spec.limits),
-            cost: spec.cost,
-            reset_on_success: false,
-        };
-        (limiter, group)
-    });
-    async move {
-        let (limiter, group) = prepared.map_err(|error| unavailable(spec.name, error))?;
-        decide(limiter, spec.name, spec.policy, smallvec::smallvec![group]).await
+) -> CheckFuture<'l> {
+    let limiter = match limiter {
+        Ok(limiter) => limiter,
+        Err(error) => return CheckFuture::Ready(Some(Err(unavailable(spec.name, error)))),
+    };
+    let key = limiter.key(spec.name, identity);
+    let limits = Limits::resolve(limiter, spec.name, spec.limits);
+    {
+        let mut requests: SmallVec<[Request<'_>; 2]> = SmallVec::new();
+        for limit in limits.iter() {
+            requests.push(Request::new(&key, limit, spec.cost));
+        }
+        if let Some(done) = limiter.check_in_memory(spec.name, &[], &requests, spec.policy) {
+            return CheckFuture::Ready(Some(done.map(drop)));
+        }
     }
+    CheckFuture::Remote(Box::pin(async move {
+        let mut requests: SmallVec<[Request<'_>; 2]> = SmallVec::new();
+        for limit in limits.iter() {
+            requests.push(Request::new(&key, limit, spec.cost));
+        }
+        limiter
+            .check_named(spec.name, &[], &requests, spec.policy)
+            .await
+            .map(drop)
+    }))
 }
 
 /// Decides a call with several keys: `identities[i]` is the identity of
