@@ -417,8 +417,13 @@ async fn on_error_local_decides_in_process_with_the_threshold_shared_by_instance
     let runs = AtomicUsize::new(0);
     local_on_error(&limiter, &runs).await.expect("local 1 of 2");
     local_on_error(&limiter, &runs).await.expect("local 2 of 2");
-    let rejection = local_on_error(&limiter, &runs).await.expect_err("4 / 2 instances = 2");
-    assert!(!rejection.is_unavailable(), "refused by the local limiter, not for the outage");
+    let rejection = local_on_error(&limiter, &runs)
+        .await
+        .expect_err("4 / 2 instances = 2");
+    assert!(
+        !rejection.is_unavailable(),
+        "refused by the local limiter, not for the outage"
+    );
     assert_eq!(rejection.limit().unwrap().threshold(), 2);
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
