@@ -146,6 +146,10 @@ pub fn parse_rates<'a>(
 }
 
 /// The JSON body of a request, or the `400` answering a malformed one.
+#[allow(
+    clippy::result_large_err,
+    reason = "the error is the HTTP response to send, as in axum's own rejections; boxing it buys nothing"
+)]
 pub fn json_body<T>(
     body: Result<axum::Json<T>, axum::extract::rejection::JsonRejection>,
 ) -> Result<T, Response> {
@@ -156,22 +160,6 @@ pub fn json_body<T>(
             &rejection.body_text(),
         )
     })
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn sentinel_urls_name_the_sentinels_and_the_master() {
-        let (sentinels, master) =
-            super::sentinel_url("redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/mymaster").unwrap();
-        assert_eq!(
-            sentinels,
-            ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379"]
-        );
-        assert_eq!(master, "mymaster");
-        assert!(super::sentinel_url("redis://127.0.0.1:6379").is_none());
-        assert!(super::sentinel_url("redis+sentinel://10.0.0.1:26379/").is_none());
-    }
 }
 
 /// A JSON error response: `{"error": code, "message": message}`.
@@ -256,3 +244,19 @@ impl std::fmt::Display for BadLimitsFile {
 }
 
 impl std::error::Error for BadLimitsFile {}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sentinel_urls_name_the_sentinels_and_the_master() {
+        let (sentinels, master) =
+            super::sentinel_url("redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/mymaster").unwrap();
+        assert_eq!(
+            sentinels,
+            ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379"]
+        );
+        assert_eq!(master, "mymaster");
+        assert!(super::sentinel_url("redis://127.0.0.1:6379").is_none());
+        assert!(super::sentinel_url("redis+sentinel://10.0.0.1:26379/").is_none());
+    }
+}

@@ -54,7 +54,7 @@
 //! | `fixed_window` | hash `{w, n}` (window, count) | 120 B |
 //! | `sliding_log` | sorted set (one entry per admitted unit) + sequence string | 1456 B |
 //! | `sliding_window` | hash `{slot: count}`, at most `slots + 2` fields | 104 B |
-//! | `token_bucket`, `leaky_bucket` | hash `{s, u, e}` (scaled level, updated, fresh at) | 136 B |
+//! | `token_bucket`, `leaky_bucket` | 24-byte string: three packed doubles (scaled level, updated, fresh at) | 120 B |
 //! | `gcra` | string (the TAT) | 72 B |
 //!
 //! An allowed [`rl_core::Backend::acquire_once`] also keeps its reply, as a

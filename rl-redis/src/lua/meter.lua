@@ -1,8 +1,11 @@
 -- Token bucket and leaky bucket (rl-core algorithm/meter.rs): one meter
 -- scaled by P so refill and drain stay integers (T scaled units per us, one
 -- unit = P scaled units, capacity B * P).
--- State: HASH { s = tokens * P (token bucket) or level * P (leaky bucket),
--- u = time of the last update, e = time it is back to fresh }. The level is
+-- State: one 24-byte string, three little-endian doubles packed with Redis'
+-- `struct` library (every value is an integer below 2^53, so exact; a value
+-- this short is stored in one allocation, unlike a HASH or decimal text):
+-- s = tokens * P (token bucket) or level * P (leaky bucket), u = time of the
+-- last update, e = time it is back to fresh. The level is
 -- what is in use: B * P - tokens for the token bucket. Fresh again at
 -- e = now + ceil(level / T), computed with the limit that wrote it (a
 -- changed threshold or burst does not revive an expired state), which is
@@ -11,11 +14,17 @@
 -- The level (units in use x P) after draining up to `now`; 0 when fresh.
 local function meter_level(r, now, token)
   local full = r.b * r.p
-  local st = redis.call('HMGET', r.key, 's', 'u', 'e')
-  if not st[1] or now >= (tonumber(st[3]) or 0) then
+  local value = redis.call('GET', r.key)
+  if not value then
     return 0
   end
-  local scaled, updated = tonumber(st[1]), tonumber(st[2])
+  if #value ~= 24 then
+    return 0
+  end
+  local scaled, updated, e = struct.unpack('<ddd', value)
+  if now >= e then
+    return 0
+  end
   -- A product beyond 2^53 is inexact but then exceeds every capacity, so
   -- the clamps below give the exact result.
   local drained = math.max(now - updated, 0) * r.t
@@ -41,7 +50,7 @@ local function meter_store(r, now, level, token)
     scaled = math.max(r.b * r.p - level, 0)
   end
   local expires_at = now + cdiv(level, r.t)
-  redis.call('HSET', r.key, 's', fmt(scaled), 'u', fmt(now), 'e', fmt(expires_at))
+  redis.call('SET', r.key, struct.pack('<ddd', scaled, now, expires_at))
   expire(r.key, expires_at, now)
 end
 
