@@ -1,6 +1,7 @@
 //! What `#[rate_limit]` costs over writing the same decision by hand, on the
 //! in-memory backend through the global limiter.
 
+use std::future::Future;
 use std::hint::black_box;
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
@@ -46,6 +47,21 @@ async fn via_private_check(user: u64) -> Result<u64, Rejection> {
     Ok(user)
 }
 
+/// Times `iters` calls inside one `block_on` (measures the call, not the runtime).
+fn time_calls<F, Fut>(runtime: &tokio::runtime::Runtime, iters: u64, call: F) -> Duration
+where
+    F: Fn(u64) -> Fut,
+    Fut: Future<Output = Result<u64, Rejection>>,
+{
+    runtime.block_on(async {
+        let start = Instant::now();
+        for i in 0..iters {
+            black_box(call(black_box(i % 64)).await.unwrap());
+        }
+        start.elapsed()
+    })
+}
+
 fn overhead(c: &mut Criterion) {
     Limiter::builder().memory().install().unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -54,37 +70,13 @@ fn overhead(c: &mut Criterion) {
     let mut group = c.benchmark_group("macro_overhead");
     group.throughput(Throughput::Elements(1));
     group.bench_function("annotated_fn", |b| {
-        b.iter_custom(|iters| {
-            runtime.block_on(async {
-                let start = Instant::now();
-                for i in 0..iters {
-                    black_box(annotated(black_box(i % 64)).await.unwrap());
-                }
-                start.elapsed()
-            })
-        })
+        b.iter_custom(|iters| time_calls(&runtime, iters, annotated))
     });
     group.bench_function("hand_written", |b| {
-        b.iter_custom(|iters| {
-            runtime.block_on(async {
-                let start = Instant::now();
-                for i in 0..iters {
-                    black_box(by_hand(black_box(i % 64)).await.unwrap());
-                }
-                start.elapsed()
-            })
-        })
+        b.iter_custom(|iters| time_calls(&runtime, iters, by_hand))
     });
     group.bench_function("private_check", |b| {
-        b.iter_custom(|iters| {
-            runtime.block_on(async {
-                let start = Instant::now();
-                for i in 0..iters {
-                    black_box(via_private_check(black_box(i % 64)).await.unwrap());
-                }
-                start.elapsed()
-            })
-        })
+        b.iter_custom(|iters| time_calls(&runtime, iters, via_private_check))
     });
     group.finish();
 }
