@@ -51,7 +51,11 @@ for i = 1, count do
     key = KEYS[next_key],
   }
   if ALG[r.alg] == nil then
-    return redis.error_reply('ERR rl-redis: unknown algorithm ' .. tostring(r.alg))
+    local loader = LOADERS[r.alg]
+    if loader == nil then
+      return redis.error_reply('ERR rl-redis: unknown algorithm ' .. tostring(r.alg))
+    end
+    ALG[r.alg] = loader()
   end
   next_key = next_key + 1
   if r.alg == 'sl' then

@@ -2,42 +2,46 @@
 -- arrival time (TAT, us), expiring at the TAT.
 -- I = ceil(P / T), tau = I * B. Computed relative to now (d = TAT - now) so
 -- that no intermediate holds an absolute time plus tau.
-ALG.gc = {}
+LOADERS.gc = function()
+  local M = {}
 
--- TAT - now, 0 when there is no TAT in the future (fresh).
-local function gc_ahead(r, now)
-  local tat = tonumber(redis.call('GET', r.key))
-  if tat and tat > now then
-    return tat - now
+  -- TAT - now, 0 when there is no TAT in the future (fresh).
+  local function gc_ahead(r, now)
+    local tat = tonumber(redis.call('GET', r.key))
+    if tat and tat > now then
+      return tat - now
+    end
+    return 0
   end
-  return 0
-end
 
-function ALG.gc.decide(r, now, commit)
-  local b = r.b
-  local interval = cdiv(r.p, r.t)
-  local tau = interval * b
-  local d = gc_ahead(r, now)
-  local nd = d + r.cost * interval
-  if nd > tau then
-    return decision(false, b, idiv(math.max(tau - d, 0), interval), nd - tau, d)
+  function M.decide(r, now, commit)
+    local b = r.b
+    local interval = cdiv(r.p, r.t)
+    local tau = interval * b
+    local d = gc_ahead(r, now)
+    local nd = d + r.cost * interval
+    if nd > tau then
+      return decision(false, b, idiv(math.max(tau - d, 0), interval), nd - tau, d)
+    end
+    if not commit then
+      return decision(true, b, idiv(tau - d, interval), 0, d)
+    end
+    redis.call('SET', r.key, fmt(now + nd), 'PX', fmt(ttl_ms(now + nd, now)))
+    return decision(true, b, idiv(tau - nd, interval), 0, nd)
   end
-  if not commit then
-    return decision(true, b, idiv(tau - d, interval), 0, d)
-  end
-  redis.call('SET', r.key, fmt(now + nd), 'PX', fmt(ttl_ms(now + nd, now)))
-  return decision(true, b, idiv(tau - nd, interval), 0, nd)
-end
 
-function ALG.gc.refund(r, now, _)
-  local d = gc_ahead(r, now)
-  if d == 0 then
-    return
+  function M.refund(r, now, _)
+    local d = gc_ahead(r, now)
+    if d == 0 then
+      return
+    end
+    local back = d - r.cost * cdiv(r.p, r.t)
+    if back <= 0 then
+      redis.call('DEL', r.key)
+    else
+      redis.call('SET', r.key, fmt(now + back), 'PX', fmt(ttl_ms(now + back, now)))
+    end
   end
-  local back = d - r.cost * cdiv(r.p, r.t)
-  if back <= 0 then
-    redis.call('DEL', r.key)
-  else
-    redis.call('SET', r.key, fmt(now + back), 'PX', fmt(ttl_ms(now + back, now)))
-  end
+
+  return M
 end

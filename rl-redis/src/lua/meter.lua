@@ -11,79 +11,79 @@
 -- changed threshold or burst does not revive an expired state), which is
 -- also when the key expires. A meter back to fresh is deleted.
 
--- The level (units in use x P) after draining up to `now`; 0 when fresh.
-local function meter_level(r, now, token)
-  local full = r.b * r.p
-  local value = redis.call('GET', r.key)
-  if not value then
-    return 0
-  end
-  if #value ~= 24 then
-    return 0
-  end
-  local scaled, updated, e = struct.unpack('<ddd', value)
-  if now >= e then
-    return 0
-  end
-  -- A product beyond 2^53 is inexact but then exceeds every capacity, so
-  -- the clamps below give the exact result.
-  local drained = math.max(now - updated, 0) * r.t
-  if token then
-    if scaled + drained >= full then
+local function meter_module(token)
+  -- The level (units in use x P) after draining up to `now`; 0 when fresh.
+  local function meter_level(r, now, token)
+    local full = r.b * r.p
+    local value = redis.call('GET', r.key)
+    if not value then
       return 0
     end
-    return full - (scaled + drained)
+    if #value ~= 24 then
+      return 0
+    end
+    local scaled, updated, e = struct.unpack('<ddd', value)
+    if now >= e then
+      return 0
+    end
+    -- A product beyond 2^53 is inexact but then exceeds every capacity, so
+    -- the clamps below give the exact result.
+    local drained = math.max(now - updated, 0) * r.t
+    if token then
+      if scaled + drained >= full then
+        return 0
+      end
+      return full - (scaled + drained)
+    end
+    if drained >= scaled then
+      return 0
+    end
+    return scaled - drained
   end
-  if drained >= scaled then
-    return 0
+
+  local function meter_store(r, now, level, token)
+    if level <= 0 then
+      redis.call('DEL', r.key)
+      return
+    end
+    local scaled = level
+    if token then
+      scaled = math.max(r.b * r.p - level, 0)
+    end
+    local expires_at = now + cdiv(level, r.t)
+    redis.call('SET', r.key, struct.pack('<ddd', scaled, now, expires_at))
+    expire(r.key, expires_at, now)
   end
-  return scaled - drained
+
+  local function meter_decide(r, now, commit, token)
+    local t, p, b = r.t, r.p, r.b
+    local full = b * p
+    local level = meter_level(r, now, token)
+    local need = r.cost * p
+    if need > full - level then
+      local remaining = idiv(math.max(full - level, 0), p)
+      return decision(false, b, remaining, cdiv(need - (full - level), t), cdiv(level, t))
+    end
+    if commit then
+      level = level + need
+      meter_store(r, now, level, token)
+    end
+    return decision(true, b, idiv(full - level, p), 0, cdiv(level, t))
+  end
+
+  local function meter_refund(r, now, token)
+    if redis.call('EXISTS', r.key) == 0 then
+      return
+    end
+    local level = meter_level(r, now, token) - r.cost * r.p
+    meter_store(r, now, math.max(level, 0), token)
+  end
+
+  return {
+    decide = function(r, now, commit) return meter_decide(r, now, commit, token) end,
+    refund = function(r, now, _) meter_refund(r, now, token) end,
+  }
 end
 
-local function meter_store(r, now, level, token)
-  if level <= 0 then
-    redis.call('DEL', r.key)
-    return
-  end
-  local scaled = level
-  if token then
-    scaled = math.max(r.b * r.p - level, 0)
-  end
-  local expires_at = now + cdiv(level, r.t)
-  redis.call('SET', r.key, struct.pack('<ddd', scaled, now, expires_at))
-  expire(r.key, expires_at, now)
-end
-
-local function meter_decide(r, now, commit, token)
-  local t, p, b = r.t, r.p, r.b
-  local full = b * p
-  local level = meter_level(r, now, token)
-  local need = r.cost * p
-  if need > full - level then
-    local remaining = idiv(math.max(full - level, 0), p)
-    return decision(false, b, remaining, cdiv(need - (full - level), t), cdiv(level, t))
-  end
-  if commit then
-    level = level + need
-    meter_store(r, now, level, token)
-  end
-  return decision(true, b, idiv(full - level, p), 0, cdiv(level, t))
-end
-
-local function meter_refund(r, now, token)
-  if redis.call('EXISTS', r.key) == 0 then
-    return
-  end
-  local level = meter_level(r, now, token) - r.cost * r.p
-  meter_store(r, now, math.max(level, 0), token)
-end
-
-ALG.tb = {
-  decide = function(r, now, commit) return meter_decide(r, now, commit, true) end,
-  refund = function(r, now, _) meter_refund(r, now, true) end,
-}
-
-ALG.lb = {
-  decide = function(r, now, commit) return meter_decide(r, now, commit, false) end,
-  refund = function(r, now, _) meter_refund(r, now, false) end,
-}
+LOADERS.tb = function() return meter_module(true) end
+LOADERS.lb = function() return meter_module(false) end

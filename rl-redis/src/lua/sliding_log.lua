@@ -6,90 +6,94 @@
 --
 -- Peeks and refused calls write nothing: stale entries are skipped by rank
 -- (ZCOUNT) instead of being removed; an admitted call trims them.
-ALG.sl = {}
+LOADERS.sl = function()
+  local M = {}
 
--- Adds `c` members with score `now`, ids from the sequence key. At most 64
--- members per ZADD, so no more than 128 values are ever unpacked.
-local function sl_add(r, now, c, live)
-  local last = redis.call('INCRBY', r.seq, c)
-  if last == c and live > 0 then
-    -- The sequence was lost (evicted or deleted) while entries remain:
-    -- continue above every existing id (bounded: the log holds <= T entries).
-    local top = 0
-    local members = redis.call('ZRANGE', r.key, 0, -1)
-    for i = 1, #members do
-      top = math.max(top, tonumber(members[i]) or 0)
+  -- Adds `c` members with score `now`, ids from the sequence key. At most 64
+  -- members per ZADD, so no more than 128 values are ever unpacked.
+  local function sl_add(r, now, c, live)
+    local last = redis.call('INCRBY', r.seq, c)
+    if last == c and live > 0 then
+      -- The sequence was lost (evicted or deleted) while entries remain:
+      -- continue above every existing id (bounded: the log holds <= T entries).
+      local top = 0
+      local members = redis.call('ZRANGE', r.key, 0, -1)
+      for i = 1, #members do
+        top = math.max(top, tonumber(members[i]) or 0)
+      end
+      last = redis.call('INCRBY', r.seq, top)
     end
-    last = redis.call('INCRBY', r.seq, top)
-  end
-  local score = fmt(now)
-  local id = last - c + 1
-  while id <= last do
-    local hi = math.min(id + 63, last)
-    local args = {}
-    for m = id, hi do
-      args[#args + 1] = score
-      args[#args + 1] = fmt(m)
+    local score = fmt(now)
+    local id = last - c + 1
+    while id <= last do
+      local hi = math.min(id + 63, last)
+      local args = {}
+      for m = id, hi do
+        args[#args + 1] = score
+        args[#args + 1] = fmt(m)
+      end
+      redis.call('ZADD', r.key, unpack(args))
+      id = hi + 1
     end
-    redis.call('ZADD', r.key, unpack(args))
-    id = hi + 1
   end
-end
 
-function ALG.sl.decide(r, now, commit)
-  local t, p, c = r.t, r.p, r.cost
-  local cutoff = now - p
-  local total = redis.call('ZCARD', r.key)
-  local stale, newest = 0, nil
-  if total > 0 then
-    stale = redis.call('ZCOUNT', r.key, '-inf', fmt(cutoff))
-    newest = tonumber(redis.call('ZRANGE', r.key, -1, -1, 'WITHSCORES')[2])
-  end
-  local n = total - stale
-  if c > t - n then
-    -- The k-th oldest live entry is the one whose leaving makes room for c.
-    local k = n + c - t
-    local entry = redis.call('ZRANGE', r.key, stale + k - 1, stale + k - 1, 'WITHSCORES')
-    local retry = p
-    if entry[2] then
-      retry = tonumber(entry[2]) + p - now
+  function M.decide(r, now, commit)
+    local t, p, c = r.t, r.p, r.cost
+    local cutoff = now - p
+    local total = redis.call('ZCARD', r.key)
+    local stale, newest = 0, nil
+    if total > 0 then
+      stale = redis.call('ZCOUNT', r.key, '-inf', fmt(cutoff))
+      newest = tonumber(redis.call('ZRANGE', r.key, -1, -1, 'WITHSCORES')[2])
     end
-    return decision(false, t, t - n, retry, newest + p - now)
-  end
-  if commit then
-    if stale > 0 then
-      redis.call('ZREMRANGEBYSCORE', r.key, '-inf', fmt(cutoff))
+    local n = total - stale
+    if c > t - n then
+      -- The k-th oldest live entry is the one whose leaving makes room for c.
+      local k = n + c - t
+      local entry = redis.call('ZRANGE', r.key, stale + k - 1, stale + k - 1, 'WITHSCORES')
+      local retry = p
+      if entry[2] then
+        retry = tonumber(entry[2]) + p - now
+      end
+      return decision(false, t, t - n, retry, newest + p - now)
     end
-    sl_add(r, now, c, n)
-    n = n + c
-    if newest == nil or now > newest then
-      newest = now
+    if commit then
+      if stale > 0 then
+        redis.call('ZREMRANGEBYSCORE', r.key, '-inf', fmt(cutoff))
+      end
+      sl_add(r, now, c, n)
+      n = n + c
+      if newest == nil or now > newest then
+        newest = now
+      end
+      expire(r.key, newest + p, now)
+      expire(r.seq, newest + p, now)
     end
-    expire(r.key, newest + p, now)
-    expire(r.seq, newest + p, now)
+    local reset = 0
+    if n > 0 then
+      reset = newest + p - now
+    end
+    return decision(true, t, t - n, 0, reset)
   end
-  local reset = 0
-  if n > 0 then
-    reset = newest + p - now
-  end
-  return decision(true, t, t - n, 0, reset)
-end
 
-function ALG.sl.refund(r, now, at)
-  local p = r.p
-  local ids = redis.call('ZRANGEBYSCORE', r.key, fmt(at), fmt(at), 'LIMIT', 0, fmt(r.cost))
-  if #ids == 0 then
-    return
+  function M.refund(r, now, at)
+    local p = r.p
+    local ids = redis.call('ZRANGEBYSCORE', r.key, fmt(at), fmt(at), 'LIMIT', 0, fmt(r.cost))
+    if #ids == 0 then
+      return
+    end
+    for i = 1, #ids do
+      redis.call('ZREM', r.key, ids[i])
+    end
+    redis.call('ZREMRANGEBYSCORE', r.key, '-inf', fmt(now - p))
+    local newest = tonumber(redis.call('ZRANGE', r.key, -1, -1, 'WITHSCORES')[2])
+    if newest == nil then
+      redis.call('DEL', r.key, r.seq)
+    else
+      expire(r.key, newest + p, now)
+      expire(r.seq, newest + p, now)
+    end
   end
-  for i = 1, #ids do
-    redis.call('ZREM', r.key, ids[i])
-  end
-  redis.call('ZREMRANGEBYSCORE', r.key, '-inf', fmt(now - p))
-  local newest = tonumber(redis.call('ZRANGE', r.key, -1, -1, 'WITHSCORES')[2])
-  if newest == nil then
-    redis.call('DEL', r.key, r.seq)
-  else
-    expire(r.key, newest + p, now)
-    expire(r.seq, newest + p, now)
-  end
+
+  return M
 end
