@@ -266,7 +266,10 @@ mod tests {
     #[test]
     fn the_script_is_one_chunk_holding_every_algorithm() {
         for code in ["fw", "sl", "sw", "tb", "lb", "gc"] {
-            assert!(SOURCE.contains(&format!("LOADERS.{code} =")), "missing {code}");
+            assert!(
+                SOURCE.contains(&format!("LOADERS.{code} =")),
+                "missing {code}"
+            );
         }
         assert_eq!(SCRIPT.get_hash().len(), 40);
     }
