@@ -14,14 +14,17 @@
 //! what `#[rate_limit]` calls), `refused` (`Limiter::check` refused by the
 //! memory backend), `cached` (`Limiter::check` refused by the deny cache in
 //! front of a remote backend), `multi` (`Limiter::check` of three limits on
-//! two keys, allowed). Without arguments (as `cargo bench` runs it)
-//! every kind runs briefly.
+//! two keys, allowed), `annotated` (a `#[rate_limit]` function through the
+//! global limiter, key from its argument) and `by_hand` (the same decision
+//! written by hand, as in the `macro_overhead` bench). Without arguments (as
+//! `cargo bench` runs it) every kind runs briefly.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use rl_core::{
-    Backend, BackendError, BoxFuture, Decisions, Key, Limit, Limiter, MemoryBackend, Request,
+    Backend, BackendError, BoxFuture, Decisions, Key, Limit, Limiter, MemoryBackend, Rejection,
+    Request, rate_limit,
 };
 
 /// A remote backend in all but name: the memory backend behind the trait,
@@ -54,7 +57,33 @@ impl Backend for Remote {
     }
 }
 
-const KINDS: [&str; 6] = ["backend", "limiter", "check", "refused", "cached", "multi"];
+const KINDS: [&str; 8] = [
+    "backend",
+    "limiter",
+    "check",
+    "refused",
+    "cached",
+    "multi",
+    "annotated",
+    "by_hand",
+];
+
+#[rate_limit(period = 1, threshold = 1_000_000_000, key = user, name = "profile_macro")]
+async fn annotated(user: u64) -> Result<u64, Rejection> {
+    Ok(user)
+}
+
+/// `annotated` written by hand: build the key, decide, convert the refusal.
+async fn by_hand(user: u64) -> Result<u64, Rejection> {
+    static LIMIT: std::sync::LazyLock<Limit> =
+        std::sync::LazyLock::new(|| Limit::new(1_000_000_000, Duration::from_secs(1)).unwrap());
+    let limiter = Limiter::global().map_err(|e| Rejection::unavailable("profile_hand", e))?;
+    let key = limiter.key("profile_hand", &user);
+    limiter
+        .check("profile_hand", &[Request::new(&key, &LIMIT, 1)], None)
+        .await?;
+    Ok(user)
+}
 
 fn run(kind: &str, n: u64) -> Duration {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -119,6 +148,27 @@ fn run(kind: &str, n: u64) -> Duration {
                 let start = Instant::now();
                 for _ in 0..n {
                     let _ = black_box(limiter.check("profile", black_box(&requests), None).await);
+                }
+                start.elapsed()
+            })
+        }
+        "annotated" | "by_hand" => {
+            if Limiter::global().is_err() {
+                Limiter::builder()
+                    .memory()
+                    .install()
+                    .expect("install the global limiter");
+            }
+            runtime.block_on(async {
+                let start = Instant::now();
+                for i in 0..n {
+                    let user = black_box(i % 64);
+                    let result = if kind == "annotated" {
+                        annotated(user).await
+                    } else {
+                        by_hand(user).await
+                    };
+                    black_box(result.expect("allowed"));
                 }
                 start.elapsed()
             })

@@ -18,7 +18,9 @@
 //! - our p99 at 64 callers against `redis-benchmark -c 64`'s p99;
 //! - a multi-limit call (three limits on the identity plus one per-IP
 //!   limit: one `EVALSHA` on a standalone server) at 64 callers, and its
-//!   cost relative to a single-limit call;
+//!   cost relative to a single-limit call (decisions/s at 64 callers, where
+//!   the server is saturated: server CPU per call); and at one caller, its
+//!   p50 over a single-limit call's (the latency one call sees);
 //! - `MEMORY USAGE` of one identity's keys (T = 100, after 100 calls).
 //!
 //! Then a flood: 64 callers hammering one blocked identity through
@@ -359,6 +361,10 @@ struct Row {
     multi_at_64: Option<Cell>,
     /// Time per multi-limit decision over time per single-limit decision.
     multi_cost_ratio: Option<f64>,
+    /// A multi-limit call with one caller (the latency one call sees).
+    multi_at_1: Option<Cell>,
+    /// Multi-limit p50 over single-limit p50, both with one caller.
+    multi_latency_ratio_at_1: Option<f64>,
     memory_usage_bytes: Option<u64>,
 }
 
@@ -429,6 +435,14 @@ async fn measure(options: &Options, backend: &Arc<RedisBackend>, algorithm: Algo
         }
         _ => None,
     };
+    let single_at_1 = match cells.iter().find(|c| c.concurrency == 1) {
+        Some(cell) => *cell,
+        None => run(backend, algorithm, Shape::Single, 1, length).await,
+    };
+    eprintln!("  {algorithm}: multi-limit @ 1");
+    let multi_at_1 = run(backend, algorithm, Shape::Multi, 1, length).await;
+    let multi_latency_ratio_at_1 =
+        (single_at_1.p50_ms > 0.0).then(|| multi_at_1.p50_ms / single_at_1.p50_ms);
     Row {
         algorithm: algorithm.name(),
         ratio_top_to_saturation: top.zip(saturation_rps).map(|(c, s)| c.decisions_per_s / s),
@@ -443,6 +457,8 @@ async fn measure(options: &Options, backend: &Arc<RedisBackend>, algorithm: Algo
         single_at_64,
         multi_at_64,
         multi_cost_ratio,
+        multi_at_1: Some(multi_at_1),
+        multi_latency_ratio_at_1,
         memory_usage_bytes: memory_usage(&options.url, algorithm).await,
     }
 }
@@ -464,13 +480,13 @@ fn table(report: &Report) -> String {
         out,
         " Redis saturation, req/s (best of -c 50, -c 50 -P 16) | ours@{top} / saturation | \
          p99@64 ours / redis-benchmark -c 64 (ms) | ratio | multi-limit 3+1 @64, decisions/s | \
-         multi / single cost | MEMORY USAGE / identity |"
+         multi / single cost | multi / single p50 @1 | MEMORY USAGE / identity |"
     );
     out.push_str("|---|");
     for _ in &concurrency {
         out.push_str("---:|");
     }
-    out.push_str("---:|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str("---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for row in &report.rows {
         let _ = write!(out, "| {} |", row.algorithm);
         for cell in &row.cells {
@@ -510,11 +526,12 @@ fn table(report: &Report) -> String {
         };
         let _ = writeln!(
             out,
-            " {saturation} | {} | {p99} | {} | {} | {} | {} |",
+            " {saturation} | {} | {p99} | {} | {} | {} | {} | {} |",
             opt(row.ratio_top_to_saturation, 2),
             opt(row.p99_ratio_at_64, 2),
             opt(row.multi_at_64.map(|m| m.decisions_per_s), 0),
             opt(row.multi_cost_ratio, 2),
+            opt(row.multi_latency_ratio_at_1, 2),
             row.memory_usage_bytes
                 .map_or_else(|| "–".to_owned(), |b| format!("{b} B")),
         );
@@ -534,7 +551,8 @@ fn csv(report: &Report) -> String {
     }
     out.push_str(
         ",saturation_rps,ratio_top_to_saturation,bench_c64_p99_ms,p99_ratio_at_64,\
-         multi_at_64_decisions_per_s,multi_cost_ratio,memory_usage_bytes\n",
+         multi_at_64_decisions_per_s,multi_cost_ratio,multi_at_1_p50_ms,multi_latency_ratio_at_1,\
+         memory_usage_bytes\n",
     );
     let num = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.4}"));
     for row in &report.rows {
@@ -548,13 +566,15 @@ fn csv(report: &Report) -> String {
         }
         let _ = writeln!(
             out,
-            ",{},{},{},{},{},{},{}",
+            ",{},{},{},{},{},{},{},{},{}",
             num(row.saturation_rps),
             num(row.ratio_top_to_saturation),
             num(row.latency_run.map(|r| r.p99_ms)),
             num(row.p99_ratio_at_64),
             num(row.multi_at_64.map(|m| m.decisions_per_s)),
             num(row.multi_cost_ratio),
+            num(row.multi_at_1.map(|m| m.p50_ms)),
+            num(row.multi_latency_ratio_at_1),
             row.memory_usage_bytes
                 .map_or_else(String::new, |b| b.to_string()),
         );
