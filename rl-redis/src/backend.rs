@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use crate::builder::RedisBackendBuilder;
 use crate::error;
-use crate::script::{Call, Op, Reply, SCRIPT, SOURCE, Time, parse_reply, request_id_key};
+use crate::script::{self, Op, Reply, SCRIPT, SOURCE, Time, parse_reply, request_id_key};
 use crate::sentinel::SentinelConnection;
 
 /// The connection behind a backend: one type for both deployments, each
@@ -357,17 +357,25 @@ impl RedisBackend {
         requests: &[Request<'_>],
         request_id: Option<&str>,
     ) -> Result<Reply, BackendError> {
-        let mut call = Call::new(op, time, at, self.settings.extra_ttl_ms, requests);
-        if op.takes_request_id() {
+        let id_key = if op.takes_request_id() {
             let (Some(first), Some(id)) = (requests.first(), request_id) else {
                 return Err(BackendError::protocol(format_args!(
                     "{} needs a request id and at least one limit",
                     op.name()
                 )));
             };
-            call = call.with_request_id_key(request_id_key(first.key, id));
-        }
-        let invocation = call.invocation();
+            Some(request_id_key(first.key, id))
+        } else {
+            None
+        };
+        let invocation = script::invocation(
+            op,
+            time,
+            at,
+            self.settings.extra_ttl_ms,
+            requests,
+            id_key.as_deref(),
+        );
         let result = match &self.connection {
             Connection::Standalone(c) => {
                 tokio::time::timeout_at(deadline, invoke(c.clone(), invocation))

@@ -95,19 +95,129 @@ pub(crate) enum Time {
 }
 
 /// The storage key of one request: `<key>:<algorithm>:<period_us>`.
+/// Sliding-window keys also carry the number of slots (see
+/// [`rl_core::Limit::storage_suffix`], which this spells without `format!`).
 fn state_key(request: &Request<'_>) -> String {
-    let mut key = String::with_capacity(request.key.as_str().len() + 24);
+    use std::fmt::Write as _;
+    let limit = request.limit;
+    let (algorithm, period, slots) = limit.state_id();
+    let mut key = String::with_capacity(request.key.as_str().len() + 32);
     key.push_str(request.key.as_str());
     key.push(':');
-    key.push_str(&request.limit.storage_suffix());
+    key.push_str(algorithm.code());
+    let _ = write!(key, ":{period}");
+    if algorithm == rl_core::Algorithm::SlidingWindow {
+        let _ = write!(key, ":{slots}");
+    }
+    debug_assert_eq!(
+        key[request.key.as_str().len() + 1..],
+        limit.storage_suffix()
+    );
     key
 }
 
-/// Every key and argument of one call, in script order.
+/// Where the keys and arguments of one call go, in script order: straight
+/// into a [`ScriptInvocation`] (each argument written once, numbers without
+/// an intermediate `String`), or into a [`Call`] to look at.
+trait Sink {
+    fn key(&mut self, key: &str);
+    fn text(&mut self, arg: &str);
+    fn number(&mut self, arg: u64);
+}
+
+impl Sink for ScriptInvocation<'_> {
+    fn key(&mut self, key: &str) {
+        ScriptInvocation::key(self, key);
+    }
+    fn text(&mut self, arg: &str) {
+        ScriptInvocation::arg(self, arg);
+    }
+    fn number(&mut self, arg: u64) {
+        ScriptInvocation::arg(self, arg);
+    }
+}
+
+/// Writes every key and argument of one call (see `lua/dispatch.lua`).
+fn write_call(
+    sink: &mut impl Sink,
+    op: Op,
+    time: Time,
+    at_micros: u64,
+    extra_ttl_ms: u64,
+    requests: &[Request<'_>],
+    request_id_key: Option<&str>,
+) {
+    sink.text(op.name());
+    match time {
+        Time::Server => sink.text("s"),
+        Time::Client(now) => sink.number(now),
+    }
+    sink.number(at_micros);
+    sink.number(extra_ttl_ms);
+    for request in requests {
+        let limit = request.limit;
+        let mut key = state_key(request);
+        sink.key(&key);
+        if limit.algorithm() == rl_core::Algorithm::SlidingLog {
+            key.push_str(":seq");
+            sink.key(&key);
+        }
+        sink.text(limit.algorithm().code());
+        sink.number(limit.threshold());
+        sink.number(limit.period_micros());
+        sink.number(limit.burst());
+        sink.number(limit.slots());
+        // Costs are validated (<= capacity) except for refunds, where
+        // anything above 2^53 empties the state all the same.
+        sink.number(request.cost.min(EXACT_LIMIT));
+    }
+    if let Some(key) = request_id_key {
+        sink.key(key);
+    }
+}
+
+/// The script invocation of one call, ready to send. `request_id_key` is
+/// the last key of an [`Op::AcquireOnce`] or [`Op::RefundOnce`] call (see
+/// [`request_id_key`]).
+pub(crate) fn invocation(
+    op: Op,
+    time: Time,
+    at_micros: u64,
+    extra_ttl_ms: u64,
+    requests: &[Request<'_>],
+    request_id_key: Option<&str>,
+) -> ScriptInvocation<'static> {
+    let mut invocation = SCRIPT.prepare_invoke();
+    write_call(
+        &mut invocation,
+        op,
+        time,
+        at_micros,
+        extra_ttl_ms,
+        requests,
+        request_id_key,
+    );
+    invocation
+}
+
+/// Every key and argument of one call, in script order, as text (for tests
+/// and tools; calls are sent with [`invocation`]).
 #[derive(Debug, Default)]
 pub(crate) struct Call {
     pub(crate) keys: Vec<String>,
     pub(crate) args: Vec<String>,
+}
+
+impl Sink for Call {
+    fn key(&mut self, key: &str) {
+        self.keys.push(key.to_owned());
+    }
+    fn text(&mut self, arg: &str) {
+        self.args.push(arg.to_owned());
+    }
+    fn number(&mut self, arg: u64) {
+        self.args.push(arg.to_string());
+    }
 }
 
 impl Call {
@@ -118,53 +228,17 @@ impl Call {
         extra_ttl_ms: u64,
         requests: &[Request<'_>],
     ) -> Self {
-        let mut keys = Vec::with_capacity(requests.len() + 1);
-        let mut args = Vec::with_capacity(4 + 6 * requests.len());
-        args.push(op.name().to_owned());
-        args.push(match time {
-            Time::Server => "s".to_owned(),
-            Time::Client(now) => now.to_string(),
-        });
-        args.push(at_micros.to_string());
-        args.push(extra_ttl_ms.to_string());
-        for request in requests {
-            let limit = request.limit;
-            let key = state_key(request);
-            if limit.algorithm() == rl_core::Algorithm::SlidingLog {
-                let seq = format!("{key}:seq");
-                keys.push(key);
-                keys.push(seq);
-            } else {
-                keys.push(key);
-            }
-            args.push(limit.algorithm().code().to_owned());
-            args.push(limit.threshold().to_string());
-            args.push(limit.period_micros().to_string());
-            args.push(limit.burst().to_string());
-            args.push(limit.slots().to_string());
-            // Costs are validated (<= capacity) except for refunds, where
-            // anything above 2^53 empties the state all the same.
-            args.push(request.cost.min(EXACT_LIMIT).to_string());
-        }
-        Self { keys, args }
+        let mut call = Call::default();
+        write_call(&mut call, op, time, at_micros, extra_ttl_ms, requests, None);
+        call
     }
 
     /// Appends the request-id key of an [`Op::AcquireOnce`] or
     /// [`Op::RefundOnce`] call (see [`request_id_key`]).
+    #[cfg(test)]
     pub(crate) fn with_request_id_key(mut self, key: String) -> Self {
         self.keys.push(key);
         self
-    }
-
-    pub(crate) fn invocation(&self) -> ScriptInvocation<'static> {
-        let mut invocation = SCRIPT.prepare_invoke();
-        for key in &self.keys {
-            invocation.key(key);
-        }
-        for arg in &self.args {
-            invocation.arg(arg);
-        }
-        invocation
     }
 
     /// The full `EVALSHA` command line (for tools such as `redis-benchmark`).
