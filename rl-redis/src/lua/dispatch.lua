@@ -14,7 +14,9 @@
 -- and the current now (a replay's decisions keep their original now).
 --
 -- acquire is all-or-nothing: every request is first evaluated without
--- writing; only if all are allowed is each committed, in order.
+-- writing; only if all are allowed is each committed, in order. The commit
+-- pass reuses the first pass's reads (prelude.lua, `cached`), except for a
+-- key that an earlier request of this call has written.
 -- acquire_once returns the reply kept under the request-id key if there is
 -- one; otherwise it decides like acquire and, when allowed, keeps the reply
 -- there for the longest period of the call. refund_once refunds and drops
@@ -95,12 +97,17 @@ local function acquire()
     end
   end
   if all then
+    local written = {}
     for i = 1, count do
       local r = requests[i]
+      if written[r.key] then
+        r.st = nil
+      end
       decided[i] = ALG[r.alg].decide(r, now, true)
       if decided[i][1] == 0 then
         all = false
       end
+      written[r.key] = true
     end
   end
   for i = 1, count do

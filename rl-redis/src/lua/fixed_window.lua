@@ -1,29 +1,46 @@
 -- Fixed window (rl-core algorithm/fixed_window.rs).
--- State: HASH { w = window index, n = count in that window }.
--- Expires at the window's end: (w + 1) * P.
+-- State: one 16-byte string, two little-endian doubles packed with Redis'
+-- `struct` library: the window index w and the count n in that window (both
+-- integers below 2^53, so exact). One GET to read and one SET ... PX to
+-- write, where a HASH took HMGET, HSET and PEXPIRE. Expires at the window's
+-- end: (w + 1) * P.
 LOADERS.fw = function()
   local M = {}
 
+  local function fw_read(r)
+    return redis.call('GET', r.key)
+  end
+
+  -- The count in `window`, nil when the state is of another window (or
+  -- there is none).
   local function fw_count(r, window)
-    local st = redis.call('HMGET', r.key, 'w', 'n')
-    if st[1] and tonumber(st[1]) == window then
-      return tonumber(st[2]) or 0
+    local value = cached(r, fw_read)
+    if not value or #value ~= 16 then
+      return nil
     end
-    return 0
+    local w, n = struct.unpack('<dd', value)
+    if w ~= window then
+      return nil
+    end
+    return n
+  end
+
+  local function fw_store(r, window, count, now)
+    local p = r.p
+    redis.call('SET', r.key, struct.pack('<dd', window, count), 'PX', ttl_ms((window + 1) * p, now))
   end
 
   function M.decide(r, now, commit)
     local t, p = r.t, r.p
     local window = idiv(now, p)
     local window_end_in = p - (now - window * p)
-    local count = fw_count(r, window)
+    local count = fw_count(r, window) or 0
     if r.cost > t - count then
       return decision(false, t, t - count, window_end_in, window_end_in)
     end
     if commit then
       count = count + r.cost
-      redis.call('HSET', r.key, 'w', fmt(window), 'n', fmt(count))
-      expire(r.key, (window + 1) * p, now)
+      fw_store(r, window, count, now)
     end
     local reset = 0
     if count > 0 then
@@ -33,20 +50,18 @@ LOADERS.fw = function()
   end
 
   function M.refund(r, now, at)
-    local p = r.p
-    local at_window = idiv(at, p)
-    local st = redis.call('HMGET', r.key, 'w', 'n')
+    local at_window = idiv(at, r.p)
     -- Only the window the decision was made in, and only while it lasts
     -- (a window that has ended is equivalent to no state).
-    if not st[1] or tonumber(st[1]) ~= at_window or (at_window + 1) * p <= now then
+    local count = fw_count(r, at_window)
+    if count == nil or (at_window + 1) * r.p <= now then
       return
     end
-    local count = (tonumber(st[2]) or 0) - r.cost
+    count = count - r.cost
     if count <= 0 then
       redis.call('DEL', r.key)
     else
-      redis.call('HSET', r.key, 'n', fmt(count))
-      expire(r.key, (at_window + 1) * p, now)
+      fw_store(r, at_window, count, now)
     end
   end
 

@@ -5,9 +5,13 @@
 LOADERS.gc = function()
   local M = {}
 
+  local function gc_read(r)
+    return redis.call('GET', r.key)
+  end
+
   -- TAT - now, 0 when there is no TAT in the future (fresh).
   local function gc_ahead(r, now)
-    local tat = tonumber(redis.call('GET', r.key))
+    local tat = tonumber(cached(r, gc_read))
     if tat and tat > now then
       return tat - now
     end
@@ -26,7 +30,7 @@ LOADERS.gc = function()
     if not commit then
       return decision(true, b, idiv(tau - d, interval), 0, d)
     end
-    redis.call('SET', r.key, fmt(now + nd), 'PX', fmt(ttl_ms(now + nd, now)))
+    redis.call('SET', r.key, now + nd, 'PX', ttl_ms(now + nd, now))
     return decision(true, b, idiv(tau - nd, interval), 0, nd)
   end
 
@@ -39,7 +43,7 @@ LOADERS.gc = function()
     if back <= 0 then
       redis.call('DEL', r.key)
     else
-      redis.call('SET', r.key, fmt(now + back), 'PX', fmt(ttl_ms(now + back, now)))
+      redis.call('SET', r.key, now + back, 'PX', ttl_ms(now + back, now))
     end
   end
 

@@ -13,9 +13,13 @@
 
 local function meter_module(token)
   -- The level (units in use x P) after draining up to `now`; 0 when fresh.
+  local function meter_read(r)
+    return redis.call('GET', r.key)
+  end
+
   local function meter_level(r, now, token)
     local full = r.b * r.p
-    local value = redis.call('GET', r.key)
+    local value = cached(r, meter_read)
     if not value then
       return 0
     end
@@ -51,8 +55,7 @@ local function meter_module(token)
       scaled = math.max(r.b * r.p - level, 0)
     end
     local expires_at = now + cdiv(level, r.t)
-    redis.call('SET', r.key, struct.pack('<ddd', scaled, now, expires_at))
-    expire(r.key, expires_at, now)
+    redis.call('SET', r.key, struct.pack('<ddd', scaled, now, expires_at), 'PX', ttl_ms(expires_at, now))
   end
 
   local function meter_decide(r, now, commit, token)
@@ -72,7 +75,7 @@ local function meter_module(token)
   end
 
   local function meter_refund(r, now, token)
-    if redis.call('EXISTS', r.key) == 0 then
+    if not cached(r, meter_read) then
       return
     end
     local level = meter_level(r, now, token) - r.cost * r.p

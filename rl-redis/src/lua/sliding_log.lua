@@ -23,14 +23,13 @@ LOADERS.sl = function()
       end
       last = redis.call('INCRBY', r.seq, top)
     end
-    local score = fmt(now)
     local id = last - c + 1
     while id <= last do
       local hi = math.min(id + 63, last)
       local args = {}
       for m = id, hi do
-        args[#args + 1] = score
-        args[#args + 1] = fmt(m)
+        args[#args + 1] = now
+        args[#args + 1] = m
       end
       redis.call('ZADD', r.key, unpack(args))
       id = hi + 1
@@ -40,12 +39,18 @@ LOADERS.sl = function()
   function M.decide(r, now, commit)
     local t, p, c = r.t, r.p, r.cost
     local cutoff = now - p
-    local total = redis.call('ZCARD', r.key)
-    local stale, newest = 0, nil
-    if total > 0 then
-      stale = redis.call('ZCOUNT', r.key, '-inf', fmt(cutoff))
-      newest = tonumber(redis.call('ZRANGE', r.key, -1, -1, 'WITHSCORES')[2])
+    local st = r.st
+    if st == nil then
+      -- { entries, stale entries (score <= cutoff), newest score or false },
+      -- kept for the commit pass like `cached` in prelude.lua.
+      st = { redis.call('ZCARD', r.key), 0, false }
+      if st[1] > 0 then
+        st[2] = redis.call('ZCOUNT', r.key, '-inf', cutoff)
+        st[3] = tonumber(redis.call('ZRANGE', r.key, -1, -1, 'WITHSCORES')[2]) or false
+      end
+      r.st = st
     end
+    local total, stale, newest = st[1], st[2], st[3] or nil
     local n = total - stale
     if c > t - n then
       -- The k-th oldest live entry is the one whose leaving makes room for c.
@@ -59,7 +64,7 @@ LOADERS.sl = function()
     end
     if commit then
       if stale > 0 then
-        redis.call('ZREMRANGEBYSCORE', r.key, '-inf', fmt(cutoff))
+        redis.call('ZREMRANGEBYSCORE', r.key, '-inf', cutoff)
       end
       sl_add(r, now, c, n)
       n = n + c
@@ -78,14 +83,14 @@ LOADERS.sl = function()
 
   function M.refund(r, now, at)
     local p = r.p
-    local ids = redis.call('ZRANGEBYSCORE', r.key, fmt(at), fmt(at), 'LIMIT', 0, fmt(r.cost))
+    local ids = redis.call('ZRANGEBYSCORE', r.key, at, at, 'LIMIT', 0, r.cost)
     if #ids == 0 then
       return
     end
     for i = 1, #ids do
       redis.call('ZREM', r.key, ids[i])
     end
-    redis.call('ZREMRANGEBYSCORE', r.key, '-inf', fmt(now - p))
+    redis.call('ZREMRANGEBYSCORE', r.key, '-inf', now - p)
     local newest = tonumber(redis.call('ZRANGE', r.key, -1, -1, 'WITHSCORES')[2])
     if newest == nil then
       redis.call('DEL', r.key, r.seq)

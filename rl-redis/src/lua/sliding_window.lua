@@ -8,9 +8,13 @@ LOADERS.sw = function()
 
   -- Counts of the live slots (index >= s - N) by index, the fields of older
   -- slots, and the newest non-empty slot index (nil when there is none).
+  local function sw_read(r)
+    return redis.call('HGETALL', r.key)
+  end
+
   local function sw_load(r, s)
     local n = r.slots
-    local raw = redis.call('HGETALL', r.key)
+    local raw = cached(r, sw_read)
     local cnt, stale, newest = {}, {}, nil
     for j = 1, #raw, 2 do
       local i, c = tonumber(raw[j]), tonumber(raw[j + 1])
@@ -98,7 +102,7 @@ LOADERS.sw = function()
       return decision(false, t, remaining, retry, sw_reset_after(newest, n, size, now))
     end
     if commit then
-      redis.call('HINCRBY', r.key, fmt(s), fmt(c))
+      redis.call('HINCRBY', r.key, s, c)
       for j = 1, #stale do
         redis.call('HDEL', r.key, stale[j])
       end
@@ -123,9 +127,9 @@ LOADERS.sw = function()
     c = math.max(c - r.cost, 0)
     cnt[i] = c
     if c == 0 then
-      redis.call('HDEL', r.key, fmt(i))
+      redis.call('HDEL', r.key, i)
     else
-      redis.call('HSET', r.key, fmt(i), fmt(c))
+      redis.call('HSET', r.key, i, c)
     end
     for j = 1, #stale do
       redis.call('HDEL', r.key, stale[j])
