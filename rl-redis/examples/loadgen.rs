@@ -15,7 +15,8 @@
 //! - Redis' saturation point for the same `EVALSHA` (one limit, random
 //!   identity): the best of `redis-benchmark -c 50` and `-c 50 -P 16`, and
 //!   our throughput at 256 callers as a share of it;
-//! - our p99 at 64 callers against `redis-benchmark -c 64`'s p99;
+//! - our throughput and p99 at 64 callers against `redis-benchmark -c 64`'s
+//!   (64 connections, no pipelining);
 //! - a multi-limit call (three limits on the identity plus one per-IP
 //!   limit: one `EVALSHA` on a standalone server) at 64 callers, and its
 //!   cost relative to a single-limit call (decisions/s at 64 callers, where
@@ -356,6 +357,8 @@ struct Row {
     latency_run: Option<BenchRun>,
     /// Our p99 at 64 callers over `redis-benchmark -c 64`'s p99.
     p99_ratio_at_64: Option<f64>,
+    /// Our decisions/s at 64 callers over `redis-benchmark -c 64`'s req/s.
+    throughput_ratio_at_64: Option<f64>,
     /// Single- and multi-limit calls at 64 callers.
     single_at_64: Option<Cell>,
     multi_at_64: Option<Cell>,
@@ -450,6 +453,10 @@ async fn measure(options: &Options, backend: &Arc<RedisBackend>, algorithm: Algo
             .zip(latency_run)
             .filter(|(_, r)| r.p99_ms > 0.0)
             .map(|(c, r)| c.p99_ms / r.p99_ms),
+        throughput_ratio_at_64: at_64
+            .zip(latency_run)
+            .filter(|(_, r)| r.rps > 0.0)
+            .map(|(c, r)| c.decisions_per_s / r.rps),
         cells,
         saturation_runs,
         saturation_rps,
@@ -479,6 +486,7 @@ fn table(report: &Report) -> String {
     let _ = writeln!(
         out,
         " Redis saturation, req/s (best of -c 50, -c 50 -P 16) | ours@{top} / saturation | \
+         @64 ours / redis-benchmark -c 64, decisions/s | \
          p99@64 ours / redis-benchmark -c 64 (ms) | ratio | multi-limit 3+1 @64, decisions/s | \
          multi / single cost | multi / single p50 @1 | MEMORY USAGE / identity |"
     );
@@ -486,7 +494,7 @@ fn table(report: &Report) -> String {
     for _ in &concurrency {
         out.push_str("---:|");
     }
-    out.push_str("---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str("---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for row in &report.rows {
         let _ = write!(out, "| {} |", row.algorithm);
         for cell in &row.cells {
@@ -517,6 +525,18 @@ fn table(report: &Report) -> String {
             }
             _ => "–".to_owned(),
         };
+        let at_64 = match (
+            row.cells.iter().find(|c| c.concurrency == 64),
+            row.latency_run,
+        ) {
+            (Some(c), Some(r)) => format!(
+                "{:.0} / {:.0} = {}",
+                c.decisions_per_s,
+                r.rps,
+                opt(row.throughput_ratio_at_64, 2)
+            ),
+            _ => "–".to_owned(),
+        };
         let p99 = match (
             row.cells.iter().find(|c| c.concurrency == 64),
             row.latency_run,
@@ -526,7 +546,7 @@ fn table(report: &Report) -> String {
         };
         let _ = writeln!(
             out,
-            " {saturation} | {} | {p99} | {} | {} | {} | {} | {} |",
+            " {saturation} | {} | {at_64} | {p99} | {} | {} | {} | {} | {} |",
             opt(row.ratio_top_to_saturation, 2),
             opt(row.p99_ratio_at_64, 2),
             opt(row.multi_at_64.map(|m| m.decisions_per_s), 0),
@@ -550,7 +570,8 @@ fn csv(report: &Report) -> String {
         );
     }
     out.push_str(
-        ",saturation_rps,ratio_top_to_saturation,bench_c64_p99_ms,p99_ratio_at_64,\
+        ",saturation_rps,ratio_top_to_saturation,bench_c64_rps,throughput_ratio_at_64,\
+         bench_c64_p99_ms,p99_ratio_at_64,\
          multi_at_64_decisions_per_s,multi_cost_ratio,multi_at_1_p50_ms,multi_latency_ratio_at_1,\
          memory_usage_bytes\n",
     );
@@ -566,9 +587,11 @@ fn csv(report: &Report) -> String {
         }
         let _ = writeln!(
             out,
-            ",{},{},{},{},{},{},{},{},{}",
+            ",{},{},{},{},{},{},{},{},{},{},{}",
             num(row.saturation_rps),
             num(row.ratio_top_to_saturation),
+            num(row.latency_run.map(|r| r.rps)),
+            num(row.throughput_ratio_at_64),
             num(row.latency_run.map(|r| r.p99_ms)),
             num(row.p99_ratio_at_64),
             num(row.multi_at_64.map(|m| m.decisions_per_s)),
