@@ -6,7 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use crate::decision::Decisions;
-use crate::error::BackendError;
+use crate::error::{BackendError, LimitError};
 use crate::key::Key;
 use crate::limit::Limit;
 
@@ -30,6 +30,37 @@ impl<'a> Request<'a> {
     pub const fn new(key: &'a Key, limit: &'a Limit, cost: u64) -> Self {
         Self { key, limit, cost }
     }
+
+    /// Checks a batch before a backend decides it: every cost is
+    /// `1 ..= capacity` ([`Limit::check_cost`]), and no two requests name one
+    /// state (the same key with the same algorithm and period, see
+    /// [`Limit::state_id`]). Such a pair could not be decided all-or-nothing:
+    /// both would be judged against the state before either wrote.
+    ///
+    /// ```
+    /// use rl_core::{Key, Limit, Request};
+    /// let key = Key::new("app", "sms", "+33600000000");
+    /// let (minute, hour) = (Limit::per_minute(1).unwrap(), Limit::per_hour(5).unwrap());
+    /// assert!(Request::check_batch(&[Request::new(&key, &minute, 1), Request::new(&key, &hour, 1)]).is_ok());
+    /// let also_minute = Limit::per_minute(3).unwrap();
+    /// assert!(Request::check_batch(&[Request::new(&key, &minute, 1), Request::new(&key, &also_minute, 1)]).is_err());
+    /// ```
+    pub fn check_batch(requests: &[Request<'_>]) -> Result<(), LimitError> {
+        for (i, a) in requests.iter().enumerate() {
+            a.limit.check_cost(a.cost)?;
+            let id = a.limit.state_id();
+            if let Some(b) = requests[i + 1..]
+                .iter()
+                .find(|b| b.limit.state_id() == id && b.key == a.key)
+            {
+                return Err(LimitError::Overlapping {
+                    first: a.limit.to_string(),
+                    second: b.limit.to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A store that decides rate-limit requests.
@@ -39,7 +70,9 @@ impl<'a> Request<'a> {
 /// [`Backend::acquire`] is all-or-nothing: if any request is refused, none
 /// consumes anything, and the decisions of the others report their current
 /// state (`allowed` then says whether that limit alone would have admitted
-/// the call).
+/// the call). A batch that names one state twice (one key, one algorithm
+/// and period) is refused as [`BackendError::Invalid`] before anything is
+/// decided ([`Request::check_batch`]).
 ///
 /// Implementations must give the semantics of the in-memory reference
 /// ([`crate::MemoryBackend`]); `rl-redis` is held to it by differential tests.

@@ -457,10 +457,7 @@ fn sweep(shard: &mut Shard, now: u64) -> usize {
 }
 
 fn validate(requests: &[Request<'_>]) -> Result<(), BackendError> {
-    for r in requests {
-        r.limit.check_cost(r.cost).map_err(BackendError::Invalid)?;
-    }
-    Ok(())
+    Request::check_batch(requests).map_err(BackendError::Invalid)
 }
 
 impl Backend for MemoryBackend {

@@ -86,6 +86,45 @@ async fn rotating_keys_do_not_grow_memory_without_bound() {
 }
 
 #[tokio::test]
+async fn a_batch_naming_one_state_twice_is_invalid_and_consumes_nothing() {
+    let backend = MemoryBackend::new();
+    let key = Key::new("dup", "sms", "+33600000000");
+    let other = Key::new("dup", "sms", "+33600000001");
+    let one = Limit::per_minute(1).unwrap();
+    let three = Limit::per_minute(3).unwrap();
+    let error = backend
+        .acquire(&[Request::new(&key, &one, 1), Request::new(&key, &three, 1)])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "invalid request: limits 1/1m (gcra) and 3/1m (gcra) share an algorithm and period on one key; keep one"
+    );
+    assert!(
+        backend
+            .acquire_once(
+                &[Request::new(&key, &one, 1), Request::new(&key, &one, 1)],
+                "r1"
+            )
+            .await
+            .is_err()
+    );
+    // Nothing was consumed: the one-per-minute limit still has its unit.
+    let decisions = backend
+        .acquire(&[Request::new(&key, &one, 1)])
+        .await
+        .unwrap();
+    assert!(decisions.allowed());
+    // The same limit on two different keys is two states, and fine.
+    let third = Key::new("dup", "sms", "+33600000002");
+    let decisions = backend
+        .acquire(&[Request::new(&other, &one, 1), Request::new(&third, &one, 1)])
+        .await
+        .unwrap();
+    assert!(decisions.allowed());
+}
+
+#[tokio::test]
 async fn cost_above_capacity_is_an_error_not_a_refusal() {
     let limiter = Limiter::builder().build().unwrap();
     let key = limiter.key("cost", &1);

@@ -179,9 +179,7 @@ impl Group<'_> {
 }
 
 fn validate(requests: &[Request<'_>]) -> Result<(), BackendError> {
-    requests
-        .iter()
-        .try_for_each(|r| r.limit.check_cost(r.cost).map_err(BackendError::Invalid))
+    Request::check_batch(requests).map_err(BackendError::Invalid)
 }
 
 fn gather(decided: Vec<Option<Decision>>) -> Result<Decisions, BackendError> {

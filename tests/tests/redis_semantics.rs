@@ -389,6 +389,30 @@ async fn costs_above_the_capacity_are_invalid_requests_not_forever_rejections() 
 }
 
 #[tokio::test]
+async fn a_batch_naming_one_state_twice_is_invalid_and_writes_nothing() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(server.url()).await.expect("connect");
+    let key = Key::new("dup", "sms", "+33600000000");
+    for algorithm in Algorithm::ALL {
+        let one = limit(algorithm, 1, Duration::from_secs(60));
+        let three = limit(algorithm, 3, Duration::from_secs(60));
+        let batch = [Request::new(&key, &one, 1), Request::new(&key, &three, 1)];
+        let error = backend.acquire(&batch).await.unwrap_err();
+        assert!(
+            matches!(error, BackendError::Invalid(_)),
+            "{algorithm}: {error}"
+        );
+        let error = backend.acquire_once(&batch, "r1").await.unwrap_err();
+        assert!(
+            matches!(error, BackendError::Invalid(_)),
+            "{algorithm}: {error}"
+        );
+    }
+    let keys: i64 = server.cmd(&["DBSIZE"]).await;
+    assert_eq!(keys, 0);
+}
+
+#[tokio::test]
 async fn sms_limits_over_two_identities_are_one_evalsha_and_all_or_nothing_on_standalone() {
     let server = RedisServer::start();
     let backend = RedisBackend::connect(server.url()).await.expect("connect");

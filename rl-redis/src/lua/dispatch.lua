@@ -16,7 +16,9 @@
 -- acquire is all-or-nothing: every request is first evaluated without
 -- writing; only if all are allowed is each committed, in order. The commit
 -- pass reuses the first pass's reads (prelude.lua, `cached`), except for a
--- key that an earlier request of this call has written.
+-- key that an earlier request of this call has written (the client refuses
+-- a batch naming one state twice, rl-core Request::check_batch; the script
+-- stays exact for one all the same).
 -- acquire_once returns the reply kept under the request-id key if there is
 -- one; otherwise it decides like acquire and, when allowed, keeps the reply
 -- there for the longest period of the call. refund_once refunds and drops
