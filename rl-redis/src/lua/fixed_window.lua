@@ -7,14 +7,10 @@
 LOADERS.fw = function()
   local M = {}
 
-  local function fw_read(r)
-    return redis.call('GET', r.key)
-  end
-
   -- The count in `window`, nil when the state is of another window (or
   -- there is none).
   local function fw_count(r, window)
-    local value = cached(r, fw_read)
+    local value = cached(r, get)
     if not value or #value ~= 16 then
       return nil
     end

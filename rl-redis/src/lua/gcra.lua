@@ -5,13 +5,9 @@
 LOADERS.gc = function()
   local M = {}
 
-  local function gc_read(r)
-    return redis.call('GET', r.key)
-  end
-
   -- TAT - now, 0 when there is no TAT in the future (fresh).
   local function gc_ahead(r, now)
-    local tat = tonumber(cached(r, gc_read))
+    local tat = tonumber(cached(r, get))
     if tat and tat > now then
       return tat - now
     end

@@ -13,13 +13,9 @@
 
 local function meter_module(token)
   -- The level (units in use x P) after draining up to `now`; 0 when fresh.
-  local function meter_read(r)
-    return redis.call('GET', r.key)
-  end
-
   local function meter_level(r, now, token)
     local full = r.b * r.p
-    local value = cached(r, meter_read)
+    local value = cached(r, get)
     if not value then
       return 0
     end
@@ -75,7 +71,7 @@ local function meter_module(token)
   end
 
   local function meter_refund(r, now, token)
-    if not cached(r, meter_read) then
+    if not cached(r, get) then
       return
     end
     local level = meter_level(r, now, token) - r.cost * r.p

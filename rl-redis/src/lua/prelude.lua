@@ -5,8 +5,7 @@
 -- whose capacity x period would go beyond. Values are written with '%.0f'
 -- only where they become text inside the script (a kept reply): numbers
 -- passed to redis.call are formatted by Redis itself with '%.17g' (or as
--- integers, Redis >= 7.2), exact below 2^53, and string.format costs about
--- half a microsecond a call.
+-- integers, Redis >= 7.2), exact below 2^53, without a string.format call.
 --
 -- Layout of this file set (concatenated in this order into ONE script):
 -- prelude.lua, fixed_window.lua, sliding_log.lua, sliding_window.lua,
@@ -76,6 +75,11 @@ local function cached(r, read)
     r.st = st
   end
   return st
+end
+
+-- The read of the algorithms whose state is one string.
+local function get(r)
+  return redis.call('GET', r.key)
 end
 
 -- A decision: allowed (1/0), limit, remaining, retry_after_us, reset_after_us.
