@@ -525,24 +525,20 @@ fn table(report: &Report) -> String {
             }
             _ => "–".to_owned(),
         };
-        let at_64 = match (
+        let (at_64, p99) = match (
             row.cells.iter().find(|c| c.concurrency == 64),
             row.latency_run,
         ) {
-            (Some(c), Some(r)) => format!(
-                "{:.0} / {:.0} = {}",
-                c.decisions_per_s,
-                r.rps,
-                opt(row.throughput_ratio_at_64, 2)
+            (Some(c), Some(r)) => (
+                format!(
+                    "{:.0} / {:.0} = {}",
+                    c.decisions_per_s,
+                    r.rps,
+                    opt(row.throughput_ratio_at_64, 2)
+                ),
+                format!("{:.2} / {:.2}", c.p99_ms, r.p99_ms),
             ),
-            _ => "–".to_owned(),
-        };
-        let p99 = match (
-            row.cells.iter().find(|c| c.concurrency == 64),
-            row.latency_run,
-        ) {
-            (Some(c), Some(r)) => format!("{:.2} / {:.2}", c.p99_ms, r.p99_ms),
-            _ => "–".to_owned(),
+            _ => ("–".to_owned(), "–".to_owned()),
         };
         let _ = writeln!(
             out,

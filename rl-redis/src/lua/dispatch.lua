@@ -16,7 +16,7 @@
 -- acquire is all-or-nothing: every request is first evaluated without
 -- writing; only if all are allowed is each committed, in order. The commit
 -- pass reuses the first pass's reads (prelude.lua, `cached`), except for a
--- key that an earlier request of this call has written (the client refuses
+-- key that an earlier request of this call has used (the client refuses
 -- a batch naming one state twice, rl-core Request::check_batch; the script
 -- stays exact for one all the same).
 -- acquire_once returns the reply kept under the request-id key if there is
@@ -99,17 +99,17 @@ local function acquire()
     end
   end
   if all then
-    local written = {}
     for i = 1, count do
       local r = requests[i]
-      if written[r.key] then
-        r.st = nil
+      for j = 1, i - 1 do
+        if requests[j].key == r.key then
+          r.st = nil
+        end
       end
       decided[i] = ALG[r.alg].decide(r, now, true)
       if decided[i][1] == 0 then
         all = false
       end
-      written[r.key] = true
     end
   end
   for i = 1, count do

@@ -63,15 +63,15 @@ local function expire(key, expires_at, now)
   redis.call('PEXPIRE', key, ttl_ms(expires_at, now))
 end
 
--- The state read by `read(r)`, kept on the request: a multi-limit acquire
--- decides every request once without writing, then again to commit, and
--- the second pass reuses the first's read. dispatch.lua drops it for a key
--- that an earlier request of the same call has written. (`false`, a missing
--- key, is a value too.)
-local function cached(r, read)
+-- The state read by `read(r, now)`, kept on the request: a multi-limit
+-- acquire decides every request once without writing, then again to
+-- commit, and the second pass reuses the first's read. dispatch.lua drops
+-- it for a key that an earlier request of the same call has used. (`false`,
+-- a missing key, is a value too.)
+local function cached(r, read, now)
   local st = r.st
   if st == nil then
-    st = read(r)
+    st = read(r, now)
     r.st = st
   end
   return st

@@ -36,20 +36,20 @@ LOADERS.sl = function()
     end
   end
 
+  -- { entries, stale entries (score <= now - P), newest score or false }.
+  local function sl_read(r, now)
+    local st = { redis.call('ZCARD', r.key), 0, false }
+    if st[1] > 0 then
+      st[2] = redis.call('ZCOUNT', r.key, '-inf', now - r.p)
+      st[3] = tonumber(redis.call('ZRANGE', r.key, -1, -1, 'WITHSCORES')[2]) or false
+    end
+    return st
+  end
+
   function M.decide(r, now, commit)
     local t, p, c = r.t, r.p, r.cost
     local cutoff = now - p
-    local st = r.st
-    if st == nil then
-      -- { entries, stale entries (score <= cutoff), newest score or false },
-      -- kept for the commit pass like `cached` in prelude.lua.
-      st = { redis.call('ZCARD', r.key), 0, false }
-      if st[1] > 0 then
-        st[2] = redis.call('ZCOUNT', r.key, '-inf', cutoff)
-        st[3] = tonumber(redis.call('ZRANGE', r.key, -1, -1, 'WITHSCORES')[2]) or false
-      end
-      r.st = st
-    end
+    local st = cached(r, sl_read, now)
     local total, stale, newest = st[1], st[2], st[3] or nil
     local n = total - stale
     if c > t - n then
