@@ -4,52 +4,59 @@
 //!   `reset_after = 0` when nothing is counted in the current window.
 //! - expires at the window's end.
 
-use super::{Cell, State};
-use crate::decision::Decision;
-use crate::limit::Limit;
+use super::State;
+use crate::model::decision::{Decision, Figures};
+use crate::model::limit::Limit;
 
-pub(super) fn decide(
-    limit: &Limit,
-    cell: &mut Cell,
-    now: u64,
-    cost: u64,
-    commit: bool,
-) -> Decision {
-    let (t, p) = (limit.threshold(), limit.period_micros());
-    let window = now / p;
-    let window_end_in = p - now % p;
-    let count = match cell.state {
-        Some(State::Window { window: w, count }) if w == window => count,
-        _ => 0,
-    };
-    if count + cost > t {
-        return Decision::from_micros(
-            false,
-            t,
-            t.saturating_sub(count),
-            window_end_in,
-            window_end_in,
-            now,
-        );
-    }
-    let count = if commit {
-        cell.state = Some(State::Window {
-            window,
-            count: count + cost,
-        });
-        cell.expires_at = (window + 1) * p;
-        count + cost
-    } else {
-        count
-    };
-    let reset = if count > 0 { window_end_in } else { 0 };
-    Decision::from_micros(true, t, t - count, 0, reset, now)
+/// The count of the window ending at `end` (µs); a count of 0, or a window
+/// that has ended, is a fresh state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Window {
+    end: u64,
+    count: u64,
 }
 
-pub(super) fn refund(limit: &Limit, cell: &mut Cell, cost: u64, at: u64) {
-    if let Some(State::Window { window, count }) = &mut cell.state
-        && *window == at / limit.period_micros()
-    {
-        *count = count.saturating_sub(cost);
+impl State for Window {
+    fn decide(&mut self, limit: &Limit, now: u64, cost: u64, commit: bool) -> Decision {
+        let (t, p) = (limit.threshold(), limit.period_micros());
+        let end = (now / p + 1) * p;
+        let window_end_in = end - now;
+        let count = if self.end == end { self.count } else { 0 };
+        if count + cost > t {
+            return Decision::new(Figures {
+                allowed: false,
+                limit: t,
+                remaining: t.saturating_sub(count),
+                retry_after_us: window_end_in,
+                reset_after_us: window_end_in,
+                at_micros: now,
+            });
+        }
+        let count = if commit {
+            self.end = end;
+            self.count = count + cost;
+            self.count
+        } else {
+            count
+        };
+        Decision::new(Figures {
+            allowed: true,
+            limit: t,
+            remaining: t - count,
+            retry_after_us: 0,
+            reset_after_us: if count > 0 { window_end_in } else { 0 },
+            at_micros: now,
+        })
+    }
+
+    fn refund(&mut self, limit: &Limit, now: u64, cost: u64, at: u64) {
+        let p = limit.period_micros();
+        if now < self.end && self.end == (at / p + 1) * p {
+            self.count = self.count.saturating_sub(cost);
+        }
+    }
+
+    fn expires_at(&self) -> u64 {
+        if self.count > 0 { self.end } else { 0 }
     }
 }

@@ -8,53 +8,59 @@
 //! Refused: `retry_after = new_tat - τ - now`, nothing stored,
 //! `remaining = floor((now + τ - tat) / I)`, `reset_after = tat - now`.
 
-use super::{Cell, State};
-use crate::decision::Decision;
-use crate::limit::Limit;
+use super::State;
+use crate::model::decision::{Decision, Figures};
+use crate::model::limit::Limit;
 
-pub(super) fn decide(
-    limit: &Limit,
-    cell: &mut Cell,
-    now: u64,
-    cost: u64,
-    commit: bool,
-) -> Decision {
-    let interval = limit.emission_interval_micros();
-    let tau = interval * limit.burst();
-    let tat = match cell.state {
-        Some(State::Tat(tat)) => tat.max(now),
-        _ => now,
-    };
-    let new_tat = tat + cost * interval;
-    let b = limit.burst();
-    if new_tat > now + tau {
-        let remaining = (now + tau).saturating_sub(tat) / interval;
-        return Decision::from_micros(false, b, remaining, new_tat - tau - now, tat - now, now);
-    }
-    if commit {
-        cell.state = Some(State::Tat(new_tat));
-        cell.expires_at = new_tat;
-        Decision::from_micros(
-            true,
-            b,
-            (now + tau - new_tat) / interval,
-            0,
-            new_tat - now,
-            now,
-        )
-    } else {
-        Decision::from_micros(true, b, (now + tau - tat) / interval, 0, tat - now, now)
-    }
-}
+/// The TAT; any value `<= now` (0 included) is a fresh state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Tat(pub(crate) u64);
 
-pub(super) fn refund(limit: &Limit, cell: &mut Cell, now: u64, cost: u64) {
-    if let Some(State::Tat(tat)) = cell.state {
-        let back = tat.saturating_sub(cost * limit.emission_interval_micros());
-        if back <= now {
-            cell.state = None;
-        } else {
-            cell.state = Some(State::Tat(back));
-            cell.expires_at = back;
+impl State for Tat {
+    fn decide(&mut self, limit: &Limit, now: u64, cost: u64, commit: bool) -> Decision {
+        let interval = limit.emission_interval_micros();
+        let burst = limit.burst();
+        let tau = interval * burst;
+        let tat = self.0.max(now);
+        let new_tat = tat + cost * interval;
+        if new_tat > now + tau {
+            return Decision::new(Figures {
+                allowed: false,
+                limit: burst,
+                remaining: (now + tau).saturating_sub(tat) / interval,
+                retry_after_us: new_tat - tau - now,
+                reset_after_us: tat - now,
+                at_micros: now,
+            });
         }
+        let kept = if commit {
+            self.0 = new_tat;
+            new_tat
+        } else {
+            tat
+        };
+        Decision::new(Figures {
+            allowed: true,
+            limit: burst,
+            remaining: (now + tau - kept) / interval,
+            retry_after_us: 0,
+            reset_after_us: kept - now,
+            at_micros: now,
+        })
+    }
+
+    fn refund(&mut self, limit: &Limit, now: u64, cost: u64, _at: u64) {
+        if self.0 > now {
+            let back = self
+                .0
+                .saturating_sub(cost.saturating_mul(limit.emission_interval_micros()));
+            self.0 = if back <= now { 0 } else { back };
+        } else {
+            self.0 = 0;
+        }
+    }
+
+    fn expires_at(&self) -> u64 {
+        self.0
     }
 }

@@ -16,76 +16,93 @@
 //! its fresh value. With `level = B·P - tokens` the two are the same meter
 //! seen from either side; both are kept because users ask for them by name.
 
-use super::{Cell, State, div_ceil};
-use crate::decision::Decision;
-use crate::limit::Limit;
+use super::State;
+use crate::model::decision::{Decision, Figures};
+use crate::model::limit::{Algorithm, Limit};
 
-/// Which side of the meter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Kind {
-    Token,
-    Leaky,
+/// A token or leaky bucket: the scaled meter (tokens × P for a token bucket,
+/// level × P for a leaky bucket) at `updated`, and when it is back to its
+/// fresh value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Meter {
+    scaled: u64,
+    updated: u64,
+    expires: u64,
 }
 
-/// The current level (units in use × P), after draining to `now`.
-fn level(limit: &Limit, cell: &Cell, now: u64, kind: Kind) -> u64 {
-    let (t, full) = (limit.threshold(), limit.burst() * limit.period_micros());
-    match cell.state {
-        Some(State::Meter { scaled, updated }) => {
-            let drained = now.saturating_sub(updated).saturating_mul(t);
-            match kind {
-                Kind::Token => full - full.min(scaled.saturating_add(drained)),
-                Kind::Leaky => scaled.saturating_sub(drained),
-            }
+impl Meter {
+    /// The current level (units in use × P), after draining to `now`.
+    fn level(&self, limit: &Limit, now: u64) -> u64 {
+        if self.expires <= now {
+            return 0;
         }
-        _ => 0,
+        let (t, full) = (limit.threshold(), limit.burst() * limit.period_micros());
+        let drained = now.saturating_sub(self.updated).saturating_mul(t);
+        match limit.algorithm() {
+            Algorithm::TokenBucket => full - full.min(self.scaled.saturating_add(drained)),
+            _ => self.scaled.saturating_sub(drained),
+        }
+    }
+
+    fn store(&mut self, limit: &Limit, now: u64, level: u64) {
+        if level == 0 {
+            *self = Meter::default();
+            return;
+        }
+        let full = limit.burst() * limit.period_micros();
+        self.scaled = match limit.algorithm() {
+            Algorithm::TokenBucket => full.saturating_sub(level),
+            _ => level,
+        };
+        self.updated = now;
+        self.expires = now + level.div_ceil(limit.threshold());
     }
 }
 
-fn store(limit: &Limit, cell: &mut Cell, now: u64, level: u64, kind: Kind) {
-    let full = limit.burst() * limit.period_micros();
-    let scaled = match kind {
-        Kind::Token => full.saturating_sub(level),
-        Kind::Leaky => level,
-    };
-    if level == 0 {
-        cell.state = None;
-    } else {
-        cell.state = Some(State::Meter {
-            scaled,
-            updated: now,
-        });
-        cell.expires_at = now + div_ceil(level, limit.threshold());
+impl State for Meter {
+    fn decide(&mut self, limit: &Limit, now: u64, cost: u64, commit: bool) -> Decision {
+        let (t, p, b) = (limit.threshold(), limit.period_micros(), limit.burst());
+        let full = b * p;
+        let level = self.level(limit, now);
+        let need = cost * p;
+        if level + need > full {
+            return Decision::new(Figures {
+                allowed: false,
+                limit: b,
+                remaining: full.saturating_sub(level) / p,
+                retry_after_us: (level + need - full).div_ceil(t),
+                reset_after_us: level.div_ceil(t),
+                at_micros: now,
+            });
+        }
+        let level = if commit {
+            self.store(limit, now, level + need);
+            level + need
+        } else {
+            level
+        };
+        Decision::new(Figures {
+            allowed: true,
+            limit: b,
+            remaining: (full - level) / p,
+            retry_after_us: 0,
+            reset_after_us: level.div_ceil(t),
+            at_micros: now,
+        })
     }
-}
 
-pub(super) fn decide(
-    limit: &Limit,
-    cell: &mut Cell,
-    now: u64,
-    cost: u64,
-    commit: bool,
-    kind: Kind,
-) -> Decision {
-    let (t, p, b) = (limit.threshold(), limit.period_micros(), limit.burst());
-    let full = b * p;
-    let level = level(limit, cell, now, kind);
-    let need = cost * p;
-    if level + need > full {
-        let retry = div_ceil(level + need - full, t);
-        let remaining = full.saturating_sub(level) / p;
-        return Decision::from_micros(false, b, remaining, retry, div_ceil(level, t), now);
+    fn refund(&mut self, limit: &Limit, now: u64, cost: u64, _at: u64) {
+        if self.is_idle(now) {
+            *self = Meter::default();
+            return;
+        }
+        let level = self
+            .level(limit, now)
+            .saturating_sub(cost.saturating_mul(limit.period_micros()));
+        self.store(limit, now, level);
     }
-    let level = if commit {
-        store(limit, cell, now, level + need, kind);
-        level + need
-    } else {
-        level
-    };
-    Decision::from_micros(true, b, (full - level) / p, 0, div_ceil(level, t), now)
-}
 
-pub(super) fn refund(limit: &Limit, cell: &mut Cell, now: u64, cost: u64, kind: Kind) {
-    let level = level(limit, cell, now, kind).saturating_sub(cost * limit.period_micros());
-    store(limit, cell, now, level, kind);
+    fn expires_at(&self) -> u64 {
+        self.expires
+    }
 }

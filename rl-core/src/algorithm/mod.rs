@@ -1,8 +1,12 @@
-//! The six algorithms as pure functions over per-key state.
+//! The six algorithms as pure functions over per-identity state.
 //!
-//! These functions are the reference semantics: the in-memory backend calls
+//! These functions are the reference semantics: the in-memory store calls
 //! them under a lock, and the Redis Lua scripts implement the same integer
 //! arithmetic line by line (the differential tests hold them to it).
+//!
+//! Each algorithm has its own state type (a [`State`]), so the in-memory
+//! store keeps one compact table per algorithm (a GCRA identity is one
+//! `u64`, not a slot sized for the largest algorithm).
 //!
 //! Conventions shared by every algorithm:
 //! - time `now` is integer microseconds; `P` is the period in µs, `T` the
@@ -12,8 +16,9 @@
 //!   now, and `allowed` says whether `c` units would fit;
 //! - a refused call changes nothing that matters (only trimming of entries
 //!   that have already expired);
-//! - every state carries the time at which it becomes equivalent to "no
-//!   state" (`expires_at`), which is the TTL the Redis scripts set.
+//! - every state knows the time at which it becomes equivalent to "no
+//!   state" ([`State::expires_at`]), which is the TTL the Redis scripts set;
+//!   from then on it decides exactly as a fresh one.
 
 mod fixed_window;
 mod gcra;
@@ -21,86 +26,31 @@ mod meter;
 mod sliding_log;
 mod sliding_window;
 
-use std::collections::VecDeque;
+pub(crate) use fixed_window::Window;
+pub(crate) use gcra::Tat;
+pub(crate) use meter::Meter;
+pub(crate) use sliding_log::Log;
+pub(crate) use sliding_window::Slots;
 
-use crate::decision::Decision;
-use crate::limit::{Algorithm, Limit};
+use crate::model::decision::Decision;
+use crate::model::limit::Limit;
 
-/// Per-key, per-limit state.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum State {
-    /// Fixed window: window index and count in it.
-    Window { window: u64, count: u64 },
-    /// Sliding log: admission times, oldest first, one per unit.
-    Log(VecDeque<u64>),
-    /// Sliding-window counter: (slot index, count), oldest first.
-    Slots(VecDeque<(u64, u64)>),
-    /// Token bucket (tokens × P) or leaky bucket (level × P), and the time of
-    /// the last update.
-    Meter { scaled: u64, updated: u64 },
-    /// GCRA theoretical arrival time.
-    Tat(u64),
-}
+/// The state of one identity under one limit, and what can be done with it.
+pub(crate) trait State: Default + std::fmt::Debug + Send + 'static {
+    /// Decides a call of `cost` units at `now`; consumes them when allowed
+    /// and `commit`.
+    fn decide(&mut self, limit: &Limit, now: u64, cost: u64, commit: bool) -> Decision;
 
-/// A state and the time it expires; `None` state means fresh.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Cell {
-    pub(crate) state: Option<State>,
-    pub(crate) expires_at: u64,
-}
+    /// Gives back `cost` units taken by a decision made at `at`.
+    fn refund(&mut self, limit: &Limit, now: u64, cost: u64, at: u64);
 
-impl Cell {
-    /// Drops the state once it has expired (it is then equivalent to fresh).
-    fn settle(&mut self, now: u64) {
-        if self.state.is_some() && now >= self.expires_at {
-            self.state = None;
-        }
+    /// From when the state is equivalent to a fresh one (0: already fresh).
+    fn expires_at(&self) -> u64;
+
+    /// Whether the state is equivalent to a fresh one at `now`.
+    fn is_idle(&self, now: u64) -> bool {
+        self.expires_at() <= now
     }
-
-    /// Whether nothing is stored (fresh or expired).
-    pub(crate) fn is_idle(&self, now: u64) -> bool {
-        self.state.is_none() || now >= self.expires_at
-    }
-}
-
-/// Decides one call on one cell.
-pub(crate) fn decide(
-    limit: &Limit,
-    cell: &mut Cell,
-    now: u64,
-    cost: u64,
-    commit: bool,
-) -> Decision {
-    cell.settle(now);
-    match limit.algorithm() {
-        Algorithm::FixedWindow => fixed_window::decide(limit, cell, now, cost, commit),
-        Algorithm::SlidingLog => sliding_log::decide(limit, cell, now, cost, commit),
-        Algorithm::SlidingWindow => sliding_window::decide(limit, cell, now, cost, commit),
-        Algorithm::TokenBucket => meter::decide(limit, cell, now, cost, commit, meter::Kind::Token),
-        Algorithm::LeakyBucket => meter::decide(limit, cell, now, cost, commit, meter::Kind::Leaky),
-        Algorithm::Gcra => gcra::decide(limit, cell, now, cost, commit),
-    }
-}
-
-/// Gives back `cost` units taken by a decision made at `at`.
-pub(crate) fn refund(limit: &Limit, cell: &mut Cell, now: u64, cost: u64, at: u64) {
-    cell.settle(now);
-    if cell.state.is_none() {
-        return;
-    }
-    match limit.algorithm() {
-        Algorithm::FixedWindow => fixed_window::refund(limit, cell, cost, at),
-        Algorithm::SlidingLog => sliding_log::refund(cell, cost, at),
-        Algorithm::SlidingWindow => sliding_window::refund(limit, cell, cost, at),
-        Algorithm::TokenBucket => meter::refund(limit, cell, now, cost, meter::Kind::Token),
-        Algorithm::LeakyBucket => meter::refund(limit, cell, now, cost, meter::Kind::Leaky),
-        Algorithm::Gcra => gcra::refund(limit, cell, now, cost),
-    }
-}
-
-/// `ceil(a / b)` for positive integers.
-fn div_ceil(a: u64, b: u64) -> u64 {
-    a.div_ceil(b)
 }
 
 #[cfg(test)]

@@ -8,56 +8,64 @@
 
 use std::collections::VecDeque;
 
-use super::{Cell, State};
-use crate::decision::Decision;
-use crate::limit::Limit;
+use super::State;
+use crate::model::decision::{Decision, Figures};
+use crate::model::limit::Limit;
 
-pub(super) fn decide(
-    limit: &Limit,
-    cell: &mut Cell,
-    now: u64,
-    cost: u64,
-    commit: bool,
-) -> Decision {
-    let (t, p) = (limit.threshold(), limit.period_micros());
-    let log = match &mut cell.state {
-        Some(State::Log(log)) => log,
-        _ => {
-            cell.state = Some(State::Log(VecDeque::new()));
-            match &mut cell.state {
-                Some(State::Log(log)) => log,
-                _ => unreachable!("just set"),
-            }
-        }
-    };
-    while log.front().is_some_and(|&oldest| oldest + p <= now) {
-        log.pop_front();
-    }
-    let n = log.len() as u64;
-    let reset_of = |log: &VecDeque<u64>| log.back().map_or(0, |&newest| newest + p - now);
-    if n + cost > t {
-        let k = (n + cost - t) as usize;
-        let retry = log.get(k - 1).map_or(p, |&entry| entry + p - now);
-        return Decision::from_micros(false, t, t.saturating_sub(n), retry, reset_of(log), now);
-    }
-    let n = if commit {
-        log.extend(std::iter::repeat_n(now, cost as usize));
-        cell.expires_at = now + p;
-        n + cost
-    } else {
-        n
-    };
-    let reset = reset_of(log);
-    if log.is_empty() {
-        cell.state = None;
-    }
-    Decision::from_micros(true, t, t - n, 0, reset, now)
+/// Admission times, oldest first, one per unit, and when the newest leaves.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Log {
+    entries: VecDeque<u64>,
+    expires: u64,
 }
 
-pub(super) fn refund(cell: &mut Cell, cost: u64, at: u64) {
-    if let Some(State::Log(log)) = &mut cell.state {
+impl State for Log {
+    fn decide(&mut self, limit: &Limit, now: u64, cost: u64, commit: bool) -> Decision {
+        let (t, p) = (limit.threshold(), limit.period_micros());
+        let log = &mut self.entries;
+        while log.front().is_some_and(|&oldest| oldest + p <= now) {
+            log.pop_front();
+        }
+        let n = log.len() as u64;
+        let reset_of = |log: &VecDeque<u64>| log.back().map_or(0, |&newest| newest + p - now);
+        if n + cost > t {
+            let k = (n + cost - t) as usize;
+            return Decision::new(Figures {
+                allowed: false,
+                limit: t,
+                remaining: t.saturating_sub(n),
+                retry_after_us: log.get(k - 1).map_or(p, |&entry| entry + p - now),
+                reset_after_us: reset_of(log),
+                at_micros: now,
+            });
+        }
+        let n = if commit {
+            log.extend(std::iter::repeat_n(now, cost as usize));
+            self.expires = now + p;
+            n + cost
+        } else {
+            n
+        };
+        if log.is_empty() {
+            self.expires = 0;
+        }
+        Decision::new(Figures {
+            allowed: true,
+            limit: t,
+            remaining: t - n,
+            retry_after_us: 0,
+            reset_after_us: reset_of(log),
+            at_micros: now,
+        })
+    }
+
+    fn refund(&mut self, _limit: &Limit, now: u64, cost: u64, at: u64) {
+        if self.is_idle(now) {
+            *self = Log::default();
+            return;
+        }
         let mut left = cost;
-        log.retain(|&entry| {
+        self.entries.retain(|&entry| {
             if left > 0 && entry == at {
                 left -= 1;
                 false
@@ -65,5 +73,9 @@ pub(super) fn refund(cell: &mut Cell, cost: u64, at: u64) {
                 true
             }
         });
+    }
+
+    fn expires_at(&self) -> u64 {
+        self.expires
     }
 }

@@ -18,9 +18,17 @@
 
 use std::collections::VecDeque;
 
-use super::{Cell, State, div_ceil};
-use crate::decision::Decision;
-use crate::limit::Limit;
+use super::State;
+use crate::model::decision::{Decision, Figures};
+use crate::model::limit::Limit;
+
+/// `(slot index, count)`, oldest first, and when the newest non-empty slot
+/// stops counting.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Slots {
+    slots: VecDeque<(u64, u64)>,
+    expires: u64,
+}
 
 fn count_at(slots: &VecDeque<(u64, u64)>, index: u64) -> u64 {
     slots
@@ -49,60 +57,73 @@ fn estimate(slots: &VecDeque<(u64, u64)>, n: u64, size: u64, at: u64) -> u64 {
     size * full + ((s_at + 1) * size - at) * old
 }
 
-pub(super) fn decide(
-    limit: &Limit,
-    cell: &mut Cell,
-    now: u64,
-    cost: u64,
-    commit: bool,
-) -> Decision {
-    let (t, n) = (limit.threshold(), limit.slots());
-    let size = limit.period_micros() / n;
-    let s = now / size;
-    let mut slots = match cell.state.take() {
-        Some(State::Slots(slots)) => slots,
-        _ => VecDeque::new(),
-    };
-    while slots.front().is_some_and(|(i, _)| *i + n < s) {
-        slots.pop_front();
-    }
-    let est = estimate(&slots, n, size, now);
-    let capacity = t * size;
-    let decision = if est + cost * size > capacity {
-        let target = capacity - cost * size;
-        let retry = retry_after(&slots, n, size, now, target);
-        Decision::from_micros(
-            false,
-            t,
-            (capacity.saturating_sub(est)) / size,
-            retry,
-            reset_after(&slots, n, size, now),
-            now,
-        )
-    } else {
-        let est = if commit {
-            match slots.back_mut() {
-                Some((i, c)) if *i == s => *c += cost,
-                _ => slots.push_back((s, cost)),
-            }
-            est + cost * size
+impl State for Slots {
+    fn decide(&mut self, limit: &Limit, now: u64, cost: u64, commit: bool) -> Decision {
+        let (t, n) = (limit.threshold(), limit.slots());
+        let size = limit.period_micros() / n;
+        let s = now / size;
+        let slots = &mut self.slots;
+        if self.expires <= now {
+            slots.clear();
+        }
+        while slots.front().is_some_and(|(i, _)| *i + n < s) {
+            slots.pop_front();
+        }
+        let est = estimate(slots, n, size, now);
+        let capacity = t * size;
+        let decision = if est + cost * size > capacity {
+            let target = capacity - cost * size;
+            Decision::new(Figures {
+                allowed: false,
+                limit: t,
+                remaining: capacity.saturating_sub(est) / size,
+                retry_after_us: retry_after(slots, n, size, now, target),
+                reset_after_us: reset_after(slots, n, size, now),
+                at_micros: now,
+            })
         } else {
-            est
+            let est = if commit {
+                match slots.back_mut() {
+                    Some((i, c)) if *i == s => *c += cost,
+                    _ => slots.push_back((s, cost)),
+                }
+                est + cost * size
+            } else {
+                est
+            };
+            Decision::new(Figures {
+                allowed: true,
+                limit: t,
+                remaining: (capacity - est) / size,
+                retry_after_us: 0,
+                reset_after_us: reset_after(slots, n, size, now),
+                at_micros: now,
+            })
         };
-        Decision::from_micros(
-            true,
-            t,
-            (capacity - est) / size,
-            0,
-            reset_after(&slots, n, size, now),
-            now,
-        )
-    };
-    if let Some(&(newest, _)) = slots.iter().rev().find(|(_, c)| *c > 0) {
-        cell.expires_at = (newest + n + 1) * size;
-        cell.state = Some(State::Slots(slots));
+        self.expires = match slots.iter().rev().find(|(_, c)| *c > 0) {
+            Some(&(newest, _)) => (newest + n + 1) * size,
+            None => {
+                slots.clear();
+                0
+            }
+        };
+        decision
     }
-    decision
+
+    fn refund(&mut self, limit: &Limit, now: u64, cost: u64, at: u64) {
+        if self.is_idle(now) {
+            *self = Slots::default();
+            return;
+        }
+        let size = limit.period_micros() / limit.slots();
+        if let Some((_, c)) = self.slots.iter_mut().find(|(i, _)| *i == at / size) {
+            *c = c.saturating_sub(cost);
+        }
+    }
+
+    fn expires_at(&self) -> u64 {
+        self.expires
+    }
 }
 
 fn reset_after(slots: &VecDeque<(u64, u64)>, n: u64, size: u64, now: u64) -> u64 {
@@ -132,7 +153,7 @@ fn retry_after(slots: &VecDeque<(u64, u64)>, n: u64, size: u64, now: u64, target
             0
         };
         if old > 0 {
-            let wait = div_ceil(est - target, old);
+            let wait = (est - target).div_ceil(old);
             if start + wait <= end {
                 return start + wait - now;
             }
@@ -140,13 +161,4 @@ fn retry_after(slots: &VecDeque<(u64, u64)>, n: u64, size: u64, now: u64, target
     }
     // Unreachable for cost <= threshold: after N + 1 slots every count has left.
     (s + n + 1) * size - now
-}
-
-pub(super) fn refund(limit: &Limit, cell: &mut Cell, cost: u64, at: u64) {
-    let size = limit.period_micros() / limit.slots();
-    if let Some(State::Slots(slots)) = &mut cell.state
-        && let Some((_, c)) = slots.iter_mut().find(|(i, _)| *i == at / size)
-    {
-        *c = c.saturating_sub(cost);
-    }
 }

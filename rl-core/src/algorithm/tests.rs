@@ -1,9 +1,62 @@
 //! Exact boundary behaviour of every algorithm, on a manual timeline.
 
-use super::{Cell, decide, refund};
-use crate::decision::Decision;
-use crate::limit::{Algorithm, Limit};
+use super::{Log, Meter, Slots, State, Tat, Window};
+use crate::model::decision::Decision;
+use crate::model::limit::{Algorithm, Limit};
 use std::time::Duration;
+
+/// Every algorithm's state, one of which a limit uses.
+#[derive(Debug, Default)]
+struct Cell {
+    window: Window,
+    log: Log,
+    slots: Slots,
+    meter: Meter,
+    tat: Tat,
+}
+
+impl Cell {
+    fn state(&mut self, algorithm: Algorithm) -> &mut dyn Dispatch {
+        match algorithm {
+            Algorithm::FixedWindow => &mut self.window,
+            Algorithm::SlidingLog => &mut self.log,
+            Algorithm::SlidingWindow => &mut self.slots,
+            Algorithm::TokenBucket | Algorithm::LeakyBucket => &mut self.meter,
+            _ => &mut self.tat,
+        }
+    }
+
+    fn expires_at(&mut self, algorithm: Algorithm) -> u64 {
+        self.state(algorithm).expires()
+    }
+}
+
+/// [`State`] as a trait object, for the dispatch above.
+trait Dispatch {
+    fn decide(&mut self, limit: &Limit, now: u64, cost: u64, commit: bool) -> Decision;
+    fn refund(&mut self, limit: &Limit, now: u64, cost: u64, at: u64);
+    fn expires(&self) -> u64;
+}
+
+impl<S: State> Dispatch for S {
+    fn decide(&mut self, limit: &Limit, now: u64, cost: u64, commit: bool) -> Decision {
+        State::decide(self, limit, now, cost, commit)
+    }
+    fn refund(&mut self, limit: &Limit, now: u64, cost: u64, at: u64) {
+        State::refund(self, limit, now, cost, at)
+    }
+    fn expires(&self) -> u64 {
+        State::expires_at(self)
+    }
+}
+
+fn decide(limit: &Limit, cell: &mut Cell, now: u64, cost: u64, commit: bool) -> Decision {
+    cell.state(limit.algorithm()).decide(limit, now, cost, commit)
+}
+
+fn refund(limit: &Limit, cell: &mut Cell, now: u64, cost: u64, at: u64) {
+    cell.state(limit.algorithm()).refund(limit, now, cost, at)
+}
 
 const S: u64 = 1_000_000;
 /// An aligned start, far from zero (window and slot boundaries at multiples of P).
@@ -326,7 +379,7 @@ fn state_expires_exactly_when_it_equals_a_fresh_one() {
     for algorithm in Algorithm::ALL {
         let mut t = Timeline::new(algorithm, 3, 7);
         t.at(123).call(2);
-        let expires = t.cell.expires_at;
+        let expires = t.cell.expires_at(algorithm);
         assert!(expires > T0 + 123, "{algorithm}");
         assert!(
             expires <= T0 + 123 + 8 * S,

@@ -26,23 +26,47 @@ pub struct Decision {
     pub at_micros: u64,
 }
 
+/// A decision's figures in whole microseconds, by name: what stores compute
+/// and [`Decision::new`] turns into a [`Decision`].
+///
+/// ```
+/// use rl_core::{Decision, Figures};
+/// let refused = Decision::new(Figures {
+///     allowed: false,
+///     limit: 5,
+///     remaining: 0,
+///     retry_after_us: 1_500_000,
+///     reset_after_us: 60_000_000,
+///     at_micros: 42,
+/// });
+/// assert_eq!(refused.retry_after_secs(), 2);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Figures {
+    /// Whether the call is admitted.
+    pub allowed: bool,
+    /// The limit's capacity.
+    pub limit: u64,
+    /// Units still available after this decision.
+    pub remaining: u64,
+    /// Zero when allowed; otherwise the wait until a call of the same cost fits.
+    pub retry_after_us: u64,
+    /// The wait until the limit is back to its full quota.
+    pub reset_after_us: u64,
+    /// The store's time of the decision, µs since the Unix epoch.
+    pub at_micros: u64,
+}
+
 impl Decision {
-    /// Builds a decision from microsecond figures (what backends compute).
-    pub const fn from_micros(
-        allowed: bool,
-        limit: u64,
-        remaining: u64,
-        retry_after_us: u64,
-        reset_after_us: u64,
-        at_micros: u64,
-    ) -> Self {
+    /// The decision with these figures.
+    pub const fn new(figures: Figures) -> Self {
         Self {
-            allowed,
-            limit,
-            remaining,
-            retry_after: Duration::from_micros(retry_after_us),
-            reset_after: Duration::from_micros(reset_after_us),
-            at_micros,
+            allowed: figures.allowed,
+            limit: figures.limit,
+            remaining: figures.remaining,
+            retry_after: Duration::from_micros(figures.retry_after_us),
+            reset_after: Duration::from_micros(figures.reset_after_us),
+            at_micros: figures.at_micros,
         }
     }
 
@@ -110,6 +134,16 @@ impl Decisions {
             .expect("decisions are never empty")
     }
 
+    /// The index of [`Decisions::binding`]: the first decision equal to it
+    /// (0 when empty).
+    pub fn binding_index(&self) -> usize {
+        if self.items.is_empty() {
+            return 0;
+        }
+        let binding = self.binding();
+        self.items.iter().position(|d| d == binding).unwrap_or(0)
+    }
+
     /// Every decision, in request order.
     pub fn iter(&self) -> impl Iterator<Item = &Decision> {
         self.items.iter()
@@ -143,7 +177,13 @@ mod tests {
     use super::*;
 
     fn d(allowed: bool, remaining: u64, retry_ms: u64) -> Decision {
-        Decision::from_micros(allowed, 10, remaining, retry_ms * 1000, 0, 0)
+        Decision::new(Figures {
+            allowed,
+            limit: 10,
+            remaining,
+            retry_after_us: retry_ms * 1000,
+            ..Figures::default()
+        })
     }
 
     #[test]

@@ -4,9 +4,9 @@ use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
-use crate::decision::Decision;
-use crate::error::Error;
-use crate::limit::Limit;
+use crate::model::decision::Decision;
+use crate::model::error::Error;
+use crate::model::limit::Limit;
 
 /// Why a call was refused.
 #[derive(Debug, Clone)]
@@ -27,9 +27,15 @@ pub enum RejectionReason {
 /// A refused call. Convert it into your handler's error type with `From`.
 ///
 /// ```
-/// use rl_core::{Decision, Limit, Rejection};
+/// use rl_core::{Decision, Figures, Limit, Rejection};
 /// let limit = Limit::per_minute(1).unwrap();
-/// let decision = Decision::from_micros(false, 1, 0, 1_500_000, 1_500_000, 0);
+/// let decision = Decision::new(Figures {
+///     allowed: false,
+///     limit: 1,
+///     retry_after_us: 1_500_000,
+///     reset_after_us: 1_500_000,
+///     ..Figures::default()
+/// });
 /// let rejection = Rejection::limited("send_sms", decision, limit);
 /// assert_eq!(rejection.retry_after(), Some(std::time::Duration::from_millis(1500)));
 /// assert_eq!(rejection.to_string(), "rate limited by `send_sms`: retry after 1.5s");

@@ -3,26 +3,27 @@
 use std::fmt;
 use std::sync::Arc;
 
-/// A limit that can never be built: the message names the bad value.
+use rl_grammar::{BadDuration, BadRate, Problem, UnknownAlgorithm};
+
+/// A limit that can never be built: the message names the bad value. The
+/// texts of the bounds are [`rl_grammar::Problem`]'s, shared with the macro.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LimitError {
     /// `threshold = 0` would reject every call.
-    #[error("threshold must be at least 1, got 0")]
+    #[error("{}", Problem::ZeroThreshold)]
     ZeroThreshold,
     /// `period = 0` has no meaning.
-    #[error("period must be at least 1 microsecond, got 0")]
+    #[error("{}", Problem::ZeroPeriod)]
     ZeroPeriod,
     /// `burst = 0` would reject every call.
-    #[error("burst must be at least 1, got 0")]
+    #[error("{}", Problem::ZeroBurst)]
     ZeroBurst,
     /// The sliding-window counter needs at least one slot.
-    #[error("slots must be at least 1, got 0")]
+    #[error("{}", Problem::ZeroSlots)]
     ZeroSlots,
     /// The sliding-window counter splits the period into equal slots.
-    #[error(
-        "period of {period_us} µs cannot be split into {slots} equal slots; pick a period divisible by the slot count"
-    )]
+    #[error("{}", Problem::UnevenSlots { period_us: *period_us, slots: *slots })]
     UnevenSlots {
         /// The period in microseconds.
         period_us: u64,
@@ -41,9 +42,7 @@ pub enum LimitError {
         capacity: u64,
     },
     /// Keeps all state exact in 53-bit integers (Lua numbers are doubles).
-    #[error(
-        "capacity {capacity} × period {period_us} µs exceeds 2^52 (exact integer arithmetic): pick a shorter period or a smaller threshold"
-    )]
+    #[error("{}", Problem::TooLarge { capacity: *capacity, period_us: *period_us })]
     TooLarge {
         /// The threshold or burst.
         capacity: u64,
@@ -51,19 +50,18 @@ pub enum LimitError {
         period_us: u64,
     },
     /// The sliding log stores one entry per admitted unit.
-    #[error(
-        "sliding log threshold {threshold} exceeds the cap of {cap} entries per identity; use the sliding-window counter (`Algorithm::SlidingWindow`) for large thresholds"
-    )]
+    #[error("{}", Problem::SlidingLogTooLarge { threshold: *threshold })]
     SlidingLogTooLarge {
         /// The requested threshold.
         threshold: u64,
         /// The cap ([`crate::Limit::SLIDING_LOG_CAP`]).
         cap: u64,
     },
+    /// Another bound of [`rl_grammar::check_limit`].
+    #[error("{0}")]
+    Other(Problem),
     /// A duration string such as `"1m"` could not be read.
-    #[error(
-        "cannot parse duration {0:?}: expected an integer followed by one of us, ms, s, m, h, d (e.g. \"500ms\", \"1m\")"
-    )]
+    #[error("{}", BadDuration(.0.clone()))]
     BadDuration(String),
     /// A limit name needs at least one limit.
     #[error("at least one limit is needed")]
@@ -77,13 +75,20 @@ pub enum LimitError {
         second: String,
     },
     /// A rate string such as `"5/1h"` could not be read.
-    #[error("cannot parse rate {0:?}: expected THRESHOLD/PERIOD, e.g. \"5/1h\" or \"100/30s\"")]
+    #[error("{}", BadRate(.0.clone()))]
     BadRate(String),
     /// An algorithm name was not recognised.
-    #[error(
-        "unknown algorithm {0:?}: expected one of fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra"
-    )]
+    #[error("{}", UnknownAlgorithm(.0.clone()))]
     UnknownAlgorithm(String),
+    /// A call names no group, or more identities than groups (or fewer).
+    #[error("{0}")]
+    BadCall(String),
+}
+
+impl From<UnknownAlgorithm> for LimitError {
+    fn from(error: UnknownAlgorithm) -> Self {
+        LimitError::UnknownAlgorithm(error.0)
+    }
 }
 
 /// A backend could not decide: the store is unreachable, timed out, or answered

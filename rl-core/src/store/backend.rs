@@ -5,10 +5,11 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::decision::Decisions;
-use crate::error::{BackendError, LimitError};
-use crate::key::Key;
-use crate::limit::Limit;
+use crate::model::decision::Decisions;
+use crate::model::error::{BackendError, LimitError};
+use crate::model::key::Key;
+use crate::model::limit::Limit;
+use crate::store::target::{KeyRef, Op, Target};
 
 /// A boxed, `Send` future, as backends return them (keeps [`Backend`] usable
 /// as a trait object behind the global limiter).
@@ -31,8 +32,9 @@ impl<'a> Request<'a> {
         Self { key, limit, cost }
     }
 
-    /// Checks a batch before a backend decides it: every cost is
-    /// `1 ..= capacity` ([`Limit::check_cost`]), and no two requests name one
+    /// Checks a batch before a backend decides it (the check the limiter
+    /// makes of every batch, whatever its store): at least one request, every
+    /// cost `1 ..= capacity` ([`Limit::check_cost`]), and no two requests name one
     /// state (the same key with the same algorithm and period, see
     /// [`Limit::state_id`]). Such a pair could not be decided all-or-nothing:
     /// both would be judged against the state before either wrote.
@@ -46,20 +48,17 @@ impl<'a> Request<'a> {
     /// assert!(Request::check_batch(&[Request::new(&key, &minute, 1), Request::new(&key, &also_minute, 1)]).is_err());
     /// ```
     pub fn check_batch(requests: &[Request<'_>]) -> Result<(), LimitError> {
-        for (i, a) in requests.iter().enumerate() {
-            a.limit.check_cost(a.cost)?;
-            let id = a.limit.state_id();
-            if let Some(b) = requests[i + 1..]
-                .iter()
-                .find(|b| b.limit.state_id() == id && b.key == a.key)
-            {
-                return Err(LimitError::Overlapping {
-                    first: a.limit.to_string(),
-                    second: b.limit.to_string(),
-                });
-            }
-        }
-        Ok(())
+        let targets: smallvec::SmallVec<[Target<'_>; 4]> = requests
+            .iter()
+            .map(|r| Target {
+                name: "",
+                key: KeyRef::of(r.key),
+                limit: r.limit,
+                cost: r.cost,
+                slot: None,
+            })
+            .collect();
+        crate::store::target::validate(Op::Acquire, &targets)
     }
 }
 

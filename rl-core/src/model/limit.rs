@@ -4,96 +4,10 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::error::LimitError;
+pub use rl_grammar::Algorithm;
+use rl_grammar::Problem;
 
-/// Bound on `capacity × period_us`. Every integer of the algorithms'
-/// arithmetic, absolute times included (now ≈ 2^50.6 µs, plus at most this),
-/// then stays below 2^53, so Lua (doubles) and Rust (u64) compute the same.
-pub(crate) const EXACT_LIMIT: u64 = 1 << 52;
-
-/// The limiting algorithm. See the crate docs for which one to pick.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum Algorithm {
-    /// Counts per aligned window of length `period`. O(1), but up to 2×threshold
-    /// can pass around a window boundary.
-    FixedWindow,
-    /// One entry per admitted unit: exact, never more than `threshold` in any
-    /// window of length `period`. Memory O(threshold) per identity.
-    SlidingLog,
-    /// Counts per sub-window (`slots` of them), the oldest weighted by how much
-    /// of it is still inside the window. O(slots) memory, close to exact.
-    SlidingWindow,
-    /// A bucket of `burst` tokens refilled at `threshold` per `period`.
-    TokenBucket,
-    /// A meter draining at `threshold` per `period`, holding at most `burst`.
-    LeakyBucket,
-    /// Generic cell rate algorithm: one timestamp per identity, exact average
-    /// rate, bursts up to `burst`. The default.
-    #[default]
-    Gcra,
-}
-
-impl Algorithm {
-    /// Every algorithm, in a stable order.
-    pub const ALL: [Algorithm; 6] = [
-        Algorithm::FixedWindow,
-        Algorithm::SlidingLog,
-        Algorithm::SlidingWindow,
-        Algorithm::TokenBucket,
-        Algorithm::LeakyBucket,
-        Algorithm::Gcra,
-    ];
-
-    /// The snake_case name used in the macro, configuration and metrics.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Algorithm::FixedWindow => "fixed_window",
-            Algorithm::SlidingLog => "sliding_log",
-            Algorithm::SlidingWindow => "sliding_window",
-            Algorithm::TokenBucket => "token_bucket",
-            Algorithm::LeakyBucket => "leaky_bucket",
-            Algorithm::Gcra => "gcra",
-        }
-    }
-
-    /// A short code used in storage keys and in the Redis scripts.
-    pub const fn code(self) -> &'static str {
-        match self {
-            Algorithm::FixedWindow => "fw",
-            Algorithm::SlidingLog => "sl",
-            Algorithm::SlidingWindow => "sw",
-            Algorithm::TokenBucket => "tb",
-            Algorithm::LeakyBucket => "lb",
-            Algorithm::Gcra => "gc",
-        }
-    }
-
-    /// Whether `burst` sets the capacity for this algorithm.
-    pub const fn uses_burst(self) -> bool {
-        matches!(
-            self,
-            Algorithm::TokenBucket | Algorithm::LeakyBucket | Algorithm::Gcra
-        )
-    }
-}
-
-impl fmt::Display for Algorithm {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Algorithm {
-    type Err = LimitError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Algorithm::ALL
-            .into_iter()
-            .find(|a| a.name() == s)
-            .ok_or_else(|| LimitError::UnknownAlgorithm(s.to_owned()))
-    }
-}
+use crate::model::error::LimitError;
 
 /// A limit: `threshold` units per `period`, decided by an [`Algorithm`].
 ///
@@ -117,27 +31,17 @@ pub struct Limit {
     algorithm: Algorithm,
     burst: u64,
     slots: u64,
-}
-
-/// Why a set of parts does not make a limit (const-evaluable twin of [`LimitError`]).
-#[derive(Debug, Clone, Copy)]
-enum Problem {
-    ZeroThreshold,
-    ZeroPeriod,
-    ZeroBurst,
-    ZeroSlots,
-    UnevenSlots,
-    TooLarge,
-    SlidingLogTooLarge,
+    /// GCRA's emission interval, `ceil(period / threshold)` (derived).
+    interval_us: u64,
 }
 
 impl Limit {
     /// The largest threshold a sliding log accepts: each admitted unit is one
     /// stored entry, and every decision trims and counts them.
-    pub const SLIDING_LOG_CAP: u64 = 10_000;
+    pub const SLIDING_LOG_CAP: u64 = rl_grammar::SLIDING_LOG_CAP;
 
     /// The default number of sub-windows of the sliding-window counter.
-    pub const DEFAULT_SLOTS: u64 = 10;
+    pub const DEFAULT_SLOTS: u64 = rl_grammar::DEFAULT_SLOTS;
 
     /// `threshold` units per `period`, with the default algorithm ([`Algorithm::Gcra`])
     /// and a burst equal to the threshold.
@@ -215,7 +119,8 @@ impl Limit {
         Self::from_parts(threshold, self.period_us, self.algorithm, burst, self.slots)
     }
 
-    /// Builds a limit from raw parts, validating them all.
+    /// Builds a limit from raw parts, validating them all
+    /// ([`rl_grammar::check_limit`]).
     pub fn from_parts(
         threshold: u64,
         period_us: u64,
@@ -223,32 +128,15 @@ impl Limit {
         burst: u64,
         slots: u64,
     ) -> Result<Self, LimitError> {
-        match Self::validate(threshold, period_us, algorithm, burst, slots) {
-            Ok(limit) => Ok(limit),
-            Err(problem) => Err(match problem {
-                Problem::ZeroThreshold => LimitError::ZeroThreshold,
-                Problem::ZeroPeriod => LimitError::ZeroPeriod,
-                Problem::ZeroBurst => LimitError::ZeroBurst,
-                Problem::ZeroSlots => LimitError::ZeroSlots,
-                Problem::UnevenSlots => LimitError::UnevenSlots { period_us, slots },
-                Problem::TooLarge => LimitError::TooLarge {
-                    capacity: if algorithm.uses_burst() {
-                        burst.max(threshold)
-                    } else {
-                        threshold
-                    },
-                    period_us,
-                },
-                Problem::SlidingLogTooLarge => LimitError::SlidingLogTooLarge {
-                    threshold,
-                    cap: Self::SLIDING_LOG_CAP,
-                },
-            }),
+        match rl_grammar::check_limit(threshold, period_us, algorithm, burst, slots) {
+            Ok(()) => Ok(Self::assemble(threshold, period_us, algorithm, burst, slots)),
+            Err(problem) => Err(LimitError::from(problem)),
         }
     }
 
     /// Compile-time constructor used by the `#[rate_limit]` macro, which has
-    /// already validated the values; invalid parts fail const evaluation.
+    /// already validated the values with the same rules
+    /// ([`rl_grammar::check_limit`]); invalid parts fail const evaluation.
     #[doc(hidden)]
     pub const fn __const(
         threshold: u64,
@@ -257,53 +145,27 @@ impl Limit {
         burst: u64,
         slots: u64,
     ) -> Self {
-        match Self::validate(threshold, period_us, algorithm, burst, slots) {
-            Ok(limit) => limit,
+        match rl_grammar::check_limit(threshold, period_us, algorithm, burst, slots) {
+            Ok(()) => Self::assemble(threshold, period_us, algorithm, burst, slots),
             Err(_) => panic!("invalid rate limit"),
         }
     }
 
-    const fn validate(
+    const fn assemble(
         threshold: u64,
         period_us: u64,
         algorithm: Algorithm,
         burst: u64,
         slots: u64,
-    ) -> Result<Self, Problem> {
-        if threshold == 0 {
-            return Err(Problem::ZeroThreshold);
-        }
-        if period_us == 0 {
-            return Err(Problem::ZeroPeriod);
-        }
-        if burst == 0 {
-            return Err(Problem::ZeroBurst);
-        }
-        if slots == 0 {
-            return Err(Problem::ZeroSlots);
-        }
-        if matches!(algorithm, Algorithm::SlidingWindow) && !period_us.is_multiple_of(slots) {
-            return Err(Problem::UnevenSlots);
-        }
-        let capacity = if algorithm.uses_burst() && burst > threshold {
-            burst
-        } else {
-            threshold
-        };
-        match capacity.checked_mul(period_us) {
-            Some(product) if product <= EXACT_LIMIT => {}
-            _ => return Err(Problem::TooLarge),
-        }
-        if matches!(algorithm, Algorithm::SlidingLog) && threshold > Self::SLIDING_LOG_CAP {
-            return Err(Problem::SlidingLogTooLarge);
-        }
-        Ok(Self {
+    ) -> Self {
+        Self {
             threshold,
             period_us,
             algorithm,
             burst,
             slots,
-        })
+            interval_us: period_us.div_ceil(threshold),
+        }
     }
 
     /// Units admitted per period.
@@ -340,11 +202,7 @@ impl Limit {
     /// leaky bucket and GCRA, `threshold` for the window algorithms. This is
     /// the `limit` a [`crate::Decision`] reports.
     pub const fn capacity(&self) -> u64 {
-        if self.algorithm.uses_burst() {
-            self.burst
-        } else {
-            self.threshold
-        }
+        rl_grammar::capacity(self.threshold, self.algorithm, self.burst)
     }
 
     /// Checks that a call of `cost` units could ever be allowed.
@@ -364,25 +222,43 @@ impl Limit {
     /// GCRA emission interval: `period / threshold`, rounded up to whole
     /// microseconds (never admits faster than configured).
     pub const fn emission_interval_micros(&self) -> u64 {
-        self.period_us.div_ceil(self.threshold)
+        self.interval_us
     }
 
-    /// The suffix that identifies this limit's state under a key: algorithm
-    /// and period (and slot count for the sliding-window counter). Changing
-    /// any of these starts from fresh state (documented as a reset); changing
-    /// the threshold or burst applies to the existing state.
+    /// The suffix that identifies this limit's state under a key:
+    /// `<code>:<period_us>`, and `:<slots>` for the sliding-window counter
+    /// (e.g. `gc:60000000`). Changing the algorithm, the period or the
+    /// slot count starts from fresh state (documented as a reset); changing
+    /// the threshold or burst applies to the existing state. Every store
+    /// that names state by text writes it with [`Limit::write_storage_suffix`].
     pub fn storage_suffix(&self) -> String {
+        let mut suffix = String::with_capacity(24);
+        self.write_storage_suffix(&mut suffix);
+        suffix
+    }
+
+    /// Appends [`Limit::storage_suffix`] to `out` (no intermediate string).
+    ///
+    /// ```
+    /// use rl_core::{Algorithm, Limit};
+    /// let mut key = String::from("rl:{sms:+33}:");
+    /// Limit::per_minute(5).unwrap().with_algorithm(Algorithm::SlidingWindow).unwrap().write_storage_suffix(&mut key);
+    /// assert_eq!(key, "rl:{sms:+33}:sw:60000000:10");
+    /// ```
+    pub fn write_storage_suffix(&self, out: &mut String) {
+        use std::fmt::Write as _;
         let (algorithm, period, slots) = self.state_id();
-        match algorithm {
-            Algorithm::SlidingWindow => format!("{}:{period}:{slots}", algorithm.code()),
-            _ => format!("{}:{period}", algorithm.code()),
+        out.push_str(algorithm.code());
+        let _ = write!(out, ":{period}");
+        if algorithm.uses_slots() {
+            let _ = write!(out, ":{slots}");
         }
     }
 
     /// What identifies this limit's state: two limits with the same id on one
     /// key would share (and double-count) one state.
     pub const fn state_id(&self) -> (Algorithm, u64, u64) {
-        let slots = if matches!(self.algorithm, Algorithm::SlidingWindow) {
+        let slots = if self.algorithm.uses_slots() {
             self.slots
         } else {
             0
@@ -414,32 +290,32 @@ impl fmt::Display for Limit {
             f,
             "{}/{} ({})",
             self.threshold,
-            format_duration(self.period_us),
+            rl_grammar::format_duration(self.period_us),
             self.algorithm
         )
     }
 }
 
-/// Parses `"5/1h"`, `"100/30s"` or `"10/d"` into a limit with the default algorithm.
+/// Parses `"5/1h"`, `"100/30s"` or `"10/d"` into a limit with the default
+/// algorithm (the grammar of [`rl_grammar::parse_rate`]).
 impl FromStr for Limit {
     type Err = LimitError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || LimitError::BadRate(s.to_owned());
-        let (threshold, period) = s.split_once('/').ok_or_else(bad)?;
-        let threshold: u64 = threshold.trim().parse().map_err(|_| bad())?;
-        let period = period.trim();
-        let period = if period.starts_with(|c: char| c.is_ascii_digit()) {
-            parse_duration(period)?
-        } else {
-            parse_duration(&format!("1{period}")).map_err(|_| bad())?
-        };
-        Limit::new(threshold, period)
+        let rate = rl_grammar::parse_rate(s).map_err(|e| LimitError::BadRate(e.0))?;
+        Limit::from_parts(
+            rate.threshold,
+            rate.period_us,
+            Algorithm::default(),
+            rate.threshold,
+            Self::DEFAULT_SLOTS,
+        )
     }
 }
 
 /// Parses a duration such as `"250us"`, `"500ms"`, `"30s"`, `"1m"`, `"1h"` or
-/// `"1d"`; a bare integer is seconds.
+/// `"1d"`; a bare integer is seconds (the grammar of
+/// [`rl_grammar::parse_duration_micros`]).
 ///
 /// ```
 /// use rl_core::parse_duration;
@@ -450,41 +326,36 @@ impl FromStr for Limit {
 /// # Ok::<(), rl_core::LimitError>(())
 /// ```
 pub fn parse_duration(text: &str) -> Result<Duration, LimitError> {
-    let bad = || LimitError::BadDuration(text.to_owned());
-    let trimmed = text.trim();
-    let split = trimmed
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(trimmed.len());
-    let (number, unit) = trimmed.split_at(split);
-    let number: u64 = number.parse().map_err(|_| bad())?;
-    let micros_per_unit: u64 = match unit.trim() {
-        "us" | "µs" => 1,
-        "ms" => 1_000,
-        "" | "s" | "sec" => 1_000_000,
-        "m" | "min" => 60_000_000,
-        "h" => 3_600_000_000,
-        "d" => 86_400_000_000,
-        _ => return Err(bad()),
-    };
-    number
-        .checked_mul(micros_per_unit)
+    rl_grammar::parse_duration_micros(text)
         .map(Duration::from_micros)
-        .ok_or_else(bad)
+        .map_err(|e| LimitError::BadDuration(e.0))
 }
 
-fn format_duration(us: u64) -> String {
-    const UNITS: [(u64, &str); 5] = [
-        (86_400_000_000, "d"),
-        (3_600_000_000, "h"),
-        (60_000_000, "m"),
-        (1_000_000, "s"),
-        (1_000, "ms"),
-    ];
-    UNITS
-        .iter()
-        .find(|(size, _)| us.is_multiple_of(*size))
-        .map(|(size, unit)| format!("{}{unit}", us / size))
-        .unwrap_or_else(|| format!("{us}us"))
+impl From<Problem> for LimitError {
+    fn from(problem: Problem) -> Self {
+        match problem {
+            Problem::ZeroThreshold => LimitError::ZeroThreshold,
+            Problem::ZeroPeriod => LimitError::ZeroPeriod,
+            Problem::ZeroBurst => LimitError::ZeroBurst,
+            Problem::ZeroSlots => LimitError::ZeroSlots,
+            Problem::UnevenSlots { period_us, slots } => {
+                LimitError::UnevenSlots { period_us, slots }
+            }
+            Problem::TooLarge {
+                capacity,
+                period_us,
+            } => LimitError::TooLarge {
+                capacity,
+                period_us,
+            },
+            Problem::SlidingLogTooLarge { threshold } => LimitError::SlidingLogTooLarge {
+                threshold,
+                cap: Limit::SLIDING_LOG_CAP,
+            },
+            // `Problem` is non-exhaustive; a new bound keeps its message.
+            other => LimitError::Other(other),
+        }
+    }
 }
 
 #[cfg(test)]

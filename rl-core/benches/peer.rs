@@ -1,0 +1,93 @@
+//! The in-memory hot path against the Rust anchor, `governor` (keyed, `u64`
+//! keys, its default quanta clock), measured side by side in one run:
+//! single thread, GCRA, every call allowed; one hot key, and 100 000 keys
+//! visited in a scattered order (so most lookups miss the CPU caches).
+//!
+//! `cargo bench -p rl-core --bench peer`
+//!
+//! Each `rl` figure is a whole decision: `annotated_fn` is a
+//! `#[rate_limit(key = user)] async fn(user: u64)` on the global in-memory
+//! limiter, polled once (in memory it completes without suspending);
+//! `memory_store` is the store alone with a prebuilt key.
+
+use std::future::Future;
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use governor::{Quota, RateLimiter};
+use rl_core::{Key, Limit, Limiter, MemoryBackend, Rejection, Request, rate_limit};
+
+/// Keys of the "many keys" variant.
+const KEYS: u64 = 100_000;
+
+/// The i-th key of a scattered walk over `0..KEYS` (a full cycle: 7919 is
+/// prime to 100 000).
+fn scattered(i: u64) -> u64 {
+    (i.wrapping_mul(7_919)) % KEYS
+}
+
+#[rate_limit(period = 1, threshold = 1_000_000_000, key = user, name = "peer")]
+async fn annotated(user: u64) -> Result<u64, Rejection> {
+    Ok(user)
+}
+
+/// Polls a future that completes without suspending.
+fn now<F: Future>(future: F) -> F::Output {
+    match pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(out) => out,
+        Poll::Pending => panic!("an in-memory decision suspended"),
+    }
+}
+
+fn peer(c: &mut Criterion) {
+    Limiter::builder().memory().install().unwrap();
+    let governor = RateLimiter::keyed(Quota::per_second(NonZeroU32::MAX));
+    let limit = Limit::new(1_000_000_000, Duration::from_secs(1)).unwrap();
+    let store = MemoryBackend::new();
+    let keys: Vec<Key> = (0..KEYS)
+        .map(|i| Key::from_display("rl", "peer", &i))
+        .collect();
+    for i in 0..KEYS {
+        assert!(governor.check_key(&i).is_ok());
+        assert!(now(annotated(i)).is_ok());
+        store.acquire_one(&Request::new(&keys[i as usize], &limit, 1));
+    }
+
+    for (shape, key_of) in [
+        ("one_key", (|_| 42) as fn(u64) -> u64),
+        ("100k_keys", scattered),
+    ] {
+        let mut group = c.benchmark_group(format!("peer/{shape}"));
+        group.throughput(Throughput::Elements(1));
+        group.bench_function("governor_check_key", |b| {
+            let mut i = 0u64;
+            b.iter(|| {
+                i += 1;
+                black_box(governor.check_key(&key_of(black_box(i)))).is_ok()
+            })
+        });
+        group.bench_function("rl_annotated_fn", |b| {
+            let mut i = 0u64;
+            b.iter(|| {
+                i += 1;
+                black_box(now(annotated(key_of(black_box(i))))).is_ok()
+            })
+        });
+        group.bench_function("rl_memory_store_prebuilt_key", |b| {
+            let mut i = 0u64;
+            b.iter(|| {
+                i += 1;
+                let key = &keys[key_of(black_box(i)) as usize];
+                black_box(store.acquire_one(&Request::new(key, &limit, 1)))
+            })
+        });
+        group.finish();
+    }
+}
+
+criterion_group!(benches, peer);
+criterion_main!(benches);

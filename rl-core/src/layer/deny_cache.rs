@@ -1,0 +1,479 @@
+//! The deny cache: a local memory of the refusals a remote backend just
+//! made, so that a flood on a blocked identity is refused in process
+//! instead of costing one round trip per call.
+//!
+//! When the backend refuses a call, its binding refusal (the refusing limit
+//! with the longest `retry_after`) is remembered under the request's full
+//! key and limit until `start + retry_after`, where `start` is the local
+//! monotonic time taken *before* the backend call: the backend decided after
+//! that instant, so the remembered refusal never outlives the real one
+//! (given no other traffic, no refund and an unchanged limit — which is
+//! exactly what `retry_after` promises). While remembered, a call carrying
+//! that key and limit, at the same or a higher cost, is refused without
+//! asking the backend; any other call goes to the backend as before.
+//!
+//! What invalidates an entry early: this limiter refunding or resetting the
+//! key (count-failures mode, [`crate::Limiter::reset_everywhere`]), new
+//! limits for its name ([`crate::Limiter::set_limits`]), shadow mode, or
+//! turning the cache off for the name. A reset made by another process is
+//! seen within the maximum hold (1 s by default): a remembered refusal is
+//! trusted that long at most, then re-checked.
+//!
+//! The re-check is single flight: when a hold ends while the refusal is
+//! still valid (its `retry_after` has not passed), the first caller to see
+//! it asks the backend, and every other caller keeps being refused from
+//! the cache for another hold (or until that caller's answer replaces the
+//! entry). A flood of any size on a blocked identity therefore reaches the
+//! backend once per hold, not once per caller.
+//!
+//! Memory is bounded: a fixed number of shards, each holding at most
+//! `capacity / shards` keys; expired entries are swept whenever a shard has
+//! doubled since its last sweep, and a full shard evicts the entry that
+//! expires first.
+//!
+//! Time is passed in (nanoseconds on [`DenyCache::now`]'s clock), so the
+//! cache's logic is tested without any clock.
+
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::CachePadded;
+use hashbrown::HashTable;
+use parking_lot::RwLock;
+use smallvec::SmallVec;
+
+use super::{Answer, Call, Layer, Source};
+use crate::limiter::registry::Registry;
+use crate::model::decision::{Decision, Decisions};
+use crate::model::limit::Limit;
+use crate::store::target::{KeyRef, Op, Target};
+
+/// How many keys the cache holds at most, by default.
+pub(crate) const DEFAULT_CAPACITY: usize = 65_536;
+
+/// How long a process trusts a remembered refusal at most (1 s): bounds how
+/// late it sees a reset made elsewhere, while a flood still reaches the
+/// backend at most once a second per key.
+pub(crate) const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(1);
+
+/// A shard sweeps expired entries once it holds this many keys (and then
+/// again each time it has doubled).
+const MIN_SWEEP: usize = 64;
+
+/// Distinct limits remembered per key at most (a key rarely carries more
+/// than a handful of limits).
+const PER_KEY: usize = 8;
+
+/// One remembered refusal.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    /// The refused limit (all of it: a limit with another threshold on the
+    /// same key is not covered).
+    limit: Limit,
+    /// The refused cost: a call of this cost or more is refused too.
+    cost: u64,
+    /// When the backend call started (ns on the cache's clock).
+    since: u64,
+    /// When the refusal ends (ns on the cache's clock).
+    until: u64,
+    /// Until when this process trusts it without asking the backend: at
+    /// most the maximum hold after `since` (or after a re-check began), so
+    /// a reset made by another process is seen within that bound.
+    held_until: u64,
+    /// The backend's decision.
+    decision: Decision,
+}
+
+/// Every remembered refusal of one key.
+#[derive(Debug)]
+struct Slot {
+    hash: u64,
+    /// The rendered key.
+    key: Box<str>,
+    /// The call's name and the key's group name (for
+    /// [`DenyCache::forget_name`]).
+    names: [Box<str>; 2],
+    entries: SmallVec<[Entry; 1]>,
+}
+
+impl Slot {
+    /// The latest end among the entries (what eviction compares).
+    fn until(&self) -> u64 {
+        self.entries.iter().map(|e| e.until).max().unwrap_or(0)
+    }
+
+    fn is(&self, key: &KeyRef<'_>) -> bool {
+        self.key
+            .strip_prefix(key.head)
+            .and_then(|rest| rest.strip_suffix('}'))
+            == Some(key.identity)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Shard {
+    table: HashTable<Slot>,
+    sweep_at: usize,
+}
+
+impl Shard {
+    fn sweep(&mut self, now: u64) -> usize {
+        let before = self.table.len();
+        self.table.retain(|slot| {
+            slot.entries.retain(|e| e.until > now);
+            !slot.entries.is_empty()
+        });
+        before - self.table.len()
+    }
+}
+
+/// The remembered refusals of one [`crate::Limiter`].
+#[derive(Debug)]
+pub(crate) struct DenyCache {
+    shards: Box<[CachePadded<RwLock<Shard>>]>,
+    hasher: hashbrown::DefaultHashBuilder,
+    /// Keys per shard at most.
+    shard_capacity: usize,
+    /// Keys held, across shards (lets refunds skip the lookup when empty).
+    held: AtomicUsize,
+    epoch: Instant,
+    /// The most a refusal is held, in ns.
+    max_hold: u64,
+}
+
+/// What the cache knows of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lookup {
+    /// A remembered refusal applies: refuse without the backend.
+    Hit(Hit),
+    /// A refusal is still valid but its hold has ended: this caller asks
+    /// the backend again, the others keep the refusal meanwhile.
+    Probe,
+    /// Nothing remembered applies.
+    Miss,
+}
+
+/// A remembered refusal that applies to a call: which target, and the
+/// decision to report now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Hit {
+    /// The index of the refused target in the call.
+    pub(crate) index: usize,
+    /// The backend's decision, aged: `retry_after` and `reset_after` reduced
+    /// by the time elapsed since, `remaining` 0.
+    pub(crate) decision: Decision,
+}
+
+impl DenyCache {
+    /// A cache holding at most `capacity` keys, each refusal at most `max_hold`.
+    pub(crate) fn new(capacity: usize, max_hold: Duration) -> Self {
+        let count = (std::thread::available_parallelism().map_or(4, |n| n.get()) * 8)
+            .next_power_of_two()
+            .min(capacity.max(1).next_power_of_two());
+        let shards = (0..count)
+            .map(|_| {
+                CachePadded::new(RwLock::new(Shard {
+                    table: HashTable::new(),
+                    sweep_at: MIN_SWEEP,
+                }))
+            })
+            .collect();
+        Self {
+            shards,
+            hasher: hashbrown::DefaultHashBuilder::default(),
+            shard_capacity: capacity.div_ceil(count).max(1),
+            held: AtomicUsize::new(0),
+            epoch: Instant::now(),
+            max_hold: u64::try_from(max_hold.as_nanos())
+                .unwrap_or(u64::MAX)
+                .max(1),
+        }
+    }
+
+    /// Nanoseconds on the cache's monotonic clock.
+    pub(crate) fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn hash(&self, key: &KeyRef<'_>) -> u64 {
+        self.hasher.hash_one((key.head, key.identity))
+    }
+
+    /// The shard of a hash: bits the table's own bucket index (low bits)
+    /// and control byte (top 7 bits) do not use.
+    fn shard(&self, hash: u64) -> &RwLock<Shard> {
+        &self.shards[((hash >> 32) as usize) & (self.shards.len() - 1)]
+    }
+
+    /// What applies to this call at `now`: the remembered refusal ending
+    /// last, else a claim to re-check an expired hold, else nothing.
+    pub(crate) fn lookup(&self, targets: &[Target<'_>], now: u64) -> Lookup {
+        if self.held.load(Ordering::Relaxed) == 0 {
+            return Lookup::Miss;
+        }
+        let mut best: Option<(usize, Entry)> = None;
+        let mut stale: SmallVec<[usize; 2]> = SmallVec::new();
+        for (index, target) in targets.iter().enumerate() {
+            let hash = self.hash(&target.key);
+            let shard = self.shard(hash).read();
+            let Some(slot) = shard.table.find(hash, |s| s.is(&target.key)) else {
+                continue;
+            };
+            for entry in slot.entries.iter().filter(|e| covers(e, target)) {
+                if entry.held_until > now {
+                    if best.is_none_or(|(_, b)| entry.until > b.until) {
+                        best = Some((index, *entry));
+                    }
+                } else if entry.until > now {
+                    stale.push(index);
+                }
+            }
+        }
+        if let Some((index, entry)) = best {
+            return Lookup::Hit(Hit {
+                index,
+                decision: aged(&entry, now),
+            });
+        }
+        // Single flight: the first caller to extend an expired hold re-checks.
+        for index in stale {
+            let target = &targets[index];
+            let hash = self.hash(&target.key);
+            let mut shard = self.shard(hash).write();
+            let Some(slot) = shard.table.find_mut(hash, |s| s.is(&target.key)) else {
+                continue;
+            };
+            for entry in slot.entries.iter_mut().filter(|e| covers(e, target)) {
+                if entry.held_until > now {
+                    return Lookup::Hit(Hit {
+                        index,
+                        decision: aged(entry, now),
+                    });
+                }
+                if entry.until > now {
+                    entry.held_until = now.saturating_add(self.max_hold).min(entry.until);
+                    return Lookup::Probe;
+                }
+            }
+        }
+        Lookup::Miss
+    }
+
+    /// Remembers the binding refusal of a call the backend refused, decided
+    /// by a backend call that started at `since`.
+    pub(crate) fn remember(
+        &self,
+        name: &str,
+        targets: &[Target<'_>],
+        decisions: &Decisions,
+        since: u64,
+    ) {
+        let binding = decisions.binding();
+        if binding.allowed || binding.retry_after.is_zero() {
+            return;
+        }
+        let Some(target) = targets.get(decisions.binding_index()) else {
+            return;
+        };
+        let retry = u64::try_from(binding.retry_after.as_nanos()).unwrap_or(u64::MAX);
+        let entry = Entry {
+            limit: *target.limit,
+            cost: target.cost,
+            since,
+            until: since.saturating_add(retry),
+            held_until: since.saturating_add(retry.min(self.max_hold)),
+            decision: *binding,
+        };
+        self.insert(name, target, entry);
+    }
+
+    fn insert(&self, name: &str, target: &Target<'_>, entry: Entry) {
+        let hash = self.hash(&target.key);
+        let mut shard = self.shard(hash).write();
+        if let Some(slot) = shard.table.find_mut(hash, |s| s.is(&target.key)) {
+            match slot.entries.iter_mut().find(|e| e.limit == entry.limit) {
+                Some(existing) => *existing = entry,
+                None => {
+                    if slot.entries.len() >= PER_KEY {
+                        slot.entries.remove(0);
+                    }
+                    slot.entries.push(entry);
+                }
+            }
+            return;
+        }
+        let now = entry.since;
+        if shard.table.len() >= shard.sweep_at {
+            let removed = shard.sweep(now);
+            self.held.fetch_sub(removed, Ordering::Relaxed);
+            shard.sweep_at = (shard.table.len() * 2).max(MIN_SWEEP);
+        }
+        if shard.table.len() >= self.shard_capacity {
+            // Full of live refusals: drop the one that ends first.
+            let victim = shard
+                .table
+                .iter()
+                .min_by_key(|slot| slot.until())
+                .map(|slot| (slot.hash, slot.key.clone()));
+            if let Some((victim_hash, victim_key)) = victim
+                && let Ok(found) = shard.table.find_entry(victim_hash, |s| s.key == victim_key)
+            {
+                found.remove();
+                self.held.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        shard.table.insert_unique(
+            hash,
+            Slot {
+                hash,
+                key: target.key.render().as_str().into(),
+                names: [name.into(), target.name.into()],
+                entries: smallvec::smallvec![entry],
+            },
+            |slot| slot.hash,
+        );
+        self.held.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Forgets the refusals of these targets' keys and limits (their state
+    /// was just refunded or reset, or a re-check found room).
+    pub(crate) fn forget(&self, targets: &[Target<'_>]) {
+        if self.held.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        for target in targets {
+            let hash = self.hash(&target.key);
+            let mut shard = self.shard(hash).write();
+            if let Ok(mut found) = shard.table.find_entry(hash, |s| s.is(&target.key)) {
+                let slot = found.get_mut();
+                slot.entries
+                    .retain(|e| e.limit.state_id() != target.limit.state_id());
+                if slot.entries.is_empty() {
+                    found.remove();
+                    self.held.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Forgets every refusal made for the call or group `name`.
+    pub(crate) fn forget_name(&self, name: &str) {
+        if self.held.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        for shard in self.shards.iter() {
+            let mut shard = shard.write();
+            let before = shard.table.len();
+            shard.table.retain(|slot| slot.names.iter().all(|n| **n != *name));
+            self.held
+                .fetch_sub(before - shard.table.len(), Ordering::Relaxed);
+        }
+    }
+
+    /// Keys currently held (expired ones included until swept).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.read().table.len()).sum()
+    }
+}
+
+/// Whether a remembered entry refuses `target`: the same limit, at the same
+/// or a higher cost.
+fn covers(entry: &Entry, target: &Target<'_>) -> bool {
+    entry.limit == *target.limit && entry.cost <= target.cost
+}
+
+/// The deny cache as a layer: answers remembered refusals of acquires,
+/// remembers the store's refusals, and forgets on refunds, resets and
+/// runtime changes.
+#[derive(Debug)]
+pub(crate) struct DenyLayer {
+    cache: DenyCache,
+    registry: Arc<Registry>,
+    /// Whether calls use the cache unless their name says otherwise.
+    default: bool,
+}
+
+impl DenyLayer {
+    pub(crate) fn new(cache: DenyCache, registry: Arc<Registry>, default: bool) -> Self {
+        Self {
+            cache,
+            registry,
+            default,
+        }
+    }
+
+    /// Whether this call uses the cache: an explicit "off" for its name or
+    /// any of its groups wins, then an explicit "on", then the default.
+    fn enabled(&self, call: &Call<'_>) -> bool {
+        self.registry
+            .deny_cache(
+                std::iter::once(call.name).chain(call.targets.iter().map(|t| t.name)),
+            )
+            .unwrap_or(self.default)
+    }
+}
+
+impl Layer for DenyLayer {
+    fn before(&self, call: &mut Call<'_>) -> Option<Answer> {
+        match call.op {
+            Op::Acquire | Op::AcquireOnce(_) if !call.every_decision && self.enabled(call) => {
+                let now = self.cache.now();
+                call.notes.deny_since = Some(now);
+                match self.cache.lookup(call.targets, now) {
+                    Lookup::Hit(hit) => {
+                        return Some(Answer::Refused {
+                            index: hit.index,
+                            decision: hit.decision,
+                            source: Source::Cache,
+                        });
+                    }
+                    Lookup::Probe => call.notes.deny_probe = true,
+                    Lookup::Miss => {}
+                }
+            }
+            Op::Refund(_) | Op::Reset => self.cache.forget(call.targets),
+            _ => {}
+        }
+        None
+    }
+
+    fn after(&self, call: &mut Call<'_>, answer: &mut Answer) {
+        let Some(since) = call.notes.deny_since else {
+            return;
+        };
+        match answer {
+            Answer::Decided { decisions, .. } if !decisions.allowed() => {
+                self.cache.remember(call.name, call.targets, decisions, since);
+            }
+            Answer::Decided { .. } if call.notes.deny_probe => self.cache.forget(call.targets),
+            _ => {}
+        }
+    }
+
+    fn changed(&self, name: &str) {
+        self.cache.forget_name(name);
+    }
+}
+
+/// The remembered decision as of `now`.
+fn aged(entry: &Entry, now: u64) -> Decision {
+    let elapsed = Duration::from_nanos(now.saturating_sub(entry.since));
+    // Whole microseconds, rounded up, like every backend's figures.
+    let retry_us = (entry.until - now).div_ceil(1_000);
+    let d = entry.decision;
+    let retry_after = Duration::from_micros(retry_us);
+    Decision {
+        allowed: false,
+        limit: d.limit,
+        remaining: 0,
+        retry_after,
+        reset_after: d.reset_after.saturating_sub(elapsed).max(retry_after),
+        at_micros: d
+            .at_micros
+            .saturating_add(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX)),
+    }
+}
+

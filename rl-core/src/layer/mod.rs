@@ -1,0 +1,258 @@
+//! The layers around a store: each concern that wraps a decision is one
+//! [`Layer`] in its own module, with one job, and every operation (acquire,
+//! acquire-once, peek, refund, reset) passes through the same ones.
+//!
+//! ```text
+//!   Limiter::call / check / acquire_all / peek_all / refund_all / reset_all
+//!        │                                                        ▲
+//!        ▼                                                        │
+//!   observe       counts every outcome (rl_decisions_total), logs refusals
+//!   validate      refuses a batch that could never be decided, for every store
+//!   shadow        turns a refusal of a name in shadow mode into an admission
+//!   failure       applies the failure policy when the store cannot answer
+//!   deny_cache    answers a remembered refusal in process     (remote only)
+//!   breaker       fails fast while the backend keeps failing  (remote only)
+//!   publish       tells the backend each name's limits        (remote only)
+//!        │                                                        ▲
+//!        ▼                                                        │
+//!   store         memory (synchronous) or a remote Backend (one round trip)
+//! ```
+//!
+//! A call goes down through each layer's [`Layer::before`] until one answers
+//! (a cached refusal, an open circuit) or the store does; the answer then
+//! comes back up through [`Layer::after`] of every layer it passed. The
+//! limiter's builder decides which layers are present: a memory store has
+//! no breaker, deny cache or publisher.
+
+pub(crate) mod breaker;
+pub(crate) mod deny_cache;
+pub(crate) mod failure;
+pub(crate) mod observe;
+pub(crate) mod publish;
+pub(crate) mod shadow;
+pub(crate) mod validate;
+
+use std::fmt::Debug;
+use std::time::Duration;
+
+use crate::model::decision::Decisions;
+use crate::model::error::Error;
+use crate::model::policy::FailurePolicy;
+use crate::store::backend::BoxFuture;
+use crate::store::target::{Op, Target};
+use crate::store::{Store, run_remote};
+
+/// Where a call's answer was decided (the `source` label of
+/// `rl_decisions_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Source {
+    /// The limiter's store (memory, or the remote backend).
+    Backend,
+    /// The deny cache: a refusal the backend made, remembered in process.
+    Cache,
+    /// The in-process fallback of [`FailurePolicy::Local`], while the
+    /// backend could not answer.
+    Local,
+    /// No store: the failure policy let the call through or refused it.
+    Policy,
+}
+
+impl Source {
+    /// The label value.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Source::Backend => "backend",
+            Source::Cache => "cache",
+            Source::Local => "local",
+            Source::Policy => "policy",
+        }
+    }
+}
+
+/// What a call gets back, as it travels up through the layers.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    /// Decisions, one per target (acquire, acquire-once, peek).
+    Decided {
+        decisions: Decisions,
+        source: Source,
+    },
+    /// A refund or reset was applied.
+    Applied { source: Source },
+    /// A refusal of a name in shadow mode: not enforced.
+    Shadowed {
+        decisions: Decisions,
+        source: Source,
+    },
+    /// The store, or the breaker in front of it, could not answer (before
+    /// the failure policy, or for operations it leaves to the caller).
+    Failed(Error),
+    /// The failure policy let the call through without a decision.
+    FailedOpen(Error),
+    /// The call is refused because the limiter could not decide: the
+    /// failure policy says so, or the call can never be decided.
+    Unavailable(Error),
+}
+
+/// Notes layers leave for themselves (or for outer layers) on the way down.
+#[derive(Debug, Default)]
+pub(crate) struct Notes {
+    /// The deny cache's clock when the call reached it (ns), when it is on
+    /// for this call: a refusal the store makes is remembered from then.
+    pub(crate) deny_since: Option<u64>,
+    /// The deny cache let this call through to re-check an expired
+    /// refusal (single flight).
+    pub(crate) deny_probe: bool,
+    /// The breaker's permission for this call.
+    pub(crate) breaker: Option<breaker::Permission>,
+    /// How long the store took (remote stores).
+    pub(crate) store_time: Option<Duration>,
+    /// The failure the failure policy answered for.
+    pub(crate) failure: Option<Error>,
+}
+
+/// One operation on one batch, as the layers see it.
+#[derive(Debug)]
+pub(crate) struct Call<'a> {
+    pub(crate) op: Op<'a>,
+    pub(crate) targets: &'a [Target<'a>],
+    /// The call's name (a function's or a route's): the `limit` label.
+    pub(crate) name: &'a str,
+    /// The failure policy for this call, resolved.
+    pub(crate) policy: FailurePolicy,
+    /// Only the in-process fallback is involved (settling a call that the
+    /// fallback admitted): the failure layer answers it.
+    pub(crate) local_only: bool,
+    pub(crate) notes: Notes,
+    /// Work to finish before the call returns (publishing limits).
+    pub(crate) follow_up: Option<BoxFuture<'static, ()>>,
+}
+
+impl<'a> Call<'a> {
+    pub(crate) fn new(
+        op: Op<'a>,
+        targets: &'a [Target<'a>],
+        name: &'a str,
+        policy: FailurePolicy,
+    ) -> Self {
+        Self {
+            op,
+            targets,
+            name,
+            policy,
+            local_only: false,
+            notes: Notes::default(),
+            follow_up: None,
+        }
+    }
+}
+
+/// One concern around the store.
+pub(crate) trait Layer: Send + Sync + Debug {
+    /// On the way down: may answer instead of the layers below and the store.
+    fn before(&self, call: &mut Call<'_>) -> Option<Answer> {
+        let _ = call;
+        None
+    }
+
+    /// On the way up: may observe or replace the answer.
+    fn after(&self, call: &mut Call<'_>, answer: &mut Answer) {
+        let _ = (call, answer);
+    }
+
+    /// The limits, policy, shadow mode or deny-cache setting of `name`
+    /// changed at run time: drop what depended on them.
+    fn changed(&self, name: &str) {
+        let _ = name;
+    }
+}
+
+/// A store and the layers around it.
+#[derive(Debug)]
+pub(crate) struct Pipeline {
+    /// Outermost first.
+    layers: Vec<Box<dyn Layer>>,
+    pub(crate) store: Store,
+}
+
+impl Pipeline {
+    pub(crate) fn new(layers: Vec<Box<dyn Layer>>, store: Store) -> Self {
+        Self { layers, store }
+    }
+
+    /// Every layer, outermost first.
+    pub(crate) fn layers(&self) -> impl Iterator<Item = &dyn Layer> {
+        self.layers.iter().map(|l| &**l)
+    }
+
+    /// Down through the layers: how deep the call got, and a layer's answer
+    /// when one answered.
+    fn down(&self, call: &mut Call<'_>) -> (usize, Option<Answer>) {
+        for (depth, layer) in self.layers.iter().enumerate() {
+            if let Some(answer) = layer.before(call) {
+                return (depth, Some(answer));
+            }
+        }
+        (self.layers.len(), None)
+    }
+
+    /// Up through the layers the call passed.
+    fn up(&self, call: &mut Call<'_>, depth: usize, mut answer: Answer) -> Answer {
+        for layer in self.layers[..depth].iter().rev() {
+            layer.after(call, &mut answer);
+        }
+        answer
+    }
+
+    /// Runs the call synchronously when the store is in memory; `None` for
+    /// a remote store (use [`Pipeline::run`]).
+    pub(crate) fn run_now(&self, call: &mut Call<'_>) -> Option<Answer> {
+        let Store::Memory(memory) = &self.store else {
+            return None;
+        };
+        let (depth, answered) = self.down(call);
+        let answer = answered.unwrap_or_else(|| stored(call.op, memory.run(call.op, call.targets)));
+        Some(self.up(call, depth, answer))
+    }
+
+    /// Runs the call.
+    pub(crate) async fn run(&self, call: &mut Call<'_>) -> Answer {
+        let backend = match &self.store {
+            Store::Memory(_) => return self.run_now(call).expect("a memory store answers now"),
+            Store::Remote(backend) => backend,
+        };
+        let (depth, answered) = self.down(call);
+        let answer = match answered {
+            Some(answer) => answer,
+            None => {
+                let started = std::time::Instant::now();
+                let result = run_remote(&**backend, call.op, call.targets).await;
+                call.notes.store_time = Some(started.elapsed());
+                stored(call.op, result)
+            }
+        };
+        let answer = self.up(call, depth, answer);
+        if let Some(follow_up) = call.follow_up.take() {
+            follow_up.await;
+        }
+        answer
+    }
+}
+
+/// A store's result as an answer.
+fn stored(
+    op: Op<'_>,
+    result: Result<Option<Decisions>, crate::model::error::BackendError>,
+) -> Answer {
+    match result {
+        Ok(Some(decisions)) if op.decides() => Answer::Decided {
+            decisions,
+            source: Source::Backend,
+        },
+        Ok(_) => Answer::Applied {
+            source: Source::Backend,
+        },
+        Err(error) => Answer::Failed(Error::Backend(error)),
+    }
+}

@@ -1,0 +1,286 @@
+//! Storage keys: a prefix, then a hash tag holding the scope and the identity.
+//!
+//! Layout: `prefix:{scope:identity}`; backends append their own suffix per
+//! limit. Scope and identity are escaped so that no byte of user input can
+//! end the hash tag early (moving the Redis Cluster slot) or make two
+//! different identities render to the same key: `%`, `{`, `}` and `:` become
+//! `%25`, `%7B`, `%7D` and `%3A`. The escaped parts contain no `:`, so the
+//! split between scope and identity is unambiguous and the encoding is
+//! injective.
+
+use std::fmt::{self, Write};
+
+/// The storage key of one identity under one scope.
+///
+/// ```
+/// use rl_core::Key;
+/// let a = Key::new("rl", "login", "al{ice}");
+/// let b = Key::new("rl", "login", "al:ice");
+/// assert_eq!(a.as_str(), "rl:{login:al%7Bice%7D}");
+/// assert_ne!(a, b);
+/// assert_eq!(a.hash_tag(), "login:al%7Bice%7D");
+/// assert_eq!((a.head(), a.identity()), ("rl:{login:", "al%7Bice%7D"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    text: String,
+    /// Where the escaped identity starts (after `prefix:{scope:`).
+    identity_at: usize,
+}
+
+impl Key {
+    /// The key for `identity` under `scope`, with the limiter's `prefix`.
+    pub fn new(prefix: &str, scope: &str, identity: &str) -> Self {
+        let mut text = String::with_capacity(prefix.len() + scope.len() + identity.len() + 4);
+        write_head(&mut text, prefix, scope);
+        let identity_at = text.len();
+        escape_into(&mut text, identity);
+        text.push('}');
+        Self { text, identity_at }
+    }
+
+    /// Like [`Key::new`], formatting the identity from any `Display` value
+    /// without an intermediate string.
+    pub fn from_display(prefix: &str, scope: &str, identity: &dyn fmt::Display) -> Self {
+        let mut text = String::with_capacity(prefix.len() + scope.len() + 24);
+        write_head(&mut text, prefix, scope);
+        let identity_at = text.len();
+        let _ = write!(Escaper(&mut text), "{identity}");
+        text.push('}');
+        Self { text, identity_at }
+    }
+
+    /// The key whose head ([`Key::head`]) and escaped identity are given.
+    pub(crate) fn from_parts(head: &str, identity: &str) -> Self {
+        let mut text = String::with_capacity(head.len() + identity.len() + 1);
+        text.push_str(head);
+        text.push_str(identity);
+        text.push('}');
+        Self {
+            text,
+            identity_at: head.len(),
+        }
+    }
+
+    /// The rendered key.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The part between the braces: Redis Cluster hashes only this, so all
+    /// keys of one identity share one slot.
+    pub fn hash_tag(&self) -> &str {
+        let open = self.text.find('{').map_or(0, |i| i + 1);
+        &self.text[open..self.text.len() - 1]
+    }
+
+    /// Everything before the identity: `prefix:{scope:` (escaped). Keys of
+    /// one scope under one prefix share it.
+    pub fn head(&self) -> &str {
+        &self.text[..self.identity_at]
+    }
+
+    /// The escaped identity part of the hash tag (what logs mask).
+    pub fn identity(&self) -> &str {
+        &self.text[self.identity_at..self.text.len() - 1]
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// `prefix:{scope:` with the scope escaped: the head of every key of one
+/// scope ([`Key::head`]).
+pub(crate) fn head(prefix: &str, scope: &str) -> String {
+    let mut text = String::with_capacity(prefix.len() + scope.len() + 3);
+    write_head(&mut text, prefix, scope);
+    text
+}
+
+fn write_head(out: &mut String, prefix: &str, scope: &str) {
+    out.push_str(prefix);
+    out.push_str(":{");
+    escape_into(out, scope);
+    out.push(':');
+}
+
+/// An identity rendered and escaped for a key, on the stack when it is short
+/// (at most [`Identity::INLINE`] bytes, e.g. any integer, an IPv4 address or
+/// a phone number): what a decision in memory needs without allocating.
+#[derive(Debug, Clone)]
+pub(crate) struct Identity {
+    inline: arrayvec::ArrayString<{ Identity::INLINE }>,
+    spilled: Option<String>,
+}
+
+impl Identity {
+    /// Bytes held without allocating.
+    pub(crate) const INLINE: usize = 48;
+
+    /// Renders `identity` (its `Display` form), escaped like [`Key`]'s.
+    pub(crate) fn render(identity: &dyn fmt::Display) -> Self {
+        let mut out = Self {
+            inline: arrayvec::ArrayString::new(),
+            spilled: None,
+        };
+        let _ = write!(Escaper(&mut out), "{identity}");
+        out
+    }
+
+    /// An identity that is already escaped (e.g. [`Key::identity`]).
+    pub(crate) fn escaped(text: &str) -> Self {
+        let mut out = Self {
+            inline: arrayvec::ArrayString::new(),
+            spilled: None,
+        };
+        out.push_str(text);
+        out
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        match &self.spilled {
+            Some(text) => text,
+            None => &self.inline,
+        }
+    }
+}
+
+/// Where escaped text goes.
+trait Sink {
+    fn push_str(&mut self, s: &str);
+}
+
+impl Sink for String {
+    fn push_str(&mut self, s: &str) {
+        String::push_str(self, s);
+    }
+}
+
+impl Sink for Identity {
+    fn push_str(&mut self, s: &str) {
+        if let Some(spilled) = &mut self.spilled {
+            spilled.push_str(s);
+        } else if self.inline.try_push_str(s).is_err() {
+            let mut spilled = String::with_capacity(self.inline.len() + s.len() + 16);
+            spilled.push_str(&self.inline);
+            spilled.push_str(s);
+            self.spilled = Some(spilled);
+        }
+    }
+}
+
+/// Checks a key prefix: non-empty, no braces (they would become the hash tag)
+/// and no whitespace.
+pub(crate) fn valid_prefix(prefix: &str) -> bool {
+    !prefix.is_empty() && !prefix.contains(['{', '}']) && !prefix.contains(char::is_whitespace)
+}
+
+fn escape_into(out: &mut String, part: &str) {
+    let _ = Escaper(out).write_str(part);
+}
+
+/// Escapes what is written through it: `%`, `{`, `}` and `:` become `%25`,
+/// `%7B`, `%7D` and `%3A`.
+struct Escaper<'a, S: Sink>(&'a mut S);
+
+impl<S: Sink> Write for Escaper<'_, S> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let mut rest = s;
+        while let Some(at) = rest.find(['%', '{', '}', ':']) {
+            self.0.push_str(&rest[..at]);
+            self.0.push_str(match rest.as_bytes()[at] {
+                b'%' => "%25",
+                b'{' => "%7B",
+                b'}' => "%7D",
+                _ => "%3A",
+            });
+            rest = &rest[at + 1..];
+        }
+        self.0.push_str(rest);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn hostile_identities_cannot_leave_the_hash_tag() {
+        let key = Key::new("rl", "sms", "}{x:y}%");
+        assert_eq!(key.hash_tag(), "sms:%7D%7Bx%3Ay%7D%25");
+        assert_eq!(key.as_str().matches('{').count(), 1);
+        assert_eq!(key.as_str().matches('}').count(), 1);
+    }
+
+    #[test]
+    fn the_identity_part_excludes_the_scope() {
+        assert_eq!(Key::new("rl", "sms:x", "+86:1").identity(), "+86%3A1");
+    }
+
+    #[test]
+    fn display_identities_are_escaped_like_strings() {
+        assert_eq!(
+            Key::from_display("p", "s", &"a:{b}"),
+            Key::new("p", "s", "a:{b}")
+        );
+        assert_eq!(
+            Key::from_display("p", "s", &42u64),
+            Key::new("p", "s", "42")
+        );
+    }
+
+    #[test]
+    fn rendered_identities_escape_like_keys_and_spill_past_the_inline_size() {
+        let short = Identity::render(&"a:{b}%");
+        assert_eq!(short.as_str(), Key::new("p", "s", "a:{b}%").identity());
+        assert!(short.spilled.is_none());
+        let long = "x:".repeat(40);
+        let rendered = Identity::render(&long);
+        assert_eq!(rendered.as_str(), Key::new("p", "s", &long).identity());
+        assert!(rendered.spilled.is_some());
+        assert_eq!(Identity::render(&42u64).as_str(), "42");
+        let key = Key::from_parts(&head("p", "s:x"), Identity::render(&"i").as_str());
+        assert_eq!(key, Key::new("p", "s:x", "i"));
+        assert_eq!(key.head(), "p:{s%3Ax:");
+    }
+
+    #[test]
+    fn prefixes_with_braces_or_spaces_are_invalid() {
+        assert!(valid_prefix("rl"));
+        assert!(valid_prefix("app:rl"));
+        assert!(!valid_prefix(""));
+        assert!(!valid_prefix("a{b"));
+        assert!(!valid_prefix("a b"));
+    }
+
+    proptest! {
+        #[test]
+        fn distinct_scope_identity_pairs_never_share_a_key(
+            s1 in ".{0,6}", i1 in ".{0,12}", s2 in ".{0,6}", i2 in ".{0,12}"
+        ) {
+            let a = Key::new("rl", &s1, &i1);
+            let b = Key::new("rl", &s2, &i2);
+            prop_assert_eq!(a == b, s1 == s2 && i1 == i2);
+        }
+
+        #[test]
+        fn the_hash_tag_is_exactly_the_escaped_scope_and_identity(s in ".{0,6}", i in ".{0,20}") {
+            let key = Key::new("rl", &s, &i);
+            prop_assert_eq!(key.as_str(), format!("rl:{{{}}}", key.hash_tag()));
+            let braces_inside = key.hash_tag().contains(['{', '}']);
+            prop_assert!(!braces_inside);
+        }
+
+        #[test]
+        fn a_rendered_identity_is_the_identity_of_its_key(s in ".{0,6}", i in ".{0,80}") {
+            let key = Key::new("rl", &s, &i);
+            prop_assert_eq!(Identity::render(&i).as_str(), key.identity());
+            prop_assert_eq!(Key::from_parts(&head("rl", &s), Identity::render(&i).as_str()), key);
+        }
+    }
+}

@@ -1,0 +1,772 @@
+//! The in-memory store: the embedded default and the reference semantics.
+//!
+//! Layout, chosen for the hot path and for memory per identity:
+//! - a fixed set of shards (cache-padded mutexes), chosen by the hash of
+//!   (partition, identity), so calls on different identities rarely contend;
+//! - in each shard, one hash table per kind of state ([`Tat`], [`Window`],
+//!   [`Meter`], [`Log`], [`Slots`]), so an identity costs what its algorithm
+//!   needs (a GCRA identity: a 4-byte partition, a 24-byte inline identity
+//!   and an 8-byte time);
+//! - a partition is one key head (`prefix:{scope:`) with one algorithm,
+//!   period and slot count, interned once as a `u32`; a resolved call
+//!   carries its partitions ([`Slot`]), so deciding needs no lookup but the
+//!   identity's.
+//!
+//! Identities are stored in full (inline up to 24 bytes), never as a hash:
+//! two identities never share state.
+
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use compact_str::CompactString;
+use crossbeam_utils::CachePadded;
+use hashbrown::{Equivalent, HashMap, HashTable};
+use parking_lot::{Mutex, MutexGuard, RwLock};
+use smallvec::SmallVec;
+
+use crate::algorithm::{Log, Meter, Slots, State, Tat, Window};
+use crate::model::clock::{Clock, SystemClock};
+use crate::model::decision::{Decision, Decisions};
+use crate::model::error::BackendError;
+use crate::model::limit::{Algorithm, Limit};
+use crate::store::backend::{Backend, BoxFuture, Request};
+use crate::store::target::{KeyRef, Op, Slot, Target};
+
+/// What identifies a limit's state under a key ([`Limit::state_id`]).
+type StateId = (Algorithm, u64, u64);
+
+/// One identity's state under one partition.
+#[derive(Debug)]
+struct Entry<S> {
+    partition: u32,
+    identity: CompactString,
+    state: S,
+}
+
+/// A state kind with its table in a shard.
+trait Tabled: State {
+    fn table(shard: &mut Shard) -> &mut HashTable<Entry<Self>>;
+}
+
+macro_rules! tabled {
+    ($($state:ty => $field:ident),* $(,)?) => {
+        /// Every identity of a shard, one table per kind of state.
+        #[derive(Default)]
+        struct Tables {
+            $($field: HashTable<Entry<$state>>,)*
+        }
+
+        impl Tables {
+            fn len(&self) -> usize {
+                0 $(+ self.$field.len())*
+            }
+
+            /// Drops every idle state; returns how many.
+            fn sweep(&mut self, now: u64) -> usize {
+                let before = self.len();
+                $(self.$field.retain(|entry| !entry.state.is_idle(now));)*
+                before - self.len()
+            }
+        }
+
+        $(impl Tabled for $state {
+            fn table(shard: &mut Shard) -> &mut HashTable<Entry<Self>> {
+                &mut shard.tables.$field
+            }
+        })*
+    };
+}
+
+tabled! {
+    Tat => gcra,
+    Window => window,
+    Meter => meter,
+    Log => log,
+    Slots => slots,
+}
+
+struct Shard {
+    tables: Tables,
+    /// The store's hasher, to rehash entries when a table grows.
+    hasher: hashbrown::DefaultHashBuilder,
+    /// Sweep idle states when the shard grows past this size.
+    sweep_at: usize,
+    /// The latest time this shard decided at: a clock stepping back never
+    /// makes a state look older than it is.
+    last_now: u64,
+}
+
+impl Shard {
+    fn now(&mut self, clock: u64) -> u64 {
+        self.last_now = self.last_now.max(clock);
+        self.last_now
+    }
+}
+
+/// One target, located: its partition, the hash of (partition, identity)
+/// and its shard.
+#[derive(Debug, Clone, Copy)]
+struct Located {
+    partition: u32,
+    hash: u64,
+    shard: usize,
+}
+
+/// The partitions of a store: `(key head, state id)` to a `u32`.
+#[derive(Default)]
+struct Partitions {
+    ids: RwLock<HashMap<(Box<str>, StateId), u32>>,
+}
+
+/// A borrowed partition name, to look one up without allocating.
+#[derive(Hash)]
+struct PartitionRef<'a>(&'a str, StateId);
+
+impl Equivalent<(Box<str>, StateId)> for PartitionRef<'_> {
+    fn equivalent(&self, key: &(Box<str>, StateId)) -> bool {
+        *key.0 == *self.0 && key.1 == self.1
+    }
+}
+
+impl Partitions {
+    fn get_or_insert(&self, head: &str, state: StateId) -> u32 {
+        let name = PartitionRef(head, state);
+        if let Some(id) = self.ids.read().get(&name) {
+            return *id;
+        }
+        let mut ids = self.ids.write();
+        let next = u32::try_from(ids.len()).unwrap_or(u32::MAX);
+        *ids.entry((head.into(), state)).or_insert(next)
+    }
+
+    fn len(&self) -> usize {
+        self.ids.read().len()
+    }
+}
+
+/// An in-process backend with the same semantics as the Redis backend.
+///
+/// - Sharded (64 cache-padded shards per core): an identity's shard is
+///   chosen by hash, so calls on different identities rarely contend, and
+///   a multi-key decision locks its shards in order.
+/// - Compact: one table per kind of state, identities inline up to 24
+///   bytes; a GCRA identity takes 40 bytes of table.
+/// - Bounded: every state expires when it becomes equivalent to a fresh one;
+///   a shard sweeps idle states whenever it has doubled since its last
+///   sweep, so rotating keys cannot grow memory without bound. A refused
+///   call or a peek never adds an identity.
+/// - Allocation-free on the hot path once an identity exists.
+///
+/// ```
+/// use rl_core::{Backend, Key, Limit, ManualClock, MemoryBackend, Request};
+///
+/// # tokio_test_block_on(async {
+/// let clock = ManualClock::new(0);
+/// let backend = MemoryBackend::with_clock(clock.clone());
+/// let limit = Limit::per_minute(1)?;
+/// let key = Key::new("rl", "demo", "alice");
+/// let req = [Request::new(&key, &limit, 1)];
+/// assert!(backend.acquire(&req).await?.allowed());
+/// assert!(!backend.acquire(&req).await?.allowed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # });
+/// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+/// # }
+/// ```
+pub struct MemoryBackend {
+    shards: Box<[CachePadded<Mutex<Shard>>]>,
+    hasher: hashbrown::DefaultHashBuilder,
+    clock: Arc<dyn Clock>,
+    partitions: Partitions,
+    /// Tells this store's [`Slot`]s from another's.
+    id: u64,
+    /// Kept replies of idempotent acquires ([`Backend::acquire_once`]),
+    /// sharded like `shards` by the first request's key.
+    replies: Box<[Mutex<Replies>]>,
+}
+
+/// The allowed replies of [`MemoryBackend::acquire_once_sync`], by
+/// `<first key>:req:<request id>` (injective: a key ends at its only `}`).
+struct Replies {
+    map: HashMap<Box<str>, Kept>,
+    /// Sweep expired replies when the map grows past this size.
+    sweep_at: usize,
+}
+
+/// One kept reply and when it stops being replayed.
+struct Kept {
+    expires_at: u64,
+    decisions: Decisions,
+}
+
+impl Replies {
+    /// Drops expired replies; returns how many.
+    fn sweep(&mut self, now: u64) -> usize {
+        let before = self.map.len();
+        self.map.retain(|_, kept| kept.expires_at > now);
+        before - self.map.len()
+    }
+}
+
+impl fmt::Debug for MemoryBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryBackend")
+            .field("shards", &self.shards.len())
+            .field("partitions", &self.partitions.len())
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+const MIN_SWEEP: usize = 1024;
+
+static NEXT_STORE: AtomicU64 = AtomicU64::new(1);
+
+/// Locked shards of one decision, in shard order.
+struct Guards<'a> {
+    order: SmallVec<[usize; 4]>,
+    guards: SmallVec<[MutexGuard<'a, Shard>; 4]>,
+}
+
+impl Guards<'_> {
+    fn shard(&mut self, index: usize) -> &mut Shard {
+        let at = self.order.binary_search(&index).unwrap_or_default();
+        &mut self.guards[at]
+    }
+}
+
+impl MemoryBackend {
+    /// A backend on the system clock.
+    pub fn new() -> Self {
+        Self::with_clock(SystemClock)
+    }
+
+    /// A backend on the given clock (a [`crate::ManualClock`] in tests).
+    pub fn with_clock(clock: impl Clock) -> Self {
+        Self::with_shared_clock(Arc::new(clock))
+    }
+
+    /// A backend on a shared clock.
+    pub fn with_shared_clock(clock: Arc<dyn Clock>) -> Self {
+        let count =
+            (std::thread::available_parallelism().map_or(4, |n| n.get()) * 64).next_power_of_two();
+        let hasher = hashbrown::DefaultHashBuilder::default();
+        let shards = (0..count)
+            .map(|_| {
+                CachePadded::new(Mutex::new(Shard {
+                    tables: Tables::default(),
+                    hasher: hasher.clone(),
+                    sweep_at: MIN_SWEEP,
+                    last_now: 0,
+                }))
+            })
+            .collect();
+        let replies = (0..count)
+            .map(|_| {
+                Mutex::new(Replies {
+                    map: HashMap::new(),
+                    sweep_at: MIN_SWEEP,
+                })
+            })
+            .collect();
+        Self {
+            shards,
+            hasher,
+            clock,
+            partitions: Partitions::default(),
+            id: NEXT_STORE.fetch_add(1, Ordering::Relaxed),
+            replies,
+        }
+    }
+
+    /// The clock this backend decides with.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Identities currently held under every limit (idle ones included
+    /// until swept).
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().tables.len()).sum()
+    }
+
+    /// Whether no identity is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops every idle state (and every expired kept reply of
+    /// [`MemoryBackend::acquire_once_sync`]) now; returns how many were
+    /// removed.
+    pub fn evict_expired(&self) -> usize {
+        let now = self.clock.now_micros();
+        let states: usize = self
+            .shards
+            .iter()
+            .map(|shard| shard.lock().tables.sweep(now))
+            .sum();
+        let replies: usize = self.replies.iter().map(|r| r.lock().sweep(now)).sum();
+        states + replies
+    }
+
+    /// The slot of `key`'s state under `limit` in this store (what a
+    /// resolved call caches).
+    pub(crate) fn slot(&self, head: &str, limit: &Limit) -> Slot {
+        Slot {
+            store: self.id,
+            partition: self.partitions.get_or_insert(head, limit.state_id()),
+        }
+    }
+
+    fn locate(&self, target: &Target<'_>) -> Located {
+        let partition = match target.slot {
+            Some(slot) if slot.store == self.id => slot.partition,
+            _ => self
+                .partitions
+                .get_or_insert(target.key.head, target.limit.state_id()),
+        };
+        let hash = self.hasher.hash_one((partition, target.key.identity));
+        Located {
+            partition,
+            hash,
+            shard: self.shard_of_hash(hash),
+        }
+    }
+
+    /// The shard of a hash: bits that the tables use neither for their
+    /// bucket index (low bits) nor for their control bytes (top 7 bits).
+    fn shard_of_hash(&self, hash: u64) -> usize {
+        ((hash >> 32) as usize) & (self.shards.len() - 1)
+    }
+
+    /// Runs `op` on a batch the pipeline has validated.
+    pub(crate) fn run(
+        &self,
+        op: Op<'_>,
+        targets: &[Target<'_>],
+    ) -> Result<Option<Decisions>, BackendError> {
+        Ok(match op {
+            Op::Acquire => Some(self.acquire_targets(targets)),
+            Op::AcquireOnce(id) => Some(self.acquire_targets_once(targets, id)?),
+            Op::Peek => Some(self.decide_targets(targets, false)),
+            Op::Refund(at) => {
+                self.refund_targets(targets, at);
+                None
+            }
+            Op::Reset => {
+                self.reset_targets(targets);
+                None
+            }
+        })
+    }
+
+    /// Decides one target (the hot path: one shard, one probe).
+    pub(crate) fn acquire_target(&self, target: &Target<'_>) -> Decision {
+        let at = self.locate(target);
+        let clock = self.clock.now_micros();
+        let mut shard = self.shards[at.shard].lock();
+        let now = shard.now(clock);
+        decide_in(&mut shard, &at, target, now, true)
+    }
+
+    fn acquire_targets(&self, targets: &[Target<'_>]) -> Decisions {
+        if let [one] = targets {
+            return Decisions::one(self.acquire_target(one));
+        }
+        self.with_locked(targets, |now, guards, located| {
+            let probe = decide_all(guards, targets, located, now, false);
+            if !probe.allowed() {
+                return probe;
+            }
+            decide_all(guards, targets, located, now, true)
+        })
+    }
+
+    fn decide_targets(&self, targets: &[Target<'_>], commit: bool) -> Decisions {
+        self.with_locked(targets, |now, guards, located| {
+            decide_all(guards, targets, located, now, commit)
+        })
+    }
+
+    fn acquire_targets_once(
+        &self,
+        targets: &[Target<'_>],
+        request_id: &str,
+    ) -> Result<Decisions, BackendError> {
+        let Some(first) = targets.first() else {
+            return Ok(Decisions::new([]));
+        };
+        let mut id = first.key.render().as_str().to_owned();
+        id.push_str(":req:");
+        id.push_str(request_id);
+        // Held while deciding: two calls with one id never both consume.
+        let mut replies = self.replies[self.shard_of_hash(self.hasher.hash_one(id.as_str()))].lock();
+        let now = self.clock.now_micros();
+        if let Some(kept) = replies.map.get(id.as_str())
+            && kept.expires_at > now
+        {
+            if kept.decisions.len() != targets.len() {
+                return Err(BackendError::protocol(format!(
+                    "request id reused for a call with {} limit(s); it was first used with {}",
+                    targets.len(),
+                    kept.decisions.len()
+                )));
+            }
+            return Ok(kept.decisions.clone());
+        }
+        let decisions = self.acquire_targets(targets);
+        if decisions.allowed() {
+            let at = decisions.iter().map(|d| d.at_micros).max().unwrap_or(now);
+            let longest = targets
+                .iter()
+                .map(|t| t.limit.period_micros())
+                .max()
+                .unwrap_or(0);
+            if replies.map.len() >= replies.sweep_at {
+                replies.sweep(now);
+                replies.sweep_at = (replies.map.len() * 2).max(MIN_SWEEP);
+            }
+            replies.map.insert(
+                id.into_boxed_str(),
+                Kept {
+                    expires_at: at.saturating_add(longest),
+                    decisions: decisions.clone(),
+                },
+            );
+        }
+        Ok(decisions)
+    }
+
+    fn refund_targets(&self, targets: &[Target<'_>], at_micros: u64) {
+        self.with_locked(targets, |now, guards, located| {
+            for (target, at) in targets.iter().zip(located) {
+                refund_in(guards.shard(at.shard), at, target, now, at_micros);
+            }
+        });
+    }
+
+    fn reset_targets(&self, targets: &[Target<'_>]) {
+        self.with_locked(targets, |_, guards, located| {
+            for (target, at) in targets.iter().zip(located) {
+                reset_in(guards.shard(at.shard), at, target);
+            }
+        });
+    }
+
+    /// Locks every shard the targets touch, in shard order, and runs `f`
+    /// with the time, the guards and each target's location.
+    fn with_locked<R>(
+        &self,
+        targets: &[Target<'_>],
+        f: impl FnOnce(u64, &mut Guards<'_>, &[Located]) -> R,
+    ) -> R {
+        let located: SmallVec<[Located; 4]> = targets.iter().map(|t| self.locate(t)).collect();
+        let mut order: SmallVec<[usize; 4]> = located.iter().map(|l| l.shard).collect();
+        order.sort_unstable();
+        order.dedup();
+        let mut guards = Guards {
+            guards: order.iter().map(|&i| self.shards[i].lock()).collect(),
+            order,
+        };
+        let clock = self.clock.now_micros();
+        let now = guards
+            .guards
+            .iter()
+            .map(|shard| shard.last_now)
+            .fold(clock, u64::max);
+        for shard in guards.guards.iter_mut() {
+            shard.last_now = now;
+        }
+        f(now, &mut guards, &located)
+    }
+}
+
+/// The targets of `requests`, whose keys they borrow.
+fn targets<'a>(requests: &'a [Request<'a>]) -> SmallVec<[Target<'a>; 4]> {
+    requests
+        .iter()
+        .map(|r| Target {
+            name: "",
+            key: KeyRef::of(r.key),
+            limit: r.limit,
+            cost: r.cost,
+            slot: None,
+        })
+        .collect()
+}
+
+/// The public synchronous API, over [`Request`]s (rendered keys).
+impl MemoryBackend {
+    /// Decides one request synchronously.
+    pub fn acquire_one(&self, request: &Request<'_>) -> Decision {
+        self.acquire_target(&targets(std::slice::from_ref(request))[0])
+    }
+
+    /// Decides a batch synchronously: all-or-nothing, as [`Backend::acquire`].
+    /// The batch is not validated here ([`Backend::acquire`] does).
+    pub fn acquire_sync(&self, requests: &[Request<'_>]) -> Decisions {
+        self.acquire_targets(&targets(requests))
+    }
+
+    /// Decides a batch synchronously like [`MemoryBackend::acquire_sync`],
+    /// idempotently: see [`Backend::acquire_once`]. An allowed reply is kept
+    /// under the first request's key and `request_id` for the longest
+    /// period of the batch, and swept like expired state.
+    ///
+    /// ```
+    /// use rl_core::{Key, Limit, MemoryBackend, Request};
+    /// let backend = MemoryBackend::new();
+    /// let limit = Limit::per_minute(5).unwrap();
+    /// let key = Key::new("rl", "pay", "alice");
+    /// let req = [Request::new(&key, &limit, 1)];
+    /// let first = backend.acquire_once_sync(&req, "retry-1").unwrap();
+    /// let again = backend.acquire_once_sync(&req, "retry-1").unwrap();
+    /// assert_eq!(first, again);
+    /// assert_eq!(backend.peek_sync(&req)[0].remaining, 4); // charged once
+    /// ```
+    pub fn acquire_once_sync(
+        &self,
+        requests: &[Request<'_>],
+        request_id: &str,
+    ) -> Result<Decisions, BackendError> {
+        self.acquire_targets_once(&targets(requests), request_id)
+    }
+
+    /// Evaluates a batch synchronously without consuming.
+    pub fn peek_sync(&self, requests: &[Request<'_>]) -> Decisions {
+        self.decide_targets(&targets(requests), false)
+    }
+
+    /// Refunds a batch synchronously.
+    pub fn refund_sync(&self, requests: &[Request<'_>], at_micros: u64) {
+        self.refund_targets(&targets(requests), at_micros);
+    }
+
+    /// Resets a batch synchronously.
+    pub fn reset_sync(&self, requests: &[Request<'_>]) {
+        self.reset_targets(&targets(requests));
+    }
+}
+
+/// Decides every target against its state, in order.
+fn decide_all(
+    guards: &mut Guards<'_>,
+    targets: &[Target<'_>],
+    located: &[Located],
+    now: u64,
+    commit: bool,
+) -> Decisions {
+    Decisions::new(
+        targets
+            .iter()
+            .zip(located)
+            .map(|(target, at)| decide_in(guards.shard(at.shard), at, target, now, commit)),
+    )
+}
+
+/// Decides one target in its (locked) shard.
+fn decide_in(shard: &mut Shard, at: &Located, target: &Target<'_>, now: u64, commit: bool) -> Decision {
+    match target.limit.algorithm() {
+        Algorithm::FixedWindow => decide::<Window>(shard, at, target, now, commit),
+        Algorithm::SlidingLog => decide::<Log>(shard, at, target, now, commit),
+        Algorithm::SlidingWindow => decide::<Slots>(shard, at, target, now, commit),
+        Algorithm::TokenBucket | Algorithm::LeakyBucket => {
+            decide::<Meter>(shard, at, target, now, commit)
+        }
+        _ => decide::<Tat>(shard, at, target, now, commit),
+    }
+}
+
+fn refund_in(shard: &mut Shard, at: &Located, target: &Target<'_>, now: u64, at_micros: u64) {
+    match target.limit.algorithm() {
+        Algorithm::FixedWindow => refund::<Window>(shard, at, target, now, at_micros),
+        Algorithm::SlidingLog => refund::<Log>(shard, at, target, now, at_micros),
+        Algorithm::SlidingWindow => refund::<Slots>(shard, at, target, now, at_micros),
+        Algorithm::TokenBucket | Algorithm::LeakyBucket => {
+            refund::<Meter>(shard, at, target, now, at_micros)
+        }
+        _ => refund::<Tat>(shard, at, target, now, at_micros),
+    }
+}
+
+fn reset_in(shard: &mut Shard, at: &Located, target: &Target<'_>) {
+    match target.limit.algorithm() {
+        Algorithm::FixedWindow => reset::<Window>(shard, at, target),
+        Algorithm::SlidingLog => reset::<Log>(shard, at, target),
+        Algorithm::SlidingWindow => reset::<Slots>(shard, at, target),
+        Algorithm::TokenBucket | Algorithm::LeakyBucket => reset::<Meter>(shard, at, target),
+        _ => reset::<Tat>(shard, at, target),
+    }
+}
+
+fn matches<S>(at: &Located, identity: &str) -> impl Fn(&Entry<S>) -> bool {
+    move |entry| entry.partition == at.partition && entry.identity == identity
+}
+
+fn decide<S: Tabled>(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    commit: bool,
+) -> Decision {
+    let identity = target.key.identity;
+    let table = S::table(shard);
+    if let Some(entry) = table.find_mut(at.hash, matches(at, identity)) {
+        return entry.state.decide(target.limit, now, target.cost, commit);
+    }
+    let mut state = S::default();
+    let decision = state.decide(target.limit, now, target.cost, commit);
+    if commit && !state.is_idle(now) {
+        insert(shard, at, identity, state, now);
+    }
+    decision
+}
+
+/// Adds a new identity's state, sweeping idle ones first when the shard
+/// has doubled since its last sweep.
+fn insert<S: Tabled>(shard: &mut Shard, at: &Located, identity: &str, state: S, now: u64) {
+    if shard.tables.len() >= shard.sweep_at {
+        shard.tables.sweep(now);
+        shard.sweep_at = (shard.tables.len() * 2).max(MIN_SWEEP);
+    }
+    let partition = at.partition;
+    let entry = Entry {
+        partition,
+        identity: CompactString::new(identity),
+        state,
+    };
+    // An entry's hash is recomputed from what it holds when its table grows
+    // (kept out of the entry to keep it small); as in `MemoryBackend::locate`.
+    let hasher = shard.hasher.clone();
+    S::table(shard).insert_unique(at.hash, entry, move |e| {
+        hasher.hash_one((e.partition, e.identity.as_str()))
+    });
+}
+
+fn refund<S: Tabled>(shard: &mut Shard, at: &Located, target: &Target<'_>, now: u64, at_micros: u64) {
+    let identity = target.key.identity;
+    if let Ok(mut found) = S::table(shard).find_entry(at.hash, matches(at, identity)) {
+        let entry = found.get_mut();
+        entry.state.refund(target.limit, now, target.cost, at_micros);
+        if entry.state.is_idle(now) {
+            found.remove();
+        }
+    }
+}
+
+fn reset<S: Tabled>(shard: &mut Shard, at: &Located, target: &Target<'_>) {
+    let identity = target.key.identity;
+    if let Ok(found) = S::table(shard).find_entry(at.hash, matches(at, identity)) {
+        found.remove();
+    }
+}
+
+impl Backend for MemoryBackend {
+    fn acquire<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
+        let result = Request::check_batch(requests)
+            .map_err(BackendError::Invalid)
+            .map(|()| self.acquire_sync(requests));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn acquire_once<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        request_id: &'a str,
+    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
+        let result = Request::check_batch(requests)
+            .map_err(BackendError::Invalid)
+            .and_then(|()| self.acquire_once_sync(requests, request_id));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn peek<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
+        let result = Request::check_batch(requests)
+            .map_err(BackendError::Invalid)
+            .map(|()| self.peek_sync(requests));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn refund<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        at_micros: u64,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        self.refund_sync(requests, at_micros);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>> {
+        self.reset_sync(requests);
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::clock::ManualClock;
+    use crate::model::key::Key;
+
+    #[test]
+    fn an_identity_entry_is_small() {
+        assert_eq!(std::mem::size_of::<Entry<Tat>>(), 40);
+        assert!(std::mem::size_of::<Entry<Window>>() <= 48);
+    }
+
+    #[test]
+    fn refused_calls_and_peeks_add_no_identity() {
+        let store = MemoryBackend::with_clock(ManualClock::new(1_000_000));
+        let limit = Limit::per_minute(1).unwrap();
+        let key = Key::new("rl", "s", "a");
+        let req = [Request::new(&key, &limit, 1)];
+        assert!(store.peek_sync(&req).allowed());
+        assert_eq!(store.len(), 0);
+        assert!(store.acquire_sync(&req).allowed());
+        assert!(!store.acquire_sync(&req).allowed());
+        assert_eq!(store.len(), 1);
+    }
+
+    #[test]
+    fn tables_grow_past_many_identities_and_keep_every_state() {
+        let store = MemoryBackend::with_clock(ManualClock::new(1_000_000));
+        let limit = Limit::per_minute(1).unwrap();
+        let keys: Vec<Key> = (0..5_000u32).map(|i| Key::from_display("rl", "s", &i)).collect();
+        for key in &keys {
+            assert!(store.acquire_one(&Request::new(key, &limit, 1)).allowed);
+        }
+        for key in &keys {
+            assert!(!store.acquire_one(&Request::new(key, &limit, 1)).allowed);
+        }
+        assert_eq!(store.len(), 5_000);
+    }
+
+    #[test]
+    fn one_identity_under_two_scopes_or_two_limits_has_two_states() {
+        let store = MemoryBackend::with_clock(ManualClock::new(1_000_000));
+        let minute = Limit::per_minute(1).unwrap();
+        let hour = Limit::per_hour(1).unwrap();
+        let a = Key::new("rl", "a", "x");
+        let b = Key::new("rl", "b", "x");
+        for (key, limit) in [(&a, &minute), (&b, &minute), (&a, &hour)] {
+            assert!(store.acquire_one(&Request::new(key, limit, 1)).allowed);
+        }
+        assert_eq!(store.len(), 3);
+    }
+}

@@ -1,0 +1,69 @@
+//! Stores: where decisions are made. The in-memory store (the embedded
+//! default, synchronous) and remote backends behind the [`Backend`] trait
+//! (`rl-redis`).
+//!
+//! A store only decides: every concern around a decision (breaker, deny
+//! cache, failure policy, metrics) is a layer in [`crate::layer`].
+
+pub(crate) mod backend;
+pub(crate) mod memory;
+pub(crate) mod target;
+
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use crate::model::decision::Decisions;
+use crate::model::error::BackendError;
+use crate::model::key::Key;
+use backend::{Backend, Request};
+use memory::MemoryBackend;
+use target::{Op, Target};
+
+/// The store at the bottom of a limiter's pipeline.
+#[derive(Debug)]
+pub(crate) enum Store {
+    /// Decides in process, synchronously.
+    Memory(MemoryBackend),
+    /// Decides over the network.
+    Remote(Arc<dyn Backend>),
+}
+
+impl Store {
+    /// Whether calls leave the process (and may fail).
+    pub(crate) fn is_remote(&self) -> bool {
+        matches!(self, Store::Remote(_))
+    }
+}
+
+/// Runs `op` on a remote backend: renders each distinct key once and sends
+/// one batch. Decisions for acquire and peek, `None` for refund and reset.
+pub(crate) async fn run_remote(
+    backend: &dyn Backend,
+    op: Op<'_>,
+    targets: &[Target<'_>],
+) -> Result<Option<Decisions>, BackendError> {
+    let mut keys: SmallVec<[Key; 4]> = SmallVec::new();
+    let mut index: SmallVec<[usize; 4]> = SmallVec::new();
+    for (i, target) in targets.iter().enumerate() {
+        match targets[..i].iter().position(|t| t.key == target.key) {
+            Some(same) => index.push(index[same]),
+            None => {
+                index.push(keys.len());
+                keys.push(target.key.render());
+            }
+        }
+    }
+    let requests: SmallVec<[Request<'_>; 4]> = targets
+        .iter()
+        .zip(&index)
+        .map(|(t, &k)| Request::new(&keys[k], t.limit, t.cost))
+        .collect();
+    match op {
+        Op::Acquire => backend.acquire(&requests).await.map(Some),
+        Op::AcquireOnce(id) => backend.acquire_once(&requests, id).await.map(Some),
+        Op::Peek => backend.peek(&requests).await.map(Some),
+        Op::Refund(at) => backend.refund(&requests, at).await.map(|()| None),
+        Op::Reset => backend.reset(&requests).await.map(|()| None),
+    }
+}

@@ -1,0 +1,122 @@
+//! What the pipeline carries for each limit of a call ([`Target`]), the
+//! operations on a batch of them ([`Op`]), and the one check every batch
+//! passes before any store sees it ([`validate`]).
+
+use std::fmt;
+
+use crate::model::error::LimitError;
+use crate::model::key::Key;
+use crate::model::limit::Limit;
+
+/// A key as two borrowed parts: its head (`prefix:{scope:`, escaped) and its
+/// escaped identity. Renders as `head + identity + "}"` ([`Key`]'s layout),
+/// without building the string until a remote store needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct KeyRef<'a> {
+    pub(crate) head: &'a str,
+    pub(crate) identity: &'a str,
+}
+
+impl<'a> KeyRef<'a> {
+    pub(crate) fn of(key: &'a Key) -> Self {
+        Self {
+            head: key.head(),
+            identity: key.identity(),
+        }
+    }
+
+    /// The rendered key.
+    pub(crate) fn render(&self) -> Key {
+        Key::from_parts(self.head, self.identity)
+    }
+}
+
+impl fmt::Display for KeyRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}}}", self.head, self.identity)
+    }
+}
+
+/// Where a target's state lives in one memory store, found once when a call
+/// is resolved so the store skips its own lookup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Slot {
+    /// The store this slot belongs to.
+    pub(crate) store: u64,
+    /// The partition (key head, algorithm and period) in that store.
+    pub(crate) partition: u32,
+}
+
+/// One limit of one call, named: the unit every layer and store sees.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Target<'a> {
+    /// The name of the group the limit belongs to: the key's scope, the name
+    /// in rejections, logs and runtime overrides.
+    pub(crate) name: &'a str,
+    pub(crate) key: KeyRef<'a>,
+    pub(crate) limit: &'a Limit,
+    /// Units the call takes (validated: `1 ..= capacity`).
+    pub(crate) cost: u64,
+    pub(crate) slot: Option<Slot>,
+}
+
+/// An operation on a batch of targets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op<'a> {
+    /// Decide and, when every target allows, consume (all-or-nothing).
+    Acquire,
+    /// [`Op::Acquire`], idempotent by request id.
+    AcquireOnce(&'a str),
+    /// Decide without consuming.
+    Peek,
+    /// Give back what an acquire made at this time (µs) took.
+    Refund(u64),
+    /// Forget the targets' state.
+    Reset,
+}
+
+impl Op<'_> {
+    /// The operation's name, in logs and metrics.
+    pub(crate) const fn name(&self) -> &'static str {
+        match self {
+            Op::Acquire => "acquire",
+            Op::AcquireOnce(_) => "acquire_once",
+            Op::Peek => "peek",
+            Op::Refund(_) => "refund",
+            Op::Reset => "reset",
+        }
+    }
+
+    /// Whether the operation answers with decisions.
+    pub(crate) const fn decides(&self) -> bool {
+        matches!(self, Op::Acquire | Op::AcquireOnce(_) | Op::Peek)
+    }
+}
+
+/// Checks a batch before any store decides it: at least one target, every
+/// cost `1 ..= capacity` ([`Limit::check_cost`]; refunds and resets ignore
+/// the cost), and no two targets naming one state (the same key with the
+/// same algorithm and period, see [`Limit::state_id`]): such a pair could
+/// not be decided all-or-nothing, as both would be judged against the state
+/// before either wrote.
+pub(crate) fn validate(op: Op<'_>, targets: &[Target<'_>]) -> Result<(), LimitError> {
+    if targets.is_empty() {
+        return Err(LimitError::BadCall("a call needs at least one limit".into()));
+    }
+    for (i, a) in targets.iter().enumerate() {
+        if op.decides() {
+            a.limit.check_cost(a.cost)?;
+        }
+        let id = a.limit.state_id();
+        if let Some(b) = targets[i + 1..]
+            .iter()
+            .find(|b| b.limit.state_id() == id && b.key == a.key)
+        {
+            return Err(LimitError::Overlapping {
+                first: a.limit.to_string(),
+                second: b.limit.to_string(),
+            });
+        }
+    }
+    Ok(())
+}

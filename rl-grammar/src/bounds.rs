@@ -1,0 +1,219 @@
+//! Every numeric bound of a limit, and why it is there.
+
+use std::fmt;
+
+use crate::algorithm::Algorithm;
+
+/// Integers are exact in an IEEE double (a Lua number, what the Redis
+/// scripts compute with) below this: 2^53.
+pub const DOUBLE_EXACT: u64 = 1 << 53;
+
+/// The bound on `capacity × period_us` (2^52). The largest integer an
+/// algorithm's arithmetic reaches is about an absolute time (now ≈ 2^50.6 µs
+/// since the epoch) plus this product, so with the bound every integer stays
+/// below [`DOUBLE_EXACT`] and Lua and Rust compute the same decisions.
+pub const MAX_CAPACITY_PERIOD: u64 = 1 << 52;
+
+/// The largest threshold of a sliding log: each admitted unit is one stored
+/// entry, and every decision trims and counts them.
+pub const SLIDING_LOG_CAP: u64 = 10_000;
+
+/// The default number of sub-windows of the sliding-window counter.
+pub const DEFAULT_SLOTS: u64 = 10;
+
+/// Why a set of parts does not make a limit. The message says how to fix it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Problem {
+    /// `threshold = 0` would refuse every call.
+    ZeroThreshold,
+    /// A period of zero has no meaning.
+    ZeroPeriod,
+    /// `burst = 0` would refuse every call.
+    ZeroBurst,
+    /// The sliding-window counter needs at least one slot.
+    ZeroSlots,
+    /// The sliding-window counter splits the period into equal whole
+    /// microseconds.
+    UnevenSlots {
+        /// The period in microseconds.
+        period_us: u64,
+        /// The slot count.
+        slots: u64,
+    },
+    /// `capacity × period_us` above [`MAX_CAPACITY_PERIOD`].
+    TooLarge {
+        /// The threshold, or the burst where it is the larger capacity.
+        capacity: u64,
+        /// The period in microseconds.
+        period_us: u64,
+    },
+    /// A sliding log above [`SLIDING_LOG_CAP`].
+    SlidingLogTooLarge {
+        /// The threshold asked for.
+        threshold: u64,
+    },
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Problem::ZeroThreshold => f.write_str("threshold must be at least 1, got 0"),
+            Problem::ZeroPeriod => f.write_str("period must be at least 1 microsecond, got 0"),
+            Problem::ZeroBurst => f.write_str("burst must be at least 1, got 0"),
+            Problem::ZeroSlots => f.write_str("slots must be at least 1, got 0"),
+            Problem::UnevenSlots { period_us, slots } => write!(
+                f,
+                "a period of {period_us} µs cannot be split into {slots} equal slots (the sliding-window \
+                 counter counts per whole microsecond); pick a period or slot count that divides evenly"
+            ),
+            Problem::TooLarge {
+                capacity,
+                period_us,
+            } => write!(
+                f,
+                "capacity × period = {capacity} × {period_us} µs exceeds 2^52, too large to compute exactly \
+                 (the Redis backend computes in doubles); pick a shorter period or a smaller capacity"
+            ),
+            Problem::SlidingLogTooLarge { threshold } => write!(
+                f,
+                "a sliding log stores one entry per admitted unit and allows a threshold of at most \
+                 {SLIDING_LOG_CAP}, got {threshold}; use the sliding-window counter (`sliding_window`) for \
+                 large thresholds"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Problem {}
+
+/// The most units a single instant can admit: `burst` for token bucket,
+/// leaky bucket and GCRA, `threshold` for the window algorithms.
+pub const fn capacity(threshold: u64, algorithm: Algorithm, burst: u64) -> u64 {
+    if algorithm.uses_burst() {
+        burst
+    } else {
+        threshold
+    }
+}
+
+/// Checks the parts of a limit against every bound, in a fixed order (the
+/// first problem found is returned).
+///
+/// ```
+/// use rl_grammar::{Algorithm, Problem, check_limit};
+/// assert_eq!(check_limit(5, 60_000_000, Algorithm::Gcra, 5, 10), Ok(()));
+/// assert_eq!(check_limit(0, 60_000_000, Algorithm::Gcra, 5, 10), Err(Problem::ZeroThreshold));
+/// assert_eq!(
+///     check_limit(10, 1_001, Algorithm::SlidingWindow, 10, 10),
+///     Err(Problem::UnevenSlots { period_us: 1_001, slots: 10 })
+/// );
+/// ```
+pub const fn check_limit(
+    threshold: u64,
+    period_us: u64,
+    algorithm: Algorithm,
+    burst: u64,
+    slots: u64,
+) -> Result<(), Problem> {
+    if threshold == 0 {
+        return Err(Problem::ZeroThreshold);
+    }
+    if period_us == 0 {
+        return Err(Problem::ZeroPeriod);
+    }
+    if burst == 0 {
+        return Err(Problem::ZeroBurst);
+    }
+    if slots == 0 {
+        return Err(Problem::ZeroSlots);
+    }
+    if algorithm.uses_slots() && !period_us.is_multiple_of(slots) {
+        return Err(Problem::UnevenSlots { period_us, slots });
+    }
+    // The larger of threshold and burst bounds the state (GCRA's tolerance,
+    // the meters' full level, the window counts).
+    let size = if algorithm.uses_burst() && burst > threshold {
+        burst
+    } else {
+        threshold
+    };
+    match size.checked_mul(period_us) {
+        Some(product) if product <= MAX_CAPACITY_PERIOD => {}
+        _ => {
+            return Err(Problem::TooLarge {
+                capacity: size,
+                period_us,
+            });
+        }
+    }
+    if matches!(algorithm, Algorithm::SlidingLog) && threshold > SLIDING_LOG_CAP {
+        return Err(Problem::SlidingLogTooLarge { threshold });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DAY_US: u64 = 86_400_000_000;
+
+    #[test]
+    fn the_product_bound_is_inclusive_and_uses_the_larger_of_threshold_and_burst() {
+        let most = MAX_CAPACITY_PERIOD / DAY_US;
+        assert_eq!(check_limit(most, DAY_US, Algorithm::Gcra, most, 10), Ok(()));
+        assert_eq!(
+            check_limit(most + 1, DAY_US, Algorithm::Gcra, most + 1, 10),
+            Err(Problem::TooLarge {
+                capacity: most + 1,
+                period_us: DAY_US
+            })
+        );
+        assert!(check_limit(1, DAY_US, Algorithm::Gcra, most + 1, 10).is_err());
+        // The window algorithms ignore burst.
+        assert_eq!(
+            check_limit(1, DAY_US, Algorithm::FixedWindow, most + 1, 10),
+            Ok(())
+        );
+        assert!(check_limit(u64::MAX, u64::MAX, Algorithm::Gcra, 1, 10).is_err());
+    }
+
+    #[test]
+    fn the_bounds_keep_absolute_times_exact_in_doubles() {
+        // 2100-01-01 in µs since the epoch, plus the largest state.
+        let year_2100_us: u64 = 4_102_444_800_000_000;
+        assert!(year_2100_us + MAX_CAPACITY_PERIOD < DOUBLE_EXACT);
+    }
+
+    #[test]
+    fn sliding_log_cap_and_slots_apply_only_to_their_algorithm() {
+        assert_eq!(
+            check_limit(SLIDING_LOG_CAP + 1, 1_000_000, Algorithm::SlidingLog, 1, 10),
+            Err(Problem::SlidingLogTooLarge {
+                threshold: SLIDING_LOG_CAP + 1
+            })
+        );
+        assert_eq!(
+            check_limit(SLIDING_LOG_CAP + 1, 1_000_000, Algorithm::Gcra, 1, 10),
+            Ok(())
+        );
+        assert_eq!(check_limit(1, 1_001, Algorithm::Gcra, 1, 10), Ok(()));
+        assert_eq!(
+            check_limit(1, 1_000, Algorithm::FixedWindow, 1, 0),
+            Err(Problem::ZeroSlots)
+        );
+    }
+
+    #[test]
+    fn messages_name_the_value_and_the_fix() {
+        let message = Problem::SlidingLogTooLarge { threshold: 20_000 }.to_string();
+        assert!(message.contains("20000") && message.contains("sliding_window"));
+        let message = Problem::TooLarge {
+            capacity: 3,
+            period_us: 7,
+        }
+        .to_string();
+        assert!(message.contains("3 × 7 µs exceeds 2^52"), "{message}");
+    }
+}

@@ -1,0 +1,43 @@
+//! The limit grammar, in one place: what the `#[rate_limit]` macro checks at
+//! compile time, what `rl-core` checks at run time, and what `rl-redis`
+//! writes into keys and scripts.
+//!
+//! - [`Algorithm`]: the six algorithms, their names (as written in the macro,
+//!   configuration files and metrics) and short codes (in storage keys and
+//!   scripts).
+//! - [`parse_duration_micros`] and [`parse_rate`]: `"500ms"`, `"1m"`,
+//!   `"5/1h"`, `"10/d"`.
+//! - [`check_limit`]: every numeric bound of a limit, with its reason
+//!   ([`Problem`]); `const`, so the macro's constants are checked by the
+//!   compiler too.
+//!
+//! A proc-macro crate cannot depend on a crate that depends on it, so this
+//! crate sits below both `rl-macros` and `rl-core` and depends on nothing.
+//! Users do not need it directly: `rl-core` re-exports what they see.
+//!
+//! ```
+//! use rl_grammar::{Algorithm, Problem, check_limit, parse_rate};
+//! let rate = parse_rate("5/1h").unwrap();
+//! assert_eq!((rate.threshold, rate.period_us), (5, 3_600_000_000));
+//! assert_eq!("sliding_log".parse::<Algorithm>(), Ok(Algorithm::SlidingLog));
+//! assert!(matches!(
+//!     check_limit(20_000, 60_000_000, Algorithm::SlidingLog, 20_000, 10),
+//!     Err(Problem::SlidingLogTooLarge { .. })
+//! ));
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod algorithm;
+mod bounds;
+mod text;
+
+pub use algorithm::{Algorithm, UnknownAlgorithm};
+pub use bounds::{
+    DEFAULT_SLOTS, DOUBLE_EXACT, MAX_CAPACITY_PERIOD, Problem, SLIDING_LOG_CAP, capacity,
+    check_limit,
+};
+pub use text::{
+    BadDuration, BadRate, DURATION_UNITS, Rate, format_duration, parse_duration_micros,
+    parse_rate,
+};
