@@ -18,7 +18,8 @@ async fn annotated(user: u64) -> Result<u64, Rejection> {
     Ok(user)
 }
 
-/// The same work written by hand: build the key, decide, convert the refusal.
+/// The same work written by hand with the request API: build the key,
+/// decide through `Limiter::check`, convert the refusal.
 async fn by_hand(user: u64) -> Result<u64, Rejection> {
     let limiter = Limiter::global().map_err(|e| Rejection::unavailable("bench_hand", e))?;
     let key = limiter.key("bench_hand", &user);
@@ -28,22 +29,20 @@ async fn by_hand(user: u64) -> Result<u64, Rejection> {
     Ok(user)
 }
 
-/// What the macro expands to, minus the macro: the private support call.
-async fn via_private_check(user: u64) -> Result<u64, Rejection> {
-    use rl_core::__private::{Algorithm, Spec, check, global, limit};
-    static SPEC: Spec = Spec {
-        name: "bench_private",
-        limits: &[limit(
-            1_000_000_000,
-            1_000_000,
-            Algorithm::Gcra,
-            1_000_000_000,
-            10,
-        )],
-        cost: 1,
-        policy: None,
-    };
-    check(&SPEC, global(), &user).await?;
+/// What the macro expands to, written by hand with the public call API.
+async fn via_call_api(user: u64) -> Result<u64, Rejection> {
+    use rl_core::{Algorithm, CallSpec, GroupSpec};
+    static LIMITS: [Limit; 1] = [Limit::from_parts_const(
+        1_000_000_000,
+        1_000_000,
+        Algorithm::Gcra,
+        1_000_000_000,
+        10,
+    )];
+    static GROUPS: [GroupSpec; 1] = [GroupSpec::new("bench_api", &LIMITS)];
+    static SPEC: CallSpec = CallSpec::new("bench_api", &GROUPS);
+    let limiter = Limiter::global().map_err(|e| Rejection::unavailable("bench_api", e))?;
+    limiter.call(&SPEC, &[&user]).await?;
     Ok(user)
 }
 
@@ -75,8 +74,8 @@ fn overhead(c: &mut Criterion) {
     group.bench_function("hand_written", |b| {
         b.iter_custom(|iters| time_calls(&runtime, iters, by_hand))
     });
-    group.bench_function("private_check", |b| {
-        b.iter_custom(|iters| time_calls(&runtime, iters, via_private_check))
+    group.bench_function("call_api", |b| {
+        b.iter_custom(|iters| time_calls(&runtime, iters, via_call_api))
     });
     group.finish();
 }

@@ -5,10 +5,10 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::error::LimitError;
-use crate::limit::{Algorithm, Limit};
+use crate::model::error::LimitError;
+use crate::model::limit::{Algorithm, Limit};
 use crate::limiter::Limiter;
-use crate::policy::FailurePolicy;
+use crate::model::policy::FailurePolicy;
 
 /// The keys a limit's table may hold.
 const KEYS: &str = "`rates`, `algorithm`, `burst`, `slots`, `on_error`, `shadow`";
@@ -148,7 +148,7 @@ impl LimitsEntry {
 /// let limiter = Limiter::builder().build()?;
 /// file.apply(&limiter)?;
 /// assert_eq!(limiter.limits("sms_phone").unwrap().len(), 2);
-/// assert_eq!(limiter.policy_for("sms_phone", None), FailurePolicy::Local { share: 4 });
+/// assert_eq!(limiter.policy_for("sms_phone", None), FailurePolicy::local(4).unwrap());
 ///
 /// let bad = LimitsFile::parse("[limits.sms_phone]\nrates = [\"5 per hour\"]").unwrap_err();
 /// assert!(bad.to_string().starts_with("limit `sms_phone`: rate \"5 per hour\""));
@@ -408,7 +408,7 @@ fn parse_policy(text: &str) -> Option<FailurePolicy> {
         "fail_closed" => Some(FailurePolicy::FailClosed),
         other => {
             let share: u64 = other.strip_prefix("local:")?.trim().parse().ok()?;
-            (share >= 1).then_some(FailurePolicy::Local { share })
+            FailurePolicy::local(share)
         }
     }
 }
@@ -423,7 +423,7 @@ mod tests {
         assert_eq!(parse_policy("fail_closed"), Some(FailurePolicy::FailClosed));
         assert_eq!(
             parse_policy("local:3"),
-            Some(FailurePolicy::Local { share: 3 })
+            FailurePolicy::local(3)
         );
         assert_eq!(parse_policy("local:0"), None);
         assert_eq!(parse_policy("local"), None);

@@ -21,9 +21,9 @@ use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use ipnet::IpNet;
 
-use crate::decision::Decision;
-use crate::limit::Limit;
-use crate::rejection::{Rejection, RejectionReason};
+use crate::model::decision::Decision;
+use crate::model::limit::Limit;
+use crate::model::rejection::{Rejection, RejectionReason};
 
 /// The `RateLimit-Policy` header name.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -34,9 +34,15 @@ pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 /// an allowed response.
 ///
 /// ```
-/// use rl_core::{Decision, Limit, http::insert_rate_limit_headers};
+/// use rl_core::{Decision, Figures, Limit, http::insert_rate_limit_headers};
 /// let mut headers = http::HeaderMap::new();
-/// let decision = Decision::from_micros(true, 5, 4, 0, 720_000_000, 0);
+/// let decision = Decision::new(Figures {
+///     allowed: true,
+///     limit: 5,
+///     remaining: 4,
+///     reset_after_us: 720_000_000,
+///     ..Figures::default()
+/// });
 /// insert_rate_limit_headers(&mut headers, "sms", &decision, &Limit::per_hour(5).unwrap());
 /// assert_eq!(headers["ratelimit-policy"], "\"sms\";q=5;w=3600");
 /// assert_eq!(headers["ratelimit"], "\"sms\";r=4;t=720");
@@ -81,6 +87,28 @@ fn sf_string(name: &str) -> String {
     }
     out.push('"');
     out
+}
+
+/// Responses that can carry rate-limit headers (`#[rate_limit(headers)]`,
+/// [`crate::Permit::add_headers`]).
+#[diagnostic::on_unimplemented(
+    message = "`headers` needs the function to return an `http::Response` or a `Result` of one, not `{Self}`"
+)]
+pub trait WithHeaders {
+    /// The headers to add to, if this is a successful response.
+    fn headers_mut(&mut self) -> Option<&mut HeaderMap>;
+}
+
+impl<B> WithHeaders for http::Response<B> {
+    fn headers_mut(&mut self) -> Option<&mut HeaderMap> {
+        Some(http::Response::headers_mut(self))
+    }
+}
+
+impl<T: WithHeaders, E> WithHeaders for Result<T, E> {
+    fn headers_mut(&mut self) -> Option<&mut HeaderMap> {
+        self.as_mut().ok().and_then(WithHeaders::headers_mut)
+    }
 }
 
 fn json(status: StatusCode, body: String) -> Response {
@@ -219,7 +247,13 @@ mod tests {
     use std::time::Duration;
 
     fn limited(retry_us: u64) -> Rejection {
-        let decision = Decision::from_micros(false, 5, 0, retry_us, 3_000_000_000, 0);
+        let decision = Decision::new(crate::model::decision::Figures {
+            allowed: false,
+            limit: 5,
+            retry_after_us: retry_us,
+            reset_after_us: 3_000_000_000,
+            ..Default::default()
+        });
         Rejection::limited("sms::send", decision, Limit::per_hour(5).unwrap())
     }
 

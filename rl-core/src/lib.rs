@@ -62,44 +62,46 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+// The limit model: limits, keys, decisions, errors, time.
+mod model;
+// The six algorithms, as pure functions over typed state.
 mod algorithm;
-mod backend;
-mod breaker;
-mod clock;
+// Where decisions are made: memory, or a remote `Backend`.
+mod store;
+// What wraps a decision: observe, validate, shadow, failure policy, deny
+// cache, breaker, publishing.
+mod layer;
+// The façade: `Limiter`, its builder, the call API, runtime overrides.
+mod limiter;
+// Limits from a TOML file.
 #[cfg(feature = "config")]
 mod config;
-mod counters;
-mod decision;
-mod deny_cache;
-mod error;
+// axum integration: 429 responses, client IPs, headers.
 #[cfg(feature = "axum")]
 pub mod http;
-mod key;
-mod limit;
-mod limiter;
-mod mask;
-mod memory;
-mod policy;
-mod rejection;
 
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
 
-pub use backend::{Backend, BoxFuture, Request};
-pub use breaker::BreakerConfig;
-pub use clock::{Clock, ManualClock, SystemClock};
 #[cfg(feature = "config")]
 pub use config::{ConfigError, LimitsEntry, LimitsFile};
-pub use decision::{Decision, Decisions};
-pub use error::{BackendError, Error, LimitError};
-pub use key::Key;
-pub use limit::{Algorithm, Limit, parse_duration};
-pub use limiter::{Admission, Limiter, LimiterBuilder};
-pub use mask::Masked;
-pub use memory::MemoryBackend;
-pub use policy::FailurePolicy;
-pub use rejection::{Rejection, RejectionReason};
+pub use layer::Source;
+pub use layer::breaker::BreakerConfig;
+pub use limiter::Limiter;
+pub use limiter::builder::LimiterBuilder;
+pub use limiter::call::{Admission, CallFuture, CallSpec, Counting, GroupSpec, Permit};
+pub use limiter::registry::Settings;
+pub use model::clock::{Clock, ManualClock, SystemClock};
+pub use model::decision::{Decision, Decisions, Figures};
+pub use model::error::{BackendError, Error, LimitError};
+pub use model::key::Key;
+pub use model::limit::{Algorithm, Limit, parse_duration};
+pub use model::mask::Masked;
+pub use model::policy::FailurePolicy;
+pub use model::rejection::{Rejection, RejectionReason};
+pub use store::backend::{Backend, BoxFuture, Request};
+pub use store::memory::MemoryBackend;
 
 #[cfg(feature = "macros")]
 pub use rl_macros::rate_limit;

@@ -68,7 +68,7 @@ fn local_policies_and_slots_are_read() {
     let api = file.get("api").unwrap();
     assert_eq!(api.limits()[0].slots(), 20);
     assert_eq!(api.limits()[0].algorithm(), Algorithm::SlidingWindow);
-    assert_eq!(api.policy(), Some(FailurePolicy::Local { share: 4 }));
+    assert_eq!(api.policy(), Some(FailurePolicy::local(4).unwrap()));
 }
 
 #[test]

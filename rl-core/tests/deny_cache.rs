@@ -268,7 +268,7 @@ async fn shadowed_refusals_are_never_remembered() {
     assert_eq!(calls(&backend), 7, "every shadowed call is decided");
 }
 
-/// Counts `rl_decisions_total` per outcome.
+/// Counts `rl_decisions_total` per `outcome/source`.
 #[derive(Default)]
 struct Outcomes(Arc<Mutex<HashMap<String, u64>>>);
 
@@ -314,10 +314,15 @@ impl metrics::Recorder for Outcomes {
     }
 
     fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
-        let outcome = key
-            .labels()
-            .find(|l| l.key() == "outcome")
-            .map_or_else(String::new, |l| l.value().to_owned());
+        if key.name() != "rl_decisions_total" {
+            return metrics::Counter::noop();
+        }
+        let label = |name: &str| {
+            key.labels()
+                .find(|l| l.key() == name)
+                .map_or_else(String::new, |l| l.value().to_owned())
+        };
+        let outcome = format!("{}/{}", label("outcome"), label("source"));
         metrics::Counter::from_arc(Arc::new(Tally {
             outcome,
             counts: self.0.clone(),
@@ -338,7 +343,8 @@ impl metrics::Recorder for Outcomes {
 }
 
 #[test]
-fn remembered_refusals_are_counted_as_rejected_cached_and_memory_limiters_do_not_remember() {
+fn every_refusal_is_counted_as_rejected_with_where_it_was_decided_and_memory_limiters_do_not_remember()
+{
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
@@ -358,9 +364,14 @@ fn remembered_refusals_are_counted_as_rejected_cached_and_memory_limiters_do_not
         }
     });
     let counts = counts.lock().unwrap();
-    assert_eq!(counts.get("allowed"), Some(&2));
-    assert_eq!(counts.get("rejected"), Some(&(1 + 4)), "{counts:?}");
-    assert_eq!(counts.get("rejected_cached"), Some(&3), "{counts:?}");
+    assert_eq!(counts.get("allowed/backend"), Some(&2), "{counts:?}");
+    assert_eq!(
+        counts.get("rejected/backend"),
+        Some(&(1 + 4)),
+        "the remote limiter's first refusal, and every refusal in memory: {counts:?}"
+    );
+    assert_eq!(counts.get("rejected/cache"), Some(&3), "{counts:?}");
+    assert_eq!(counts.len(), 3, "no other outcome: {counts:?}");
 }
 
 fn limit(algorithm: Algorithm, threshold: u64, period_us: u64) -> Limit {

@@ -4,7 +4,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use rl_core::{Algorithm, Backend, Key, Limit, Limiter, ManualClock, MemoryBackend, Request};
+use rl_core::{
+    Algorithm, Backend, CallSpec, Counting, GroupSpec, Key, Limit, Limiter, ManualClock,
+    MemoryBackend, Request,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_thousand_concurrent_tasks_on_one_key_admit_exactly_the_threshold() {
@@ -167,42 +170,52 @@ async fn reset_forgets_one_identity_only() {
     assert!(!limiter.acquire(&bob, &limit, 1).await.unwrap().allowed);
 }
 
+/// One group named `name` with `limits` (the public call API, as the macro
+/// expands to it).
+fn spec(name: &'static str, groups: Vec<GroupSpec>) -> CallSpec {
+    CallSpec::owned(name, groups)
+}
+
+fn group(name: &'static str, limits: &[&str], algorithm: Algorithm) -> GroupSpec {
+    GroupSpec::owned(
+        name,
+        limits
+            .iter()
+            .map(|l| {
+                l.parse::<Limit>()
+                    .unwrap()
+                    .with_algorithm(algorithm)
+                    .unwrap()
+            })
+            .collect(),
+    )
+}
+
 #[tokio::test]
-async fn the_check_future_is_send_even_for_identities_that_are_not_sync() {
-    use rl_core::__private::{Spec, check, limit};
-    static SPEC: Spec = Spec {
-        name: "send_check",
-        limits: &[limit(1, 60_000_000, Algorithm::Gcra, 1, 10)],
-        cost: 1,
-        policy: None,
-    };
+async fn the_call_future_is_send_even_for_identities_that_are_not_sync() {
+    static LIMITS: [Limit; 1] = [Limit::from_parts_const(1, 60_000_000, Algorithm::Gcra, 1, 10)];
+    static GROUPS: [GroupSpec; 1] = [GroupSpec::new("send_check", &LIMITS)];
+    static SPEC: CallSpec = CallSpec::new("send_check", &GROUPS);
     fn assert_send<T: Send>(value: T) -> T {
         value
     }
     let limiter = Limiter::builder().build().unwrap();
     let identity: std::rc::Rc<str> = "not-sync".into();
-    let first = assert_send(check(&SPEC, Ok(&limiter), &identity));
+    let first = assert_send(limiter.call(&SPEC, &[&identity]));
     drop(identity);
     assert!(first.await.is_ok());
-    let limiter_ref = &limiter;
     assert!(
-        check(&SPEC, Ok(limiter_ref), &"not-sync").await.is_err(),
+        limiter.call(&SPEC, &[&"not-sync"]).await.is_err(),
         "same identity, limit 1"
     );
 }
 
 #[tokio::test]
 async fn runtime_limits_replace_the_compiled_ones_by_name() {
-    use rl_core::__private::{Spec, check, limit};
-    static SPEC: Spec = Spec {
-        name: "live",
-        limits: &[limit(1, 60_000_000, Algorithm::SlidingLog, 1, 10)],
-        cost: 1,
-        policy: None,
-    };
+    let live = spec("live", vec![group("live", &["1/1m"], Algorithm::SlidingLog)]);
     let limiter = Limiter::builder().build().unwrap();
-    assert!(check(&SPEC, Ok(&limiter), &"u").await.is_ok());
-    assert!(check(&SPEC, Ok(&limiter), &"u").await.is_err());
+    assert!(limiter.call(&live, &[&"u"]).await.is_ok());
+    assert!(limiter.call(&live, &[&"u"]).await.is_err());
     limiter
         .set_limits(
             "live",
@@ -215,50 +228,34 @@ async fn runtime_limits_replace_the_compiled_ones_by_name() {
         )
         .unwrap();
     assert!(
-        check(&SPEC, Ok(&limiter), &"u").await.is_ok(),
+        limiter.call(&live, &[&"u"]).await.is_ok(),
         "threshold raised on the same state"
     );
-    assert!(check(&SPEC, Ok(&limiter), &"u").await.is_ok());
-    assert!(check(&SPEC, Ok(&limiter), &"u").await.is_err());
+    assert!(limiter.call(&live, &[&"u"]).await.is_ok());
+    assert!(limiter.call(&live, &[&"u"]).await.is_err());
     limiter.clear_limits("live");
-    assert!(check(&SPEC, Ok(&limiter), &"u").await.is_err());
+    assert!(limiter.call(&live, &[&"u"]).await.is_err());
 }
 
 #[tokio::test]
 async fn a_refunded_permit_gives_its_units_back_and_a_reset_forgets_the_identity() {
-    use rl_core::__private::{Group, MultiSpec, check_groups, limit};
-    static SPEC: MultiSpec = MultiSpec {
-        name: "login",
-        groups: &[
-            Group {
-                name: "login_user",
-                limits: &[limit(2, 60_000_000, Algorithm::SlidingLog, 2, 10)],
-                cost: 1,
-                reset_on_success: true,
-            },
-            Group {
-                name: "login_ip",
-                limits: &[limit(5, 86_400_000_000, Algorithm::FixedWindow, 5, 10)],
-                cost: 1,
-                reset_on_success: false,
-            },
+    let login = spec(
+        "login",
+        vec![
+            group("login_user", &["2/1m"], Algorithm::SlidingLog).reset_on_success(),
+            group("login_ip", &["5/1d"], Algorithm::FixedWindow),
         ],
-        policy: None,
-    };
+    )
+    .with_counting(Counting::Settled);
     let limiter = Limiter::builder().build().unwrap();
     for _ in 0..10 {
-        let permit = check_groups(&SPEC, Ok(&limiter), &[&"alice", &"10.0.0.1"])
-            .await
-            .unwrap();
+        let permit = limiter.call(&login, &[&"alice", &"10.0.0.1"]).await.unwrap();
         permit.refund().await;
     }
-    check_groups(&SPEC, Ok(&limiter), &[&"alice", &"10.0.0.1"])
-        .await
-        .unwrap();
-    check_groups(&SPEC, Ok(&limiter), &[&"alice", &"10.0.0.1"])
-        .await
-        .unwrap();
-    let refused = check_groups(&SPEC, Ok(&limiter), &[&"alice", &"10.0.0.1"])
+    let _kept = limiter.call(&login, &[&"alice", &"10.0.0.1"]).await.unwrap();
+    let _kept = limiter.call(&login, &[&"alice", &"10.0.0.1"]).await.unwrap();
+    let refused = limiter
+        .call(&login, &[&"alice", &"10.0.0.1"])
         .await
         .unwrap_err();
     assert_eq!(
@@ -268,22 +265,17 @@ async fn a_refunded_permit_gives_its_units_back_and_a_reset_forgets_the_identity
     );
     // Refused by the user limit: nothing was taken from the IP limit (3 left of 5).
     for user in ["bob", "bob2", "bob3"] {
-        check_groups(&SPEC, Ok(&limiter), &[&user, &"10.0.0.1"])
-            .await
-            .unwrap();
+        let _kept = limiter.call(&login, &[&user, &"10.0.0.1"]).await.unwrap();
     }
-    let by_ip = check_groups(&SPEC, Ok(&limiter), &[&"carol", &"10.0.0.1"])
+    let by_ip = limiter
+        .call(&login, &[&"carol", &"10.0.0.1"])
         .await
         .unwrap_err();
     assert_eq!(by_ip.name(), "login_ip");
     // A reset (success with reset-on-success) forgets both identities.
-    let permit = check_groups(&SPEC, Ok(&limiter), &[&"dave", &"10.0.0.2"])
-        .await
-        .unwrap();
+    let permit = limiter.call(&login, &[&"dave", &"10.0.0.2"]).await.unwrap();
     permit.reset().await;
-    let fresh = check_groups(&SPEC, Ok(&limiter), &[&"dave", &"10.0.0.2"])
-        .await
-        .unwrap();
+    let fresh = limiter.call(&login, &[&"dave", &"10.0.0.2"]).await.unwrap();
     let remaining: Vec<u64> = fresh
         .admission()
         .decisions()
@@ -296,43 +288,21 @@ async fn a_refunded_permit_gives_its_units_back_and_a_reset_forgets_the_identity
 
 #[tokio::test]
 async fn settling_an_uncounted_call_resets_groups_that_ask_for_it_and_refunds_the_others() {
-    use rl_core::__private::{Group, MultiSpec, check_groups, limit};
-    static SPEC: MultiSpec = MultiSpec {
-        name: "settle",
-        groups: &[
-            Group {
-                name: "settle_user",
-                limits: &[limit(3, 60_000_000, Algorithm::SlidingLog, 3, 10)],
-                cost: 1,
-                reset_on_success: true,
-            },
-            Group {
-                name: "settle_ip",
-                limits: &[limit(9, 60_000_000, Algorithm::SlidingLog, 9, 10)],
-                cost: 1,
-                reset_on_success: false,
-            },
+    let settle = spec(
+        "settle",
+        vec![
+            group("settle_user", &["3/1m"], Algorithm::SlidingLog).reset_on_success(),
+            group("settle_ip", &["9/1m"], Algorithm::SlidingLog),
         ],
-        policy: None,
-    };
+    )
+    .with_counting(Counting::Settled);
     let limiter = Limiter::builder().build().unwrap();
     let ids: [&dyn std::fmt::Display; 2] = [&"eve", &"10.9.9.9"];
-    check_groups(&SPEC, Ok(&limiter), &ids)
-        .await
-        .unwrap()
-        .settle(true)
-        .await; // a failure: counted
-    check_groups(&SPEC, Ok(&limiter), &ids)
-        .await
-        .unwrap()
-        .settle(true)
-        .await;
-    check_groups(&SPEC, Ok(&limiter), &ids)
-        .await
-        .unwrap()
-        .settle(false)
-        .await; // a success
-    let next = check_groups(&SPEC, Ok(&limiter), &ids).await.unwrap();
+    // Two failures (counted), then a success (not counted).
+    for counted in [true, true, false] {
+        limiter.call(&settle, &ids).await.unwrap().settle(counted).await;
+    }
+    let next = limiter.call(&settle, &ids).await.unwrap();
     let remaining: Vec<u64> = next
         .admission()
         .decisions()
@@ -389,7 +359,7 @@ async fn each_failure_policy_is_honoured_and_the_circuit_stops_calling_a_failing
     for (policy, expected_allowed) in [
         (FailurePolicy::FailOpen, 10),
         (FailurePolicy::FailClosed, 0),
-        (FailurePolicy::Local { share: 2 }, 2),
+        (FailurePolicy::local(2).unwrap(), 2),
     ] {
         let broken = Arc::new(Broken::default());
         let limiter = Limiter::builder()

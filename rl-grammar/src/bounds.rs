@@ -153,9 +153,83 @@ pub const fn check_limit(
     Ok(())
 }
 
+/// Every bound the parts break, in the order [`check_limit`] checks them
+/// (its error is the first of these). Zero values are reported alone: the
+/// other bounds are meaningless without them.
+///
+/// ```
+/// use rl_grammar::{Algorithm, Problem, problems};
+/// let all = problems(20_000, 1_001 * 86_400_000_000, Algorithm::SlidingLog, 20_000, 10);
+/// assert!(matches!(all[..], [Problem::TooLarge { .. }, Problem::SlidingLogTooLarge { .. }]));
+/// ```
+pub fn problems(
+    threshold: u64,
+    period_us: u64,
+    algorithm: Algorithm,
+    burst: u64,
+    slots: u64,
+) -> Vec<Problem> {
+    let zeros: Vec<Problem> = [
+        (threshold, Problem::ZeroThreshold),
+        (period_us, Problem::ZeroPeriod),
+        (burst, Problem::ZeroBurst),
+        (slots, Problem::ZeroSlots),
+    ]
+    .into_iter()
+    .filter(|(value, _)| *value == 0)
+    .map(|(_, problem)| problem)
+    .collect();
+    if !zeros.is_empty() {
+        return zeros;
+    }
+    let mut found = Vec::new();
+    if algorithm.uses_slots() && !period_us.is_multiple_of(slots) {
+        found.push(Problem::UnevenSlots { period_us, slots });
+    }
+    let size = if algorithm.uses_burst() && burst > threshold {
+        burst
+    } else {
+        threshold
+    };
+    if size
+        .checked_mul(period_us)
+        .is_none_or(|product| product > MAX_CAPACITY_PERIOD)
+    {
+        found.push(Problem::TooLarge {
+            capacity: size,
+            period_us,
+        });
+    }
+    if matches!(algorithm, Algorithm::SlidingLog) && threshold > SLIDING_LOG_CAP {
+        found.push(Problem::SlidingLogTooLarge { threshold });
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn check_limit_reports_the_first_of_all_problems() {
+        let values = [0, 1, 3, 7, 10, 10_001, 1 << 26, 86_400_000_000, u64::MAX];
+        for algorithm in Algorithm::ALL {
+            for &threshold in &values {
+                for &period_us in &values {
+                    for &burst in &values[..6] {
+                        for slots in [0, 1, 10] {
+                            let all = problems(threshold, period_us, algorithm, burst, slots);
+                            assert_eq!(
+                                check_limit(threshold, period_us, algorithm, burst, slots),
+                                all.first().map_or(Ok(()), |p| Err(*p)),
+                                "{threshold} {period_us} {algorithm} {burst} {slots}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     const DAY_US: u64 = 86_400_000_000;
 

@@ -35,7 +35,7 @@ mod text;
 pub use algorithm::{Algorithm, UnknownAlgorithm};
 pub use bounds::{
     DEFAULT_SLOTS, DOUBLE_EXACT, MAX_CAPACITY_PERIOD, Problem, SLIDING_LOG_CAP, capacity,
-    check_limit,
+    check_limit, problems,
 };
 pub use text::{
     BadDuration, BadRate, DURATION_UNITS, Rate, format_duration, parse_duration_micros,

@@ -15,7 +15,6 @@ use syn::{
     Visibility, braced, bracketed, parenthesized, token,
 };
 
-use crate::duration;
 
 /// The argument keywords.
 mod kw {
@@ -87,59 +86,8 @@ impl<T> Arg<T> {
     }
 }
 
-/// The algorithms, mirroring `rl_core::Algorithm`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Algorithm {
-    FixedWindow,
-    SlidingLog,
-    SlidingWindow,
-    TokenBucket,
-    LeakyBucket,
-    Gcra,
-}
-
-impl Algorithm {
-    pub(crate) const ALL: [Algorithm; 6] = [
-        Algorithm::FixedWindow,
-        Algorithm::SlidingLog,
-        Algorithm::SlidingWindow,
-        Algorithm::TokenBucket,
-        Algorithm::LeakyBucket,
-        Algorithm::Gcra,
-    ];
-
-    /// The name written in the attribute.
-    pub(crate) const fn name(self) -> &'static str {
-        match self {
-            Algorithm::FixedWindow => "fixed_window",
-            Algorithm::SlidingLog => "sliding_log",
-            Algorithm::SlidingWindow => "sliding_window",
-            Algorithm::TokenBucket => "token_bucket",
-            Algorithm::LeakyBucket => "leaky_bucket",
-            Algorithm::Gcra => "gcra",
-        }
-    }
-
-    /// The variant of `rl_core::Algorithm`.
-    pub(crate) const fn variant(self) -> &'static str {
-        match self {
-            Algorithm::FixedWindow => "FixedWindow",
-            Algorithm::SlidingLog => "SlidingLog",
-            Algorithm::SlidingWindow => "SlidingWindow",
-            Algorithm::TokenBucket => "TokenBucket",
-            Algorithm::LeakyBucket => "LeakyBucket",
-            Algorithm::Gcra => "Gcra",
-        }
-    }
-
-    /// Whether `burst` is the capacity (as `rl_core::Algorithm::uses_burst`).
-    pub(crate) const fn uses_burst(self) -> bool {
-        matches!(
-            self,
-            Algorithm::TokenBucket | Algorithm::LeakyBucket | Algorithm::Gcra
-        )
-    }
-}
+/// The algorithms: the grammar's, shared with `rl_core`.
+pub(crate) use rl_grammar::Algorithm;
 
 /// The `on_error` values, mirroring `rl_core::FailurePolicy`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -515,32 +463,20 @@ fn parse_limits(input: ParseStream) -> Result<Arg<Vec<Arg<Rate>>>> {
     Ok(Arg::new(rates, span))
 }
 
-/// `"5/1h"`, `"100/30s"`, `"10/d"`: the grammar of `rl_core::Limit`'s
-/// `FromStr` (a threshold, `/`, and a duration or a bare unit meaning one of
-/// it). `None` when unreadable. Zero values are read and left to validation.
+/// `"5/1h"`, `"100/30s"`, `"10/d"`: [`rl_grammar::parse_rate`], the grammar
+/// of `rl_core::Limit`'s `FromStr`. `None` when unreadable. Zero values are
+/// read and left to validation.
 pub(crate) fn parse_rate(text: &str) -> Option<Rate> {
-    let (threshold, period) = text.split_once('/')?;
-    let threshold: u64 = threshold.trim().parse().ok()?;
-    let period = period.trim();
-    let period_us = if period.starts_with(|c: char| c.is_ascii_digit()) {
-        duration::parse_micros(period)?
-    } else if period.is_empty() {
-        return None;
-    } else {
-        duration::parse_micros(&format!("1{period}"))?
-    };
+    let rate = rl_grammar::parse_rate(text).ok()?;
     Some(Rate {
-        threshold,
-        period_us,
+        threshold: rate.threshold,
+        period_us: rate.period_us,
         text: text.to_owned(),
     })
 }
 
 fn bad_rate_message(text: &str) -> String {
-    format!(
-        "cannot parse limit {text:?}: expected THRESHOLD/PERIOD with a period such as 30s, 1m, 1h, 1d or a bare \
-         unit, e.g. \"5/1h\", \"100/30s\" or \"10/d\""
-    )
+    rl_grammar::BadRate(text.to_owned()).to_string()
 }
 
 /// The one place that refuses an argument written twice, at the second
@@ -651,7 +587,7 @@ fn parse_period(input: ParseStream) -> Result<Arg<u64>> {
     let lookahead = input.lookahead1();
     if lookahead.peek(LitInt) {
         let seconds = parse_count(input, "period")?;
-        let micros = duration::seconds_to_micros(seconds.value).ok_or_else(|| {
+        let micros = seconds.value.checked_mul(1_000_000).ok_or_else(|| {
             Error::new(
                 seconds.span,
                 "`period` is too large to count in microseconds",
@@ -660,9 +596,8 @@ fn parse_period(input: ParseStream) -> Result<Arg<u64>> {
         Ok(Arg::new(micros, seconds.span))
     } else if lookahead.peek(LitStr) {
         let text: LitStr = input.parse()?;
-        let micros = duration::parse_micros(&text.value()).ok_or_else(|| {
-            Error::new(text.span(), duration::bad_duration_message(&text.value()))
-        })?;
+        let micros = rl_grammar::parse_duration_micros(&text.value())
+            .map_err(|error| Error::new(text.span(), error))?;
         Ok(Arg::new(micros, text.span()))
     } else if input.peek(LitFloat) {
         let lit: LitFloat = input.parse()?;
@@ -1038,7 +973,7 @@ mod tests {
     fn unreadable_new_values_are_refused_with_how_to_fix() {
         assert!(
             error(quote!(limits = ["5 per hour"]))
-                .starts_with("cannot parse limit \"5 per hour\": expected THRESHOLD/PERIOD")
+                .starts_with("cannot parse rate \"5 per hour\": expected THRESHOLD/PERIOD")
         );
         assert_eq!(
             error(quote!(limits = "5/1h")),

@@ -1,17 +1,24 @@
 //! Generation only: turns a validated [`Config`] and the function into code.
 //!
-//! The function keeps its attributes, visibility and signature. For limits
-//! on one key that every admitted call consumes (`period`/`threshold` or
-//! `limits`, no other feature), its body becomes
+//! The function keeps its attributes, visibility and signature. Its body
+//! asks the limiter through the public call API first: one `static`
+//! [`CallSpec`](https://docs.rs/rl-core) (the groups, their limits, the
+//! counting mode and the failure policy, all constant), one
+//! `Limiter::call` (one round trip, all-or-nothing). For calls that every
+//! admission counts, without `headers`, the body then follows unchanged:
 //!
 //! ```text
 //! {
 //!     #![inner attributes of the original body]
 //!     {
-//!         static __RL_SPEC: ::rl_core::__private::Spec = ::rl_core::__private::Spec { .. };
-//!         match ::rl_core::__private::check(&__RL_SPEC, <limiter>, &(<key>)).await {
+//!         let __rl_limiter = <the global limiter, or Ok(&limiter)>;
+//!         static __RL_SPEC: ::rl_core::__private::CallSpec =
+//!             ::rl_core::__private::CallSpec::new(<name>, &[GroupSpec::new(<group>, &[<limits>]).with_cost(..), ..])
+//!                 .with_policy(..);                                // `on_error`
+//!         let __rl_call = ::rl_core::__private::call(&__RL_SPEC, __rl_limiter, &[&(<key>), ..]);
+//!         match __rl_call.await {
 //!             Ok(_) => {}
-//!             Err(__rl_rejection) => return Err(From::from(__rl_rejection)),
+//!             Err(__rl_rejection) => return <Err(From::from(..)) or (on_reject)(..)>,
 //!         }
 //!     }
 //!     <the original statements, unchanged>
@@ -22,21 +29,22 @@
 //! an `async move { .. }.await` block: `return` and `?` then mean exactly
 //! what they meant, no argument is moved into a second future, and the
 //! future is not nested. The check sits in a block of its own so
-//! `__RL_SPEC` is not in scope for the user's code.
+//! `__RL_SPEC` is not in scope for the user's code. `__rl_call` is a
+//! statement of its own so the identities (`&dyn Display`, not `Send`) are
+//! dropped before the first await: the future is `Send` whenever the
+//! arguments are.
 //!
-//! With `also`, `count`, `count_if`, `on_reject` or `headers`, the groups
-//! go in a `MultiSpec` decided by one `check_groups` call (one round trip,
-//! all-or-nothing). Without `count`, `count_if` and `headers` the body still
-//! follows unchanged; with them the body's result is needed as a value:
+//! With `count`, `count_if` or `headers` the body's result is needed as a
+//! value, and the permit outlives the body:
 //!
 //! ```text
 //! {
 //!     #![inner attributes]
 //!     let __rl_limiter = <limiter>;
 //!     let __rl_permit = {
-//!         static __RL_SPEC: ::rl_core::__private::MultiSpec = .. { groups: &[Group { .. }, ..], .. };
-//!         let __rl_check = ::rl_core::__private::check_groups(&__RL_SPEC, __rl_limiter, &[&(<key>), ..]);
-//!         match __rl_check.await {
+//!         static __RL_SPEC: .. = CallSpec::new(..).with_counting(Counting::Settled);
+//!         let __rl_call = ::rl_core::__private::call(&__RL_SPEC, __rl_limiter, &[&(<key>), ..]);
+//!         match __rl_call.await {
 //!             Ok(__rl_permit) => __rl_permit,
 //!             Err(__rl_rejection) => return <Err(From::from(..)) or (on_reject)(..)>,
 //!         }
@@ -61,11 +69,9 @@
 //! the function. The block is `async move` (arguments move in, so the
 //! future is `Send` whenever they are), except for `&mut self` and `self`
 //! methods, where a plain `async` block captures the fields of `self` the
-//! body uses, leaving a limiter borrowed from another field usable.
-//! `__rl_limiter` and `__rl_check` are separate statements so the
-//! identities (`&dyn Display`, not `Send`) are dropped before the first
-//! await, and a limiter built by the expression (`self.limiter.clone()`)
-//! lives as long as the permit borrowing it.
+//! body uses, leaving a limiter borrowed from another field usable. A
+//! limiter built by the expression (`self.limiter.clone()`) is bound to
+//! `__rl_limiter` so it lives as long as the permit borrowing it.
 
 use proc_macro2::{Ident, Literal, Span, TokenStream};
 use quote::{quote, quote_spanned};
@@ -92,35 +98,11 @@ pub(crate) fn expand(config: Config, function: Function) -> TokenStream {
         let function_name = sig.ident.unraw().to_string();
         quote!(#private::core::concat!(#private::core::module_path!(), "::", #function_name))
     };
-    let policy = match config.on_error {
-        None => quote!(#private::core::option::Option::None),
-        Some(OnError::FailOpen) => {
-            quote!(#private::core::option::Option::Some(#private::FailurePolicy::FailOpen))
-        }
-        Some(OnError::FailClosed) => {
-            quote!(#private::core::option::Option::Some(#private::FailurePolicy::FailClosed))
-        }
-        Some(OnError::Local(share)) => {
-            quote!(#private::core::option::Option::Some(#private::FailurePolicy::Local { share: #share }))
-        }
-    };
 
     let mut block = TokenStream::new();
     brace.surround(&mut block, |block| {
         block.extend(quote!(#(#inner_attrs)*));
-        if config.is_multi() {
-            block.extend(multi(
-                &config,
-                &private,
-                &default_name,
-                &policy,
-                brace,
-                body,
-            ));
-        } else {
-            block.extend(single(&config, &private, &default_name, &policy));
-            block.extend(body);
-        }
+        block.extend(call(&config, &private, &default_name, brace, body));
     });
 
     quote! {
@@ -129,7 +111,21 @@ pub(crate) fn expand(config: Config, function: Function) -> TokenStream {
     }
 }
 
-/// `::rl_core::__private::limit(..)` for each limit of a group.
+/// `.with_policy(..)` for `on_error`, or nothing.
+fn policy(config: &Config, private: &TokenStream) -> TokenStream {
+    let policy = match config.on_error {
+        None => return quote!(),
+        Some(OnError::FailOpen) => quote!(#private::FailurePolicy::FailOpen),
+        Some(OnError::FailClosed) => quote!(#private::FailurePolicy::FailClosed),
+        Some(OnError::Local(share)) => {
+            let share = Literal::u64_unsuffixed(share);
+            quote!(#private::local(#share))
+        }
+    };
+    quote!(.with_policy(#policy))
+}
+
+/// `Limit::from_parts_const(..)` for each limit of a group.
 fn limits(group: &GroupConfig, private: &TokenStream) -> Vec<TokenStream> {
     group
         .limits
@@ -140,7 +136,7 @@ fn limits(group: &GroupConfig, private: &TokenStream) -> Vec<TokenStream> {
             let period_us = Literal::u64_unsuffixed(limit.period_us);
             let burst = Literal::u64_unsuffixed(limit.burst);
             let slots = Literal::u64_unsuffixed(limit.slots);
-            quote!(#private::limit(#threshold, #period_us, #private::Algorithm::#algorithm, #burst, #slots))
+            quote!(#private::Limit::from_parts_const(#threshold, #period_us, #private::Algorithm::#algorithm, #burst, #slots))
         })
         .collect()
 }
@@ -200,70 +196,40 @@ fn refused(config: &Config, private: &TokenStream) -> TokenStream {
     }
 }
 
-/// The check in front of the unchanged body: one key, every admitted call
-/// consumed.
-fn single(
+/// The limiter check, then the body (as a value when counting or adding
+/// headers).
+fn call(
     config: &Config,
     private: &TokenStream,
     default_name: &TokenStream,
-    policy: &TokenStream,
-) -> TokenStream {
-    let group = &config.groups[0];
-    let name = group_name(group, default_name);
-    let limits = limits(group, private);
-    let cost = Literal::u64_unsuffixed(group.cost);
-    // The user's expressions keep their spans, so type errors land on them.
-    let limiter = match &config.limiter {
-        Some(limiter) => {
-            let (expr, span) = (&limiter.value, limiter.span);
-            quote_spanned!(span=> #private::core::result::Result::Ok(#private::AsLimiter::as_limiter(&(#expr))))
-        }
-        None => quote!(#private::global()),
-    };
-    let key = key(group);
-    let refused = refused(config, private);
-    quote! {
-        {
-            static __RL_SPEC: #private::Spec = #private::Spec {
-                name: #name,
-                limits: &[#(#limits),*],
-                cost: #cost,
-                policy: #policy,
-            };
-            match #private::check(&__RL_SPEC, #limiter, #key).await {
-                #private::core::result::Result::Ok(_) => {}
-                #private::core::result::Result::Err(__rl_rejection) => #refused
-            }
-        }
-    }
-}
-
-/// Several groups, counting, `on_reject` or `headers`: one `check_groups`
-/// call, then the body (as a value when counting or adding headers).
-fn multi(
-    config: &Config,
-    private: &TokenStream,
-    default_name: &TokenStream,
-    policy: &TokenStream,
     brace: syn::token::Brace,
     body: TokenStream,
 ) -> TokenStream {
     let name = group_name(&config.groups[0], default_name);
-    let groups = config.groups.iter().map(|group| {
-        let name = group_name(group, default_name);
+    // One `static` per group's limits and one for the groups: a `static`'s
+    // value may point to another `static`, not to temporaries.
+    let limit_statics: Vec<Ident> = (0..config.groups.len())
+        .map(|i| Ident::new(&format!("__RL_LIMITS_{i}"), Span::call_site()))
+        .collect();
+    let limit_arrays = config.groups.iter().zip(&limit_statics).map(|(group, ident)| {
         let limits = limits(group, private);
-        let cost = Literal::u64_unsuffixed(group.cost);
-        let reset_on_success = group.reset_on_success;
+        let count = limits.len();
+        quote!(static #ident: [#private::Limit; #count] = [#(#limits),*];)
+    });
+    let groups = config.groups.iter().zip(&limit_statics).map(|(group, limits)| {
+        let name = group_name(group, default_name);
+        let cost = (group.cost != 1).then(|| {
+            let cost = Literal::u64_unsuffixed(group.cost);
+            quote!(.with_cost(#cost))
+        });
+        let reset = group.reset_on_success.then(|| quote!(.reset_on_success()));
         quote! {
-            #private::Group {
-                name: #name,
-                limits: &[#(#limits),*],
-                cost: #cost,
-                reset_on_success: #reset_on_success,
-            }
+            #private::GroupSpec::new(#name, &#limits)#cost #reset
         }
     });
+    let group_count = config.groups.len();
     let keys = config.groups.iter().map(key);
+    // The user's expressions keep their spans, so type errors land on them.
     let limiter = match &config.limiter {
         Some(limiter) => {
             let (expr, span) = (&limiter.value, limiter.span);
@@ -274,14 +240,18 @@ fn multi(
         }
         None => quote!(let __rl_limiter = #private::global();),
     };
+    let policy = policy(config, private);
+    let counting = config
+        .counting
+        .as_ref()
+        .map(|_| quote!(.with_counting(#private::Counting::Settled)));
     let refused = refused(config, private);
     let check = quote! {
-        static __RL_SPEC: #private::MultiSpec = #private::MultiSpec {
-            name: #name,
-            groups: &[#(#groups),*],
-            policy: #policy,
-        };
-        let __rl_check = #private::check_groups(&__RL_SPEC, __rl_limiter, &[#(#keys),*]);
+        #(#limit_arrays)*
+        static __RL_GROUPS: [#private::GroupSpec; #group_count] = [#(#groups),*];
+        static __RL_SPEC: #private::CallSpec =
+            #private::CallSpec::new(#name, &__RL_GROUPS)#policy #counting;
+        let __rl_call = #private::call(&__RL_SPEC, __rl_limiter, &[#(#keys),*]);
     };
 
     if !config.wraps_body() {
@@ -289,7 +259,7 @@ fn multi(
             {
                 #limiter
                 #check
-                match __rl_check.await {
+                match __rl_call.await {
                     #private::core::result::Result::Ok(_) => {}
                     #private::core::result::Result::Err(__rl_rejection) => #refused
                 }
@@ -352,7 +322,7 @@ fn multi(
         #limiter
         let __rl_permit = {
             #check
-            match __rl_check.await {
+            match __rl_call.await {
                 #private::core::result::Result::Ok(__rl_permit) => __rl_permit,
                 #private::core::result::Result::Err(__rl_rejection) => #refused
             }
@@ -416,13 +386,16 @@ mod tests {
             pub async fn f(user: User) -> Result<u8, E> {
                 #![allow(unused)]
                 {
-                    static __RL_SPEC: ::rl_core::__private::Spec = ::rl_core::__private::Spec {
-                        name: ::rl_core::__private::core::concat!(::rl_core::__private::core::module_path!(), "::", "f"),
-                        limits: &[::rl_core::__private::limit(5, 60000000, ::rl_core::__private::Algorithm::TokenBucket, 8, 10)],
-                        cost: 2,
-                        policy: ::rl_core::__private::core::option::Option::None,
-                    };
-                    match ::rl_core::__private::check(&__RL_SPEC, ::rl_core::__private::global(), &(user.id)).await {
+                    let __rl_limiter = ::rl_core::__private::global();
+                    static __RL_SPEC: ::rl_core::__private::CallSpec = ::rl_core::__private::CallSpec::new(
+                        ::rl_core::__private::core::concat!(::rl_core::__private::core::module_path!(), "::", "f"),
+                        &[::rl_core::__private::GroupSpec::new(
+                            ::rl_core::__private::core::concat!(::rl_core::__private::core::module_path!(), "::", "f"),
+                            &[::rl_core::__private::Limit::from_parts_const(5, 60000000, ::rl_core::__private::Algorithm::TokenBucket, 8, 10)]
+                        ).with_cost(2)],
+                    );
+                    let __rl_call = ::rl_core::__private::call(&__RL_SPEC, __rl_limiter, &[&(user.id)]);
+                    match __rl_call.await {
                         ::rl_core::__private::core::result::Result::Ok(_) => {}
                         ::rl_core::__private::core::result::Result::Err(__rl_rejection) => {
                             return ::rl_core::__private::core::result::Result::Err(
@@ -455,17 +428,20 @@ mod tests {
                 }
             ),
         );
-        assert!(code.contains(r#"name : "sms""#), "{code}");
+        assert!(code.contains(r#"CallSpec :: new ("sms" ,"#), "{code}");
         assert!(
-            code.contains("my :: rl :: __private :: AsLimiter :: as_limiter (& (self . limiter))"),
+            code.contains(
+                "let __rl_limiter = & (self . limiter) ; let __rl_limiter = my :: rl :: __private :: core :: result \
+                 :: Result :: Ok (my :: rl :: __private :: AsLimiter :: as_limiter (__rl_limiter))"
+            ),
             "{code}"
         );
         assert!(
-            code.contains("Some (my :: rl :: __private :: FailurePolicy :: FailClosed)"),
+            code.contains(". with_policy (my :: rl :: __private :: FailurePolicy :: FailClosed)"),
             "{code}"
         );
         assert!(
-            code.contains("& \"\")"),
+            code.contains("& [& \"\"])"),
             "no key: the empty identity; {code}"
         );
         assert!(!code.contains("rl_core"), "{code}");
@@ -485,7 +461,7 @@ mod tests {
     }
 
     #[test]
-    fn several_limits_on_one_key_keep_the_simple_expansion() {
+    fn several_limits_on_one_key_are_one_group_before_the_unchanged_body() {
         let code = expand(
             quote!(
                 limits = ["1/1m", "5/1h"],
@@ -498,15 +474,15 @@ mod tests {
                 }
             ),
         );
-        assert!(code.contains(":: Spec {"), "{code}");
         assert!(
             code.contains(
-                "limits : & [:: rl_core :: __private :: limit (1 , 60000000 , :: rl_core :: __private :: Algorithm :: \
-                 SlidingLog , 1 , 10) , :: rl_core :: __private :: limit (5 , 3600000000 , :: rl_core :: __private \
-                 :: Algorithm :: SlidingLog , 5 , 10)]"
+                "& [:: rl_core :: __private :: Limit :: from_parts_const (1 , 60000000 , :: rl_core :: __private :: \
+                 Algorithm :: SlidingLog , 1 , 10) , :: rl_core :: __private :: Limit :: from_parts_const (5 , \
+                 3600000000 , :: rl_core :: __private :: Algorithm :: SlidingLog , 5 , 10)])]"
             ),
-            "{code}"
+            "one group with both limits: {code}"
         );
+        assert!(code.ends_with("} Ok (()) }"), "the body follows unchanged: {code}");
     }
 
     #[test]
@@ -532,26 +508,21 @@ mod tests {
                     let __rl_limiter = ::rl_core::__private::core::result::Result::Ok(
                         ::rl_core::__private::AsLimiter::as_limiter(__rl_limiter)
                     );
-                    static __RL_SPEC: ::rl_core::__private::MultiSpec = ::rl_core::__private::MultiSpec {
-                        name: "sms",
-                        groups: &[
-                            ::rl_core::__private::Group {
-                                name: "sms",
-                                limits: &[::rl_core::__private::limit(1, 60000000, ::rl_core::__private::Algorithm::Gcra, 1, 10)],
-                                cost: 1,
-                                reset_on_success: false,
-                            },
-                            ::rl_core::__private::Group {
-                                name: "sms_ip",
-                                limits: &[::rl_core::__private::limit(20, 3600000000, ::rl_core::__private::Algorithm::Gcra, 20, 10)],
-                                cost: 2,
-                                reset_on_success: false,
-                            }
+                    static __RL_SPEC: ::rl_core::__private::CallSpec = ::rl_core::__private::CallSpec::new(
+                        "sms",
+                        &[
+                            ::rl_core::__private::GroupSpec::new(
+                                "sms",
+                                &[::rl_core::__private::Limit::from_parts_const(1, 60000000, ::rl_core::__private::Algorithm::Gcra, 1, 10)]
+                            ),
+                            ::rl_core::__private::GroupSpec::new(
+                                "sms_ip",
+                                &[::rl_core::__private::Limit::from_parts_const(20, 3600000000, ::rl_core::__private::Algorithm::Gcra, 20, 10)]
+                            ).with_cost(2)
                         ],
-                        policy: ::rl_core::__private::core::option::Option::None,
-                    };
-                    let __rl_check = ::rl_core::__private::check_groups(&__RL_SPEC, __rl_limiter, &[&(phone), &(ip)]);
-                    match __rl_check.await {
+                    );
+                    let __rl_call = ::rl_core::__private::call(&__RL_SPEC, __rl_limiter, &[&(phone), &(ip)]);
+                    match __rl_call.await {
                         ::rl_core::__private::core::result::Result::Ok(_) => {}
                         ::rl_core::__private::core::result::Result::Err(__rl_rejection) => {
                             fn __rl_on_reject<__RlOut, __RlOnReject>(
@@ -610,7 +581,11 @@ mod tests {
             __rl_out
         };
         assert!(code.ends_with(&format!("{expected_tail} }}")), "{code}");
-        assert!(code.contains("reset_on_success : true"), "{code}");
+        assert!(code.contains(". reset_on_success ()] ,)"), "{code}");
+        assert!(
+            code.contains(". with_counting (:: rl_core :: __private :: Counting :: Settled) ;"),
+            "{code}"
+        );
         assert!(
             code.contains(
                 "let __rl_limiter = :: rl_core :: __private :: global () ; let __rl_permit = { static __RL_SPEC"

@@ -5,12 +5,13 @@
 //! The macro is split the way `tracing-attributes` and `tokio-macros` are:
 //! this file converts to `proc_macro2` and dispatches, `attr` parses,
 //! `validate` checks arguments against each other and against the function,
-//! `expand` only generates, and `duration` reads duration strings.
+//! and `expand` only generates. The limit grammar (algorithm names,
+//! durations, rates and every numeric bound) is `rl-grammar`'s, shared with
+//! `rl-core`.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod attr;
-mod duration;
 mod expand;
 mod validate;
 

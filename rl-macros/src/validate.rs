@@ -1,8 +1,9 @@
 //! Validation after parsing: the function's shape and every rule that
 //! relates two arguments, each reported at the span parsing stored.
 //!
-//! The limit rules are those of `rl_core::Limit` (its const constructor
-//! panics on anything this module lets through, so the two must agree) plus
+//! The limit rules are `rl_grammar::problems`, the ones `rl_core::Limit`
+//! checks (its const constructor fails compilation on anything this module
+//! lets through), reported here at the argument that breaks them, plus
 //! `Limit::check_cost`, which the limiter would otherwise only apply at run
 //! time. They apply to every limit of every group: the function's own and
 //! each `also(...)`.
@@ -17,15 +18,7 @@ use syn::{
 
 use crate::attr::{Algorithm, Arg, Args, Count, GroupArgs, OnError, Rate};
 
-/// Bound on capacity × period in µs, as in rl-core: absolute times (≈ 2^50.6
-/// µs) plus this stay below 2^53, exact in Lua's doubles.
-const EXACT_LIMIT: u64 = 1 << 52;
-
-/// Mirror of `rl_core::Limit::SLIDING_LOG_CAP`.
-const SLIDING_LOG_CAP: u64 = 10_000;
-
-/// Mirror of `rl_core::Limit::DEFAULT_SLOTS`.
-const DEFAULT_SLOTS: u64 = 10;
+use rl_grammar::{DEFAULT_SLOTS, Problem};
 
 /// Everything expansion needs, defaults filled in and all rules checked.
 pub(crate) struct Config {
@@ -51,15 +44,6 @@ pub(crate) struct Config {
 }
 
 impl Config {
-    /// Whether the call needs `MultiSpec` and `check_groups`: anything
-    /// beyond limits on one key that are simply consumed.
-    pub(crate) fn is_multi(&self) -> bool {
-        self.groups.len() > 1
-            || self.counting.is_some()
-            || self.on_reject.is_some()
-            || self.headers.is_some()
-    }
-
     /// Whether the body's result is needed as a value before returning it.
     pub(crate) fn wraps_body(&self) -> bool {
         self.counting.is_some() || self.headers.is_some()
@@ -430,52 +414,28 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
             Source::Text(rate) => (rate.span, rate.span),
         };
 
-        if algorithm == Algorithm::SlidingWindow && !period_us.is_multiple_of(slots) {
-            let span = match (source, &args.slots) {
-                (Source::Args { .. }, Some(slots)) => slots.span,
-                _ => period_span,
-            };
-            errors.push(
-                span,
-                format!(
-                    "{prefix}a period of {period_us} µs cannot be split into {slots} equal `slots` (sliding_window \
-                     counts per whole microsecond); pick a period or slot count that divides evenly"
-                ),
-            );
-        }
-
-        // The largest value a limit's state reaches, as `rl_core::Limit` computes it.
-        let (capacity_name, capacity_span, size) = match (&args.burst, source) {
-            (Some(b), Source::Args { .. }) if algorithm.uses_burst() && b.value > threshold => {
-                ("burst", b.span, b.value)
+        // Zero values were reported at their argument above.
+        for problem in rl_grammar::problems(threshold, period_us, algorithm, burst, slots) {
+            match problem {
+                Problem::UnevenSlots { .. } => {
+                    let span = match (source, &args.slots) {
+                        (Source::Args { .. }, Some(slots)) => slots.span,
+                        _ => period_span,
+                    };
+                    errors.push(span, format!("{prefix}{problem}"));
+                }
+                Problem::TooLarge { capacity, .. } => {
+                    // The larger of threshold and burst, where it was written.
+                    let span = match (&args.burst, source) {
+                        (Some(b), Source::Args { .. }) if b.value == capacity && capacity > threshold => {
+                            b.span
+                        }
+                        _ => threshold_span,
+                    };
+                    errors.push(span, format!("{prefix}{problem}"));
+                }
+                _ => errors.push(threshold_span, format!("{prefix}{problem}")),
             }
-            (Some(b), Source::Text(_)) if algorithm.uses_burst() && b.value > threshold => {
-                ("burst", threshold_span, b.value)
-            }
-            _ => ("threshold", threshold_span, threshold),
-        };
-        if size
-            .checked_mul(period_us)
-            .is_none_or(|product| product > EXACT_LIMIT)
-        {
-            errors.push(
-                capacity_span,
-                format!(
-                    "{prefix}`{capacity_name}` × `period` = {size} × {period_us} µs exceeds 2^52, too large to \
-                     compute exactly (the Redis backend computes in doubles); pick a shorter period or a smaller \
-                     {capacity_name}"
-                ),
-            );
-        }
-
-        if algorithm == Algorithm::SlidingLog && threshold > SLIDING_LOG_CAP {
-            errors.push(
-                threshold_span,
-                format!(
-                    "{prefix}`sliding_log` stores one entry per admitted call and allows a threshold of at most \
-                     {SLIDING_LOG_CAP}, got {threshold}; use `algorithm = sliding_window` for large thresholds"
-                ),
-            );
         }
 
         let (capacity, capacity_name) = if algorithm.uses_burst() {
@@ -660,7 +620,7 @@ mod tests {
         assert_eq!(group.cost, 1);
         assert!(group.key.is_none() && config.limiter.is_none() && group.name.is_none());
         assert!(config.on_error.is_none() && config.krate.is_none());
-        assert!(!config.is_multi() && !config.wraps_body());
+        assert!(!config.wraps_body());
     }
 
     #[test]
@@ -752,7 +712,7 @@ mod tests {
             algorithm = sliding_window
         ));
         assert!(
-            message.starts_with("a period of 1001 µs cannot be split into 10 equal `slots`"),
+            message.starts_with("a period of 1001 µs cannot be split into 10 equal slots"),
             "{message}"
         );
         assert!(
@@ -777,7 +737,7 @@ mod tests {
             algorithm = sliding_log
         ));
         assert!(
-            message.contains("use `algorithm = sliding_window`"),
+            message.contains("use the sliding-window counter (`sliding_window`)"),
             "{message}"
         );
         assert!(
@@ -794,11 +754,11 @@ mod tests {
         // A day is 8.64e10 µs and 2^52 ≈ 4.504e15: up to 52 124 per day.
         assert!(
             single(quote!(period = "1d", threshold = 52_125))
-                .starts_with("`threshold` × `period` = 52125 × ")
+                .starts_with("capacity × period = 52125 × ")
         );
         assert!(
             single(quote!(period = "1d", threshold = 1, burst = 52_125))
-                .starts_with("`burst` × `period` = 52125 × ")
+                .starts_with("capacity × period = 52125 × ")
         );
         assert!(
             check(
@@ -898,8 +858,8 @@ mod tests {
                 .all(|l| l.algorithm == Algorithm::SlidingWindow && l.slots == 6)
         );
         assert!(
-            !config.is_multi(),
-            "several limits on one key keep the simple expansion"
+            config.groups.len() == 1 && !config.wraps_body(),
+            "several limits on one key are one group, and the body runs unchanged"
         );
         let config = ok(
             quote!(limits = ["1/1m", "6/1h"], burst = 3),
@@ -923,11 +883,11 @@ mod tests {
         ));
         assert!(
             single(quote!(limits = ["1/1m", "104250/1d"]))
-                .starts_with("limit \"104250/1d\": `threshold` × `period` = 104250 × ")
+                .starts_with("limit \"104250/1d\": capacity × period = 104250 × ")
         );
         assert!(
             single(quote!(limits = ["20000/1h"], algorithm = sliding_log))
-                .starts_with("limit \"20000/1h\": `sliding_log` stores one entry")
+                .starts_with("limit \"20000/1h\": a sliding log stores one entry")
         );
         assert!(
             single(quote!(limits = ["7/1001us"], algorithm = sliding_window))
@@ -978,7 +938,7 @@ mod tests {
             ),
             quote!(async fn f() -> Result<(), E>),
         );
-        assert!(config.is_multi() && !config.wraps_body());
+        assert!(!config.wraps_body());
         assert_eq!(config.groups.len(), 3);
         let ip = &config.groups[1];
         assert_eq!(ip.name.as_ref().unwrap().value(), "sms_ip");
@@ -1042,7 +1002,7 @@ mod tests {
             ),
             quote!(async fn f(&self) -> Result<(), E>),
         );
-        assert!(config.is_multi() && config.wraps_body() && !config.borrows_self);
+        assert!(config.wraps_body() && !config.borrows_self);
         assert!(config.groups[0].reset_on_success);
         assert!(matches!(config.counting, Some(Counting::Failures(_))));
 

@@ -1,9 +1,14 @@
-//! A circuit breaker in front of a remote backend: after consecutive
-//! failures, stop calling it for a back-off period and apply the failure
-//! policy at once; then let one probe through and close again on success.
+//! The circuit breaker layer, in front of a remote backend: after
+//! consecutive failures, stop calling it for a back-off period and answer
+//! every operation (acquire, peek, refund, reset) with a failure at once,
+//! for the failure policy to handle; then let one probe through and close
+//! again on success.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use super::{Answer, Call, Layer, Source};
+use crate::model::error::{BackendError, Error};
 
 /// Settings of the circuit breaker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +59,7 @@ pub(crate) enum Permission {
     Skip,
 }
 
+/// The breaker of one limiter.
 #[derive(Debug)]
 pub(crate) struct Breaker {
     config: BreakerConfig,
@@ -129,6 +135,34 @@ impl Breaker {
     pub(crate) fn is_open(&self) -> bool {
         let until = self.open_until.load(Ordering::Acquire);
         until != 0 && self.now() < until
+    }
+}
+
+impl Layer for Breaker {
+    fn before(&self, call: &mut Call<'_>) -> Option<Answer> {
+        let permission = self.permission();
+        if permission == Permission::Skip {
+            return Some(Answer::Failed(Error::Backend(BackendError::CircuitOpen)));
+        }
+        call.notes.breaker = Some(permission);
+        None
+    }
+
+    fn after(&self, call: &mut Call<'_>, answer: &mut Answer) {
+        let Some(permission) = call.notes.breaker else {
+            return;
+        };
+        match answer {
+            Answer::Failed(Error::Backend(_)) => self.failure(permission),
+            Answer::Decided {
+                source: Source::Backend,
+                ..
+            }
+            | Answer::Applied {
+                source: Source::Backend,
+            } => self.success(permission),
+            _ => {}
+        }
     }
 }
 

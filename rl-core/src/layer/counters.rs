@@ -1,11 +1,10 @@
-//! `rl_decisions_total{limit, outcome}`, counted without rebuilding the
-//! metric key on every decision.
+//! `rl_decisions_total{limit, outcome, source}`, counted without rebuilding
+//! the metric key on every decision.
 //!
-//! `metrics::counter!` with a runtime label allocates the label vector and
-//! hashes the key on each call (about a third of an in-memory
-//! `Limiter::check`). The key depends only on the limit's name and the
-//! outcome, both `&'static str`, so each thread keeps the keys it built in
-//! a small direct-mapped table indexed by the strings' addresses. The
+//! `metrics::counter!` with runtime labels allocates the label vector and
+//! hashes the key on each call (about a third of an in-memory decision).
+//! The key depends only on the call's name, the outcome and the source, so
+//! each thread keeps the keys it built in a small direct-mapped table. The
 //! recorder is still asked for the counter on every call, so installing or
 //! replacing a recorder (global or local) takes effect at once.
 
@@ -20,9 +19,11 @@ static METADATA: Metadata<'static> =
     Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
 
 struct Slot {
-    name: *const u8,
-    name_len: usize,
-    outcome: *const u8,
+    outcome: &'static str,
+    source: &'static str,
+    /// The name, compared by content: a name's string may be freed and
+    /// another allocated at its address.
+    name: Box<str>,
     key: Key,
 }
 
@@ -30,40 +31,50 @@ thread_local! {
     static KEYS: RefCell<[Option<Slot>; SLOTS]> = const { RefCell::new([const { None }; SLOTS]) };
 }
 
-/// Adds one to `rl_decisions_total{limit = name, outcome = outcome}`.
-pub(crate) fn decision(name: &'static str, outcome: &'static str) {
-    let index = ((name.as_ptr() as usize >> 3) ^ (outcome.as_ptr() as usize >> 3) ^ name.len())
+/// Adds one to `rl_decisions_total{limit = name, outcome, source}`.
+pub(crate) fn decision(name: &str, outcome: &'static str, source: &'static str) {
+    let index = ((name.as_ptr() as usize >> 3)
+        ^ (outcome.as_ptr() as usize >> 3)
+        ^ (source.as_ptr() as usize >> 2)
+        ^ name.len())
         & (SLOTS - 1);
     let counted = KEYS.try_with(|keys| {
-        let mut keys = keys.borrow_mut();
+        let Ok(mut keys) = keys.try_borrow_mut() else {
+            return false;
+        };
         let slot = &mut keys[index];
         let hit = slot.as_ref().is_some_and(|s| {
-            s.name == name.as_ptr() && s.name_len == name.len() && s.outcome == outcome.as_ptr()
+            std::ptr::eq(s.outcome, outcome) && std::ptr::eq(s.source, source) && *s.name == *name
         });
         if !hit {
             *slot = Some(Slot {
-                name: name.as_ptr(),
-                name_len: name.len(),
-                outcome: outcome.as_ptr(),
-                key: key(name, outcome),
+                outcome,
+                source,
+                name: name.into(),
+                key: key(name, outcome, source),
             });
         }
         let key = &slot.as_ref().expect("filled above").key;
         metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA)).increment(1);
+        true
     });
-    if counted.is_err() {
-        // Thread-local storage is being torn down: count the slow way.
+    if counted != Ok(true) {
+        // Thread-local storage is being torn down (or in use): the slow way.
         metrics::with_recorder(|recorder| {
-            recorder.register_counter(&key(name, outcome), &METADATA)
+            recorder.register_counter(&key(name, outcome, source), &METADATA)
         })
         .increment(1);
     }
 }
 
-fn key(name: &'static str, outcome: &'static str) -> Key {
+fn key(name: &str, outcome: &'static str, source: &'static str) -> Key {
     Key::from_parts(
         "rl_decisions_total",
-        vec![Label::new("limit", name), Label::new("outcome", outcome)],
+        vec![
+            Label::new("limit", name.to_owned()),
+            Label::new("outcome", outcome),
+            Label::new("source", source),
+        ],
     )
 }
 
@@ -122,20 +133,20 @@ mod tests {
     fn counts_land_under_the_same_key_as_the_counter_macro_and_follow_the_recorder() {
         let first = Seen::default();
         metrics::with_local_recorder(&first, || {
-            decision("sms", "allowed");
-            decision("sms", "allowed");
-            decision("login", "rejected");
+            decision("sms", "allowed", "backend");
+            decision(&String::from("sms"), "allowed", "backend");
+            decision("login", "rejected", "cache");
             let name = "sms";
-            metrics::counter!("rl_decisions_total", "limit" => name, "outcome" => "allowed")
+            metrics::counter!("rl_decisions_total", "limit" => name, "outcome" => "allowed", "source" => "backend")
                 .increment(1);
         });
         let second = Seen::default();
-        metrics::with_local_recorder(&second, || decision("sms", "allowed"));
+        metrics::with_local_recorder(&second, || decision("sms", "allowed", "backend"));
         let first = first.0.lock().unwrap();
-        assert_eq!(first.get(&key("sms", "allowed")), Some(&3));
-        assert_eq!(first.get(&key("login", "rejected")), Some(&1));
+        assert_eq!(first.get(&key("sms", "allowed", "backend")), Some(&3));
+        assert_eq!(first.get(&key("login", "rejected", "cache")), Some(&1));
         assert_eq!(
-            second.0.lock().unwrap().get(&key("sms", "allowed")),
+            second.0.lock().unwrap().get(&key("sms", "allowed", "backend")),
             Some(&1)
         );
     }

@@ -8,9 +8,9 @@
 //!        ▼                                                        │
 //!   observe       counts every outcome (rl_decisions_total), logs refusals
 //!   validate      refuses a batch that could never be decided, for every store
+//!   failure       applies the failure policy when the layers below fail
+//!   deny_cache    answers a remembered refusal in process     (remote by default)
 //!   shadow        turns a refusal of a name in shadow mode into an admission
-//!   failure       applies the failure policy when the store cannot answer
-//!   deny_cache    answers a remembered refusal in process     (remote only)
 //!   breaker       fails fast while the backend keeps failing  (remote only)
 //!   publish       tells the backend each name's limits        (remote only)
 //!        │                                                        ▲
@@ -22,9 +22,18 @@
 //! (a cached refusal, an open circuit) or the store does; the answer then
 //! comes back up through [`Layer::after`] of every layer it passed. The
 //! limiter's builder decides which layers are present: a memory store has
-//! no breaker, deny cache or publisher.
+//! no breaker or publisher, and no deny cache unless asked for.
+//!
+//! Why this order: observing outermost sees every outcome, including a
+//! cached refusal and what the failure policy made of an error; the policy
+//! sits above everything that can fail (an open breaker is a failure too)
+//! and below validation (a batch that can never be decided is not an
+//! outage); shadow mode sits below the deny cache, so a shadowed refusal is
+//! never remembered; publishing sits next to the store, so it runs only
+//! after the backend answered.
 
 pub(crate) mod breaker;
+mod counters;
 pub(crate) mod deny_cache;
 pub(crate) mod failure;
 pub(crate) mod observe;
@@ -78,6 +87,14 @@ pub(crate) enum Answer {
         decisions: Decisions,
         source: Source,
     },
+    /// Refused, known by its binding refusal only (a remembered refusal:
+    /// the other targets were not decided).
+    Refused {
+        /// The refused target.
+        index: usize,
+        decision: crate::model::decision::Decision,
+        source: Source,
+    },
     /// A refund or reset was applied.
     Applied { source: Source },
     /// A refusal of a name in shadow mode: not enforced.
@@ -113,7 +130,6 @@ pub(crate) struct Notes {
 }
 
 /// One operation on one batch, as the layers see it.
-#[derive(Debug)]
 pub(crate) struct Call<'a> {
     pub(crate) op: Op<'a>,
     pub(crate) targets: &'a [Target<'a>],
@@ -124,9 +140,24 @@ pub(crate) struct Call<'a> {
     /// Only the in-process fallback is involved (settling a call that the
     /// fallback admitted): the failure layer answers it.
     pub(crate) local_only: bool,
+    /// The caller wants every target's decision (a raw `acquire_all`), not
+    /// just an admission: no layer may answer with the binding refusal only.
+    pub(crate) every_decision: bool,
     pub(crate) notes: Notes,
     /// Work to finish before the call returns (publishing limits).
     pub(crate) follow_up: Option<BoxFuture<'static, ()>>,
+}
+
+impl std::fmt::Debug for Call<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Call")
+            .field("op", &self.op)
+            .field("name", &self.name)
+            .field("targets", &self.targets)
+            .field("policy", &self.policy)
+            .field("notes", &self.notes)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<'a> Call<'a> {
@@ -142,6 +173,7 @@ impl<'a> Call<'a> {
             name,
             policy,
             local_only: false,
+            every_decision: false,
             notes: Notes::default(),
             follow_up: None,
         }
@@ -165,6 +197,20 @@ pub(crate) trait Layer: Send + Sync + Debug {
     /// changed at run time: drop what depended on them.
     fn changed(&self, name: &str) {
         let _ = name;
+    }
+}
+
+impl<T: Layer> Layer for std::sync::Arc<T> {
+    fn before(&self, call: &mut Call<'_>) -> Option<Answer> {
+        (**self).before(call)
+    }
+
+    fn after(&self, call: &mut Call<'_>, answer: &mut Answer) {
+        (**self).after(call, answer)
+    }
+
+    fn changed(&self, name: &str) {
+        (**self).changed(name)
     }
 }
 

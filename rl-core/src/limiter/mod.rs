@@ -1,37 +1,41 @@
-//! The limiter: a backend, a key prefix and a failure policy, usually
-//! installed once per process as the global limiter the macro uses.
+//! The limiter: a thin façade over a [`Pipeline`] (a store and the layers
+//! around it) and a [`Registry`] of runtime overrides. It turns what callers
+//! hold (a [`CallSpec`] and identities, or [`Request`]s) into a batch of
+//! targets, runs it down the pipeline, and turns the answer into a
+//! [`Permit`], an [`Admission`], a [`Rejection`] or decisions. It decides
+//! nothing itself.
 
-use std::collections::HashMap;
+pub(crate) mod builder;
+pub(crate) mod call;
+pub(crate) mod registry;
+pub(crate) mod resolve;
+
+use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 
-use parking_lot::RwLock;
-use std::time::Instant;
+use smallvec::SmallVec;
 
-use crate::backend::{Backend, Request};
-use crate::breaker::{Breaker, BreakerConfig, Permission};
-use crate::clock::{Clock, SystemClock};
-use crate::decision::{Decision, Decisions};
-use crate::deny_cache::DenyCache;
-use crate::error::{BackendError, Error, LimitError};
-use crate::key::{Key, valid_prefix};
-use crate::limit::Limit;
-use crate::mask::Masked;
-use crate::memory::MemoryBackend;
-use crate::policy::FailurePolicy;
-use crate::rejection::Rejection;
+use crate::layer::breaker::Breaker;
+use crate::layer::{Answer, Call, Pipeline, Source};
+use crate::model::decision::{Decision, Decisions};
+use crate::model::error::{Error, LimitError};
+use crate::model::key::{Identity, Key};
+use crate::model::limit::Limit;
+use crate::model::policy::FailurePolicy;
+use crate::model::rejection::Rejection;
+use crate::store::backend::Request;
+use crate::store::target::{KeyRef, Op, Target};
+use builder::LimiterBuilder;
+use call::{Admission, CallFuture, CallSpec, Counting, Permit, Settle};
+use registry::{Registry, Settings};
+use resolve::Resolved;
 
 static GLOBAL: OnceLock<Limiter> = OnceLock::new();
 
-/// A limit name and its limits in one call.
-type NamedLimits<'a> = (&'a str, smallvec::SmallVec<[Limit; 4]>);
-
-enum Store {
-    Memory(MemoryBackend),
-    Remote(Arc<dyn Backend>),
-}
+static NEXT_LIMITER: AtomicU64 = AtomicU64::new(1);
 
 /// Decides calls against limits; see the crate docs for the tour.
 ///
@@ -50,70 +54,22 @@ enum Store {
 /// # });
 /// ```
 pub struct Limiter {
-    store: Store,
+    /// Tells this limiter's cached resolutions from another's.
+    pub(crate) id: u64,
     prefix: Box<str>,
     policy: FailurePolicy,
-    /// In-process limiter for [`FailurePolicy::Local`].
-    fallback: MemoryBackend,
-    /// Limits set at runtime by name, replacing the compiled-in ones.
-    overrides: RwLock<HashMap<Box<str>, Arc<[Limit]>>>,
-    /// Whether `overrides` holds anything (skips the lock on the hot path).
-    any_override: AtomicBool,
-    /// Failure policies set at runtime by name, over the macro's and the limiter's.
-    policies: RwLock<HashMap<Box<str>, FailurePolicy>>,
-    any_policy: AtomicBool,
-    /// Names in shadow mode: decided and logged, never refused.
-    shadowed: RwLock<std::collections::HashSet<Box<str>>>,
-    any_shadow: AtomicBool,
-    breaker: Breaker,
-    /// When each limit name was last published to a remote backend.
-    published: parking_lot::Mutex<HashMap<Box<str>, Instant>>,
-    /// Refusals remembered locally (see [`Limiter::set_deny_cache`]).
-    deny_cache: DenyCache,
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) pipeline: Pipeline,
+    breaker: Option<Arc<Breaker>>,
 }
 
 impl fmt::Debug for Limiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let backend: &dyn fmt::Debug = match &self.store {
-            Store::Memory(memory) => memory,
-            Store::Remote(remote) => remote,
-        };
         f.debug_struct("Limiter")
-            .field("backend", backend)
+            .field("store", &self.pipeline.store)
             .field("prefix", &self.prefix)
             .field("policy", &self.policy)
             .finish_non_exhaustive()
-    }
-}
-
-/// How a call got through [`Limiter::check`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Admission {
-    /// The backend allowed it.
-    Backend(Decisions),
-    /// The backend failed and the in-process fallback allowed it.
-    Local {
-        /// The fallback's decisions.
-        decisions: Decisions,
-        /// The share the fallback divided the limits by.
-        share: u64,
-    },
-    /// The backend failed and the policy let the call through.
-    FailedOpen,
-    /// Over the limit, but the limit is in shadow mode: nothing was consumed.
-    Shadowed(Decisions),
-}
-
-impl Admission {
-    /// The decisions behind the admission, when there were any.
-    pub fn decisions(&self) -> Option<&Decisions> {
-        match self {
-            Admission::Backend(d)
-            | Admission::Local { decisions: d, .. }
-            | Admission::Shadowed(d) => Some(d),
-            Admission::FailedOpen => None,
-        }
     }
 }
 
@@ -133,7 +89,7 @@ impl Limiter {
         &self.prefix
     }
 
-    /// The failure policy applied by [`Limiter::check`].
+    /// The limiter's default failure policy.
     pub fn policy(&self) -> FailurePolicy {
         self.policy
     }
@@ -142,6 +98,353 @@ impl Limiter {
     pub fn key(&self, scope: &str, identity: &dyn fmt::Display) -> Key {
         Key::from_display(&self.prefix, scope, identity)
     }
+
+    /// Whether the circuit breaker currently skips the backend.
+    pub fn circuit_open(&self) -> bool {
+        self.breaker.as_ref().is_some_and(|b| b.is_open())
+    }
+
+    // ---- the call API ----
+
+    /// Decides one call of `spec`, whose group `i` has identity
+    /// `identities[i]` (its `Display` form): every limit of every group in
+    /// one round trip, all-or-nothing, through every layer. An admitted
+    /// call gets a [`Permit`]; a refused one a [`Rejection`] (over the limit,
+    /// or the limiter could not decide and the failure policy refuses).
+    ///
+    /// On the in-memory store the decision is made before this returns
+    /// (the future is ready: [`CallFuture::now`] takes it without polling).
+    ///
+    /// ```
+    /// use rl_core::{CallSpec, GroupSpec, Limit, Limiter};
+    /// let limiter = Limiter::builder().memory().build().unwrap();
+    /// let sms = CallSpec::owned("sms", vec![
+    ///     GroupSpec::owned("sms_phone", vec![Limit::per_minute(1).unwrap(), Limit::per_hour(5).unwrap()]),
+    ///     GroupSpec::owned("sms_ip", vec![Limit::per_hour(20).unwrap()]),
+    /// ]);
+    /// let phone = "+33612345678";
+    /// let ip = std::net::Ipv4Addr::new(192, 0, 2, 7);
+    /// assert!(limiter.call(&sms, &[&phone, &ip]).now().unwrap().is_ok());
+    /// let refused = limiter.call(&sms, &[&phone, &ip]).now().unwrap().unwrap_err();
+    /// assert_eq!(refused.name(), "sms_phone"); // the group that refused
+    /// ```
+    pub fn call<'l>(
+        &'l self,
+        spec: &'l CallSpec,
+        identities: &[&dyn fmt::Display],
+    ) -> CallFuture<'l> {
+        if identities.len() != spec.groups().len() {
+            let error = LimitError::BadCall(format!(
+                "call `{}` has {} group(s) but was given {} identities",
+                spec.name(),
+                spec.groups().len(),
+                identities.len()
+            ));
+            tracing::error!(call = spec.name(), %error, "rate limit misconfigured");
+            return CallFuture::ready(Err(Rejection::unavailable(
+                spec.name_cow().clone(),
+                Error::Limit(error),
+            )));
+        }
+        let identities: SmallVec<[Identity; 2]> =
+            identities.iter().map(|i| Identity::render(*i)).collect();
+        resolve::with(self, spec, |resolved| {
+            if let Some(problem) = &resolved.problem {
+                tracing::error!(call = spec.name(), error = %problem, "rate limit misconfigured");
+                return CallFuture::ready(Err(Rejection::unavailable(
+                    spec.name_cow().clone(),
+                    Error::Limit(problem.clone()),
+                )));
+            }
+            if !self.pipeline.store.is_remote() {
+                let targets = resolved.targets(&identities);
+                let mut call = Call::new(Op::Acquire, &targets, spec.name(), resolved.policy);
+                let answer = self
+                    .pipeline
+                    .run_now(&mut call)
+                    .expect("a memory store answers now");
+                return CallFuture::ready(self.permit(spec, resolved, &identities, &targets, answer));
+            }
+            let resolved = resolved.clone();
+            CallFuture::remote(async move {
+                let targets = resolved.targets(&identities);
+                let mut call = Call::new(Op::Acquire, &targets, spec.name(), resolved.policy);
+                let answer = self.pipeline.run(&mut call).await;
+                self.permit(spec, &resolved, &identities, &targets, answer)
+            })
+        })
+    }
+
+    /// The permit (or rejection) of a call of `spec` that got `answer`.
+    fn permit<'l>(
+        &'l self,
+        spec: &'l CallSpec,
+        resolved: &Arc<Resolved>,
+        identities: &[Identity],
+        targets: &[Target<'_>],
+        answer: Answer,
+    ) -> Result<Permit<'l>, Rejection> {
+        let name_of = |index: usize| {
+            resolved
+                .target_origin(index)
+                .map_or(spec.name_cow(), |(group, _)| spec.groups()[group].name_cow())
+                .clone()
+        };
+        let admission = admit(
+            || spec.name_cow().clone(),
+            targets,
+            answer,
+            resolved.policy,
+            name_of,
+        )?;
+        let binding = admission
+            .decisions()
+            .and_then(|d| resolved.target_origin(d.binding_index()));
+        let settle = (spec.counting() == Counting::Settled).then(|| {
+            Box::new(Settle {
+                resolved: resolved.clone(),
+                identities: identities.iter().cloned().collect(),
+            })
+        });
+        Ok(Permit {
+            limiter: self,
+            spec,
+            admission,
+            binding,
+            settle,
+        })
+    }
+
+    /// Gives back what a settled call took, or resets its identities: each
+    /// group by its `reset_on_success`, or all of them as `force` says
+    /// (`Some(true)`: reset, `Some(false)`: refund).
+    pub(crate) async fn settle(
+        &self,
+        spec: &CallSpec,
+        settle: &Settle,
+        admission: &Admission,
+        force: Option<bool>,
+    ) {
+        let resolved = &settle.resolved;
+        let mut offset = 0;
+        for group in &resolved.groups {
+            let targets =
+                resolved.targets_of(&settle.identities, |g| std::ptr::eq(g, group));
+            let range = offset..offset + targets.len();
+            offset = range.end;
+            let result = if force.unwrap_or(group.reset_on_success) {
+                self.reset_targets(spec.name(), &targets, admission, resolved.policy)
+                    .await
+            } else {
+                self.refund_targets(spec.name(), &targets, admission, range, resolved.policy)
+                    .await
+            };
+            if let Err(error) = result {
+                tracing::warn!(limit = &*group.name, %error, "rate limit refund or reset failed");
+            }
+        }
+    }
+
+    /// Gives back what `admission` took from `targets` (decisions `range`
+    /// of the admission): from the backend, or from the in-process fallback
+    /// for a call it admitted (never asking a backend that just failed).
+    async fn refund_targets(
+        &self,
+        name: &str,
+        targets: &[Target<'_>],
+        admission: &Admission,
+        range: std::ops::Range<usize>,
+        policy: FailurePolicy,
+    ) -> Result<(), Error> {
+        let (decisions, local) = match admission {
+            Admission::Backend(d) => (d, None),
+            Admission::Local { decisions, share } => (decisions, Some(*share)),
+            Admission::FailedOpen | Admission::Shadowed(_) => return Ok(()),
+        };
+        let decisions = decisions.as_slice().get(range).unwrap_or_default();
+        let mut times: SmallVec<[u64; 2]> = decisions.iter().map(|d| d.at_micros).collect();
+        times.sort_unstable();
+        times.dedup();
+        for at in times {
+            let group: SmallVec<[Target<'_>; 4]> = targets
+                .iter()
+                .zip(decisions)
+                .filter(|(_, d)| d.at_micros == at)
+                .map(|(t, _)| *t)
+                .collect();
+            let policy = local.map_or(policy, |share| FailurePolicy::Local { share });
+            let mut call = Call::new(Op::Refund(at), &group, name, policy);
+            call.local_only = local.is_some();
+            applied(self.pipeline.run(&mut call).await)?;
+        }
+        Ok(())
+    }
+
+    /// Forgets `targets`' state in process and, unless the backend just
+    /// failed this call (the admission did not come from it), in the backend.
+    async fn reset_targets(
+        &self,
+        name: &str,
+        targets: &[Target<'_>],
+        admission: &Admission,
+        policy: FailurePolicy,
+    ) -> Result<(), Error> {
+        let mut local = Call::new(Op::Reset, targets, name, policy);
+        local.local_only = true;
+        applied(self.pipeline.run(&mut local).await)?;
+        if matches!(admission, Admission::Backend(_) | Admission::Shadowed(_)) {
+            let mut call = Call::new(Op::Reset, targets, name, policy);
+            applied(self.pipeline.run(&mut call).await)?;
+        }
+        Ok(())
+    }
+
+    // ---- decisions over requests ----
+
+    /// Decides `requests` (named `name` in metrics, logs and rejections)
+    /// through every layer and applies the failure policy (`policy`
+    /// overrides the limiter's; a runtime [`Limiter::set_policy`] for
+    /// `name` wins over both): the call is admitted, or refused with a
+    /// [`Rejection`]. [`Limiter::call`] does the same from a [`CallSpec`].
+    pub async fn check(
+        &self,
+        name: &str,
+        requests: &[Request<'_>],
+        policy: Option<FailurePolicy>,
+    ) -> Result<Admission, Rejection> {
+        let targets = named_targets(requests, Some(name));
+        let policy = self.policy_for(name, policy);
+        let mut call = Call::new(Op::Acquire, &targets, name, policy);
+        let answer = self.pipeline.run(&mut call).await;
+        let owned = || Cow::Owned(name.to_owned());
+        admit(owned, &targets, answer, policy, |_| owned())
+    }
+
+    /// Decides one limit for one key, consuming `cost` units when allowed.
+    /// Passes every layer; a backend failure is returned as `Err` unless
+    /// the failure policy decides in process.
+    pub async fn acquire(&self, key: &Key, limit: &Limit, cost: u64) -> Result<Decision, Error> {
+        let requests = [Request::new(key, limit, cost)];
+        Ok(*self.acquire_all(&requests).await?.binding())
+    }
+
+    /// Decides several limits together, all-or-nothing, in one round trip,
+    /// and returns every decision (the deny cache, which knows only a
+    /// refusal's binding limit, does not answer these).
+    pub async fn acquire_all(&self, requests: &[Request<'_>]) -> Result<Decisions, Error> {
+        self.decide(Op::Acquire, requests).await
+    }
+
+    /// Like [`Limiter::acquire_all`], idempotent by `request_id`: a retry
+    /// with the same id (e.g. after a timeout whose reply was lost) gets the
+    /// first call's decisions back instead of being charged again. Needs a
+    /// backend that implements [`crate::Backend::acquire_once`] (memory and
+    /// Redis do).
+    pub async fn acquire_all_once(
+        &self,
+        requests: &[Request<'_>],
+        request_id: &str,
+    ) -> Result<Decisions, Error> {
+        self.decide(Op::AcquireOnce(request_id), requests).await
+    }
+
+    /// Evaluates limits without consuming anything.
+    pub async fn peek_all(&self, requests: &[Request<'_>]) -> Result<Decisions, Error> {
+        self.decide(Op::Peek, requests).await
+    }
+
+    /// Gives back what an allowed decision made at `at_micros` consumed.
+    pub async fn refund_all(&self, requests: &[Request<'_>], at_micros: u64) -> Result<(), Error> {
+        self.apply(Op::Refund(at_micros), requests, false).await
+    }
+
+    /// Forgets the state of the given keys and limits in the backend.
+    pub async fn reset_all(&self, requests: &[Request<'_>]) -> Result<(), Error> {
+        self.apply(Op::Reset, requests, false).await
+    }
+
+    /// Forgets the requests' state in the in-process fallback and in the
+    /// backend.
+    pub async fn reset_everywhere(&self, requests: &[Request<'_>]) -> Result<(), Error> {
+        self.apply(Op::Reset, requests, true).await?;
+        self.apply(Op::Reset, requests, false).await
+    }
+
+    /// Gives back what an admission took: from the backend, or from the
+    /// in-process fallback for [`Admission::Local`]; nothing for a
+    /// fail-open or shadowed one. Each decision is refunded at its own time.
+    pub async fn refund_admission(
+        &self,
+        requests: &[Request<'_>],
+        admission: &Admission,
+    ) -> Result<(), Error> {
+        let targets = named_targets(requests, None);
+        let name = targets.first().map_or("", |t| t.name);
+        let policy = self.policy_for(name, None);
+        self.refund_targets(name, &targets, admission, 0..targets.len(), policy)
+            .await
+    }
+
+    /// The current state of `identity` under `name` for each of `limits`,
+    /// without consuming (e.g. an admin page: remaining and reset per limit).
+    /// The key is built before the returned future, which is `Send`.
+    pub fn peek_identity<'a>(
+        &'a self,
+        name: &str,
+        identity: &dyn fmt::Display,
+        limits: &'a [Limit],
+    ) -> impl Future<Output = Result<Decisions, Error>> + Send + 'a {
+        let key = self.key(name, identity);
+        async move {
+            let requests: SmallVec<[Request<'_>; 4]> =
+                limits.iter().map(|l| Request::new(&key, l, 1)).collect();
+            self.peek_all(&requests).await
+        }
+    }
+
+    /// Forgets `identity` under `name` for each of `limits` (e.g. support
+    /// staff unblocking a user), in the backend and in the local fallback.
+    pub fn reset_identity<'a>(
+        &'a self,
+        name: &str,
+        identity: &dyn fmt::Display,
+        limits: &'a [Limit],
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
+        let key = self.key(name, identity);
+        async move {
+            let requests: SmallVec<[Request<'_>; 4]> =
+                limits.iter().map(|l| Request::new(&key, l, 1)).collect();
+            self.reset_everywhere(&requests).await
+        }
+    }
+
+    /// Runs a deciding `op` on `requests`: every decision, or the error.
+    async fn decide(&self, op: Op<'_>, requests: &[Request<'_>]) -> Result<Decisions, Error> {
+        let targets = named_targets(requests, None);
+        let name = targets.first().map_or("", |t| t.name);
+        let mut call = Call::new(op, &targets, name, self.policy_for(name, None));
+        call.every_decision = true;
+        match self.pipeline.run(&mut call).await {
+            Answer::Decided { decisions, .. } | Answer::Shadowed { decisions, .. } => Ok(decisions),
+            Answer::Failed(error) | Answer::FailedOpen(error) | Answer::Unavailable(error) => {
+                Err(error)
+            }
+            Answer::Refused { .. } | Answer::Applied { .. } => Err(Error::Backend(
+                crate::BackendError::protocol("no decision for a deciding operation"),
+            )),
+        }
+    }
+
+    /// Runs a refund or reset on `requests`, in process only when `local`.
+    async fn apply(&self, op: Op<'_>, requests: &[Request<'_>], local: bool) -> Result<(), Error> {
+        let targets = named_targets(requests, None);
+        let name = targets.first().map_or("", |t| t.name);
+        let mut call = Call::new(op, &targets, name, self.policy_for(name, None));
+        call.local_only = local;
+        applied(self.pipeline.run(&mut call).await)
+    }
+
+    // ---- runtime settings, by name ----
 
     /// Replaces, for every later decision, the limits of the function or
     /// group named `name` (its `name = ...` in `#[rate_limit]`, by default
@@ -167,312 +470,43 @@ impl Limiter {
         }
         Limit::check_distinct(&limits)?;
         tracing::info!(limit = name, limits = ?limits.iter().map(ToString::to_string).collect::<Vec<_>>(), "limits changed");
-        self.overrides.write().insert(name.into(), limits.into());
-        self.any_override.store(true, Ordering::Release);
-        self.published.lock().remove(name);
-        self.deny_cache.forget_name(name);
+        let limits: Arc<[Limit]> = limits.into();
+        self.change(name, |s| s.limits = Some(limits));
         Ok(())
     }
 
     /// Goes back to the compiled-in limits of `name`.
     pub fn clear_limits(&self, name: &str) {
-        let mut overrides = self.overrides.write();
-        overrides.remove(name);
-        self.any_override
-            .store(!overrides.is_empty(), Ordering::Release);
-        self.deny_cache.forget_name(name);
-        self.published.lock().remove(name);
+        self.change(name, |s| s.limits = None);
     }
 
     /// The runtime limits of `name`, if set.
     pub fn limits(&self, name: &str) -> Option<Arc<[Limit]>> {
-        if !self.any_override.load(Ordering::Acquire) {
-            return None;
-        }
-        self.overrides.read().get(name).cloned()
+        self.registry.limits(name)
     }
 
-    /// The current state of `identity` under `name` for each of `limits`,
-    /// without consuming (e.g. an admin page: remaining and reset per limit).
-    /// The key is built before the returned future, which is `Send`.
-    pub fn peek_identity<'a>(
-        &'a self,
-        name: &str,
-        identity: &dyn fmt::Display,
-        limits: &'a [Limit],
-    ) -> impl Future<Output = Result<Decisions, Error>> + Send + 'a {
-        let key = self.key(name, identity);
-        async move {
-            let requests: smallvec::SmallVec<[Request<'_>; 4]> =
-                limits.iter().map(|l| Request::new(&key, l, 1)).collect();
-            self.peek_all(&requests).await
-        }
+    /// Sets, at runtime, the failure policy of `name` (a function's limit
+    /// name), over the one given in `#[rate_limit(on_error = ...)]` and the
+    /// limiter's default; `None` removes the override.
+    pub fn set_policy(&self, name: &str, policy: Option<FailurePolicy>) {
+        self.change(name, |s| s.policy = policy);
     }
 
-    /// Forgets `identity` under `name` for each of `limits` (e.g. support
-    /// staff unblocking a user), in the backend and in the local fallback.
-    pub fn reset_identity<'a>(
-        &'a self,
-        name: &str,
-        identity: &dyn fmt::Display,
-        limits: &'a [Limit],
-    ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
-        let key = self.key(name, identity);
-        async move {
-            let requests: smallvec::SmallVec<[Request<'_>; 4]> =
-                limits.iter().map(|l| Request::new(&key, l, 1)).collect();
-            self.reset_everywhere(&requests).await
-        }
+    /// The policy applied to `name`: runtime override, else `given`, else the default.
+    pub fn policy_for(&self, name: &str, given: Option<FailurePolicy>) -> FailurePolicy {
+        self.registry
+            .get(name)
+            .policy
+            .or(given)
+            .unwrap_or(self.policy)
     }
 
-    /// Decides one limit for one key, consuming `cost` units when allowed.
-    /// Backend failures are returned as `Err` (no policy is applied).
-    pub async fn acquire(&self, key: &Key, limit: &Limit, cost: u64) -> Result<Decision, Error> {
-        let requests = [Request::new(key, limit, cost)];
-        Ok(*self.acquire_all(&requests).await?.binding())
-    }
-
-    /// Decides several limits together, all-or-nothing, in one round trip.
-    pub async fn acquire_all(&self, requests: &[Request<'_>]) -> Result<Decisions, Error> {
-        validate(requests)?;
-        match &self.store {
-            Store::Memory(memory) => Ok(memory.acquire_sync(requests)),
-            Store::Remote(backend) => Ok(backend.acquire(requests).await?),
-        }
-    }
-
-    /// Like [`Limiter::acquire_all`], idempotent by `request_id`: a retry
-    /// with the same id (e.g. after a timeout whose reply was lost) gets the
-    /// first call's decisions back instead of being charged again. Needs a
-    /// backend that implements [`Backend::acquire_once`] (memory and Redis do).
-    pub async fn acquire_all_once(
-        &self,
-        requests: &[Request<'_>],
-        request_id: &str,
-    ) -> Result<Decisions, Error> {
-        validate(requests)?;
-        match &self.store {
-            Store::Memory(memory) => Ok(memory.acquire_once_sync(requests, request_id)?),
-            Store::Remote(backend) => Ok(backend.acquire_once(requests, request_id).await?),
-        }
-    }
-
-    /// Evaluates limits without consuming anything.
-    pub async fn peek_all(&self, requests: &[Request<'_>]) -> Result<Decisions, Error> {
-        validate(requests)?;
-        match &self.store {
-            Store::Memory(memory) => Ok(memory.peek_sync(requests)),
-            Store::Remote(backend) => Ok(backend.peek(requests).await?),
-        }
-    }
-
-    /// Gives back what an allowed decision made at `at_micros` consumed.
-    pub async fn refund_all(&self, requests: &[Request<'_>], at_micros: u64) -> Result<(), Error> {
-        validate(requests)?;
-        self.deny_cache.forget(requests);
-        match &self.store {
-            Store::Memory(memory) => memory.refund_sync(requests, at_micros),
-            Store::Remote(backend) => backend.refund(requests, at_micros).await?,
-        }
-        Ok(())
-    }
-
-    /// Forgets the state of the given keys and limits.
-    pub async fn reset_all(&self, requests: &[Request<'_>]) -> Result<(), Error> {
-        self.deny_cache.forget(requests);
-        match &self.store {
-            Store::Memory(memory) => memory.reset_sync(requests),
-            Store::Remote(backend) => backend.reset(requests).await?,
-        }
-        Ok(())
-    }
-
-    /// Decides like [`Limiter::acquire_all`] and applies the failure policy
-    /// (`policy` overrides the limiter's): the call is admitted, or refused
-    /// with a [`Rejection`]. Logs and counts every outcome. This is what the
-    /// `#[rate_limit]` macro calls.
-    pub async fn check(
-        &self,
-        name: &'static str,
-        requests: &[Request<'_>],
-        policy: Option<FailurePolicy>,
-    ) -> Result<Admission, Rejection> {
-        self.check_named(name, &[], requests, policy).await
-    }
-
-    /// [`Limiter::check`] where `names[i]` names the limit of `requests[i]`
-    /// in rejections and logs (`name` is used for metrics and where `names`
-    /// is short).
-    pub(crate) async fn check_named(
-        &self,
-        name: &'static str,
-        names: &[&'static str],
-        requests: &[Request<'_>],
-        policy: Option<FailurePolicy>,
-    ) -> Result<Admission, Rejection> {
-        if let Some(done) = self.check_in_memory(name, names, requests, policy) {
-            return done;
-        }
-        let deny_since = self.deny_lookup(name, names, requests)?;
-        let result = match &self.store {
-            Store::Memory(_) => self.acquire_all(requests).await,
-            Store::Remote(backend) => {
-                let permission = self.breaker.permission();
-                if permission == Permission::Skip {
-                    Err(Error::Backend(BackendError::unavailable(
-                        "circuit open after consecutive backend failures",
-                    )))
-                } else {
-                    let started = Instant::now();
-                    let result = self.acquire_all(requests).await;
-                    metrics::histogram!("rl_backend_seconds", "limit" => name)
-                        .record(started.elapsed().as_secs_f64());
-                    match &result {
-                        Err(Error::Backend(_)) => self.breaker.failure(permission),
-                        _ => {
-                            self.breaker.success(permission);
-                            // Only once the backend answered: an outage never
-                            // costs a call a second timeout.
-                            let stale = self.stale_groups(name, names, requests);
-                            if !stale.is_empty() {
-                                Box::pin(self.publish(&**backend, stale)).await;
-                            }
-                        }
-                    }
-                    result
-                }
-            }
-        };
-        self.conclude(name, names, requests, policy, deny_since, result)
-    }
-
-    /// The whole decision, synchronously, when the store is in memory (so
-    /// the macro's plain path needs no future state at all).
-    pub(crate) fn check_in_memory(
-        &self,
-        name: &'static str,
-        names: &[&'static str],
-        requests: &[Request<'_>],
-        policy: Option<FailurePolicy>,
-    ) -> Option<Result<Admission, Rejection>> {
-        let Store::Memory(memory) = &self.store else {
-            return None;
-        };
-        let deny_since = match self.deny_lookup(name, names, requests) {
-            Ok(since) => since,
-            Err(rejection) => return Some(Err(rejection)),
-        };
-        let result = validate(requests)
-            .map(|()| memory.acquire_sync(requests))
-            .map_err(Error::from);
-        Some(self.conclude(name, names, requests, policy, deny_since, result))
-    }
-
-    /// The deny cache's verdict before deciding: a remembered refusal, or
-    /// the time to remember a new one from (taken before the backend call,
-    /// so a remembered refusal never outlives the real one).
-    fn deny_lookup(
-        &self,
-        name: &'static str,
-        names: &[&'static str],
-        requests: &[Request<'_>],
-    ) -> Result<Option<u64>, Rejection> {
-        let since = self
-            .deny_cache
-            .enabled(name, names)
-            .then(|| self.deny_cache.now());
-        if let Some(now) = since
-            && let Some(hit) = self.deny_cache.lookup(requests, now)
-        {
-            return Err(self.reject_cached(name, names, requests, hit));
-        }
-        Ok(since)
-    }
-
-    /// Turns a backend's answer into an admission or a rejection: counts,
-    /// logs, shadow mode, the deny cache and the failure policy.
-    fn conclude(
-        &self,
-        name: &'static str,
-        names: &[&'static str],
-        requests: &[Request<'_>],
-        policy: Option<FailurePolicy>,
-        deny_since: Option<u64>,
-        result: Result<Decisions, Error>,
-    ) -> Result<Admission, Rejection> {
-        match result {
-            Ok(decisions) if decisions.allowed() => {
-                crate::counters::decision(name, "allowed");
-                Ok(Admission::Backend(decisions))
-            }
-            Ok(decisions) if self.shadowed(name, names, &decisions) => {
-                metrics::counter!("rl_decisions_total", "limit" => name, "outcome" => "shadow_rejected")
-                    .increment(1);
-                let retry_after_ms = decisions.binding().retry_after.as_millis() as u64;
-                tracing::info!(
-                    limit = name,
-                    retry_after_ms,
-                    "shadow mode: would have rate limited"
-                );
-                Ok(Admission::Shadowed(decisions))
-            }
-            Ok(decisions) => {
-                if let Some(since) = deny_since {
-                    self.deny_cache
-                        .remember(name, names, requests, &decisions, since);
-                }
-                Err(self.reject(name, names, requests, &decisions))
-            }
-            Err(Error::Limit(error)) => {
-                tracing::error!(limit = name, %error, "rate limit misconfigured");
-                Err(Rejection::unavailable(name, Error::Limit(error)))
-            }
-            Err(error) => {
-                self.on_failure(name, names, requests, self.policy_for(name, policy), error)
-            }
-        }
-    }
-
-    fn reject(
-        &self,
-        name: &'static str,
-        names: &[&'static str],
-        requests: &[Request<'_>],
-        decisions: &Decisions,
-    ) -> Rejection {
-        crate::counters::decision(name, "rejected");
-        let binding = decisions.binding();
-        let index = decisions.iter().position(|d| d == binding).unwrap_or(0);
-        let request = &requests[index];
-        let name = names.get(index).copied().unwrap_or(name);
-        tracing::info!(
-            limit = name,
-            identity = %Masked(request.key.identity()),
-            rate = %request.limit,
-            retry_after_ms = binding.retry_after.as_millis() as u64,
-            "rate limited"
-        );
-        Rejection::limited(name, *binding, *request.limit)
-    }
-
-    /// A refusal answered by the deny cache, without the backend.
-    fn reject_cached(
-        &self,
-        name: &'static str,
-        names: &[&'static str],
-        requests: &[Request<'_>],
-        hit: crate::deny_cache::Hit,
-    ) -> Rejection {
-        crate::counters::decision(name, "rejected_cached");
-        let request = &requests[hit.index];
-        let name = names.get(hit.index).copied().unwrap_or(name);
-        tracing::debug!(
-            limit = name,
-            identity = %Masked(request.key.identity()),
-            retry_after_ms = hit.decision.retry_after.as_millis() as u64,
-            "rate limited (remembered refusal)"
-        );
-        Rejection::limited(name, hit.decision, *request.limit)
+    /// Puts `name` (a function's or a group's limit name) in shadow mode:
+    /// its decisions are made, logged and counted as usual
+    /// (`outcome="shadow_rejected"`), but never refuse a call — for rolling
+    /// out a new limit safely.
+    pub fn set_shadow(&self, name: &str, shadow: bool) {
+        self.change(name, |s| s.shadow = shadow);
     }
 
     /// Turns the deny cache on or off, at run time, for calls of `name` (a
@@ -482,13 +516,16 @@ impl Limiter {
     /// The deny cache (on by default for remote backends, see
     /// [`LimiterBuilder::deny_cache`]) remembers, for a key and limit the
     /// backend just refused, that it stays refused until its `retry_after`,
-    /// and refuses such calls in process (`outcome="rejected_cached"` in
-    /// `rl_decisions_total`) instead of asking the backend again. Decisions
-    /// are unchanged: only what the backend refused is remembered, from the
-    /// instant before it was asked, for no longer than its `retry_after`;
-    /// this limiter's refunds, resets and [`Limiter::set_limits`] forget
-    /// the key or name at once. It keeps time with the process' monotonic
-    /// clock: turn it off where the backend decides on a manual clock.
+    /// and refuses such calls in process (`outcome="rejected"`,
+    /// `source="cache"` in `rl_decisions_total`) instead of asking the
+    /// backend again. Decisions are unchanged: only what the backend refused
+    /// is remembered, from the instant before it was asked, for no longer
+    /// than its `retry_after` and re-checked (by one caller) at least every
+    /// maximum hold; this limiter's refunds, resets and
+    /// [`Limiter::set_limits`] forget the key or name at once. It keeps time
+    /// with the process' monotonic clock: turn it off where the backend
+    /// decides on a manual clock. A limiter built without it (the memory
+    /// store's default) ignores this setting.
     ///
     /// ```
     /// use rl_core::{Limit, Limiter, Request};
@@ -505,332 +542,110 @@ impl Limiter {
     /// # });
     /// ```
     pub fn set_deny_cache(&self, name: &str, enabled: bool) {
-        self.deny_cache.set(name, enabled);
+        self.change(name, |s| s.deny_cache = Some(enabled));
     }
 
-    fn on_failure(
-        &self,
-        name: &'static str,
-        names: &[&'static str],
-        requests: &[Request<'_>],
-        policy: FailurePolicy,
-        error: Error,
-    ) -> Result<Admission, Rejection> {
-        metrics::counter!("rl_decisions_total", "limit" => name, "outcome" => "error").increment(1);
-        tracing::warn!(limit = name, %error, ?policy, "rate limiter backend failed; applying failure policy");
-        match policy {
-            FailurePolicy::FailClosed => Err(Rejection::unavailable(name, error)),
-            FailurePolicy::Local { share } => {
-                metrics::counter!("rl_decisions_total", "limit" => name, "outcome" => "fallback")
-                    .increment(1);
-                let shared = local_limits(requests, share);
-                let local = local_requests(requests, &shared);
-                let decisions = self.fallback.acquire_sync(&local);
-                if decisions.allowed() {
-                    Ok(Admission::Local { decisions, share })
-                } else {
-                    Err(self.reject(name, names, &local, &decisions))
-                }
-            }
-            _ => Ok(Admission::FailedOpen),
-        }
+    /// What is set at run time for `name`.
+    pub fn settings(&self, name: &str) -> Settings {
+        self.registry.get(name)
     }
 
-    /// Puts `name` (a function's or a group's limit name) in shadow mode:
-    /// its decisions are made, logged and counted as usual
-    /// (`outcome="shadow_rejected"`), but never refuse a call — for rolling
-    /// out a new limit safely.
-    pub fn set_shadow(&self, name: &str, shadow: bool) {
-        self.deny_cache.forget_name(name);
-        let mut shadowed = self.shadowed.write();
-        if shadow {
-            shadowed.insert(name.into());
-        } else {
-            shadowed.remove(name);
-        }
-        self.any_shadow
-            .store(!shadowed.is_empty(), Ordering::Release);
+    /// Every name with runtime settings, sorted by name.
+    pub fn overrides(&self) -> Vec<(String, Settings)> {
+        self.registry.snapshot()
     }
 
-    /// How often a remote backend is told again about a limit name's rates.
-    const REPUBLISH: std::time::Duration = std::time::Duration::from_secs(3_600);
-
-    /// The groups of a call whose rates a remote backend has not been told
-    /// about within [`Self::REPUBLISH`] (marked as told). Synchronous and
-    /// cheap, so the common call carries no publishing state.
-    fn stale_groups(
-        &self,
-        name: &'static str,
-        names: &[&'static str],
-        requests: &[Request<'_>],
-    ) -> Vec<NamedLimits<'static>> {
-        let mut published = self.published.lock();
-        let mut stale: Vec<NamedLimits<'static>> = Vec::new();
-        for (i, request) in requests.iter().enumerate() {
-            let group = names.get(i).copied().unwrap_or(name);
-            if let Some((_, limits)) = stale.iter_mut().find(|(n, _)| *n == group) {
-                limits.push(*request.limit);
-            } else if published
-                .get(group)
-                .is_none_or(|at| at.elapsed() > Self::REPUBLISH)
-            {
-                published.insert(group.into(), Instant::now());
-                stale.push((group, smallvec::smallvec![*request.limit]));
+    /// Changes `name`'s settings and tells every layer.
+    fn change(&self, name: &str, change: impl FnOnce(&mut Settings)) {
+        if self.registry.update(name, change) {
+            for layer in self.pipeline.layers() {
+                layer.changed(name);
             }
         }
-        stale
-    }
-
-    /// Tells a remote backend about the rates of `groups` (failures are only
-    /// logged, and retried on the next call).
-    async fn publish(&self, backend: &dyn Backend, groups: Vec<NamedLimits<'static>>) {
-        for (group, limits) in groups {
-            if let Err(error) = backend.publish_limits(&self.prefix, group, &limits).await {
-                self.published.lock().remove(group);
-                tracing::debug!(limit = group, %error, "could not publish limits");
-            }
-        }
-    }
-
-    /// Sets, at runtime, the failure policy of `name` (a function's limit
-    /// name), over the one given in `#[rate_limit(on_error = ...)]` and the
-    /// limiter's default; `None` removes the override.
-    pub fn set_policy(&self, name: &str, policy: Option<FailurePolicy>) {
-        let mut policies = self.policies.write();
-        match policy {
-            Some(policy) => policies.insert(name.into(), policy),
-            None => policies.remove(name),
-        };
-        self.any_policy
-            .store(!policies.is_empty(), Ordering::Release);
-    }
-
-    /// The policy applied to `name`: runtime override, else `given`, else the default.
-    pub fn policy_for(&self, name: &str, given: Option<FailurePolicy>) -> FailurePolicy {
-        let runtime = self
-            .any_policy
-            .load(Ordering::Acquire)
-            .then(|| self.policies.read().get(name).copied());
-        runtime.flatten().or(given).unwrap_or(self.policy)
-    }
-
-    /// Whether a refusal of `name`, or of the refusing group, is shadowed.
-    fn shadowed(&self, name: &str, names: &[&'static str], decisions: &Decisions) -> bool {
-        if !self.any_shadow.load(Ordering::Acquire) {
-            return false;
-        }
-        let shadowed = self.shadowed.read();
-        if shadowed.contains(name) {
-            return true;
-        }
-        let binding = decisions.binding();
-        let index = decisions.iter().position(|d| d == binding).unwrap_or(0);
-        names
-            .get(index)
-            .is_some_and(|group| shadowed.contains(*group))
-    }
-
-    /// Whether the circuit breaker currently skips the backend.
-    pub fn circuit_open(&self) -> bool {
-        self.breaker.is_open()
-    }
-
-    /// Gives back what an admission took: from the backend, or from the
-    /// local fallback for [`Admission::Local`]; nothing for a fail-open one.
-    /// Each decision is refunded at its own time.
-    pub async fn refund_admission(
-        &self,
-        requests: &[Request<'_>],
-        admission: &Admission,
-    ) -> Result<(), Error> {
-        match admission {
-            Admission::Backend(decisions) => {
-                let mut times: smallvec::SmallVec<[u64; 2]> =
-                    decisions.iter().map(|d| d.at_micros).collect();
-                times.sort_unstable();
-                times.dedup();
-                for at in times {
-                    let group: smallvec::SmallVec<[Request<'_>; 4]> = requests
-                        .iter()
-                        .zip(decisions.iter())
-                        .filter(|(_, d)| d.at_micros == at)
-                        .map(|(r, _)| *r)
-                        .collect();
-                    self.refund_all(&group, at).await?;
-                }
-            }
-            Admission::Local { decisions, share } => {
-                let shared = local_limits(requests, *share);
-                let local = local_requests(requests, &shared);
-                let at = decisions.iter().next().map_or(0, |d| d.at_micros);
-                self.fallback.refund_sync(&local, at);
-            }
-            Admission::FailedOpen | Admission::Shadowed(_) => {}
-        }
-        Ok(())
-    }
-
-    /// Forgets the requests' state in the backend and in the local fallback.
-    pub async fn reset_everywhere(&self, requests: &[Request<'_>]) -> Result<(), Error> {
-        self.fallback.reset_sync(requests);
-        self.reset_all(requests).await
     }
 }
 
-fn local_limits(requests: &[Request<'_>], share: u64) -> smallvec::SmallVec<[Limit; 4]> {
+/// A refund's or reset's answer as a result.
+fn applied(answer: Answer) -> Result<(), Error> {
+    match answer {
+        Answer::Failed(error) | Answer::Unavailable(error) | Answer::FailedOpen(error) => {
+            Err(error)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The targets of `requests`, each named `name`, or its key's scope.
+fn named_targets<'a>(requests: &'a [Request<'a>], name: Option<&'a str>) -> SmallVec<[Target<'a>; 4]> {
     requests
         .iter()
-        .map(|r| local_share(r.limit, share))
-        .collect()
-}
-
-fn local_requests<'a>(
-    requests: &[Request<'a>],
-    shared: &'a [Limit],
-) -> smallvec::SmallVec<[Request<'a>; 4]> {
-    requests
-        .iter()
-        .zip(shared)
-        .map(|(r, limit)| Request::new(r.key, limit, r.cost.min(limit.capacity())))
-        .collect()
-}
-
-/// `limit` with its threshold and burst divided by `share` (at least 1).
-fn local_share(limit: &Limit, share: u64) -> Limit {
-    let share = share.max(1);
-    limit
-        .with_threshold((limit.threshold() / share).max(1))
-        .and_then(|l| l.with_burst((limit.burst() / share).max(1)))
-        .unwrap_or(*limit)
-}
-
-fn validate(requests: &[Request<'_>]) -> Result<(), LimitError> {
-    requests.iter().try_for_each(|r| r.limit.check_cost(r.cost))
-}
-
-/// Configures a [`Limiter`].
-#[derive(Debug, Default)]
-pub struct LimiterBuilder {
-    backend: Option<Arc<dyn Backend>>,
-    prefix: Option<String>,
-    policy: FailurePolicy,
-    clock: Option<Arc<dyn Clock>>,
-    breaker: BreakerConfig,
-    deny_cache: Option<bool>,
-    deny_cache_max_hold: Option<std::time::Duration>,
-}
-
-impl LimiterBuilder {
-    /// Whether [`Limiter::check`] remembers the backend's refusals and
-    /// refuses repeats in process until their `retry_after` (see
-    /// [`Limiter::set_deny_cache`]). Default: on for a remote backend, off
-    /// for the in-memory one, whose decisions cost about as much as a
-    /// remembered refusal and follow the limiter's [`Clock`].
-    pub fn deny_cache(mut self, enabled: bool) -> Self {
-        self.deny_cache = Some(enabled);
-        self
-    }
-
-    /// How long a remembered refusal is trusted at most (default 1 s). A
-    /// reset made by another process (e.g. `rl-admin reset`) is seen within
-    /// this bound; a flood on a refused key reaches the backend at most once
-    /// per this period.
-    pub fn deny_cache_max_hold(mut self, max_hold: std::time::Duration) -> Self {
-        self.deny_cache_max_hold = Some(max_hold);
-        self
-    }
-
-    /// The circuit breaker in front of a remote backend (default: open after
-    /// 5 consecutive failures, for 2 s; [`BreakerConfig::disabled`] to turn off).
-    pub fn circuit_breaker(mut self, config: BreakerConfig) -> Self {
-        self.breaker = config;
-        self
-    }
-
-    /// Use the in-memory backend (the default when no backend is given).
-    pub fn memory(mut self) -> Self {
-        self.backend = None;
-        self
-    }
-
-    /// Use a backend such as `rl_redis::RedisBackend`.
-    pub fn backend(mut self, backend: impl Backend) -> Self {
-        self.backend = Some(Arc::new(backend));
-        self
-    }
-
-    /// Use a shared backend.
-    pub fn shared_backend(mut self, backend: Arc<dyn Backend>) -> Self {
-        self.backend = Some(backend);
-        self
-    }
-
-    /// The key prefix (default `rl`): no braces, no whitespace.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = Some(prefix.into());
-        self
-    }
-
-    /// What to do when the backend fails (default: [`FailurePolicy::FailOpen`]).
-    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
-        self.policy = policy;
-        self
-    }
-
-    /// The clock of the in-memory backend and of the local fallback
-    /// (default: the system clock). Remote backends keep their own time.
-    pub fn clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Some(Arc::new(clock));
-        self
-    }
-
-    /// Builds the limiter.
-    pub fn build(self) -> Result<Limiter, Error> {
-        let prefix = self.prefix.unwrap_or_else(|| "rl".to_owned());
-        if !valid_prefix(&prefix) {
-            return Err(Error::BadPrefix(prefix));
-        }
-        let clock: Arc<dyn Clock> = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
-        let store = match self.backend {
-            Some(backend) => Store::Remote(backend),
-            None => Store::Memory(MemoryBackend::with_shared_clock(clock.clone())),
-        };
-        let deny_cache = self.deny_cache.unwrap_or(matches!(store, Store::Remote(_)));
-        Ok(Limiter {
-            store,
-            prefix: prefix.into_boxed_str(),
-            policy: self.policy,
-            fallback: MemoryBackend::with_shared_clock(clock),
-            overrides: RwLock::default(),
-            any_override: AtomicBool::new(false),
-            policies: RwLock::default(),
-            any_policy: AtomicBool::new(false),
-            shadowed: RwLock::default(),
-            any_shadow: AtomicBool::new(false),
-            breaker: Breaker::new(self.breaker),
-            published: parking_lot::Mutex::default(),
-            deny_cache: DenyCache::with_max_hold(
-                deny_cache,
-                crate::deny_cache::DEFAULT_CAPACITY,
-                self.deny_cache_max_hold
-                    .unwrap_or(crate::deny_cache::DEFAULT_MAX_HOLD),
-            ),
+        .map(|r| {
+            let key = KeyRef::of(r.key);
+            Target {
+                name: name.unwrap_or_else(|| scope_of(key.head)),
+                key,
+                limit: r.limit,
+                cost: r.cost,
+                slot: None,
+            }
         })
-    }
+        .collect()
+}
 
-    /// Builds the limiter and installs it as the process-global one used by
-    /// `#[rate_limit]`. Fails if one is already installed.
-    pub fn install(self) -> Result<&'static Limiter, Error> {
-        let limiter = self.build()?;
-        let mut fresh = false;
-        let installed = GLOBAL.get_or_init(|| {
-            fresh = true;
-            limiter
-        });
-        if fresh {
-            Ok(installed)
-        } else {
-            Err(Error::AlreadyInstalled)
+/// The (escaped) scope of a key head `prefix:{scope:`.
+fn scope_of(head: &str) -> &str {
+    let open = head.find('{').map_or(0, |i| i + 1);
+    head.get(open..head.len().saturating_sub(1)).unwrap_or("")
+}
+
+/// An acquire's answer as an admission or a rejection; `name_of(i)` names
+/// target `i`'s group (the name a rejection carries).
+fn admit(
+    name: impl Fn() -> Cow<'static, str>,
+    targets: &[Target<'_>],
+    answer: Answer,
+    policy: FailurePolicy,
+    name_of: impl Fn(usize) -> Cow<'static, str>,
+) -> Result<Admission, Rejection> {
+    match answer {
+        Answer::Decided { decisions, source } if decisions.allowed() => Ok(match source {
+            Source::Local => Admission::Local {
+                decisions,
+                share: match policy {
+                    FailurePolicy::Local { share } => share,
+                    _ => std::num::NonZeroU64::MIN,
+                },
+            },
+            _ => Admission::Backend(decisions),
+        }),
+        Answer::Decided { decisions, .. } => {
+            let index = decisions.binding_index();
+            Err(limited(targets, index, *decisions.binding(), &name_of))
         }
+        Answer::Refused {
+            index, decision, ..
+        } => Err(limited(targets, index, decision, &name_of)),
+        Answer::Shadowed { decisions, .. } => Ok(Admission::Shadowed(decisions)),
+        Answer::FailedOpen(_) => Ok(Admission::FailedOpen),
+        Answer::Unavailable(error) | Answer::Failed(error) => {
+            Err(Rejection::unavailable(name(), error))
+        }
+        Answer::Applied { .. } => Err(Rejection::unavailable(
+            name(),
+            Error::Backend(crate::BackendError::protocol("no decision for an acquire")),
+        )),
     }
+}
+
+fn limited(
+    targets: &[Target<'_>],
+    index: usize,
+    decision: Decision,
+    name_of: &impl Fn(usize) -> Cow<'static, str>,
+) -> Rejection {
+    let limit = targets.get(index).map_or_else(
+        || Limit::from_parts_const(1, 1, crate::Algorithm::Gcra, 1, 1),
+        |t| *t.limit,
+    );
+    Rejection::limited(name_of(index), decision, limit)
 }

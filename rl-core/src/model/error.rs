@@ -108,6 +108,10 @@ pub enum BackendError {
     /// The store answered something the backend cannot interpret.
     #[error("backend protocol error: {0}")]
     Protocol(Arc<str>),
+    /// The limiter's circuit breaker is open after consecutive failures:
+    /// the backend was not called.
+    #[error("backend not called: circuit open after consecutive failures")]
+    CircuitOpen,
 }
 
 impl BackendError {

@@ -134,11 +134,20 @@ impl Limit {
         }
     }
 
-    /// Compile-time constructor used by the `#[rate_limit]` macro, which has
-    /// already validated the values with the same rules
-    /// ([`rl_grammar::check_limit`]); invalid parts fail const evaluation.
-    #[doc(hidden)]
-    pub const fn __const(
+    /// [`Limit::from_parts`] for constants and statics: invalid parts fail
+    /// compilation (const evaluation panics), with the rules of
+    /// [`rl_grammar::check_limit`]. `#[rate_limit]` builds its limits with
+    /// it after checking them itself, so its errors point at the argument.
+    ///
+    /// ```
+    /// use rl_core::{Algorithm, Limit};
+    /// const SMS: Limit = Limit::from_parts_const(1, 60_000_000, Algorithm::SlidingLog, 1, 10);
+    /// assert_eq!(SMS, "1/1m".parse::<Limit>().unwrap().with_algorithm(Algorithm::SlidingLog).unwrap());
+    /// ```
+    ///
+    /// # Panics
+    /// When the parts do not make a limit (at compile time in a constant).
+    pub const fn from_parts_const(
         threshold: u64,
         period_us: u64,
         algorithm: Algorithm,

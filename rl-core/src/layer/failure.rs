@@ -1,0 +1,108 @@
+//! The failure-policy layer: what a call gets when the store (or the
+//! breaker in front of it) cannot answer.
+//!
+//! | operation | `FailOpen` | `FailClosed` | `Local { share }` |
+//! |---|---|---|---|
+//! | acquire | let through | refuse (unavailable) | decide in process with `threshold / share` |
+//! | peek | the error | the error | peek the in-process state |
+//! | refund, reset | the error | the error | the error (the backend's units stay taken) |
+//!
+//! A call admitted in process is settled in process too ([`Call::local_only`]:
+//! its refund or reset never goes to the backend, so settling it never
+//! waits for a backend that just failed). The limiter also resets the
+//! in-process state when it resets an identity.
+
+use std::num::NonZeroU64;
+
+use smallvec::SmallVec;
+
+use super::{Answer, Call, Layer, Source};
+use crate::model::error::Error;
+use crate::model::limit::Limit;
+use crate::model::policy::FailurePolicy;
+use crate::store::memory::MemoryBackend;
+use crate::store::target::{Op, Target};
+
+/// Applies the failure policy; owns the in-process fallback store.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    fallback: MemoryBackend,
+}
+
+impl Failure {
+    pub(crate) fn new(fallback: MemoryBackend) -> Self {
+        Self { fallback }
+    }
+
+    /// Runs `op` in process, with every limit divided by `share` (at least 1).
+    fn local(&self, op: Op<'_>, targets: &[Target<'_>], share: NonZeroU64) -> Answer {
+        let shared: SmallVec<[Limit; 4]> = targets
+            .iter()
+            .map(|t| local_share(t.limit, share))
+            .collect();
+        let local: SmallVec<[Target<'_>; 4]> = targets
+            .iter()
+            .zip(&shared)
+            .map(|(t, limit)| Target {
+                limit,
+                cost: t.cost.min(limit.capacity()),
+                slot: None,
+                ..*t
+            })
+            .collect();
+        match self.fallback.run(op, &local) {
+            Ok(Some(decisions)) => Answer::Decided {
+                decisions,
+                source: Source::Local,
+            },
+            Ok(None) => Answer::Applied {
+                source: Source::Local,
+            },
+            Err(error) => Answer::Failed(Error::Backend(error)),
+        }
+    }
+}
+
+/// The share of one instance when the backend is down: `limit` with its
+/// threshold and burst divided by `share` (each at least 1). The state id
+/// is unchanged, so refunds and later calls find the same state.
+pub(crate) fn local_share(limit: &Limit, share: NonZeroU64) -> Limit {
+    let share = share.get();
+    limit
+        .with_threshold((limit.threshold() / share).max(1))
+        .and_then(|l| l.with_burst((limit.burst() / share).max(1)))
+        .unwrap_or(*limit)
+}
+
+/// The share a call's policy gives the fallback (1 for a call settled in
+/// process under another policy, as its limits were never divided).
+fn share_of(policy: FailurePolicy) -> NonZeroU64 {
+    match policy {
+        FailurePolicy::Local { share } => share,
+        _ => NonZeroU64::MIN,
+    }
+}
+
+impl Layer for Failure {
+    fn before(&self, call: &mut Call<'_>) -> Option<Answer> {
+        call.local_only
+            .then(|| self.local(call.op, call.targets, share_of(call.policy)))
+    }
+
+    fn after(&self, call: &mut Call<'_>, answer: &mut Answer) {
+        let Answer::Failed(error @ Error::Backend(_)) = answer else {
+            return;
+        };
+        let error = error.clone();
+        call.notes.failure = Some(error.clone());
+        let acquire = matches!(call.op, Op::Acquire | Op::AcquireOnce(_));
+        *answer = match call.policy {
+            FailurePolicy::Local { share } if acquire || call.op == Op::Peek => {
+                self.local(call.op, call.targets, share)
+            }
+            FailurePolicy::FailClosed if acquire => Answer::Unavailable(error),
+            FailurePolicy::FailOpen if acquire => Answer::FailedOpen(error),
+            _ => Answer::Failed(error),
+        };
+    }
+}

@@ -1,0 +1,150 @@
+//! The observability layer: one count per decision, one log line per
+//! refusal or failure, backend latency.
+//!
+//! | metric | kind | labels |
+//! |---|---|---|
+//! | `rl_decisions_total` | counter | `limit` (the call's name), `outcome` (`allowed`, `rejected`, `shadow_rejected`, `failed_open`, `unavailable`), `source` (`backend`, `cache`, `local`, `policy`) |
+//! | `rl_operations_total` | counter | `limit`, `op` (`peek`, `refund`, `reset`), `result` (`ok`, `error`) |
+//! | `rl_backend_errors_total` | counter | `limit`, `op`, `error` (`timeout`, `unavailable`, `circuit_open`, `protocol`) |
+//! | `rl_backend_seconds` | histogram | `limit` |
+//! | `rl_circuit_open` | gauge | (none): 1 while the breaker skips the backend |
+//!
+//! Every refusal is `outcome="rejected"`, wherever it was decided: `source`
+//! says where (the backend, the deny cache, or the in-process fallback).
+
+use super::{Answer, Call, Layer, Source, counters};
+use crate::model::decision::Decision;
+use crate::model::error::{BackendError, Error};
+use crate::model::mask::Masked;
+use crate::store::target::{Op, Target};
+
+/// Counts and logs every call.
+#[derive(Debug, Default)]
+pub(crate) struct Observe;
+
+impl Layer for Observe {
+    fn after(&self, call: &mut Call<'_>, answer: &mut Answer) {
+        if let Some(elapsed) = call.notes.store_time {
+            let name = call.name.to_owned();
+            metrics::histogram!("rl_backend_seconds", "limit" => name)
+                .record(elapsed.as_secs_f64());
+        }
+        let failure = match answer {
+            Answer::Failed(error) | Answer::FailedOpen(error) | Answer::Unavailable(error) => {
+                Some(&*error)
+            }
+            _ => call.notes.failure.as_ref(),
+        };
+        if let Some(Error::Backend(error)) = failure {
+            backend_failed(call, error);
+        }
+        match call.op {
+            Op::Acquire | Op::AcquireOnce(_) => decided(call, answer),
+            op => {
+                let result = match answer {
+                    Answer::Failed(_) | Answer::Unavailable(_) => "error",
+                    _ => "ok",
+                };
+                let name = call.name.to_owned();
+                metrics::counter!(
+                    "rl_operations_total",
+                    "limit" => name, "op" => op.name(), "result" => result
+                )
+                .increment(1);
+            }
+        }
+    }
+}
+
+/// Counts an acquire's outcome and logs refusals.
+fn decided(call: &Call<'_>, answer: &Answer) {
+    let (outcome, source) = match answer {
+        Answer::Decided { decisions, source } if decisions.allowed() => ("allowed", *source),
+        Answer::Decided { decisions, source } => {
+            let index = decisions.binding_index();
+            refused(call, index, decisions.binding(), *source);
+            ("rejected", *source)
+        }
+        Answer::Refused {
+            index,
+            decision,
+            source,
+        } => {
+            refused(call, *index, decision, *source);
+            ("rejected", *source)
+        }
+        Answer::Shadowed { decisions, source } => {
+            let target = call.targets.get(decisions.binding_index());
+            tracing::info!(
+                limit = target.map_or(call.name, |t| t.name),
+                retry_after_ms = decisions.binding().retry_after.as_millis() as u64,
+                "shadow mode: would have rate limited"
+            );
+            ("shadow_rejected", *source)
+        }
+        Answer::FailedOpen(_) => ("failed_open", Source::Policy),
+        Answer::Unavailable(Error::Limit(error)) => {
+            tracing::error!(limit = call.name, %error, "rate limit misconfigured");
+            ("unavailable", Source::Policy)
+        }
+        Answer::Unavailable(_) | Answer::Failed(_) | Answer::Applied { .. } => {
+            ("unavailable", Source::Policy)
+        }
+    };
+    counters::decision(call.name, outcome, source.name());
+}
+
+fn refused(call: &Call<'_>, index: usize, decision: &Decision, source: Source) {
+    let Some(Target {
+        name, key, limit, ..
+    }) = call.targets.get(index)
+    else {
+        return;
+    };
+    let retry_after_ms = decision.retry_after.as_millis() as u64;
+    if source == Source::Cache {
+        tracing::debug!(
+            limit = name,
+            identity = %Masked(key.identity),
+            retry_after_ms,
+            "rate limited (remembered refusal)"
+        );
+    } else {
+        tracing::info!(
+            limit = name,
+            identity = %Masked(key.identity),
+            rate = %limit,
+            retry_after_ms,
+            source = source.name(),
+            "rate limited"
+        );
+    }
+}
+
+fn backend_failed(call: &Call<'_>, error: &BackendError) {
+    let kind = match error {
+        BackendError::Timeout(_) => "timeout",
+        BackendError::CircuitOpen => "circuit_open",
+        BackendError::Protocol(_) => "protocol",
+        BackendError::Invalid(_) => "invalid",
+        _ => "unavailable",
+    };
+    let name = call.name.to_owned();
+    metrics::counter!(
+        "rl_backend_errors_total",
+        "limit" => name, "op" => call.op.name(), "error" => kind
+    )
+    .increment(1);
+    // The breaker logs when it opens; a call it turns away is not news.
+    if matches!(error, BackendError::CircuitOpen) {
+        tracing::debug!(limit = call.name, op = call.op.name(), policy = call.policy.name(), "circuit open; applying failure policy");
+    } else {
+        tracing::warn!(
+            limit = call.name,
+            op = call.op.name(),
+            %error,
+            policy = call.policy.name(),
+            "rate limiter backend failed; applying failure policy"
+        );
+    }
+}

@@ -1,0 +1,168 @@
+//! Configuring a [`Limiter`]: its store, and which layers surround it.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::registry::Registry;
+use super::{GLOBAL, Limiter, NEXT_LIMITER};
+use crate::layer::breaker::{Breaker, BreakerConfig};
+use crate::layer::deny_cache::{DEFAULT_CAPACITY, DEFAULT_MAX_HOLD, DenyCache, DenyLayer};
+use crate::layer::failure::Failure;
+use crate::layer::observe::Observe;
+use crate::layer::publish::Publish;
+use crate::layer::shadow::Shadow;
+use crate::layer::validate::Validate;
+use crate::layer::{Layer, Pipeline};
+use crate::model::clock::{Clock, SystemClock};
+use crate::model::error::Error;
+use crate::model::key::valid_prefix;
+use crate::model::policy::FailurePolicy;
+use crate::store::Store;
+use crate::store::backend::Backend;
+use crate::store::memory::MemoryBackend;
+
+/// Configures a [`Limiter`].
+///
+/// The layers around the store follow from it: every limiter observes,
+/// validates, honours shadow mode and applies its failure policy; a remote
+/// backend also gets a deny cache, a circuit breaker and limits
+/// publishing (the deny cache can be turned on for memory, or off).
+#[derive(Debug, Default)]
+pub struct LimiterBuilder {
+    backend: Option<Arc<dyn Backend>>,
+    prefix: Option<String>,
+    policy: FailurePolicy,
+    clock: Option<Arc<dyn Clock>>,
+    breaker: BreakerConfig,
+    deny_cache: Option<bool>,
+    deny_cache_max_hold: Option<Duration>,
+}
+
+impl LimiterBuilder {
+    /// Whether the limiter remembers the backend's refusals and refuses
+    /// repeats in process until their `retry_after` (see
+    /// [`Limiter::set_deny_cache`]). Default: on for a remote backend, off
+    /// for the in-memory one, whose decisions cost about as much as a
+    /// remembered refusal and follow the limiter's [`Clock`].
+    pub fn deny_cache(mut self, enabled: bool) -> Self {
+        self.deny_cache = Some(enabled);
+        self
+    }
+
+    /// How long a remembered refusal is trusted at most (default 1 s). A
+    /// reset made by another process (e.g. `rl-admin reset`) is seen within
+    /// this bound; a flood on a refused key reaches the backend once per
+    /// this period (one caller re-checks, the others stay refused).
+    pub fn deny_cache_max_hold(mut self, max_hold: Duration) -> Self {
+        self.deny_cache_max_hold = Some(max_hold);
+        self
+    }
+
+    /// The circuit breaker in front of a remote backend (default: open after
+    /// 5 consecutive failures, for 2 s; [`BreakerConfig::disabled`] to turn off).
+    pub fn circuit_breaker(mut self, config: BreakerConfig) -> Self {
+        self.breaker = config;
+        self
+    }
+
+    /// Use the in-memory backend (the default when no backend is given).
+    pub fn memory(mut self) -> Self {
+        self.backend = None;
+        self
+    }
+
+    /// Use a backend such as `rl_redis::RedisBackend`.
+    pub fn backend(mut self, backend: impl Backend) -> Self {
+        self.backend = Some(Arc::new(backend));
+        self
+    }
+
+    /// Use a shared backend.
+    pub fn shared_backend(mut self, backend: Arc<dyn Backend>) -> Self {
+        self.backend = Some(backend);
+        self
+    }
+
+    /// The key prefix (default `rl`): no braces, no whitespace.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// What to do when the backend fails (default: [`FailurePolicy::FailOpen`]).
+    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The clock of the in-memory backend and of the local fallback
+    /// (default: the system clock). Remote backends keep their own time.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Builds the limiter.
+    pub fn build(self) -> Result<Limiter, Error> {
+        let prefix = self.prefix.unwrap_or_else(|| "rl".to_owned());
+        if !valid_prefix(&prefix) {
+            return Err(Error::BadPrefix(prefix));
+        }
+        let clock: Arc<dyn Clock> = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        let registry = Arc::new(Registry::default());
+        // Outermost first; see `crate::layer` for what each does and why in
+        // this order.
+        let mut layers: Vec<Box<dyn Layer>> = vec![
+            Box::new(Observe),
+            Box::new(Validate),
+            Box::new(Failure::new(MemoryBackend::with_shared_clock(clock.clone()))),
+        ];
+        let remote = self.backend.is_some();
+        let deny_cache = self.deny_cache.unwrap_or(remote);
+        if remote || deny_cache {
+            let cache = DenyCache::new(
+                DEFAULT_CAPACITY,
+                self.deny_cache_max_hold.unwrap_or(DEFAULT_MAX_HOLD),
+            );
+            layers.push(Box::new(DenyLayer::new(cache, registry.clone(), deny_cache)));
+        }
+        // Inside the deny cache: a shadowed refusal is never remembered.
+        layers.push(Box::new(Shadow::new(registry.clone())));
+        let mut breaker = None;
+        let store = match self.backend {
+            Some(backend) => {
+                let shared = Arc::new(Breaker::new(self.breaker));
+                layers.push(Box::new(shared.clone()));
+                breaker = Some(shared);
+                layers.push(Box::new(Publish::new(backend.clone(), &prefix)));
+                Store::Remote(backend)
+            }
+            None => Store::Memory(MemoryBackend::with_shared_clock(clock)),
+        };
+        Ok(Limiter {
+            id: NEXT_LIMITER.fetch_add(1, Ordering::Relaxed),
+            prefix: prefix.into_boxed_str(),
+            policy: self.policy,
+            registry,
+            pipeline: Pipeline::new(layers, store),
+            breaker,
+        })
+    }
+
+    /// Builds the limiter and installs it as the process-global one used by
+    /// `#[rate_limit]`. Fails if one is already installed.
+    pub fn install(self) -> Result<&'static Limiter, Error> {
+        let limiter = self.build()?;
+        let mut fresh = false;
+        let installed = GLOBAL.get_or_init(|| {
+            fresh = true;
+            limiter
+        });
+        if fresh {
+            Ok(installed)
+        } else {
+            Err(Error::AlreadyInstalled)
+        }
+    }
+}

@@ -1,0 +1,478 @@
+//! The public call API: what a call asks for ([`CallSpec`], one
+//! [`GroupSpec`] per key), and what an admitted call holds ([`Permit`]).
+//! `#[rate_limit]` expands to exactly this; a tower layer, a background job
+//! or a gRPC interceptor gets the same decisions without the macro.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+
+use smallvec::SmallVec;
+
+use crate::limiter::Limiter;
+use crate::limiter::resolve::Resolved;
+use crate::model::decision::{Decision, Decisions};
+use crate::model::error::LimitError;
+use crate::model::key::Identity;
+use crate::model::limit::Limit;
+use crate::model::policy::FailurePolicy;
+use crate::model::rejection::Rejection;
+
+/// Which admitted calls keep the units they took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Counting {
+    /// Every admitted call (the default).
+    #[default]
+    Every,
+    /// Decided after the call ran, with [`Permit::settle`]: a call settled
+    /// as not counted gives back what it took, or, in a group that resets on
+    /// success ([`GroupSpec::reset_on_success`]), forgets its identity there.
+    /// Units are still reserved before the call runs, so concurrent calls
+    /// never exceed a limit (count-failures without a race).
+    Settled,
+}
+
+/// One key of a call and the limits decided on it.
+///
+/// ```
+/// use rl_core::{Algorithm, GroupSpec, Limit};
+/// const PER_MINUTE: Limit = Limit::from_parts_const(3, 60_000_000, Algorithm::SlidingLog, 3, 10);
+/// static USER: GroupSpec = GroupSpec::new("login_user", &[PER_MINUTE]).reset_on_success();
+/// assert_eq!(USER.name(), "login_user");
+/// let ip = GroupSpec::owned("login_ip", vec![Limit::per_day(100).unwrap()]).with_cost(1);
+/// assert_eq!(ip.limits()[0].threshold(), 100);
+/// ```
+#[derive(Debug, Clone)]
+pub struct GroupSpec {
+    name: Cow<'static, str>,
+    limits: Cow<'static, [Limit]>,
+    cost: u64,
+    reset_on_success: bool,
+}
+
+impl GroupSpec {
+    /// A group named `name` (the key's scope, the name in rejections, logs
+    /// and [`Limiter::set_limits`]) with compiled-in `limits`, one unit per
+    /// call.
+    pub const fn new(name: &'static str, limits: &'static [Limit]) -> Self {
+        Self {
+            name: Cow::Borrowed(name),
+            limits: Cow::Borrowed(limits),
+            cost: 1,
+            reset_on_success: false,
+        }
+    }
+
+    /// A group built at run time.
+    pub fn owned(name: impl Into<String>, limits: Vec<Limit>) -> Self {
+        Self {
+            name: Cow::Owned(name.into()),
+            limits: Cow::Owned(limits),
+            cost: 1,
+            reset_on_success: false,
+        }
+    }
+
+    /// Units each call takes from these limits (checked against their
+    /// capacity when the call is first decided).
+    pub const fn with_cost(mut self, cost: u64) -> Self {
+        self.cost = cost;
+        self
+    }
+
+    /// With [`Counting::Settled`]: a call settled as not counted forgets
+    /// this group's identity (consecutive-failure counting) instead of
+    /// giving back its own units.
+    pub const fn reset_on_success(mut self) -> Self {
+        self.reset_on_success = true;
+        self
+    }
+
+    /// The group's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The compiled-in limits (runtime overrides replace them by name).
+    pub fn limits(&self) -> &[Limit] {
+        &self.limits
+    }
+
+    /// Units each call takes.
+    pub const fn cost(&self) -> u64 {
+        self.cost
+    }
+
+    /// Whether an uncounted call resets this group's identity.
+    pub const fn resets_on_success(&self) -> bool {
+        self.reset_on_success
+    }
+
+    pub(crate) fn name_cow(&self) -> &Cow<'static, str> {
+        &self.name
+    }
+
+    pub(crate) fn limits_cow(&self) -> &Cow<'static, [Limit]> {
+        &self.limits
+    }
+}
+
+/// What one kind of call asks the limiter for: its name, its groups (a key
+/// each, with its limits), how it counts and its failure policy. Built once
+/// (a `static` for `#[rate_limit]`) and used for every call, with
+/// [`Limiter::call`].
+///
+/// Count failures without the macro (three failed logins per user per
+/// minute; a success gives its unit back):
+///
+/// ```
+/// use rl_core::{CallSpec, Counting, GroupSpec, Limit, Limiter};
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let limiter = Limiter::builder().memory().build()?;
+/// let login = CallSpec::owned(
+///     "login",
+///     vec![GroupSpec::owned("login_user", vec![Limit::per_minute(3)?])],
+/// )
+/// .with_counting(Counting::Settled);
+///
+/// for password_ok in [false, true, false, false] {
+///     let permit = limiter.call(&login, &[&"alice"]).await?; // reserves a unit
+///     permit.settle(!password_ok).await; // only failures keep it
+/// }
+/// // Three failures (the success gave its unit back): the next attempt is refused.
+/// let refused = limiter.call(&login, &[&"alice"]).await.unwrap_err();
+/// assert!(refused.retry_after().is_some());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # });
+/// ```
+#[derive(Debug)]
+pub struct CallSpec {
+    name: Cow<'static, str>,
+    groups: Cow<'static, [GroupSpec]>,
+    policy: Option<FailurePolicy>,
+    counting: Counting,
+    /// A process-unique id, assigned on first use (0: not yet).
+    id: AtomicU64,
+}
+
+static NEXT_SPEC: AtomicU64 = AtomicU64::new(1);
+
+impl Clone for CallSpec {
+    fn clone(&self) -> Self {
+        Self {
+            name: self.name.clone(),
+            groups: self.groups.clone(),
+            policy: self.policy,
+            counting: self.counting,
+            id: AtomicU64::new(0),
+        }
+    }
+}
+
+impl CallSpec {
+    /// A call named `name` (the `limit` label of its metrics, and the name
+    /// runtime policy overrides use) deciding `groups` together,
+    /// all-or-nothing, in one round trip. Checked when first decided: a
+    /// spec that can never be decided refuses every call as unavailable
+    /// (and logs why); [`CallSpec::check`] finds that out up front.
+    pub const fn new(name: &'static str, groups: &'static [GroupSpec]) -> Self {
+        Self {
+            name: Cow::Borrowed(name),
+            groups: Cow::Borrowed(groups),
+            policy: None,
+            counting: Counting::Every,
+            id: AtomicU64::new(0),
+        }
+    }
+
+    /// A spec built at run time.
+    pub fn owned(name: impl Into<String>, groups: Vec<GroupSpec>) -> Self {
+        Self {
+            name: Cow::Owned(name.into()),
+            groups: Cow::Owned(groups),
+            policy: None,
+            counting: Counting::Every,
+            id: AtomicU64::new(0),
+        }
+    }
+
+    /// The failure policy of these calls, over the limiter's (a runtime
+    /// [`Limiter::set_policy`] for the name wins over both).
+    pub const fn with_policy(mut self, policy: FailurePolicy) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// How admitted calls count.
+    pub const fn with_counting(mut self, counting: Counting) -> Self {
+        self.counting = counting;
+        self
+    }
+
+    /// The call's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The groups, in the order of a call's identities.
+    pub fn groups(&self) -> &[GroupSpec] {
+        &self.groups
+    }
+
+    /// The failure policy given to the spec.
+    pub const fn policy(&self) -> Option<FailurePolicy> {
+        self.policy
+    }
+
+    /// How admitted calls count.
+    pub const fn counting(&self) -> Counting {
+        self.counting
+    }
+
+    /// Checks that calls of this spec can be decided: at least one group,
+    /// each with at least one limit, no two limits of a group sharing state,
+    /// and every cost within its limits' capacity.
+    ///
+    /// ```
+    /// use rl_core::{CallSpec, GroupSpec, Limit};
+    /// let ok = CallSpec::owned("sms", vec![GroupSpec::owned("sms", vec![Limit::per_minute(1).unwrap()])]);
+    /// assert!(ok.check().is_ok());
+    /// let too_costly = CallSpec::owned("sms", vec![GroupSpec::owned("sms", vec![Limit::per_minute(1).unwrap()]).with_cost(2)]);
+    /// assert!(too_costly.check().is_err());
+    /// ```
+    pub fn check(&self) -> Result<(), LimitError> {
+        if self.groups.is_empty() {
+            return Err(LimitError::BadCall(format!(
+                "call `{}` has no group: give it at least one key with limits",
+                self.name
+            )));
+        }
+        for group in self.groups.iter() {
+            check_group(group.name(), group.limits(), group.cost)?;
+        }
+        Ok(())
+    }
+
+    /// The spec's process-unique id (what resolved calls are cached under).
+    pub(crate) fn id(&self) -> u64 {
+        let id = self.id.load(Ordering::Relaxed);
+        if id != 0 {
+            return id;
+        }
+        let fresh = NEXT_SPEC.fetch_add(1, Ordering::Relaxed);
+        match self
+            .id
+            .compare_exchange(0, fresh, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => fresh,
+            Err(set) => set,
+        }
+    }
+
+    pub(crate) fn name_cow(&self) -> &Cow<'static, str> {
+        &self.name
+    }
+}
+
+/// Checks one group's limits (maybe replaced at run time) and cost.
+pub(crate) fn check_group(name: &str, limits: &[Limit], cost: u64) -> Result<(), LimitError> {
+    if limits.is_empty() {
+        return Err(LimitError::BadCall(format!("group `{name}` has no limit")));
+    }
+    Limit::check_distinct(limits)?;
+    limits.iter().try_for_each(|limit| limit.check_cost(cost))
+}
+
+/// How a call got through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Admission {
+    /// The backend allowed it.
+    Backend(Decisions),
+    /// The backend failed and the in-process fallback allowed it.
+    Local {
+        /// The fallback's decisions.
+        decisions: Decisions,
+        /// The share the fallback divided the limits by.
+        share: std::num::NonZeroU64,
+    },
+    /// The backend failed and the policy let the call through.
+    FailedOpen,
+    /// Over the limit, but the limit is in shadow mode: nothing was consumed.
+    Shadowed(Decisions),
+}
+
+impl Admission {
+    /// The decisions behind the admission, when there were any.
+    pub fn decisions(&self) -> Option<&Decisions> {
+        match self {
+            Admission::Backend(d)
+            | Admission::Local { decisions: d, .. }
+            | Admission::Shadowed(d) => Some(d),
+            Admission::FailedOpen => None,
+        }
+    }
+}
+
+/// What a settled call needs to give back what it took.
+#[derive(Debug)]
+pub(crate) struct Settle {
+    pub(crate) resolved: Arc<Resolved>,
+    pub(crate) identities: SmallVec<[Identity; 2]>,
+}
+
+/// An admitted call.
+///
+/// With [`Counting::Settled`], [`Permit::settle`] says after the call ran
+/// whether it counted; dropping the permit unsettled keeps what it took (a
+/// cancelled or panicking call counts).
+pub struct Permit<'l> {
+    pub(crate) limiter: &'l Limiter,
+    pub(crate) spec: &'l CallSpec,
+    pub(crate) admission: Admission,
+    /// The group and limit of the binding decision, when there were decisions.
+    pub(crate) binding: Option<(usize, Limit)>,
+    pub(crate) settle: Option<Box<Settle>>,
+}
+
+impl fmt::Debug for Permit<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permit")
+            .field("call", &self.spec.name())
+            .field("admission", &self.admission)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Permit<'_> {
+    /// How the call was admitted.
+    pub fn admission(&self) -> &Admission {
+        &self.admission
+    }
+
+    /// The allowed decision with the fewest units left, with its group's
+    /// name and limit (what `RateLimit` headers on a success describe).
+    pub fn binding(&self) -> Option<(&str, Decision, Limit)> {
+        let decisions = self.admission.decisions()?;
+        let (group, limit) = self.binding?;
+        let name = self.spec.groups().get(group)?.name();
+        Some((name, *decisions.binding(), limit))
+    }
+
+    /// Settles a [`Counting::Settled`] call after it ran: a counted call
+    /// keeps what it took; otherwise each group gives its units back, or
+    /// forgets its identity when it resets on success. A call admitted
+    /// while the backend was failing is settled in process only. Failures
+    /// are logged, not returned: the call already ran.
+    pub async fn settle(self, counted: bool) {
+        if counted {
+            return;
+        }
+        let Some(settle) = self.settle else {
+            tracing::warn!(
+                call = self.spec.name(),
+                "a permit was settled as not counted, but its call does not use `Counting::Settled`: nothing given back"
+            );
+            return;
+        };
+        self.limiter
+            .settle(self.spec, &settle, &self.admission, None)
+            .await;
+    }
+
+    /// Gives back what this call took, in every group. Needs
+    /// [`Counting::Settled`] (logged and ignored otherwise).
+    pub async fn refund(self) {
+        if let Some(settle) = &self.settle {
+            self.limiter
+                .settle(self.spec, settle, &self.admission, Some(false))
+                .await;
+        }
+    }
+
+    /// Forgets the state of this call's identities in every group
+    /// (consecutive-failure counting). Needs [`Counting::Settled`].
+    pub async fn reset(self) {
+        if let Some(settle) = &self.settle {
+            self.limiter
+                .settle(self.spec, settle, &self.admission, Some(true))
+                .await;
+        }
+    }
+
+    /// Adds `RateLimit-Policy` and `RateLimit` for the binding limit to a
+    /// successful response (feature `axum`).
+    #[cfg(feature = "axum")]
+    pub fn add_headers<R: crate::http::WithHeaders>(&self, response: &mut R) {
+        if let (Some((name, decision, limit)), Some(headers)) =
+            (self.binding(), response.headers_mut())
+        {
+            crate::http::insert_rate_limit_headers(headers, name, &decision, &limit);
+        }
+    }
+}
+
+/// The future of [`Limiter::call`]: already decided when the store is in
+/// memory (no state, no allocation), boxed for a remote store (one
+/// allocation next to a network round trip). `Send`.
+#[must_use = "futures do nothing unless awaited"]
+pub struct CallFuture<'l> {
+    state: CallState<'l>,
+}
+
+pub(crate) type Decided<'l> = Result<Permit<'l>, Rejection>;
+
+enum CallState<'l> {
+    Ready(Option<Decided<'l>>),
+    Remote(Pin<Box<dyn Future<Output = Decided<'l>> + Send + 'l>>),
+}
+
+impl<'l> CallFuture<'l> {
+    pub(crate) fn ready(result: Decided<'l>) -> Self {
+        Self {
+            state: CallState::Ready(Some(result)),
+        }
+    }
+
+    pub(crate) fn remote(future: impl Future<Output = Decided<'l>> + Send + 'l) -> Self {
+        Self {
+            state: CallState::Remote(Box::pin(future)),
+        }
+    }
+
+    /// The result, when the call was decided without waiting (in memory).
+    pub fn now(self) -> Option<Decided<'l>> {
+        match self.state {
+            CallState::Ready(result) => result,
+            CallState::Remote(_) => None,
+        }
+    }
+}
+
+impl fmt::Debug for CallFuture<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.state {
+            CallState::Ready(result) => f.debug_tuple("Ready").field(result).finish(),
+            CallState::Remote(_) => f.write_str("Remote(..)"),
+        }
+    }
+}
+
+impl<'l> Future for CallFuture<'l> {
+    type Output = Decided<'l>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.get_mut().state {
+            CallState::Ready(result) => {
+                Poll::Ready(result.take().expect("CallFuture polled after completion"))
+            }
+            CallState::Remote(future) => future.as_mut().poll(cx),
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! The runtime overrides of one limiter, by name: limits, failure policy,
+//! shadow mode and the deny cache, in one map behind one lock.
+//!
+//! Writers take the lock, change one name's [`Settings`] and bump the
+//! generation; readers on the hot path compare the generation with the one
+//! their cached resolution was made at, and take the lock only when it
+//! changed (see [`crate::limiter::resolve`]). Every reader sees either the
+//! settings before a change or after it, never a mix.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use parking_lot::RwLock;
+
+use crate::model::limit::Limit;
+use crate::model::policy::FailurePolicy;
+
+/// What is set at run time for one name (a function's, a group's or a
+/// route's limit name).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Settings {
+    /// Limits replacing the compiled-in ones.
+    pub limits: Option<Arc<[Limit]>>,
+    /// The failure policy, over the call's and the limiter's.
+    pub policy: Option<FailurePolicy>,
+    /// Decided and logged, never refused.
+    pub shadow: bool,
+    /// The deny cache on or off for calls with this name.
+    pub deny_cache: Option<bool>,
+}
+
+impl Settings {
+    fn is_empty(&self) -> bool {
+        *self == Settings::default()
+    }
+}
+
+/// Every name's [`Settings`].
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    names: RwLock<HashMap<Box<str>, Settings>>,
+    /// Bumped on every change.
+    generation: AtomicU64,
+    /// Whether any name is in shadow mode (skips the lock on refusals).
+    any_shadow: AtomicBool,
+    /// Whether any name sets the deny cache.
+    any_deny: AtomicBool,
+}
+
+impl Registry {
+    /// Changes one name's settings; returns whether anything changed.
+    pub(crate) fn update(&self, name: &str, change: impl FnOnce(&mut Settings)) -> bool {
+        let mut names = self.names.write();
+        let mut settings = names.get(name).cloned().unwrap_or_default();
+        let before = settings.clone();
+        change(&mut settings);
+        if settings == before {
+            return false;
+        }
+        if settings.is_empty() {
+            names.remove(name);
+        } else {
+            names.insert(name.into(), settings);
+        }
+        self.any_shadow
+            .store(names.values().any(|s| s.shadow), Ordering::Release);
+        self.any_deny.store(
+            names.values().any(|s| s.deny_cache.is_some()),
+            Ordering::Release,
+        );
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        true
+    }
+
+    /// Changes since the limiter was built.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The settings of `name`.
+    pub(crate) fn get(&self, name: &str) -> Settings {
+        if self.generation() == 0 {
+            return Settings::default();
+        }
+        self.names.read().get(name).cloned().unwrap_or_default()
+    }
+
+    /// The runtime limits of `name`.
+    pub(crate) fn limits(&self, name: &str) -> Option<Arc<[Limit]>> {
+        if self.generation() == 0 {
+            return None;
+        }
+        self.names.read().get(name).and_then(|s| s.limits.clone())
+    }
+
+    pub(crate) fn any_shadow(&self) -> bool {
+        self.any_shadow.load(Ordering::Acquire)
+    }
+
+    /// Whether `name` is in shadow mode.
+    pub(crate) fn shadowed(&self, name: &str) -> bool {
+        self.any_shadow() && self.names.read().get(name).is_some_and(|s| s.shadow)
+    }
+
+    /// The deny-cache setting for a call with these names: an explicit off
+    /// for any of them wins, then an explicit on; `None` when none is set.
+    pub(crate) fn deny_cache<'a>(&self, names: impl Iterator<Item = &'a str>) -> Option<bool> {
+        if !self.any_deny.load(Ordering::Acquire) {
+            return None;
+        }
+        let settings = self.names.read();
+        let mut verdict = None;
+        for name in names {
+            match settings.get(name).and_then(|s| s.deny_cache) {
+                Some(false) => return Some(false),
+                Some(true) => verdict = Some(true),
+                None => {}
+            }
+        }
+        verdict
+    }
+
+    /// Every name with settings.
+    pub(crate) fn snapshot(&self) -> Vec<(String, Settings)> {
+        let mut all: Vec<_> = self
+            .names
+            .read()
+            .iter()
+            .map(|(n, s)| (n.to_string(), s.clone()))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_change_bumps_the_generation_once_and_empty_settings_disappear() {
+        let registry = Registry::default();
+        assert_eq!(registry.generation(), 0);
+        assert!(registry.update("sms", |s| s.shadow = true));
+        assert!(!registry.update("sms", |s| s.shadow = true), "no change");
+        assert_eq!(registry.generation(), 1);
+        assert!(registry.shadowed("sms") && !registry.shadowed("login"));
+        assert!(registry.update("sms", |s| s.shadow = false));
+        assert!(!registry.any_shadow());
+        assert!(registry.snapshot().is_empty());
+    }
+
+    #[test]
+    fn an_explicit_off_for_any_name_of_a_call_wins() {
+        let registry = Registry::default();
+        assert_eq!(registry.deny_cache(["f"].into_iter()), None);
+        registry.update("f", |s| s.deny_cache = Some(true));
+        assert_eq!(registry.deny_cache(["g", "f"].into_iter()), Some(true));
+        registry.update("ip", |s| s.deny_cache = Some(false));
+        assert_eq!(registry.deny_cache(["f", "ip"].into_iter()), Some(false));
+    }
+}

@@ -1,0 +1,11 @@
+//! The limit model: what a limit is, whose key a call uses, what a decision
+//! says, and what can go wrong.
+
+pub(crate) mod clock;
+pub(crate) mod decision;
+pub(crate) mod error;
+pub(crate) mod key;
+pub(crate) mod limit;
+pub(crate) mod mask;
+pub(crate) mod policy;
+pub(crate) mod rejection;
