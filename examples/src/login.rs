@@ -266,14 +266,14 @@ pub fn apply_env_limits(limiter: &Limiter) -> Result<(), String> {
 }
 
 /// The `login` binary. When the backend fails, failures are counted in
-/// process with the full threshold (`FailurePolicy::Local { share: 1 }`):
+/// process with the full threshold (`FailurePolicy::local(1)`):
 /// brute force stays limited during a Redis outage, logins keep working.
 pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
     crate::init_tracing();
     let limiter = crate::builder_from_env(Limiter::builder())
         .await?
         .prefix("login")
-        .failure_policy(FailurePolicy::Local { share: 1 })
+        .failure_policy(FailurePolicy::local(1).expect("a share of one"))
         .install()?;
     apply_env_limits(limiter)?;
     if let Ok(path) = std::env::var("LIMITS_FILE") {

@@ -387,12 +387,18 @@ mod tests {
                 #![allow(unused)]
                 {
                     let __rl_limiter = ::rl_core::__private::global();
+                    static __RL_LIMITS_0: [::rl_core::__private::Limit; 1usize] = [
+                        ::rl_core::__private::Limit::from_parts_const(5, 60000000, ::rl_core::__private::Algorithm::TokenBucket, 8, 10)
+                    ];
+                    static __RL_GROUPS: [::rl_core::__private::GroupSpec; 1usize] = [
+                        ::rl_core::__private::GroupSpec::new(
+                            ::rl_core::__private::core::concat!(::rl_core::__private::core::module_path!(), "::", "f"),
+                            &__RL_LIMITS_0
+                        ).with_cost(2)
+                    ];
                     static __RL_SPEC: ::rl_core::__private::CallSpec = ::rl_core::__private::CallSpec::new(
                         ::rl_core::__private::core::concat!(::rl_core::__private::core::module_path!(), "::", "f"),
-                        &[::rl_core::__private::GroupSpec::new(
-                            ::rl_core::__private::core::concat!(::rl_core::__private::core::module_path!(), "::", "f"),
-                            &[::rl_core::__private::Limit::from_parts_const(5, 60000000, ::rl_core::__private::Algorithm::TokenBucket, 8, 10)]
-                        ).with_cost(2)],
+                        &__RL_GROUPS
                     );
                     let __rl_call = ::rl_core::__private::call(&__RL_SPEC, __rl_limiter, &[&(user.id)]);
                     match __rl_call.await {
@@ -476,12 +482,14 @@ mod tests {
         );
         assert!(
             code.contains(
-                "& [:: rl_core :: __private :: Limit :: from_parts_const (1 , 60000000 , :: rl_core :: __private :: \
-                 Algorithm :: SlidingLog , 1 , 10) , :: rl_core :: __private :: Limit :: from_parts_const (5 , \
-                 3600000000 , :: rl_core :: __private :: Algorithm :: SlidingLog , 5 , 10)])]"
+                "static __RL_LIMITS_0 : [:: rl_core :: __private :: Limit ; 2usize] = [:: rl_core :: __private :: \
+                 Limit :: from_parts_const (1 , 60000000 , :: rl_core :: __private :: Algorithm :: SlidingLog , 1 , \
+                 10) , :: rl_core :: __private :: Limit :: from_parts_const (5 , 3600000000 , :: rl_core :: \
+                 __private :: Algorithm :: SlidingLog , 5 , 10)] ;"
             ),
             "one group with both limits: {code}"
         );
+        assert!(code.contains("[:: rl_core :: __private :: GroupSpec ; 1usize]"), "{code}");
         assert!(code.ends_with("} Ok (()) }"), "the body follows unchanged: {code}");
     }
 
@@ -508,19 +516,18 @@ mod tests {
                     let __rl_limiter = ::rl_core::__private::core::result::Result::Ok(
                         ::rl_core::__private::AsLimiter::as_limiter(__rl_limiter)
                     );
-                    static __RL_SPEC: ::rl_core::__private::CallSpec = ::rl_core::__private::CallSpec::new(
-                        "sms",
-                        &[
-                            ::rl_core::__private::GroupSpec::new(
-                                "sms",
-                                &[::rl_core::__private::Limit::from_parts_const(1, 60000000, ::rl_core::__private::Algorithm::Gcra, 1, 10)]
-                            ),
-                            ::rl_core::__private::GroupSpec::new(
-                                "sms_ip",
-                                &[::rl_core::__private::Limit::from_parts_const(20, 3600000000, ::rl_core::__private::Algorithm::Gcra, 20, 10)]
-                            ).with_cost(2)
-                        ],
-                    );
+                    static __RL_LIMITS_0: [::rl_core::__private::Limit; 1usize] = [
+                        ::rl_core::__private::Limit::from_parts_const(1, 60000000, ::rl_core::__private::Algorithm::Gcra, 1, 10)
+                    ];
+                    static __RL_LIMITS_1: [::rl_core::__private::Limit; 1usize] = [
+                        ::rl_core::__private::Limit::from_parts_const(20, 3600000000, ::rl_core::__private::Algorithm::Gcra, 20, 10)
+                    ];
+                    static __RL_GROUPS: [::rl_core::__private::GroupSpec; 2usize] = [
+                        ::rl_core::__private::GroupSpec::new("sms", &__RL_LIMITS_0),
+                        ::rl_core::__private::GroupSpec::new("sms_ip", &__RL_LIMITS_1).with_cost(2)
+                    ];
+                    static __RL_SPEC: ::rl_core::__private::CallSpec =
+                        ::rl_core::__private::CallSpec::new("sms", &__RL_GROUPS);
                     let __rl_call = ::rl_core::__private::call(&__RL_SPEC, __rl_limiter, &[&(phone), &(ip)]);
                     match __rl_call.await {
                         ::rl_core::__private::core::result::Result::Ok(_) => {}
@@ -581,14 +588,14 @@ mod tests {
             __rl_out
         };
         assert!(code.ends_with(&format!("{expected_tail} }}")), "{code}");
-        assert!(code.contains(". reset_on_success ()] ,)"), "{code}");
+        assert!(code.contains("& __RL_LIMITS_0) . reset_on_success ()] ;"), "{code}");
         assert!(
             code.contains(". with_counting (:: rl_core :: __private :: Counting :: Settled) ;"),
             "{code}"
         );
         assert!(
             code.contains(
-                "let __rl_limiter = :: rl_core :: __private :: global () ; let __rl_permit = { static __RL_SPEC"
+                "let __rl_limiter = :: rl_core :: __private :: global () ; let __rl_permit = { static __RL_LIMITS_0"
             ),
             "{code}"
         );

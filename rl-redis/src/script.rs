@@ -7,7 +7,7 @@
 use std::sync::LazyLock;
 
 use redis::{Script, ScriptInvocation};
-use rl_core::{BackendError, Decision, Request};
+use rl_core::{BackendError, Decision, Figures, Request};
 
 /// The full script source.
 pub(crate) const SOURCE: &str = concat!(
@@ -24,7 +24,7 @@ pub(crate) const SOURCE: &str = concat!(
 pub(crate) static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCE));
 
 /// Lua numbers are doubles: integers are exact below 2^53.
-const EXACT_LIMIT: u64 = 1 << 53;
+const EXACT_LIMIT: u64 = rl_grammar::DOUBLE_EXACT;
 
 /// Integers per decision in the script's reply.
 const DECISION_WIDTH: usize = 5;
@@ -94,25 +94,14 @@ pub(crate) enum Time {
     Client(u64),
 }
 
-/// The storage key of one request: `<key>:<algorithm>:<period_us>`.
-/// Sliding-window keys also carry the number of slots (see
-/// [`rl_core::Limit::storage_suffix`], which this spells without `format!`).
+/// The storage key of one request: `<key>:<suffix>` with the limit's
+/// [`rl_core::Limit::write_storage_suffix`] (`<algorithm>:<period_us>`, and
+/// the slot count for the sliding-window counter).
 fn state_key(request: &Request<'_>) -> String {
-    use std::fmt::Write as _;
-    let limit = request.limit;
-    let (algorithm, period, slots) = limit.state_id();
     let mut key = String::with_capacity(request.key.as_str().len() + 32);
     key.push_str(request.key.as_str());
     key.push(':');
-    key.push_str(algorithm.code());
-    let _ = write!(key, ":{period}");
-    if algorithm == rl_core::Algorithm::SlidingWindow {
-        let _ = write!(key, ":{slots}");
-    }
-    debug_assert_eq!(
-        key[request.key.as_str().len() + 1..],
-        limit.storage_suffix()
-    );
+    request.limit.write_storage_suffix(&mut key);
     key
 }
 
@@ -314,14 +303,14 @@ pub(crate) fn parse_reply(op: Op, count: usize, values: &[i64]) -> Result<Reply,
                     )));
                 }
             };
-            decisions.push(Decision::from_micros(
+            decisions.push(Decision::new(Figures {
                 allowed,
-                unsigned(chunk[1])?,
-                unsigned(chunk[2])?,
-                unsigned(chunk[3])?,
-                unsigned(chunk[4])?,
-                now,
-            ));
+                limit: unsigned(chunk[1])?,
+                remaining: unsigned(chunk[2])?,
+                retry_after_us: unsigned(chunk[3])?,
+                reset_after_us: unsigned(chunk[4])?,
+                at_micros: now,
+            }));
         }
     }
     Ok(Reply {
@@ -416,11 +405,25 @@ mod tests {
         assert_eq!(reply.now, 77);
         assert_eq!(
             reply.decisions[0],
-            Decision::from_micros(true, 5, 4, 0, 12, 77)
+            Decision::new(Figures {
+                allowed: true,
+                limit: 5,
+                remaining: 4,
+                retry_after_us: 0,
+                reset_after_us: 12,
+                at_micros: 77
+            })
         );
         assert_eq!(
             reply.decisions[1],
-            Decision::from_micros(false, 3, 0, 250, 900, 77)
+            Decision::new(Figures {
+                allowed: false,
+                limit: 3,
+                remaining: 0,
+                retry_after_us: 250,
+                reset_after_us: 900,
+                at_micros: 77
+            })
         );
         assert_eq!(parse_reply(Op::Reset, 3, &[9]).unwrap().now, 9);
         let replay = parse_reply(Op::AcquireOnce, 1, &[1, 5, 4, 0, 12, 77, 1, 99]).unwrap();

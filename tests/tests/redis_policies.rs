@@ -48,7 +48,7 @@ fn policies() -> [(&'static str, FailurePolicy); 3] {
     [
         ("fail-open", FailurePolicy::FailOpen),
         ("fail-closed", FailurePolicy::FailClosed),
-        ("local{share:2}", FailurePolicy::Local { share: SHARE }),
+        ("local{share:2}", FailurePolicy::local(SHARE).unwrap()),
     ]
 }
 
@@ -85,7 +85,7 @@ impl Outcome {
             },
             Ok(Admission::FailedOpen) => Outcome::FailedOpen,
             Ok(Admission::Local { decisions, share }) => {
-                assert_eq!(share, SHARE);
+                assert_eq!(share.get(), SHARE);
                 assert_eq!(
                     decisions[0].limit, local,
                     "the local limit is threshold / share"
@@ -305,7 +305,7 @@ fn verify(
         .filter(|c| c.outcome == Outcome::Local { allowed: false })
         .count() as u64;
     if let FailurePolicy::Local { share } = policy {
-        let local = THRESHOLD / share;
+        let local = THRESHOLD / share.get();
         assert!(
             local_allowed <= local,
             "{what}: local admitted {local_allowed}"

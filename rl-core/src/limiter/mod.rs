@@ -618,13 +618,18 @@ fn admit(
             },
             _ => Admission::Backend(decisions),
         }),
-        Answer::Decided { decisions, .. } => {
+        Answer::Decided { decisions, source } => {
             let index = decisions.binding_index();
-            Err(limited(targets, index, *decisions.binding(), &name_of))
+            // A refusal in process names the limit it applied: the share.
+            let share = match (source, policy) {
+                (Source::Local, FailurePolicy::Local { share }) => Some(share),
+                _ => None,
+            };
+            Err(limited(targets, index, *decisions.binding(), share, &name_of))
         }
         Answer::Refused {
             index, decision, ..
-        } => Err(limited(targets, index, decision, &name_of)),
+        } => Err(limited(targets, index, decision, None, &name_of)),
         Answer::Shadowed { decisions, .. } => Ok(Admission::Shadowed(decisions)),
         Answer::FailedOpen(_) => Ok(Admission::FailedOpen),
         Answer::Unavailable(error) | Answer::Failed(error) => {
@@ -637,15 +642,22 @@ fn admit(
     }
 }
 
+/// The rejection of a call refused by target `index` (under the in-process
+/// fallback's `share` of its limit, when it decided).
 fn limited(
     targets: &[Target<'_>],
     index: usize,
     decision: Decision,
+    share: Option<std::num::NonZeroU64>,
     name_of: &impl Fn(usize) -> Cow<'static, str>,
 ) -> Rejection {
-    let limit = targets.get(index).map_or_else(
-        || Limit::from_parts_const(1, 1, crate::Algorithm::Gcra, 1, 1),
-        |t| *t.limit,
-    );
+    let Some(target) = targets.get(index) else {
+        let error = LimitError::BadCall("a refusal of no limit".into());
+        return Rejection::unavailable(name_of(index), Error::Limit(error));
+    };
+    let limit = match share {
+        Some(share) => crate::layer::failure::local_share(target.limit, share),
+        None => *target.limit,
+    };
     Rejection::limited(name_of(index), decision, limit)
 }
