@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::limiter::Limiter;
 use crate::model::error::LimitError;
 use crate::model::limit::{Algorithm, Limit};
-use crate::limiter::Limiter;
 use crate::model::policy::FailurePolicy;
 
 /// The keys a limit's table may hold.
@@ -421,10 +421,7 @@ mod tests {
     fn failure_policies_read_as_in_the_docs() {
         assert_eq!(parse_policy("fail_open"), Some(FailurePolicy::FailOpen));
         assert_eq!(parse_policy("fail_closed"), Some(FailurePolicy::FailClosed));
-        assert_eq!(
-            parse_policy("local:3"),
-            FailurePolicy::local(3)
-        );
+        assert_eq!(parse_policy("local:3"), FailurePolicy::local(3));
         assert_eq!(parse_policy("local:0"), None);
         assert_eq!(parse_policy("local"), None);
         assert_eq!(parse_policy("closed"), None);

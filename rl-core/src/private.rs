@@ -8,6 +8,7 @@ use std::sync::Arc;
 pub use crate::limiter::Limiter;
 pub use crate::limiter::call::{CallFuture, CallSpec, Counting, GroupSpec, Permit};
 pub use crate::model::error::Error;
+pub use crate::model::key::Part;
 pub use crate::model::limit::{Algorithm, Limit};
 pub use crate::model::policy::FailurePolicy;
 pub use crate::model::rejection::Rejection;
@@ -64,13 +65,68 @@ pub const fn local(share: u64) -> FailurePolicy {
 pub fn call<'l>(
     spec: &'l CallSpec,
     limiter: Result<&'l Limiter, Error>,
-    identities: &[&dyn Display],
+    identities: &[Part<'_>],
 ) -> CallFuture<'l> {
     match limiter {
-        Ok(limiter) => limiter.call(spec, identities),
+        Ok(limiter) => limiter.call_parts(spec, identities),
         Err(error) => {
             tracing::error!(limit = spec.name(), %error, "rate limited function called without a limiter");
             CallFuture::ready(Err(Rejection::unavailable(spec.name().to_owned(), error)))
         }
+    }
+}
+
+/// A key expression's value, for [`PartFast`] / [`PartDisplay`] to turn
+/// into a [`Part`]: `(&&Probe(&key)).__rl_part()` picks an integer or
+/// string form when the key's type has one (method resolution tries the
+/// `&&Probe` receiver first), else its `Display`.
+pub struct Probe<'a, T>(pub &'a T);
+
+/// Keys with a fast form: integers and strings.
+pub trait PartFast<'a> {
+    /// The key's part.
+    fn __rl_part(&self) -> Part<'a>;
+}
+
+/// Every other key: through its `Display` (a key that is not `Display` is
+/// reported at the key, as "doesn't implement `Display`").
+pub trait PartDisplay<'a, T> {
+    /// The key's part.
+    fn __rl_part(&self) -> Part<'a>
+    where
+        T: Display;
+}
+
+impl<'a, T> PartDisplay<'a, T> for Probe<'a, T> {
+    fn __rl_part(&self) -> Part<'a>
+    where
+        T: Display,
+    {
+        Part::Display(self.0)
+    }
+}
+
+macro_rules! fast {
+    ($variant:ident as $wide:ty: $($int:ty),*) => {$(
+        impl<'a> PartFast<'a> for &Probe<'a, $int> {
+            fn __rl_part(&self) -> Part<'a> {
+                Part::$variant(*self.0 as $wide)
+            }
+        }
+    )*};
+}
+
+fast!(Unsigned as u64: u8, u16, u32, u64, usize);
+fast!(Signed as i64: i8, i16, i32, i64, isize);
+
+impl<'a> PartFast<'a> for &Probe<'a, String> {
+    fn __rl_part(&self) -> Part<'a> {
+        Part::Text(self.0)
+    }
+}
+
+impl<'a, 'b: 'a> PartFast<'a> for &Probe<'a, &'b str> {
+    fn __rl_part(&self) -> Part<'a> {
+        Part::Text(self.0)
     }
 }

@@ -344,7 +344,7 @@ impl metrics::Recorder for Outcomes {
 
 #[test]
 fn every_refusal_is_counted_as_rejected_with_where_it_was_decided_and_memory_limiters_do_not_remember()
-{
+ {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();

@@ -193,7 +193,13 @@ fn group(name: &'static str, limits: &[&str], algorithm: Algorithm) -> GroupSpec
 
 #[tokio::test]
 async fn the_call_future_is_send_even_for_identities_that_are_not_sync() {
-    static LIMITS: [Limit; 1] = [Limit::from_parts_const(1, 60_000_000, Algorithm::Gcra, 1, 10)];
+    static LIMITS: [Limit; 1] = [Limit::from_parts_const(
+        1,
+        60_000_000,
+        Algorithm::Gcra,
+        1,
+        10,
+    )];
     static GROUPS: [GroupSpec; 1] = [GroupSpec::new("send_check", &LIMITS)];
     static SPEC: CallSpec = CallSpec::new("send_check", &GROUPS);
     fn assert_send<T: Send>(value: T) -> T {
@@ -212,7 +218,10 @@ async fn the_call_future_is_send_even_for_identities_that_are_not_sync() {
 
 #[tokio::test]
 async fn runtime_limits_replace_the_compiled_ones_by_name() {
-    let live = spec("live", vec![group("live", &["1/1m"], Algorithm::SlidingLog)]);
+    let live = spec(
+        "live",
+        vec![group("live", &["1/1m"], Algorithm::SlidingLog)],
+    );
     let limiter = Limiter::builder().build().unwrap();
     assert!(limiter.call(&live, &[&"u"]).await.is_ok());
     assert!(limiter.call(&live, &[&"u"]).await.is_err());
@@ -249,11 +258,20 @@ async fn a_refunded_permit_gives_its_units_back_and_a_reset_forgets_the_identity
     .with_counting(Counting::Settled);
     let limiter = Limiter::builder().build().unwrap();
     for _ in 0..10 {
-        let permit = limiter.call(&login, &[&"alice", &"10.0.0.1"]).await.unwrap();
+        let permit = limiter
+            .call(&login, &[&"alice", &"10.0.0.1"])
+            .await
+            .unwrap();
         permit.refund().await;
     }
-    let _kept = limiter.call(&login, &[&"alice", &"10.0.0.1"]).await.unwrap();
-    let _kept = limiter.call(&login, &[&"alice", &"10.0.0.1"]).await.unwrap();
+    let _kept = limiter
+        .call(&login, &[&"alice", &"10.0.0.1"])
+        .await
+        .unwrap();
+    let _kept = limiter
+        .call(&login, &[&"alice", &"10.0.0.1"])
+        .await
+        .unwrap();
     let refused = limiter
         .call(&login, &[&"alice", &"10.0.0.1"])
         .await
@@ -300,7 +318,12 @@ async fn settling_an_uncounted_call_resets_groups_that_ask_for_it_and_refunds_th
     let ids: [&dyn std::fmt::Display; 2] = [&"eve", &"10.9.9.9"];
     // Two failures (counted), then a success (not counted).
     for counted in [true, true, false] {
-        limiter.call(&settle, &ids).await.unwrap().settle(counted).await;
+        limiter
+            .call(&settle, &ids)
+            .await
+            .unwrap()
+            .settle(counted)
+            .await;
     }
     let next = limiter.call(&settle, &ids).await.unwrap();
     let remaining: Vec<u64> = next

@@ -38,6 +38,5 @@ pub use bounds::{
     check_limit, problems,
 };
 pub use text::{
-    BadDuration, BadRate, DURATION_UNITS, Rate, format_duration, parse_duration_micros,
-    parse_rate,
+    BadDuration, BadRate, DURATION_UNITS, Rate, format_duration, parse_duration_micros, parse_rate,
 };

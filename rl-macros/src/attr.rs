@@ -15,7 +15,6 @@ use syn::{
     Visibility, braced, bracketed, parenthesized, token,
 };
 
-
 /// The argument keywords.
 mod kw {
     syn::custom_keyword!(period);

@@ -149,14 +149,16 @@ fn group_name(group: &GroupConfig, default_name: &TokenStream) -> TokenStream {
     }
 }
 
-/// `&(<key>)`, spanned on the user's expression, or the empty identity.
-fn key(group: &GroupConfig) -> TokenStream {
+/// The key as a `Part` (an integer or string form when its type has one,
+/// else its `Display`), spanned on the user's expression; the empty
+/// identity without a key.
+fn key(group: &GroupConfig, private: &TokenStream) -> TokenStream {
     match &group.key {
         Some(key) => {
             let (expr, span) = (&key.value, key.span);
-            quote_spanned!(span=> &(#expr))
+            quote_spanned!(span=> (&&#private::Probe(&(#expr))).__rl_part())
         }
-        None => quote!(&""),
+        None => quote!(#private::Part::Text("")),
     }
 }
 
@@ -211,24 +213,32 @@ fn call(
     let limit_statics: Vec<Ident> = (0..config.groups.len())
         .map(|i| Ident::new(&format!("__RL_LIMITS_{i}"), Span::call_site()))
         .collect();
-    let limit_arrays = config.groups.iter().zip(&limit_statics).map(|(group, ident)| {
-        let limits = limits(group, private);
-        let count = limits.len();
-        quote!(static #ident: [#private::Limit; #count] = [#(#limits),*];)
-    });
-    let groups = config.groups.iter().zip(&limit_statics).map(|(group, limits)| {
-        let name = group_name(group, default_name);
-        let cost = (group.cost != 1).then(|| {
-            let cost = Literal::u64_unsuffixed(group.cost);
-            quote!(.with_cost(#cost))
+    let limit_arrays = config
+        .groups
+        .iter()
+        .zip(&limit_statics)
+        .map(|(group, ident)| {
+            let limits = limits(group, private);
+            let count = limits.len();
+            quote!(static #ident: [#private::Limit; #count] = [#(#limits),*];)
         });
-        let reset = group.reset_on_success.then(|| quote!(.reset_on_success()));
-        quote! {
-            #private::GroupSpec::new(#name, &#limits)#cost #reset
-        }
-    });
+    let groups = config
+        .groups
+        .iter()
+        .zip(&limit_statics)
+        .map(|(group, limits)| {
+            let name = group_name(group, default_name);
+            let cost = (group.cost != 1).then(|| {
+                let cost = Literal::u64_unsuffixed(group.cost);
+                quote!(.with_cost(#cost))
+            });
+            let reset = group.reset_on_success.then(|| quote!(.reset_on_success()));
+            quote! {
+                #private::GroupSpec::new(#name, &#limits)#cost #reset
+            }
+        });
     let group_count = config.groups.len();
-    let keys = config.groups.iter().map(key);
+    let keys = config.groups.iter().map(|group| key(group, private));
     // The user's expressions keep their spans, so type errors land on them.
     let limiter = match &config.limiter {
         Some(limiter) => {
@@ -251,6 +261,8 @@ fn call(
         static __RL_GROUPS: [#private::GroupSpec; #group_count] = [#(#groups),*];
         static __RL_SPEC: #private::CallSpec =
             #private::CallSpec::new(#name, &__RL_GROUPS)#policy #counting;
+        #[allow(unused_imports)]
+        use #private::{PartDisplay as _, PartFast as _};
         let __rl_call = #private::call(&__RL_SPEC, __rl_limiter, &[#(#keys),*]);
     };
 
@@ -400,7 +412,13 @@ mod tests {
                         ::rl_core::__private::core::concat!(::rl_core::__private::core::module_path!(), "::", "f"),
                         &__RL_GROUPS
                     );
-                    let __rl_call = ::rl_core::__private::call(&__RL_SPEC, __rl_limiter, &[&(user.id)]);
+                    #[allow(unused_imports)]
+                    use ::rl_core::__private::{PartDisplay as _, PartFast as _};
+                    let __rl_call = ::rl_core::__private::call(
+                        &__RL_SPEC,
+                        __rl_limiter,
+                        &[(&&::rl_core::__private::Probe(&(user.id))).__rl_part()]
+                    );
                     match __rl_call.await {
                         ::rl_core::__private::core::result::Result::Ok(_) => {}
                         ::rl_core::__private::core::result::Result::Err(__rl_rejection) => {
@@ -447,7 +465,7 @@ mod tests {
             "{code}"
         );
         assert!(
-            code.contains("& [& \"\"])"),
+            code.contains("& [my :: rl :: __private :: Part :: Text (\"\")])"),
             "no key: the empty identity; {code}"
         );
         assert!(!code.contains("rl_core"), "{code}");
@@ -489,8 +507,14 @@ mod tests {
             ),
             "one group with both limits: {code}"
         );
-        assert!(code.contains("[:: rl_core :: __private :: GroupSpec ; 1usize]"), "{code}");
-        assert!(code.ends_with("} Ok (()) }"), "the body follows unchanged: {code}");
+        assert!(
+            code.contains("[:: rl_core :: __private :: GroupSpec ; 1usize]"),
+            "{code}"
+        );
+        assert!(
+            code.ends_with("} Ok (()) }"),
+            "the body follows unchanged: {code}"
+        );
     }
 
     #[test]
@@ -528,7 +552,16 @@ mod tests {
                     ];
                     static __RL_SPEC: ::rl_core::__private::CallSpec =
                         ::rl_core::__private::CallSpec::new("sms", &__RL_GROUPS);
-                    let __rl_call = ::rl_core::__private::call(&__RL_SPEC, __rl_limiter, &[&(phone), &(ip)]);
+                    #[allow(unused_imports)]
+                    use ::rl_core::__private::{PartDisplay as _, PartFast as _};
+                    let __rl_call = ::rl_core::__private::call(
+                        &__RL_SPEC,
+                        __rl_limiter,
+                        &[
+                            (&&::rl_core::__private::Probe(&(phone))).__rl_part(),
+                            (&&::rl_core::__private::Probe(&(ip))).__rl_part()
+                        ]
+                    );
                     match __rl_call.await {
                         ::rl_core::__private::core::result::Result::Ok(_) => {}
                         ::rl_core::__private::core::result::Result::Err(__rl_rejection) => {
@@ -588,7 +621,10 @@ mod tests {
             __rl_out
         };
         assert!(code.ends_with(&format!("{expected_tail} }}")), "{code}");
-        assert!(code.contains("& __RL_LIMITS_0) . reset_on_success ()] ;"), "{code}");
+        assert!(
+            code.contains("& __RL_LIMITS_0) . reset_on_success ()] ;"),
+            "{code}"
+        );
         assert!(
             code.contains(". with_counting (:: rl_core :: __private :: Counting :: Settled) ;"),
             "{code}"

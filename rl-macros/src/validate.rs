@@ -427,7 +427,9 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
                 Problem::TooLarge { capacity, .. } => {
                     // The larger of threshold and burst, where it was written.
                     let span = match (&args.burst, source) {
-                        (Some(b), Source::Args { .. }) if b.value == capacity && capacity > threshold => {
+                        (Some(b), Source::Args { .. })
+                            if b.value == capacity && capacity > threshold =>
+                        {
                             b.span
                         }
                         _ => threshold_span,

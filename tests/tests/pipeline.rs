@@ -20,9 +20,14 @@ async fn decision_calls(server: &RedisServer) -> u64 {
     let info: String = server.cmd(&["INFO", "commandstats"]).await;
     info.lines()
         .filter(|line| {
-            ["cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_fcall:", "cmdstat_fcall_ro:"]
-                .iter()
-                .any(|name| line.starts_with(name))
+            [
+                "cmdstat_evalsha:",
+                "cmdstat_eval:",
+                "cmdstat_fcall:",
+                "cmdstat_fcall_ro:",
+            ]
+            .iter()
+            .any(|name| line.starts_with(name))
         })
         .filter_map(|line| {
             let calls = line.split("calls=").nth(1)?.split(',').next()?;
@@ -188,19 +193,38 @@ async fn with_the_breaker_open_settling_peeking_and_resetting_return_at_once() {
 }
 
 /// The invalid batches every store refuses the same way.
-fn invalid_batches(key: &Key, other: &Key, limits: &[Limit; 3]) -> Vec<(&'static str, Vec<(Key, Limit, u64)>, LimitError)> {
+fn invalid_batches(
+    key: &Key,
+    other: &Key,
+    limits: &[Limit; 3],
+) -> Vec<(&'static str, Vec<(Key, Limit, u64)>, LimitError)> {
     let [minute, also_minute, hour] = *limits;
     vec![
-        ("no limit", vec![], LimitError::BadCall("a call needs at least one limit".into())),
-        ("cost 0", vec![(key.clone(), minute, 0)], LimitError::ZeroCost),
+        (
+            "no limit",
+            vec![],
+            LimitError::BadCall("a call needs at least one limit".into()),
+        ),
+        (
+            "cost 0",
+            vec![(key.clone(), minute, 0)],
+            LimitError::ZeroCost,
+        ),
         (
             "cost above the capacity",
             vec![(key.clone(), hour, 6)],
-            LimitError::CostExceedsCapacity { cost: 6, capacity: 5 },
+            LimitError::CostExceedsCapacity {
+                cost: 6,
+                capacity: 5,
+            },
         ),
         (
             "one state named twice",
-            vec![(key.clone(), minute, 1), (other.clone(), hour, 1), (key.clone(), also_minute, 1)],
+            vec![
+                (key.clone(), minute, 1),
+                (other.clone(), hour, 1),
+                (key.clone(), also_minute, 1),
+            ],
             LimitError::Overlapping {
                 first: minute.to_string(),
                 second: also_minute.to_string(),
@@ -218,9 +242,16 @@ async fn memory_and_redis_refuse_exactly_the_same_invalid_batches() {
         (
             "redis",
             redis.clone(),
-            Limiter::builder().shared_backend(redis.clone()).build().unwrap(),
+            Limiter::builder()
+                .shared_backend(redis.clone())
+                .build()
+                .unwrap(),
         ),
-        ("memory", memory.clone(), Limiter::builder().memory().build().unwrap()),
+        (
+            "memory",
+            memory.clone(),
+            Limiter::builder().memory().build().unwrap(),
+        ),
     ];
     let key = Key::new("rl", "invalid", "alice");
     let other = Key::new("rl", "invalid", "bob");
@@ -230,16 +261,26 @@ async fn memory_and_redis_refuse_exactly_the_same_invalid_batches() {
         Limit::per_hour(5).unwrap(),
     ];
     for (what, batch, expected) in invalid_batches(&key, &other, &limits) {
-        let requests: Vec<Request<'_>> =
-            batch.iter().map(|(k, l, c)| Request::new(k, l, *c)).collect();
+        let requests: Vec<Request<'_>> = batch
+            .iter()
+            .map(|(k, l, c)| Request::new(k, l, *c))
+            .collect();
         for (store, backend, limiter) in &stores {
             let at = format!("{what}, {store}");
             let limit_error = |result: Result<rl_core::Decisions, Error>| match result {
                 Err(Error::Limit(error)) => error,
                 other => panic!("{at}: {other:?}"),
             };
-            assert_eq!(limit_error(limiter.acquire_all(&requests).await), expected, "{at}");
-            assert_eq!(limit_error(limiter.peek_all(&requests).await), expected, "{at}");
+            assert_eq!(
+                limit_error(limiter.acquire_all(&requests).await),
+                expected,
+                "{at}"
+            );
+            assert_eq!(
+                limit_error(limiter.peek_all(&requests).await),
+                expected,
+                "{at}"
+            );
             assert_eq!(
                 limit_error(limiter.acquire_all_once(&requests, "id-1").await),
                 expected,
@@ -276,12 +317,27 @@ async fn annotated(limiter: &Limiter, ip: &str, user: &str, ok: bool) -> Result<
     if ok {
         Ok(())
     } else {
-        Err(Rejection::unavailable("wrong password", Error::NotInstalled))
+        Err(Rejection::unavailable(
+            "wrong password",
+            Error::NotInstalled,
+        ))
     }
 }
 
-static USER: [Limit; 1] = [Limit::from_parts_const(3, 60_000_000, Algorithm::SlidingLog, 3, 10)];
-static IP: [Limit; 1] = [Limit::from_parts_const(6, 86_400_000_000, Algorithm::FixedWindow, 6, 10)];
+static USER: [Limit; 1] = [Limit::from_parts_const(
+    3,
+    60_000_000,
+    Algorithm::SlidingLog,
+    3,
+    10,
+)];
+static IP: [Limit; 1] = [Limit::from_parts_const(
+    6,
+    86_400_000_000,
+    Algorithm::FixedWindow,
+    6,
+    10,
+)];
 static GROUPS: [GroupSpec; 2] = [
     GroupSpec::new("side_user", &USER).reset_on_success(),
     GroupSpec::new("side_ip", &IP),
@@ -293,7 +349,10 @@ async fn by_hand(limiter: &Limiter, ip: &str, user: &str, ok: bool) -> Result<()
     let out = if ok {
         Ok(())
     } else {
-        Err(Rejection::unavailable("wrong password", Error::NotInstalled))
+        Err(Rejection::unavailable(
+            "wrong password",
+            Error::NotInstalled,
+        ))
     };
     permit.settle(out.is_err()).await;
     out
@@ -346,7 +405,10 @@ async fn the_call_api_alone_reproduces_the_macros_counting_and_groups_on_memory_
         }
         assert_eq!(macro_outcomes, api_outcomes, "{store}");
         assert_eq!(macro_outcomes[5], "failed", "{store}");
-        assert_eq!(macro_outcomes[6], "refused by side_user (0 left)", "{store}");
+        assert_eq!(
+            macro_outcomes[6], "refused by side_user (0 left)",
+            "{store}"
+        );
         assert_eq!(macro_outcomes[7], "failed", "{store}");
         assert_eq!(macro_outcomes[8], "refused by side_ip (0 left)", "{store}");
         assert_eq!(macro_outcomes[9], "ok", "{store}");

@@ -51,7 +51,8 @@ impl<S: State> Dispatch for S {
 }
 
 fn decide(limit: &Limit, cell: &mut Cell, now: u64, cost: u64, commit: bool) -> Decision {
-    cell.state(limit.algorithm()).decide(limit, now, cost, commit)
+    cell.state(limit.algorithm())
+        .decide(limit, now, cost, commit)
 }
 
 fn refund(limit: &Limit, cell: &mut Cell, now: u64, cost: u64, at: u64) {

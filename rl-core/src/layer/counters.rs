@@ -67,6 +67,30 @@ pub(crate) fn decision(name: &str, outcome: &'static str, source: &'static str) 
     }
 }
 
+/// The keys of a call's commonest outcomes, built once when the call's spec
+/// is resolved: what the hot path counts without any lookup.
+#[derive(Debug)]
+pub(crate) struct Prebuilt {
+    /// `outcome="allowed", source="backend"`.
+    pub(crate) allowed: Key,
+    /// `outcome="rejected", source="backend"`.
+    pub(crate) rejected: Key,
+}
+
+impl Prebuilt {
+    pub(crate) fn new(name: &str) -> Self {
+        Self {
+            allowed: key(name, "allowed", "backend"),
+            rejected: key(name, "rejected", "backend"),
+        }
+    }
+}
+
+/// Adds one to the counter of a prebuilt key.
+pub(crate) fn count(key: &Key) {
+    metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA)).increment(1);
+}
+
 fn key(name: &str, outcome: &'static str, source: &'static str) -> Key {
     Key::from_parts(
         "rl_decisions_total",
@@ -146,7 +170,11 @@ mod tests {
         assert_eq!(first.get(&key("sms", "allowed", "backend")), Some(&3));
         assert_eq!(first.get(&key("login", "rejected", "cache")), Some(&1));
         assert_eq!(
-            second.0.lock().unwrap().get(&key("sms", "allowed", "backend")),
+            second
+                .0
+                .lock()
+                .unwrap()
+                .get(&key("sms", "allowed", "backend")),
             Some(&1)
         );
     }

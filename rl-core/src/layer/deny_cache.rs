@@ -44,7 +44,7 @@ use hashbrown::HashTable;
 use parking_lot::RwLock;
 use smallvec::SmallVec;
 
-use super::{Answer, Call, Layer, Source};
+use super::{Answer, Call, Layer, Plan, Source};
 use crate::limiter::registry::Registry;
 use crate::model::decision::{Decision, Decisions};
 use crate::model::limit::Limit;
@@ -366,7 +366,9 @@ impl DenyCache {
         for shard in self.shards.iter() {
             let mut shard = shard.write();
             let before = shard.table.len();
-            shard.table.retain(|slot| slot.names.iter().all(|n| **n != *name));
+            shard
+                .table
+                .retain(|slot| slot.names.iter().all(|n| **n != *name));
             self.held
                 .fetch_sub(before - shard.table.len(), Ordering::Relaxed);
         }
@@ -405,21 +407,27 @@ impl DenyLayer {
         }
     }
 
-    /// Whether this call uses the cache: an explicit "off" for its name or
-    /// any of its groups wins, then an explicit "on", then the default.
-    fn enabled(&self, call: &Call<'_>) -> bool {
-        self.registry
-            .deny_cache(
-                std::iter::once(call.name).chain(call.targets.iter().map(|t| t.name)),
-            )
-            .unwrap_or(self.default)
+    /// Whether a call with these names uses the cache: an explicit "off"
+    /// for its name or any of its groups wins, then an explicit "on", then
+    /// the default.
+    fn enabled<'a>(&self, names: impl Iterator<Item = &'a str>) -> bool {
+        self.registry.deny_cache(names).unwrap_or(self.default)
     }
 }
 
 impl Layer for DenyLayer {
+    fn applies(&self, plan: &Plan<'_>) -> bool {
+        self.enabled(std::iter::once(plan.name).chain(plan.groups.iter().map(|g| &*g.name)))
+    }
+
     fn before(&self, call: &mut Call<'_>) -> Option<Answer> {
         match call.op {
-            Op::Acquire | Op::AcquireOnce(_) if !call.every_decision && self.enabled(call) => {
+            Op::Acquire | Op::AcquireOnce(_)
+                if !call.every_decision
+                    && self.enabled(
+                        std::iter::once(call.name).chain(call.targets.iter().map(|t| t.name)),
+                    ) =>
+            {
                 let now = self.cache.now();
                 call.notes.deny_since = Some(now);
                 match self.cache.lookup(call.targets, now) {
@@ -446,7 +454,8 @@ impl Layer for DenyLayer {
         };
         match answer {
             Answer::Decided { decisions, .. } if !decisions.allowed() => {
-                self.cache.remember(call.name, call.targets, decisions, since);
+                self.cache
+                    .remember(call.name, call.targets, decisions, since);
             }
             Answer::Decided { .. } if call.notes.deny_probe => self.cache.forget(call.targets),
             _ => {}
@@ -476,7 +485,6 @@ fn aged(entry: &Entry, now: u64) -> Decision {
             .saturating_add(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX)),
     }
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -545,7 +553,11 @@ mod tests {
         assert_eq!(later.decision.reset_after, Duration::from_millis(170));
         assert_eq!(later.decision.at_micros, 1_000 + 30_000);
         assert!(hit(cache.lookup(&call, 110 * MS - 1)).is_some());
-        assert_eq!(cache.lookup(&call, 110 * MS), Lookup::Miss, "ends at retry_after");
+        assert_eq!(
+            cache.lookup(&call, 110 * MS),
+            Lookup::Miss,
+            "ends at retry_after"
+        );
     }
 
     #[test]
@@ -564,7 +576,12 @@ mod tests {
         let cache = cache();
         let limit = Limit::per_minute(5).unwrap();
         let key = Key::new("rl", "sms", "alice");
-        cache.remember("sms", &[target(&key, &limit, 2)], &Decisions::one(refused(100)), 0);
+        cache.remember(
+            "sms",
+            &[target(&key, &limit, 2)],
+            &Decisions::one(refused(100)),
+            0,
+        );
         assert!(hit(cache.lookup(&[target(&key, &limit, 2)], 1)).is_some());
         assert!(hit(cache.lookup(&[target(&key, &limit, 3)], 1)).is_some());
         assert_eq!(
@@ -573,7 +590,10 @@ mod tests {
             "a cheaper call may fit"
         );
         let other_key = Key::new("rl", "sms", "bob");
-        assert_eq!(cache.lookup(&[target(&other_key, &limit, 2)], 1), Lookup::Miss);
+        assert_eq!(
+            cache.lookup(&[target(&other_key, &limit, 2)], 1),
+            Lookup::Miss
+        );
         let looser = limit.with_threshold(50).unwrap();
         assert_eq!(cache.lookup(&[target(&key, &looser, 2)], 1), Lookup::Miss);
     }
@@ -633,7 +653,11 @@ mod tests {
         assert_eq!(cache.lookup(&rb, 1), Lookup::Miss);
         cache.remember("handler", &rb, &Decisions::one(refused(100)), 0);
         cache.forget_name("handler");
-        assert_eq!(cache.lookup(&rb, 1), Lookup::Miss, "the call's name works too");
+        assert_eq!(
+            cache.lookup(&rb, 1),
+            Lookup::Miss,
+            "the call's name works too"
+        );
         assert_eq!(cache.len(), 0);
     }
 
@@ -652,7 +676,11 @@ mod tests {
                 &Decisions::one(refused(1)),
                 i as u64 * 10_000,
             );
-            assert!(cache.len() <= 256 + cache.shards.len(), "{} keys", cache.len());
+            assert!(
+                cache.len() <= 256 + cache.shards.len(),
+                "{} keys",
+                cache.len()
+            );
         }
         // The newest refusal is still there; long-expired ones are gone.
         assert!(hit(cache.lookup(&[target(&keys[9_999], &limit, 1)], 9_999 * 10_000)).is_some());
@@ -668,8 +696,18 @@ mod tests {
         let limit = Limit::per_minute(5).unwrap();
         let a = Key::new("rl", "x", "a");
         let b = Key::new("rl", "x", "b");
-        cache.remember("x", &[target(&a, &limit, 1)], &Decisions::one(refused(1_000)), 0);
-        cache.remember("x", &[target(&b, &limit, 1)], &Decisions::one(refused(1_000)), 1);
+        cache.remember(
+            "x",
+            &[target(&a, &limit, 1)],
+            &Decisions::one(refused(1_000)),
+            0,
+        );
+        cache.remember(
+            "x",
+            &[target(&b, &limit, 1)],
+            &Decisions::one(refused(1_000)),
+            1,
+        );
         assert_eq!(cache.len(), 1);
         assert!(hit(cache.lookup(&[target(&b, &limit, 1)], 2)).is_some());
     }
@@ -684,9 +722,16 @@ mod tests {
         cache.remember("sms", &call, &Decisions::one(refused(3_600_000)), 0);
         assert!(hit(cache.lookup(&call, 999 * MS)).is_some(), "held");
         let at = 1_000 * MS;
-        assert_eq!(cache.lookup(&call, at), Lookup::Probe, "the first caller re-checks");
+        assert_eq!(
+            cache.lookup(&call, at),
+            Lookup::Probe,
+            "the first caller re-checks"
+        );
         for _ in 0..1_000 {
-            assert!(hit(cache.lookup(&call, at + 1)).is_some(), "the others are refused");
+            assert!(
+                hit(cache.lookup(&call, at + 1)).is_some(),
+                "the others are refused"
+            );
         }
         // The re-check's refusal starts a new hold...
         cache.remember("sms", &call, &Decisions::one(refused(3_599_000)), at);

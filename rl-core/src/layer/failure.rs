@@ -16,7 +16,7 @@ use std::num::NonZeroU64;
 
 use smallvec::SmallVec;
 
-use super::{Answer, Call, Layer, Source};
+use super::{Answer, Call, Layer, Plan, Source};
 use crate::model::error::Error;
 use crate::model::limit::Limit;
 use crate::model::policy::FailurePolicy;
@@ -84,6 +84,11 @@ fn share_of(policy: FailurePolicy) -> NonZeroU64 {
 }
 
 impl Layer for Failure {
+    /// A memory store never fails an acquire: nothing to apply.
+    fn applies(&self, plan: &Plan<'_>) -> bool {
+        plan.remote
+    }
+
     fn before(&self, call: &mut Call<'_>) -> Option<Answer> {
         call.local_only
             .then(|| self.local(call.op, call.targets, share_of(call.policy)))

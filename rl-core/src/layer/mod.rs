@@ -33,7 +33,7 @@
 //! after the backend answered.
 
 pub(crate) mod breaker;
-mod counters;
+pub(crate) mod counters;
 pub(crate) mod deny_cache;
 pub(crate) mod failure;
 pub(crate) mod observe;
@@ -143,6 +143,8 @@ pub(crate) struct Call<'a> {
     /// The caller wants every target's decision (a raw `acquire_all`), not
     /// just an admission: no layer may answer with the binding refusal only.
     pub(crate) every_decision: bool,
+    /// The call's metric keys, when its spec was resolved.
+    pub(crate) counters: Option<&'a counters::Prebuilt>,
     pub(crate) notes: Notes,
     /// Work to finish before the call returns (publishing limits).
     pub(crate) follow_up: Option<BoxFuture<'static, ()>>,
@@ -161,6 +163,7 @@ impl std::fmt::Debug for Call<'_> {
 }
 
 impl<'a> Call<'a> {
+    #[inline]
     pub(crate) fn new(
         op: Op<'a>,
         targets: &'a [Target<'a>],
@@ -174,14 +177,45 @@ impl<'a> Call<'a> {
             policy,
             local_only: false,
             every_decision: false,
+            counters: None,
             notes: Notes::default(),
             follow_up: None,
         }
     }
 }
 
+/// What every call of one resolved [`crate::CallSpec`] will be: enough for a
+/// layer to tell, once per resolution, whether it has anything to do with
+/// such calls ([`Layer::applies`]).
+#[derive(Debug)]
+pub(crate) struct Plan<'a> {
+    /// The call's name.
+    pub(crate) name: &'a str,
+    /// Its groups, as resolved (names, key heads, limits after overrides).
+    pub(crate) groups: &'a [crate::limiter::resolve::Group],
+    /// Whether the store is remote.
+    pub(crate) remote: bool,
+}
+
+/// Which layers a call passes: bit `i` for the `i`-th layer, outermost
+/// first.
+pub(crate) type Mask = u64;
+
+/// Every layer.
+pub(crate) const ALL: Mask = Mask::MAX;
+
 /// One concern around the store.
 pub(crate) trait Layer: Send + Sync + Debug {
+    /// Whether calls of `plan` need this layer. Asked once per resolved
+    /// call spec (again after any runtime change); a layer that answers
+    /// `false` is skipped by those calls, because it would do nothing: e.g.
+    /// validation of a spec whose batches are valid by construction, shadow
+    /// mode when no name of the call is shadowed.
+    fn applies(&self, plan: &Plan<'_>) -> bool {
+        let _ = plan;
+        true
+    }
+
     /// On the way down: may answer instead of the layers below and the store.
     fn before(&self, call: &mut Call<'_>) -> Option<Answer> {
         let _ = call;
@@ -201,6 +235,10 @@ pub(crate) trait Layer: Send + Sync + Debug {
 }
 
 impl<T: Layer> Layer for std::sync::Arc<T> {
+    fn applies(&self, plan: &Plan<'_>) -> bool {
+        (**self).applies(plan)
+    }
+
     fn before(&self, call: &mut Call<'_>) -> Option<Answer> {
         (**self).before(call)
     }
@@ -232,43 +270,60 @@ impl Pipeline {
         self.layers.iter().map(|l| &**l)
     }
 
-    /// Down through the layers: how deep the call got, and a layer's answer
-    /// when one answered.
-    fn down(&self, call: &mut Call<'_>) -> (usize, Option<Answer>) {
+    /// The layers calls of `plan` pass.
+    pub(crate) fn mask(&self, plan: &Plan<'_>) -> Mask {
+        self.layers
+            .iter()
+            .enumerate()
+            .filter(|(_, layer)| layer.applies(plan))
+            .fold(0, |mask, (i, _)| mask | (1 << i))
+    }
+
+    /// Down through the layers of `mask`: how deep the call got, and a
+    /// layer's answer when one answered.
+    fn down(&self, call: &mut Call<'_>, mask: Mask) -> (usize, Option<Answer>) {
         for (depth, layer) in self.layers.iter().enumerate() {
-            if let Some(answer) = layer.before(call) {
+            if mask & (1 << depth) != 0
+                && let Some(answer) = layer.before(call)
+            {
                 return (depth, Some(answer));
             }
         }
         (self.layers.len(), None)
     }
 
-    /// Up through the layers the call passed.
-    fn up(&self, call: &mut Call<'_>, depth: usize, mut answer: Answer) -> Answer {
-        for layer in self.layers[..depth].iter().rev() {
-            layer.after(call, &mut answer);
+    /// Up through the layers of `mask` the call passed.
+    fn up(&self, call: &mut Call<'_>, depth: usize, mask: Mask, mut answer: Answer) -> Answer {
+        for (i, layer) in self.layers[..depth].iter().enumerate().rev() {
+            if mask & (1 << i) != 0 {
+                layer.after(call, &mut answer);
+            }
         }
         answer
     }
 
-    /// Runs the call synchronously when the store is in memory; `None` for
-    /// a remote store (use [`Pipeline::run`]).
-    pub(crate) fn run_now(&self, call: &mut Call<'_>) -> Option<Answer> {
+    /// Runs the call through the layers of `mask` synchronously when the
+    /// store is in memory; `None` for a remote store (use [`Pipeline::run`]).
+    pub(crate) fn run_now(&self, call: &mut Call<'_>, mask: Mask) -> Option<Answer> {
         let Store::Memory(memory) = &self.store else {
             return None;
         };
-        let (depth, answered) = self.down(call);
+        let (depth, answered) = self.down(call, mask);
         let answer = answered.unwrap_or_else(|| stored(call.op, memory.run(call.op, call.targets)));
-        Some(self.up(call, depth, answer))
+        Some(self.up(call, depth, mask, answer))
     }
 
-    /// Runs the call.
-    pub(crate) async fn run(&self, call: &mut Call<'_>) -> Answer {
+    /// Runs the call through the layers of `mask`.
+    pub(crate) async fn run(&self, call: &mut Call<'_>, mask: Mask) -> Answer {
         let backend = match &self.store {
-            Store::Memory(_) => return self.run_now(call).expect("a memory store answers now"),
+            Store::Memory(_) => {
+                return self
+                    .run_now(call, mask)
+                    .expect("a memory store answers now");
+            }
             Store::Remote(backend) => backend,
         };
-        let (depth, answered) = self.down(call);
+        let (depth, answered) = self.down(call, mask);
         let answer = match answered {
             Some(answer) => answer,
             None => {
@@ -278,7 +333,7 @@ impl Pipeline {
                 stored(call.op, result)
             }
         };
-        let answer = self.up(call, depth, answer);
+        let answer = self.up(call, depth, mask, answer);
         if let Some(follow_up) = call.follow_up.take() {
             follow_up.await;
         }

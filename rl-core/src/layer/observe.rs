@@ -91,7 +91,11 @@ fn decided(call: &Call<'_>, answer: &Answer) {
             ("unavailable", Source::Policy)
         }
     };
-    counters::decision(call.name, outcome, source.name());
+    match (call.counters, outcome, source) {
+        (Some(keys), "allowed", Source::Backend) => counters::count(&keys.allowed),
+        (Some(keys), "rejected", Source::Backend) => counters::count(&keys.rejected),
+        _ => counters::decision(call.name, outcome, source.name()),
+    }
 }
 
 fn refused(call: &Call<'_>, index: usize, decision: &Decision, source: Source) {
@@ -137,7 +141,12 @@ fn backend_failed(call: &Call<'_>, error: &BackendError) {
     .increment(1);
     // The breaker logs when it opens; a call it turns away is not news.
     if matches!(error, BackendError::CircuitOpen) {
-        tracing::debug!(limit = call.name, op = call.op.name(), policy = call.policy.name(), "circuit open; applying failure policy");
+        tracing::debug!(
+            limit = call.name,
+            op = call.op.name(),
+            policy = call.policy.name(),
+            "circuit open; applying failure policy"
+        );
     } else {
         tracing::warn!(
             limit = call.name,

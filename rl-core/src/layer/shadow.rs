@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{Answer, Call, Layer};
+use super::{Answer, Call, Layer, Plan};
 use crate::limiter::registry::Registry;
 use crate::store::target::Op;
 
@@ -21,6 +21,13 @@ impl Shadow {
 }
 
 impl Layer for Shadow {
+    fn applies(&self, plan: &Plan<'_>) -> bool {
+        self.registry.any_shadow()
+            && std::iter::once(plan.name)
+                .chain(plan.groups.iter().map(|g| &*g.name))
+                .any(|name| self.registry.shadowed(name))
+    }
+
     fn after(&self, call: &mut Call<'_>, answer: &mut Answer) {
         if !matches!(call.op, Op::Acquire | Op::AcquireOnce(_)) || !self.registry.any_shadow() {
             return;

@@ -1,8 +1,9 @@
 //! The validation layer: a batch that could never be decided (a cost above
 //! a limit's capacity, one state named twice, no limit at all) is refused
-//! here, once, whatever the store.
+//! here, once, whatever the store. Calls of a resolved [`crate::CallSpec`]
+//! were checked when it was resolved, and skip it when that suffices.
 
-use super::{Answer, Call, Layer};
+use super::{Answer, Call, Layer, Plan};
 use crate::model::error::Error;
 use crate::store::target::validate;
 
@@ -11,6 +12,20 @@ use crate::store::target::validate;
 pub(crate) struct Validate;
 
 impl Layer for Validate {
+    /// A resolved spec's costs and limits are checked when it is resolved;
+    /// its batches can then name one state twice only through two groups
+    /// with one name (one key head) and a limit of the same state.
+    fn applies(&self, plan: &Plan<'_>) -> bool {
+        plan.groups.iter().enumerate().any(|(i, a)| {
+            plan.groups[i + 1..].iter().any(|b| {
+                a.head == b.head
+                    && a.limits
+                        .iter()
+                        .any(|x| b.limits.iter().any(|y| x.state_id() == y.state_id()))
+            })
+        })
+    }
+
     fn before(&self, call: &mut Call<'_>) -> Option<Answer> {
         validate(call.op, call.targets)
             .err()

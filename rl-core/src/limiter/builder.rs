@@ -116,7 +116,9 @@ impl LimiterBuilder {
         let mut layers: Vec<Box<dyn Layer>> = vec![
             Box::new(Observe),
             Box::new(Validate),
-            Box::new(Failure::new(MemoryBackend::with_shared_clock(clock.clone()))),
+            Box::new(Failure::new(MemoryBackend::with_shared_clock(
+                clock.clone(),
+            ))),
         ];
         let remote = self.backend.is_some();
         let deny_cache = self.deny_cache.unwrap_or(remote);
@@ -125,7 +127,11 @@ impl LimiterBuilder {
                 DEFAULT_CAPACITY,
                 self.deny_cache_max_hold.unwrap_or(DEFAULT_MAX_HOLD),
             );
-            layers.push(Box::new(DenyLayer::new(cache, registry.clone(), deny_cache)));
+            layers.push(Box::new(DenyLayer::new(
+                cache,
+                registry.clone(),
+                deny_cache,
+            )));
         }
         // Inside the deny cache: a shadowed refusal is never remembered.
         layers.push(Box::new(Shadow::new(registry.clone())));

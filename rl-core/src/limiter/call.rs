@@ -11,13 +11,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
-use smallvec::SmallVec;
-
 use crate::limiter::Limiter;
 use crate::limiter::resolve::Resolved;
 use crate::model::decision::{Decision, Decisions};
 use crate::model::error::LimitError;
-use crate::model::key::Identity;
+use crate::model::key::Identities;
 use crate::model::limit::Limit;
 use crate::model::policy::FailurePolicy;
 use crate::model::rejection::Rejection;
@@ -324,7 +322,7 @@ impl Admission {
 #[derive(Debug)]
 pub(crate) struct Settle {
     pub(crate) resolved: Arc<Resolved>,
-    pub(crate) identities: SmallVec<[Identity; 2]>,
+    pub(crate) identities: Identities,
 }
 
 /// An admitted call.
@@ -336,8 +334,6 @@ pub struct Permit<'l> {
     pub(crate) limiter: &'l Limiter,
     pub(crate) spec: &'l CallSpec,
     pub(crate) admission: Admission,
-    /// The group and limit of the binding decision, when there were decisions.
-    pub(crate) binding: Option<(usize, Limit)>,
     pub(crate) settle: Option<Box<Settle>>,
 }
 
@@ -357,12 +353,20 @@ impl Permit<'_> {
     }
 
     /// The allowed decision with the fewest units left, with its group's
-    /// name and limit (what `RateLimit` headers on a success describe).
+    /// name and limit (what `RateLimit` headers on a success describe; the
+    /// limit as currently set, should it have changed since).
     pub fn binding(&self) -> Option<(&str, Decision, Limit)> {
         let decisions = self.admission.decisions()?;
-        let (group, limit) = self.binding?;
-        let name = self.spec.groups().get(group)?.name();
-        Some((name, *decisions.binding(), limit))
+        let mut index = decisions.binding_index();
+        for group in self.spec.groups() {
+            let runtime = self.limiter.limits(group.name());
+            let limits = runtime.as_deref().unwrap_or(group.limits());
+            match limits.get(index) {
+                Some(limit) => return Some((group.name(), *decisions.binding(), *limit)),
+                None => index -= limits.len(),
+            }
+        }
+        None
     }
 
     /// Settles a [`Counting::Settled`] call after it ran: a counted call

@@ -19,10 +19,10 @@ use std::sync::{Arc, OnceLock};
 use smallvec::SmallVec;
 
 use crate::layer::breaker::Breaker;
-use crate::layer::{Answer, Call, Pipeline, Source};
+use crate::layer::{ALL, Answer, Call, Pipeline, Source};
 use crate::model::decision::{Decision, Decisions};
 use crate::model::error::{Error, LimitError};
-use crate::model::key::{Identity, Key};
+use crate::model::key::{Identities, Identity, Key, Part};
 use crate::model::limit::Limit;
 use crate::model::policy::FailurePolicy;
 use crate::model::rejection::Rejection;
@@ -31,7 +31,7 @@ use crate::store::target::{KeyRef, Op, Target};
 use builder::LimiterBuilder;
 use call::{Admission, CallFuture, CallSpec, Counting, Permit, Settle};
 use registry::{Registry, Settings};
-use resolve::Resolved;
+use resolve::{Resolved, Targets};
 
 static GLOBAL: OnceLock<Limiter> = OnceLock::new();
 
@@ -146,8 +146,35 @@ impl Limiter {
                 Error::Limit(error),
             )));
         }
-        let identities: SmallVec<[Identity; 2]> =
-            identities.iter().map(|i| Identity::render(*i)).collect();
+        let identities: Identities = identities.iter().map(|i| Identity::render(*i)).collect();
+        self.call_identities(spec, &identities)
+    }
+
+    /// [`Limiter::call`] with identities in the forms the macro passes.
+    pub(crate) fn call_parts<'l>(
+        &'l self,
+        spec: &'l CallSpec,
+        parts: &[Part<'_>],
+    ) -> CallFuture<'l> {
+        if parts.len() != spec.groups().len() {
+            let shown: SmallVec<[String; 2]> = parts.iter().map(|p| format!("{p:?}")).collect();
+            let shown: SmallVec<[&dyn fmt::Display; 2]> =
+                shown.iter().map(|s| s as &dyn fmt::Display).collect();
+            return self.call(spec, &shown);
+        }
+        let mut identities = Identities::new();
+        for part in parts {
+            identities.push(Identity::of(*part));
+        }
+        self.call_identities(spec, &identities)
+    }
+
+    /// Decides a call whose identities are rendered.
+    fn call_identities<'l>(
+        &'l self,
+        spec: &'l CallSpec,
+        identities: &[Identity],
+    ) -> CallFuture<'l> {
         resolve::with(self, spec, |resolved| {
             if let Some(problem) = &resolved.problem {
                 tracing::error!(call = spec.name(), error = %problem, "rate limit misconfigured");
@@ -157,19 +184,25 @@ impl Limiter {
                 )));
             }
             if !self.pipeline.store.is_remote() {
-                let targets = resolved.targets(&identities);
+                let mut targets = Targets::new();
+                resolved.fill_targets(identities, |_| true, &mut targets);
                 let mut call = Call::new(Op::Acquire, &targets, spec.name(), resolved.policy);
+                call.counters = Some(&resolved.counters);
                 let answer = self
                     .pipeline
-                    .run_now(&mut call)
+                    .run_now(&mut call, resolved.mask)
                     .expect("a memory store answers now");
-                return CallFuture::ready(self.permit(spec, resolved, &identities, &targets, answer));
+                return CallFuture::ready(
+                    self.permit(spec, resolved, identities, &targets, answer),
+                );
             }
             let resolved = resolved.clone();
+            let identities: Identities = identities.iter().cloned().collect();
             CallFuture::remote(async move {
                 let targets = resolved.targets(&identities);
                 let mut call = Call::new(Op::Acquire, &targets, spec.name(), resolved.policy);
-                let answer = self.pipeline.run(&mut call).await;
+                call.counters = Some(&resolved.counters);
+                let answer = self.pipeline.run(&mut call, resolved.mask).await;
                 self.permit(spec, &resolved, &identities, &targets, answer)
             })
         })
@@ -187,7 +220,9 @@ impl Limiter {
         let name_of = |index: usize| {
             resolved
                 .target_origin(index)
-                .map_or(spec.name_cow(), |(group, _)| spec.groups()[group].name_cow())
+                .map_or(spec.name_cow(), |(group, _)| {
+                    spec.groups()[group].name_cow()
+                })
                 .clone()
         };
         let admission = admit(
@@ -197,9 +232,6 @@ impl Limiter {
             resolved.policy,
             name_of,
         )?;
-        let binding = admission
-            .decisions()
-            .and_then(|d| resolved.target_origin(d.binding_index()));
         let settle = (spec.counting() == Counting::Settled).then(|| {
             Box::new(Settle {
                 resolved: resolved.clone(),
@@ -210,7 +242,6 @@ impl Limiter {
             limiter: self,
             spec,
             admission,
-            binding,
             settle,
         })
     }
@@ -228,8 +259,8 @@ impl Limiter {
         let resolved = &settle.resolved;
         let mut offset = 0;
         for group in &resolved.groups {
-            let targets =
-                resolved.targets_of(&settle.identities, |g| std::ptr::eq(g, group));
+            let mut targets = Targets::new();
+            resolved.fill_targets(&settle.identities, |g| std::ptr::eq(g, group), &mut targets);
             let range = offset..offset + targets.len();
             offset = range.end;
             let result = if force.unwrap_or(group.reset_on_success) {
@@ -275,7 +306,7 @@ impl Limiter {
             let policy = local.map_or(policy, |share| FailurePolicy::Local { share });
             let mut call = Call::new(Op::Refund(at), &group, name, policy);
             call.local_only = local.is_some();
-            applied(self.pipeline.run(&mut call).await)?;
+            applied(self.pipeline.run(&mut call, ALL).await)?;
         }
         Ok(())
     }
@@ -291,10 +322,10 @@ impl Limiter {
     ) -> Result<(), Error> {
         let mut local = Call::new(Op::Reset, targets, name, policy);
         local.local_only = true;
-        applied(self.pipeline.run(&mut local).await)?;
+        applied(self.pipeline.run(&mut local, ALL).await)?;
         if matches!(admission, Admission::Backend(_) | Admission::Shadowed(_)) {
             let mut call = Call::new(Op::Reset, targets, name, policy);
-            applied(self.pipeline.run(&mut call).await)?;
+            applied(self.pipeline.run(&mut call, ALL).await)?;
         }
         Ok(())
     }
@@ -315,7 +346,7 @@ impl Limiter {
         let targets = named_targets(requests, Some(name));
         let policy = self.policy_for(name, policy);
         let mut call = Call::new(Op::Acquire, &targets, name, policy);
-        let answer = self.pipeline.run(&mut call).await;
+        let answer = self.pipeline.run(&mut call, ALL).await;
         let owned = || Cow::Owned(name.to_owned());
         admit(owned, &targets, answer, policy, |_| owned())
     }
@@ -424,7 +455,7 @@ impl Limiter {
         let name = targets.first().map_or("", |t| t.name);
         let mut call = Call::new(op, &targets, name, self.policy_for(name, None));
         call.every_decision = true;
-        match self.pipeline.run(&mut call).await {
+        match self.pipeline.run(&mut call, ALL).await {
             Answer::Decided { decisions, .. } | Answer::Shadowed { decisions, .. } => Ok(decisions),
             Answer::Failed(error) | Answer::FailedOpen(error) | Answer::Unavailable(error) => {
                 Err(error)
@@ -441,7 +472,7 @@ impl Limiter {
         let name = targets.first().map_or("", |t| t.name);
         let mut call = Call::new(op, &targets, name, self.policy_for(name, None));
         call.local_only = local;
-        applied(self.pipeline.run(&mut call).await)
+        applied(self.pipeline.run(&mut call, ALL).await)
     }
 
     // ---- runtime settings, by name ----
@@ -576,7 +607,10 @@ fn applied(answer: Answer) -> Result<(), Error> {
 }
 
 /// The targets of `requests`, each named `name`, or its key's scope.
-fn named_targets<'a>(requests: &'a [Request<'a>], name: Option<&'a str>) -> SmallVec<[Target<'a>; 4]> {
+fn named_targets<'a>(
+    requests: &'a [Request<'a>],
+    name: Option<&'a str>,
+) -> SmallVec<[Target<'a>; 4]> {
     requests
         .iter()
         .map(|r| {
@@ -625,7 +659,13 @@ fn admit(
                 (Source::Local, FailurePolicy::Local { share }) => Some(share),
                 _ => None,
             };
-            Err(limited(targets, index, *decisions.binding(), share, &name_of))
+            Err(limited(
+                targets,
+                index,
+                *decisions.binding(),
+                share,
+                &name_of,
+            ))
         }
         Answer::Refused {
             index, decision, ..

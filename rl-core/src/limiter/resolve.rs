@@ -12,6 +12,8 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
+use crate::layer::counters::Prebuilt;
+use crate::layer::{Mask, Plan};
 use crate::limiter::Limiter;
 use crate::limiter::call::{CallSpec, check_group};
 use crate::model::error::LimitError;
@@ -20,6 +22,9 @@ use crate::model::limit::Limit;
 use crate::model::policy::FailurePolicy;
 use crate::store::Store;
 use crate::store::target::{KeyRef, Slot, Target};
+
+/// The targets of one call (two inline: most calls have one or two limits).
+pub(crate) type Targets<'a> = SmallVec<[Target<'a>; 2]>;
 
 /// A group's limits: the spec's, or set at run time by name.
 #[derive(Debug, Clone)]
@@ -60,6 +65,10 @@ pub(crate) struct Resolved {
     pub(crate) groups: SmallVec<[Group; 2]>,
     /// Why calls of the spec can never be decided (checked once, here).
     pub(crate) problem: Option<LimitError>,
+    /// The layers these calls pass (the ones that have something to do).
+    pub(crate) mask: Mask,
+    /// The metric keys of these calls' commonest outcomes.
+    pub(crate) counters: Prebuilt,
 }
 
 impl Resolved {
@@ -70,7 +79,7 @@ impl Resolved {
             Store::Remote(_) => None,
         };
         let mut problem = spec.check().err();
-        let groups = spec
+        let groups: SmallVec<[Group; 2]> = spec
             .groups()
             .iter()
             .map(|group| {
@@ -96,27 +105,37 @@ impl Resolved {
                 }
             })
             .collect();
+        let mask = limiter.pipeline.mask(&Plan {
+            name: spec.name(),
+            groups: &groups,
+            remote: memory.is_none(),
+        });
         Self {
             limiter: limiter.id,
             generation,
             policy: limiter.policy_for(spec.name(), spec.policy()),
             groups,
             problem,
+            mask,
+            counters: Prebuilt::new(spec.name()),
         }
     }
 
     /// The targets of a call whose group `i` has identity `identities[i]`.
-    pub(crate) fn targets<'a>(&'a self, identities: &'a [Identity]) -> SmallVec<[Target<'a>; 4]> {
-        self.targets_of(identities, |_| true)
+    pub(crate) fn targets<'a>(&'a self, identities: &'a [Identity]) -> Targets<'a> {
+        let mut targets = Targets::new();
+        self.fill_targets(identities, |_| true, &mut targets);
+        targets
     }
 
-    /// The targets of the groups `keep` accepts.
-    pub(crate) fn targets_of<'a>(
+    /// Adds the targets of the groups `keep` accepts to `targets` (built in
+    /// place: no copy of the batch on the hot path).
+    pub(crate) fn fill_targets<'a>(
         &'a self,
         identities: &'a [Identity],
         keep: impl Fn(&Group) -> bool,
-    ) -> SmallVec<[Target<'a>; 4]> {
-        let mut targets = SmallVec::new();
+        targets: &mut Targets<'a>,
+    ) {
         for (group, identity) in self.groups.iter().zip(identities) {
             if !keep(group) {
                 continue;
@@ -134,7 +153,6 @@ impl Resolved {
                 });
             }
         }
-        targets
     }
 
     /// The group and limit of target `index`.

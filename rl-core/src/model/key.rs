@@ -116,17 +116,66 @@ pub(crate) struct Identity {
     spilled: Option<String>,
 }
 
+/// The identities of one call (two inline: most calls have one or two keys).
+pub(crate) type Identities = smallvec::SmallVec<[Identity; 2]>;
+
+/// An identity as a call passes it: an integer or a string, rendered
+/// without `core::fmt`, or anything `Display`. `#[rate_limit]` picks the
+/// first two where the key's type allows; every form renders exactly as the
+/// value's `Display` does.
+#[derive(Clone, Copy)]
+#[non_exhaustive]
+pub enum Part<'a> {
+    /// An unsigned integer.
+    Unsigned(u64),
+    /// A signed integer.
+    Signed(i64),
+    /// Text.
+    Text(&'a str),
+    /// Anything else, through its `Display`.
+    Display(&'a dyn fmt::Display),
+}
+
+impl fmt::Debug for Part<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Part::Unsigned(n) => write!(f, "Unsigned({n})"),
+            Part::Signed(n) => write!(f, "Signed({n})"),
+            Part::Text(t) => write!(f, "Text({t:?})"),
+            Part::Display(d) => write!(f, "Display({d})"),
+        }
+    }
+}
+
 impl Identity {
-    /// Bytes held without allocating.
-    pub(crate) const INLINE: usize = 48;
+    /// Bytes held without allocating (an IPv6 address, a UUID).
+    pub(crate) const INLINE: usize = 40;
+
+    fn empty() -> Self {
+        Self {
+            inline: arrayvec::ArrayString::new(),
+            spilled: None,
+        }
+    }
 
     /// Renders `identity` (its `Display` form), escaped like [`Key`]'s.
     pub(crate) fn render(identity: &dyn fmt::Display) -> Self {
-        let mut out = Self {
-            inline: arrayvec::ArrayString::new(),
-            spilled: None,
-        };
-        let _ = write!(Escaper(&mut out), "{identity}");
+        Self::of(Part::Display(identity))
+    }
+
+    /// Renders one part, escaped like [`Key`]'s (digits need no escaping).
+    pub(crate) fn of(part: Part<'_>) -> Self {
+        let mut out = Self::empty();
+        match part {
+            Part::Unsigned(n) => out.push_str(itoa::Buffer::new().format(n)),
+            Part::Signed(n) => out.push_str(itoa::Buffer::new().format(n)),
+            Part::Text(text) => {
+                let _ = Escaper(&mut out).write_str(text);
+            }
+            Part::Display(identity) => {
+                let _ = write!(Escaper(&mut out), "{identity}");
+            }
+        }
         out
     }
 
@@ -234,6 +283,22 @@ mod tests {
         assert_eq!(rendered.as_str(), Key::new("p", "s", &long).identity());
         assert!(rendered.spilled.is_some());
         assert_eq!(Identity::render(&42u64).as_str(), "42");
+        for part in [
+            Part::Unsigned(u64::MAX),
+            Part::Signed(i64::MIN),
+            Part::Text("a:{b}"),
+        ] {
+            let shown = match part {
+                Part::Unsigned(n) => n.to_string(),
+                Part::Signed(n) => n.to_string(),
+                Part::Text(t) => t.to_owned(),
+                Part::Display(d) => d.to_string(),
+            };
+            assert_eq!(
+                Identity::of(part).as_str(),
+                Identity::render(&shown).as_str()
+            );
+        }
         let key = Key::from_parts(&head("p", "s:x"), Identity::render(&"i").as_str());
         assert_eq!(key, Key::new("p", "s:x", "i"));
         assert_eq!(key.head(), "p:{s%3Ax:");

@@ -129,7 +129,9 @@ impl Limit {
         slots: u64,
     ) -> Result<Self, LimitError> {
         match rl_grammar::check_limit(threshold, period_us, algorithm, burst, slots) {
-            Ok(()) => Ok(Self::assemble(threshold, period_us, algorithm, burst, slots)),
+            Ok(()) => Ok(Self::assemble(
+                threshold, period_us, algorithm, burst, slots,
+            )),
             Err(problem) => Err(LimitError::from(problem)),
         }
     }

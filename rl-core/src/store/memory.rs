@@ -17,8 +17,9 @@
 
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
+use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use compact_str::CompactString;
 use crossbeam_utils::CachePadded;
@@ -182,7 +183,7 @@ pub struct MemoryBackend {
     clock: Arc<dyn Clock>,
     partitions: Partitions,
     /// Tells this store's [`Slot`]s from another's.
-    id: u64,
+    id: NonZeroU32,
     /// Kept replies of idempotent acquires ([`Backend::acquire_once`]),
     /// sharded like `shards` by the first request's key.
     replies: Box<[Mutex<Replies>]>,
@@ -229,7 +230,7 @@ impl Default for MemoryBackend {
 
 const MIN_SWEEP: usize = 1024;
 
-static NEXT_STORE: AtomicU64 = AtomicU64::new(1);
+static NEXT_STORE: AtomicU32 = AtomicU32::new(1);
 
 /// Locked shards of one decision, in shard order.
 struct Guards<'a> {
@@ -283,7 +284,10 @@ impl MemoryBackend {
             hasher,
             clock,
             partitions: Partitions::default(),
-            id: NEXT_STORE.fetch_add(1, Ordering::Relaxed),
+            // Wraps after 4 billion stores: then at worst a stale slot of a
+            // dropped store is looked up again.
+            id: NonZeroU32::new(NEXT_STORE.fetch_add(1, Ordering::Relaxed))
+                .unwrap_or(NonZeroU32::MIN),
             replies,
         }
     }
@@ -409,7 +413,8 @@ impl MemoryBackend {
         id.push_str(":req:");
         id.push_str(request_id);
         // Held while deciding: two calls with one id never both consume.
-        let mut replies = self.replies[self.shard_of_hash(self.hasher.hash_one(id.as_str()))].lock();
+        let mut replies =
+            self.replies[self.shard_of_hash(self.hasher.hash_one(id.as_str()))].lock();
         let now = self.clock.now_micros();
         if let Some(kept) = replies.map.get(id.as_str())
             && kept.expires_at > now
@@ -574,7 +579,13 @@ fn decide_all(
 }
 
 /// Decides one target in its (locked) shard.
-fn decide_in(shard: &mut Shard, at: &Located, target: &Target<'_>, now: u64, commit: bool) -> Decision {
+fn decide_in(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    commit: bool,
+) -> Decision {
     match target.limit.algorithm() {
         Algorithm::FixedWindow => decide::<Window>(shard, at, target, now, commit),
         Algorithm::SlidingLog => decide::<Log>(shard, at, target, now, commit),
@@ -653,11 +664,19 @@ fn insert<S: Tabled>(shard: &mut Shard, at: &Located, identity: &str, state: S, 
     });
 }
 
-fn refund<S: Tabled>(shard: &mut Shard, at: &Located, target: &Target<'_>, now: u64, at_micros: u64) {
+fn refund<S: Tabled>(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    at_micros: u64,
+) {
     let identity = target.key.identity;
     if let Ok(mut found) = S::table(shard).find_entry(at.hash, matches(at, identity)) {
         let entry = found.get_mut();
-        entry.state.refund(target.limit, now, target.cost, at_micros);
+        entry
+            .state
+            .refund(target.limit, now, target.cost, at_micros);
         if entry.state.is_idle(now) {
             found.remove();
         }
@@ -747,7 +766,9 @@ mod tests {
     fn tables_grow_past_many_identities_and_keep_every_state() {
         let store = MemoryBackend::with_clock(ManualClock::new(1_000_000));
         let limit = Limit::per_minute(1).unwrap();
-        let keys: Vec<Key> = (0..5_000u32).map(|i| Key::from_display("rl", "s", &i)).collect();
+        let keys: Vec<Key> = (0..5_000u32)
+            .map(|i| Key::from_display("rl", "s", &i))
+            .collect();
         for key in &keys {
             assert!(store.acquire_one(&Request::new(key, &limit, 1)).allowed);
         }

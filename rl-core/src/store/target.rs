@@ -42,7 +42,7 @@ impl fmt::Display for KeyRef<'_> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Slot {
     /// The store this slot belongs to.
-    pub(crate) store: u64,
+    pub(crate) store: std::num::NonZeroU32,
     /// The partition (key head, algorithm and period) in that store.
     pub(crate) partition: u32,
 }
@@ -101,7 +101,9 @@ impl Op<'_> {
 /// before either wrote.
 pub(crate) fn validate(op: Op<'_>, targets: &[Target<'_>]) -> Result<(), LimitError> {
     if targets.is_empty() {
-        return Err(LimitError::BadCall("a call needs at least one limit".into()));
+        return Err(LimitError::BadCall(
+            "a call needs at least one limit".into(),
+        ));
     }
     for (i, a) in targets.iter().enumerate() {
         if op.decides() {
