@@ -28,7 +28,7 @@ use rl_core::http::ClientIp;
 use rl_core::{Algorithm, FailurePolicy, Limit, Limiter, Rejection, rate_limit};
 use serde::{Deserialize, Serialize};
 
-use crate::json_error;
+use crate::{StartupError, json_error};
 
 /// Name of the per-username failure limit.
 pub const USER_FAILURES: &str = "login_user";
@@ -268,20 +268,21 @@ pub fn apply_env_limits(limiter: &Limiter) -> Result<(), String> {
 /// The `login` binary. When the backend fails, failures are counted in
 /// process with the full threshold (`FailurePolicy::Local { share: 1 }`):
 /// brute force stays limited during a Redis outage, logins keep working.
-pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
+pub async fn main() -> Result<(), StartupError> {
     crate::init_tracing();
-    let limiter = crate::builder_from_env(Limiter::builder())
-        .await?
-        .prefix("login")
-        .failure_policy(FailurePolicy::Local { share: 1 })
-        .install()?;
-    apply_env_limits(limiter)?;
+    let limiter = crate::install(
+        crate::builder_from_env(Limiter::builder())
+            .await?
+            .prefix("login")
+            .failure_policy(FailurePolicy::Local { share: 1 }),
+    )?;
+    apply_env_limits(limiter)
+        .map_err(|e| StartupError::new(format!("invalid login limits: {e}")))?;
     if let Ok(path) = std::env::var("LIMITS_FILE") {
         crate::watch_limits_file(limiter, path)?; // rl_core::LimitsFile, reloaded on SIGHUP
     }
     tracing::info!("demo users: alice (wonderland), bob (builder)");
-    crate::serve(router(), "127.0.0.1:3001").await?;
-    Ok(())
+    crate::serve(router(), "127.0.0.1:3001").await
 }
 
 #[cfg(test)]

@@ -31,7 +31,7 @@ use rl_core::http::ClientIp;
 use rl_core::{Algorithm, Limit, Limiter, Masked, Rejection, rate_limit};
 use serde::{Deserialize, Serialize};
 
-use crate::{bearer_matches, json_error};
+use crate::{StartupError, bearer_matches, json_error};
 
 /// Name of the per-phone limits (metrics label, key scope, runtime override).
 pub const PHONE_LIMITS: &str = "sms_phone";
@@ -356,18 +356,21 @@ pub fn router(
 }
 
 /// The `sms` binary.
-pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
+pub async fn main() -> Result<(), StartupError> {
     crate::init_tracing();
-    let limiter = crate::builder_from_env(Limiter::builder())
-        .await?
-        .prefix("sms")
-        .install()?;
-    let config = LimitsConfig::from_env()?;
+    let invalid = |e: String| StartupError::new(format!("invalid sms limits: {e}"));
+    let config = LimitsConfig::from_env().map_err(invalid)?;
+    config.parse().map_err(invalid)?;
+    let limiter = crate::install(
+        crate::builder_from_env(Limiter::builder())
+            .await?
+            .prefix("sms"),
+    )?;
     let admin_token = std::env::var("ADMIN_TOKEN").ok().filter(|t| !t.is_empty());
     if admin_token.is_none() {
         tracing::info!("ADMIN_TOKEN unset: admin routes disabled");
     }
-    let (router, sms) = router(limiter, config, admin_token)?;
+    let (router, sms) = router(limiter, config, admin_token).map_err(invalid)?;
     if std::env::var_os("LIMITS_FILE").is_some() {
         // The SMS service keeps its limits in its own config (shown and changed
         // through /admin/config); a generic file would bypass that view.
@@ -378,14 +381,13 @@ pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Ok(path) = std::env::var("SMS_LIMITS_FILE") {
         reload_on_sighup(sms, PathBuf::from(path))?;
     }
-    crate::serve(router, "127.0.0.1:3000").await?;
-    Ok(())
+    crate::serve(router, "127.0.0.1:3000").await
 }
 
 /// Re-reads the limits file on SIGHUP; a bad file is logged and ignored.
 #[cfg(unix)]
-fn reload_on_sighup(sms: Arc<Sms>, path: PathBuf) -> std::io::Result<()> {
-    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+fn reload_on_sighup(sms: Arc<Sms>, path: PathBuf) -> Result<(), StartupError> {
+    let mut hangups = crate::signal_hangup()?;
     tokio::spawn(async move {
         while hangups.recv().await.is_some() {
             match LimitsConfig::from_file(&path).and_then(|config| sms.apply(config)) {

@@ -4,6 +4,7 @@ mod common;
 
 use common::{BACKENDS, Backend, Service, json};
 use futures::future::join_all;
+use rl_tests::RedisServer;
 use serde_json::json;
 
 const SMS: &str = env!("CARGO_BIN_EXE_sms");
@@ -308,4 +309,53 @@ async fn forwarded_for_counts_only_from_trusted_proxies() {
         429,
         "same client, IP limit 1/h"
     );
+}
+
+async fn admin(service: &Service, method: reqwest::Method, path: &str) -> reqwest::Response {
+    service
+        .http
+        .request(method, service.url(path))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_redis_password_never_reaches_the_log() {
+    let redis = RedisServer::start();
+    let password = "hunter2-e3b0c442";
+    let _: String = redis.cmd(&["CONFIG", "SET", "requirepass", password]).await;
+    let url = format!("redis://default:{password}@127.0.0.1:{}/", redis.port());
+    let service = Service::launch(
+        SMS,
+        Some(redis),
+        &[
+            ("REDIS_URL", &url),
+            ("RUST_LOG", "debug"),
+            ("ADMIN_TOKEN", TOKEN),
+        ],
+        true,
+    );
+    assert_eq!(send(&service, "+8613800000000").await.status(), 200);
+    assert_eq!(send(&service, "+8613800000000").await.status(), 429);
+    let shown = admin(
+        &service,
+        reqwest::Method::GET,
+        "/admin/limits/+8613800000000",
+    )
+    .await;
+    assert_eq!(
+        shown.status(),
+        200,
+        "the service works on the password-protected Redis"
+    );
+    let log = service.log();
+    assert!(!log.contains(password), "{log}");
+    assert!(
+        !log.contains("default:"),
+        "the user name is masked too: {log}"
+    );
+    let masked = format!("redis://***@127.0.0.1:{}/", service.redis().port());
+    assert!(log.contains(&masked), "the URL is shown masked: {log}");
 }
