@@ -309,14 +309,23 @@ pub fn json_error(status: StatusCode, code: &str, message: &str) -> Response {
         .into_response()
 }
 
-/// Checks `Authorization: Bearer <token>` in constant time.
+/// Checks `Authorization: Bearer <token>`: the scheme in any case (RFC 9110
+/// § 11.1), then the token compared in constant time.
 pub fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
     use subtle::ConstantTimeEq;
     headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|given| bool::from(given.as_bytes().ct_eq(token.as_bytes())))
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .is_some_and(|(_, given)| {
+            bool::from(
+                given
+                    .trim_start_matches(' ')
+                    .as_bytes()
+                    .ct_eq(token.as_bytes()),
+            )
+        })
 }
 
 /// Applies the limits file at `path` ([`rl_core::LimitsFile`]: per limit

@@ -359,3 +359,44 @@ async fn the_redis_password_never_reaches_the_log() {
     let masked = format!("redis://***@127.0.0.1:{}/", service.redis().port());
     assert!(log.contains(&masked), "the URL is shown masked: {log}");
 }
+
+#[tokio::test]
+async fn the_bearer_scheme_is_accepted_in_any_case_and_the_token_still_must_match() {
+    for backend in BACKENDS {
+        let service = start(backend, &[]);
+        let with = |authorization: &'static str| {
+            service
+                .http
+                .get(service.url("/admin/config"))
+                .header("authorization", authorization)
+                .send()
+        };
+        for accepted in [
+            "Bearer s3cret",
+            "bearer s3cret",
+            "BEARER s3cret",
+            "bEaReR  s3cret",
+        ] {
+            assert_eq!(
+                with(accepted).await.unwrap().status(),
+                200,
+                "{backend:?}: {accepted}"
+            );
+        }
+        for refused in [
+            "bearer s3cre",
+            "bearer s3cret2",
+            "bearer S3CRET",
+            "Basic s3cret",
+            "bearers3cret",
+            "s3cret",
+            "bearer",
+        ] {
+            assert_eq!(
+                with(refused).await.unwrap().status(),
+                401,
+                "{backend:?}: {refused}"
+            );
+        }
+    }
+}
