@@ -4,15 +4,18 @@
 //! Routes:
 //! - `POST /sms/send` `{"phone":"+8613800000000"}` → `200 {"sent":true}`, a
 //!   `429` with `Retry-After` and the IETF `RateLimit` fields, or `400` for a
-//!   malformed body or implausible phone number (which consumes nothing).
+//!   malformed body or a phone number that is not valid, with the reason
+//!   (which consumes nothing). Phones are limited by their E.164 form, so
+//!   every way of writing one number shares one quota ([`Phone`]).
 //! - `GET /admin/limits/{phone}` and `DELETE /admin/limits/{phone}`: remaining
 //!   and reset per limit, and unblocking a phone (support staff).
 //! - `GET /admin/config` and `PUT /admin/config`: the limits of the running
 //!   process, changed without a restart.
 //! - `GET /metrics`: Prometheus.
 //!
-//! Admin routes need `Authorization: Bearer $ADMIN_TOKEN` and are not
-//! mounted when `ADMIN_TOKEN` is unset.
+//! Admin routes need `Authorization: Bearer $ADMIN_TOKEN` (the scheme in
+//! any case) and are not mounted when `ADMIN_TOKEN` is unset; the phone in
+//! their path may be written in any accepted form.
 //!
 //! Limits come from `SMS_LIMITS_FILE` (TOML, reloaded on SIGHUP), else from
 //! `SMS_PHONE_LIMITS` / `SMS_IP_LIMITS` (comma-separated, e.g. `1/1m,5/1h`),
@@ -31,6 +34,7 @@ use rl_core::http::ClientIp;
 use rl_core::{Algorithm, Limit, Limiter, Masked, Rejection, rate_limit};
 use serde::{Deserialize, Serialize};
 
+use crate::phone::{BadPhone, Phone};
 use crate::{StartupError, bearer_matches, json_error};
 
 /// Name of the per-phone limits (metrics label, key scope, runtime override).
@@ -143,33 +147,14 @@ struct SendRequest {
     phone: String,
 }
 
-/// A plausible phone number: `+` and 8 to 15 digits (E.164-ish).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Phone(String);
-
-impl Phone {
-    /// Accepts `+` followed by 8 to 15 ASCII digits, surrounding spaces trimmed.
-    pub fn parse(text: &str) -> Option<Self> {
-        let digits = text.trim().strip_prefix('+')?;
-        let plausible =
-            (8..=15).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit());
-        plausible.then(|| Self(format!("+{digits}")))
-    }
-}
-
-impl std::fmt::Display for Phone {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
 async fn send(ip: ClientIp, body: Result<Json<SendRequest>, JsonRejection>) -> Response {
     let request = match crate::json_body(body) {
         Ok(value) => value,
         Err(bad) => return bad,
     };
-    let Some(phone) = Phone::parse(&request.phone) else {
-        return bad_phone();
+    let phone = match Phone::parse(&request.phone) {
+        Ok(phone) => phone,
+        Err(reason) => return bad_phone(&reason),
     };
     deliver(ip, phone).await.into_response()
 }
@@ -186,7 +171,7 @@ async fn send(ip: ClientIp, body: Result<Json<SendRequest>, JsonRejection>) -> R
 )]
 async fn deliver(ip: ClientIp, phone: Phone) -> Result<Response, Rejection> {
     // A real service hands the message to its SMS gateway here.
-    tracing::info!(phone = %Masked(&phone.0), %ip, "sms sent");
+    tracing::info!(phone = %Masked(phone.e164()), %ip, "sms sent");
     Ok(Json(serde_json::json!({ "sent": true })).into_response())
 }
 
@@ -199,12 +184,8 @@ struct LimitState {
     reset_after_ms: u64,
 }
 
-fn bad_phone() -> Response {
-    json_error(
-        StatusCode::BAD_REQUEST,
-        "bad_phone",
-        "phone must be `+` followed by 8 to 15 digits",
-    )
+fn bad_phone(reason: &BadPhone) -> Response {
+    json_error(StatusCode::BAD_REQUEST, "bad_phone", &reason.to_string())
 }
 
 /// An admin call's phone, once the bearer token is checked.
@@ -216,7 +197,7 @@ fn admin_phone(sms: &Sms, headers: &HeaderMap, phone: &str) -> Result<Phone, Res
     if let Some(denied) = denied(sms, headers) {
         return Err(denied);
     }
-    Phone::parse(phone).ok_or_else(bad_phone)
+    Phone::parse(phone).map_err(|reason| bad_phone(&reason))
 }
 
 /// `None` when the bearer token is right, else the `401` to answer.
@@ -258,7 +239,7 @@ async fn show_limits(
                     reset_after_ms: d.reset_after.as_millis() as u64,
                 })
                 .collect();
-            Json(serde_json::json!({ "phone": phone.0, "limits": states })).into_response()
+            Json(serde_json::json!({ "phone": phone.e164(), "limits": states })).into_response()
         }
         Err(error) => json_error(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -283,7 +264,7 @@ async fn reset_limits(
         .await
     {
         Ok(()) => {
-            tracing::info!(phone = %Masked(&phone.0), "limits reset by admin");
+            tracing::info!(phone = %Masked(phone.e164()), "limits reset by admin");
             Json(serde_json::json!({ "reset": true })).into_response()
         }
         Err(error) => json_error(
@@ -404,17 +385,6 @@ fn reload_on_sighup(sms: Arc<Sms>, path: PathBuf) -> Result<(), StartupError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn plausible_phone_numbers_are_plus_and_8_to_15_digits() {
-        assert!(Phone::parse("+8613800000000").is_some());
-        assert!(Phone::parse(" +12345678 ").is_some());
-        assert!(Phone::parse("8613800000000").is_none());
-        assert!(Phone::parse("+1234567").is_none());
-        assert!(Phone::parse("+1234567890123456").is_none());
-        assert!(Phone::parse("+86-138").is_none());
-        assert!(Phone::parse("+８６１３８００００００００").is_none());
-    }
 
     #[test]
     fn limits_config_rejects_bad_rates_with_the_offending_text() {

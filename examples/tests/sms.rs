@@ -91,7 +91,7 @@ async fn two_hundred_concurrent_sends_for_one_phone_yield_exactly_one_200() {
 }
 
 #[tokio::test]
-async fn malformed_bodies_and_implausible_phones_get_400_and_consume_nothing() {
+async fn malformed_bodies_and_invalid_phones_get_400_with_the_reason_and_consume_nothing() {
     for backend in BACKENDS {
         let service = start(backend, &[("SMS_IP_LIMITS", "1/1h")]);
         for body in [
@@ -104,17 +104,36 @@ async fn malformed_bodies_and_implausible_phones_get_400_and_consume_nothing() {
             assert_eq!(response.status(), 400, "{body}");
             assert!(json(response).await["error"].is_string());
         }
-        for phone in [
-            "8613800000000",
-            "+123",
-            "+1234567890123456",
-            "+86 138 0000 0000",
-            "+86abc00000000",
+        for (phone, reason) in [
+            ("8613800000000", "international form"),
+            ("+00000000", "unknown country calling code"),
+            ("+999123456789", "unknown country calling code"),
+            ("+8612345", "too few digits"),
+            ("+123", "not a valid phone number for calling code +1"),
+            ("+1234567890123456", "not a valid phone number"),
+            ("+3361234567801", "not a valid phone number for region FR"),
+            (
+                "+15550000001",
+                "not a valid phone number for calling code +1",
+            ),
+            ("+86abc00000000", "not a phone number"),
+            ("+8613800000000 x12", "extension"),
         ] {
             let response = send(&service, phone).await;
             assert_eq!(response.status(), 400, "{phone}");
-            assert_eq!(json(response).await["error"], "bad_phone");
+            let body = json(response).await;
+            assert_eq!(body["error"], "bad_phone");
+            let message = body["message"].as_str().unwrap();
+            assert!(message.contains(reason), "{phone}: {message}");
         }
+        let admin = service
+            .http
+            .get(service.url("/admin/limits/+00000000"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(admin.status(), 400, "admin routes validate too");
         // Neither the phone nor the single per-IP unit was consumed.
         assert_eq!(
             send(&service, "+8613800000000").await.status(),
@@ -128,9 +147,9 @@ async fn malformed_bodies_and_implausible_phones_get_400_and_consume_nothing() {
 async fn the_per_ip_limit_refuses_without_consuming_the_phone_limits() {
     for backend in BACKENDS {
         let service = start(backend, &[("SMS_IP_LIMITS", "2/1h")]);
-        assert_eq!(send(&service, "+3361234567801").await.status(), 200);
-        assert_eq!(send(&service, "+3361234567802").await.status(), 200);
-        let refused = send(&service, "+3361234567803").await;
+        assert_eq!(send(&service, "+33612345671").await.status(), 200);
+        assert_eq!(send(&service, "+33612345672").await.status(), 200);
+        let refused = send(&service, "+33612345673").await;
         assert_eq!(refused.status(), 429, "{backend:?}");
         assert_eq!(
             refused.headers()["ratelimit-policy"],
@@ -139,7 +158,7 @@ async fn the_per_ip_limit_refuses_without_consuming_the_phone_limits() {
         // The refused phone's minute limit is untouched: all-or-nothing.
         let state = service
             .http
-            .get(service.url("/admin/limits/+3361234567803"))
+            .get(service.url("/admin/limits/+33612345673"))
             .bearer_auth(TOKEN)
             .send()
             .await
@@ -159,7 +178,7 @@ async fn the_per_ip_limit_refuses_without_consuming_the_phone_limits() {
 async fn admin_shows_and_resets_a_phone_behind_a_bearer_token() {
     for backend in BACKENDS {
         let service = start(backend, &[]);
-        let phone = "+447700900123";
+        let phone = "+447911123456";
         assert_eq!(send(&service, phone).await.status(), 200);
         assert_eq!(send(&service, phone).await.status(), 429);
 
@@ -218,7 +237,7 @@ async fn admin_routes_do_not_exist_without_a_token() {
     let service = Service::start(SMS, Backend::Memory, &[]);
     let response = service
         .http
-        .get(service.url("/admin/limits/+447700900123"))
+        .get(service.url("/admin/limits/+447911123456"))
         .bearer_auth("")
         .send()
         .await
@@ -296,16 +315,16 @@ async fn forwarded_for_counts_only_from_trusted_proxies() {
             .send()
     };
     assert_eq!(
-        from("198.51.100.1", "+15550000001").await.unwrap().status(),
+        from("198.51.100.1", "+12025550101").await.unwrap().status(),
         200
     );
     assert_eq!(
-        from("198.51.100.2", "+15550000002").await.unwrap().status(),
+        from("198.51.100.2", "+12025550102").await.unwrap().status(),
         200,
         "another client behind the proxy"
     );
     assert_eq!(
-        from("198.51.100.1", "+15550000003").await.unwrap().status(),
+        from("198.51.100.1", "+12025550103").await.unwrap().status(),
         429,
         "same client, IP limit 1/h"
     );
@@ -398,5 +417,51 @@ async fn the_bearer_scheme_is_accepted_in_any_case_and_the_token_still_must_matc
                 "{backend:?}: {refused}"
             );
         }
+    }
+}
+
+#[tokio::test]
+async fn every_way_of_writing_a_phone_is_one_identity_with_one_quota() {
+    for backend in BACKENDS {
+        let service = start(backend, &[("SMS_IP_LIMITS", "100/1h")]);
+        assert_eq!(send(&service, "+8613800000000").await.status(), 200);
+        for variant in [
+            "+008613800000000",
+            "0086 138 0000 0000",
+            "+86 0 13800000000",
+            "+86 (0) 138-0000-0000",
+            "tel:+86-138-0000-0000",
+        ] {
+            assert_eq!(
+                send(&service, variant).await.status(),
+                429,
+                "{backend:?}: {variant} is the same phone"
+            );
+        }
+        // Admin routes take any accepted form and name the E.164 one.
+        let shown = json(
+            admin(
+                &service,
+                reqwest::Method::GET,
+                "/admin/limits/+86%200%2013800000000",
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(shown["phone"], "+8613800000000", "{backend:?}");
+        assert_eq!(shown["limits"][0]["remaining"], 0);
+        let reset = admin(
+            &service,
+            reqwest::Method::DELETE,
+            "/admin/limits/0086%2013800000000",
+        )
+        .await;
+        assert_eq!(reset.status(), 200);
+        assert_eq!(
+            send(&service, "+008613800000000").await.status(),
+            200,
+            "{backend:?}: the reset unblocked every form"
+        );
+        assert_eq!(send(&service, "+8613800000000").await.status(), 429);
     }
 }
