@@ -5,6 +5,7 @@
 
 pub mod admin;
 pub mod login;
+pub mod outage;
 pub mod phone;
 pub mod sms;
 

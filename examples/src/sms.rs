@@ -17,6 +17,10 @@
 //! any case) and are not mounted when `ADMIN_TOKEN` is unset; the phone in
 //! their path may be written in any accepted form.
 //!
+//! When Redis fails, decisions are made in process with each instance's
+//! share of the limits (`SMS_INSTANCES`, default 1), and phones Redis had
+//! blocked stay blocked: see [`main`] and [`crate::outage`].
+//!
 //! Limits come from `SMS_LIMITS_FILE` (TOML, reloaded on SIGHUP), else from
 //! `SMS_PHONE_LIMITS` / `SMS_IP_LIMITS` (comma-separated, e.g. `1/1m,5/1h`),
 //! else the defaults above.
@@ -31,9 +35,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use rl_core::http::ClientIp;
-use rl_core::{Algorithm, Limit, Limiter, Masked, Rejection, rate_limit};
+use rl_core::{
+    Algorithm, BreakerConfig, FailurePolicy, Limit, Limiter, Masked, Rejection, rate_limit,
+};
 use serde::{Deserialize, Serialize};
 
+use crate::outage::OutageGuard;
 use crate::phone::{BadPhone, Phone};
 use crate::{StartupError, bearer_matches, json_error};
 
@@ -336,16 +343,54 @@ pub fn router(
     ))
 }
 
-/// The `sms` binary.
+/// How many instances share the limits (`SMS_INSTANCES`, default 1): while
+/// Redis is down each decides alone with its share of every limit.
+pub fn instances_from_env() -> Result<u64, StartupError> {
+    match std::env::var("SMS_INSTANCES") {
+        Err(_) => Ok(1),
+        Ok(text) => text
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| {
+                StartupError::new(format!(
+                    "SMS_INSTANCES must be a whole number of instances, at least 1, not {text:?}"
+                ))
+            }),
+    }
+}
+
+/// The `sms` binary. When Redis fails, each instance decides in process
+/// with its share of every limit (`FailurePolicy::Local`, share
+/// `SMS_INSTANCES`), and a phone Redis had blocked stays blocked
+/// ([`OutageGuard`]): failing open would send paid SMS to a phone that is
+/// being flooded, failing closed would stop every SMS for the length of
+/// the outage.
 pub async fn main() -> Result<(), StartupError> {
     crate::init_tracing();
+    let share = instances_from_env()?;
     let invalid = |e: String| StartupError::new(format!("invalid sms limits: {e}"));
     let config = LimitsConfig::from_env().map_err(invalid)?;
     config.parse().map_err(invalid)?;
+    let builder = match crate::backend_from_env().await? {
+        // The guard must see every call of an outage: no circuit breaker in
+        // front of it (it stops asking a failing Redis by itself).
+        Some(redis) => {
+            tracing::info!(
+                instances = share,
+                "if Redis fails, each instance decides alone with 1/{share} of every limit"
+            );
+            Limiter::builder()
+                .backend(OutageGuard::new(redis))
+                .circuit_breaker(BreakerConfig::disabled())
+        }
+        None => Limiter::builder().memory(),
+    };
     let limiter = crate::install(
-        crate::builder_from_env(Limiter::builder())
-            .await?
-            .prefix("sms"),
+        builder
+            .prefix("sms")
+            .failure_policy(FailurePolicy::Local { share }),
     )?;
     let admin_token = std::env::var("ADMIN_TOKEN").ok().filter(|t| !t.is_empty());
     if admin_token.is_none() {

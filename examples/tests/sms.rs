@@ -2,6 +2,9 @@
 
 mod common;
 
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
 use common::{BACKENDS, Backend, Service, json};
 use futures::future::join_all;
 use rl_tests::RedisServer;
@@ -341,42 +344,49 @@ async fn admin(service: &Service, method: reqwest::Method, path: &str) -> reqwes
 }
 
 #[tokio::test]
-async fn the_redis_password_never_reaches_the_log() {
-    let redis = RedisServer::start();
-    let password = "hunter2-e3b0c442";
-    let _: String = redis.cmd(&["CONFIG", "SET", "requirepass", password]).await;
-    let url = format!("redis://default:{password}@127.0.0.1:{}/", redis.port());
-    let service = Service::launch(
-        SMS,
-        Some(redis),
-        &[
-            ("REDIS_URL", &url),
-            ("RUST_LOG", "debug"),
-            ("ADMIN_TOKEN", TOKEN),
-        ],
-        true,
-    );
-    assert_eq!(send(&service, "+8613800000000").await.status(), 200);
-    assert_eq!(send(&service, "+8613800000000").await.status(), 429);
-    let shown = admin(
-        &service,
-        reqwest::Method::GET,
-        "/admin/limits/+8613800000000",
-    )
-    .await;
-    assert_eq!(
-        shown.status(),
-        200,
-        "the service works on the password-protected Redis"
-    );
-    let log = service.log();
-    assert!(!log.contains(password), "{log}");
-    assert!(
-        !log.contains("default:"),
-        "the user name is masked too: {log}"
-    );
-    let masked = format!("redis://***@127.0.0.1:{}/", service.redis().port());
-    assert!(log.contains(&masked), "the URL is shown masked: {log}");
+async fn every_way_of_writing_a_phone_is_one_identity_with_one_quota() {
+    for backend in BACKENDS {
+        let service = start(backend, &[("SMS_IP_LIMITS", "100/1h")]);
+        assert_eq!(send(&service, "+8613800000000").await.status(), 200);
+        for variant in [
+            "+008613800000000",
+            "0086 138 0000 0000",
+            "+86 0 13800000000",
+            "+86 (0) 138-0000-0000",
+            "tel:+86-138-0000-0000",
+        ] {
+            assert_eq!(
+                send(&service, variant).await.status(),
+                429,
+                "{backend:?}: {variant} is the same phone"
+            );
+        }
+        // Admin routes take any accepted form and name the E.164 one.
+        let shown = json(
+            admin(
+                &service,
+                reqwest::Method::GET,
+                "/admin/limits/+86%200%2013800000000",
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(shown["phone"], "+8613800000000", "{backend:?}");
+        assert_eq!(shown["limits"][0]["remaining"], 0);
+        let reset = admin(
+            &service,
+            reqwest::Method::DELETE,
+            "/admin/limits/0086%2013800000000",
+        )
+        .await;
+        assert_eq!(reset.status(), 200);
+        assert_eq!(
+            send(&service, "+008613800000000").await.status(),
+            200,
+            "{backend:?}: the reset unblocked every form"
+        );
+        assert_eq!(send(&service, "+8613800000000").await.status(), 429);
+    }
 }
 
 #[tokio::test]
@@ -421,47 +431,160 @@ async fn the_bearer_scheme_is_accepted_in_any_case_and_the_token_still_must_matc
 }
 
 #[tokio::test]
-async fn every_way_of_writing_a_phone_is_one_identity_with_one_quota() {
-    for backend in BACKENDS {
-        let service = start(backend, &[("SMS_IP_LIMITS", "100/1h")]);
-        assert_eq!(send(&service, "+8613800000000").await.status(), 200);
-        for variant in [
-            "+008613800000000",
-            "0086 138 0000 0000",
-            "+86 0 13800000000",
-            "+86 (0) 138-0000-0000",
-            "tel:+86-138-0000-0000",
-        ] {
-            assert_eq!(
-                send(&service, variant).await.status(),
-                429,
-                "{backend:?}: {variant} is the same phone"
-            );
+async fn the_redis_password_never_reaches_the_log() {
+    let redis = RedisServer::start();
+    let password = "hunter2-e3b0c442";
+    let _: String = redis.cmd(&["CONFIG", "SET", "requirepass", password]).await;
+    let url = format!("redis://default:{password}@127.0.0.1:{}/", redis.port());
+    let service = Service::launch(
+        SMS,
+        Some(redis),
+        &[
+            ("REDIS_URL", &url),
+            ("RUST_LOG", "debug"),
+            ("ADMIN_TOKEN", TOKEN),
+        ],
+        true,
+    );
+    assert_eq!(send(&service, "+8613800000000").await.status(), 200);
+    assert_eq!(send(&service, "+8613800000000").await.status(), 429);
+    let shown = admin(
+        &service,
+        reqwest::Method::GET,
+        "/admin/limits/+8613800000000",
+    )
+    .await;
+    assert_eq!(
+        shown.status(),
+        200,
+        "the service works on the password-protected Redis"
+    );
+    let log = service.log();
+    assert!(!log.contains(password), "{log}");
+    assert!(
+        !log.contains("default:"),
+        "the user name is masked too: {log}"
+    );
+    let masked = format!("redis://***@127.0.0.1:{}/", service.redis().port());
+    assert!(log.contains(&masked), "the URL is shown masked: {log}");
+}
+
+/// Sends an SMS to each of `phones` every 50 ms for `outage`, counting the
+/// `200`s per phone and every status seen.
+async fn send_during(
+    service: &Service,
+    phones: &[&'static str],
+    outage: Duration,
+) -> (HashMap<&'static str, usize>, HashMap<u16, usize>) {
+    let mut delivered: HashMap<&str, usize> = phones.iter().map(|p| (*p, 0)).collect();
+    let mut statuses = HashMap::new();
+    let started = Instant::now();
+    while started.elapsed() < outage {
+        let responses = join_all(phones.iter().map(|phone| send(service, phone))).await;
+        for (phone, response) in phones.iter().zip(responses) {
+            *statuses.entry(response.status().as_u16()).or_default() += 1;
+            if response.status() == 200 {
+                *delivered.get_mut(phone).unwrap() += 1;
+            }
         }
-        // Admin routes take any accepted form and name the E.164 one.
-        let shown = json(
-            admin(
-                &service,
-                reqwest::Method::GET,
-                "/admin/limits/+86%200%2013800000000",
-            )
-            .await,
-        )
-        .await;
-        assert_eq!(shown["phone"], "+8613800000000", "{backend:?}");
-        assert_eq!(shown["limits"][0]["remaining"], 0);
-        let reset = admin(
-            &service,
-            reqwest::Method::DELETE,
-            "/admin/limits/0086%2013800000000",
-        )
-        .await;
-        assert_eq!(reset.status(), 200);
-        assert_eq!(
-            send(&service, "+008613800000000").await.status(),
-            200,
-            "{backend:?}: the reset unblocked every form"
-        );
-        assert_eq!(send(&service, "+8613800000000").await.status(), 429);
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    (delivered, statuses)
+}
+
+#[tokio::test]
+async fn during_a_redis_outage_blocked_phones_get_no_sms_fresh_ones_their_share_then_redis_rules() {
+    // 4 per minute per phone, shared by 2 instances: 2 per instance while
+    // Redis is down.
+    let service = Service::launch(
+        SMS,
+        Some(RedisServer::start()),
+        &[
+            ("ADMIN_TOKEN", TOKEN),
+            ("SMS_PHONE_LIMITS", "4/1m,20/1d"),
+            ("SMS_IP_LIMITS", "10000/1h"),
+            ("SMS_INSTANCES", "2"),
+        ],
+        true,
+    );
+    let refused = "+8613800000001"; // used its 4, then refused
+    let full = "+8613800000002"; // used its 4, never refused yet
+    let fresh = "+8613800000003";
+    for _ in 0..4 {
+        assert_eq!(send(&service, refused).await.status(), 200);
+        assert_eq!(send(&service, full).await.status(), 200);
+    }
+    assert_eq!(send(&service, refused).await.status(), 429);
+
+    service.redis().pause();
+    let (delivered, statuses) =
+        send_during(&service, &[refused, full, fresh], Duration::from_secs(5)).await;
+    service.redis().resume();
+    let tries: usize = statuses.values().sum();
+    assert!(tries >= 60, "{statuses:?}: enough sends to mean something");
+    assert_eq!(
+        statuses
+            .keys()
+            .copied()
+            .filter(|s| *s != 200 && *s != 429)
+            .count(),
+        0,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        delivered[refused], 0,
+        "{delivered:?}: refused before the outage"
+    );
+    assert_eq!(
+        delivered[full], 0,
+        "{delivered:?}: at its limit before the outage"
+    );
+    assert_eq!(
+        delivered[fresh], 2,
+        "{delivered:?}: its local share, 4 / 2 instances"
+    );
+
+    // Back on Redis once a new phone's first send leaves 3 of 4 (Redis'
+    // count) rather than 1 of 2 (the local share).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for i in 0.. {
+        assert!(Instant::now() < deadline, "Redis never decided again");
+        let probe = send(&service, &format!("+86139{i:08}")).await;
+        assert_eq!(probe.status(), 200);
+        if probe.headers()["ratelimit"]
+            .to_str()
+            .unwrap()
+            .contains("r=3;")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Redis' state rules: it still holds the 4 sends of each blocked phone,
+    // and never saw the fresh phone's 2 local ones.
+    let blocked = send(&service, refused).await;
+    assert_eq!(blocked.status(), 429);
+    let retry_after: u64 = blocked.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        retry_after <= 55,
+        "counted from the sends before the outage: {retry_after}"
+    );
+    assert_eq!(send(&service, full).await.status(), 429);
+    assert_eq!(send(&service, fresh).await.status(), 200);
+    let reset = admin(
+        &service,
+        reqwest::Method::DELETE,
+        &format!("/admin/limits/{refused}"),
+    )
+    .await;
+    assert_eq!(reset.status(), 200);
+    assert_eq!(
+        send(&service, refused).await.status(),
+        200,
+        "unblocked in Redis"
+    );
 }

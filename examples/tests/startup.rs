@@ -46,6 +46,8 @@ fn bad_settings_in_memory_name_the_setting() {
         line.contains("invalid sms limits") && line.contains("5 per hour"),
         "{line}"
     );
+    let line = refusal(SMS, &[("SMS_INSTANCES", "zero")]);
+    assert!(line.contains("SMS_INSTANCES"), "{line}");
     let line = refusal(LOGIN, &[("TRUSTED_PROXIES", "10.0.0.0/33")]);
     assert!(line.contains("TRUSTED_PROXIES"), "{line}");
 
