@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod captcha;
 pub mod login;
 pub mod outage;
 pub mod phone;

@@ -48,6 +48,8 @@ fn bad_settings_in_memory_name_the_setting() {
     );
     let line = refusal(SMS, &[("SMS_INSTANCES", "zero")]);
     assert!(line.contains("SMS_INSTANCES"), "{line}");
+    let line = refusal(LOGIN, &[("LOGIN_CAPTCHA_TTL", "soon")]);
+    assert!(line.contains("LOGIN_CAPTCHA_TTL"), "{line}");
     let line = refusal(LOGIN, &[("TRUSTED_PROXIES", "10.0.0.0/33")]);
     assert!(line.contains("TRUSTED_PROXIES"), "{line}");
 
