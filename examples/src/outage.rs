@@ -27,8 +27,9 @@
 //! with [`rl_core::BreakerConfig::disabled`]: the limiter's own circuit
 //! breaker would apply the failure policy without asking the guard.
 //!
-//! Memory is bounded: at most [`CAPACITY`] entries; a full map
-//! drops its expired entries, then the quarter that ends soonest.
+//! Memory is bounded: at most [`CAPACITY`] keys; a full map drops its
+//! expired entries, then the quarter of the keys that end soonest. A
+//! decision allocates nothing here unless it blocks a key not yet held.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -37,7 +38,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rl_core::{Backend, BackendError, BoxFuture, Decision, Decisions, Limit, Request};
 
-/// Key and limit pairs remembered at most.
+/// Keys remembered at most.
 pub const CAPACITY: usize = 100_000;
 
 /// How long after a failure the inner backend is not asked again.
@@ -51,12 +52,15 @@ struct Blocked {
     capacity: u64,
 }
 
+/// Per key, its blocked limits.
+type Blocks = HashMap<Box<str>, Vec<(Limit, Blocked)>>;
+
 /// A [`Backend`] layer that refuses, while the inner backend fails, what the
 /// inner backend last said was at its limit; see the module docs.
 #[derive(Debug)]
 pub struct OutageGuard<B> {
     inner: B,
-    blocked: Mutex<HashMap<(Box<str>, Limit), Blocked>>,
+    blocked: Mutex<Blocks>,
     epoch: Instant,
     /// Nanoseconds after `epoch` before which the inner backend is not
     /// asked again (0: it answered last time).
@@ -85,13 +89,13 @@ impl<B: Backend> OutageGuard<B> {
         }
     }
 
-    /// How many key and limit pairs are remembered as blocked (expired ones
-    /// included until swept).
+    /// How many keys are remembered as blocked (expired ones included until
+    /// swept).
     pub fn remembered(&self) -> usize {
         self.lock().len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(Box<str>, Limit), Blocked>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Blocks> {
         self.blocked.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -141,23 +145,26 @@ impl<B: Backend> OutageGuard<B> {
             } else {
                 None
             };
-            let entry = (Box::<str>::from(request.key.as_str()), *request.limit);
+            let key = request.key.as_str();
             match wait {
                 Some(wait) if !wait.is_zero() => {
-                    if blocked.len() >= CAPACITY && !blocked.contains_key(&entry) {
-                        make_room(&mut blocked, now);
+                    let entry = Blocked {
+                        until: now + wait,
+                        capacity: decision.limit,
+                    };
+                    if let Some(limits) = blocked.get_mut(key) {
+                        match limits.iter_mut().find(|(l, _)| l == request.limit) {
+                            Some((_, held)) => *held = entry,
+                            None => limits.push((*request.limit, entry)),
+                        }
+                    } else {
+                        if blocked.len() >= CAPACITY {
+                            make_room(&mut blocked, now);
+                        }
+                        blocked.insert(key.into(), vec![(*request.limit, entry)]);
                     }
-                    blocked.insert(
-                        entry,
-                        Blocked {
-                            until: now + wait,
-                            capacity: decision.limit,
-                        },
-                    );
                 }
-                _ => {
-                    blocked.remove(&entry);
-                }
+                _ => unblock(&mut blocked, request),
             }
         }
     }
@@ -166,7 +173,7 @@ impl<B: Backend> OutageGuard<B> {
     fn forget(&self, requests: &[Request<'_>]) {
         let mut blocked = self.lock();
         for request in requests {
-            blocked.remove(&(Box::<str>::from(request.key.as_str()), *request.limit));
+            unblock(&mut blocked, request);
         }
     }
 
@@ -183,9 +190,10 @@ impl<B: Backend> OutageGuard<B> {
             .iter()
             .map(|request| {
                 blocked
-                    .get(&(Box::<str>::from(request.key.as_str()), *request.limit))
-                    .filter(|b| b.until > now)
-                    .map(|b| (b.until - now, b.capacity))
+                    .get(request.key.as_str())
+                    .and_then(|limits| limits.iter().find(|(l, _)| l == request.limit))
+                    .filter(|(_, b)| b.until > now)
+                    .map(|(_, b)| (b.until - now, b.capacity))
             })
             .collect();
         drop(blocked);
@@ -254,18 +262,37 @@ impl<B: Backend> OutageGuard<B> {
     }
 }
 
+/// Forgets `request`'s key and limit.
+fn unblock(blocked: &mut Blocks, request: &Request<'_>) {
+    let key = request.key.as_str();
+    if let Some(limits) = blocked.get_mut(key) {
+        limits.retain(|(l, _)| l != request.limit);
+        if limits.is_empty() {
+            blocked.remove(key);
+        }
+    }
+}
+
+/// When the last of a key's blocks ends.
+fn last_end(limits: &[(Limit, Blocked)]) -> Option<Instant> {
+    limits.iter().map(|(_, b)| b.until).max()
+}
+
 /// Drops expired entries, then, if still three quarters full, the quarter
-/// of the capacity that ends soonest (so a full map costs one pass per
-/// quarter of the capacity inserted, not one per insert).
-fn make_room(blocked: &mut HashMap<(Box<str>, Limit), Blocked>, now: Instant) {
-    blocked.retain(|_, b| b.until > now);
+/// of the keys that end soonest (so a full map costs one pass per quarter
+/// of the capacity inserted, not one per insert).
+fn make_room(blocked: &mut Blocks, now: Instant) {
+    blocked.retain(|_, limits| {
+        limits.retain(|(_, b)| b.until > now);
+        !limits.is_empty()
+    });
     let keep = CAPACITY * 3 / 4;
     if blocked.len() > keep {
-        let mut ends: Vec<Instant> = blocked.values().map(|b| b.until).collect();
+        let mut ends: Vec<Instant> = blocked.values().filter_map(|l| last_end(l)).collect();
         let cut = blocked.len() - keep;
         let (_, cutoff, _) = ends.select_nth_unstable(cut - 1);
         let cutoff = *cutoff;
-        blocked.retain(|_, b| b.until > cutoff);
+        blocked.retain(|_, limits| last_end(limits).is_some_and(|end| end > cutoff));
     }
 }
 
@@ -449,18 +476,15 @@ mod tests {
         let mut blocked = HashMap::new();
         let capacity = CAPACITY;
         for i in 0..capacity {
-            blocked.insert(
-                (i.to_string().into_boxed_str(), limit),
-                Blocked {
-                    until: now + Duration::from_secs(1 + i as u64),
-                    capacity: 2,
-                },
-            );
+            let entry = Blocked {
+                until: now + Duration::from_secs(1 + i as u64),
+                capacity: 2,
+            };
+            blocked.insert(i.to_string().into_boxed_str(), vec![(limit, entry)]);
         }
         make_room(&mut blocked, now);
         assert_eq!(blocked.len(), capacity * 3 / 4);
-        assert!(!blocked.contains_key(&("0".into(), limit)), "ends first");
-        let last = (capacity - 1).to_string().into_boxed_str();
-        assert!(blocked.contains_key(&(last, limit)));
+        assert!(!blocked.contains_key("0"), "ends first");
+        assert!(blocked.contains_key((capacity - 1).to_string().as_str()));
     }
 }
