@@ -1,8 +1,13 @@
 //! Shared start-up code of the examples, and the two showcase services
 //! ([`sms`] and [`login`]) as libraries so their binaries stay one line.
 
+#![forbid(unsafe_code)]
+
 pub mod admin;
+pub mod captcha;
 pub mod login;
+pub mod outage;
+pub mod phone;
 pub mod sms;
 
 use std::net::SocketAddr;
@@ -39,32 +44,165 @@ pub fn sentinel_url(url: &str) -> Option<(Vec<String>, String)> {
     (!sentinels.is_empty() && !master.is_empty()).then(|| (sentinels, master.to_owned()))
 }
 
-/// Uses Redis when `REDIS_URL` is set — a comma-separated list of node URLs
-/// selects Redis Cluster, `redis+sentinel://h1:26379,h2:26379/master` Redis
-/// Sentinel — and the in-memory backend otherwise; says which.
-pub async fn builder_from_env(
-    builder: LimiterBuilder,
-) -> Result<LimiterBuilder, Box<dyn std::error::Error>> {
-    match std::env::var("REDIS_URL") {
-        Ok(url) if !url.trim().is_empty() => {
-            let urls: Vec<&str> = url.split(',').map(str::trim).collect();
-            let backend = if let Some((sentinels, master)) = sentinel_url(&url) {
-                tracing::info!(sentinels = sentinels.len(), master = %master, "rate limiter backend: Redis Sentinel");
-                rl_redis::RedisBackend::connect_sentinel(sentinels, master).await?
-            } else if urls.len() > 1 {
-                tracing::info!(nodes = urls.len(), "rate limiter backend: Redis Cluster");
-                rl_redis::RedisBackend::connect_cluster(urls).await?
-            } else {
-                tracing::info!(url = %url, "rate limiter backend: Redis");
-                rl_redis::RedisBackend::connect(url.as_str()).await?
-            };
-            Ok(builder.backend(backend))
-        }
-        _ => {
-            tracing::info!("rate limiter backend: in-memory (set REDIS_URL to use Redis)");
-            Ok(builder.memory())
+/// Why a program could not start: one sentence naming what failed and
+/// where, with no secret in it (Redis URLs go through
+/// [`rl_redis::redact_url`]). Its `Debug` is its message too, so it reads
+/// the same however it is printed.
+pub struct StartupError(String);
+
+impl StartupError {
+    /// A start-up failure described by `message`.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self(message.into())
+    }
+}
+
+impl std::fmt::Display for StartupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::fmt::Debug for StartupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for StartupError {}
+
+/// The exit code of a program whose `main` ended with `result`: success, or
+/// `1` after printing `program: <the error>` as one line on stderr.
+pub fn exit_code(program: &str, result: Result<(), StartupError>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("{program}: {error}");
+            std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// How long start-up waits for Redis to answer.
+const REDIS_STARTUP_TIMEOUT: std::time::Duration = rl_redis::RedisBackend::DEFAULT_CONNECT_TIMEOUT;
+
+/// The Redis backend `REDIS_URL` names — a comma-separated list of node URLs
+/// selects Redis Cluster, `redis+sentinel://h1:26379,h2:26379/master` Redis
+/// Sentinel — or `None` when it is unset (the in-memory backend); says
+/// which, URLs masked. Each Redis node is asked `PING` first, so a failure
+/// is reported as what it is (authentication required or refused, no
+/// answer, connection refused) and where.
+pub async fn backend_from_env() -> Result<Option<rl_redis::RedisBackend>, StartupError> {
+    let url = match std::env::var("REDIS_URL") {
+        Ok(url) if !url.trim().is_empty() => url,
+        _ => {
+            tracing::info!("rate limiter backend: in-memory (set REDIS_URL to use Redis)");
+            return Ok(None);
+        }
+    };
+    let urls: Vec<&str> = url.split(',').map(str::trim).collect();
+    let backend = if let Some((sentinels, master)) = sentinel_url(&url) {
+        let shown: Vec<String> = sentinels.iter().map(|u| rl_redis::redact_url(u)).collect();
+        tracing::info!(sentinels = %shown.join(","), master = %master, "rate limiter backend: Redis Sentinel");
+        let target = format!(
+            "the master `{master}` of the sentinels {}",
+            shown.join(", ")
+        );
+        rl_redis::RedisBackend::connect_sentinel(sentinels, master)
+            .await
+            .map_err(|error| backend_failed(&target, &error))?
+    } else {
+        for url in &urls {
+            ping(url).await?;
+        }
+        let shown: Vec<String> = urls.iter().map(|u| rl_redis::redact_url(u)).collect();
+        let target = shown.join(", ");
+        if urls.len() > 1 {
+            tracing::info!(nodes = %target, "rate limiter backend: Redis Cluster");
+            rl_redis::RedisBackend::connect_cluster(urls).await
+        } else {
+            tracing::info!(url = %target, "rate limiter backend: Redis");
+            rl_redis::RedisBackend::connect(url.trim()).await
+        }
+        .map_err(|error| backend_failed(&format!("Redis at {target}"), &error))?
+    };
+    Ok(Some(backend))
+}
+
+/// A backend that did not connect, as a sentence naming `target`.
+fn backend_failed(target: &str, error: &rl_core::BackendError) -> StartupError {
+    match error {
+        rl_core::BackendError::Timeout(after) => StartupError::new(format!(
+            "{target} did not answer within {} s",
+            after.as_secs_f64()
+        )),
+        other => StartupError::new(format!("cannot use {target}: {other}")),
+    }
+}
+
+/// Connects to one Redis node and asks `PING`, turning what goes wrong into
+/// a sentence that names the node (credentials masked).
+async fn ping(url: &str) -> Result<(), StartupError> {
+    let shown = rl_redis::redact_url(url);
+    let client = redis::Client::open(url).map_err(|error| {
+        StartupError::new(format!(
+            "REDIS_URL is not a valid Redis URL ({shown}): {error}; expected e.g. redis://:PASSWORD@127.0.0.1:6379/"
+        ))
+    })?;
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(REDIS_STARTUP_TIMEOUT))
+        .set_response_timeout(Some(REDIS_STARTUP_TIMEOUT));
+    let answered = tokio::time::timeout(REDIS_STARTUP_TIMEOUT, async {
+        let mut connection = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        redis::cmd("PING")
+            .query_async::<String>(&mut connection)
+            .await
+    })
+    .await;
+    let error = match answered {
+        Ok(Ok(_)) => return Ok(()),
+        Ok(Err(error)) => error,
+        Err(_) => {
+            return Err(StartupError::new(format!(
+                "Redis at {shown} did not answer within {} s",
+                REDIS_STARTUP_TIMEOUT.as_secs_f64()
+            )));
+        }
+    };
+    let reason = if error.is_timeout() {
+        format!(
+            "did not answer within {} s",
+            REDIS_STARTUP_TIMEOUT.as_secs_f64()
+        )
+    } else if error.kind() == redis::ErrorKind::AuthenticationFailed {
+        "refused the user name or password given in REDIS_URL (authentication failed)".to_owned()
+    } else if error.code() == Some("NOAUTH") {
+        "requires a password (authentication required): give it in REDIS_URL, e.g. redis://:PASSWORD@host:6379/".to_owned()
+    } else if error.is_connection_refusal() {
+        "refused the connection (is redis-server running there?)".to_owned()
+    } else if error.is_io_error() {
+        format!("could not be reached: {error}")
+    } else {
+        format!("answered PING with an error: {error}")
+    };
+    Err(StartupError::new(format!("Redis at {shown} {reason}")))
+}
+
+/// `builder` on the backend [`backend_from_env`] chooses.
+pub async fn builder_from_env(builder: LimiterBuilder) -> Result<LimiterBuilder, StartupError> {
+    Ok(match backend_from_env().await? {
+        Some(redis) => builder.backend(redis),
+        None => builder.memory(),
+    })
+}
+
+/// Installs `builder`'s limiter as the global one.
+pub fn install(builder: LimiterBuilder) -> Result<&'static rl_core::Limiter, StartupError> {
+    builder
+        .install()
+        .map_err(|error| StartupError::new(format!("cannot set up the rate limiter: {error}")))
 }
 
 /// Installs the Prometheus recorder and returns a router serving `GET /metrics`.
@@ -85,14 +223,11 @@ pub fn metrics_router<S: Clone + Send + Sync + 'static>() -> Router<S> {
 /// available to [`rl_core::http::ClientIp`], until Ctrl-C / SIGTERM.
 /// `TRUSTED_PROXIES` (comma-separated CIDRs) makes `X-Forwarded-For` from
 /// those proxies count.
-pub async fn serve(router: Router, default_bind: &str) -> std::io::Result<()> {
+pub async fn serve(router: Router, default_bind: &str) -> Result<(), StartupError> {
     let router = match std::env::var("TRUSTED_PROXIES") {
         Ok(list) => {
             let proxies: rl_core::http::TrustedProxies = list.parse().map_err(|e| {
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    format!("TRUSTED_PROXIES: {e}"),
-                )
+                StartupError::new(format!("TRUSTED_PROXIES is not a list of CIDRs: {e}"))
             })?;
             tracing::info!(?proxies, "X-Forwarded-For trusted from these proxies");
             router.layer(axum::Extension(proxies))
@@ -100,14 +235,20 @@ pub async fn serve(router: Router, default_bind: &str) -> std::io::Result<()> {
         Err(_) => router,
     };
     let bind = std::env::var("BIND").unwrap_or_else(|_| default_bind.to_owned());
-    let listener = tokio::net::TcpListener::bind(&bind).await?;
-    tracing::info!(addr = %listener.local_addr()?, "listening");
+    let listener = tokio::net::TcpListener::bind(&bind)
+        .await
+        .map_err(|e| StartupError::new(format!("cannot listen on {bind} (BIND): {e}")))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| StartupError::new(format!("cannot listen on {bind} (BIND): {e}")))?;
+    tracing::info!(%addr, "listening");
     axum::serve(
         listener,
         router.into_make_service_with_connect_info::<SocketAddr>(),
     )
     .with_graceful_shutdown(shutdown())
     .await
+    .map_err(|e| StartupError::new(format!("serving on {addr} failed: {e}")))
 }
 
 async fn shutdown() {
@@ -171,14 +312,23 @@ pub fn json_error(status: StatusCode, code: &str, message: &str) -> Response {
         .into_response()
 }
 
-/// Checks `Authorization: Bearer <token>` in constant time.
+/// Checks `Authorization: Bearer <token>`: the scheme in any case (RFC 9110
+/// § 11.1), then the token compared in constant time.
 pub fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
     use subtle::ConstantTimeEq;
     headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|given| bool::from(given.as_bytes().ct_eq(token.as_bytes())))
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .is_some_and(|(_, given)| {
+            bool::from(
+                given
+                    .trim_start_matches(' ')
+                    .as_bytes()
+                    .ct_eq(token.as_bytes()),
+            )
+        })
 }
 
 /// Applies the limits file at `path` ([`rl_core::LimitsFile`]: per limit
@@ -190,21 +340,21 @@ pub fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
 pub fn watch_limits_file<L>(
     limiter: L,
     path: impl Into<std::path::PathBuf>,
-) -> Result<(), Box<dyn std::error::Error>>
+) -> Result<(), StartupError>
 where
     L: std::ops::Deref<Target = rl_core::Limiter> + Send + Sync + 'static,
 {
     let path = path.into();
     let in_file = |error: rl_core::ConfigError| match error {
-        rl_core::ConfigError::Read { .. } => BadLimitsFile(error.to_string()),
-        _ => BadLimitsFile(format!("limits file {}: {error}", path.display())),
+        rl_core::ConfigError::Read { .. } => StartupError::new(error.to_string()),
+        _ => StartupError::new(format!("limits file {}: {error}", path.display())),
     };
     let file = rl_core::LimitsFile::load(&path).map_err(in_file)?;
     file.apply(&limiter).map_err(in_file)?;
     tracing::info!(path = %path.display(), names = ?file.names().collect::<Vec<_>>(), "limits file applied");
     #[cfg(unix)]
     {
-        let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+        let mut hangups = signal_hangup()?;
         tokio::spawn(async move {
             let mut current = file;
             while hangups.recv().await.is_some() {
@@ -227,23 +377,12 @@ where
     Ok(())
 }
 
-/// A limits file refused at startup. Its `Debug` is its message, so a `main`
-/// returning it prints the message as written, not as an escaped string.
-struct BadLimitsFile(String);
-
-impl std::fmt::Debug for BadLimitsFile {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
+/// A stream of SIGHUPs (limits reload).
+#[cfg(unix)]
+pub fn signal_hangup() -> Result<tokio::signal::unix::Signal, StartupError> {
+    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .map_err(|e| StartupError::new(format!("cannot listen for SIGHUP (limits reload): {e}")))
 }
-
-impl std::fmt::Display for BadLimitsFile {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for BadLimitsFile {}
 
 #[cfg(test)]
 mod tests {

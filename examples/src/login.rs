@@ -7,19 +7,20 @@
 //! Routes:
 //! - `POST /login` `{"username":"alice","password":"wonderland","captcha":"..."}`
 //!   → `200`, `401 {"error":"invalid_credentials"}`, `429`, or `400`.
-//! - `GET /captcha` → `{"captcha":"<token>"}`: a single-use token valid for
-//!   5 minutes. This stands in for a real captcha provider: a deployment
-//!   verifies the provider's answer where [`Captchas::redeem`] is called.
+//! - `GET /captcha?username=alice` → `{"captcha":"<token>","expires_in_s":300}`:
+//!   a single-use token for that username only, valid for 5 minutes
+//!   (`LOGIN_CAPTCHA_TTL`), at most 10 per minute per client IP
+//!   (`LOGIN_CAPTCHA_LIMITS`, limit name `login_captcha`). This stands in
+//!   for a real captcha provider: a deployment verifies the provider's
+//!   answer where [`Captchas::redeem`] is called.
 //! - `GET /metrics`: Prometheus.
 //!
 //! Demo users: `alice` / `wonderland`, `bob` / `builder`.
 
-use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, LazyLock};
 
-use axum::extract::State;
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -28,12 +29,15 @@ use rl_core::http::ClientIp;
 use rl_core::{Algorithm, FailurePolicy, Limit, Limiter, Rejection, rate_limit};
 use serde::{Deserialize, Serialize};
 
-use crate::json_error;
+pub use crate::captcha::Captchas;
+use crate::{StartupError, json_error};
 
 /// Name of the per-username failure limit.
 pub const USER_FAILURES: &str = "login_user";
 /// Name of the per-IP failure limit.
 pub const IP_FAILURES: &str = "login_ip";
+/// Name of the per-IP limit on issuing captchas.
+pub const CAPTCHA_ISSUES: &str = "login_captcha";
 
 /// The per-username limit as compiled in (3 failures per minute, exact).
 pub static USER_LIMIT: LazyLock<Limit> = LazyLock::new(|| {
@@ -43,33 +47,6 @@ pub static USER_LIMIT: LazyLock<Limit> = LazyLock::new(|| {
 });
 
 const USERS: [(&str, &str); 2] = [("alice", "wonderland"), ("bob", "builder")];
-
-/// Single-use captcha tokens.
-#[derive(Debug, Default)]
-pub struct Captchas {
-    issued: Mutex<HashMap<String, Instant>>,
-}
-
-impl Captchas {
-    const VALID_FOR: Duration = Duration::from_secs(300);
-
-    /// Issues a token.
-    pub fn issue(&self) -> String {
-        let token = format!("{:032x}", rand::random::<u128>());
-        let mut issued = self.issued.lock().unwrap_or_else(|e| e.into_inner());
-        issued.retain(|_, at| at.elapsed() < Self::VALID_FOR);
-        issued.insert(token.clone(), Instant::now());
-        token
-    }
-
-    /// Whether `token` was issued, is fresh, and was not used before.
-    pub fn redeem(&self, token: &str) -> bool {
-        let mut issued = self.issued.lock().unwrap_or_else(|e| e.into_inner());
-        issued
-            .remove(token)
-            .is_some_and(|at| at.elapsed() < Self::VALID_FOR)
-    }
-}
 
 #[derive(Debug, Deserialize)]
 struct LoginRequest {
@@ -207,22 +184,18 @@ async fn login(
         Ok(value) => value,
         Err(bad) => return bad,
     };
-    let username = request.username.trim().to_lowercase();
-    if username.is_empty() || username.len() > 256 {
-        return json_error(
-            StatusCode::BAD_REQUEST,
-            "bad_username",
-            "username must be 1 to 256 bytes",
-        );
-    }
-    let credentials = Credentials {
-        username,
-        password: request.password,
+    let username = match normalise_username(&request.username) {
+        Ok(username) => username,
+        Err(bad) => return bad,
     };
     let solved = request
         .captcha
         .as_deref()
-        .is_some_and(|token| captchas.redeem(token));
+        .is_some_and(|token| captchas.redeem(token, &username));
+    let credentials = Credentials {
+        username,
+        password: request.password,
+    };
     let result = if solved {
         attempt_with_captcha(ip, credentials).await
     } else {
@@ -234,25 +207,94 @@ async fn login(
     result.into_response()
 }
 
-async fn captcha(State(captchas): State<Arc<Captchas>>) -> Json<serde_json::Value> {
-    Json(serde_json::json!({ "captcha": captchas.issue() }))
+/// A username as failures are counted and captchas bound: trimmed, lower
+/// case, 1 to 256 bytes; else the `400` to answer.
+#[allow(
+    clippy::result_large_err,
+    reason = "the error is the HTTP response to send, as in axum's own rejections; boxing it buys nothing"
+)]
+fn normalise_username(username: &str) -> Result<String, Response> {
+    let username = username.trim().to_lowercase();
+    if username.is_empty() || username.len() > 256 {
+        return Err(json_error(
+            StatusCode::BAD_REQUEST,
+            "bad_username",
+            "username must be 1 to 256 bytes",
+        ));
+    }
+    Ok(username)
 }
 
-/// The service's router.
-pub fn router() -> Router {
+#[derive(Debug, Deserialize)]
+struct CaptchaRequest {
+    username: String,
+}
+
+async fn captcha(
+    State(captchas): State<Arc<Captchas>>,
+    ip: ClientIp,
+    query: Result<Query<CaptchaRequest>, QueryRejection>,
+) -> Response {
+    let Ok(Query(request)) = query else {
+        return json_error(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "the username the captcha is for is required: GET /captcha?username=...",
+        );
+    };
+    match normalise_username(&request.username) {
+        Ok(username) => issue_captcha(ip, &captchas, &username)
+            .await
+            .into_response(),
+        Err(bad) => bad,
+    }
+}
+
+/// Issues a captcha for `username`, at most 10 per minute per client IP.
+#[rate_limit(name = "login_captcha", key = ip, period = "1m", threshold = 10)]
+async fn issue_captcha(
+    ip: ClientIp,
+    captchas: &Captchas,
+    username: &str,
+) -> Result<Json<serde_json::Value>, Rejection> {
+    Ok(Json(serde_json::json!({
+        "captcha": captchas.issue(username),
+        "expires_in_s": captchas.ttl().as_secs(),
+    })))
+}
+
+/// The service's router, with `captchas` issued and redeemed.
+pub fn router(captchas: Captchas) -> Router {
     Router::new()
         .route("/login", post(login))
         .route("/captcha", get(captcha))
-        .with_state(Arc::new(Captchas::default()))
+        .with_state(Arc::new(captchas))
         .merge(crate::metrics_router())
 }
 
-/// Applies `LOGIN_USER_FAILURES` / `LOGIN_IP_FAILURES` (rates such as
-/// `"3/1m"`, comma-separated) over the compiled-in limits.
+/// Captchas valid for `LOGIN_CAPTCHA_TTL` (e.g. `5m`, `90s`; default 5
+/// minutes).
+pub fn captchas_from_env() -> Result<Captchas, String> {
+    let ttl = match std::env::var("LOGIN_CAPTCHA_TTL") {
+        Ok(text) => {
+            rl_core::parse_duration(text.trim()).map_err(|e| format!("LOGIN_CAPTCHA_TTL: {e}"))?
+        }
+        Err(_) => crate::captcha::DEFAULT_TTL,
+    };
+    if ttl.is_zero() {
+        return Err("LOGIN_CAPTCHA_TTL must be longer than zero".into());
+    }
+    Ok(Captchas::new(ttl, crate::captcha::DEFAULT_CAPACITY))
+}
+
+/// Applies `LOGIN_USER_FAILURES` / `LOGIN_IP_FAILURES` /
+/// `LOGIN_CAPTCHA_LIMITS` (rates such as `"3/1m"`, comma-separated) over the
+/// compiled-in limits.
 pub fn apply_env_limits(limiter: &Limiter) -> Result<(), String> {
     for (var, name, algorithm) in [
         ("LOGIN_USER_FAILURES", USER_FAILURES, Algorithm::SlidingLog),
         ("LOGIN_IP_FAILURES", IP_FAILURES, Algorithm::FixedWindow),
+        ("LOGIN_CAPTCHA_LIMITS", CAPTCHA_ISSUES, Algorithm::Gcra),
     ] {
         if let Ok(rates) = std::env::var(var) {
             let limits = crate::parse_rates(rates.split(','), algorithm)
@@ -268,34 +310,27 @@ pub fn apply_env_limits(limiter: &Limiter) -> Result<(), String> {
 /// The `login` binary. When the backend fails, failures are counted in
 /// process with the full threshold (`FailurePolicy::local(1)`):
 /// brute force stays limited during a Redis outage, logins keep working.
-pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
+pub async fn main() -> Result<(), StartupError> {
     crate::init_tracing();
-    let limiter = crate::builder_from_env(Limiter::builder())
-        .await?
-        .prefix("login")
-        .failure_policy(FailurePolicy::local(1).expect("a share of one"))
-        .install()?;
-    apply_env_limits(limiter)?;
+    let captchas = captchas_from_env().map_err(StartupError::new)?;
+    let limiter = crate::install(
+        crate::builder_from_env(Limiter::builder())
+            .await?
+            .prefix("login")
+            .failure_policy(FailurePolicy::local(1).expect("a share of one")),
+    )?;
+    apply_env_limits(limiter)
+        .map_err(|e| StartupError::new(format!("invalid login limits: {e}")))?;
     if let Ok(path) = std::env::var("LIMITS_FILE") {
         crate::watch_limits_file(limiter, path)?; // rl_core::LimitsFile, reloaded on SIGHUP
     }
     tracing::info!("demo users: alice (wonderland), bob (builder)");
-    crate::serve(router(), "127.0.0.1:3001").await?;
-    Ok(())
+    crate::serve(router(captchas), "127.0.0.1:3001").await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn captchas_are_single_use() {
-        let captchas = Captchas::default();
-        let token = captchas.issue();
-        assert!(captchas.redeem(&token));
-        assert!(!captchas.redeem(&token));
-        assert!(!captchas.redeem("forged"));
-    }
 
     #[test]
     fn only_the_right_password_of_a_known_user_verifies() {

@@ -4,15 +4,22 @@
 //! Routes:
 //! - `POST /sms/send` `{"phone":"+8613800000000"}` → `200 {"sent":true}`, a
 //!   `429` with `Retry-After` and the IETF `RateLimit` fields, or `400` for a
-//!   malformed body or implausible phone number (which consumes nothing).
+//!   malformed body or a phone number that is not valid, with the reason
+//!   (which consumes nothing). Phones are limited by their E.164 form, so
+//!   every way of writing one number shares one quota ([`Phone`]).
 //! - `GET /admin/limits/{phone}` and `DELETE /admin/limits/{phone}`: remaining
 //!   and reset per limit, and unblocking a phone (support staff).
 //! - `GET /admin/config` and `PUT /admin/config`: the limits of the running
 //!   process, changed without a restart.
 //! - `GET /metrics`: Prometheus.
 //!
-//! Admin routes need `Authorization: Bearer $ADMIN_TOKEN` and are not
-//! mounted when `ADMIN_TOKEN` is unset.
+//! Admin routes need `Authorization: Bearer $ADMIN_TOKEN` (the scheme in
+//! any case) and are not mounted when `ADMIN_TOKEN` is unset; the phone in
+//! their path may be written in any accepted form.
+//!
+//! When Redis fails, decisions are made in process with each instance's
+//! share of the limits (`SMS_INSTANCES`, default 1), and phones Redis had
+//! blocked stay blocked: see [`main`] and [`crate::outage`].
 //!
 //! Limits come from `SMS_LIMITS_FILE` (TOML, reloaded on SIGHUP), else from
 //! `SMS_PHONE_LIMITS` / `SMS_IP_LIMITS` (comma-separated, e.g. `1/1m,5/1h`),
@@ -28,10 +35,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use rl_core::http::ClientIp;
-use rl_core::{Algorithm, Limit, Limiter, Masked, Rejection, rate_limit};
+use rl_core::{
+    Algorithm, BreakerConfig, FailurePolicy, Limit, Limiter, Masked, Rejection, rate_limit,
+};
 use serde::{Deserialize, Serialize};
 
-use crate::{bearer_matches, json_error};
+use crate::outage::OutageGuard;
+use crate::phone::{BadPhone, Phone};
+use crate::{StartupError, bearer_matches, json_error};
 
 /// Name of the per-phone limits (metrics label, key scope, runtime override).
 pub const PHONE_LIMITS: &str = "sms_phone";
@@ -143,33 +154,14 @@ struct SendRequest {
     phone: String,
 }
 
-/// A plausible phone number: `+` and 8 to 15 digits (E.164-ish).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Phone(String);
-
-impl Phone {
-    /// Accepts `+` followed by 8 to 15 ASCII digits, surrounding spaces trimmed.
-    pub fn parse(text: &str) -> Option<Self> {
-        let digits = text.trim().strip_prefix('+')?;
-        let plausible =
-            (8..=15).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit());
-        plausible.then(|| Self(format!("+{digits}")))
-    }
-}
-
-impl std::fmt::Display for Phone {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
 async fn send(ip: ClientIp, body: Result<Json<SendRequest>, JsonRejection>) -> Response {
     let request = match crate::json_body(body) {
         Ok(value) => value,
         Err(bad) => return bad,
     };
-    let Some(phone) = Phone::parse(&request.phone) else {
-        return bad_phone();
+    let phone = match Phone::parse(&request.phone) {
+        Ok(phone) => phone,
+        Err(reason) => return bad_phone(&reason),
     };
     deliver(ip, phone).await.into_response()
 }
@@ -186,7 +178,7 @@ async fn send(ip: ClientIp, body: Result<Json<SendRequest>, JsonRejection>) -> R
 )]
 async fn deliver(ip: ClientIp, phone: Phone) -> Result<Response, Rejection> {
     // A real service hands the message to its SMS gateway here.
-    tracing::info!(phone = %Masked(&phone.0), %ip, "sms sent");
+    tracing::info!(phone = %Masked(phone.e164()), %ip, "sms sent");
     Ok(Json(serde_json::json!({ "sent": true })).into_response())
 }
 
@@ -199,12 +191,8 @@ struct LimitState {
     reset_after_ms: u64,
 }
 
-fn bad_phone() -> Response {
-    json_error(
-        StatusCode::BAD_REQUEST,
-        "bad_phone",
-        "phone must be `+` followed by 8 to 15 digits",
-    )
+fn bad_phone(reason: &BadPhone) -> Response {
+    json_error(StatusCode::BAD_REQUEST, "bad_phone", &reason.to_string())
 }
 
 /// An admin call's phone, once the bearer token is checked.
@@ -216,7 +204,7 @@ fn admin_phone(sms: &Sms, headers: &HeaderMap, phone: &str) -> Result<Phone, Res
     if let Some(denied) = denied(sms, headers) {
         return Err(denied);
     }
-    Phone::parse(phone).ok_or_else(bad_phone)
+    Phone::parse(phone).map_err(|reason| bad_phone(&reason))
 }
 
 /// `None` when the bearer token is right, else the `401` to answer.
@@ -258,7 +246,7 @@ async fn show_limits(
                     reset_after_ms: d.reset_after.as_millis() as u64,
                 })
                 .collect();
-            Json(serde_json::json!({ "phone": phone.0, "limits": states })).into_response()
+            Json(serde_json::json!({ "phone": phone.e164(), "limits": states })).into_response()
         }
         Err(error) => json_error(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -283,7 +271,7 @@ async fn reset_limits(
         .await
     {
         Ok(()) => {
-            tracing::info!(phone = %Masked(&phone.0), "limits reset by admin");
+            tracing::info!(phone = %Masked(phone.e164()), "limits reset by admin");
             Json(serde_json::json!({ "reset": true })).into_response()
         }
         Err(error) => json_error(
@@ -355,19 +343,59 @@ pub fn router(
     ))
 }
 
-/// The `sms` binary.
-pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// How many instances share the limits (`SMS_INSTANCES`, default 1): while
+/// Redis is down each decides alone with its share of every limit.
+pub fn instances_from_env() -> Result<std::num::NonZeroU64, StartupError> {
+    match std::env::var("SMS_INSTANCES") {
+        Err(_) => Ok(std::num::NonZeroU64::MIN),
+        Ok(text) => text
+            .trim()
+            .parse::<std::num::NonZeroU64>()
+            .ok()
+            .ok_or_else(|| {
+                StartupError::new(format!(
+                    "SMS_INSTANCES must be a whole number of instances, at least 1, not {text:?}"
+                ))
+            }),
+    }
+}
+
+/// The `sms` binary. When Redis fails, each instance decides in process
+/// with its share of every limit (`FailurePolicy::Local`, share
+/// `SMS_INSTANCES`), and a phone Redis had blocked stays blocked
+/// ([`OutageGuard`]): failing open would send paid SMS to a phone that is
+/// being flooded, failing closed would stop every SMS for the length of
+/// the outage.
+pub async fn main() -> Result<(), StartupError> {
     crate::init_tracing();
-    let limiter = crate::builder_from_env(Limiter::builder())
-        .await?
-        .prefix("sms")
-        .install()?;
-    let config = LimitsConfig::from_env()?;
+    let share = instances_from_env()?;
+    let invalid = |e: String| StartupError::new(format!("invalid sms limits: {e}"));
+    let config = LimitsConfig::from_env().map_err(invalid)?;
+    config.parse().map_err(invalid)?;
+    let builder = match crate::backend_from_env().await? {
+        // The guard must see every call of an outage: no circuit breaker in
+        // front of it (it stops asking a failing Redis by itself).
+        Some(redis) => {
+            tracing::info!(
+                instances = share,
+                "if Redis fails, each instance decides alone with 1/{share} of every limit"
+            );
+            Limiter::builder()
+                .backend(OutageGuard::new(redis))
+                .circuit_breaker(BreakerConfig::disabled())
+        }
+        None => Limiter::builder().memory(),
+    };
+    let limiter = crate::install(
+        builder
+            .prefix("sms")
+            .failure_policy(FailurePolicy::Local { share }),
+    )?;
     let admin_token = std::env::var("ADMIN_TOKEN").ok().filter(|t| !t.is_empty());
     if admin_token.is_none() {
         tracing::info!("ADMIN_TOKEN unset: admin routes disabled");
     }
-    let (router, sms) = router(limiter, config, admin_token)?;
+    let (router, sms) = router(limiter, config, admin_token).map_err(invalid)?;
     if std::env::var_os("LIMITS_FILE").is_some() {
         // The SMS service keeps its limits in its own config (shown and changed
         // through /admin/config); a generic file would bypass that view.
@@ -378,14 +406,13 @@ pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Ok(path) = std::env::var("SMS_LIMITS_FILE") {
         reload_on_sighup(sms, PathBuf::from(path))?;
     }
-    crate::serve(router, "127.0.0.1:3000").await?;
-    Ok(())
+    crate::serve(router, "127.0.0.1:3000").await
 }
 
 /// Re-reads the limits file on SIGHUP; a bad file is logged and ignored.
 #[cfg(unix)]
-fn reload_on_sighup(sms: Arc<Sms>, path: PathBuf) -> std::io::Result<()> {
-    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+fn reload_on_sighup(sms: Arc<Sms>, path: PathBuf) -> Result<(), StartupError> {
+    let mut hangups = crate::signal_hangup()?;
     tokio::spawn(async move {
         while hangups.recv().await.is_some() {
             match LimitsConfig::from_file(&path).and_then(|config| sms.apply(config)) {
@@ -402,17 +429,6 @@ fn reload_on_sighup(sms: Arc<Sms>, path: PathBuf) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn plausible_phone_numbers_are_plus_and_8_to_15_digits() {
-        assert!(Phone::parse("+8613800000000").is_some());
-        assert!(Phone::parse(" +12345678 ").is_some());
-        assert!(Phone::parse("8613800000000").is_none());
-        assert!(Phone::parse("+1234567").is_none());
-        assert!(Phone::parse("+1234567890123456").is_none());
-        assert!(Phone::parse("+86-138").is_none());
-        assert!(Phone::parse("+８６１３８００００００００").is_none());
-    }
 
     #[test]
     fn limits_config_rejects_bad_rates_with_the_offending_text() {

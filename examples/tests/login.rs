@@ -2,6 +2,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::{BACKENDS, Backend, Service, json};
 use futures::future::join_all;
 use serde_json::json;
@@ -17,17 +19,34 @@ async fn login(service: &Service, username: &str, password: &str) -> reqwest::Re
         .await
 }
 
-async fn captcha(service: &Service) -> String {
+async fn captcha(service: &Service, username: &str) -> String {
     let body = json(
         service
             .http
-            .get(service.url("/captcha"))
+            .get(service.url(&format!(
+                "/captcha?username={}",
+                username.replace(' ', "%20")
+            )))
             .send()
             .await
             .unwrap(),
     )
     .await;
     body["captcha"].as_str().unwrap().to_owned()
+}
+
+async fn login_with_captcha(
+    service: &Service,
+    username: &str,
+    password: &str,
+    token: &str,
+) -> reqwest::Response {
+    service
+        .post_json(
+            "/login",
+            json!({ "username": username, "password": password, "captcha": token }),
+        )
+        .await
 }
 
 #[tokio::test]
@@ -88,7 +107,7 @@ async fn a_valid_captcha_with_the_right_password_succeeds_and_resets_the_count()
             "{backend:?}: a forged captcha does not help"
         );
 
-        let token = captcha(&service).await;
+        let token = captcha(&service, "alice").await;
         let wrong_with_captcha = service
             .post_json(
                 "/login",
@@ -101,7 +120,7 @@ async fn a_valid_captcha_with_the_right_password_succeeds_and_resets_the_count()
             "a captcha lets the attempt through, the password decides"
         );
 
-        let token = captcha(&service).await;
+        let token = captcha(&service, "alice").await;
         let ok = service
             .post_json(
                 "/login",
@@ -198,6 +217,96 @@ async fn malformed_logins_get_400() {
             service.post_raw("/login", body).await.status(),
             400,
             "{body}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_captcha_opens_one_attempt_for_its_own_username_until_it_expires() {
+    for backend in BACKENDS {
+        let service = Service::start(LOGIN, backend, &[("LOGIN_CAPTCHA_TTL", "1s")]);
+        for user in ["alice", "bob"] {
+            for _ in 0..3 {
+                login(&service, user, "nope").await;
+            }
+        }
+        let bobs = captcha(&service, "Bob ").await;
+        let refused = login_with_captcha(&service, "alice", "wonderland", &bobs).await;
+        assert_eq!(refused.status(), 429, "{backend:?}: bob's captcha");
+        assert_eq!(json(refused).await["error"], "captcha_required");
+        assert_eq!(
+            login_with_captcha(&service, "bob", "builder", &bobs)
+                .await
+                .status(),
+            200,
+            "{backend:?}: still valid for bob, whose username it was issued for"
+        );
+
+        let alices = captcha(&service, "alice").await;
+        tokio::time::sleep(Duration::from_millis(1_200)).await;
+        let expired = login_with_captcha(&service, "alice", "wonderland", &alices).await;
+        assert_eq!(expired.status(), 429, "{backend:?}: expired after 1 s");
+        assert_eq!(json(expired).await["error"], "captcha_required");
+        let fresh = captcha(&service, "alice").await;
+        assert_eq!(
+            login_with_captcha(&service, "alice", "wonderland", &fresh)
+                .await
+                .status(),
+            200,
+            "{backend:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn captchas_are_issued_at_most_at_the_limit_per_client_ip() {
+    for backend in BACKENDS {
+        let service = Service::start(
+            LOGIN,
+            backend,
+            &[
+                ("LOGIN_CAPTCHA_LIMITS", "3/1m"),
+                ("TRUSTED_PROXIES", "127.0.0.1/32"),
+            ],
+        );
+        let from = |client: &'static str, query: &'static str| {
+            service
+                .http
+                .get(service.url(&format!("/captcha{query}")))
+                .header("x-forwarded-for", client)
+                .send()
+        };
+        for bad in ["", "?username=", "?user=alice"] {
+            let response = from("198.51.100.1", bad).await.unwrap();
+            assert_eq!(response.status(), 400, "{backend:?}: {bad:?}");
+        }
+        for _ in 0..3 {
+            let issued = from("198.51.100.1", "?username=alice").await.unwrap();
+            assert_eq!(
+                issued.status(),
+                200,
+                "{backend:?}: bad requests took nothing"
+            );
+            assert_eq!(json(issued).await["captcha"].as_str().unwrap().len(), 32);
+        }
+        let refused = from("198.51.100.1", "?username=mallory").await.unwrap();
+        assert_eq!(refused.status(), 429, "{backend:?}");
+        assert!(refused.headers().contains_key("retry-after"));
+        assert!(
+            refused.headers()["ratelimit-policy"]
+                .to_str()
+                .unwrap()
+                .starts_with("\"login_captcha\";q=3;"),
+            "{:?}",
+            refused.headers()
+        );
+        assert_eq!(
+            from("198.51.100.2", "?username=alice")
+                .await
+                .unwrap()
+                .status(),
+            200,
+            "{backend:?}: another client has its own quota"
         );
     }
 }

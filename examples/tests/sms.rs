@@ -2,8 +2,12 @@
 
 mod common;
 
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
 use common::{BACKENDS, Backend, Service, json};
 use futures::future::join_all;
+use rl_tests::RedisServer;
 use serde_json::json;
 
 const SMS: &str = env!("CARGO_BIN_EXE_sms");
@@ -90,7 +94,7 @@ async fn two_hundred_concurrent_sends_for_one_phone_yield_exactly_one_200() {
 }
 
 #[tokio::test]
-async fn malformed_bodies_and_implausible_phones_get_400_and_consume_nothing() {
+async fn malformed_bodies_and_invalid_phones_get_400_with_the_reason_and_consume_nothing() {
     for backend in BACKENDS {
         let service = start(backend, &[("SMS_IP_LIMITS", "1/1h")]);
         for body in [
@@ -103,17 +107,36 @@ async fn malformed_bodies_and_implausible_phones_get_400_and_consume_nothing() {
             assert_eq!(response.status(), 400, "{body}");
             assert!(json(response).await["error"].is_string());
         }
-        for phone in [
-            "8613800000000",
-            "+123",
-            "+1234567890123456",
-            "+86 138 0000 0000",
-            "+86abc00000000",
+        for (phone, reason) in [
+            ("8613800000000", "international form"),
+            ("+00000000", "unknown country calling code"),
+            ("+999123456789", "unknown country calling code"),
+            ("+8612345", "too few digits"),
+            ("+123", "not a valid phone number for calling code +1"),
+            ("+1234567890123456", "not a valid phone number"),
+            ("+3361234567801", "not a valid phone number for region FR"),
+            (
+                "+15550000001",
+                "not a valid phone number for calling code +1",
+            ),
+            ("+86abc00000000", "not a phone number"),
+            ("+8613800000000 x12", "extension"),
         ] {
             let response = send(&service, phone).await;
             assert_eq!(response.status(), 400, "{phone}");
-            assert_eq!(json(response).await["error"], "bad_phone");
+            let body = json(response).await;
+            assert_eq!(body["error"], "bad_phone");
+            let message = body["message"].as_str().unwrap();
+            assert!(message.contains(reason), "{phone}: {message}");
         }
+        let admin = service
+            .http
+            .get(service.url("/admin/limits/+00000000"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(admin.status(), 400, "admin routes validate too");
         // Neither the phone nor the single per-IP unit was consumed.
         assert_eq!(
             send(&service, "+8613800000000").await.status(),
@@ -127,9 +150,9 @@ async fn malformed_bodies_and_implausible_phones_get_400_and_consume_nothing() {
 async fn the_per_ip_limit_refuses_without_consuming_the_phone_limits() {
     for backend in BACKENDS {
         let service = start(backend, &[("SMS_IP_LIMITS", "2/1h")]);
-        assert_eq!(send(&service, "+3361234567801").await.status(), 200);
-        assert_eq!(send(&service, "+3361234567802").await.status(), 200);
-        let refused = send(&service, "+3361234567803").await;
+        assert_eq!(send(&service, "+33612345671").await.status(), 200);
+        assert_eq!(send(&service, "+33612345672").await.status(), 200);
+        let refused = send(&service, "+33612345673").await;
         assert_eq!(refused.status(), 429, "{backend:?}");
         assert_eq!(
             refused.headers()["ratelimit-policy"],
@@ -138,7 +161,7 @@ async fn the_per_ip_limit_refuses_without_consuming_the_phone_limits() {
         // The refused phone's minute limit is untouched: all-or-nothing.
         let state = service
             .http
-            .get(service.url("/admin/limits/+3361234567803"))
+            .get(service.url("/admin/limits/+33612345673"))
             .bearer_auth(TOKEN)
             .send()
             .await
@@ -158,7 +181,7 @@ async fn the_per_ip_limit_refuses_without_consuming_the_phone_limits() {
 async fn admin_shows_and_resets_a_phone_behind_a_bearer_token() {
     for backend in BACKENDS {
         let service = start(backend, &[]);
-        let phone = "+447700900123";
+        let phone = "+447911123456";
         assert_eq!(send(&service, phone).await.status(), 200);
         assert_eq!(send(&service, phone).await.status(), 429);
 
@@ -217,7 +240,7 @@ async fn admin_routes_do_not_exist_without_a_token() {
     let service = Service::start(SMS, Backend::Memory, &[]);
     let response = service
         .http
-        .get(service.url("/admin/limits/+447700900123"))
+        .get(service.url("/admin/limits/+447911123456"))
         .bearer_auth("")
         .send()
         .await
@@ -295,17 +318,273 @@ async fn forwarded_for_counts_only_from_trusted_proxies() {
             .send()
     };
     assert_eq!(
-        from("198.51.100.1", "+15550000001").await.unwrap().status(),
+        from("198.51.100.1", "+12025550101").await.unwrap().status(),
         200
     );
     assert_eq!(
-        from("198.51.100.2", "+15550000002").await.unwrap().status(),
+        from("198.51.100.2", "+12025550102").await.unwrap().status(),
         200,
         "another client behind the proxy"
     );
     assert_eq!(
-        from("198.51.100.1", "+15550000003").await.unwrap().status(),
+        from("198.51.100.1", "+12025550103").await.unwrap().status(),
         429,
         "same client, IP limit 1/h"
+    );
+}
+
+async fn admin(service: &Service, method: reqwest::Method, path: &str) -> reqwest::Response {
+    service
+        .http
+        .request(method, service.url(path))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn every_way_of_writing_a_phone_is_one_identity_with_one_quota() {
+    for backend in BACKENDS {
+        let service = start(backend, &[("SMS_IP_LIMITS", "100/1h")]);
+        assert_eq!(send(&service, "+8613800000000").await.status(), 200);
+        for variant in [
+            "+008613800000000",
+            "0086 138 0000 0000",
+            "+86 0 13800000000",
+            "+86 (0) 138-0000-0000",
+            "tel:+86-138-0000-0000",
+        ] {
+            assert_eq!(
+                send(&service, variant).await.status(),
+                429,
+                "{backend:?}: {variant} is the same phone"
+            );
+        }
+        // Admin routes take any accepted form and name the E.164 one.
+        let shown = json(
+            admin(
+                &service,
+                reqwest::Method::GET,
+                "/admin/limits/+86%200%2013800000000",
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(shown["phone"], "+8613800000000", "{backend:?}");
+        assert_eq!(shown["limits"][0]["remaining"], 0);
+        let reset = admin(
+            &service,
+            reqwest::Method::DELETE,
+            "/admin/limits/0086%2013800000000",
+        )
+        .await;
+        assert_eq!(reset.status(), 200);
+        assert_eq!(
+            send(&service, "+008613800000000").await.status(),
+            200,
+            "{backend:?}: the reset unblocked every form"
+        );
+        assert_eq!(send(&service, "+8613800000000").await.status(), 429);
+    }
+}
+
+#[tokio::test]
+async fn the_bearer_scheme_is_accepted_in_any_case_and_the_token_still_must_match() {
+    for backend in BACKENDS {
+        let service = start(backend, &[]);
+        let with = |authorization: &'static str| {
+            service
+                .http
+                .get(service.url("/admin/config"))
+                .header("authorization", authorization)
+                .send()
+        };
+        for accepted in [
+            "Bearer s3cret",
+            "bearer s3cret",
+            "BEARER s3cret",
+            "bEaReR  s3cret",
+        ] {
+            assert_eq!(
+                with(accepted).await.unwrap().status(),
+                200,
+                "{backend:?}: {accepted}"
+            );
+        }
+        for refused in [
+            "bearer s3cre",
+            "bearer s3cret2",
+            "bearer S3CRET",
+            "Basic s3cret",
+            "bearers3cret",
+            "s3cret",
+            "bearer",
+        ] {
+            assert_eq!(
+                with(refused).await.unwrap().status(),
+                401,
+                "{backend:?}: {refused}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_redis_password_never_reaches_the_log() {
+    let redis = RedisServer::start();
+    let password = "hunter2-e3b0c442";
+    let _: String = redis.cmd(&["CONFIG", "SET", "requirepass", password]).await;
+    let url = format!("redis://default:{password}@127.0.0.1:{}/", redis.port());
+    let service = Service::launch(
+        SMS,
+        Some(redis),
+        &[
+            ("REDIS_URL", &url),
+            ("RUST_LOG", "debug"),
+            ("ADMIN_TOKEN", TOKEN),
+        ],
+        true,
+    );
+    assert_eq!(send(&service, "+8613800000000").await.status(), 200);
+    assert_eq!(send(&service, "+8613800000000").await.status(), 429);
+    let shown = admin(
+        &service,
+        reqwest::Method::GET,
+        "/admin/limits/+8613800000000",
+    )
+    .await;
+    assert_eq!(
+        shown.status(),
+        200,
+        "the service works on the password-protected Redis"
+    );
+    let log = service.log();
+    assert!(!log.contains(password), "{log}");
+    assert!(
+        !log.contains("default:"),
+        "the user name is masked too: {log}"
+    );
+    let masked = format!("redis://***@127.0.0.1:{}/", service.redis().port());
+    assert!(log.contains(&masked), "the URL is shown masked: {log}");
+}
+
+/// Sends an SMS to each of `phones` every 50 ms for `outage`, counting the
+/// `200`s per phone and every status seen.
+async fn send_during(
+    service: &Service,
+    phones: &[&'static str],
+    outage: Duration,
+) -> (HashMap<&'static str, usize>, HashMap<u16, usize>) {
+    let mut delivered: HashMap<&str, usize> = phones.iter().map(|p| (*p, 0)).collect();
+    let mut statuses = HashMap::new();
+    let started = Instant::now();
+    while started.elapsed() < outage {
+        let responses = join_all(phones.iter().map(|phone| send(service, phone))).await;
+        for (phone, response) in phones.iter().zip(responses) {
+            *statuses.entry(response.status().as_u16()).or_default() += 1;
+            if response.status() == 200 {
+                *delivered.get_mut(phone).unwrap() += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (delivered, statuses)
+}
+
+#[tokio::test]
+async fn during_a_redis_outage_blocked_phones_get_no_sms_fresh_ones_their_share_then_redis_rules() {
+    // 4 per minute per phone, shared by 2 instances: 2 per instance while
+    // Redis is down.
+    let service = Service::launch(
+        SMS,
+        Some(RedisServer::start()),
+        &[
+            ("ADMIN_TOKEN", TOKEN),
+            ("SMS_PHONE_LIMITS", "4/1m,20/1d"),
+            ("SMS_IP_LIMITS", "10000/1h"),
+            ("SMS_INSTANCES", "2"),
+        ],
+        true,
+    );
+    let refused = "+8613800000001"; // used its 4, then refused
+    let full = "+8613800000002"; // used its 4, never refused yet
+    let fresh = "+8613800000003";
+    for _ in 0..4 {
+        assert_eq!(send(&service, refused).await.status(), 200);
+        assert_eq!(send(&service, full).await.status(), 200);
+    }
+    assert_eq!(send(&service, refused).await.status(), 429);
+
+    service.redis().pause();
+    let (delivered, statuses) =
+        send_during(&service, &[refused, full, fresh], Duration::from_secs(5)).await;
+    service.redis().resume();
+    let tries: usize = statuses.values().sum();
+    assert!(tries >= 60, "{statuses:?}: enough sends to mean something");
+    assert_eq!(
+        statuses
+            .keys()
+            .copied()
+            .filter(|s| *s != 200 && *s != 429)
+            .count(),
+        0,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        delivered[refused], 0,
+        "{delivered:?}: refused before the outage"
+    );
+    assert_eq!(
+        delivered[full], 0,
+        "{delivered:?}: at its limit before the outage"
+    );
+    assert_eq!(
+        delivered[fresh], 2,
+        "{delivered:?}: its local share, 4 / 2 instances"
+    );
+
+    // Back on Redis once a new phone's first send leaves 3 of 4 (Redis'
+    // count) rather than 1 of 2 (the local share).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for i in 0.. {
+        assert!(Instant::now() < deadline, "Redis never decided again");
+        let probe = send(&service, &format!("+86139{i:08}")).await;
+        assert_eq!(probe.status(), 200);
+        if probe.headers()["ratelimit"]
+            .to_str()
+            .unwrap()
+            .contains("r=3;")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Redis' state rules: it still holds the 4 sends of each blocked phone,
+    // and never saw the fresh phone's 2 local ones.
+    let blocked = send(&service, refused).await;
+    assert_eq!(blocked.status(), 429);
+    let retry_after: u64 = blocked.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        retry_after <= 55,
+        "counted from the sends before the outage: {retry_after}"
+    );
+    assert_eq!(send(&service, full).await.status(), 429);
+    assert_eq!(send(&service, fresh).await.status(), 200);
+    let reset = admin(
+        &service,
+        reqwest::Method::DELETE,
+        &format!("/admin/limits/{refused}"),
+    )
+    .await;
+    assert_eq!(reset.status(), 200);
+    assert_eq!(
+        send(&service, refused).await.status(),
+        200,
+        "unblocked in Redis"
     );
 }

@@ -853,7 +853,7 @@ async fn main() {
         floods.extend(flood(&options, deny_cache).await);
     }
     let report = Report {
-        url: options.url.clone(),
+        url: rl_redis::redact_url(&options.url),
         script_sha: RedisBackend::script_sha(),
         secs_per_cell: options.secs,
         identities: IDENTITIES,

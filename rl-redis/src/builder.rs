@@ -10,7 +10,8 @@ use redis::{AsyncConnectionConfig, RedisConnectionInfo};
 use rl_core::{BackendError, Clock};
 
 use crate::backend::{Connection, RedisBackend, Settings};
-use crate::error::{from_redis, redact};
+use crate::error::from_redis;
+use crate::redact::redact_url as redact;
 use crate::script::SCRIPT;
 use crate::sentinel::SentinelConnection;
 

@@ -50,39 +50,9 @@ pub(crate) fn from_redis(
     }
 }
 
-/// `url` with any password replaced by `***`, fit for error messages.
-pub(crate) fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end..];
-    let host_start = rest.find('/').unwrap_or(rest.len());
-    match rest[..host_start].rfind('@') {
-        Some(at) => {
-            let user = rest[..at].split(':').next().unwrap_or_default();
-            format!("{}{user}:***{}", &url[..scheme_end], &rest[at..])
-        }
-        None => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn passwords_never_reach_error_messages() {
-        assert_eq!(redact("redis://127.0.0.1:6379/"), "redis://127.0.0.1:6379/");
-        assert_eq!(
-            redact("redis://:hunter2@host:6379/0"),
-            "redis://:***@host:6379/0"
-        );
-        assert_eq!(
-            redact("rediss://app:s3cr%40t@host/"),
-            "rediss://app:***@host/"
-        );
-        assert_eq!(redact("not a url"), "not a url");
-    }
 
     #[test]
     fn connection_failures_are_unavailable_and_script_errors_are_protocol_errors() {

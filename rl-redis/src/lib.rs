@@ -72,12 +72,14 @@
 mod backend;
 mod builder;
 mod error;
+mod redact;
 mod registry;
 mod script;
 mod sentinel;
 
 pub use backend::RedisBackend;
 pub use builder::RedisBackendBuilder;
+pub use redact::redact_url;
 pub use registry::RegisteredLimits;
 
 /// Support for this crate's tools (the load generator). Not a public API.

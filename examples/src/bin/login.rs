@@ -1,6 +1,6 @@
 //! The login-failure protection service: see `rl_examples::login`.
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    rl_examples::login::main().await
+async fn main() -> std::process::ExitCode {
+    rl_examples::exit_code("login", rl_examples::login::main().await)
 }

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use rl_core::{Limiter, Rejection, rate_limit};
+use rl_examples::StartupError;
 
 /// Two greetings per user every 30 seconds.
 #[rate_limit(period = 30, threshold = 2, key = user_id)]
@@ -13,10 +14,14 @@ async fn say_hi(user_id: u64) -> Result<String, Rejection> {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> std::process::ExitCode {
+    rl_examples::exit_code("quickstart", run().await)
+}
+
+async fn run() -> Result<(), StartupError> {
     rl_examples::init_tracing();
     let builder = rl_examples::builder_from_env(Limiter::builder()).await?;
-    builder.prefix("demo").install()?;
+    rl_examples::install(builder.prefix("demo"))?;
 
     for attempt in 1..=3 {
         match say_hi(7).await {
@@ -27,6 +32,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             ),
         }
     }
-    println!("another user: {}", say_hi(8).await?);
+    let greeting = say_hi(8)
+        .await
+        .map_err(|rejection| StartupError::new(rejection.to_string()))?;
+    println!("another user: {greeting}");
     Ok(())
 }

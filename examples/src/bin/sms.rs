@@ -1,6 +1,6 @@
 //! The SMS anti-abuse service: see `rl_examples::sms`.
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    rl_examples::sms::main().await
+async fn main() -> std::process::ExitCode {
+    rl_examples::exit_code("sms", rl_examples::sms::main().await)
 }

@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rl_tests::harness::RedisServer;
+use rl_tests::harness::{RedisServer, TempDir};
 
 /// Which backend the service runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,13 +23,28 @@ pub struct Service {
     child: Child,
     pub addr: SocketAddr,
     pub http: reqwest::Client,
-    _redis: Option<RedisServer>,
+    redis: Option<RedisServer>,
+    /// Holds `stderr.log` when the service's log is kept.
+    log_dir: Option<TempDir>,
 }
 
 impl Service {
     /// Starts `binary` with `env`, on `backend`, and waits until it accepts connections.
     pub fn start(binary: &str, backend: Backend, env: &[(&str, &str)]) -> Self {
         let redis = (backend == Backend::Redis).then(RedisServer::start);
+        Self::launch(binary, redis, env, false)
+    }
+
+    /// Starts `binary` with `env` on `redis` (its URL as `REDIS_URL` unless
+    /// `env` gives one) or in memory, keeping its stderr for [`Self::log`]
+    /// when `keep_log`.
+    pub fn launch(
+        binary: &str,
+        redis: Option<RedisServer>,
+        env: &[(&str, &str)],
+        keep_log: bool,
+    ) -> Self {
+        let log_dir = keep_log.then(|| TempDir::new("service-log"));
         for attempt in 0..5 {
             let port = TcpListener::bind("127.0.0.1:0")
                 .unwrap()
@@ -41,12 +56,19 @@ impl Service {
             command
                 .env("BIND", addr.to_string())
                 .env("RUST_LOG", "warn")
-                .env_remove("REDIS_URL")
-                .envs(env.iter().copied())
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit());
+                .env_remove("REDIS_URL");
             if let Some(redis) = &redis {
                 command.env("REDIS_URL", redis.url());
+            }
+            command.envs(env.iter().copied()).stdout(Stdio::null());
+            match &log_dir {
+                Some(dir) => {
+                    let log = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
+                    command.stderr(Stdio::from(log));
+                }
+                None => {
+                    command.stderr(Stdio::inherit());
+                }
             }
             let mut child = command
                 .spawn()
@@ -59,7 +81,8 @@ impl Service {
                         child,
                         addr,
                         http,
-                        _redis: redis,
+                        redis,
+                        log_dir,
                     };
                 }
                 if let Ok(Some(status)) = child.try_wait() {
@@ -74,6 +97,17 @@ impl Service {
             let _ = child.wait();
         }
         panic!("{binary} did not start listening");
+    }
+
+    /// The Redis server the service runs on.
+    pub fn redis(&self) -> &RedisServer {
+        self.redis.as_ref().expect("the service runs on Redis")
+    }
+
+    /// What the service wrote to stderr so far (started with `keep_log`).
+    pub fn log(&self) -> String {
+        let dir = self.log_dir.as_ref().expect("started with keep_log");
+        std::fs::read_to_string(dir.path().join("stderr.log")).unwrap()
     }
 
     /// The service's process id (e.g. to send it SIGHUP).
@@ -110,6 +144,40 @@ impl Drop for Service {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Runs `binary` with `env` (no `REDIS_URL` unless given, logs at `warn`
+/// unless `RUST_LOG` is given) until it exits,
+/// at most `within`; its exit code (`None`: killed by a signal) and stderr.
+///
+/// # Panics
+///
+/// Panics if it is still running after `within` (it is then killed).
+pub fn run_to_exit(binary: &str, env: &[(&str, &str)], within: Duration) -> (Option<i32>, String) {
+    let mut child = Command::new(binary)
+        .env("BIND", "127.0.0.1:0")
+        .env("RUST_LOG", "warn")
+        .env_remove("REDIS_URL")
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {binary}: {e}"));
+    let deadline = Instant::now() + within;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{binary} still running after {within:?} with {env:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    (status.code(), stderr)
 }
 
 /// The body of a response as JSON.
