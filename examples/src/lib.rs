@@ -6,7 +6,6 @@
 pub mod admin;
 pub mod captcha;
 pub mod login;
-pub mod outage;
 pub mod phone;
 pub mod sms;
 

@@ -19,7 +19,7 @@
 //!
 //! When Redis fails, decisions are made in process with each instance's
 //! share of the limits (`SMS_INSTANCES`, default 1), and phones Redis had
-//! blocked stay blocked: see [`main`] and [`crate::outage`].
+//! blocked stay blocked (the limiter's deny cache): see [`main`].
 //!
 //! Limits come from `SMS_LIMITS_FILE` (TOML, reloaded on SIGHUP), else from
 //! `SMS_PHONE_LIMITS` / `SMS_IP_LIMITS` (comma-separated, e.g. `1/1m,5/1h`),
@@ -35,12 +35,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use rl_core::http::ClientIp;
-use rl_core::{
-    Algorithm, BreakerConfig, FailurePolicy, Limit, Limiter, Masked, Rejection, rate_limit,
-};
+use rl_core::{Algorithm, FailurePolicy, Limit, Limiter, Masked, Rejection, rate_limit};
 use serde::{Deserialize, Serialize};
 
-use crate::outage::OutageGuard;
 use crate::phone::{BadPhone, Phone};
 use crate::{StartupError, bearer_matches, json_error};
 
@@ -363,9 +360,10 @@ pub fn instances_from_env() -> Result<std::num::NonZeroU64, StartupError> {
 /// The `sms` binary. When Redis fails, each instance decides in process
 /// with its share of every limit (`FailurePolicy::Local`, share
 /// `SMS_INSTANCES`), and a phone Redis had blocked stays blocked
-/// ([`OutageGuard`]): failing open would send paid SMS to a phone that is
-/// being flooded, failing closed would stop every SMS for the length of
-/// the outage.
+/// (the limiter's deny cache answers, while Redis fails, what Redis last
+/// said was refused or at its limit): failing open would send paid SMS to a
+/// phone that is being flooded, failing closed would stop every SMS for
+/// the length of the outage.
 pub async fn main() -> Result<(), StartupError> {
     crate::init_tracing();
     let share = instances_from_env()?;
@@ -373,16 +371,12 @@ pub async fn main() -> Result<(), StartupError> {
     let config = LimitsConfig::from_env().map_err(invalid)?;
     config.parse().map_err(invalid)?;
     let builder = match crate::backend_from_env().await? {
-        // The guard must see every call of an outage: no circuit breaker in
-        // front of it (it stops asking a failing Redis by itself).
         Some(redis) => {
             tracing::info!(
                 instances = share,
                 "if Redis fails, each instance decides alone with 1/{share} of every limit"
             );
-            Limiter::builder()
-                .backend(OutageGuard::new(redis))
-                .circuit_breaker(BreakerConfig::disabled())
+            Limiter::builder().backend(redis)
         }
         None => Limiter::builder().memory(),
     };

@@ -459,3 +459,132 @@ async fn a_reset_made_by_another_process_is_seen_within_the_maximum_hold() {
         "the reset is seen after the hold"
     );
 }
+
+/// The in-memory backend behind a switch that makes every call fail.
+#[derive(Debug, Default)]
+struct Switchable {
+    inner: MemoryBackend,
+    down: std::sync::atomic::AtomicBool,
+}
+
+impl Switchable {
+    fn answer<T: Send + 'static>(
+        &self,
+        up: BoxFuture<'static, Result<T, BackendError>>,
+    ) -> BoxFuture<'static, Result<T, BackendError>> {
+        if self.down.load(Ordering::SeqCst) {
+            Box::pin(async { Err(BackendError::unavailable("connection refused")) })
+        } else {
+            up
+        }
+    }
+}
+
+impl Backend for Switchable {
+    fn acquire<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
+        let result = self.inner.acquire_sync(requests);
+        self.answer(Box::pin(std::future::ready(Ok(result))))
+    }
+
+    fn peek<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
+        let result = self.inner.peek_sync(requests);
+        self.answer(Box::pin(std::future::ready(Ok(result))))
+    }
+
+    fn refund<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        at_micros: u64,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        if !self.down.load(Ordering::SeqCst) {
+            self.inner.refund_sync(requests, at_micros);
+        }
+        self.answer(Box::pin(std::future::ready(Ok(()))))
+    }
+
+    fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>> {
+        if !self.down.load(Ordering::SeqCst) {
+            self.inner.reset_sync(requests);
+        }
+        self.answer(Box::pin(std::future::ready(Ok(()))))
+    }
+}
+
+#[tokio::test]
+async fn while_the_backend_fails_what_it_refused_or_left_without_room_stays_refused() {
+    use rl_core::{Admission, BreakerConfig, CallSpec, FailurePolicy, GroupSpec, RejectionReason};
+    let backend = Arc::new(Switchable::default());
+    let limiter = Limiter::builder()
+        .shared_backend(backend.clone())
+        .failure_policy(FailurePolicy::local(2).unwrap())
+        .circuit_breaker(BreakerConfig::new(2, Duration::from_millis(100)))
+        .build()
+        .unwrap();
+    let log = |t: u64, p: &str| {
+        format!("{t}/{p}")
+            .parse::<Limit>()
+            .unwrap()
+            .with_algorithm(Algorithm::SlidingLog)
+            .unwrap()
+    };
+    let sms = CallSpec::owned(
+        "sms",
+        vec![GroupSpec::owned(
+            "sms_phone",
+            vec![log(2, "1m"), log(10, "1d")],
+        )],
+    );
+    // Before the outage: "blocked" was refused, "full" took its last unit
+    // (never refused), "fresh" was never seen.
+    for _ in 0..2 {
+        assert!(limiter.call(&sms, &[&"blocked"]).await.is_ok());
+    }
+    assert!(limiter.call(&sms, &[&"blocked"]).await.is_err());
+    for _ in 0..2 {
+        assert!(limiter.call(&sms, &[&"full"]).await.is_ok());
+    }
+
+    backend.down.store(true, Ordering::SeqCst);
+    for round in 0..5 {
+        for phone in ["blocked", "full"] {
+            let refused = limiter.call(&sms, &[&phone]).await.unwrap_err();
+            assert!(
+                matches!(refused.reason(), RejectionReason::Limited { .. }),
+                "round {round}, {phone}: refused as over its limit, not for the outage: {refused}"
+            );
+            assert!(refused.retry_after().unwrap() > Duration::from_secs(50));
+        }
+    }
+    assert!(limiter.circuit_open(), "the outage opened the breaker");
+    // A fresh phone gets its local share (2 / 2 instances = 1 per minute).
+    let local = limiter.call(&sms, &[&"fresh"]).await.unwrap();
+    assert!(matches!(
+        local.admission(),
+        rl_core::Admission::Local { .. }
+    ));
+    assert!(limiter.call(&sms, &[&"fresh"]).await.is_err());
+
+    // The backend's state rules again once it answers: a reset made
+    // meanwhile by another process is seen.
+    backend.down.store(false, Ordering::SeqCst);
+    let key = limiter.key("sms_phone", &"full");
+    let limits = [log(2, "1m"), log(10, "1d")];
+    let requests: Vec<Request<'_>> = limits.iter().map(|l| Request::new(&key, l, 1)).collect();
+    backend.inner.reset_sync(&requests);
+    tokio::time::sleep(Duration::from_millis(150)).await; // the breaker's probe is due
+    let full = limiter
+        .call(&sms, &[&"full"])
+        .await
+        .expect("reset in the backend");
+    assert!(matches!(full.admission(), Admission::Backend(_)));
+    assert!(
+        limiter.call(&sms, &[&"blocked"]).await.is_err(),
+        "still blocked in the backend"
+    );
+}

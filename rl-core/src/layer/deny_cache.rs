@@ -47,6 +47,7 @@ use smallvec::SmallVec;
 use super::{Answer, Call, Layer, Plan, Source};
 use crate::limiter::registry::Registry;
 use crate::model::decision::{Decision, Decisions};
+use crate::model::error::Error;
 use crate::model::limit::Limit;
 use crate::store::target::{KeyRef, Op, Target};
 
@@ -80,8 +81,14 @@ struct Entry {
     until: u64,
     /// Until when this process trusts it without asking the backend: at
     /// most the maximum hold after `since` (or after a re-check began), so
-    /// a reset made by another process is seen within that bound.
+    /// a reset made by another process is seen within that bound. 0 for an
+    /// entry consulted only while the backend fails ([`Entry::trusted`]).
     held_until: u64,
+    /// Whether it answers calls while the backend is up: the binding
+    /// refusal of a call. The others (another refused limit of the call, a
+    /// limit an admitted call left without room) answer only while the
+    /// backend fails.
+    trusted: bool,
     /// The backend's decision.
     decision: Decision,
 }
@@ -226,7 +233,7 @@ impl DenyCache {
                     if best.is_none_or(|(_, b)| entry.until > b.until) {
                         best = Some((index, *entry));
                     }
-                } else if entry.until > now {
+                } else if entry.trusted && entry.until > now {
                     stale.push(index);
                 }
             }
@@ -252,7 +259,7 @@ impl DenyCache {
                         decision: aged(entry, now),
                     });
                 }
-                if entry.until > now {
+                if entry.trusted && entry.until > now {
                     entry.held_until = now.saturating_add(self.max_hold).min(entry.until);
                     return Lookup::Probe;
                 }
@@ -261,32 +268,83 @@ impl DenyCache {
         Lookup::Miss
     }
 
-    /// Remembers the binding refusal of a call the backend refused, decided
-    /// by a backend call that started at `since`.
-    pub(crate) fn remember(
+    /// Learns from the backend's decisions of a call that started at
+    /// `since`: remembers its binding refusal (trusted: answers repeats for
+    /// up to the maximum hold), and, for outages only, every other refused
+    /// limit and every limit the call left without room for another call of
+    /// its cost (until its `reset_after`: the backend may admit sooner, so
+    /// this errs on refusing, and only while the backend fails); forgets
+    /// what it held for limits that now have room.
+    pub(crate) fn learn(
         &self,
         name: &str,
         targets: &[Target<'_>],
         decisions: &Decisions,
         since: u64,
     ) {
-        let binding = decisions.binding();
-        if binding.allowed || binding.retry_after.is_zero() {
-            return;
+        let binding = (!decisions.allowed()).then(|| decisions.binding_index());
+        let mut forget: SmallVec<[usize; 2]> = SmallVec::new();
+        for (index, (target, decision)) in targets.iter().zip(decisions.iter()).enumerate() {
+            let wait = if !decision.allowed {
+                decision.retry_after
+            } else if decision.remaining < target.cost {
+                decision.reset_after
+            } else {
+                forget.push(index);
+                continue;
+            };
+            if wait.is_zero() {
+                continue;
+            }
+            let wait = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
+            let trusted = binding == Some(index);
+            self.insert(
+                name,
+                target,
+                Entry {
+                    limit: *target.limit,
+                    cost: target.cost,
+                    since,
+                    until: since.saturating_add(wait),
+                    held_until: if trusted {
+                        since.saturating_add(wait.min(self.max_hold))
+                    } else {
+                        0
+                    },
+                    trusted,
+                    decision: *decision,
+                },
+            );
         }
-        let Some(target) = targets.get(decisions.binding_index()) else {
-            return;
-        };
-        let retry = u64::try_from(binding.retry_after.as_nanos()).unwrap_or(u64::MAX);
-        let entry = Entry {
-            limit: *target.limit,
-            cost: target.cost,
-            since,
-            until: since.saturating_add(retry),
-            held_until: since.saturating_add(retry.min(self.max_hold)),
-            decision: *binding,
-        };
-        self.insert(name, target, entry);
+        if !forget.is_empty() && self.held.load(Ordering::Relaxed) != 0 {
+            let fits: SmallVec<[Target<'_>; 2]> = forget.iter().map(|&i| targets[i]).collect();
+            self.forget(&fits);
+        }
+    }
+
+    /// While the backend fails: the remembered refusal or exhaustion that
+    /// applies to this call at `now` (the one ending last), trusted or not.
+    pub(crate) fn outage(&self, targets: &[Target<'_>], now: u64) -> Option<Hit> {
+        if self.held.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let mut best: Option<(usize, Entry)> = None;
+        for (index, target) in targets.iter().enumerate() {
+            let hash = self.hash(&target.key);
+            let shard = self.shard(hash).read();
+            let Some(slot) = shard.table.find(hash, |s| s.is(&target.key)) else {
+                continue;
+            };
+            for entry in slot.entries.iter().filter(|e| covers(e, target)) {
+                if entry.until > now && best.is_none_or(|(_, b)| entry.until > b.until) {
+                    best = Some((index, *entry));
+                }
+            }
+        }
+        best.map(|(index, entry)| Hit {
+            index,
+            decision: aged(&entry, now),
+        })
     }
 
     fn insert(&self, name: &str, target: &Target<'_>, entry: Entry) {
@@ -453,11 +511,21 @@ impl Layer for DenyLayer {
             return;
         };
         match answer {
-            Answer::Decided { decisions, .. } if !decisions.allowed() => {
-                self.cache
-                    .remember(call.name, call.targets, decisions, since);
+            Answer::Decided { decisions, .. } => {
+                self.cache.learn(call.name, call.targets, decisions, since);
             }
-            Answer::Decided { .. } if call.notes.deny_probe => self.cache.forget(call.targets),
+            // The backend cannot answer: what it last said still holds for
+            // what it had refused or left without room, so a blocked
+            // identity is not handed a fresh quota by the failure policy.
+            Answer::Failed(Error::Backend(_)) => {
+                if let Some(hit) = self.cache.outage(call.targets, self.cache.now()) {
+                    *answer = Answer::Refused {
+                        index: hit.index,
+                        decision: hit.decision,
+                        source: Source::Cache,
+                    };
+                }
+            }
             _ => {}
         }
     }
@@ -543,7 +611,7 @@ mod tests {
         let limit = Limit::per_minute(5).unwrap();
         let key = Key::new("rl", "sms", "alice");
         let call = [target(&key, &limit, 1)];
-        cache.remember("sms", &call, &Decisions::one(refused(100)), 10 * MS);
+        cache.learn("sms", &call, &Decisions::one(refused(100)), 10 * MS);
         let first = hit(cache.lookup(&call, 10 * MS)).expect("remembered");
         assert_eq!(first.index, 0);
         assert_eq!(first.decision.retry_after, Duration::from_millis(100));
@@ -566,7 +634,7 @@ mod tests {
         let limit = Limit::per_minute(5).unwrap();
         let key = Key::new("rl", "sms", "alice");
         let call = [target(&key, &limit, 1)];
-        cache.remember("sms", &call, &Decisions::one(refused(1)), 0);
+        cache.learn("sms", &call, &Decisions::one(refused(1)), 0);
         let hit = hit(cache.lookup(&call, 999_500)).expect("remembered");
         assert_eq!(hit.decision.retry_after, Duration::from_micros(1));
     }
@@ -576,7 +644,7 @@ mod tests {
         let cache = cache();
         let limit = Limit::per_minute(5).unwrap();
         let key = Key::new("rl", "sms", "alice");
-        cache.remember(
+        cache.learn(
             "sms",
             &[target(&key, &limit, 2)],
             &Decisions::one(refused(100)),
@@ -604,8 +672,8 @@ mod tests {
         let limit = Limit::per_minute(5).unwrap();
         let key = Key::new("rl", "sms", "alice");
         let call = [target(&key, &limit, 1)];
-        cache.remember("sms", &call, &Decisions::one(allowed()), 0);
-        cache.remember("sms", &call, &Decisions::one(refused(0)), 0);
+        cache.learn("sms", &call, &Decisions::one(allowed()), 0);
+        cache.learn("sms", &call, &Decisions::one(refused(0)), 0);
         assert_eq!(cache.lookup(&call, 0), Lookup::Miss);
         assert_eq!(cache.len(), 0);
     }
@@ -623,7 +691,7 @@ mod tests {
             target(&ip, &minute, 1),
         ];
         let decisions = Decisions::new([refused(10), allowed(), refused(500)]);
-        cache.remember("send", &call, &decisions, 0);
+        cache.learn("send", &call, &decisions, 0);
         let found = hit(cache.lookup(&call, MS)).expect("the binding refusal");
         assert_eq!(found.index, 2);
         assert_eq!(found.decision.retry_after, Duration::from_millis(499));
@@ -644,14 +712,14 @@ mod tests {
         let ra = [target(&a, &limit, 1)];
         let mut rb = [target(&b, &limit, 1)];
         rb[0].name = "login";
-        cache.remember("sms", &ra, &Decisions::one(refused(100)), 0);
-        cache.remember("handler", &rb, &Decisions::one(refused(100)), 0);
+        cache.learn("sms", &ra, &Decisions::one(refused(100)), 0);
+        cache.learn("handler", &rb, &Decisions::one(refused(100)), 0);
         cache.forget(&ra);
         assert_eq!(cache.lookup(&ra, 1), Lookup::Miss);
         assert!(hit(cache.lookup(&rb, 1)).is_some());
         cache.forget_name("login");
         assert_eq!(cache.lookup(&rb, 1), Lookup::Miss);
-        cache.remember("handler", &rb, &Decisions::one(refused(100)), 0);
+        cache.learn("handler", &rb, &Decisions::one(refused(100)), 0);
         cache.forget_name("handler");
         assert_eq!(
             cache.lookup(&rb, 1),
@@ -670,7 +738,7 @@ mod tests {
             .collect();
         for (i, key) in keys.iter().enumerate() {
             // Each refusal lasts 1 ms, one new key every 10 µs.
-            cache.remember(
+            cache.learn(
                 "flood",
                 &[target(key, &limit, 1)],
                 &Decisions::one(refused(1)),
@@ -696,13 +764,13 @@ mod tests {
         let limit = Limit::per_minute(5).unwrap();
         let a = Key::new("rl", "x", "a");
         let b = Key::new("rl", "x", "b");
-        cache.remember(
+        cache.learn(
             "x",
             &[target(&a, &limit, 1)],
             &Decisions::one(refused(1_000)),
             0,
         );
-        cache.remember(
+        cache.learn(
             "x",
             &[target(&b, &limit, 1)],
             &Decisions::one(refused(1_000)),
@@ -719,7 +787,7 @@ mod tests {
         let limit = Limit::per_hour(1).unwrap();
         let key = Key::new("rl", "sms", "alice");
         let call = [target(&key, &limit, 1)];
-        cache.remember("sms", &call, &Decisions::one(refused(3_600_000)), 0);
+        cache.learn("sms", &call, &Decisions::one(refused(3_600_000)), 0);
         assert!(hit(cache.lookup(&call, 999 * MS)).is_some(), "held");
         let at = 1_000 * MS;
         assert_eq!(
@@ -734,7 +802,7 @@ mod tests {
             );
         }
         // The re-check's refusal starts a new hold...
-        cache.remember("sms", &call, &Decisions::one(refused(3_599_000)), at);
+        cache.learn("sms", &call, &Decisions::one(refused(3_599_000)), at);
         assert!(hit(cache.lookup(&call, at + 999 * MS)).is_some());
         // ...and a re-check that never answered lets one more caller try
         // once its lease (one hold) is over.

@@ -169,9 +169,11 @@ impl Resolved {
 /// resolves again).
 const SLOTS: usize = 64;
 
+/// A cached resolution and the id of the spec it resolves.
+type Cached = Option<(u64, Arc<Resolved>)>;
+
 thread_local! {
-    static CACHE: RefCell<[Option<(u64, Arc<Resolved>)>; SLOTS]> =
-        const { RefCell::new([const { None }; SLOTS]) };
+    static CACHE: RefCell<[Cached; SLOTS]> = const { RefCell::new([const { None }; SLOTS]) };
 }
 
 /// Runs `f` with `spec` resolved against `limiter`: from this thread's cache
