@@ -1,11 +1,12 @@
 //! Limits from a TOML file (feature `config`): per limit name its rates,
-//! algorithm, burst, failure policy and shadow mode, applied to a running
-//! [`Limiter`] all-or-nothing.
+//! algorithm, burst, failure policy and shadow mode, and the allow and deny
+//! lists, applied to a running [`Limiter`] all-or-nothing.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::limiter::Limiter;
+use crate::limiter::lists::{ListEntry, ListKind, key_form};
 use crate::model::error::LimitError;
 use crate::model::limit::{Algorithm, Limit};
 use crate::model::policy::FailurePolicy;
@@ -29,9 +30,22 @@ pub enum ConfigError {
     /// The text is not TOML (the message gives the line and column).
     #[error("limits file is not valid TOML: {0}")]
     Syntax(String),
-    /// A top-level key other than `limits`.
-    #[error("unknown top-level key `{0}`; expected `limits`, e.g. `[limits.sms_phone]`")]
+    /// A top-level key other than `limits` and `lists`.
+    #[error(
+        "unknown top-level key `{0}`; expected `limits` (e.g. `[limits.sms_phone]`) or `lists` (e.g. `[lists.sms_phone]`)"
+    )]
     UnknownTopLevelKey(String),
+    /// A malformed `lists` table.
+    #[error(
+        "lists{}: {message}; expected `allow = [\"id\", ...]` and `deny = [\"id\", ...]` in `[lists]` (every limit) or `[lists.<name>]`",
+        .name.as_ref().map(|n| format!(" of `{n}`")).unwrap_or_default()
+    )]
+    BadList {
+        /// The limit name (`None`: the lists of every limit).
+        name: Option<String>,
+        /// What is wrong.
+        message: String,
+    },
     /// `limits` is not a table.
     #[error("`limits` must be a table of limit names, e.g. `[limits.sms_phone]`; got {0}")]
     LimitsNotATable(String),
@@ -129,12 +143,21 @@ impl LimitsEntry {
 /// slots = 10                  # optional (sliding_window)
 /// on_error = "fail_closed"    # optional: fail_open | fail_closed | local:<share>
 /// shadow = true               # optional, default false
+///
+/// [lists]                     # optional: identities of every limit
+/// deny = ["203.0.113.9"]
+///
+/// [lists.sms_phone]           # optional: identities of one limit
+/// allow = ["+15550100"]
+/// deny = ["+33612345678"]
 /// ```
 ///
 /// A name is the `name` of `#[rate_limit]` (by default `module::function`)
 /// or of an `also(...)` group. [`LimitsFile::apply`] sets, for each name in
 /// the file, its limits, its failure policy (none given: the one of the
-/// macro or the limiter) and its shadow mode.
+/// macro or the limiter) and its shadow mode, and puts the listed
+/// identities on this limiter's allow and deny lists (identities are
+/// written as their `Display` form; an entry from a file does not expire).
 ///
 /// ```
 /// use rl_core::{FailurePolicy, Limiter, LimitsFile};
@@ -157,6 +180,8 @@ impl LimitsEntry {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LimitsFile {
     entries: BTreeMap<String, LimitsEntry>,
+    /// Allow and deny entries (identities in key form), sorted.
+    lists: Vec<ListEntry>,
 }
 
 impl LimitsFile {
@@ -165,19 +190,24 @@ impl LimitsFile {
         let table: toml::Table = toml::from_str(text)
             .map_err(|e: toml::de::Error| ConfigError::Syntax(e.to_string().trim().to_owned()))?;
         let mut entries = BTreeMap::new();
+        let mut lists = Vec::new();
         for (key, value) in table {
-            if key != "limits" {
-                return Err(ConfigError::UnknownTopLevelKey(key));
-            }
-            let toml::Value::Table(limits) = value else {
-                return Err(ConfigError::LimitsNotATable(value.to_string()));
-            };
-            for (name, value) in limits {
-                let entry = parse_entry(&name, value)?;
-                entries.insert(name, entry);
+            match key.as_str() {
+                "limits" => {
+                    let toml::Value::Table(limits) = value else {
+                        return Err(ConfigError::LimitsNotATable(value.to_string()));
+                    };
+                    for (name, value) in limits {
+                        let entry = parse_entry(&name, value)?;
+                        entries.insert(name, entry);
+                    }
+                }
+                "lists" => parse_lists(value, &mut lists)?,
+                _ => return Err(ConfigError::UnknownTopLevelKey(key)),
             }
         }
-        Ok(Self { entries })
+        lists.sort_by(|a: &ListEntry, b| (&a.name, &a.identity).cmp(&(&b.name, &b.identity)));
+        Ok(Self { entries, lists })
     }
 
     /// Reads the file at `path` and [parses](LimitsFile::parse) it.
@@ -208,6 +238,9 @@ impl LimitsFile {
                 source,
             })?;
         }
+        for entry in &self.lists {
+            limiter.list_locally(entry.clone());
+        }
         for (name, entry) in &self.entries {
             if limiter.limits(name).as_deref() != Some(entry.limits.as_slice()) {
                 limiter
@@ -233,7 +266,21 @@ impl LimitsFile {
             limiter.set_policy(name, None);
             limiter.set_shadow(name, false);
         }
+        for gone in previous.lists.iter().filter(|old| {
+            !self
+                .lists
+                .iter()
+                .any(|e| e.name == old.name && e.identity == old.identity)
+        }) {
+            limiter.unlist_locally(gone.name.as_deref(), &gone.identity);
+        }
         Ok(())
+    }
+
+    /// The allow and deny entries (identities in key form), sorted by name
+    /// and identity.
+    pub fn lists(&self) -> &[ListEntry] {
+        &self.lists
     }
 
     /// The settings of `name`, if the file has it.
@@ -399,6 +446,62 @@ fn parse_entry(name: &str, value: toml::Value) -> Result<LimitsEntry, ConfigErro
         policy: raw.policy,
         shadow: raw.shadow.unwrap_or(false),
     })
+}
+
+/// `[lists]`: `allow` / `deny` arrays of identities for every limit, and
+/// `[lists.<name>]` tables with the same keys for one limit.
+fn parse_lists(value: toml::Value, out: &mut Vec<ListEntry>) -> Result<(), ConfigError> {
+    let bad = |name: Option<&str>, message: String| ConfigError::BadList {
+        name: name.map(str::to_owned),
+        message,
+    };
+    let toml::Value::Table(table) = value else {
+        return Err(bad(None, format!("`lists` must be a table, got {value}")));
+    };
+    let mut push = |name: Option<&str>, key: &str, value: &toml::Value| {
+        let kind: ListKind = key
+            .parse()
+            .map_err(|_| bad(name, format!("unknown key `{key}`")))?;
+        let toml::Value::Array(items) = value else {
+            return Err(bad(
+                name,
+                format!("`{key}` must be a list of strings, got {value}"),
+            ));
+        };
+        for item in items {
+            let toml::Value::String(identity) = item else {
+                return Err(bad(name, format!("`{key}` holds {item}, not a string")));
+            };
+            if let Some(other) = out
+                .iter()
+                .find(|e| e.name.as_deref() == name && e.identity == key_form(identity))
+            {
+                return Err(bad(
+                    name,
+                    format!(
+                        "{identity:?} is on the {} list and the {key} list",
+                        other.kind
+                    ),
+                ));
+            }
+            out.push(ListEntry::new(kind, name, key_form(identity), None));
+        }
+        Ok(())
+    };
+    for (key, value) in &table {
+        match value {
+            toml::Value::Table(lists) => {
+                if key.is_empty() {
+                    return Err(bad(None, "limit names must not be empty".into()));
+                }
+                for (list, items) in lists {
+                    push(Some(key), list, items)?;
+                }
+            }
+            _ => push(None, key, value)?,
+        }
+    }
+    Ok(())
 }
 
 /// `fail_open`, `fail_closed` or `local:<share>` with `share >= 1`.

@@ -9,7 +9,9 @@
 //! - a JSON body `{"error":"rate_limited","retry_after_ms":N}`.
 //!
 //! A rejection because the limiter could not decide (fail-closed) becomes
-//! `503 Service Unavailable` with `{"error":"rate_limiter_unavailable"}`.
+//! `503 Service Unavailable` with `{"error":"rate_limiter_unavailable"}`; a
+//! deny-listed identity `403 Forbidden` with `{"error":"denied"}` (and a
+//! `Retry-After` only when the entry expires).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -134,6 +136,16 @@ impl IntoResponse for Rejection {
                     HeaderValue::from(decision.retry_after_secs().max(1)),
                 );
                 insert_rate_limit_headers(headers, self.name(), decision, limit);
+                response
+            }
+            RejectionReason::Denied { .. } => {
+                let mut response = json(StatusCode::FORBIDDEN, r#"{"error":"denied"}"#.to_owned());
+                if let Some(wait) = self.retry_after() {
+                    let secs = wait.as_micros().div_ceil(1_000_000) as u64;
+                    response
+                        .headers_mut()
+                        .insert(RETRY_AFTER, HeaderValue::from(secs.max(1)));
+                }
                 response
             }
             RejectionReason::Unavailable(_) => json(

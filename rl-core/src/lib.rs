@@ -91,6 +91,7 @@ pub use layer::breaker::BreakerConfig;
 pub use limiter::Limiter;
 pub use limiter::builder::LimiterBuilder;
 pub use limiter::call::{Admission, CallFuture, CallSpec, Counting, GroupSpec, Permit};
+pub use limiter::lists::{ListEntry, ListKind};
 pub use limiter::registry::Settings;
 pub use model::clock::{Clock, ManualClock, SystemClock};
 pub use model::decision::{Decision, Decisions, Figures};
@@ -100,7 +101,7 @@ pub use model::limit::{Algorithm, Limit, parse_duration};
 pub use model::mask::Masked;
 pub use model::policy::FailurePolicy;
 pub use model::rejection::{Rejection, RejectionReason};
-pub use store::backend::{Backend, BoxFuture, Request};
+pub use store::backend::{Backend, BoxFuture, Request, SharedLists};
 pub use store::memory::MemoryBackend;
 
 #[cfg(feature = "macros")]

@@ -8,6 +8,7 @@
 //!        ▼                                                        │
 //!   observe       counts every outcome (rl_decisions_total), logs refusals
 //!   validate      refuses a batch that could never be decided, for every store
+//!   lists         refuses deny-listed identities without asking the store
 //!   failure       applies the failure policy when the layers below fail
 //!   deny_cache    answers a remembered refusal in process     (remote by default)
 //!   shadow        turns a refusal of a name in shadow mode into an admission
@@ -36,6 +37,7 @@ pub(crate) mod breaker;
 pub(crate) mod counters;
 pub(crate) mod deny_cache;
 pub(crate) mod failure;
+pub(crate) mod lists;
 pub(crate) mod observe;
 pub(crate) mod publish;
 pub(crate) mod shadow;
@@ -65,6 +67,8 @@ pub enum Source {
     Local,
     /// No store: the failure policy let the call through or refused it.
     Policy,
+    /// An allow or deny list.
+    List,
 }
 
 impl Source {
@@ -75,6 +79,7 @@ impl Source {
             Source::Cache => "cache",
             Source::Local => "local",
             Source::Policy => "policy",
+            Source::List => "list",
         }
     }
 }
@@ -105,6 +110,12 @@ pub(crate) enum Answer {
     /// The store, or the breaker in front of it, could not answer (before
     /// the failure policy, or for operations it leaves to the caller).
     Failed(Error),
+    /// The identity of target `index` is deny-listed (until `until`, if it
+    /// expires).
+    Denied {
+        index: usize,
+        until: Option<std::time::SystemTime>,
+    },
     /// The failure policy let the call through without a decision.
     FailedOpen(Error),
     /// The call is refused because the limiter could not decide: the
@@ -148,6 +159,19 @@ pub(crate) struct Call<'a> {
     pub(crate) notes: Notes,
     /// Work to finish before the call returns (publishing limits).
     pub(crate) follow_up: Option<BoxFuture<'static, ()>>,
+}
+
+impl Call<'_> {
+    /// Adds work to finish before the call returns (after any already set).
+    pub(crate) fn then(&mut self, work: BoxFuture<'static, ()>) {
+        self.follow_up = Some(match self.follow_up.take() {
+            None => work,
+            Some(first) => Box::pin(async move {
+                first.await;
+                work.await;
+            }),
+        });
+    }
 }
 
 impl std::fmt::Debug for Call<'_> {

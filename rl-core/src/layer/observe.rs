@@ -3,7 +3,7 @@
 //!
 //! | metric | kind | labels |
 //! |---|---|---|
-//! | `rl_decisions_total` | counter | `limit` (the call's name), `outcome` (`allowed`, `rejected`, `shadow_rejected`, `failed_open`, `unavailable`), `source` (`backend`, `cache`, `local`, `policy`) |
+//! | `rl_decisions_total` | counter | `limit` (the call's name), `outcome` (`allowed`, `rejected`, `shadow_rejected`, `denied`, `allow_listed`, `failed_open`, `unavailable`), `source` (`backend`, `cache`, `local`, `list`, `policy`) |
 //! | `rl_operations_total` | counter | `limit`, `op` (`peek`, `refund`, `reset`), `result` (`ok`, `error`) |
 //! | `rl_backend_errors_total` | counter | `limit`, `op`, `error` (`timeout`, `unavailable`, `circuit_open`, `protocol`) |
 //! | `rl_backend_seconds` | histogram | `limit` |
@@ -81,6 +81,16 @@ fn decided(call: &Call<'_>, answer: &Answer) {
                 "shadow mode: would have rate limited"
             );
             ("shadow_rejected", *source)
+        }
+        Answer::Denied { index, .. } => {
+            if let Some(target) = call.targets.get(*index) {
+                tracing::info!(
+                    limit = target.name,
+                    identity = %Masked(target.key.identity),
+                    "denied by the deny list"
+                );
+            }
+            ("denied", Source::List)
         }
         Answer::FailedOpen(_) => ("failed_open", Source::Policy),
         Answer::Unavailable(Error::Limit(error)) => {

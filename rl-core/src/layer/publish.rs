@@ -85,7 +85,7 @@ impl Layer for Publish {
             return;
         }
         let inner = self.inner.clone();
-        call.follow_up = Some(Box::pin(async move {
+        call.then(Box::pin(async move {
             for (name, limits) in stale {
                 if let Err(error) = inner
                     .backend

@@ -9,6 +9,7 @@ use super::{GLOBAL, Limiter, NEXT_LIMITER};
 use crate::layer::breaker::{Breaker, BreakerConfig};
 use crate::layer::deny_cache::{DEFAULT_CAPACITY, DEFAULT_MAX_HOLD, DenyCache, DenyLayer};
 use crate::layer::failure::Failure;
+use crate::layer::lists::{DenyList, ListSync};
 use crate::layer::observe::Observe;
 use crate::layer::publish::Publish;
 use crate::layer::shadow::Shadow;
@@ -37,7 +38,11 @@ pub struct LimiterBuilder {
     breaker: BreakerConfig,
     deny_cache: Option<bool>,
     deny_cache_max_hold: Option<Duration>,
+    lists_refresh: Option<Duration>,
 }
+
+/// How often, at most, a limiter reads the lists a remote backend shares.
+const DEFAULT_LISTS_REFRESH: Duration = Duration::from_secs(1);
 
 impl LimiterBuilder {
     /// Whether the limiter remembers the backend's refusals and refuses
@@ -56,6 +61,15 @@ impl LimiterBuilder {
     /// this period (one caller re-checks, the others stay refused).
     pub fn deny_cache_max_hold(mut self, max_hold: Duration) -> Self {
         self.deny_cache_max_hold = Some(max_hold);
+        self
+    }
+
+    /// How often, at most, a limiter over a remote backend reads the allow
+    /// and deny lists the other instances share through it (default 1 s):
+    /// a change made elsewhere applies here within this period, plus the
+    /// time to this limiter's next call that reaches the backend.
+    pub fn lists_refresh(mut self, refresh: Duration) -> Self {
+        self.lists_refresh = Some(refresh);
         self
     }
 
@@ -116,6 +130,7 @@ impl LimiterBuilder {
         let mut layers: Vec<Box<dyn Layer>> = vec![
             Box::new(Observe),
             Box::new(Validate),
+            Box::new(DenyList::new(registry.clone())),
             Box::new(Failure::new(MemoryBackend::with_shared_clock(
                 clock.clone(),
             ))),
@@ -142,6 +157,12 @@ impl LimiterBuilder {
                 layers.push(Box::new(shared.clone()));
                 breaker = Some(shared);
                 layers.push(Box::new(Publish::new(backend.clone(), &prefix)));
+                layers.push(Box::new(ListSync::new(
+                    backend.clone(),
+                    &prefix,
+                    registry.clone(),
+                    self.lists_refresh.unwrap_or(DEFAULT_LISTS_REFRESH),
+                )));
                 Store::Remote(backend)
             }
             None => Store::Memory(MemoryBackend::with_shared_clock(clock)),

@@ -7,6 +7,7 @@
 
 pub(crate) mod builder;
 pub(crate) mod call;
+pub(crate) mod lists;
 pub(crate) mod registry;
 pub(crate) mod resolve;
 
@@ -30,6 +31,7 @@ use crate::store::backend::Request;
 use crate::store::target::{KeyRef, Op, Target};
 use builder::LimiterBuilder;
 use call::{Admission, CallFuture, CallSpec, Counting, Permit, Settle};
+use lists::{ListEntry, ListKind};
 use registry::{Registry, Settings};
 use resolve::{Resolved, Targets};
 
@@ -460,6 +462,11 @@ impl Limiter {
             Answer::Failed(error) | Answer::FailedOpen(error) | Answer::Unavailable(error) => {
                 Err(error)
             }
+            Answer::Denied { index, .. } => Err(Error::Denied(
+                targets
+                    .get(index)
+                    .map_or_else(String::new, |t| t.name.to_owned()),
+            )),
             Answer::Refused { .. } | Answer::Applied { .. } => Err(Error::Backend(
                 crate::BackendError::protocol("no decision for a deciding operation"),
             )),
@@ -576,6 +583,154 @@ impl Limiter {
         self.change(name, |s| s.deny_cache = Some(enabled));
     }
 
+    /// Puts `identity` on the allow list of the limit `name` (`None`: of
+    /// every limit), until `expires_at` (`None`: until removed): its calls
+    /// bypass that limit (`outcome="allow_listed"`). Replaces an earlier
+    /// entry of the identity for that name (an identity is on one list per
+    /// name). This limiter applies it from its next call; a remote backend
+    /// shares it with every instance of the key prefix, which apply it
+    /// within [`LimiterBuilder::lists_refresh`] (plus the time to their next
+    /// call). The identity is rendered before the returned future, which is
+    /// `Send`.
+    pub fn allow<'a>(
+        &'a self,
+        name: Option<&str>,
+        identity: &dyn fmt::Display,
+        expires_at: Option<std::time::SystemTime>,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
+        self.list(ListKind::Allow, name, identity, expires_at)
+    }
+
+    /// Puts `identity` on the deny list of the limit `name` (`None`: of
+    /// every limit), until `expires_at` (`None`: until removed): its calls
+    /// are refused at once, without asking the backend
+    /// ([`crate::RejectionReason::Denied`]; over HTTP `403`, with a
+    /// `Retry-After` only when the entry expires). Shared as
+    /// [`Limiter::allow`] is.
+    ///
+    /// ```
+    /// use rl_core::{CallSpec, GroupSpec, Limit, Limiter};
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let limiter = Limiter::builder().memory().build()?;
+    /// let sms = CallSpec::owned("sms", vec![GroupSpec::owned("sms_phone", vec![Limit::per_hour(5)?])]);
+    /// limiter.deny(Some("sms_phone"), &"+33612345678", None).await?;
+    /// let refused = limiter.call(&sms, &[&"+33612345678"]).await.unwrap_err();
+    /// assert!(refused.is_denied() && refused.retry_after().is_none());
+    /// assert!(limiter.unlist(Some("sms_phone"), &"+33612345678").await?);
+    /// assert!(limiter.call(&sms, &[&"+33612345678"]).await.is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # });
+    /// ```
+    pub fn deny<'a>(
+        &'a self,
+        name: Option<&str>,
+        identity: &dyn fmt::Display,
+        expires_at: Option<std::time::SystemTime>,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
+        self.list(ListKind::Deny, name, identity, expires_at)
+    }
+
+    fn list<'a>(
+        &'a self,
+        kind: ListKind,
+        name: Option<&str>,
+        identity: &dyn fmt::Display,
+        expires_at: Option<std::time::SystemTime>,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
+        let entry = ListEntry::new(kind, name, lists::key_form(identity), expires_at);
+        async move {
+            self.save_list(&entry, false).await?;
+            tracing::info!(
+                list = kind.name(),
+                limit = entry.name.as_deref().unwrap_or("*"),
+                identity = %crate::Masked(&entry.identity),
+                "list entry set"
+            );
+            self.registry.update_lists(|lists| {
+                lists.insert(entry.name.as_deref(), &entry.identity, entry.listed());
+                true
+            });
+            self.lists_changed(entry.name.as_deref());
+            Ok(())
+        }
+    }
+
+    /// Removes `identity` from the lists of the limit `name` (`None`: the
+    /// entry for every limit); whether this limiter had it listed.
+    pub fn unlist<'a>(
+        &'a self,
+        name: Option<&str>,
+        identity: &dyn fmt::Display,
+    ) -> impl Future<Output = Result<bool, Error>> + Send + 'a {
+        let entry = ListEntry::new(ListKind::Deny, name, lists::key_form(identity), None);
+        async move {
+            self.save_list(&entry, true).await?;
+            let removed = self
+                .registry
+                .update_lists(|lists| lists.remove(entry.name.as_deref(), &entry.identity));
+            if removed {
+                self.lists_changed(entry.name.as_deref());
+            }
+            Ok(removed)
+        }
+    }
+
+    /// Sets a list entry on this limiter only (e.g. from its limits file,
+    /// which every instance reads for itself).
+    pub(crate) fn list_locally(&self, entry: ListEntry) {
+        let changed = self.registry.update_lists(|lists| {
+            let listed = entry.listed();
+            let name = entry.name.as_deref();
+            let same = lists.check(
+                name.unwrap_or(""),
+                &entry.identity,
+                std::time::SystemTime::now(),
+            ) == Some(listed);
+            lists.insert(name, &entry.identity, listed);
+            !same
+        });
+        if changed {
+            self.lists_changed(entry.name.as_deref());
+        }
+    }
+
+    /// Removes a list entry from this limiter only.
+    pub(crate) fn unlist_locally(&self, name: Option<&str>, identity: &str) {
+        if self
+            .registry
+            .update_lists(|lists| lists.remove(name, identity))
+        {
+            self.lists_changed(name);
+        }
+    }
+
+    /// Writes a list change to a remote backend (nothing for memory).
+    async fn save_list(&self, entry: &ListEntry, removed: bool) -> Result<(), Error> {
+        if let crate::store::Store::Remote(backend) = &self.pipeline.store {
+            backend
+                .save_list_entry(&self.prefix, entry, removed)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Every allow and deny entry, sorted by name and identity.
+    pub fn list_entries(&self) -> Vec<ListEntry> {
+        self.registry.list_entries()
+    }
+
+    /// Tells the layers that what `name` (or every name) decides changed.
+    fn lists_changed(&self, name: Option<&str>) {
+        match name {
+            Some(name) => self.pipeline.layers().for_each(|l| l.changed(name)),
+            None => {
+                for (name, _) in self.registry.snapshot() {
+                    self.pipeline.layers().for_each(|l| l.changed(&name));
+                }
+            }
+        }
+    }
+
     /// What is set at run time for `name`.
     pub fn settings(&self, name: &str) -> Settings {
         self.registry.get(name)
@@ -671,6 +826,7 @@ fn admit(
             index, decision, ..
         } => Err(limited(targets, index, decision, None, &name_of)),
         Answer::Shadowed { decisions, .. } => Ok(Admission::Shadowed(decisions)),
+        Answer::Denied { index, until } => Err(Rejection::denied(name_of(index), until)),
         Answer::FailedOpen(_) => Ok(Admission::FailedOpen),
         Answer::Unavailable(error) | Answer::Failed(error) => {
             Err(Rejection::unavailable(name(), error))

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::RwLock;
 
+use crate::limiter::lists::{ListEntry, ListKind, Listed, Lists};
 use crate::model::limit::Limit;
 use crate::model::policy::FailurePolicy;
 
@@ -47,6 +48,11 @@ pub(crate) struct Registry {
     any_shadow: AtomicBool,
     /// Whether any name sets the deny cache.
     any_deny: AtomicBool,
+    /// Allow and deny lists.
+    lists: RwLock<Lists>,
+    /// Whether the lists hold an allow / a deny entry (skips their lock).
+    any_allowed: AtomicBool,
+    any_denied: AtomicBool,
 }
 
 impl Registry {
@@ -120,6 +126,47 @@ impl Registry {
             }
         }
         verdict
+    }
+
+    /// Changes the lists; bumps the generation when `change` says it changed
+    /// something.
+    pub(crate) fn update_lists(&self, change: impl FnOnce(&mut Lists) -> bool) -> bool {
+        let mut lists = self.lists.write();
+        lists.sweep(std::time::SystemTime::now());
+        let changed = change(&mut lists);
+        self.any_allowed
+            .store(lists.any(ListKind::Allow), Ordering::Release);
+        self.any_denied
+            .store(lists.any(ListKind::Deny), Ordering::Release);
+        if changed {
+            self.generation.fetch_add(1, Ordering::AcqRel);
+        }
+        changed
+    }
+
+    /// Whether the lists hold an entry of `kind`.
+    pub(crate) fn any_listed(&self, kind: ListKind) -> bool {
+        match kind {
+            ListKind::Allow => self.any_allowed.load(Ordering::Acquire),
+            ListKind::Deny => self.any_denied.load(Ordering::Acquire),
+        }
+    }
+
+    /// The list entry of `kind` that applies to `identity` (key form) under
+    /// `name` now, if any.
+    pub(crate) fn listed(&self, kind: ListKind, name: &str, identity: &str) -> Option<Listed> {
+        if !self.any_listed(kind) {
+            return None;
+        }
+        self.lists
+            .read()
+            .check(name, identity, std::time::SystemTime::now())
+            .filter(|l| l.kind == kind)
+    }
+
+    /// Every list entry.
+    pub(crate) fn list_entries(&self) -> Vec<ListEntry> {
+        self.lists.read().entries()
     }
 
     /// Every name with settings.

@@ -145,6 +145,10 @@ pub enum Error {
     /// `install()` was called twice.
     #[error("a global rate limiter is already installed")]
     AlreadyInstalled,
+    /// The identity is on the deny list of this limit name (or of every
+    /// name): refused without a decision.
+    #[error("denied by the deny list of `{0}`")]
+    Denied(String),
     /// The key prefix contains characters that would break key layout.
     #[error(
         "invalid key prefix {0:?}: it must be non-empty and contain none of `{{`, `}}`, or whitespace"

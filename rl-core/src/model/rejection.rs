@@ -22,6 +22,11 @@ pub enum RejectionReason {
     /// The limiter could not decide and the policy says to refuse
     /// ([`crate::FailurePolicy::FailClosed`]), or no limiter is installed.
     Unavailable(Error),
+    /// The identity is on the deny list of the limit (or of every limit).
+    Denied {
+        /// When the entry expires; `None`: until removed.
+        until: Option<std::time::SystemTime>,
+    },
 }
 
 /// A refused call. Convert it into your handler's error type with `From`.
@@ -64,6 +69,17 @@ impl Rejection {
         }
     }
 
+    /// A rejection because the identity is deny-listed (until `until`).
+    pub fn denied(
+        name: impl Into<Cow<'static, str>>,
+        until: Option<std::time::SystemTime>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            reason: Box::new(RejectionReason::Denied { until }),
+        }
+    }
+
     /// The name of the limit (by default `module::function`).
     pub fn name(&self) -> &str {
         &self.name
@@ -78,7 +94,7 @@ impl Rejection {
     pub fn decision(&self) -> Option<&Decision> {
         match &*self.reason {
             RejectionReason::Limited { decision, .. } => Some(decision),
-            RejectionReason::Unavailable(_) => None,
+            _ => None,
         }
     }
 
@@ -86,13 +102,28 @@ impl Rejection {
     pub fn limit(&self) -> Option<&Limit> {
         match &*self.reason {
             RejectionReason::Limited { limit, .. } => Some(limit),
-            RejectionReason::Unavailable(_) => None,
+            _ => None,
         }
     }
 
-    /// How long to wait before a call of the same cost can pass.
+    /// How long to wait before a call of the same cost can pass: the
+    /// binding decision's `retry_after`, or the time left on a deny-list
+    /// entry that expires (`None` for one that does not).
     pub fn retry_after(&self) -> Option<Duration> {
-        self.decision().map(|d| d.retry_after)
+        match &*self.reason {
+            RejectionReason::Limited { decision, .. } => Some(decision.retry_after),
+            RejectionReason::Denied { until: Some(until) } => Some(
+                until
+                    .duration_since(std::time::SystemTime::now())
+                    .unwrap_or(Duration::ZERO),
+            ),
+            _ => None,
+        }
+    }
+
+    /// Whether the call was refused because the identity is deny-listed.
+    pub fn is_denied(&self) -> bool {
+        matches!(*self.reason, RejectionReason::Denied { .. })
     }
 
     /// Whether the call was refused because the limiter could not decide.
@@ -114,6 +145,9 @@ impl fmt::Display for Rejection {
             RejectionReason::Unavailable(error) => {
                 write!(f, "rate limiter for `{}` unavailable: {error}", self.name)
             }
+            RejectionReason::Denied { .. } => {
+                write!(f, "denied by the deny list of `{}`", self.name)
+            }
         }
     }
 }
@@ -122,7 +156,7 @@ impl std::error::Error for Rejection {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &*self.reason {
             RejectionReason::Unavailable(error) => Some(error),
-            RejectionReason::Limited { .. } => None,
+            _ => None,
         }
     }
 }

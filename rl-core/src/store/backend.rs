@@ -5,6 +5,7 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
 
+use crate::limiter::lists::ListEntry;
 use crate::model::decision::Decisions;
 use crate::model::error::{BackendError, LimitError};
 use crate::model::key::Key;
@@ -14,6 +15,10 @@ use crate::store::target::{KeyRef, Op, Target};
 /// A boxed, `Send` future, as backends return them (keeps [`Backend`] usable
 /// as a trait object behind the global limiter).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The allow and deny lists a backend shares, with their version
+/// ([`Backend::load_lists`]).
+pub type SharedLists = (u64, Vec<ListEntry>);
 
 /// One limit to decide for one key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,5 +141,31 @@ pub trait Backend: Send + Sync + Debug + 'static {
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         let _ = (prefix, name, limits);
         Box::pin(std::future::ready(Ok(())))
+    }
+
+    /// Records a change of the allow and deny lists of key prefix `prefix`
+    /// where every instance reads them ([`Backend::load_lists`]): `entry`
+    /// set, or, with `removed`, its `(name, identity)` removed. The default
+    /// shares nothing (each instance keeps its own lists).
+    fn save_list_entry<'a>(
+        &'a self,
+        prefix: &'a str,
+        entry: &'a ListEntry,
+        removed: bool,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        let _ = (prefix, entry, removed);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    /// The shared allow and deny lists of key prefix `prefix`, when they
+    /// changed since version `known` (`None`: unchanged, or not shared),
+    /// with their new version.
+    fn load_lists<'a>(
+        &'a self,
+        prefix: &'a str,
+        known: u64,
+    ) -> BoxFuture<'a, Result<Option<SharedLists>, BackendError>> {
+        let _ = (prefix, known);
+        Box::pin(std::future::ready(Ok(None)))
     }
 }

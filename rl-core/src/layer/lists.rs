@@ -1,0 +1,147 @@
+//! The deny-list layer: a call naming an identity on the deny list of one
+//! of its limit names (or of every name) is refused at once, without asking
+//! the backend, with its own reason ([`crate::RejectionReason::Denied`]).
+//! Allow-listed identities bypass their limits when the call is built (see
+//! [`crate::Limiter::allow`]); this layer only refuses.
+
+use std::sync::Arc;
+
+use super::{Answer, Call, Layer, Plan};
+use crate::limiter::lists::ListKind;
+use crate::limiter::registry::Registry;
+use crate::store::target::Op;
+
+/// Refuses deny-listed identities.
+#[derive(Debug)]
+pub(crate) struct DenyList {
+    registry: Arc<Registry>,
+}
+
+impl DenyList {
+    pub(crate) fn new(registry: Arc<Registry>) -> Self {
+        Self { registry }
+    }
+}
+
+impl Layer for DenyList {
+    fn applies(&self, _plan: &Plan<'_>) -> bool {
+        self.registry.any_listed(ListKind::Deny)
+    }
+
+    fn before(&self, call: &mut Call<'_>) -> Option<Answer> {
+        if !matches!(call.op, Op::Acquire | Op::AcquireOnce(_) | Op::Peek) {
+            return None;
+        }
+        call.targets.iter().enumerate().find_map(|(index, target)| {
+            self.registry
+                .listed(ListKind::Deny, target.name, target.key.identity)
+                .map(|listed| Answer::Denied {
+                    index,
+                    until: listed.expires_at,
+                })
+        })
+    }
+}
+
+/// Keeps a limiter's lists in step with the lists a remote backend shares
+/// (every instance of one key prefix): at most once per refresh period,
+/// after a call the backend has just answered (never during an outage), it
+/// reads them again if their version changed. A change made on one instance
+/// is therefore applied by another within the refresh period, plus the time
+/// to its next call that reaches the backend.
+#[derive(Debug)]
+pub(crate) struct ListSync {
+    inner: Arc<SyncInner>,
+}
+
+#[derive(Debug)]
+struct SyncInner {
+    backend: Arc<dyn crate::Backend>,
+    prefix: Box<str>,
+    registry: Arc<Registry>,
+    refresh: u64,
+    epoch: std::time::Instant,
+    /// When the next read is due (ns after `epoch`).
+    due: std::sync::atomic::AtomicU64,
+    /// The version of the lists last read.
+    version: std::sync::atomic::AtomicU64,
+}
+
+impl ListSync {
+    pub(crate) fn new(
+        backend: Arc<dyn crate::Backend>,
+        prefix: &str,
+        registry: Arc<Registry>,
+        refresh: std::time::Duration,
+    ) -> Self {
+        Self {
+            inner: Arc::new(SyncInner {
+                backend,
+                prefix: prefix.into(),
+                registry,
+                refresh: u64::try_from(refresh.as_nanos()).unwrap_or(u64::MAX),
+                epoch: std::time::Instant::now(),
+                due: std::sync::atomic::AtomicU64::new(0),
+                version: std::sync::atomic::AtomicU64::new(0),
+            }),
+        }
+    }
+}
+
+impl SyncInner {
+    async fn read(&self) {
+        use std::sync::atomic::Ordering;
+        let known = self.version.load(Ordering::Acquire);
+        match self.backend.load_lists(&self.prefix, known).await {
+            Ok(Some((version, entries))) => {
+                self.registry.update_lists(|lists| {
+                    let before = lists.entries();
+                    lists.replace(entries);
+                    before != lists.entries()
+                });
+                self.version.store(version, Ordering::Release);
+            }
+            Ok(None) => {}
+            Err(error) => {
+                tracing::debug!(%error, "could not read the shared allow and deny lists");
+            }
+        }
+    }
+}
+
+impl Layer for ListSync {
+    fn after(&self, call: &mut Call<'_>, answer: &mut Answer) {
+        use std::sync::atomic::Ordering;
+        let answered = matches!(
+            answer,
+            Answer::Decided {
+                source: super::Source::Backend,
+                ..
+            } | Answer::Applied {
+                source: super::Source::Backend
+            }
+        );
+        if !answered {
+            return;
+        }
+        let inner = &self.inner;
+        let now = u64::try_from(inner.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let due = inner.due.load(Ordering::Acquire);
+        // One caller per period reads; the others go on.
+        if now < due
+            || inner
+                .due
+                .compare_exchange(
+                    due,
+                    now.saturating_add(inner.refresh),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_err()
+        {
+            return;
+        }
+        let inner = self.inner.clone();
+        call.then(Box::pin(async move { inner.read().await }));
+    }
+}
