@@ -70,7 +70,7 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// capacity (the `burst` of `token_bucket`, `leaky_bucket` and `gcra`, the
 /// `threshold` of the others), a `sliding_window` period that does not
 /// split into `slots` equal whole microseconds, a `sliding_log` threshold
-/// above 10 000, and a capacity × period (in µs) above 2^53; these apply to
+/// above 10 000, and a capacity × period (in µs) above 2^52; these apply to
 /// every string of `limits` (reported at the string) and to every
 /// `also(...)`. Also refused: `limits` with `period` or `threshold`, two
 /// limits of one key with the same period, an `also(...)` without a
@@ -198,16 +198,20 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 ///
 /// # What it expands to
 ///
+/// Public API: a `static` [`rl_core::CallSpec`] and one `Limiter::call`
+/// (through `__private::call`, which only adds "no global limiter installed"
+/// as a rejection). The key goes in as an integer or string when its type
+/// is one (rendered without `core::fmt`), else through its `Display`:
+///
 /// ```text
 /// async fn say_hi(user_id: u64) -> Result<String, Rejection> {
 ///     {
-///         static __RL_SPEC: ::rl_core::__private::Spec = ::rl_core::__private::Spec {
-///             name: concat!(module_path!(), "::", "say_hi"),
-///             limits: &[::rl_core::__private::limit(2, 30000000, Algorithm::Gcra, 2, 10)],
-///             cost: 1,
-///             policy: None,
-///         };
-///         match ::rl_core::__private::check(&__RL_SPEC, ::rl_core::__private::global(), &(user_id)).await {
+///         let __rl_limiter = ::rl_core::__private::global();
+///         static __RL_LIMITS_0: [Limit; 1] = [Limit::from_parts_const(2, 30000000, Algorithm::Gcra, 2, 10)];
+///         static __RL_GROUPS: [GroupSpec; 1] = [GroupSpec::new(concat!(module_path!(), "::", "say_hi"), &__RL_LIMITS_0)];
+///         static __RL_SPEC: CallSpec = CallSpec::new(concat!(module_path!(), "::", "say_hi"), &__RL_GROUPS);
+///         let __rl_call = ::rl_core::__private::call(&__RL_SPEC, __rl_limiter, &[(&&Probe(&(user_id))).__rl_part()]);
+///         match __rl_call.await {
 ///             Ok(_) => {}
 ///             Err(__rl_rejection) => return Err(From::from(__rl_rejection)),
 ///         }
@@ -216,24 +220,22 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// }
 /// ```
 ///
-/// With `also`, `count`, `count_if`, `on_reject` or `headers` it expands
-/// to one `check_groups` call instead (shown with `count = failures` and
-/// `headers`):
+/// With `count`, `count_if` or `headers` the permit outlives the body
+/// (shown with `count = failures` and `headers`):
 ///
 /// ```text
 /// async fn login(ip: IpAddr, user: String) -> Result<Response, LoginError> {
 ///     let __rl_limiter = ::rl_core::__private::global();
 ///     let __rl_permit = {
-///         static __RL_SPEC: ::rl_core::__private::MultiSpec = ::rl_core::__private::MultiSpec {
-///             name: concat!(module_path!(), "::", "login"),
-///             groups: &[
-///                 ::rl_core::__private::Group { name: .., limits: &[..], cost: 1, reset_on_success: true },
-///                 ::rl_core::__private::Group { name: "login_ip", limits: &[..], cost: 1, reset_on_success: false },
-///             ],
-///             policy: None,
-///         };
-///         let __rl_check = ::rl_core::__private::check_groups(&__RL_SPEC, __rl_limiter, &[&(user), &(ip)]);
-///         match __rl_check.await {
+///         static __RL_LIMITS_0: [Limit; 1] = [..];
+///         static __RL_LIMITS_1: [Limit; 1] = [..];
+///         static __RL_GROUPS: [GroupSpec; 2] = [
+///             GroupSpec::new(concat!(module_path!(), "::", "login"), &__RL_LIMITS_0).reset_on_success(),
+///             GroupSpec::new("login_ip", &__RL_LIMITS_1),
+///         ];
+///         static __RL_SPEC: CallSpec = CallSpec::new(.., &__RL_GROUPS).with_counting(Counting::Settled);
+///         let __rl_call = ::rl_core::__private::call(&__RL_SPEC, __rl_limiter, &[<user>, <ip>]);
+///         match __rl_call.await {
 ///             Ok(__rl_permit) => __rl_permit,
 ///             Err(__rl_rejection) => return Err(From::from(__rl_rejection)), // or on_reject's value
 ///         }
