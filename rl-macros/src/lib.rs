@@ -198,7 +198,7 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 ///
 /// # What it expands to
 ///
-/// Public API: a `static` [`rl_core::CallSpec`] and one `Limiter::call`
+/// Public API: a `static` `rl_core::CallSpec` and one `Limiter::call`
 /// (through `__private::call`, which only adds "no global limiter installed"
 /// as a rejection). The key goes in as an integer or string when its type
 /// is one (rendered without `core::fmt`), else through its `Display`:
