@@ -652,6 +652,25 @@ impl Backend for RedisBackend {
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(self.publish(prefix, name, limits))
     }
+
+    /// Writes the shared allow and deny lists (`<prefix>:{lists}`, see `crate::lists`).
+    fn save_list_entry<'a>(
+        &'a self,
+        prefix: &'a str,
+        entry: &'a rl_core::ListEntry,
+        removed: bool,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(self.save_list(prefix, entry, removed))
+    }
+
+    /// Reads the shared allow and deny lists when their version moved.
+    fn load_lists<'a>(
+        &'a self,
+        prefix: &'a str,
+        known: u64,
+    ) -> BoxFuture<'a, Result<Option<rl_core::SharedLists>, BackendError>> {
+        Box::pin(self.load_list(prefix, known))
+    }
 }
 
 impl RedisBackend {

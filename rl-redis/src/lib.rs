@@ -72,6 +72,7 @@
 mod backend;
 mod builder;
 mod error;
+mod lists;
 mod redact;
 mod registry;
 mod script;

@@ -73,7 +73,7 @@ impl RegisteredLimits {
 }
 
 /// A command or a script call on the registry key.
-enum Query {
+pub(crate) enum Query {
     Script(ScriptInvocation<'static>),
     Cmd(Cmd),
 }
@@ -173,7 +173,7 @@ impl RedisBackend {
 
     /// Runs `query` within the per-call timeout, mapping failures like the
     /// rate-limit script's.
-    async fn registry_query<T: FromRedisValue>(
+    pub(crate) async fn registry_query<T: FromRedisValue>(
         &self,
         what: &str,
         query: Query,

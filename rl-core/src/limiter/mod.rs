@@ -677,6 +677,7 @@ impl Limiter {
 
     /// Sets a list entry on this limiter only (e.g. from its limits file,
     /// which every instance reads for itself).
+    #[cfg(feature = "config")]
     pub(crate) fn list_locally(&self, entry: ListEntry) {
         let changed = self.registry.update_lists(|lists| {
             let listed = entry.listed();
@@ -695,6 +696,7 @@ impl Limiter {
     }
 
     /// Removes a list entry from this limiter only.
+    #[cfg(feature = "config")]
     pub(crate) fn unlist_locally(&self, name: Option<&str>, identity: &str) {
         if self
             .registry
