@@ -11,6 +11,10 @@
 //!   and reset per limit, and unblocking a phone (support staff).
 //! - `GET /admin/config` and `PUT /admin/config`: the limits of the running
 //!   process, changed without a restart.
+//! - `PUT /admin/lists/{allow|deny}/{phone}` (optional `?for=1h`),
+//!   `DELETE /admin/lists/{phone}` and `GET /admin/lists`: phones that skip
+//!   the per-phone limits, or are refused at once (`403`), shared by every
+//!   instance through Redis.
 //! - `GET /metrics`: Prometheus.
 //!
 //! Admin routes need `Authorization: Bearer $ADMIN_TOKEN` (the scheme in
@@ -29,10 +33,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
 use rl_core::http::ClientIp;
 use rl_core::{Algorithm, FailurePolicy, Limit, Limiter, Masked, Rejection, rate_limit};
@@ -279,6 +283,95 @@ async fn reset_limits(
     }
 }
 
+async fn show_lists(State(sms): State<Arc<Sms>>, headers: HeaderMap) -> Response {
+    if let Some(denied) = denied(&sms, &headers) {
+        return denied;
+    }
+    let entries: Vec<serde_json::Value> = sms
+        .limiter
+        .list_entries()
+        .iter()
+        .map(|e| {
+            serde_json::json!({
+                "list": e.kind.name(),
+                "name": e.name.as_deref().unwrap_or("*"),
+                "identity": e.identity,
+                "expires_in_s": e.expires_at.map(|at| {
+                    at.duration_since(std::time::SystemTime::now()).map_or(0, |d| d.as_secs())
+                }),
+            })
+        })
+        .collect();
+    Json(serde_json::json!({ "entries": entries })).into_response()
+}
+
+/// `?for=1h`: how long a list entry lasts.
+#[derive(Debug, Deserialize)]
+struct ListFor {
+    #[serde(rename = "for")]
+    duration: Option<String>,
+}
+
+async fn list_phone(
+    State(sms): State<Arc<Sms>>,
+    headers: HeaderMap,
+    Path((list, phone)): Path<(String, String)>,
+    Query(query): Query<ListFor>,
+) -> Response {
+    let phone = match admin_phone(&sms, &headers, &phone) {
+        Ok(phone) => phone,
+        Err(refused) => return refused,
+    };
+    let until = match query.duration.as_deref().map(rl_core::parse_duration) {
+        None => None,
+        Some(Ok(duration)) => Some(std::time::SystemTime::now() + duration),
+        Some(Err(error)) => {
+            return json_error(StatusCode::BAD_REQUEST, "bad_duration", &error.to_string());
+        }
+    };
+    let done = match list.as_str() {
+        "allow" => sms.limiter.allow(Some(PHONE_LIMITS), &phone, until).await,
+        "deny" => sms.limiter.deny(Some(PHONE_LIMITS), &phone, until).await,
+        other => {
+            return json_error(
+                StatusCode::NOT_FOUND,
+                "unknown_list",
+                &format!("no list {other:?}: expected allow or deny"),
+            );
+        }
+    };
+    match done {
+        Ok(()) => {
+            tracing::info!(phone = %Masked(phone.e164()), list, "phone listed by admin");
+            Json(serde_json::json!({ "listed": list, "phone": phone.e164() })).into_response()
+        }
+        Err(error) => json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "limiter_unavailable",
+            &error.to_string(),
+        ),
+    }
+}
+
+async fn unlist_phone(
+    State(sms): State<Arc<Sms>>,
+    headers: HeaderMap,
+    Path(phone): Path<String>,
+) -> Response {
+    let phone = match admin_phone(&sms, &headers, &phone) {
+        Ok(phone) => phone,
+        Err(refused) => return refused,
+    };
+    match sms.limiter.unlist(Some(PHONE_LIMITS), &phone).await {
+        Ok(removed) => Json(serde_json::json!({ "unlisted": removed })).into_response(),
+        Err(error) => json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "limiter_unavailable",
+            &error.to_string(),
+        ),
+    }
+}
+
 async fn show_config(State(sms): State<Arc<Sms>>, headers: HeaderMap) -> Response {
     if let Some(denied) = denied(&sms, &headers) {
         return denied;
@@ -330,7 +423,10 @@ pub fn router(
                 "/admin/limits/{phone}",
                 get(show_limits).delete(reset_limits),
             )
-            .route("/admin/config", get(show_config).put(change_config));
+            .route("/admin/config", get(show_config).put(change_config))
+            .route("/admin/lists", get(show_lists))
+            .route("/admin/lists/{list}/{phone}", put(list_phone))
+            .route("/admin/lists/{phone}", delete(unlist_phone));
     }
     Ok((
         router

@@ -380,3 +380,79 @@ async fn sentinel_deployments_are_reached_through_their_sentinels() {
     ]);
     assert_eq!(state.assert_ok().json()["limits"][0]["remaining"], 0);
 }
+
+#[tokio::test]
+async fn deny_lists_and_unlist_change_what_every_instance_decides() {
+    let (server, _limiter) = deployment().await;
+    // Another instance, reading the shared lists every 100 ms.
+    let instance = Limiter::builder()
+        .backend(RedisBackend::connect(server.url()).await.unwrap())
+        .prefix("app")
+        .lists_refresh(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let run = on(
+        &server,
+        &[
+            "deny",
+            PHONE,
+            "--name",
+            "sms_phone",
+            "--for",
+            "1h",
+            "--json",
+        ],
+    );
+    run.assert_ok();
+    let json = run.json();
+    assert_eq!(json["entries"][0]["list"], "deny");
+    assert_eq!(json["entries"][0]["name"], "sms_phone");
+    assert_eq!(json["entries"][0]["identity"], PHONE);
+    assert!(json["entries"][0]["expires_at_ms"].as_u64().is_some());
+    assert!(
+        json["changed"]
+            .as_str()
+            .unwrap()
+            .starts_with("deny `+8613800000000` for `sms_phone`")
+    );
+
+    let started = Instant::now();
+    loop {
+        // A call that reaches Redis reads the lists again when due.
+        assert!(decide(&instance, "sms_ip", "198.51.100.1", &ip_limits()).await);
+        let key = instance.key("sms_phone", &PHONE);
+        let limits = sms_limits();
+        let requests: Vec<Request<'_>> = limits.iter().map(|l| Request::new(&key, l, 1)).collect();
+        if instance
+            .check("sms_phone", &requests, None)
+            .await
+            .is_err_and(|r| r.is_denied())
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the deny never applied"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let table = on(&server, &["lists"]);
+    table.assert_ok();
+    assert!(
+        table.stdout.contains("deny") && table.stdout.contains(PHONE),
+        "{}",
+        table.stdout
+    );
+    on(&server, &["unlist", PHONE, "--name", "sms_phone"]).assert_ok();
+    let empty = on(&server, &["lists"]);
+    empty.assert_ok();
+    assert!(
+        empty
+            .stdout
+            .contains("no allow or deny entries under prefix `app`"),
+        "{}",
+        empty.stdout
+    );
+    on(&server, &["deny", PHONE, "--for", "soon"]).assert_failed(2, "cannot parse duration");
+}

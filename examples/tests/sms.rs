@@ -588,3 +588,64 @@ async fn during_a_redis_outage_blocked_phones_get_no_sms_fresh_ones_their_share_
         "unblocked in Redis"
     );
 }
+
+#[tokio::test]
+async fn an_admin_deny_list_refuses_a_phone_at_once_until_unlisted() {
+    for backend in BACKENDS {
+        let service = start(backend, &[]);
+        let blocked = "+447911123457";
+        let path = format!("/admin/lists/deny/{blocked}");
+        assert_eq!(
+            admin(&service, reqwest::Method::PUT, &path).await.status(),
+            200
+        );
+        let refused = send(&service, blocked).await;
+        assert_eq!(refused.status(), 403, "{backend:?}");
+        assert!(
+            refused.headers().get("retry-after").is_none(),
+            "no expiry, no Retry-After"
+        );
+        assert_eq!(json(refused).await["error"], "denied");
+        // Written another way, it is the same phone.
+        assert_eq!(send(&service, "+44 7911 123457").await.status(), 403);
+
+        let lists = json(admin(&service, reqwest::Method::GET, "/admin/lists").await).await;
+        assert_eq!(lists["entries"][0]["list"], "deny");
+        assert_eq!(lists["entries"][0]["identity"], blocked);
+
+        let unlisted = json(
+            admin(
+                &service,
+                reqwest::Method::DELETE,
+                &format!("/admin/lists/{blocked}"),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(unlisted["unlisted"], true);
+        assert_eq!(send(&service, blocked).await.status(), 200);
+
+        let expiring = format!("/admin/lists/deny/{blocked}?for=1h");
+        assert_eq!(
+            admin(&service, reqwest::Method::PUT, &expiring)
+                .await
+                .status(),
+            200
+        );
+        let refused = send(&service, blocked).await;
+        assert_eq!(refused.status(), 403);
+        assert!(
+            refused.headers().get("retry-after").is_some(),
+            "an expiring entry says when"
+        );
+        let bad = admin(
+            &service,
+            reqwest::Method::PUT,
+            &format!("/admin/lists/block/{blocked}"),
+        )
+        .await;
+        assert_eq!(bad.status(), 404);
+        let soon = admin(&service, reqwest::Method::PUT, &format!("{path}?for=soon")).await;
+        assert_eq!(soon.status(), 400);
+    }
+}

@@ -4,6 +4,8 @@
 //! rl-admin --redis redis://127.0.0.1:6379/ --prefix sms limits
 //! rl-admin --redis redis://127.0.0.1:6379/ --prefix sms inspect sms_phone +8613800000000
 //! rl-admin --redis redis://127.0.0.1:6379/ --prefix sms reset sms_phone +8613800000000
+//! rl-admin --redis redis://127.0.0.1:6379/ --prefix sms deny +8613800000000 --name sms_phone --for 1h
+//! rl-admin --redis redis://127.0.0.1:6379/ --prefix sms lists
 //! rl-admin --redis redis://10.0.0.1:26379/,redis://10.0.0.2:26379/ --sentinel mymaster limits
 //! ```
 //!
@@ -32,7 +34,8 @@ use rl_core::{BackendError, Limiter};
 use rl_redis::{RedisBackend, RegisteredLimits, redact_url};
 
 pub use report::{
-    InspectReport, LimitDescription, LimitState, LimitsReport, NameReport, Report, ResetReport,
+    InspectReport, LimitDescription, LimitState, LimitsReport, ListRow, ListsReport, NameReport,
+    Report, ResetReport,
 };
 
 /// The command line of `rl-admin`.
@@ -88,6 +91,34 @@ pub enum Command {
         /// The identity, as the service formats it
         identity: String,
     },
+    /// List the allow and deny entries every instance shares
+    Lists,
+    /// Let IDENTITY bypass NAME's limits (every limit without --name)
+    Allow(ListChange),
+    /// Refuse IDENTITY at once for NAME (every limit without --name)
+    Deny(ListChange),
+    /// Remove IDENTITY's allow or deny entry for NAME (the entry for every
+    /// limit without --name)
+    Unlist {
+        /// The identity, as the service formats it
+        identity: String,
+        /// The limit name; every limit when left out
+        #[arg(long)]
+        name: Option<String>,
+    },
+}
+
+/// The arguments of `allow` and `deny`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ListChange {
+    /// The identity, as the service formats it
+    pub identity: String,
+    /// The limit name; every limit when left out
+    #[arg(long)]
+    pub name: Option<String>,
+    /// How long the entry lasts, e.g. 30m, 1d; until removed when left out
+    #[arg(long = "for", value_name = "DURATION", value_parser = parse_timeout)]
+    pub duration: Option<Duration>,
 }
 
 fn parse_timeout(text: &str) -> Result<Duration, String> {
@@ -270,10 +301,71 @@ impl Deployment {
     }
 }
 
+/// The shared lists under the deployment's prefix, after `changed`.
+async fn lists_report(
+    deployment: &Deployment,
+    changed: Option<String>,
+) -> Result<Report, AdminError> {
+    use rl_core::Backend as _;
+    let entries = deployment
+        .backend
+        .load_lists(&deployment.prefix, u64::MAX)
+        .await
+        .map_err(deployment.failed("reading the allow and deny lists"))?
+        .map(|(_, entries)| entries)
+        .unwrap_or_default();
+    Ok(Report::Lists(ListsReport::new(
+        &deployment.prefix,
+        changed,
+        &entries,
+    )))
+}
+
 /// Runs one command against the deployment's Redis.
 pub async fn run(cli: &Cli) -> Result<Report, AdminError> {
     let deployment = Deployment::connect(cli).await?;
+    let scope = |name: &Option<String>| {
+        name.as_deref()
+            .map_or_else(|| "every limit".to_owned(), |n| format!("`{n}`"))
+    };
     match &cli.command {
+        Command::Lists => lists_report(&deployment, None).await,
+        Command::Allow(change) | Command::Deny(change) => {
+            let until = change.duration.map(|d| std::time::SystemTime::now() + d);
+            let (list, result) = if matches!(cli.command, Command::Allow(_)) {
+                let done = deployment
+                    .limiter
+                    .allow(change.name.as_deref(), &change.identity, until)
+                    .await;
+                ("allow", done)
+            } else {
+                let done = deployment
+                    .limiter
+                    .deny(change.name.as_deref(), &change.identity, until)
+                    .await;
+                ("deny", done)
+            };
+            result.map_err(deployment.failed_limiter("writing the allow and deny lists"))?;
+            let changed = format!(
+                "{list} `{}` for {}{}",
+                change.identity,
+                scope(&change.name),
+                change
+                    .duration
+                    .map(|d| format!(" for {}s", d.as_secs()))
+                    .unwrap_or_default()
+            );
+            lists_report(&deployment, Some(changed)).await
+        }
+        Command::Unlist { identity, name } => {
+            deployment
+                .limiter
+                .unlist(name.as_deref(), identity)
+                .await
+                .map_err(deployment.failed_limiter("writing the allow and deny lists"))?;
+            let changed = format!("unlisted `{identity}` for {}", scope(name));
+            lists_report(&deployment, Some(changed)).await
+        }
         Command::Limits => {
             let registered = deployment
                 .backend

@@ -18,6 +18,93 @@ pub enum Report {
     Inspect(InspectReport),
     /// `rl-admin reset`.
     Reset(ResetReport),
+    /// `rl-admin lists`, `allow`, `deny`, `unlist`.
+    Lists(ListsReport),
+}
+
+/// The allow and deny lists shared under a prefix (after a change, when
+/// the command made one).
+#[derive(Debug, Clone, Serialize)]
+pub struct ListsReport {
+    /// The key prefix.
+    pub prefix: String,
+    /// What the command changed, e.g. `deny +33612345678 for sms_phone`.
+    pub changed: Option<String>,
+    /// Every entry, sorted by name and identity.
+    pub entries: Vec<ListRow>,
+}
+
+/// One list entry.
+#[derive(Debug, Clone, Serialize)]
+pub struct ListRow {
+    /// `allow` or `deny`.
+    pub list: &'static str,
+    /// The limit name; `*` for every limit.
+    pub name: String,
+    /// The identity, in its key form.
+    pub identity: String,
+    /// When the entry expires (ms since the Unix epoch); `null`: never.
+    pub expires_at_ms: Option<u64>,
+}
+
+impl ListsReport {
+    /// The report of `entries` under `prefix`.
+    pub fn new(prefix: &str, changed: Option<String>, entries: &[rl_core::ListEntry]) -> Self {
+        Self {
+            prefix: prefix.to_owned(),
+            changed,
+            entries: entries
+                .iter()
+                .map(|e| ListRow {
+                    list: e.kind.name(),
+                    name: e.name.clone().unwrap_or_else(|| "*".to_owned()),
+                    identity: e.identity.clone(),
+                    expires_at_ms: e.expires_at.map(|at| {
+                        at.duration_since(UNIX_EPOCH)
+                            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                    }),
+                })
+                .collect(),
+        }
+    }
+}
+
+fn lists_table(report: &ListsReport) -> String {
+    let mut out = String::new();
+    if let Some(changed) = &report.changed {
+        let _ = writeln!(out, "{changed}");
+    }
+    if report.entries.is_empty() {
+        let _ = writeln!(
+            out,
+            "no allow or deny entries under prefix `{}`",
+            report.prefix
+        );
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "{:<6} {:<20} {:<30} expires",
+        "list", "name", "identity"
+    );
+    for row in &report.entries {
+        let expires = row.expires_at_ms.map_or_else(
+            || "never".to_owned(),
+            |ms| {
+                let at = UNIX_EPOCH + Duration::from_millis(ms);
+                match at.duration_since(SystemTime::now()) {
+                    Ok(left) => format!("in {}s", left.as_secs()),
+                    Err(_) => "expired".to_owned(),
+                }
+            },
+        );
+        let _ = writeln!(
+            out,
+            "{:<6} {:<20} {:<30} {expires}",
+            row.list, row.name, row.identity
+        );
+    }
+    out
 }
 
 /// One limit as the registry describes it.
@@ -220,6 +307,7 @@ impl Report {
     pub fn to_table(&self) -> String {
         match self {
             Report::Limits(report) => limits_table(report),
+            Report::Lists(report) => lists_table(report),
             Report::Inspect(report) => inspect_table(report),
             Report::Reset(report) => format!(
                 "reset `{}` for identity `{}` under prefix `{}`: {} limit(s) ({}) back to full\n",
