@@ -74,10 +74,11 @@ mod builder;
 mod error;
 mod registry;
 mod script;
+#[cfg(feature = "sentinel")]
 mod sentinel;
 
 pub use backend::RedisBackend;
-pub use builder::RedisBackendBuilder;
+pub use builder::{CallMode, RedisBackendBuilder};
 pub use registry::RegisteredLimits;
 
 /// Support for this crate's tools (the load generator). Not a public API.
@@ -85,11 +86,18 @@ pub use registry::RegisteredLimits;
 pub mod __private {
     use rl_core::Request;
 
-    use crate::script::{Call, Op, Time};
+    use crate::CallMode;
+    use crate::script::{Op, Plan, Time, Via};
 
-    /// The `EVALSHA ...` command line deciding `requests` (acquire), with
-    /// the server's time, as `redis-benchmark` or `redis-cli` take it.
-    pub fn acquire_command_line(requests: &[Request<'_>]) -> Vec<String> {
-        Call::new(Op::Acquire, Time::Server, 0, 0, requests).command_line()
+    /// The command line deciding `requests` (acquire) with the server's
+    /// time, as `redis-benchmark` or `redis-cli` take it: `FCALL ...` in
+    /// [`CallMode::Functions`], `EVALSHA ...` otherwise.
+    pub fn acquire_command_line(requests: &[Request<'_>], mode: CallMode) -> Vec<String> {
+        let via = if mode == CallMode::Functions {
+            Via::Function
+        } else {
+            Via::ScriptSha
+        };
+        Plan::new(Op::Acquire, Time::Server, 0, 0, requests, None).command_line(via)
     }
 }

@@ -1,4 +1,4 @@
--- rl-redis: one script decides a batch of rate-limit requests atomically.
+-- rl-redis: the rate-limit algorithms, run atomically inside Redis.
 --
 -- Shared helpers. Every quantity is an integer (microseconds or units) kept
 -- below 2^53, where Lua's doubles are exact; rl-core's Limit refuses limits
@@ -7,24 +7,25 @@
 -- passed to redis.call are formatted by Redis itself with '%.17g' (or as
 -- integers, Redis >= 7.2), exact below 2^53, without a string.format call.
 --
--- Layout of this file set (concatenated in this order into ONE script):
--- prelude.lua, fixed_window.lua, sliding_log.lua, sliding_window.lua,
--- meter.lua, gcra.lua, dispatch.lua.
+-- Layout of this file set (rl-redis/src/script.rs concatenates them):
+-- prelude.lua, then the algorithms (fixed_window.lua, sliding_log.lua,
+-- sliding_window.lua, meter.lua, gcra.lua), then the entry points
+-- (single.lua: one limit, one algorithm; batch.lua: any batch), then
+-- either library.lua (Redis >= 7: a Functions library, loaded once, whose
+-- code above runs once at load time) or one `return <entry>(KEYS, ARGV)`
+-- line (a script, for EVALSHA: the code above runs on every call).
 
--- Redis 3.2 - 4.x: replicate effects, not the script, so TIME is allowed
--- before writes. Redis >= 5 always does; from 7.0 on (which announces
--- itself with REDIS_VERSION) the call is skipped, as it costs about a
--- tenth of a decision there.
-if redis.replicate_commands and not redis.REDIS_VERSION then
-  redis.replicate_commands()
-end
+-- (A script starts with a line asking Redis 3.2 - 4.x for effects
+-- replication, so that TIME is allowed before writes: script.rs.)
 
-local floor = math.floor
+-- Top-level code here must not read globals such as `math`: a library's
+-- top level runs at FUNCTION LOAD, where Redis only offers `redis`.
+-- Functions read them when they run.
 
 -- floor(a / b) for integers a >= 0, b > 0, corrected for the rounding of
 -- the double quotient.
 local function idiv(a, b)
-  local q = floor(a / b)
+  local q = math.floor(a / b)
   if q * b > a then
     q = q - 1
   elseif (q + 1) * b <= a then
@@ -46,7 +47,8 @@ local function fmt(x)
   return string.format('%.0f', x)
 end
 
--- Set by dispatch.lua: extra milliseconds added to every TTL (0 by default).
+-- Set by every entry point from its arguments: extra milliseconds added to
+-- every TTL (0 by default).
 local EXTRA_TTL_MS = 0
 
 -- Milliseconds until `expires_at` (rounded up, at least 1), the TTL of a
@@ -65,7 +67,7 @@ end
 
 -- The state read by `read(r, now)`, kept on the request: a multi-limit
 -- acquire decides every request once without writing, then again to
--- commit, and the second pass reuses the first's read. dispatch.lua drops
+-- commit, and the second pass reuses the first's read. batch.lua drops
 -- it for a key that an earlier request of the same call has used. (`false`,
 -- a missing key, is a value too.)
 local function cached(r, read, now)
@@ -88,10 +90,22 @@ local function decision(allowed, limit, remaining, retry_after, reset_after)
 end
 
 -- Per algorithm code, a loader returning its module: decide(r, now,
--- commit) -> decision; refund(r, now, at). Every function a script defines
--- is created again on every call (about 0.1 us each here), so each
--- algorithm's functions are created only when a call uses it.
+-- commit) -> decision; refund(r, now, at). A script creates every function
+-- it defines again on every call (about 0.1 us each here), so a script
+-- creates each algorithm's functions only when a call uses it; a library
+-- creates them all once, when it is loaded.
 local LOADERS = {}
 
--- The modules loaded by this call, by algorithm code.
+-- The modules loaded so far, by algorithm code (per call in a script, for
+-- the library's lifetime in a library).
 local ALG = {}
+
+-- The time of a call from its `time` argument: 's' for the server's TIME,
+-- else the client's time in us.
+local function clock(arg)
+  if arg == 's' then
+    local time = redis.call('TIME')
+    return tonumber(time[1]) * 1000000 + tonumber(time[2])
+  end
+  return tonumber(arg)
+end
