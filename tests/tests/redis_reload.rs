@@ -134,11 +134,12 @@ fn check(tally: &Tally, what: &str, servers: usize) {
         tally.flushes.load(Ordering::Relaxed),
     );
     let per_server = flushes / servers as u64;
-    eprintln!(
-        "{what}: {calls} calls, {per_server} flushes per server in {RUN:?}, {errors} errors"
-    );
+    eprintln!("{what}: {calls} calls, {per_server} flushes per server in {RUN:?}, {errors} errors");
     assert!(calls > 300, "{what}: only {calls} calls");
-    assert!(per_server > 100, "{what}: only {per_server} flushes per server");
+    assert!(
+        per_server > 100,
+        "{what}: only {per_server} flushes per server"
+    );
     assert_eq!(errors, 0, "{what}: {errors} of {calls} calls failed");
 }
 
@@ -210,7 +211,15 @@ async fn a_user_without_functions_gets_scripts_in_auto_and_a_clear_error_when_fo
     let server = RedisServer::start();
     let _: String = server
         .cmd(&[
-            "ACL", "SETUSER", "limited", "on", ">secret", "~*", "&*", "+@all", "-function",
+            "ACL",
+            "SETUSER",
+            "limited",
+            "on",
+            ">secret",
+            "~*",
+            "&*",
+            "+@all",
+            "-function",
         ])
         .await;
     let url = format!("redis://limited:secret@127.0.0.1:{}/", server.port());

@@ -295,8 +295,7 @@ async fn a_switch_over_with_the_old_master_alive_is_followed_and_never_decided_o
     let mut lost = 0;
     let mut failures = 0;
     let first = loop {
-        let (new_before, old_before) =
-            (code_calls(&replica).await, code_calls(&master).await);
+        let (new_before, old_before) = (code_calls(&replica).await, code_calls(&master).await);
         match backend.acquire(&call).await {
             Ok(decisions) if code_calls(&replica).await > new_before => break decisions,
             Ok(_) => {
