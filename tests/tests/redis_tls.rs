@@ -1,8 +1,9 @@
 //! TLS (`rediss://`, the `tls` feature of rl-redis) against real
 //! `redis-server` processes started with `--tls-port` and a certificate
 //! chain this test generates (rcgen: a private CA, a server certificate for
-//! 127.0.0.1, a client certificate): standalone, mutual TLS, and a cluster
-//! whose nodes talk TLS to clients and to each other.
+//! 127.0.0.1, a client certificate): standalone, mutual TLS, a cluster
+//! whose nodes talk TLS to clients and to each other, and a master found
+//! through a sentinel, both over TLS.
 
 use std::fs;
 use std::path::PathBuf;
@@ -13,7 +14,7 @@ use rcgen::{
 };
 use rl_core::{Algorithm, Backend, BackendError, Key, Limit, Request};
 use rl_redis::{CallMode, RedisBackend};
-use rl_tests::harness::{PortReservation, RedisCluster, RedisServer, TempDir};
+use rl_tests::harness::{PortReservation, RedisCluster, RedisSentinel, RedisServer, TempDir};
 
 /// A private CA with a server and a client certificate, written as PEM
 /// files for redis-server.
@@ -247,4 +248,40 @@ async fn a_cluster_over_tls_decides_across_hash_tags_with_the_library_on_every_m
         admitted += usize::from(backend.acquire(&batch).await.expect("acquire").allowed());
     }
     assert_eq!(admitted, 2, "the per-IP limit admits two phones");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_found_through_a_sentinel_is_reached_over_tls() {
+    let pki = Pki::generate();
+    let (master, master_tls) = start(&pki, false);
+    let sentinel_tls = PortReservation::new();
+    let tls = pki.server_args(sentinel_tls.port(), false);
+    // The sentinel's TLS directives, and TLS towards the master it monitors.
+    let mut extra: Vec<String> = tls
+        .chunks(2)
+        .map(|kv| kv.join(" ").replace("--", ""))
+        .collect();
+    extra.push("tls-replication yes".to_owned());
+    let sentinel = RedisSentinel::start_monitoring_with_config(
+        "tls-master",
+        master_tls.port(),
+        1,
+        1_000,
+        5_000,
+        &extra.join("\n"),
+    );
+    let backend = RedisBackend::sentinel_builder([rediss(&sentinel_tls)], "tls-master")
+        .master_tls(true)
+        .tls_root_certificates(pki.ca_pem.as_bytes())
+        .connect()
+        .await
+        .expect("connect through the sentinel over TLS");
+    assert!(backend.is_sentinel());
+    decide_twice(&backend, "sentinel").await;
+    let stats: String = master.cmd(&["INFO", "commandstats"]).await;
+    assert!(
+        stats.contains("cmdstat_fcall:calls="),
+        "decided on the master: {stats}"
+    );
+    drop(sentinel);
 }
