@@ -46,7 +46,8 @@
 //! of about a minute), `--out` (default `target/loadgen`), `--algorithms
 //! gcra,fixed_window`, `--concurrency 1,16,64,256`, `--redis-benchmark
 //! PATH`, `--mode auto|functions|scripts` (the backend's call mode),
-//! `--cpu-runs N` (default 3), `--font PATH` (a TTF for the plot's text;
+//! `--cpu-runs N` (default 3), `--cpu-only` (only the floor comparison,
+//! printed as one line per algorithm), `--font PATH` (a TTF for the plot's text;
 //! default: DejaVu Sans where Debian installs it). `--profile N` only runs `N` sequential
 //! decisions (for `valgrind --tool=callgrind`) and prints their mean time.
 
@@ -103,13 +104,14 @@ struct Options {
     profile: Option<u64>,
     mode: CallMode,
     cpu_runs: usize,
+    cpu_only: bool,
 }
 
 fn usage(problem: &str) -> ! {
     eprintln!(
         "loadgen: {problem}\nflags: --url URL --secs SECONDS --out DIR --algorithms a,b \
          --concurrency 1,16,64,256 --redis-benchmark PATH --mode auto|functions|scripts \
-         --cpu-runs N --font TTF --profile N"
+         --cpu-runs N --cpu-only --font TTF --profile N"
     );
     std::process::exit(2)
 }
@@ -126,6 +128,7 @@ fn options() -> Options {
         profile: None,
         mode: CallMode::Auto,
         cpu_runs: 3,
+        cpu_only: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -170,6 +173,7 @@ fn options() -> Options {
                     _ => usage("--mode takes auto, functions or scripts"),
                 }
             }
+            "--cpu-only" => options.cpu_only = true,
             "--cpu-runs" => {
                 options.cpu_runs = value()
                     .parse()
@@ -339,6 +343,60 @@ async fn run(
     }
 }
 
+/// One caller alternating a single-limit and a multi-limit call for
+/// `length`: both kinds see the same machine at the same moments.
+async fn alternate(
+    backend: &Arc<RedisBackend>,
+    algorithm: Algorithm,
+    length: Duration,
+) -> (Cell, Cell) {
+    let single = limit(algorithm);
+    let multi = multi_limits(algorithm);
+    let (mut singles, mut multis) = (Vec::new(), Vec::new());
+    let (mut single_errors, mut multi_errors) = (0, 0);
+    let mut state = 0x5EED_u64;
+    let started = Instant::now();
+    while started.elapsed() < length {
+        let id = next(&mut state) % IDENTITIES;
+        let key = Key::from_display("lg", algorithm.name(), &id);
+        let ip = Key::from_display("lg", "ip", &(id % IPS));
+        let begun = Instant::now();
+        match backend.acquire(&[Request::new(&key, &single, 1)]).await {
+            Ok(_) => singles.push(begun.elapsed().as_micros() as u64),
+            Err(_) => single_errors += 1,
+        }
+        let requests = [
+            Request::new(&key, &multi[0], 1),
+            Request::new(&key, &multi[1], 1),
+            Request::new(&key, &multi[2], 1),
+            Request::new(&ip, &multi[3], 1),
+        ];
+        let begun = Instant::now();
+        match backend.acquire(&requests).await {
+            Ok(_) => multis.push(begun.elapsed().as_micros() as u64),
+            Err(_) => multi_errors += 1,
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let cell = |mut latencies: Vec<u64>, errors| {
+        latencies.sort_unstable();
+        let at = |q: f64| {
+            latencies
+                .get(((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1)))
+                .map_or(0.0, |&us| us as f64 / 1_000.0)
+        };
+        Cell {
+            concurrency: 1,
+            decisions_per_s: latencies.len() as f64 / elapsed,
+            p50_ms: at(0.50),
+            p99_ms: at(0.99),
+            errors,
+            server_us_per_call: None,
+        }
+    };
+    (cell(singles, single_errors), cell(multis, multi_errors))
+}
+
 /// Host and port of a `redis://host:port/db` URL.
 fn host_port(url: &str) -> (String, String) {
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
@@ -383,8 +441,25 @@ fn floor_source(algorithm: Algorithm) -> &'static str {
     }
 }
 
-/// The floor's `EVALSHA` line for the same limit and keys as [`our_line`].
-fn floor_line(algorithm: Algorithm) -> Vec<String> {
+/// The floor scripts as one Functions library, each script's text the body
+/// of a function `rl_floor_<algorithm>(KEYS, ARGV)`: the same code, called
+/// the way ours is (`FCALL`), to tell the cost of the call path apart.
+fn floor_library() -> String {
+    let mut library = String::from("#!lua name=rl_floor\n");
+    for algorithm in Algorithm::ALL {
+        let _ = write!(
+            library,
+            "redis.register_function('rl_floor_{}', function(KEYS, ARGV)\n{}\nend)\n",
+            algorithm.code(),
+            floor_source(algorithm)
+        );
+    }
+    library
+}
+
+/// The floor's line for the same limit and keys as [`our_line`]: `EVALSHA`
+/// of the script, or `FCALL` of the same code in [`floor_library`].
+fn floor_line(algorithm: Algorithm, as_function: bool) -> Vec<String> {
     let limit = limit(algorithm);
     let key = Key::new("lg", "floor", "__rand_int__");
     let base = format!("{key}:{}", limit.storage_suffix());
@@ -397,7 +472,11 @@ fn floor_line(algorithm: Algorithm) -> Vec<String> {
         limit.burst().to_string(),
         limit.slots().to_string(),
     );
-    let mut line = vec!["EVALSHA".to_owned(), sha];
+    let mut line = if as_function {
+        vec!["FCALL".to_owned(), format!("rl_floor_{}", algorithm.code())]
+    } else {
+        vec!["EVALSHA".to_owned(), sha]
+    };
     match algorithm {
         Algorithm::SlidingLog => line.extend(["2".to_owned(), base.clone(), format!("{base}:seq")]),
         _ => line.extend(["1".to_owned(), base]),
@@ -500,7 +579,8 @@ struct Row {
     multi_cost_ratio: Option<f64>,
     /// A multi-limit call with one caller (the latency one call sees).
     multi_at_1: Option<Cell>,
-    /// Multi-limit p50 over single-limit p50, both with one caller.
+    /// Multi-limit p50 over single-limit p50, both with one caller (medians
+    /// of `--cpu-runs` alternating runs).
     multi_latency_ratio_at_1: Option<f64>,
     memory_usage_bytes: Option<u64>,
     /// The floor comparison (`--cpu-runs` alternating runs).
@@ -515,15 +595,20 @@ struct Floor {
     ours_us: Vec<f64>,
     /// Server µs per call, the floor's, per run.
     floor_us: Vec<f64>,
+    /// Server µs per call, the floor's code called with `FCALL`, per run.
+    floor_fcall_us: Vec<f64>,
     /// Requests/s, ours and the floor's, per run.
     ours_rps: Vec<f64>,
     floor_rps: Vec<f64>,
     /// Medians.
     ours_us_median: f64,
     floor_us_median: f64,
+    floor_fcall_us_median: f64,
     floor_rps_median: f64,
     /// `ours_us_median / floor_us_median`.
     cpu_ratio: f64,
+    /// `ours_us_median / floor_fcall_us_median`.
+    cpu_ratio_fcall: f64,
     /// Our decisions/s at the highest concurrency over `floor_rps_median`.
     ratio_top_to_floor: Option<f64>,
 }
@@ -569,10 +654,19 @@ async fn floor(
         .await
         .map_err(|error| eprintln!("cannot load the floor script: {error}"))
         .ok()?;
+    // Servers without functions (Redis < 7) get the EVALSHA floor only.
+    let functions = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(floor_library())
+        .query_async::<String>(&mut connection)
+        .await
+        .is_ok();
     let ours = our_line(algorithm, mode);
-    let theirs = floor_line(algorithm);
-    let (mut ours_us, mut floor_us, mut ours_rps, mut floor_rps) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let theirs = floor_line(algorithm, false);
+    let theirs_fcall = floor_line(algorithm, true);
+    let (mut ours_us, mut floor_us, mut floor_fcall_us, mut ours_rps, mut floor_rps) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..options.cpu_runs {
         let (us, rps) = cpu_run(options, &ours, requests).await?;
         ours_us.push(us);
@@ -580,15 +674,23 @@ async fn floor(
         let (us, rps) = cpu_run(options, &theirs, requests).await?;
         floor_us.push(us);
         floor_rps.push(rps);
+        if functions {
+            let (us, _) = cpu_run(options, &theirs_fcall, requests).await?;
+            floor_fcall_us.push(us);
+        }
     }
-    let (ours_us_median, floor_us_median) = (median(&ours_us), median(&floor_us));
+    let (ours_us_median, floor_us_median, floor_fcall_us_median) =
+        (median(&ours_us), median(&floor_us), median(&floor_fcall_us));
     Some(Floor {
         cpu_ratio: ours_us_median / floor_us_median,
+        cpu_ratio_fcall: ours_us_median / floor_fcall_us_median,
         ours_us_median,
         floor_us_median,
+        floor_fcall_us_median,
         floor_rps_median: median(&floor_rps),
         ours_us,
         floor_us,
+        floor_fcall_us,
         ours_rps,
         floor_rps,
         ratio_top_to_floor: None,
@@ -699,14 +801,14 @@ async fn measure(options: &Options, backend: &Arc<RedisBackend>, algorithm: Algo
         }
         _ => None,
     };
-    let single_at_1 = match cells.iter().find(|c| c.concurrency == 1) {
-        Some(cell) => *cell,
-        None => run(&options.url, backend, algorithm, Shape::Single, 1, length).await,
-    };
-    eprintln!("  {algorithm}: multi-limit @ 1");
-    let multi_at_1 = run(&options.url, backend, algorithm, Shape::Multi, 1, length).await;
+    // Latency at one caller moves with the machine's load (wake-ups, other
+    // processes), so one caller alternates single and multi-limit calls,
+    // call by call, and the ratio is that of their p50s.
+    eprintln!("  {algorithm}: single and multi-limit @ 1, alternating");
+    let (single_at_1, multi_at_1) = alternate(backend, algorithm, length).await;
     let multi_latency_ratio_at_1 =
         (single_at_1.p50_ms > 0.0).then(|| multi_at_1.p50_ms / single_at_1.p50_ms);
+    let multi_at_1 = Some(multi_at_1);
     if let (Some(floor), Some(top)) = (floor.as_mut(), top) {
         floor.ratio_top_to_floor =
             (floor.floor_rps_median > 0.0).then(|| top.decisions_per_s / floor.floor_rps_median);
@@ -729,7 +831,7 @@ async fn measure(options: &Options, backend: &Arc<RedisBackend>, algorithm: Algo
         single_at_64,
         multi_at_64,
         multi_cost_ratio,
-        multi_at_1: Some(multi_at_1),
+        multi_at_1,
         multi_latency_ratio_at_1,
         memory_usage_bytes: memory_usage(&options.url, algorithm).await,
         floor,
@@ -756,13 +858,13 @@ fn table(report: &Report) -> String {
          p99@64 ours / redis-benchmark -c 64 (ms) | ratio | multi-limit 3+1 @64, decisions/s | \
          multi / single cost | multi / single p50 @1 | MEMORY USAGE / identity | \
          server µs/call, ours / floor (medians) | CPU ours ÷ floor | \
-         floor saturation, req/s | ours@{top} ÷ floor saturation |"
+         CPU ours ÷ floor as FCALL | floor saturation, req/s | ours@{top} ÷ floor saturation |"
     );
     out.push_str("|---|");
     for _ in &concurrency {
         out.push_str("---:|");
     }
-    out.push_str("---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str("---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for row in &report.rows {
         let _ = write!(out, "| {} |", row.algorithm);
         for cell in &row.cells {
@@ -808,19 +910,20 @@ fn table(report: &Report) -> String {
             ),
             _ => ("–".to_owned(), "–".to_owned()),
         };
-        let (cpu, cpu_ratio, floor_rps, top_ratio) = match &row.floor {
+        let (cpu, cpu_ratio, cpu_ratio_fcall, floor_rps, top_ratio) = match &row.floor {
             Some(f) => (
                 format!("{:.2} / {:.2}", f.ours_us_median, f.floor_us_median),
                 format!("{:.2}", f.cpu_ratio),
+                format!("{:.2}", f.cpu_ratio_fcall),
                 format!("{:.0}", f.floor_rps_median),
                 opt(f.ratio_top_to_floor, 2),
             ),
-            None => ("–".into(), "–".into(), "–".into(), "–".into()),
+            None => ("–".into(), "–".into(), "–".into(), "–".into(), "–".into()),
         };
         let _ = writeln!(
             out,
             " {saturation} | {} | {at_64} | {p99} | {} | {} | {} | {} | {} | {cpu} | {cpu_ratio} | \
-             {floor_rps} | {top_ratio} |",
+             {cpu_ratio_fcall} | {floor_rps} | {top_ratio} |",
             opt(row.ratio_top_to_saturation, 2),
             opt(row.p99_ratio_at_64, 2),
             opt(row.multi_at_64.map(|m| m.decisions_per_s), 0),
@@ -848,7 +951,7 @@ fn csv(report: &Report) -> String {
          bench_c64_p99_ms,p99_ratio_at_64,\
          multi_at_64_decisions_per_s,multi_cost_ratio,multi_at_1_p50_ms,multi_latency_ratio_at_1,\
          memory_usage_bytes,server_us_per_call,floor_us_per_call,cpu_ratio_to_floor,\
-         floor_saturation_rps,ratio_top_to_floor",
+         floor_saturation_rps,ratio_top_to_floor,floor_fcall_us_per_call,cpu_ratio_to_floor_fcall",
     );
     for cell in &report.rows[0].cells {
         let _ = write!(out, ",c{}_server_us_per_call", cell.concurrency);
@@ -883,12 +986,14 @@ fn csv(report: &Report) -> String {
         let floor = row.floor.as_ref();
         let _ = write!(
             out,
-            ",{},{},{},{},{}",
+            ",{},{},{},{},{},{},{}",
             num(floor.map(|f| f.ours_us_median)),
             num(floor.map(|f| f.floor_us_median)),
             num(floor.map(|f| f.cpu_ratio)),
             num(floor.map(|f| f.floor_rps_median)),
             num(floor.and_then(|f| f.ratio_top_to_floor)),
+            num(floor.map(|f| f.floor_fcall_us_median)),
+            num(floor.map(|f| f.cpu_ratio_fcall)),
         );
         for cell in &row.cells {
             let _ = write!(out, ",{}", num(cell.server_us_per_call));
@@ -1131,6 +1236,31 @@ async fn main() {
     );
     if let Some(n) = options.profile {
         profile(&backend, n).await;
+        return;
+    }
+    if options.cpu_only {
+        for &algorithm in &options.algorithms {
+            let requests = (200_000.0 * options.secs) as usize;
+            match floor(&options, algorithm, backend.call_mode(), requests).await {
+                Some(f) => println!(
+                    "{algorithm}: server µs/call ours {:.2} / floor {:.2} = {:.2}; \
+                     floor as FCALL {:.2}, ours / that = {:.2} \
+                     (runs: ours {:.2?}, floor {:.2?}, floor as FCALL {:.2?}); \
+                     req/s ours {:.0}, floor {:.0}",
+                    f.ours_us_median,
+                    f.floor_us_median,
+                    f.cpu_ratio,
+                    f.floor_fcall_us_median,
+                    f.cpu_ratio_fcall,
+                    f.ours_us,
+                    f.floor_us,
+                    f.floor_fcall_us,
+                    median(&f.ours_rps),
+                    f.floor_rps_median
+                ),
+                None => println!("{algorithm}: could not run redis-benchmark"),
+            }
+        }
         return;
     }
     eprintln!(

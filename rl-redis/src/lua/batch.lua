@@ -76,22 +76,28 @@ local function batch(keys, args)
     return redis.error_reply('ERR rl-redis: expected ' .. (next_key - 1) .. ' keys, got ' .. #keys)
   end
 
+  -- Five values per request, at the request's place.
   local out = {}
-  local function emit(d)
-    for j = 1, 5 do
-      out[#out + 1] = d[j]
+  local function emit(i, allowed, limit, remaining, retry_after, reset_after)
+    if remaining < 0 then
+      remaining = 0
     end
+    local o = (i - 1) * 5
+    out[o + 1] = allowed
+    out[o + 2] = limit
+    out[o + 3] = remaining
+    out[o + 4] = retry_after
+    out[o + 5] = reset_after
+    return allowed == 1
   end
 
   -- Decides the batch all-or-nothing and emits it; true when all allowed.
   local function acquire()
-    local decided = {}
     local all = true
     if count > 1 then
       for i = 1, count do
         local r = requests[i]
-        decided[i] = ALG[r.alg].decide(r, now, false)
-        if decided[i][1] == 0 then
+        if not emit(i, ALG[r.alg].decide(r, now, false)) then
           all = false
         end
       end
@@ -104,14 +110,10 @@ local function batch(keys, args)
             r.st = nil
           end
         end
-        decided[i] = ALG[r.alg].decide(r, now, true)
-        if decided[i][1] == 0 then
+        if not emit(i, ALG[r.alg].decide(r, now, true)) then
           all = false
         end
       end
-    end
-    for i = 1, count do
-      emit(decided[i])
     end
     return all
   end
@@ -156,7 +158,7 @@ local function batch(keys, args)
   elseif op == 'peek' then
     for i = 1, count do
       local r = requests[i]
-      emit(ALG[r.alg].decide(r, now, false))
+      emit(i, ALG[r.alg].decide(r, now, false))
     end
   elseif op == 'refund' or op == 'refund_once' then
     for i = 1, count do
