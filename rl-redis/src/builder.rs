@@ -182,7 +182,7 @@ impl RedisBackendBuilder {
 
     /// Trust these CA certificates (PEM) instead of the system's roots for
     /// every TLS connection (`rediss://` URLs, a Sentinel master with
-    /// [`RedisBackendBuilder::master_tls`]), e.g. a private CA. `tls`
+    /// `RedisBackendBuilder::master_tls`), e.g. a private CA. `tls`
     /// feature.
     #[cfg(feature = "tls")]
     pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
