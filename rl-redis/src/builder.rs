@@ -324,6 +324,11 @@ impl RedisBackendBuilder {
 
     /// Opens the connection (checking the server answers).
     async fn open(self, target: &str, what: &str) -> Result<Connection, BackendError> {
+        // redis-rs builds rustls configurations with the process' default
+        // crypto provider: make it ring unless the application chose one
+        // (which this leaves in place).
+        #[cfg(feature = "tls")]
+        let _ = rustls::crypto::ring::default_provider().install_default();
         match self.target {
             Target::Standalone(url) => {
                 #[cfg(feature = "tls")]

@@ -74,7 +74,9 @@
 //! | `tls` | no | `rediss://` through rustls (ring), `RedisBackendBuilder::tls_root_certificates`, `RedisBackendBuilder::tls_client_certificate`, `master_tls` for Sentinel |
 //!
 //! With `tls`, certificates are checked against the system's roots unless
-//! roots are given; rustls uses the ring crypto provider.
+//! roots are given. rustls uses the process' default crypto provider;
+//! connecting installs ring as that default when the application has not
+//! installed one.
 //!
 //! ```no_run
 //! # #[cfg(feature = "tls")]
