@@ -1,6 +1,8 @@
 //! Load generator: end-to-end decisions per second and latency of the Redis
 //! backend, per algorithm and concurrency, against Redis' own ceiling for
-//! the very same script measured by `redis-benchmark` in the same run.
+//! the very same call measured by `redis-benchmark` in the same run, and
+//! against a floor: a minimal hand-written script per algorithm
+//! (`examples/floor/*.lua`, same reply), run at saturation in the same run.
 //!
 //! ```text
 //! cargo run --release -p rl-redis --example loadgen -- \
@@ -12,13 +14,20 @@
 //! `--out`. Per algorithm:
 //! - decisions/s and p50/p99 at 1, 16, 64 and 256 concurrent callers, all
 //!   sharing one backend (one multiplexed connection, as one app instance);
-//! - Redis' saturation point for the same `EVALSHA` (one limit, random
+//! - server CPU per call (`INFO commandstats` read around each cell: the
+//!   `usec` of the commands that run our code over their `calls`);
+//! - Redis' saturation point for the same call (one limit, random
 //!   identity): the best of `redis-benchmark -c 50` and `-c 50 -P 16`, and
 //!   our throughput at 256 callers as a share of it;
+//! - the floor: `--cpu-runs` alternating runs of `redis-benchmark -c 50 -P
+//!   16` with our single-limit call and with the minimal script, each
+//!   alone on the server, giving server CPU per call (medians) and the
+//!   floor's saturation throughput; printed as ours ÷ floor (CPU) and our
+//!   throughput at 256 callers ÷ the floor's saturation;
 //! - our throughput and p99 at 64 callers against `redis-benchmark -c 64`'s
 //!   (64 connections, no pipelining);
 //! - a multi-limit call (three limits on the identity plus one per-IP
-//!   limit: one `EVALSHA` on a standalone server) at 64 callers, and its
+//!   limit: one `FCALL` on a standalone server) at 64 callers, and its
 //!   cost relative to a single-limit call (decisions/s at 64 callers, where
 //!   the server is saturated: server CPU per call); and at one caller, its
 //!   p50 over a single-limit call's (the latency one call sees);
@@ -26,8 +35,9 @@
 //!
 //! Then a flood: 64 callers hammering one blocked identity through
 //! `Limiter::check` (what `#[rate_limit]` calls) for `--secs`, with the deny
-//! cache on and off: calls refused per second and how many `EVALSHA`s
-//! reached Redis (from `INFO commandstats`).
+//! cache on and off: calls refused per second and how many calls of our
+//! code (`FCALL`, `FCALL_RO`, `EVALSHA`, `EVAL`) reached Redis (from `INFO
+//! commandstats`).
 //!
 //! Keys are drawn from 10 000 identities (and 100 IPs) under a
 //! 100-per-minute limit; the server's keys under the `lg:` prefix are left to
@@ -35,10 +45,13 @@
 //! `redis://127.0.0.1:6379/`), `--secs` per cell (default 3; 1 gives a run
 //! of about a minute), `--out` (default `target/loadgen`), `--algorithms
 //! gcra,fixed_window`, `--concurrency 1,16,64,256`, `--redis-benchmark
-//! PATH`, `--font PATH` (a TTF for the plot's text; default: DejaVu Sans
-//! where Debian installs it). `--profile N` only runs `N` sequential
+//! PATH`, `--mode auto|functions|scripts` (the backend's call mode),
+//! `--cpu-runs N` (default 3), `--cpu-only` (only the floor comparison,
+//! printed as one line per algorithm), `--font PATH` (a TTF for the plot's text;
+//! default: DejaVu Sans where Debian installs it). `--profile N` only runs `N` sequential
 //! decisions (for `valgrind --tool=callgrind`) and prints their mean time.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -47,7 +60,7 @@ use std::time::{Duration, Instant};
 
 use plotters::prelude::*;
 use rl_core::{Algorithm, Backend, Key, Limit, Limiter, Request};
-use rl_redis::RedisBackend;
+use rl_redis::{CallMode, RedisBackend};
 use serde::Serialize;
 
 const IDENTITIES: u64 = 10_000;
@@ -89,12 +102,16 @@ struct Options {
     bench: String,
     font: Option<PathBuf>,
     profile: Option<u64>,
+    mode: CallMode,
+    cpu_runs: usize,
+    cpu_only: bool,
 }
 
 fn usage(problem: &str) -> ! {
     eprintln!(
         "loadgen: {problem}\nflags: --url URL --secs SECONDS --out DIR --algorithms a,b \
-         --concurrency 1,16,64,256 --redis-benchmark PATH --font TTF --profile N"
+         --concurrency 1,16,64,256 --redis-benchmark PATH --mode auto|functions|scripts \
+         --cpu-runs N --cpu-only --font TTF --profile N"
     );
     std::process::exit(2)
 }
@@ -109,6 +126,9 @@ fn options() -> Options {
         bench: "redis-benchmark".to_owned(),
         font: None,
         profile: None,
+        mode: CallMode::Auto,
+        cpu_runs: 3,
+        cpu_only: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -145,6 +165,22 @@ fn options() -> Options {
             }
             "--redis-benchmark" => options.bench = value(),
             "--font" => options.font = Some(PathBuf::from(value())),
+            "--mode" => {
+                options.mode = match value().as_str() {
+                    "auto" => CallMode::Auto,
+                    "functions" => CallMode::Functions,
+                    "scripts" => CallMode::Scripts,
+                    _ => usage("--mode takes auto, functions or scripts"),
+                }
+            }
+            "--cpu-only" => options.cpu_only = true,
+            "--cpu-runs" => {
+                options.cpu_runs = value()
+                    .parse()
+                    .ok()
+                    .filter(|&n: &usize| n > 0)
+                    .unwrap_or_else(|| usage("--cpu-runs takes a positive count"));
+            }
             "--profile" => {
                 options.profile = Some(
                     value()
@@ -167,6 +203,60 @@ struct Cell {
     p50_ms: f64,
     p99_ms: f64,
     errors: u64,
+    /// Server CPU per call of our code during the cell (`INFO commandstats`).
+    server_us_per_call: Option<f64>,
+}
+
+/// The commands that run our code.
+const CODE_COMMANDS: [&str; 4] = ["fcall", "fcall_ro", "evalsha", "eval"];
+
+/// `(calls, usec)` per command, from `INFO commandstats`.
+async fn command_stats(url: &str) -> Option<HashMap<String, (u64, u64)>> {
+    let client = redis::Client::open(url).ok()?;
+    let mut connection = client.get_multiplexed_async_connection().await.ok()?;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut connection)
+        .await
+        .ok()?;
+    let mut stats = HashMap::new();
+    for line in info.lines() {
+        let Some((name, fields)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|rest| rest.split_once(':'))
+        else {
+            continue;
+        };
+        let field = |key: &str| {
+            fields
+                .split(',')
+                .find_map(|f| f.strip_prefix(key)?.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        stats.insert(name.to_owned(), (field("calls="), field("usec=")));
+    }
+    Some(stats)
+}
+
+/// Calls and server µs of our code between two readings.
+fn code_delta(
+    before: &HashMap<String, (u64, u64)>,
+    after: &HashMap<String, (u64, u64)>,
+) -> (u64, u64) {
+    CODE_COMMANDS.iter().fold((0, 0), |(calls, usec), name| {
+        let (c0, u0) = before.get(*name).copied().unwrap_or((0, 0));
+        let (c1, u1) = after.get(*name).copied().unwrap_or((0, 0));
+        (calls + c1.saturating_sub(c0), usec + u1.saturating_sub(u0))
+    })
+}
+
+/// Server µs per call of our code between two readings.
+fn us_per_call(
+    before: &Option<HashMap<String, (u64, u64)>>,
+    after: &Option<HashMap<String, (u64, u64)>>,
+) -> Option<f64> {
+    let (calls, usec) = code_delta(before.as_ref()?, after.as_ref()?);
+    (calls > 0).then(|| usec as f64 / calls as f64)
 }
 
 /// What a call asks for.
@@ -184,12 +274,14 @@ fn next(state: &mut u64) -> u64 {
 }
 
 async fn run(
+    url: &str,
     backend: &Arc<RedisBackend>,
     algorithm: Algorithm,
     shape: Shape,
     callers: usize,
     length: Duration,
 ) -> Cell {
+    let stats_before = command_stats(url).await;
     let deadline = Instant::now() + length;
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
@@ -234,6 +326,7 @@ async fn run(
         errors += own_errors;
     }
     let elapsed = started.elapsed().as_secs_f64();
+    let stats_after = command_stats(url).await;
     latencies.sort_unstable();
     let at = |q: f64| {
         latencies
@@ -246,7 +339,62 @@ async fn run(
         p50_ms: at(0.50),
         p99_ms: at(0.99),
         errors,
+        server_us_per_call: us_per_call(&stats_before, &stats_after),
     }
+}
+
+/// One caller alternating a single-limit and a multi-limit call for
+/// `length`: both kinds see the same machine at the same moments.
+async fn alternate(
+    backend: &Arc<RedisBackend>,
+    algorithm: Algorithm,
+    length: Duration,
+) -> (Cell, Cell) {
+    let single = limit(algorithm);
+    let multi = multi_limits(algorithm);
+    let (mut singles, mut multis) = (Vec::new(), Vec::new());
+    let (mut single_errors, mut multi_errors) = (0, 0);
+    let mut state = 0x5EED_u64;
+    let started = Instant::now();
+    while started.elapsed() < length {
+        let id = next(&mut state) % IDENTITIES;
+        let key = Key::from_display("lg", algorithm.name(), &id);
+        let ip = Key::from_display("lg", "ip", &(id % IPS));
+        let begun = Instant::now();
+        match backend.acquire(&[Request::new(&key, &single, 1)]).await {
+            Ok(_) => singles.push(begun.elapsed().as_micros() as u64),
+            Err(_) => single_errors += 1,
+        }
+        let requests = [
+            Request::new(&key, &multi[0], 1),
+            Request::new(&key, &multi[1], 1),
+            Request::new(&key, &multi[2], 1),
+            Request::new(&ip, &multi[3], 1),
+        ];
+        let begun = Instant::now();
+        match backend.acquire(&requests).await {
+            Ok(_) => multis.push(begun.elapsed().as_micros() as u64),
+            Err(_) => multi_errors += 1,
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let cell = |mut latencies: Vec<u64>, errors| {
+        latencies.sort_unstable();
+        let at = |q: f64| {
+            latencies
+                .get(((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1)))
+                .map_or(0.0, |&us| us as f64 / 1_000.0)
+        };
+        Cell {
+            concurrency: 1,
+            decisions_per_s: latencies.len() as f64 / elapsed,
+            p50_ms: at(0.50),
+            p99_ms: at(0.99),
+            errors,
+            server_us_per_call: None,
+        }
+    };
+    (cell(singles, single_errors), cell(multis, multi_errors))
 }
 
 /// Host and port of a `redis://host:port/db` URL.
@@ -273,25 +421,90 @@ struct BenchRun {
     p99_ms: f64,
 }
 
-/// `redis-benchmark` sending the same `EVALSHA` as a single-limit call,
-/// with a random identity per request.
+/// Our single-limit call's command line (a random identity per request
+/// with `redis-benchmark -r`).
+fn our_line(algorithm: Algorithm, mode: CallMode) -> Vec<String> {
+    let limit = limit(algorithm);
+    let key = Key::new("lg", algorithm.name(), "__rand_int__");
+    rl_redis::__private::acquire_command_line(&[Request::new(&key, &limit, 1)], mode)
+}
+
+/// The minimal hand-written script of `algorithm` (the floor).
+fn floor_source(algorithm: Algorithm) -> &'static str {
+    match algorithm {
+        Algorithm::FixedWindow => include_str!("floor/fixed_window.lua"),
+        Algorithm::SlidingLog => include_str!("floor/sliding_log.lua"),
+        Algorithm::SlidingWindow => include_str!("floor/sliding_window.lua"),
+        Algorithm::TokenBucket => include_str!("floor/token_bucket.lua"),
+        Algorithm::LeakyBucket => include_str!("floor/leaky_bucket.lua"),
+        _ => include_str!("floor/gcra.lua"),
+    }
+}
+
+/// The floor scripts as one Functions library, each script's text the body
+/// of a function `rl_floor_<algorithm>(KEYS, ARGV)`: the same code, called
+/// the way ours is (`FCALL`), to tell the cost of the call path apart.
+fn floor_library() -> String {
+    let mut library = String::from("#!lua name=rl_floor\n");
+    for algorithm in Algorithm::ALL {
+        let _ = write!(
+            library,
+            "redis.register_function('rl_floor_{}', function(KEYS, ARGV)\n{}\nend)\n",
+            algorithm.code(),
+            floor_source(algorithm)
+        );
+    }
+    library
+}
+
+/// The floor's line for the same limit and keys as [`our_line`]: `EVALSHA`
+/// of the script, or `FCALL` of the same code in [`floor_library`].
+fn floor_line(algorithm: Algorithm, as_function: bool) -> Vec<String> {
+    let limit = limit(algorithm);
+    let key = Key::new("lg", "floor", "__rand_int__");
+    let base = format!("{key}:{}", limit.storage_suffix());
+    let sha = redis::Script::new(floor_source(algorithm))
+        .get_hash()
+        .to_owned();
+    let (t, p, b, s) = (
+        limit.threshold().to_string(),
+        limit.period_micros().to_string(),
+        limit.burst().to_string(),
+        limit.slots().to_string(),
+    );
+    let mut line = if as_function {
+        vec!["FCALL".to_owned(), format!("rl_floor_{}", algorithm.code())]
+    } else {
+        vec!["EVALSHA".to_owned(), sha]
+    };
+    match algorithm {
+        Algorithm::SlidingLog => line.extend(["2".to_owned(), base.clone(), format!("{base}:seq")]),
+        _ => line.extend(["1".to_owned(), base]),
+    }
+    match algorithm {
+        Algorithm::FixedWindow | Algorithm::SlidingLog => line.extend([t, p]),
+        Algorithm::SlidingWindow => line.extend([t, p, s]),
+        _ => line.extend([t, p, b]),
+    }
+    line.push("1".to_owned());
+    line
+}
+
+/// `redis-benchmark` sending `line`, with a random identity per request.
 fn redis_benchmark(
     options: &Options,
-    algorithm: Algorithm,
+    line: &[String],
     clients: usize,
     pipeline: usize,
     requests: usize,
 ) -> Option<BenchRun> {
-    let limit = limit(algorithm);
-    let key = Key::new("lg", algorithm.name(), "__rand_int__");
-    let line = rl_redis::__private::acquire_command_line(&[Request::new(&key, &limit, 1)]);
     let (host, port) = host_port(&options.url);
     let output = Command::new(&options.bench)
         .args(["-h", &host, "-p", &port])
         .args(["-c", &clients.to_string(), "-P", &pipeline.to_string()])
         .args(["-n", &requests.to_string()])
         .args(["-r", &IDENTITIES.to_string(), "--csv"])
-        .args(&line)
+        .args(line)
         .output()
         .map_err(|error| eprintln!("cannot run {}: {error}", options.bench))
         .ok()?;
@@ -366,9 +579,122 @@ struct Row {
     multi_cost_ratio: Option<f64>,
     /// A multi-limit call with one caller (the latency one call sees).
     multi_at_1: Option<Cell>,
-    /// Multi-limit p50 over single-limit p50, both with one caller.
+    /// Multi-limit p50 over single-limit p50, both with one caller (medians
+    /// of `--cpu-runs` alternating runs).
     multi_latency_ratio_at_1: Option<f64>,
     memory_usage_bytes: Option<u64>,
+    /// The floor comparison (`--cpu-runs` alternating runs).
+    floor: Option<Floor>,
+}
+
+/// Our single-limit call against the minimal hand-written script, each
+/// run by `redis-benchmark -c 50 -P 16` alone on the server, alternating.
+#[derive(Debug, Clone, Serialize)]
+struct Floor {
+    /// Server µs per call, ours, per run.
+    ours_us: Vec<f64>,
+    /// Server µs per call, the floor's, per run.
+    floor_us: Vec<f64>,
+    /// Server µs per call, the floor's code called with `FCALL`, per run.
+    floor_fcall_us: Vec<f64>,
+    /// Requests/s, ours and the floor's, per run.
+    ours_rps: Vec<f64>,
+    floor_rps: Vec<f64>,
+    /// Medians.
+    ours_us_median: f64,
+    floor_us_median: f64,
+    floor_fcall_us_median: f64,
+    floor_rps_median: f64,
+    /// `ours_us_median / floor_us_median`.
+    cpu_ratio: f64,
+    /// `ours_us_median / floor_fcall_us_median`.
+    cpu_ratio_fcall: f64,
+    /// Our decisions/s at the highest concurrency over `floor_rps_median`.
+    ratio_top_to_floor: Option<f64>,
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+/// One `redis-benchmark -c 50 -P 16` run of `line`: its requests/s and the
+/// server µs per call of the code it ran.
+async fn cpu_run(options: &Options, line: &[String], requests: usize) -> Option<(f64, f64)> {
+    let before = command_stats(&options.url).await;
+    let run = redis_benchmark(
+        options,
+        line,
+        SATURATION_CLIENTS,
+        SATURATION_PIPELINE,
+        requests,
+    )?;
+    let after = command_stats(&options.url).await;
+    Some((us_per_call(&before, &after)?, run.rps))
+}
+
+/// Loads the floor script, then alternates runs of ours and the floor.
+async fn floor(
+    options: &Options,
+    algorithm: Algorithm,
+    mode: CallMode,
+    requests: usize,
+) -> Option<Floor> {
+    let client = redis::Client::open(options.url.as_str()).ok()?;
+    let mut connection = client.get_multiplexed_async_connection().await.ok()?;
+    let _: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(floor_source(algorithm))
+        .query_async(&mut connection)
+        .await
+        .map_err(|error| eprintln!("cannot load the floor script: {error}"))
+        .ok()?;
+    // Servers without functions (Redis < 7) get the EVALSHA floor only.
+    let functions = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(floor_library())
+        .query_async::<String>(&mut connection)
+        .await
+        .is_ok();
+    let ours = our_line(algorithm, mode);
+    let theirs = floor_line(algorithm, false);
+    let theirs_fcall = floor_line(algorithm, true);
+    let (mut ours_us, mut floor_us, mut floor_fcall_us, mut ours_rps, mut floor_rps) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..options.cpu_runs {
+        let (us, rps) = cpu_run(options, &ours, requests).await?;
+        ours_us.push(us);
+        ours_rps.push(rps);
+        let (us, rps) = cpu_run(options, &theirs, requests).await?;
+        floor_us.push(us);
+        floor_rps.push(rps);
+        if functions {
+            let (us, _) = cpu_run(options, &theirs_fcall, requests).await?;
+            floor_fcall_us.push(us);
+        }
+    }
+    let (ours_us_median, floor_us_median, floor_fcall_us_median) =
+        (median(&ours_us), median(&floor_us), median(&floor_fcall_us));
+    Some(Floor {
+        cpu_ratio: ours_us_median / floor_us_median,
+        cpu_ratio_fcall: ours_us_median / floor_fcall_us_median,
+        ours_us_median,
+        floor_us_median,
+        floor_fcall_us_median,
+        floor_rps_median: median(&floor_rps),
+        ours_us,
+        floor_us,
+        floor_fcall_us,
+        ours_rps,
+        floor_rps,
+        ratio_top_to_floor: None,
+    })
 }
 
 /// A flood on one blocked identity through `Limiter::check`.
@@ -378,13 +704,17 @@ struct Flood {
     callers: usize,
     calls: u64,
     calls_per_s: f64,
-    /// `EVALSHA` calls Redis counted during the flood.
+    /// Calls of our code (`FCALL`, `FCALL_RO`, `EVALSHA`, `EVAL`) Redis
+    /// counted during the flood.
     evalsha: u64,
 }
 
 #[derive(Debug, Serialize)]
 struct Report {
     url: String,
+    /// The call mode used (functions or scripts).
+    mode: String,
+    library: &'static str,
     script_sha: &'static str,
     secs_per_cell: f64,
     identities: u64,
@@ -398,7 +728,17 @@ async fn measure(options: &Options, backend: &Arc<RedisBackend>, algorithm: Algo
     let mut cells = Vec::new();
     for &callers in &options.concurrency {
         eprintln!("  {algorithm} @ {callers}");
-        cells.push(run(backend, algorithm, Shape::Single, callers, length).await);
+        cells.push(
+            run(
+                &options.url,
+                backend,
+                algorithm,
+                Shape::Single,
+                callers,
+                length,
+            )
+            .await,
+        );
     }
     // Enough requests for about `secs` at the best rate seen so far.
     let best = cells
@@ -407,12 +747,13 @@ async fn measure(options: &Options, backend: &Arc<RedisBackend>, algorithm: Algo
         .fold(10_000.0, f64::max);
     let requests = |factor: f64| ((best * factor * options.secs) as usize).max(10_000);
     eprintln!("  {algorithm}: redis-benchmark");
+    let ours = our_line(algorithm, backend.call_mode());
     let saturation_runs: Vec<BenchRun> = [(1, 1.5), (SATURATION_PIPELINE, 4.0)]
         .into_iter()
         .filter_map(|(pipeline, factor)| {
             redis_benchmark(
                 options,
-                algorithm,
+                &ours,
                 SATURATION_CLIENTS,
                 pipeline,
                 requests(factor),
@@ -420,7 +761,9 @@ async fn measure(options: &Options, backend: &Arc<RedisBackend>, algorithm: Algo
         })
         .collect();
     let saturation_rps = saturation_runs.iter().map(|r| r.rps).reduce(f64::max);
-    let latency_run = redis_benchmark(options, algorithm, LATENCY_CLIENTS, 1, requests(1.5));
+    let latency_run = redis_benchmark(options, &ours, LATENCY_CLIENTS, 1, requests(1.5));
+    eprintln!("  {algorithm}: against the floor");
+    let mut floor = floor(options, algorithm, backend.call_mode(), requests(4.0)).await;
     let top = cells.iter().max_by_key(|c| c.concurrency);
     let at_64 = cells
         .iter()
@@ -428,24 +771,48 @@ async fn measure(options: &Options, backend: &Arc<RedisBackend>, algorithm: Algo
         .copied();
     let single_at_64 = match at_64 {
         Some(cell) => Some(cell),
-        None => Some(run(backend, algorithm, Shape::Single, LATENCY_CLIENTS, length).await),
+        None => Some(
+            run(
+                &options.url,
+                backend,
+                algorithm,
+                Shape::Single,
+                LATENCY_CLIENTS,
+                length,
+            )
+            .await,
+        ),
     };
     eprintln!("  {algorithm}: multi-limit @ {LATENCY_CLIENTS}");
-    let multi_at_64 = Some(run(backend, algorithm, Shape::Multi, LATENCY_CLIENTS, length).await);
+    let multi_at_64 = Some(
+        run(
+            &options.url,
+            backend,
+            algorithm,
+            Shape::Multi,
+            LATENCY_CLIENTS,
+            length,
+        )
+        .await,
+    );
     let multi_cost_ratio = match (single_at_64, multi_at_64) {
         (Some(s), Some(m)) if m.decisions_per_s > 0.0 => {
             Some(s.decisions_per_s / m.decisions_per_s)
         }
         _ => None,
     };
-    let single_at_1 = match cells.iter().find(|c| c.concurrency == 1) {
-        Some(cell) => *cell,
-        None => run(backend, algorithm, Shape::Single, 1, length).await,
-    };
-    eprintln!("  {algorithm}: multi-limit @ 1");
-    let multi_at_1 = run(backend, algorithm, Shape::Multi, 1, length).await;
+    // Latency at one caller moves with the machine's load (wake-ups, other
+    // processes), so one caller alternates single and multi-limit calls,
+    // call by call, and the ratio is that of their p50s.
+    eprintln!("  {algorithm}: single and multi-limit @ 1, alternating");
+    let (single_at_1, multi_at_1) = alternate(backend, algorithm, length).await;
     let multi_latency_ratio_at_1 =
         (single_at_1.p50_ms > 0.0).then(|| multi_at_1.p50_ms / single_at_1.p50_ms);
+    let multi_at_1 = Some(multi_at_1);
+    if let (Some(floor), Some(top)) = (floor.as_mut(), top) {
+        floor.ratio_top_to_floor =
+            (floor.floor_rps_median > 0.0).then(|| top.decisions_per_s / floor.floor_rps_median);
+    }
     Row {
         algorithm: algorithm.name(),
         ratio_top_to_saturation: top.zip(saturation_rps).map(|(c, s)| c.decisions_per_s / s),
@@ -464,9 +831,10 @@ async fn measure(options: &Options, backend: &Arc<RedisBackend>, algorithm: Algo
         single_at_64,
         multi_at_64,
         multi_cost_ratio,
-        multi_at_1: Some(multi_at_1),
+        multi_at_1,
         multi_latency_ratio_at_1,
         memory_usage_bytes: memory_usage(&options.url, algorithm).await,
+        floor,
     }
 }
 
@@ -488,13 +856,15 @@ fn table(report: &Report) -> String {
         " Redis saturation, req/s (best of -c 50, -c 50 -P 16) | ours@{top} / saturation | \
          @64 ours / redis-benchmark -c 64, decisions/s | \
          p99@64 ours / redis-benchmark -c 64 (ms) | ratio | multi-limit 3+1 @64, decisions/s | \
-         multi / single cost | multi / single p50 @1 | MEMORY USAGE / identity |"
+         multi / single cost | multi / single p50 @1 | MEMORY USAGE / identity | \
+         server µs/call, ours / floor (medians) | CPU ours ÷ floor | \
+         CPU ours ÷ floor as FCALL | floor saturation, req/s | ours@{top} ÷ floor saturation |"
     );
     out.push_str("|---|");
     for _ in &concurrency {
         out.push_str("---:|");
     }
-    out.push_str("---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str("---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for row in &report.rows {
         let _ = write!(out, "| {} |", row.algorithm);
         for cell in &row.cells {
@@ -540,9 +910,20 @@ fn table(report: &Report) -> String {
             ),
             _ => ("–".to_owned(), "–".to_owned()),
         };
+        let (cpu, cpu_ratio, cpu_ratio_fcall, floor_rps, top_ratio) = match &row.floor {
+            Some(f) => (
+                format!("{:.2} / {:.2}", f.ours_us_median, f.floor_us_median),
+                format!("{:.2}", f.cpu_ratio),
+                format!("{:.2}", f.cpu_ratio_fcall),
+                format!("{:.0}", f.floor_rps_median),
+                opt(f.ratio_top_to_floor, 2),
+            ),
+            None => ("–".into(), "–".into(), "–".into(), "–".into(), "–".into()),
+        };
         let _ = writeln!(
             out,
-            " {saturation} | {} | {at_64} | {p99} | {} | {} | {} | {} | {} |",
+            " {saturation} | {} | {at_64} | {p99} | {} | {} | {} | {} | {} | {cpu} | {cpu_ratio} | \
+             {cpu_ratio_fcall} | {floor_rps} | {top_ratio} |",
             opt(row.ratio_top_to_saturation, 2),
             opt(row.p99_ratio_at_64, 2),
             opt(row.multi_at_64.map(|m| m.decisions_per_s), 0),
@@ -569,8 +950,13 @@ fn csv(report: &Report) -> String {
         ",saturation_rps,ratio_top_to_saturation,bench_c64_rps,throughput_ratio_at_64,\
          bench_c64_p99_ms,p99_ratio_at_64,\
          multi_at_64_decisions_per_s,multi_cost_ratio,multi_at_1_p50_ms,multi_latency_ratio_at_1,\
-         memory_usage_bytes\n",
+         memory_usage_bytes,server_us_per_call,floor_us_per_call,cpu_ratio_to_floor,\
+         floor_saturation_rps,ratio_top_to_floor,floor_fcall_us_per_call,cpu_ratio_to_floor_fcall",
     );
+    for cell in &report.rows[0].cells {
+        let _ = write!(out, ",c{}_server_us_per_call", cell.concurrency);
+    }
+    out.push('\n');
     let num = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.4}"));
     for row in &report.rows {
         out.push_str(row.algorithm);
@@ -581,7 +967,7 @@ fn csv(report: &Report) -> String {
                 cell.decisions_per_s, cell.p50_ms, cell.p99_ms, cell.errors
             );
         }
-        let _ = writeln!(
+        let _ = write!(
             out,
             ",{},{},{},{},{},{},{},{},{},{},{}",
             num(row.saturation_rps),
@@ -597,6 +983,22 @@ fn csv(report: &Report) -> String {
             row.memory_usage_bytes
                 .map_or_else(String::new, |b| b.to_string()),
         );
+        let floor = row.floor.as_ref();
+        let _ = write!(
+            out,
+            ",{},{},{},{},{},{},{}",
+            num(floor.map(|f| f.ours_us_median)),
+            num(floor.map(|f| f.floor_us_median)),
+            num(floor.map(|f| f.cpu_ratio)),
+            num(floor.map(|f| f.floor_rps_median)),
+            num(floor.and_then(|f| f.ratio_top_to_floor)),
+            num(floor.map(|f| f.floor_fcall_us_median)),
+            num(floor.map(|f| f.cpu_ratio_fcall)),
+        );
+        for cell in &row.cells {
+            let _ = write!(out, ",{}", num(cell.server_us_per_call));
+        }
+        out.push('\n');
     }
     out
 }
@@ -737,18 +1139,16 @@ fn plot(report: &Report, path: &Path) -> Result<(), Box<dyn std::error::Error>> 
     Ok(())
 }
 
-/// `EVALSHA` calls the server has counted so far.
+/// Calls of our code the server has counted so far.
 async fn evalsha_calls(url: &str) -> Option<u64> {
-    let client = redis::Client::open(url).ok()?;
-    let mut connection = client.get_multiplexed_async_connection().await.ok()?;
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut connection)
-        .await
-        .ok()?;
-    let line = info.lines().find(|l| l.starts_with("cmdstat_evalsha:"))?;
-    line.split([':', ','])
-        .find_map(|f| f.strip_prefix("calls=")?.parse().ok())
+    let stats = command_stats(url).await?;
+    Some(
+        CODE_COMMANDS
+            .iter()
+            .filter_map(|name| stats.get(*name))
+            .map(|(calls, _)| calls)
+            .sum(),
+    )
 }
 
 async fn flood(options: &Options, deny_cache: bool) -> Option<Flood> {
@@ -802,7 +1202,7 @@ async fn flood(options: &Options, deny_cache: bool) -> Option<Flood> {
         callers,
         calls,
         calls_per_s: calls as f64 / elapsed,
-        // Our own INFO call is not an EVALSHA; nothing else runs meanwhile.
+        // Our own INFO call runs no code of ours; nothing else runs meanwhile.
         evalsha: after.saturating_sub(before),
     })
 }
@@ -829,6 +1229,7 @@ async fn main() {
     let backend = Arc::new(
         RedisBackend::builder(options.url.as_str())
             .timeout(Duration::from_secs(5))
+            .call_mode(options.mode)
             .connect()
             .await
             .unwrap_or_else(|error| panic!("cannot connect to {}: {error}", options.url)),
@@ -837,10 +1238,37 @@ async fn main() {
         profile(&backend, n).await;
         return;
     }
+    if options.cpu_only {
+        for &algorithm in &options.algorithms {
+            let requests = (200_000.0 * options.secs) as usize;
+            match floor(&options, algorithm, backend.call_mode(), requests).await {
+                Some(f) => println!(
+                    "{algorithm}: server µs/call ours {:.2} / floor {:.2} = {:.2}; \
+                     floor as FCALL {:.2}, ours / that = {:.2} \
+                     (runs: ours {:.2?}, floor {:.2?}, floor as FCALL {:.2?}); \
+                     req/s ours {:.0}, floor {:.0}",
+                    f.ours_us_median,
+                    f.floor_us_median,
+                    f.cpu_ratio,
+                    f.floor_fcall_us_median,
+                    f.cpu_ratio_fcall,
+                    f.ours_us,
+                    f.floor_us,
+                    f.floor_fcall_us,
+                    median(&f.ours_rps),
+                    f.floor_rps_median
+                ),
+                None => println!("{algorithm}: could not run redis-benchmark"),
+            }
+        }
+        return;
+    }
     eprintln!(
-        "rl-redis load generator: {}, {} s per cell, script {}",
+        "rl-redis load generator: {}, {} s per cell, {:?} (library {}, batch script {})",
         options.url,
         options.secs,
+        backend.call_mode(),
+        RedisBackend::library_name(),
         RedisBackend::script_sha()
     );
     let mut rows = Vec::new();
@@ -854,6 +1282,8 @@ async fn main() {
     }
     let report = Report {
         url: rl_redis::redact_url(&options.url),
+        mode: format!("{:?}", backend.call_mode()).to_lowercase(),
+        library: RedisBackend::library_name(),
         script_sha: RedisBackend::script_sha(),
         secs_per_cell: options.secs,
         identities: IDENTITIES,

@@ -1,30 +1,76 @@
-//! [`RedisBackend`]: rl-core's [`Backend`] on Redis or Redis Cluster.
+//! [`RedisBackend`]: rl-core's [`Backend`] on Redis, Redis Cluster or the
+//! master of a Redis Sentinel deployment.
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
+#[cfg(feature = "cluster")]
 use redis::cluster_async::ClusterConnection;
-use redis::{RedisResult, ScriptInvocation};
+use redis::{Cmd, FromRedisValue, RedisResult};
 use rl_core::{Backend, BackendError, BoxFuture, Clock, Decision, Decisions, Request};
 use tokio::time::Instant;
 
-use crate::builder::RedisBackendBuilder;
+use crate::builder::{CallMode, RedisBackendBuilder};
 use crate::error;
-use crate::script::{self, Op, Reply, SCRIPT, SOURCE, Time, parse_reply, request_id_key};
+use crate::script::{
+    self, Op, Plan, Reply, Time, Via, is_missing_code, parse_reply, request_id_key,
+};
+#[cfg(feature = "sentinel")]
 use crate::sentinel::SentinelConnection;
 
-/// The connection behind a backend: one type for both deployments, each
-/// variant driven by the same generic code ([`invoke`]).
+/// The connection behind a backend: one type for every deployment.
 #[derive(Clone)]
 pub(crate) enum Connection {
     /// A reconnecting multiplexed connection to one server.
     Standalone(ConnectionManager),
     /// A Redis Cluster connection (reconnects and follows slot moves).
+    #[cfg(feature = "cluster")]
     Cluster(ClusterConnection),
     /// The master named by Redis Sentinels (looked up again after failures).
+    #[cfg(feature = "sentinel")]
     Sentinel(SentinelConnection),
+}
+
+impl Connection {
+    /// Sends `cmd` (on a cluster: to the node of its first key, or to every
+    /// master for `FUNCTION LOAD`) and converts the reply; `None` when
+    /// `deadline` passed first.
+    pub(crate) async fn query<T: FromRedisValue>(
+        &self,
+        deadline: Instant,
+        cmd: &Cmd,
+    ) -> Option<RedisResult<T>> {
+        match self {
+            Connection::Standalone(c) => {
+                let mut c = c.clone();
+                tokio::time::timeout_at(deadline, cmd.query_async(&mut c))
+                    .await
+                    .ok()
+            }
+            #[cfg(feature = "cluster")]
+            Connection::Cluster(c) => {
+                let mut c = c.clone();
+                tokio::time::timeout_at(deadline, cmd.query_async(&mut c))
+                    .await
+                    .ok()
+            }
+            #[cfg(feature = "sentinel")]
+            Connection::Sentinel(c) => c.query(deadline, cmd).await,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Connection::Standalone(_) => "standalone",
+            #[cfg(feature = "cluster")]
+            Connection::Cluster(_) => "cluster",
+            #[cfg(feature = "sentinel")]
+            Connection::Sentinel(_) => "sentinel",
+        }
+    }
 }
 
 /// Settings fixed when the backend is built.
@@ -35,26 +81,30 @@ pub(crate) struct Settings {
     pub(crate) timeout: Duration,
     pub(crate) clock: Option<Arc<dyn Clock>>,
     pub(crate) extra_ttl_ms: u64,
+    /// [`CallMode::Functions`] or [`CallMode::Scripts`], resolved at connect time.
+    pub(crate) mode: CallMode,
 }
 
-/// Runs the script on any connection type.
-async fn invoke<C>(
-    mut connection: C,
-    invocation: ScriptInvocation<'static>,
-) -> RedisResult<Vec<i64>>
-where
-    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
-{
-    invocation.invoke_async(&mut connection).await
+/// Reloads the Functions library once for all the calls that found it
+/// missing at the same time.
+#[derive(Default)]
+pub(crate) struct Reloader {
+    /// Bumped after every load.
+    generation: AtomicU64,
+    lock: tokio::sync::Mutex<()>,
 }
 
 /// Decides rate limits in Redis or Redis Cluster, with the exact semantics of
 /// [`rl_core::MemoryBackend`].
 ///
 /// - **One round trip, atomic.** Every call (any number of limits, any mix
-///   of algorithms) is one `EVALSHA` of one Lua script that reads, decides and
-///   writes. [`Backend::acquire`] is all-or-nothing: when any limit refuses,
-///   nothing is consumed from any of them.
+///   of algorithms) is one command that reads, decides and writes in Lua:
+///   on Redis ≥ 7 one `FCALL` of this crate's Functions library (loaded
+///   once per server; `FCALL_RO` for peeks), otherwise one `EVALSHA` (see
+///   [`CallMode`]). A single-limit call runs only its algorithm's code; a
+///   multi-limit call runs the batch entry point. [`Backend::acquire`] is
+///   all-or-nothing: when any limit refuses, nothing is consumed from any
+///   of them.
 /// - **One clock.** By default the time is the server's `TIME`, so app
 ///   instances with skewed clocks agree (Redis ≥ 5 replicates script effects,
 ///   which makes this safe). A client clock is an explicit option
@@ -62,9 +112,14 @@ where
 /// - **Bounded memory.** Every key written gets a TTL equal to the time at
 ///   which its state becomes equivalent to no state; a state that becomes
 ///   fresh is deleted; refused calls and peeks write nothing.
-/// - **Resilient.** The script is sent as `EVALSHA` and loaded again on
-///   `NOSCRIPT` (after `SCRIPT FLUSH`, a restart or a fail-over); connections
-///   reconnect by themselves; every call is bounded by a timeout and fails
+/// - **A reload that does not fail.** When the server no longer has the
+///   code (`FUNCTION FLUSH`, `SCRIPT FLUSH`, a restart with an empty
+///   dataset, a fail-over to a node without it, a new cluster master), the
+///   call loads the library again (once for all the calls that noticed at
+///   the same time; on a cluster, on every master) and retries; if the
+///   code is missing once more, it sends `EVAL` with the source, which
+///   needs nothing cached. All within the call's timeout. Connections
+///   reconnect by themselves; every call is bounded by the timeout and fails
 ///   with a [`BackendError`], never a panic.
 ///
 /// # Keys
@@ -74,20 +129,31 @@ where
 /// identity's keys in one cluster slot.
 ///
 /// # Redis Cluster
-/// All requests whose keys share a hash tag are decided by one script call.
+/// All requests whose keys share a hash tag are decided by one call.
 /// A call whose requests span several hash tags (e.g. a per-phone and a
-/// per-IP limit) cannot be one script on a cluster: the groups are decided
-/// one after the other, the first group's time is used for all of them, and
-/// when a later group refuses, the earlier groups are refunded
-/// (reserve-then-compensate); the refused call then reads the other groups'
-/// state so that its decisions are those of the single-script path. That is
-/// the one case that takes more than one round trip (the forward path shares
-/// one timeout; giving back and reading take one timeout each). In between, a
-/// concurrent caller may see the reservation. On a standalone server such a
-/// call is still one `EVALSHA`. An idempotent call
-/// ([`Backend::acquire_once`]) over several hash tags keeps one reply per
-/// hash tag, each under `<group's first key>:req:<id>`; a retry replays the
-/// groups that had consumed and decides the others.
+/// per-IP limit) cannot be one call on a cluster: the groups (requests
+/// sharing a hash tag, in the order of their first request) are decided one
+/// after the other, and when a later group refuses, the earlier groups are
+/// refunded (reserve-then-compensate); the refused call then reads the
+/// other groups' state so that every limit reports its state.
+///
+/// **Time.** With the server's time (the default), each group is decided
+/// at the `TIME` of the master holding it, read when that group's call
+/// runs, so a master never decides at a time earlier than one it already
+/// decided at: a group is never refused for lack of room that it has.
+/// The decisions of one call may therefore carry different
+/// [`rl_core::Decision::at_micros`] (one per group); a refund gives back
+/// each group at its own time, as [`rl_core::Limiter`] does. With a
+/// client clock, every group is decided at the client's time.
+///
+/// That is the one case that takes more than one round trip (the forward
+/// path shares one timeout; giving back and reading take one timeout each).
+/// In between, a concurrent caller may see the reservation, so put the
+/// group most likely to refuse first. On a standalone server such a call is
+/// still one command. An idempotent call ([`Backend::acquire_once`]) over
+/// several hash tags keeps one reply per hash tag, each under `<group's
+/// first key>:req:<id>`; a retry replays the groups that had consumed and
+/// decides the others.
 ///
 /// # Redis Sentinel
 /// [`RedisBackend::connect_sentinel`] finds the master through the
@@ -100,7 +166,7 @@ where
 /// [`Backend::acquire_once`] keeps an allowed reply under
 /// `prefix:{scope:identity}:req:<escaped id>` (the first request's key, so
 /// the same slot) for the longest period of the call, decided and stored in
-/// the same script call as the decision.
+/// the same call as the decision.
 ///
 /// ```no_run
 /// use rl_core::{Backend, Key, Limit, Limiter, Request};
@@ -126,18 +192,15 @@ where
 pub struct RedisBackend {
     connection: Connection,
     settings: Settings,
+    reloader: Arc<Reloader>,
 }
 
 impl fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = match self.connection {
-            Connection::Standalone(_) => "standalone",
-            Connection::Cluster(_) => "cluster",
-            Connection::Sentinel(_) => "sentinel",
-        };
         f.debug_struct("RedisBackend")
-            .field("kind", &kind)
+            .field("kind", &self.connection.kind())
             .field("target", &self.settings.target)
+            .field("mode", &self.settings.mode)
             .field("timeout", &self.settings.timeout)
             .field("client_clock", &self.settings.clock)
             .field("extra_ttl_ms", &self.settings.extra_ttl_ms)
@@ -145,7 +208,7 @@ impl fmt::Debug for RedisBackend {
     }
 }
 
-/// Names a script call in error messages (never the keys: they hold identities).
+/// Names a call in error messages (never the keys: they hold identities).
 struct What<'a> {
     op: Op,
     count: usize,
@@ -156,7 +219,7 @@ impl fmt::Display for What<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "rate-limit script ({}, {} limit(s)) on {}",
+            "rate-limit call ({}, {} limit(s)) on {}",
             self.op.name(),
             self.count,
             self.target
@@ -197,12 +260,14 @@ impl RedisBackend {
     /// The default time allowed to connect: 5 s.
     pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-    /// Configures a backend on one Redis server, e.g. `redis://127.0.0.1:6379/`.
+    /// Configures a backend on one Redis server, e.g. `redis://127.0.0.1:6379/`
+    /// (`rediss://` for TLS, with the `tls` feature).
     pub fn builder(url: impl Into<String>) -> RedisBackendBuilder {
         RedisBackendBuilder::standalone(url.into())
     }
 
     /// Configures a backend on a Redis Cluster, given the URLs of some of its nodes.
+    #[cfg(feature = "cluster")]
     pub fn cluster_builder<I, S>(urls: I) -> RedisBackendBuilder
     where
         I: IntoIterator<Item = S>,
@@ -216,6 +281,7 @@ impl RedisBackend {
     /// `redis://10.0.0.1:26379/`; one reachable sentinel suffices) and
     /// `master_name` the name they monitor the master under (`sentinel
     /// monitor <name> ...`). See [`RedisBackend::connect_sentinel`].
+    #[cfg(feature = "sentinel")]
     pub fn sentinel_builder<I, S>(
         sentinel_urls: I,
         master_name: impl Into<String>,
@@ -255,6 +321,7 @@ impl RedisBackend {
     /// # Ok(())
     /// # }
     /// ```
+    #[cfg(feature = "sentinel")]
     pub async fn connect_sentinel<I, S>(
         sentinel_urls: I,
         master_name: impl Into<String>,
@@ -269,12 +336,13 @@ impl RedisBackend {
     }
 
     /// Connects to one Redis server with the default settings (server time,
-    /// 1 s timeout, reconnecting connection).
+    /// 1 s timeout, reconnecting connection, [`CallMode::Auto`]).
     pub async fn connect(url: impl Into<String>) -> Result<Self, BackendError> {
         Self::builder(url).connect().await
     }
 
     /// Connects to a Redis Cluster with the default settings.
+    #[cfg(feature = "cluster")]
     pub async fn connect_cluster<I, S>(urls: I) -> Result<Self, BackendError>
     where
         I: IntoIterator<Item = S>,
@@ -287,27 +355,62 @@ impl RedisBackend {
         Self {
             connection,
             settings,
+            reloader: Arc::default(),
         }
     }
 
-    /// The SHA1 of the Lua script (what `EVALSHA` is sent with).
+    /// The SHA1 of the batch script (what `EVALSHA` is sent with for
+    /// multi-limit calls in [`CallMode::Scripts`]).
     pub fn script_sha() -> &'static str {
-        SCRIPT.get_hash()
+        script::batch_script_sha()
     }
 
-    /// The Lua script's source, e.g. for `SCRIPT LOAD` by other tools.
+    /// The batch script's source (it decides any batch, every operation),
+    /// e.g. for `SCRIPT LOAD` by other tools.
     pub fn script_source() -> &'static str {
-        SOURCE
+        script::batch_script_source()
+    }
+
+    /// The name of the Functions library (`rl_<hash of its code>`, so
+    /// another version of this crate on the same server uses other names).
+    pub fn library_name() -> &'static str {
+        script::library_name()
+    }
+
+    /// The Functions library's source, as sent with `FUNCTION LOAD`.
+    pub fn library_source() -> &'static str {
+        script::library_source()
+    }
+
+    /// How this backend calls its Lua code: [`CallMode::Functions`] or
+    /// [`CallMode::Scripts`] (never [`CallMode::Auto`]: it is resolved when
+    /// connecting).
+    pub fn call_mode(&self) -> CallMode {
+        self.settings.mode
     }
 
     /// Whether this backend talks to a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
-        matches!(self.connection, Connection::Cluster(_))
+        #[cfg(feature = "cluster")]
+        {
+            matches!(self.connection, Connection::Cluster(_))
+        }
+        #[cfg(not(feature = "cluster"))]
+        {
+            false
+        }
     }
 
     /// Whether this backend finds its master through Redis Sentinels.
     pub fn is_sentinel(&self) -> bool {
-        matches!(self.connection, Connection::Sentinel(_))
+        #[cfg(feature = "sentinel")]
+        {
+            matches!(self.connection, Connection::Sentinel(_))
+        }
+        #[cfg(not(feature = "sentinel"))]
+        {
+            false
+        }
     }
 
     /// The per-call timeout.
@@ -331,7 +434,7 @@ impl RedisBackend {
         }
     }
 
-    /// Runs one script call within the per-call timeout.
+    /// Runs one call within the per-call timeout.
     async fn call(
         &self,
         op: Op,
@@ -344,8 +447,8 @@ impl RedisBackend {
             .await
     }
 
-    /// Runs one script call that must complete by `deadline`. `request_id`
-    /// is required by (and only used for) the `_once` operations.
+    /// Runs one call that must complete by `deadline`. `request_id` is
+    /// required by (and only used for) the `_once` operations.
     async fn call_until(
         &self,
         deadline: Instant,
@@ -366,7 +469,7 @@ impl RedisBackend {
         } else {
             None
         };
-        let invocation = script::invocation(
+        let plan = Plan::new(
             op,
             time,
             at,
@@ -374,35 +477,101 @@ impl RedisBackend {
             requests,
             id_key.as_deref(),
         );
-        let result = match &self.connection {
-            Connection::Standalone(c) => {
-                tokio::time::timeout_at(deadline, invoke(c.clone(), invocation))
-                    .await
-                    .ok()
-            }
-            Connection::Cluster(c) => {
-                tokio::time::timeout_at(deadline, invoke(c.clone(), invocation))
-                    .await
-                    .ok()
-            }
-            Connection::Sentinel(c) => c.invoke(deadline, invocation).await,
-        };
-        match result {
-            None => Err(BackendError::Timeout(self.settings.timeout)),
-            Some(Err(err)) => {
+        let values = self.run(deadline, &plan).await.map_err(|err| match err {
+            None => BackendError::Timeout(self.settings.timeout),
+            Some(err) => {
                 let what = What {
                     op,
                     count: requests.len(),
                     target: &self.settings.target,
                 };
-                Err(error::from_redis(&what, &err, self.settings.timeout))
+                error::from_redis(&what, &err, self.settings.timeout)
             }
-            Some(Ok(values)) => parse_reply(op, requests.len(), &values),
+        })?;
+        parse_reply(op, requests.len(), &values)
+    }
+
+    /// Sends `plan`, reloading what the server lacks: in
+    /// [`CallMode::Functions`], `FCALL`; when the library is missing, load
+    /// it (once for every call that noticed) and `FCALL` again; when it is
+    /// missing again, `EVAL` the entry's source. In [`CallMode::Scripts`],
+    /// `EVALSHA`, then `EVAL` (which caches the script again). `Err(None)`
+    /// when the deadline passed.
+    async fn run(
+        &self,
+        deadline: Instant,
+        plan: &Plan<'_, '_>,
+    ) -> Result<Vec<i64>, Option<redis::RedisError>> {
+        let mut via = match self.settings.mode {
+            CallMode::Scripts => Via::ScriptSha,
+            _ => Via::Function,
+        };
+        let mut reloaded = false;
+        loop {
+            let seen = self.reloader.generation.load(Ordering::Acquire);
+            match self
+                .connection
+                .query::<Vec<i64>>(deadline, &plan.command(via))
+                .await
+            {
+                None => return Err(None),
+                Some(Ok(values)) => return Ok(values),
+                Some(Err(err)) if via != Via::ScriptSource && is_missing_code(&err) => {
+                    via = if via == Via::Function && !reloaded {
+                        reloaded = true;
+                        if self.reload(deadline, seen).await {
+                            Via::Function
+                        } else {
+                            Via::ScriptSource
+                        }
+                    } else {
+                        Via::ScriptSource
+                    };
+                    tracing::debug!(
+                        entry = ?plan.entry,
+                        next = ?via,
+                        "the server lacked the rate-limit code; retrying"
+                    );
+                }
+                Some(Err(err)) => return Err(Some(err)),
+            }
+        }
+    }
+
+    /// Loads the Functions library (on a cluster: on every master), unless
+    /// another call loaded it since generation `seen` was read. Whether the
+    /// library is believed loaded.
+    async fn reload(&self, deadline: Instant, seen: u64) -> bool {
+        let Ok(_guard) = tokio::time::timeout_at(deadline, self.reloader.lock.lock()).await else {
+            return false;
+        };
+        if self.reloader.generation.load(Ordering::Acquire) != seen {
+            return true;
+        }
+        let loaded = self
+            .connection
+            .query::<redis::Value>(deadline, &script::load_library_command())
+            .await;
+        self.reloader.generation.fetch_add(1, Ordering::AcqRel);
+        match loaded {
+            Some(Ok(_)) => {
+                tracing::info!(
+                    library = script::library_name(),
+                    target = %self.settings.target,
+                    "loaded the rate-limit Functions library again"
+                );
+                true
+            }
+            Some(Err(error)) => {
+                tracing::warn!(%error, "could not load the rate-limit Functions library; using EVAL");
+                false
+            }
+            None => false,
         }
     }
 
     /// On a cluster, the requests split by hash tag when there is more than
-    /// one; `None` when one script call can take them all.
+    /// one; `None` when one call can take them all.
     fn groups<'r>(&self, requests: &[Request<'r>]) -> Option<Vec<Group<'r>>> {
         if !self.is_cluster() {
             return None;
@@ -463,7 +632,8 @@ impl RedisBackend {
         }
     }
 
-    /// Reserve-then-compensate over several hash tags (cluster only). With a
+    /// Reserve-then-compensate over several hash tags (cluster only), each
+    /// group at its own master's time (or at the client's time). With a
     /// request id, each group keeps (and replays) its own reply under its
     /// own request-id key, and a group given back forgets it.
     async fn acquire_groups(
@@ -479,7 +649,8 @@ impl RedisBackend {
         };
         let deadline = self.deadline();
         let mut decided = vec![None; count];
-        let mut time = self.time();
+        // One client time for every group; the server's own time otherwise.
+        let time = self.time();
         // Groups that consumed, with the time they consumed at.
         let mut taken = Vec::with_capacity(groups.len());
         let mut refused = None;
@@ -494,11 +665,6 @@ impl RedisBackend {
                     return Err(err);
                 }
             };
-            // A replayed group keeps its original time; the others are
-            // decided at the first call's current time.
-            if let Time::Server = time {
-                time = Time::Client(reply.current);
-            }
             if reply.replayed {
                 tracing::debug!(
                     limits = group.requests.len(),
@@ -513,17 +679,15 @@ impl RedisBackend {
                 break;
             }
         }
-        let (Some(refused), Time::Client(now)) = (refused, time) else {
+        let Some(refused) = refused else {
             return gather(decided);
         };
         self.give_back(groups, &taken, request_id).await;
-        // Like the single-script path: the other limits report their current
-        // state, as of the same time.
+        // Like the single-call path: the other limits report their current
+        // state (each group at its own time, like the forward path).
         for (index, group) in groups.iter().enumerate() {
             if index != refused {
-                let reply = self
-                    .call(Op::Peek, Time::Client(now), 0, &group.requests, None)
-                    .await?;
+                let reply = self.call(Op::Peek, time, 0, &group.requests, None).await?;
                 group.place(&reply.decisions, &mut decided);
             }
         }
@@ -556,8 +720,8 @@ impl RedisBackend {
         }
     }
 
-    /// Runs `op` over the batch: one script call, or one per hash tag on a
-    /// cluster (sharing the first call's time).
+    /// Runs `op` over the batch: one call, or one per hash tag on a cluster
+    /// (each at its own master's time, or all at the client's time).
     async fn each_group(
         &self,
         op: Op,
@@ -567,20 +731,16 @@ impl RedisBackend {
         if requests.is_empty() {
             return Ok(Vec::new());
         }
+        let time = self.time();
         let Some(groups) = self.groups(requests) else {
-            return Ok(self
-                .call(op, self.time(), at, requests, None)
-                .await?
-                .decisions);
+            return Ok(self.call(op, time, at, requests, None).await?.decisions);
         };
         let deadline = self.deadline();
         let mut decided = vec![None; requests.len()];
-        let mut time = self.time();
         for group in &groups {
             let reply = self
                 .call_until(deadline, op, time, at, &group.requests, None)
                 .await?;
-            time = Time::Client(reply.now);
             group.place(&reply.decisions, &mut decided);
         }
         Ok(decided.into_iter().flatten().collect())
@@ -596,7 +756,7 @@ impl Backend for RedisBackend {
     }
 
     /// Idempotent acquire (see [`Backend::acquire_once`]), in the same
-    /// script call and round trip: the reply of an allowed call is kept under
+    /// call and round trip: the reply of an allowed call is kept under
     /// `<first key>:req:<escaped id>` (same hash slot as the call's keys) for
     /// the longest period of the call, and returned again by any call with
     /// the same id and first key. On a cluster, a call over several hash

@@ -5,14 +5,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+#[cfg(feature = "cluster")]
 use redis::cluster::ClusterClientBuilder;
+#[cfg(feature = "sentinel")]
 use redis::{AsyncConnectionConfig, RedisConnectionInfo};
 use rl_core::{BackendError, Clock};
+use tokio::time::Instant;
 
 use crate::backend::{Connection, RedisBackend, Settings};
 use crate::error::from_redis;
 use crate::redact::redact_url as redact;
-use crate::script::SCRIPT;
+use crate::script;
+#[cfg(feature = "sentinel")]
 use crate::sentinel::SentinelConnection;
 
 /// Shortest and longest wait between reconnection attempts: short enough
@@ -23,9 +27,37 @@ const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(250);
 /// The longest extra TTL: about 100 years, far inside what `PEXPIRE` takes.
 const MAX_EXTRA_TTL_MS: u64 = 100 * 365 * 86_400 * 1_000;
 
+/// How a backend calls its Lua code (see [`RedisBackendBuilder::call_mode`]).
+///
+/// ```
+/// use rl_redis::CallMode;
+/// assert_eq!(CallMode::default(), CallMode::Auto);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum CallMode {
+    /// [`CallMode::Functions`] when the server takes `FUNCTION LOAD`
+    /// (Redis ≥ 7, and allowed to this user), else [`CallMode::Scripts`];
+    /// decided when connecting.
+    #[default]
+    Auto,
+    /// A Redis Functions library, loaded once per server with `FUNCTION
+    /// LOAD` (on a cluster: on every master); calls are `FCALL` (`FCALL_RO`
+    /// for peeks), each running only its own entry point. Connecting fails
+    /// when the library cannot be loaded.
+    Functions,
+    /// Lua scripts sent with `EVALSHA` (`EVAL` with the source when the
+    /// server lacks one): Redis < 7, or servers that refuse functions. Each
+    /// script holds only what its entry point runs (a single-limit call's,
+    /// one algorithm), and runs it all on every call.
+    Scripts,
+}
+
 enum Target {
     Standalone(String),
+    #[cfg(feature = "cluster")]
     Cluster(Vec<String>),
+    #[cfg(feature = "sentinel")]
     Sentinel {
         sentinels: Vec<String>,
         master_name: String,
@@ -39,6 +71,8 @@ struct MasterAuth {
     username: Option<String>,
     password: Option<String>,
     db: i64,
+    /// Whether the master (and replicas) are reached over TLS.
+    tls: bool,
 }
 
 /// Configures a [`RedisBackend`]; made by [`RedisBackend::builder`],
@@ -67,6 +101,9 @@ pub struct RedisBackendBuilder {
     clock: Option<Arc<dyn Clock>>,
     extra_ttl: Duration,
     master_auth: MasterAuth,
+    call_mode: CallMode,
+    #[cfg(feature = "tls")]
+    tls: Option<redis::TlsCertificates>,
 }
 
 impl fmt::Debug for RedisBackendBuilder {
@@ -79,6 +116,8 @@ impl fmt::Debug for RedisBackendBuilder {
             .field("extra_ttl", &self.extra_ttl)
             .field("master_username", &self.master_auth.username)
             .field("master_db", &self.master_auth.db)
+            .field("master_tls", &self.master_auth.tls)
+            .field("call_mode", &self.call_mode)
             .finish_non_exhaustive()
     }
 }
@@ -92,6 +131,9 @@ impl RedisBackendBuilder {
             clock: None,
             extra_ttl: Duration::ZERO,
             master_auth: MasterAuth::default(),
+            call_mode: CallMode::Auto,
+            #[cfg(feature = "tls")]
+            tls: None,
         }
     }
 
@@ -99,10 +141,12 @@ impl RedisBackendBuilder {
         Self::new(Target::Standalone(url))
     }
 
+    #[cfg(feature = "cluster")]
     pub(crate) fn cluster(urls: Vec<String>) -> Self {
         Self::new(Target::Cluster(urls))
     }
 
+    #[cfg(feature = "sentinel")]
     pub(crate) fn sentinel(sentinels: Vec<String>, master_name: String) -> Self {
         Self::new(Target::Sentinel {
             sentinels,
@@ -124,6 +168,59 @@ impl RedisBackendBuilder {
     /// (default 0). Ignored for the other deployments (give it in the URL).
     pub fn master_db(mut self, db: i64) -> Self {
         self.master_auth.db = db;
+        self
+    }
+
+    /// Sentinel deployments only: reach the master over TLS (`tls`
+    /// feature; the sentinels' own scheme is that of their URLs,
+    /// `rediss://` for TLS). Certificates are checked against the system's
+    /// roots, or those given to [`RedisBackendBuilder::tls_root_certificates`].
+    #[cfg(all(feature = "tls", feature = "sentinel"))]
+    pub fn master_tls(mut self, tls: bool) -> Self {
+        self.master_auth.tls = tls;
+        self
+    }
+
+    /// Trust these CA certificates (PEM) instead of the system's roots for
+    /// every TLS connection (`rediss://` URLs, a Sentinel master with
+    /// `RedisBackendBuilder::master_tls`), e.g. a private CA. `tls`
+    /// feature.
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        let mut certs = self.tls.take().unwrap_or(redis::TlsCertificates {
+            client_tls: None,
+            root_cert: None,
+        });
+        certs.root_cert = Some(pem.into());
+        self.tls = Some(certs);
+        self
+    }
+
+    /// Present this client certificate chain and private key (both PEM)
+    /// on every TLS connection, for servers that require client
+    /// certificates (`tls-auth-clients yes`). `tls` feature.
+    #[cfg(feature = "tls")]
+    pub fn tls_client_certificate(
+        mut self,
+        certificate_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        let mut certs = self.tls.take().unwrap_or(redis::TlsCertificates {
+            client_tls: None,
+            root_cert: None,
+        });
+        certs.client_tls = Some(redis::ClientTlsConfig {
+            client_cert: certificate_pem.into(),
+            client_key: key_pem.into(),
+        });
+        self.tls = Some(certs);
+        self
+    }
+
+    /// How calls run their Lua code (default [`CallMode::Auto`]: a
+    /// Functions library where the server takes one, scripts otherwise).
+    pub fn call_mode(mut self, mode: CallMode) -> Self {
+        self.call_mode = mode;
         self
     }
 
@@ -172,10 +269,12 @@ impl RedisBackendBuilder {
     fn describe(&self) -> String {
         match &self.target {
             Target::Standalone(url) => redact(url),
+            #[cfg(feature = "cluster")]
             Target::Cluster(urls) => {
                 let urls: Vec<String> = urls.iter().map(|url| redact(url)).collect();
                 format!("cluster [{}]", urls.join(", "))
             }
+            #[cfg(feature = "sentinel")]
             Target::Sentinel {
                 sentinels,
                 master_name,
@@ -186,99 +285,166 @@ impl RedisBackendBuilder {
         }
     }
 
-    /// Connects (checking the server answers and loading the script) and
-    /// builds the backend. The connection reconnects by itself afterwards;
-    /// with sentinels, the master is looked up through them now and again
-    /// whenever it fails (so fail-overs are followed).
+    /// Connects (checking the server answers and, in
+    /// [`CallMode::Functions`] or [`CallMode::Auto`], loading the Functions
+    /// library) and builds the backend. The connection reconnects by itself
+    /// afterwards; with sentinels, the master is looked up through them now
+    /// and again whenever it fails (so fail-overs are followed).
     pub async fn connect(self) -> Result<RedisBackend, BackendError> {
         let target = self.describe();
+        let timeout = self.connect_timeout;
+        let connect_timeout = self.connect_timeout;
+        let call_mode = self.call_mode;
         let settings = Settings {
             target: target.clone().into(),
             timeout: self.timeout,
-            clock: self.clock,
+            clock: self.clock.clone(),
             extra_ttl_ms: u64::try_from(self.extra_ttl.as_millis())
                 .unwrap_or(u64::MAX)
                 .min(MAX_EXTRA_TTL_MS),
+            mode: call_mode,
         };
+        let what = format!("connecting to {target}");
         let connecting = async {
-            let what = format_args!("connecting to {target}");
-            match self.target {
-                Target::Standalone(url) => {
-                    let client = redis::Client::open(url.as_str()).map_err(|err| {
-                        BackendError::unavailable(format_args!("invalid Redis URL {target}: {err}"))
-                    })?;
-                    let config = ConnectionManagerConfig::new()
-                        .set_connection_timeout(Some(self.timeout))
-                        .set_response_timeout(Some(self.timeout))
-                        .set_min_delay(RECONNECT_MIN_DELAY)
-                        .set_max_delay(RECONNECT_MAX_DELAY);
-                    let mut manager = ConnectionManager::new_with_config(client, config)
-                        .await
-                        .map_err(|err| from_redis(&what, &err, self.connect_timeout))?;
-                    SCRIPT
-                        .load_async(&mut manager)
-                        .await
-                        .map_err(|err| from_redis(&what, &err, self.connect_timeout))?;
-                    Ok::<_, BackendError>(Connection::Standalone(manager))
-                }
-                Target::Cluster(urls) => {
-                    let client = ClusterClientBuilder::new(urls)
-                        .connection_timeout(self.timeout)
-                        .response_timeout(self.timeout)
-                        .build()
-                        .map_err(|err| {
-                            BackendError::unavailable(format_args!(
-                                "invalid Redis Cluster URLs {target}: {err}"
-                            ))
-                        })?;
-                    let mut connection = client
-                        .get_async_connection()
-                        .await
-                        .map_err(|err| from_redis(&what, &err, self.connect_timeout))?;
-                    SCRIPT
-                        .load_async(&mut connection)
-                        .await
-                        .map_err(|err| from_redis(&what, &err, self.connect_timeout))?;
-                    Ok(Connection::Cluster(connection))
-                }
-                Target::Sentinel {
-                    sentinels,
-                    master_name,
-                } => {
-                    let mut redis = RedisConnectionInfo::default().set_db(self.master_auth.db);
-                    if let Some(username) = &self.master_auth.username {
-                        redis = redis.set_username(username);
-                    }
-                    if let Some(password) = &self.master_auth.password {
-                        redis = redis.set_password(password);
-                    }
-                    let config = AsyncConnectionConfig::new()
-                        .set_connection_timeout(Some(self.timeout))
-                        .set_response_timeout(Some(self.timeout));
-                    let connection =
-                        SentinelConnection::new(&sentinels, master_name, redis, config).map_err(
-                            |err| {
-                                BackendError::unavailable(format_args!(
-                                    "invalid sentinel URLs {target}: {err}"
-                                ))
-                            },
-                        )?;
-                    let (_, mut master) = connection
-                        .connection()
-                        .await
-                        .map_err(|err| from_redis(&what, &err, self.connect_timeout))?;
-                    SCRIPT
-                        .load_async(&mut master)
-                        .await
-                        .map_err(|err| from_redis(&what, &err, self.connect_timeout))?;
-                    connection.watch_switches();
-                    Ok(Connection::Sentinel(connection))
-                }
-            }
+            let connection = self.open(&target, &what).await?;
+            let mode = resolve_mode(&connection, call_mode, &what, timeout).await?;
+            Ok::<_, BackendError>((connection, mode))
         };
-        let connection = tokio::time::timeout(self.connect_timeout, connecting)
+        let (connection, mode) = tokio::time::timeout(connect_timeout, connecting)
             .await
-            .map_err(|_| BackendError::Timeout(self.connect_timeout))??;
-        Ok(RedisBackend::from_parts(connection, settings))
+            .map_err(|_| BackendError::Timeout(connect_timeout))??;
+        #[cfg(feature = "sentinel")]
+        if let Connection::Sentinel(sentinel) = &connection {
+            sentinel.watch_switches();
+        }
+        Ok(RedisBackend::from_parts(
+            connection,
+            Settings { mode, ..settings },
+        ))
+    }
+
+    /// Opens the connection (checking the server answers).
+    async fn open(self, target: &str, what: &str) -> Result<Connection, BackendError> {
+        // redis-rs builds rustls configurations with the process' default
+        // crypto provider: make it ring unless the application chose one
+        // (which this leaves in place).
+        #[cfg(feature = "tls")]
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        match self.target {
+            Target::Standalone(url) => {
+                #[cfg(feature = "tls")]
+                let client = match &self.tls {
+                    Some(certs) => redis::Client::build_with_tls(url.as_str(), certs.clone()),
+                    None => redis::Client::open(url.as_str()),
+                };
+                #[cfg(not(feature = "tls"))]
+                let client = redis::Client::open(url.as_str());
+                let client = client.map_err(|err| {
+                    BackendError::unavailable(format!("invalid Redis URL {target}: {err}"))
+                })?;
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(self.timeout))
+                    .set_response_timeout(Some(self.timeout))
+                    .set_min_delay(RECONNECT_MIN_DELAY)
+                    .set_max_delay(RECONNECT_MAX_DELAY);
+                let manager = ConnectionManager::new_with_config(client, config)
+                    .await
+                    .map_err(|err| from_redis(&what, &err, self.connect_timeout))?;
+                Ok(Connection::Standalone(manager))
+            }
+            #[cfg(feature = "cluster")]
+            Target::Cluster(urls) => {
+                let builder = ClusterClientBuilder::new(urls)
+                    .connection_timeout(self.timeout)
+                    .response_timeout(self.timeout);
+                #[cfg(feature = "tls")]
+                let builder = match &self.tls {
+                    Some(certs) => builder.certs(certs.clone()),
+                    None => builder,
+                };
+                let client = builder.build().map_err(|err| {
+                    BackendError::unavailable(format!("invalid Redis Cluster URLs {target}: {err}"))
+                })?;
+                let connection = client
+                    .get_async_connection()
+                    .await
+                    .map_err(|err| from_redis(&what, &err, self.connect_timeout))?;
+                Ok(Connection::Cluster(connection))
+            }
+            #[cfg(feature = "sentinel")]
+            Target::Sentinel {
+                sentinels,
+                master_name,
+            } => {
+                let mut redis = RedisConnectionInfo::default().set_db(self.master_auth.db);
+                if let Some(username) = &self.master_auth.username {
+                    redis = redis.set_username(username);
+                }
+                if let Some(password) = &self.master_auth.password {
+                    redis = redis.set_password(password);
+                }
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(self.timeout))
+                    .set_response_timeout(Some(self.timeout));
+                #[cfg(feature = "tls")]
+                let tls = crate::sentinel::Tls {
+                    master: self.master_auth.tls,
+                    certificates: self.tls.clone(),
+                };
+                #[cfg(not(feature = "tls"))]
+                let tls = crate::sentinel::Tls::default();
+                let connection =
+                    SentinelConnection::new(&sentinels, master_name, redis, config, tls).map_err(
+                        |err| {
+                            BackendError::unavailable(format!(
+                                "invalid sentinel URLs {target}: {err}"
+                            ))
+                        },
+                    )?;
+                connection
+                    .connection()
+                    .await
+                    .map_err(|err| from_redis(&what, &err, self.connect_timeout))?;
+                Ok(Connection::Sentinel(connection))
+            }
+        }
+    }
+}
+
+/// Decides how calls run their code: loads the Functions library for
+/// [`CallMode::Functions`] (failing if it cannot) and [`CallMode::Auto`]
+/// (falling back to scripts when the server refuses it).
+async fn resolve_mode(
+    connection: &Connection,
+    wanted: CallMode,
+    what: &str,
+    timeout: Duration,
+) -> Result<CallMode, BackendError> {
+    if wanted == CallMode::Scripts {
+        return Ok(CallMode::Scripts);
+    }
+    let deadline = Instant::now() + timeout;
+    match connection
+        .query::<redis::Value>(deadline, &script::load_library_command())
+        .await
+    {
+        None => Err(BackendError::Timeout(timeout)),
+        Some(Ok(_)) => Ok(CallMode::Functions),
+        Some(Err(err)) => {
+            let refused = !(err.is_io_error()
+                || err.is_timeout()
+                || err.is_connection_dropped()
+                || err.is_connection_refusal());
+            if wanted == CallMode::Auto && refused {
+                tracing::info!(
+                    error = %err,
+                    "the server does not take a Functions library; the rate limiter uses EVALSHA scripts"
+                );
+                Ok(CallMode::Scripts)
+            } else {
+                let what = format!("{what}: loading the Functions library");
+                Err(from_redis(&what, &err, timeout))
+            }
+        }
     }
 }

@@ -1,5 +1,5 @@
-//! Redis and Redis Cluster backend for [`rl_core`]: every algorithm as one
-//! atomic Lua script, decided in one round trip.
+//! Redis, Redis Cluster and Redis Sentinel backend for [`rl_core`]: every
+//! algorithm in Lua inside Redis, one atomic call per decision.
 //!
 //! ```no_run
 //! use rl_core::{Limiter, Rejection, rate_limit};
@@ -26,25 +26,72 @@
 //!   as [`rl_core::MemoryBackend`] (held to it by differential tests): fixed
 //!   window, sliding log, sliding-window counter, token bucket, leaky bucket
 //!   and GCRA, all state in integer microseconds.
-//! - One Lua script for all algorithms, so a call carrying several limits
-//!   (e.g. 1/min, 5/h and 10/day per phone) is one `EVALSHA`, decided
-//!   all-or-nothing. `SCRIPT FLUSH`, restarts and fail-overs are survived:
-//!   the script is loaded again on `NOSCRIPT`.
+//! - **A Redis Functions library** on Redis ≥ 7: loaded once per server
+//!   (`FUNCTION LOAD`; on a cluster, on every master), with one function
+//!   per algorithm and operation (`<library>_gc_acquire`, `_peek`,
+//!   `_refund`, ...) and one for batches. A single-limit decision is one
+//!   `FCALL` that runs only its algorithm's code; a peek is `FCALL_RO`; a
+//!   call carrying several limits (e.g. 1/min, 5/h and 10/day per phone) is
+//!   one `FCALL` of the batch function, decided all-or-nothing.
+//! - **Scripts** where functions are not available (Redis < 7, or a user or
+//!   service that refuses `FUNCTION LOAD`): one `EVALSHA` per call, each
+//!   script holding only its entry point's code. Chosen when connecting
+//!   ([`CallMode::Auto`]), or forced with [`RedisBackendBuilder::call_mode`].
+//!   The `.lua` sources are files in `src/lua/`, assembled both ways.
+//! - **A reload that does not fail**: after `FUNCTION FLUSH`, `SCRIPT
+//!   FLUSH`, a restart with an empty dataset or a fail-over to a node
+//!   without the code, the call loads the library again (once for all the
+//!   calls that noticed) and retries, then falls back to `EVAL` with the
+//!   source, within the call's timeout.
 //! - The server's `TIME` by default, a client clock on request
 //!   ([`RedisBackendBuilder::client_clock`]).
 //! - Every key expires as soon as its state no longer matters; refused calls
 //!   and peeks write nothing.
 //! - Standalone Redis ([`RedisBackend::connect`], a reconnecting
-//!   `ConnectionManager`), Redis Cluster ([`RedisBackend::connect_cluster`])
-//!   and Redis Sentinel ([`RedisBackend::connect_sentinel`]: the master is
-//!   found through the sentinels and looked up again after a failure, so
-//!   fail-overs are followed by the same backend).
+//!   `ConnectionManager`), Redis Cluster ([`RedisBackend::connect_cluster`];
+//!   a decision over several hash tags decides each at its own master's
+//!   time, see [`RedisBackend`]) and Redis Sentinel
+//!   ([`RedisBackend::connect_sentinel`]: the master is found through the
+//!   sentinels and looked up again after a failure, so fail-overs are
+//!   followed by the same backend).
+//! - TLS: `rediss://` URLs, for standalone, cluster and Sentinel, through
+//!   rustls; a private CA (`RedisBackendBuilder::tls_root_certificates`)
+//!   and client certificates (`RedisBackendBuilder::tls_client_certificate`).
 //! - Idempotent decisions ([`rl_core::Backend::acquire_once`]): a retry with
 //!   the same request id after a lost reply returns the kept reply instead
-//!   of charging again, decided and kept in the same script call.
+//!   of charging again, decided and kept in the same call.
 //! - A per-call timeout ([`RedisBackendBuilder::timeout`], 1 s by default).
+//! - Every future is `Send`: backends can be built and used inside
+//!   `tokio::spawn` or a web handler.
 //! - A limits registry, `<prefix>:{limits}`: the limits of every name the
 //!   limiter decides, for operators' tools ([`RedisBackend::registered_limits`]).
+//!
+//! # Cargo features
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `cluster` | yes | Redis Cluster: [`RedisBackend::connect_cluster`], [`RedisBackend::cluster_builder`] |
+//! | `sentinel` | yes | Redis Sentinel: [`RedisBackend::connect_sentinel`], [`RedisBackend::sentinel_builder`] |
+//! | `tls` | no | `rediss://` through rustls (ring), `RedisBackendBuilder::tls_root_certificates`, `RedisBackendBuilder::tls_client_certificate`, `master_tls` for Sentinel |
+//!
+//! With `tls`, certificates are checked against the system's roots unless
+//! roots are given. rustls uses the process' default crypto provider;
+//! connecting installs ring as that default when the application has not
+//! installed one.
+//!
+//! ```no_run
+//! # #[cfg(feature = "tls")]
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use rl_redis::{CallMode, RedisBackend};
+//!
+//! let ca = std::fs::read("/etc/redis/ca.crt")?;
+//! let backend = RedisBackend::builder("rediss://redis.internal:6380/")
+//!     .tls_root_certificates(ca)
+//!     .connect()
+//!     .await?;
+//! assert_eq!(backend.call_mode(), CallMode::Functions); // on Redis >= 7
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # Storage
 //! Per identity and limit, under `<key>:<algorithm>:<period_us>`:
@@ -64,8 +111,9 @@
 //! (Redis 7.0, measured by the `loadgen` example.)
 //!
 //! # Requirements
-//! Redis 4.0 or later (5.0 or later for server time with replication), a
-//! Tokio runtime with the time driver enabled.
+//! Redis 7 or later for the Functions library; 4.0 or later with scripts
+//! (5.0 or later for server time with replication). A Tokio runtime with
+//! the time driver enabled.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -76,10 +124,11 @@ mod lists;
 mod redact;
 mod registry;
 mod script;
+#[cfg(feature = "sentinel")]
 mod sentinel;
 
 pub use backend::RedisBackend;
-pub use builder::RedisBackendBuilder;
+pub use builder::{CallMode, RedisBackendBuilder};
 pub use redact::redact_url;
 pub use registry::RegisteredLimits;
 
@@ -88,11 +137,18 @@ pub use registry::RegisteredLimits;
 pub mod __private {
     use rl_core::Request;
 
-    use crate::script::{Call, Op, Time};
+    use crate::CallMode;
+    use crate::script::{Op, Plan, Time, Via};
 
-    /// The `EVALSHA ...` command line deciding `requests` (acquire), with
-    /// the server's time, as `redis-benchmark` or `redis-cli` take it.
-    pub fn acquire_command_line(requests: &[Request<'_>]) -> Vec<String> {
-        Call::new(Op::Acquire, Time::Server, 0, 0, requests).command_line()
+    /// The command line deciding `requests` (acquire) with the server's
+    /// time, as `redis-benchmark` or `redis-cli` take it: `FCALL ...` in
+    /// [`CallMode::Functions`], `EVALSHA ...` otherwise.
+    pub fn acquire_command_line(requests: &[Request<'_>], mode: CallMode) -> Vec<String> {
+        let via = if mode == CallMode::Functions {
+            Via::Function
+        } else {
+            Via::ScriptSha
+        };
+        Plan::new(Op::Acquire, Time::Server, 0, 0, requests, None).command_line(via)
     }
 }

@@ -13,18 +13,16 @@
 //! Expired entries are skipped when read. Entries are kept until removed:
 //! they are operators' decisions, not state that refills.
 
-use std::sync::LazyLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis::Script;
 use rl_core::{BackendError, ListEntry, ListKind, SharedLists};
 use serde_json::{Value, json};
 
 use crate::backend::RedisBackend;
-use crate::registry::Query;
+use crate::registry::{Query, RegistryScript};
 
-static SAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/lists_save.lua")));
-static LOAD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/lists_load.lua")));
+static SAVE: RegistryScript = RegistryScript::new(include_str!("lua/lists_save.lua"));
+static LOAD: RegistryScript = RegistryScript::new(include_str!("lua/lists_load.lua"));
 
 impl RedisBackend {
     /// The lists hash of `prefix`: `<prefix>:{lists}`.
@@ -53,16 +51,10 @@ impl RedisBackend {
             })
             .to_string()
         };
-        let mut invocation = SAVE.prepare_invoke();
-        invocation
-            .key(&key)
-            .key(format!("{key}:version"))
-            .arg(field)
-            .arg(value);
         let _: i64 = self
             .registry_query(
                 "writing the allow and deny lists",
-                Query::Script(invocation),
+                Query::Script(&SAVE, vec![key.clone(), format!("{key}:version")], vec![field, value]),
             )
             .await?;
         Ok(())
@@ -74,15 +66,14 @@ impl RedisBackend {
         known: u64,
     ) -> Result<Option<SharedLists>, BackendError> {
         let key = Self::lists_key(prefix);
-        let mut invocation = LOAD.prepare_invoke();
-        invocation
-            .key(&key)
-            .key(format!("{key}:version"))
-            .arg(known);
         let reply: Vec<redis::Value> = self
             .registry_query(
                 "reading the allow and deny lists",
-                Query::Script(invocation),
+                Query::Script(
+                    &LOAD,
+                    vec![key.clone(), format!("{key}:version")],
+                    vec![known.to_string()],
+                ),
             )
             .await?;
         let protocol = |what: &str| {

@@ -20,19 +20,16 @@
 //!   publish: a deployment that stops deciding leaves nothing behind.
 
 use std::collections::BTreeMap;
-use std::sync::LazyLock;
+use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis::{Cmd, FromRedisValue, RedisResult, Script, ScriptInvocation};
+use redis::{Cmd, FromRedisValue};
 use rl_core::{Algorithm, BackendError, Limit};
 use serde_json::{Value, json};
 
-use crate::backend::{Connection, RedisBackend};
+use crate::backend::RedisBackend;
 use crate::error::from_redis;
-use crate::sentinel::needs_new_master;
-
-/// Writes one field and the TTL together (`lua/registry.lua`).
-static PUBLISH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/registry.lua")));
+use crate::script::is_missing_code;
 
 /// The value format written by this version (`"v"` in the JSON).
 const FORMAT_VERSION: u64 = 1;
@@ -72,20 +69,56 @@ impl RegisteredLimits {
     }
 }
 
-/// A command or a script call on the registry key.
+/// A Lua script of the registry or the lists: its source and SHA1, the
+/// SHA computed once.
+pub(crate) struct RegistryScript {
+    source: &'static str,
+    sha: OnceLock<String>,
+}
+
+impl RegistryScript {
+    pub(crate) const fn new(source: &'static str) -> Self {
+        Self {
+            source,
+            sha: OnceLock::new(),
+        }
+    }
+
+    fn sha(&self) -> &str {
+        self.sha
+            .get_or_init(|| redis::Script::new(self.source).get_hash().to_owned())
+    }
+}
+
+/// Writes one field and the TTL together (`lua/registry.lua`).
+static PUBLISH: RegistryScript = RegistryScript::new(include_str!("lua/registry.lua"));
+
+/// A command or a script call on the registry or lists keys.
 pub(crate) enum Query {
-    Script(ScriptInvocation<'static>),
+    /// A script: keys, then arguments. Sent as `EVALSHA`, and as `EVAL`
+    /// (which needs nothing cached) when the server lacks it.
+    Script(&'static RegistryScript, Vec<String>, Vec<String>),
     Cmd(Cmd),
 }
 
-async fn send<T, C>(mut connection: C, query: &Query) -> RedisResult<T>
-where
-    T: FromRedisValue,
-    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
-{
-    match query {
-        Query::Script(invocation) => invocation.invoke_async(&mut connection).await,
-        Query::Cmd(cmd) => cmd.query_async(&mut connection).await,
+impl Query {
+    fn script_command(
+        script: &RegistryScript,
+        keys: &[String],
+        args: &[String],
+        with_source: bool,
+    ) -> Cmd {
+        let mut cmd = if with_source {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(script.source);
+            cmd
+        } else {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(script.sha());
+            cmd
+        };
+        cmd.arg(keys.len()).arg(keys).arg(args);
+        cmd
     }
 }
 
@@ -156,16 +189,15 @@ impl RedisBackend {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         };
-        let mut invocation = PUBLISH.prepare_invoke();
-        invocation
-            .key(Self::registry_key(prefix))
-            .arg(name)
-            .arg(encode(limits, published_at_ms))
-            .arg(Self::REGISTRY_TTL.as_millis() as u64);
+        let args = vec![
+            name.to_owned(),
+            encode(limits, published_at_ms),
+            (Self::REGISTRY_TTL.as_millis() as u64).to_string(),
+        ];
         let _: i64 = self
             .registry_query(
                 "publishing to the limits registry",
-                Query::Script(invocation),
+                Query::Script(&PUBLISH, vec![Self::registry_key(prefix)], args),
             )
             .await?;
         Ok(())
@@ -179,28 +211,31 @@ impl RedisBackend {
         query: Query,
     ) -> Result<T, BackendError> {
         let (connection, settings) = self.parts();
-        let sent = async {
-            match connection {
-                Connection::Standalone(c) => send(c.clone(), &query).await,
-                Connection::Cluster(c) => send(c.clone(), &query).await,
-                Connection::Sentinel(c) => {
-                    let (generation, master) = c.connection().await?;
-                    let result = send(master, &query).await;
-                    if result.as_ref().is_err_and(needs_new_master) {
-                        c.forget(generation);
+        let deadline = tokio::time::Instant::now() + settings.timeout;
+        let result = match &query {
+            Query::Cmd(cmd) => connection.query(deadline, cmd).await,
+            Query::Script(script, keys, args) => {
+                match connection
+                    .query(deadline, &Query::script_command(script, keys, args, false))
+                    .await
+                {
+                    Some(Err(err)) if is_missing_code(&err) => {
+                        connection
+                            .query(deadline, &Query::script_command(script, keys, args, true))
+                            .await
                     }
-                    result
+                    other => other,
                 }
             }
         };
-        match tokio::time::timeout(settings.timeout, sent).await {
-            Err(_elapsed) => Err(BackendError::Timeout(settings.timeout)),
-            Ok(Err(err)) => Err(from_redis(
+        match result {
+            None => Err(BackendError::Timeout(settings.timeout)),
+            Some(Err(err)) => Err(from_redis(
                 &format_args!("{what} on {}", settings.target),
                 &err,
                 settings.timeout,
             )),
-            Ok(Ok(value)) => Ok(value),
+            Some(Ok(value)) => Ok(value),
         }
     }
 }

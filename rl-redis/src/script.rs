@@ -1,35 +1,56 @@
-//! The one Lua script that decides every algorithm, and its calling convention.
+//! The Lua code that decides, and its calling convention.
 //!
-//! The `.lua` files in `lua/` are concatenated into a single script so that a
-//! batch mixing algorithms is one `EVALSHA`. See `lua/dispatch.lua` for the
-//! argument layout.
+//! The `.lua` files in `lua/` are assembled two ways from the same sources:
+//!
+//! - **A Redis Functions library** (Redis ≥ 7, [`library_source`]): loaded
+//!   once per server with `FUNCTION LOAD`; its top level (every algorithm's
+//!   module, every entry point) runs once, at load time, and a call
+//!   (`FCALL`, `FCALL_RO` for peeks) runs only its own entry point. One
+//!   function per algorithm and operation for single-limit calls
+//!   (`<library>_gc_acquire`, `_peek`, `_refund`, ...) and `<library>_batch`
+//!   (`_batch_ro` for peeks) for multi-limit, idempotent and reset calls.
+//! - **Scripts** (`EVALSHA`, for Redis < 7 and servers that refuse
+//!   functions): one script per entry point, holding only the code that
+//!   entry needs (a single-limit script holds one algorithm).
+//!
+//! Both take the same keys and arguments and give the same replies (see
+//! `lua/single.lua` and `lua/batch.lua`); [`Entry`] names an entry point and
+//! [`Via`] how it is invoked.
 
 use std::sync::LazyLock;
 
-use redis::{Script, ScriptInvocation};
-use rl_core::{BackendError, Decision, Figures, Request};
+use redis::Cmd;
+use rl_core::{Algorithm, BackendError, Decision, Figures, Request};
 
-/// The full script source.
-pub(crate) const SOURCE: &str = concat!(
-    include_str!("lua/prelude.lua"),
-    include_str!("lua/fixed_window.lua"),
-    include_str!("lua/sliding_log.lua"),
-    include_str!("lua/sliding_window.lua"),
-    include_str!("lua/meter.lua"),
-    include_str!("lua/gcra.lua"),
-    include_str!("lua/dispatch.lua"),
-);
+const PRELUDE: &str = include_str!("lua/prelude.lua");
+const SINGLE: &str = include_str!("lua/single.lua");
+const BATCH: &str = include_str!("lua/batch.lua");
+const LIBRARY: &str = include_str!("lua/library.lua");
 
-/// Built once: `invoke_async` sends `EVALSHA` and loads the script on `NOSCRIPT`.
-pub(crate) static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCE));
+/// The algorithms' sources, in [`Algorithm::ALL`] order of their codes.
+const ALGORITHM_SOURCES: [(&str, &str); 5] = [
+    ("fw", include_str!("lua/fixed_window.lua")),
+    ("sl", include_str!("lua/sliding_log.lua")),
+    ("sw", include_str!("lua/sliding_window.lua")),
+    ("tb lb", include_str!("lua/meter.lua")),
+    ("gc", include_str!("lua/gcra.lua")),
+];
+
+/// The algorithm source that defines `code`'s module.
+fn algorithm_source(code: &str) -> &'static str {
+    ALGORITHM_SOURCES
+        .iter()
+        .find(|(codes, _)| codes.split(' ').any(|c| c == code))
+        .map_or("", |(_, source)| source)
+}
 
 /// Lua numbers are doubles: integers are exact below 2^53.
 const EXACT_LIMIT: u64 = rl_grammar::DOUBLE_EXACT;
 
-/// Integers per decision in the script's reply.
+/// Integers per decision in a reply.
 const DECISION_WIDTH: usize = 5;
 
-/// What the script is asked to do.
+/// What a call asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Op {
     Acquire,
@@ -63,6 +84,177 @@ impl Op {
     pub(crate) const fn takes_request_id(self) -> bool {
         matches!(self, Op::AcquireOnce | Op::RefundOnce)
     }
+}
+
+/// An entry point of the Lua code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Entry {
+    /// One limit of one algorithm (`lua/single.lua`): acquire, peek or refund.
+    Single(Op, Algorithm),
+    /// Any batch, any operation (`lua/batch.lua`).
+    Batch,
+    /// A batch peek, read-only (`FCALL_RO`).
+    BatchReadOnly,
+}
+
+/// The single-limit operations that have their own entry points.
+const SINGLE_OPS: [Op; 3] = [Op::Acquire, Op::Peek, Op::Refund];
+
+impl Entry {
+    /// The entry point deciding `op` over `count` requests, the first of
+    /// algorithm `first`.
+    pub(crate) fn for_call(op: Op, count: usize, first: Option<Algorithm>) -> Self {
+        match (count, first) {
+            (1, Some(algorithm)) if SINGLE_OPS.contains(&op) => Entry::Single(op, algorithm),
+            _ if op == Op::Peek => Entry::BatchReadOnly,
+            _ => Entry::Batch,
+        }
+    }
+
+    /// Its position in [`Code::entries`].
+    fn index(self) -> usize {
+        match self {
+            Entry::Single(op, algorithm) => {
+                let a = Algorithm::ALL
+                    .iter()
+                    .position(|&x| x == algorithm)
+                    .unwrap_or(0);
+                let o = SINGLE_OPS.iter().position(|&x| x == op).unwrap_or(0);
+                a * SINGLE_OPS.len() + o
+            }
+            Entry::Batch => Algorithm::ALL.len() * SINGLE_OPS.len(),
+            Entry::BatchReadOnly => Algorithm::ALL.len() * SINGLE_OPS.len() + 1,
+        }
+    }
+
+    /// Whether it never writes (sent with `FCALL_RO`).
+    fn read_only(self) -> bool {
+        matches!(self, Entry::Single(Op::Peek, _) | Entry::BatchReadOnly)
+    }
+
+    fn every() -> impl Iterator<Item = Entry> {
+        Algorithm::ALL
+            .into_iter()
+            .flat_map(|a| SINGLE_OPS.into_iter().map(move |op| Entry::Single(op, a)))
+            .chain([Entry::Batch, Entry::BatchReadOnly])
+    }
+}
+
+/// How an entry point is invoked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Via {
+    /// `FCALL` (`FCALL_RO` for a read-only entry) of the library's function.
+    Function,
+    /// `EVALSHA` of the entry's script.
+    ScriptSha,
+    /// `EVAL` of the entry's script source: works whatever the server has
+    /// cached, and caches the script.
+    ScriptSource,
+}
+
+/// One entry point's names and code.
+struct EntryCode {
+    function: String,
+    script: String,
+    sha: String,
+}
+
+/// Everything assembled from the `.lua` files, once per process.
+struct Code {
+    library_name: String,
+    library: String,
+    entries: Vec<EntryCode>,
+}
+
+/// Redis < 5 replicates scripts verbatim, which forbids TIME before a
+/// write unless the script asks for effects replication; >= 5 always does
+/// (and 7 announces itself with REDIS_VERSION, where the call is skipped).
+const SCRIPT_HEADER: &str = "if redis.replicate_commands and not redis.REDIS_VERSION then\n  redis.replicate_commands()\nend\n";
+
+fn sha1(text: &str) -> String {
+    redis::Script::new(text).get_hash().to_owned()
+}
+
+static CODE: LazyLock<Code> = LazyLock::new(|| {
+    let algorithms: String = ALGORITHM_SOURCES.iter().map(|(_, s)| *s).collect();
+    let body = [PRELUDE, &algorithms, SINGLE, BATCH].concat();
+    // The library's name carries a hash of everything it runs, so another
+    // version of this crate on the same server has other function names.
+    let tag = &sha1(&[body.as_str(), LIBRARY].concat())[..12];
+    let library_name = format!("rl_{tag}");
+    let library =
+        format!("#!lua name={library_name}\nlocal RL_PREFIX = '{library_name}_'\n{body}{LIBRARY}");
+    let entries = Entry::every()
+        .map(|entry| {
+            let (source, tail) = match entry {
+                Entry::Single(op, algorithm) => {
+                    let code = algorithm.code();
+                    let call = match op {
+                        Op::Refund => format!("single_refund(LOADERS.{code}())"),
+                        _ => format!("single_decide(LOADERS.{code}(), {})", op == Op::Acquire),
+                    };
+                    (
+                        [SCRIPT_HEADER, PRELUDE, algorithm_source(code), SINGLE].concat(),
+                        format!("return {call}(KEYS, ARGV)\n"),
+                    )
+                }
+                Entry::Batch | Entry::BatchReadOnly => (
+                    [SCRIPT_HEADER, body.as_str()].concat(),
+                    "return batch(KEYS, ARGV)\n".to_owned(),
+                ),
+            };
+            let function = match entry {
+                Entry::Single(op, algorithm) => {
+                    format!("{library_name}_{}_{}", algorithm.code(), op.name())
+                }
+                Entry::Batch => format!("{library_name}_batch"),
+                Entry::BatchReadOnly => format!("{library_name}_batch_ro"),
+            };
+            let script = source + &tail;
+            let sha = sha1(&script);
+            EntryCode {
+                function,
+                script,
+                sha,
+            }
+        })
+        .collect();
+    Code {
+        library_name,
+        library,
+        entries,
+    }
+});
+
+fn entry_code(entry: Entry) -> &'static EntryCode {
+    &CODE.entries[entry.index()]
+}
+
+/// The Functions library's source, `#!lua name=...` line included.
+pub(crate) fn library_source() -> &'static str {
+    &CODE.library
+}
+
+/// The Functions library's name (`rl_<hash of its code>`).
+pub(crate) fn library_name() -> &'static str {
+    &CODE.library_name
+}
+
+/// The batch script's source (what `EVALSHA` runs for multi-limit calls).
+pub(crate) fn batch_script_source() -> &'static str {
+    &entry_code(Entry::Batch).script
+}
+
+/// The batch script's SHA1.
+pub(crate) fn batch_script_sha() -> &'static str {
+    &entry_code(Entry::Batch).sha
+}
+
+/// `FUNCTION LOAD REPLACE <library>`.
+pub(crate) fn load_library_command() -> Cmd {
+    let mut cmd = redis::cmd("FUNCTION");
+    cmd.arg("LOAD").arg("REPLACE").arg(library_source());
+    cmd
 }
 
 /// The request-id key of an idempotent call whose first request is under
@@ -105,92 +297,183 @@ fn state_key(request: &Request<'_>) -> String {
     key
 }
 
-/// Where the keys and arguments of one call go, in script order: straight
-/// into a [`ScriptInvocation`] (each argument written once, numbers without
-/// an intermediate `String`), or into a [`Call`] to look at.
+/// Where the keys and arguments of one call go, in order: straight into a
+/// [`Cmd`] (each written once, numbers without an intermediate `String`),
+/// or into a [`Call`] to look at.
 trait Sink {
     fn key(&mut self, key: &str);
     fn text(&mut self, arg: &str);
     fn number(&mut self, arg: u64);
 }
 
-impl Sink for ScriptInvocation<'_> {
+/// Writes into a command (keys and arguments alike are arguments there).
+struct CmdSink<'c>(&'c mut Cmd);
+
+impl Sink for CmdSink<'_> {
     fn key(&mut self, key: &str) {
-        ScriptInvocation::key(self, key);
+        self.0.arg(key);
     }
     fn text(&mut self, arg: &str) {
-        ScriptInvocation::arg(self, arg);
+        self.0.arg(arg);
     }
     fn number(&mut self, arg: u64) {
-        ScriptInvocation::arg(self, arg);
+        self.0.arg(arg);
     }
 }
 
-/// Writes every key and argument of one call (see `lua/dispatch.lua`).
-fn write_call(
-    sink: &mut impl Sink,
-    op: Op,
+/// One call: the operation, its time and requests, and how to write it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plan<'p, 'r> {
+    pub(crate) op: Op,
+    pub(crate) entry: Entry,
     time: Time,
     at_micros: u64,
     extra_ttl_ms: u64,
-    requests: &[Request<'_>],
-    request_id_key: Option<&str>,
-) {
-    sink.text(op.name());
-    match time {
-        Time::Server => sink.text("s"),
-        Time::Client(now) => sink.number(now),
-    }
-    sink.number(at_micros);
-    sink.number(extra_ttl_ms);
-    for request in requests {
-        let limit = request.limit;
-        let mut key = state_key(request);
-        sink.key(&key);
-        if limit.algorithm() == rl_core::Algorithm::SlidingLog {
-            key.push_str(":seq");
-            sink.key(&key);
+    requests: &'p [Request<'r>],
+    request_id_key: Option<&'p str>,
+}
+
+impl<'p, 'r> Plan<'p, 'r> {
+    /// `request_id_key` is the last key of an [`Op::AcquireOnce`] or
+    /// [`Op::RefundOnce`] call (see [`request_id_key`]).
+    pub(crate) fn new(
+        op: Op,
+        time: Time,
+        at_micros: u64,
+        extra_ttl_ms: u64,
+        requests: &'p [Request<'r>],
+        request_id_key: Option<&'p str>,
+    ) -> Self {
+        let entry = Entry::for_call(
+            op,
+            requests.len(),
+            requests.first().map(|r| r.limit.algorithm()),
+        );
+        Self {
+            op,
+            entry,
+            time,
+            at_micros,
+            extra_ttl_ms,
+            requests,
+            request_id_key,
         }
-        sink.text(limit.algorithm().code());
+    }
+
+    fn key_count(&self) -> usize {
+        self.requests
+            .iter()
+            .map(|r| 1 + usize::from(r.limit.algorithm() == Algorithm::SlidingLog))
+            .sum::<usize>()
+            + usize::from(self.request_id_key.is_some())
+    }
+
+    fn write_keys(&self, sink: &mut impl Sink) {
+        for request in self.requests {
+            let mut key = state_key(request);
+            sink.key(&key);
+            if request.limit.algorithm() == Algorithm::SlidingLog {
+                key.push_str(":seq");
+                sink.key(&key);
+            }
+        }
+        if let Some(key) = self.request_id_key {
+            sink.key(key);
+        }
+    }
+
+    fn write_time(&self, sink: &mut impl Sink) {
+        match self.time {
+            Time::Server => sink.text("s"),
+            Time::Client(now) => sink.number(now),
+        }
+    }
+
+    /// Costs are validated (<= capacity) except for refunds, where anything
+    /// above 2^53 empties the state all the same.
+    fn write_limit(sink: &mut impl Sink, request: &Request<'_>) {
+        let limit = request.limit;
         sink.number(limit.threshold());
         sink.number(limit.period_micros());
         sink.number(limit.burst());
         sink.number(limit.slots());
-        // Costs are validated (<= capacity) except for refunds, where
-        // anything above 2^53 empties the state all the same.
         sink.number(request.cost.min(EXACT_LIMIT));
     }
-    if let Some(key) = request_id_key {
-        sink.key(key);
+
+    fn write_args(&self, sink: &mut impl Sink) {
+        match self.entry {
+            Entry::Single(op, _) => {
+                self.write_time(sink);
+                sink.number(self.extra_ttl_ms);
+                Self::write_limit(sink, &self.requests[0]);
+                if op == Op::Refund {
+                    sink.number(self.at_micros);
+                }
+            }
+            Entry::Batch | Entry::BatchReadOnly => {
+                sink.text(self.op.name());
+                self.write_time(sink);
+                sink.number(self.at_micros);
+                sink.number(self.extra_ttl_ms);
+                for request in self.requests {
+                    sink.text(request.limit.algorithm().code());
+                    Self::write_limit(sink, request);
+                }
+            }
+        }
+    }
+
+    /// The command invoking this call's entry point `via`.
+    pub(crate) fn command(&self, via: Via) -> Cmd {
+        let code = entry_code(self.entry);
+        let mut cmd = match via {
+            Via::Function if self.entry.read_only() => redis::cmd("FCALL_RO"),
+            Via::Function => redis::cmd("FCALL"),
+            Via::ScriptSha => redis::cmd("EVALSHA"),
+            Via::ScriptSource => redis::cmd("EVAL"),
+        };
+        match via {
+            Via::Function => cmd.arg(&code.function),
+            Via::ScriptSha => cmd.arg(&code.sha),
+            Via::ScriptSource => cmd.arg(&code.script),
+        };
+        cmd.arg(self.key_count());
+        let mut sink = CmdSink(&mut cmd);
+        self.write_keys(&mut sink);
+        self.write_args(&mut sink);
+        cmd
+    }
+
+    /// The command as text, for tools such as `redis-benchmark`.
+    pub(crate) fn command_line(&self, via: Via) -> Vec<String> {
+        let code = entry_code(self.entry);
+        let mut call = Call::default();
+        self.write_keys(&mut call);
+        self.write_args(&mut call);
+        let command = match via {
+            Via::Function if self.entry.read_only() => "FCALL_RO",
+            Via::Function => "FCALL",
+            Via::ScriptSha => "EVALSHA",
+            Via::ScriptSource => "EVAL",
+        };
+        let name = match via {
+            Via::Function => &code.function,
+            Via::ScriptSha => &code.sha,
+            Via::ScriptSource => &code.script,
+        };
+        let mut line = vec![
+            command.to_owned(),
+            name.clone(),
+            call.keys.len().to_string(),
+        ];
+        line.extend(call.keys);
+        line.extend(call.args);
+        line
     }
 }
 
-/// The script invocation of one call, ready to send. `request_id_key` is
-/// the last key of an [`Op::AcquireOnce`] or [`Op::RefundOnce`] call (see
-/// [`request_id_key`]).
-pub(crate) fn invocation(
-    op: Op,
-    time: Time,
-    at_micros: u64,
-    extra_ttl_ms: u64,
-    requests: &[Request<'_>],
-    request_id_key: Option<&str>,
-) -> ScriptInvocation<'static> {
-    let mut invocation = SCRIPT.prepare_invoke();
-    write_call(
-        &mut invocation,
-        op,
-        time,
-        at_micros,
-        extra_ttl_ms,
-        requests,
-        request_id_key,
-    );
-    invocation
-}
-
-/// Every key and argument of one call, in script order, as text (for tests
-/// and tools; calls are sent with [`invocation`]).
+/// Every key and argument of one call, in order, as text (for tests and
+/// tools; calls are sent with [`Plan::command`]).
 #[derive(Debug, Default)]
 pub(crate) struct Call {
     pub(crate) keys: Vec<String>,
@@ -210,46 +493,34 @@ impl Sink for Call {
 }
 
 impl Call {
-    pub(crate) fn new(
-        op: Op,
-        time: Time,
-        at_micros: u64,
-        extra_ttl_ms: u64,
-        requests: &[Request<'_>],
-    ) -> Self {
-        let mut call = Call::default();
-        write_call(&mut call, op, time, at_micros, extra_ttl_ms, requests, None);
-        call
-    }
-
-    /// Appends the request-id key of an [`Op::AcquireOnce`] or
-    /// [`Op::RefundOnce`] call (see [`request_id_key`]).
     #[cfg(test)]
-    pub(crate) fn with_request_id_key(mut self, key: String) -> Self {
-        self.keys.push(key);
-        self
-    }
-
-    /// The full `EVALSHA` command line (for tools such as `redis-benchmark`).
-    pub(crate) fn command_line(&self) -> Vec<String> {
-        let mut line = Vec::with_capacity(3 + self.keys.len() + self.args.len());
-        line.push("EVALSHA".to_owned());
-        line.push(SCRIPT.get_hash().to_owned());
-        line.push(self.keys.len().to_string());
-        line.extend(self.keys.iter().cloned());
-        line.extend(self.args.iter().cloned());
-        line
+    fn of(plan: &Plan<'_, '_>) -> Self {
+        let mut call = Call::default();
+        plan.write_keys(&mut call);
+        plan.write_args(&mut call);
+        call
     }
 }
 
-/// A decoded script reply: the decisions (acquire, peek) and the time used.
+/// Whether `err` says the server does not have the code a call needs
+/// (`NOSCRIPT`, or `Function not found` after `FUNCTION FLUSH`, a restart
+/// or a fail-over to a node without the library).
+pub(crate) fn is_missing_code(err: &redis::RedisError) -> bool {
+    matches!(
+        err.kind(),
+        redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+    ) || err
+        .detail()
+        .is_some_and(|d| d.contains("Function not found"))
+        || err.to_string().contains("Function not found")
+}
+
+/// A decoded reply: the decisions (acquire, peek) and the time used.
 #[derive(Debug)]
 pub(crate) struct Reply {
     pub(crate) decisions: Vec<Decision>,
     /// The time of the decisions (a replayed reply keeps its original time).
     pub(crate) now: u64,
-    /// The script's time at this call (differs from `now` on a replay).
-    pub(crate) current: u64,
     /// Whether the decisions are a kept reply of an earlier
     /// [`Op::AcquireOnce`] call.
     pub(crate) replayed: bool,
@@ -263,7 +534,7 @@ pub(crate) fn parse_reply(op: Op, count: usize, values: &[i64]) -> Result<Reply,
         }
         (Op::AcquireOnce, _) => {
             return Err(BackendError::protocol(format_args!(
-                "the rate-limit script answered {} integers to acquire_once, without a replay flag",
+                "the rate-limit code answered {} integers to acquire_once, without a replay flag",
                 values.len()
             )));
         }
@@ -276,7 +547,7 @@ pub(crate) fn parse_reply(op: Op, count: usize, values: &[i64]) -> Result<Reply,
     };
     if values.len() != expected {
         return Err(BackendError::protocol(format_args!(
-            "the rate-limit script answered {} integers to {} of {count} limit(s), expected {expected}",
+            "the rate-limit code answered {} integers to {} of {count} limit(s), expected {expected}",
             values.len(),
             op.name()
         )));
@@ -284,13 +555,14 @@ pub(crate) fn parse_reply(op: Op, count: usize, values: &[i64]) -> Result<Reply,
     let unsigned = |value: i64| {
         u64::try_from(value).map_err(|_| {
             BackendError::protocol(format_args!(
-                "the rate-limit script answered a negative value ({value}) to {}",
+                "the rate-limit code answered a negative value ({value}) to {}",
                 op.name()
             ))
         })
     };
     let now = unsigned(values[values.len() - 1])?;
-    let current = current.map_or(Ok(now), unsigned)?;
+    // The call's own time (after a replay's kept reply): checked, not used.
+    current.map_or(Ok(now), unsigned)?;
     let mut decisions = Vec::with_capacity(if op.decides() { count } else { 0 });
     if op.decides() {
         for chunk in values[..values.len() - 1].chunks_exact(DECISION_WIDTH) {
@@ -299,7 +571,7 @@ pub(crate) fn parse_reply(op: Op, count: usize, values: &[i64]) -> Result<Reply,
                 1 => true,
                 other => {
                     return Err(BackendError::protocol(format_args!(
-                        "the rate-limit script answered {other} for `allowed`, expected 0 or 1"
+                        "the rate-limit code answered {other} for `allowed`, expected 0 or 1"
                     )));
                 }
             };
@@ -316,7 +588,6 @@ pub(crate) fn parse_reply(op: Op, count: usize, values: &[i64]) -> Result<Reply,
     Ok(Reply {
         decisions,
         now,
-        current,
         replayed,
     })
 }
@@ -324,17 +595,54 @@ pub(crate) fn parse_reply(op: Op, count: usize, values: &[i64]) -> Result<Reply,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rl_core::{Algorithm, Key, Limit};
+    use rl_core::{Key, Limit};
 
     #[test]
-    fn the_script_is_one_chunk_holding_every_algorithm() {
+    fn the_library_registers_every_entry_and_each_script_holds_only_what_it_runs() {
+        let library = library_source();
+        assert!(library.starts_with(&format!("#!lua name={}\n", library_name())));
         for code in ["fw", "sl", "sw", "tb", "lb", "gc"] {
-            assert!(
-                SOURCE.contains(&format!("LOADERS.{code} =")),
-                "missing {code}"
-            );
+            assert!(library.contains(&format!("LOADERS.{code} =")), "{code}");
         }
-        assert_eq!(SCRIPT.get_hash().len(), 40);
+        for entry in Entry::every() {
+            let code = entry_code(entry);
+            assert!(code.function.starts_with(library_name()), "{entry:?}");
+            assert_eq!(code.sha, sha1(&code.script));
+            assert_eq!(code.sha.len(), 40);
+        }
+        let gcra = entry_code(Entry::Single(Op::Acquire, Algorithm::Gcra));
+        assert!(gcra.script.contains("LOADERS.gc ="));
+        assert!(!gcra.script.contains("LOADERS.sl ="));
+        assert!(!gcra.script.contains("local function batch"));
+        assert!(
+            gcra.script
+                .ends_with("return single_decide(LOADERS.gc(), true)(KEYS, ARGV)\n")
+        );
+        assert!(batch_script_source().contains("LOADERS.sw ="));
+        assert_eq!(
+            entry_code(Entry::Single(Op::Peek, Algorithm::TokenBucket)).function,
+            format!("{}_tb_peek", library_name())
+        );
+    }
+
+    #[test]
+    fn single_limit_calls_use_their_algorithms_entry_and_batches_the_batch() {
+        let gcra = Some(Algorithm::Gcra);
+        assert_eq!(
+            Entry::for_call(Op::Acquire, 1, gcra),
+            Entry::Single(Op::Acquire, Algorithm::Gcra)
+        );
+        assert_eq!(
+            Entry::for_call(Op::Peek, 1, gcra),
+            Entry::Single(Op::Peek, Algorithm::Gcra)
+        );
+        assert_eq!(Entry::for_call(Op::Peek, 2, gcra), Entry::BatchReadOnly);
+        assert_eq!(Entry::for_call(Op::Acquire, 2, gcra), Entry::Batch);
+        assert_eq!(Entry::for_call(Op::AcquireOnce, 1, gcra), Entry::Batch);
+        assert_eq!(Entry::for_call(Op::Reset, 1, gcra), Entry::Batch);
+        let indexes: std::collections::HashSet<usize> = Entry::every().map(Entry::index).collect();
+        assert_eq!(indexes.len(), Entry::every().count());
+        assert_eq!(indexes.len(), CODE.entries.len());
     }
 
     #[test]
@@ -345,13 +653,9 @@ mod tests {
             .with_algorithm(Algorithm::SlidingLog)
             .unwrap();
         let gcra = Limit::per_hour(5).unwrap();
-        let call = Call::new(
-            Op::Acquire,
-            Time::Server,
-            0,
-            0,
-            &[Request::new(&key, &log, 1), Request::new(&key, &gcra, 2)],
-        );
+        let requests = [Request::new(&key, &log, 1), Request::new(&key, &gcra, 2)];
+        let plan = Plan::new(Op::Acquire, Time::Server, 0, 0, &requests, None);
+        let call = Call::of(&plan);
         assert_eq!(
             call.keys,
             [
@@ -381,26 +685,27 @@ mod tests {
                 "2"
             ]
         );
-        let client = Call::new(
-            Op::Refund,
-            Time::Client(42),
-            7,
-            1000,
-            &[Request::new(&key, &gcra, 1)],
-        );
-        assert_eq!(&client.args[..4], ["refund", "42", "7", "1000"]);
+        let one = [Request::new(&key, &gcra, 1)];
+        let refund = Plan::new(Op::Refund, Time::Client(42), 7, 1000, &one, None);
         assert_eq!(
-            client.command_line()[..3],
-            [
-                "EVALSHA".to_owned(),
-                SCRIPT.get_hash().to_owned(),
-                "1".to_owned()
-            ]
+            Call::of(&refund).args,
+            ["42", "1000", "5", "3600000000", "5", "10", "1", "7"]
+        );
+        let line = refund.command_line(Via::Function);
+        assert_eq!(line[0], "FCALL");
+        assert_eq!(line[1], format!("{}_gc_refund", library_name()));
+        assert_eq!(line[2], "1");
+        let peek = Plan::new(Op::Peek, Time::Server, 0, 0, &one, None);
+        assert_eq!(peek.command_line(Via::Function)[0], "FCALL_RO");
+        assert_eq!(peek.command_line(Via::ScriptSha)[0], "EVALSHA");
+        assert_eq!(
+            peek.command_line(Via::ScriptSha)[1],
+            entry_code(Entry::Single(Op::Peek, Algorithm::Gcra)).sha
         );
     }
 
     #[test]
-    fn replies_decode_into_decisions_stamped_with_the_script_time() {
+    fn replies_decode_into_decisions_stamped_with_the_call_time() {
         let reply = parse_reply(Op::Acquire, 2, &[1, 5, 4, 0, 12, 0, 3, 0, 250, 900, 77]).unwrap();
         assert_eq!(reply.now, 77);
         assert_eq!(
@@ -428,7 +733,7 @@ mod tests {
         assert_eq!(parse_reply(Op::Reset, 3, &[9]).unwrap().now, 9);
         let replay = parse_reply(Op::AcquireOnce, 1, &[1, 5, 4, 0, 12, 77, 1, 99]).unwrap();
         assert!(replay.replayed);
-        assert_eq!((replay.now, replay.current), (77, 99));
+        assert_eq!(replay.now, 77);
         assert_eq!(replay.decisions[0].at_micros, 77);
         let fresh = parse_reply(Op::AcquireOnce, 1, &[1, 5, 4, 0, 12, 99, 0, 99]).unwrap();
         assert!(!fresh.replayed);
@@ -442,15 +747,24 @@ mod tests {
             "rl:{pay:alice}:req:a%3A%7Bb%7D%25"
         );
         assert_ne!(request_id_key(&key, "a:b"), request_id_key(&key, "a%3Ab"));
-        let call = Call::new(
-            Op::AcquireOnce,
-            Time::Server,
-            0,
-            0,
-            &[Request::new(&key, &Limit::per_minute(1).unwrap(), 1)],
-        )
-        .with_request_id_key(request_id_key(&key, "x"));
-        assert_eq!(call.keys.last().unwrap(), "rl:{pay:alice}:req:x");
+        let limit = Limit::per_minute(1).unwrap();
+        let requests = [Request::new(&key, &limit, 1)];
+        let id = request_id_key(&key, "x");
+        let plan = Plan::new(Op::AcquireOnce, Time::Server, 0, 0, &requests, Some(&id));
+        assert_eq!(plan.entry, Entry::Batch);
+        assert_eq!(Call::of(&plan).keys.last().unwrap(), "rl:{pay:alice}:req:x");
+        assert_eq!(plan.key_count(), 2);
+    }
+
+    #[test]
+    fn missing_code_errors_are_recognised() {
+        let noscript = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::NoScript),
+            "NOSCRIPT",
+        ));
+        assert!(is_missing_code(&noscript));
+        let other = redis::RedisError::from((redis::ErrorKind::UnexpectedReturnType, "bad"));
+        assert!(!is_missing_code(&other));
     }
 
     #[test]

@@ -58,6 +58,55 @@ const WATCH_RETRY_DELAY: Duration = Duration::from_millis(500);
 /// How often the watcher checks that its backend still exists.
 const WATCH_LIVENESS: Duration = Duration::from_secs(1);
 
+/// TLS settings of a Sentinel deployment (the sentinels' own scheme comes
+/// from their URLs).
+#[derive(Clone, Default)]
+pub(crate) struct Tls {
+    /// Whether the master is reached over TLS.
+    #[cfg(feature = "tls")]
+    pub(crate) master: bool,
+    /// Private roots or a client certificate, for every TLS connection.
+    #[cfg(feature = "tls")]
+    pub(crate) certificates: Option<redis::TlsCertificates>,
+}
+
+impl Tls {
+    /// Whether the master is reached over TLS.
+    fn master(&self) -> bool {
+        #[cfg(feature = "tls")]
+        {
+            self.master
+        }
+        #[cfg(not(feature = "tls"))]
+        {
+            false
+        }
+    }
+
+    /// Whether connections need certificates of their own (redis-rs'
+    /// `Sentinel` only trusts the system's roots, so discovery is then
+    /// done here).
+    fn custom(&self) -> bool {
+        #[cfg(feature = "tls")]
+        {
+            self.certificates.is_some()
+        }
+        #[cfg(not(feature = "tls"))]
+        {
+            false
+        }
+    }
+
+    /// A client for `info`, with the certificates when it is a TLS address.
+    fn client(&self, info: redis::ConnectionInfo) -> RedisResult<redis::Client> {
+        #[cfg(feature = "tls")]
+        if let (Some(certs), ConnectionAddr::TcpTls { .. }) = (&self.certificates, info.addr()) {
+            return redis::Client::build_with_tls(info, certs.clone());
+        }
+        redis::Client::open(info)
+    }
+}
+
 /// Generations are unique per process, so a stale one never matches.
 static GENERATION: AtomicU64 = AtomicU64::new(1);
 
@@ -74,6 +123,7 @@ struct Inner {
     /// How to log in to a master found from a `+switch-master` message.
     redis: RedisConnectionInfo,
     config: AsyncConnectionConfig,
+    tls: Tls,
     /// The sentinels (and their cached connections); locked while resolving.
     sentinel: tokio::sync::Mutex<Sentinel>,
     current: Mutex<Current>,
@@ -132,10 +182,22 @@ impl Inner {
         host: String,
         port: u16,
     ) -> RedisResult<MultiplexedConnection> {
-        let info = ConnectionAddr::Tcp(host, port)
+        let addr = if self.tls.master() {
+            ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: false,
+                tls_params: None,
+            }
+        } else {
+            ConnectionAddr::Tcp(host, port)
+        };
+        let info = addr
             .into_connection_info()?
             .set_redis_settings(self.redis.clone());
-        let mut connection = redis::Client::open(info)?
+        let mut connection = self
+            .tls
+            .client(info)?
             .get_multiplexed_async_connection_with_config(&self.config)
             .await?;
         let role: Value = redis::cmd("ROLE").query_async(&mut connection).await?;
@@ -152,6 +214,40 @@ impl Inner {
             )))
         }
     }
+
+    /// Asks each sentinel in turn for the master's address, then connects
+    /// to it (checking `ROLE`): discovery with certificates of our own.
+    async fn discover(&self) -> RedisResult<MultiplexedConnection> {
+        let mut last = None;
+        for url in &self.sentinel_urls {
+            let found = async {
+                let info = url.as_str().into_connection_info()?;
+                let mut sentinel = self
+                    .tls
+                    .client(info)?
+                    .get_multiplexed_async_connection_with_config(&self.config)
+                    .await?;
+                let address: Option<(String, u16)> = redis::cmd("SENTINEL")
+                    .arg("GET-MASTER-ADDR-BY-NAME")
+                    .arg(&self.master_name)
+                    .query_async(&mut sentinel)
+                    .await?;
+                let (host, port) = address.ok_or_else(|| {
+                    RedisError::from((
+                        ErrorKind::MasterNameNotFoundBySentinel,
+                        "the sentinel does not know this master name",
+                    ))
+                })?;
+                self.connect_to_master(host, port).await
+            };
+            match found.await {
+                Ok(connection) => return Ok(connection),
+                Err(err) => last = Some(err),
+            }
+        }
+        Err(last
+            .unwrap_or_else(|| RedisError::from((ErrorKind::EmptySentinelList, "no sentinel URL"))))
+    }
 }
 
 impl SentinelConnection {
@@ -162,16 +258,22 @@ impl SentinelConnection {
         master_name: String,
         redis: RedisConnectionInfo,
         config: AsyncConnectionConfig,
+        tls: Tls,
     ) -> RedisResult<Self> {
         let sentinel = Sentinel::build(sentinel_urls.to_vec())?;
+        let mut node =
+            SentinelNodeConnectionInfo::default().set_redis_connection_info(redis.clone());
+        if tls.master() {
+            node = node.set_tls_mode(redis::TlsMode::Secure);
+        }
         Ok(Self {
             inner: Arc::new(Inner {
                 master_name,
                 sentinel_urls: sentinel_urls.to_vec(),
-                node: SentinelNodeConnectionInfo::default()
-                    .set_redis_connection_info(redis.clone()),
+                node,
                 redis,
                 config,
+                tls,
                 sentinel: tokio::sync::Mutex::new(sentinel),
                 current: Mutex::new(None),
                 announced: Mutex::new(None),
@@ -205,6 +307,7 @@ impl SentinelConnection {
         };
         let connection = match from_announcement {
             Some(connection) => connection,
+            None if self.inner.tls.custom() => self.inner.discover().await?,
             None => {
                 let client = sentinel
                     .async_master_for(&self.inner.master_name, Some(&self.inner.node))
@@ -229,21 +332,20 @@ impl SentinelConnection {
         self.inner.forget(Some(generation));
     }
 
-    /// Runs `invocation` on the master by `deadline`: `None` when the
-    /// deadline passed. Forgets the master on failures that call for it.
-    pub(crate) async fn invoke(
+    /// Sends `cmd` to the master by `deadline`: `None` when the deadline
+    /// passed. Forgets the master on failures that call for it.
+    pub(crate) async fn query<T: redis::FromRedisValue>(
         &self,
         deadline: Instant,
-        invocation: redis::ScriptInvocation<'static>,
-    ) -> Option<RedisResult<Vec<i64>>> {
+        cmd: &redis::Cmd,
+    ) -> Option<RedisResult<T>> {
         let (generation, mut connection) =
             match tokio::time::timeout_at(deadline, self.connection()).await {
                 Err(_elapsed) => return None,
                 Ok(Err(err)) => return Some(Err(err)),
                 Ok(Ok(found)) => found,
             };
-        let result =
-            tokio::time::timeout_at(deadline, invocation.invoke_async(&mut connection)).await;
+        let result = tokio::time::timeout_at(deadline, cmd.query_async(&mut connection)).await;
         match &result {
             Err(_elapsed) => self.forget(generation),
             Ok(Err(err)) if needs_new_master(err) => self.forget(generation),
@@ -276,7 +378,12 @@ async fn watch(weak: Weak<Inner>) {
     let mut liveness = tokio::time::interval(WATCH_LIVENESS);
     for url in urls.iter().cycle() {
         let subscribing = async {
-            let mut pubsub = redis::Client::open(url.as_str())?
+            let tls = weak
+                .upgrade()
+                .map(|inner| inner.tls.clone())
+                .unwrap_or_default();
+            let mut pubsub = tls
+                .client(url.as_str().into_connection_info()?)?
                 .get_async_pubsub()
                 .await?;
             pubsub.subscribe(&[SWITCH_MASTER, PROMOTED_SLAVE]).await?;

@@ -292,3 +292,89 @@ async fn script_flush_on_every_node_during_a_load_run_causes_no_errors_on_a_clus
     assert!(calls > 200, "only {calls} calls");
     assert_eq!(errors, 0, "{errors} of {calls} calls failed");
 }
+
+/// One round: `callers` concurrent callers over `phones` phones from one IP,
+/// each asking for its phone's limit then the IP's (two hash tags, so two
+/// groups on the cluster). Returns the decisions of every call.
+async fn sms_round(
+    backend: &Arc<RedisBackend>,
+    round: &str,
+    callers: usize,
+    phones: usize,
+    per_phone: Limit,
+    per_ip: Limit,
+) -> Vec<Decisions> {
+    let mut tasks = tokio::task::JoinSet::new();
+    let start = Arc::new(tokio::sync::Barrier::new(callers));
+    for caller in 0..callers {
+        let (backend, start, round) = (backend.clone(), start.clone(), round.to_owned());
+        tasks.spawn(async move {
+            let phone = Key::from_display(&round, "phone", &(caller % phones));
+            let ip = Key::new(&round, "ip", "198.51.100.7");
+            let batch = [
+                Request::new(&phone, &per_phone, 1),
+                Request::new(&ip, &per_ip, 1),
+            ];
+            start.wait().await;
+            backend.acquire(&batch).await.expect("acquire")
+        });
+    }
+    let mut decided = Vec::with_capacity(callers);
+    while let Some(done) = tasks.join_next().await {
+        decided.push(done.expect("caller"));
+    }
+    decided
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_over_two_hash_tags_are_never_refused_while_the_ip_has_room_on_a_cluster() {
+    const ROUNDS: usize = 30;
+    const CALLERS: usize = 200;
+    const PHONES: usize = 50;
+    const IP_QUOTA: u64 = 20;
+    let cluster = RedisCluster::start();
+    let backend = Arc::new(
+        RedisBackend::connect_cluster(cluster.urls())
+            .await
+            .expect("connect"),
+    );
+    for algorithm in [Algorithm::Gcra, Algorithm::SlidingLog] {
+        let per_phone = limit(algorithm, 1, Duration::from_secs(60));
+        let per_ip = limit(algorithm, IP_QUOTA, Duration::from_secs(3_600));
+        for round in 0..ROUNDS {
+            let prefix = format!("sms-{}-{round}", algorithm.name());
+            let decided = sms_round(&backend, &prefix, CALLERS, PHONES, per_phone, per_ip).await;
+            let admitted: Vec<u64> = decided
+                .iter()
+                .filter(|d| d.allowed())
+                .map(|d| d[1].at_micros)
+                .collect();
+            assert_eq!(
+                admitted.len() as u64,
+                IP_QUOTA,
+                "{algorithm}, round {round}: admitted {} of {CALLERS}",
+                admitted.len()
+            );
+            // A call the IP refused (its phone had room) must come after all
+            // the IP's units were taken: both are decided on the IP's master,
+            // at its TIME, so the decision times order them.
+            for refused in decided.iter().filter(|d| d[0].allowed && !d[1].allowed) {
+                let at = refused[1].at_micros;
+                let before = admitted.iter().filter(|&&t| t <= at).count() as u64;
+                assert_eq!(
+                    before, IP_QUOTA,
+                    "{algorithm}, round {round}: refused by the IP with {} of {IP_QUOTA} \
+                     taken: {refused:?}",
+                    before
+                );
+            }
+            // Every phone that was admitted holds its one unit, no other does.
+            let phones_used: HashSet<usize> = decided
+                .iter()
+                .filter(|d| d.allowed())
+                .map(|d| d[0].remaining as usize)
+                .collect();
+            assert_eq!(phones_used, HashSet::from([0]));
+        }
+    }
+}

@@ -4,8 +4,10 @@
 //! 2 periods, exact window, slot and retry boundaries included) run against
 //! `RedisBackend` and `MemoryBackend` under identical manual clocks; every
 //! decision (allowed, limit, remaining, retry_after, reset_after, time) must
-//! be identical. One real server is shared by the whole file; every case uses
-//! its own key prefix.
+//! be identical. Every case runs twice: on the Functions library (`FCALL`,
+//! `FCALL_RO`: the path used on Redis >= 7) and on the scripts (`EVALSHA`:
+//! the fallback for Redis < 7). One real server is shared by the whole
+//! file; every run of a case uses its own key prefix.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -17,7 +19,7 @@ use rl_core::{
     Algorithm, Backend, BackendError, Clock, Decisions, Key, Limit, ManualClock, MemoryBackend,
     Request,
 };
-use rl_redis::RedisBackend;
+use rl_redis::{CallMode, RedisBackend};
 use rl_tests::harness::RedisServer;
 
 /// Cases per property (`PROPTEST_CASES` overrides).
@@ -168,9 +170,9 @@ fn case(algorithms: Vec<Algorithm>, max_limits: usize) -> impl Strategy<Value = 
     })
 }
 
-/// Both backends under one manual clock.
+/// The Redis backends (one per call mode) under one manual clock.
 struct Pair {
-    redis: RedisBackend,
+    redis: Vec<RedisBackend>,
     clock: ManualClock,
 }
 
@@ -197,13 +199,27 @@ fn same(
     }
 }
 
+/// Runs `case` on every Redis backend of `pair`, each against a fresh
+/// memory backend.
 async fn run_case(pair: &Pair, case: &Case) -> Result<(), TestCaseError> {
+    for redis in &pair.redis {
+        run_case_on(redis, &pair.clock, case)
+            .await
+            .map_err(|error| TestCaseError::fail(format!("{:?}: {error}", redis.call_mode())))?;
+    }
+    Ok(())
+}
+
+async fn run_case_on(
+    redis: &RedisBackend,
+    clock: &ManualClock,
+    case: &Case,
+) -> Result<(), TestCaseError> {
     let number = CASE_NUMBER.fetch_add(1, Ordering::Relaxed);
     let prefix = format!("diff{number}");
     let keys: Vec<Key> = (0..case.keys)
         .map(|i| Key::new(&prefix, "scope", &format!("id{i}")))
         .collect();
-    let clock = &pair.clock;
     clock.set_micros(case.start);
     let memory = MemoryBackend::with_clock(clock.clone());
     let requests = |key: usize, limits: &[usize], cost: u64| -> Vec<Request<'_>> {
@@ -247,7 +263,7 @@ async fn run_case(pair: &Pair, case: &Case) -> Result<(), TestCaseError> {
             Step::Acquire { key, limits, cost } => {
                 let batch = requests(*key, limits, *cost);
                 let m = memory.acquire(&batch).await;
-                let r = pair.redis.acquire(&batch).await;
+                let r = redis.acquire(&batch).await;
                 same(&format!("step {index}"), step, now, &m, &r)?;
                 if let Ok(decisions) = m {
                     if decisions.allowed() {
@@ -259,7 +275,7 @@ async fn run_case(pair: &Pair, case: &Case) -> Result<(), TestCaseError> {
             Step::Peek { key, limits, cost } => {
                 let batch = requests(*key, limits, *cost);
                 let m = memory.peek(&batch).await;
-                let r = pair.redis.peek(&batch).await;
+                let r = redis.peek(&batch).await;
                 same(&format!("step {index}"), step, now, &m, &r)?;
                 if let Ok(decisions) = m {
                     last = Some(decisions);
@@ -272,7 +288,7 @@ async fn run_case(pair: &Pair, case: &Case) -> Result<(), TestCaseError> {
                         .refund(&batch, *at)
                         .await
                         .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                    pair.redis
+                    redis
                         .refund(&batch, *at)
                         .await
                         .map_err(|e| TestCaseError::fail(e.to_string()))?;
@@ -281,7 +297,7 @@ async fn run_case(pair: &Pair, case: &Case) -> Result<(), TestCaseError> {
             Step::RefundNow { key, limits, cost } => {
                 let batch = requests(*key, limits, *cost);
                 let m = memory.refund(&batch, now).await;
-                let r = pair.redis.refund(&batch, now).await;
+                let r = redis.refund(&batch, now).await;
                 prop_assert_eq!(
                     m.is_ok(),
                     r.is_ok(),
@@ -297,7 +313,7 @@ async fn run_case(pair: &Pair, case: &Case) -> Result<(), TestCaseError> {
                     .reset(&batch)
                     .await
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                pair.redis
+                redis
                     .reset(&batch)
                     .await
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
@@ -319,7 +335,7 @@ async fn run_case(pair: &Pair, case: &Case) -> Result<(), TestCaseError> {
                 &final_step,
                 now,
                 &memory.peek(&batch).await,
-                &pair.redis.peek(&batch).await,
+                &redis.peek(&batch).await,
             )?;
         }
     }
@@ -335,16 +351,24 @@ fn check(strategy: impl Strategy<Value = Case>) {
         .expect("runtime");
     let clock = ManualClock::new(EPOCH_US);
     let redis = runtime.block_on(async {
-        RedisBackend::builder(server.url())
-            .client_clock(clock.clone())
-            // Redis expires keys in real time while the manual clock stands
-            // still; decisions never depend on the extra lifetime.
-            .extra_ttl(Duration::from_secs(3_600))
-            .timeout(Duration::from_secs(10))
-            .connect()
-            .await
-            .expect("connect to the test server")
+        let mut backends = Vec::new();
+        for mode in [CallMode::Functions, CallMode::Scripts] {
+            let backend = RedisBackend::builder(server.url())
+                .client_clock(clock.clone())
+                // Redis expires keys in real time while the manual clock
+                // stands still; decisions never depend on the extra lifetime.
+                .extra_ttl(Duration::from_secs(3_600))
+                .timeout(Duration::from_secs(10))
+                .call_mode(mode)
+                .connect()
+                .await
+                .expect("connect to the test server");
+            assert_eq!(backend.call_mode(), mode);
+            backends.push(backend);
+        }
+        backends
     });
+    let calls_before = runtime.block_on(code_calls(&server));
     let pair = Pair { redis, clock };
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
@@ -360,6 +384,33 @@ fn check(strategy: impl Strategy<Value = Case>) {
     if let Err(failure) = result {
         panic!("{failure}");
     }
+    // Both paths really ran (the server is shared, so only growth counts).
+    let calls_after = runtime.block_on(code_calls(&server));
+    for (command, before) in calls_before {
+        let after = calls_after
+            .iter()
+            .find(|(c, _)| *c == command)
+            .map_or(0, |(_, n)| *n);
+        assert!(after > before, "no {command} call reached the server");
+    }
+}
+
+/// Calls of the commands that run our code: the library's (`FCALL`,
+/// `FCALL_RO` counted together) and the scripts' (`EVALSHA`).
+async fn code_calls(server: &RedisServer) -> [(&'static str, u64); 2] {
+    let stats: String = server.cmd(&["INFO", "commandstats"]).await;
+    let calls = |name: &str| {
+        stats
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("cmdstat_{name}:calls=")))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    [
+        ("fcall", calls("fcall") + calls("fcall_ro")),
+        ("evalsha", calls("evalsha")),
+    ]
 }
 
 #[test]

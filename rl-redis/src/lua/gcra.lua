@@ -7,27 +7,42 @@ LOADERS.gc = function()
 
   -- TAT - now, 0 when there is no TAT in the future (fresh).
   local function gc_ahead(r, now)
-    local tat = tonumber(cached(r, get))
+    local tat = tonumber(get_cached(r))
     if tat and tat > now then
       return tat - now
     end
     return 0
   end
 
+  -- (gc_ahead and the TTL are written out here: this is every GCRA
+  -- decision's path, and a Lua call costs about as much as either.)
   function M.decide(r, now, commit)
     local b = r.b
     local interval = cdiv(r.p, r.t)
     local tau = interval * b
-    local d = gc_ahead(r, now)
+    local st = r.st
+    if st == nil then
+      st = redis.call('GET', r.key)
+      r.st = st
+    end
+    local d = 0
+    local tat = tonumber(st)
+    if tat and tat > now then
+      d = tat - now
+    end
     local nd = d + r.cost * interval
     if nd > tau then
-      return decision(false, b, idiv(math.max(tau - d, 0), interval), nd - tau, d)
+      return 0, b, idiv(math.max(tau - d, 0), interval), nd - tau, d
     end
     if not commit then
-      return decision(true, b, idiv(tau - d, interval), 0, d)
+      return 1, b, idiv(tau - d, interval), 0, d
     end
-    redis.call('SET', r.key, now + nd, 'PX', ttl_ms(now + nd, now))
-    return decision(true, b, idiv(tau - nd, interval), 0, nd)
+    local ms = 1
+    if nd > 1000 then
+      ms = cdiv(nd, 1000)
+    end
+    redis.call('SET', r.key, now + nd, 'PX', ms + EXTRA_TTL_MS)
+    return 1, b, idiv(tau - nd, interval), 0, nd
   end
 
   function M.refund(r, now, _)

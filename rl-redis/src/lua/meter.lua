@@ -13,9 +13,9 @@
 
 local function meter_module(token)
   -- The level (units in use x P) after draining up to `now`; 0 when fresh.
-  local function meter_level(r, now, token)
+  local function meter_level(r, now)
     local full = r.b * r.p
-    local value = cached(r, get)
+    local value = get_cached(r)
     if not value then
       return 0
     end
@@ -41,7 +41,7 @@ local function meter_module(token)
     return scaled - drained
   end
 
-  local function meter_store(r, now, level, token)
+  local function meter_store(r, now, level)
     if level <= 0 then
       redis.call('DEL', r.key)
       return
@@ -54,33 +54,34 @@ local function meter_module(token)
     redis.call('SET', r.key, struct.pack('<ddd', scaled, now, expires_at), 'PX', ttl_ms(expires_at, now))
   end
 
-  local function meter_decide(r, now, commit, token)
+  local function meter_decide(r, now, commit)
     local t, p, b = r.t, r.p, r.b
     local full = b * p
-    local level = meter_level(r, now, token)
+    local level = meter_level(r, now)
     local need = r.cost * p
     if need > full - level then
       local remaining = idiv(math.max(full - level, 0), p)
-      return decision(false, b, remaining, cdiv(need - (full - level), t), cdiv(level, t))
+      return 0, b, remaining, cdiv(need - (full - level), t), cdiv(level, t)
     end
     if commit then
       level = level + need
-      meter_store(r, now, level, token)
+      meter_store(r, now, level)
     end
-    return decision(true, b, idiv(full - level, p), 0, cdiv(level, t))
+    return 1, b, idiv(full - level, p), 0, cdiv(level, t)
   end
 
-  local function meter_refund(r, now, token)
-    if not cached(r, get) then
+  local function meter_refund(r, now, _)
+    if not get_cached(r) then
       return
     end
-    local level = meter_level(r, now, token) - r.cost * r.p
-    meter_store(r, now, math.max(level, 0), token)
+    local level = meter_level(r, now) - r.cost * r.p
+    meter_store(r, now, math.max(level, 0))
   end
 
+  -- `token` is an upvalue of every function here: one module per flavour.
   return {
-    decide = function(r, now, commit) return meter_decide(r, now, commit, token) end,
-    refund = function(r, now, _) meter_refund(r, now, token) end,
+    decide = meter_decide,
+    refund = meter_refund,
   }
 end
 

@@ -1,4 +1,4 @@
--- rl-redis: one script decides a batch of rate-limit requests atomically.
+-- rl-redis: the rate-limit algorithms, run atomically inside Redis.
 --
 -- Shared helpers. Every quantity is an integer (microseconds or units) kept
 -- below 2^53, where Lua's doubles are exact; rl-core's Limit refuses limits
@@ -7,24 +7,25 @@
 -- passed to redis.call are formatted by Redis itself with '%.17g' (or as
 -- integers, Redis >= 7.2), exact below 2^53, without a string.format call.
 --
--- Layout of this file set (concatenated in this order into ONE script):
--- prelude.lua, fixed_window.lua, sliding_log.lua, sliding_window.lua,
--- meter.lua, gcra.lua, dispatch.lua.
+-- Layout of this file set (rl-redis/src/script.rs concatenates them):
+-- prelude.lua, then the algorithms (fixed_window.lua, sliding_log.lua,
+-- sliding_window.lua, meter.lua, gcra.lua), then the entry points
+-- (single.lua: one limit, one algorithm; batch.lua: any batch), then
+-- either library.lua (Redis >= 7: a Functions library, loaded once, whose
+-- code above runs once at load time) or one `return <entry>(KEYS, ARGV)`
+-- line (a script, for EVALSHA: the code above runs on every call).
 
--- Redis 3.2 - 4.x: replicate effects, not the script, so TIME is allowed
--- before writes. Redis >= 5 always does; from 7.0 on (which announces
--- itself with REDIS_VERSION) the call is skipped, as it costs about a
--- tenth of a decision there.
-if redis.replicate_commands and not redis.REDIS_VERSION then
-  redis.replicate_commands()
-end
+-- (A script starts with a line asking Redis 3.2 - 4.x for effects
+-- replication, so that TIME is allowed before writes: script.rs.)
 
-local floor = math.floor
+-- Top-level code here must not read globals such as `math`: a library's
+-- top level runs at FUNCTION LOAD, where Redis only offers `redis`.
+-- Functions read them when they run.
 
 -- floor(a / b) for integers a >= 0, b > 0, corrected for the rounding of
 -- the double quotient.
 local function idiv(a, b)
-  local q = floor(a / b)
+  local q = math.floor(a / b)
   if q * b > a then
     q = q - 1
   elseif (q + 1) * b <= a then
@@ -33,11 +34,14 @@ local function idiv(a, b)
   return q
 end
 
--- ceil(a / b) for integers a >= 0, b > 0.
+-- ceil(a / b) for integers a >= 0, b > 0, corrected likewise (written out
+-- rather than through idiv: a Lua call costs about as much as the rest).
 local function cdiv(a, b)
-  local q = idiv(a, b)
+  local q = math.ceil(a / b)
   if q * b < a then
     q = q + 1
+  elseif (q - 1) * b >= a then
+    q = q - 1
   end
   return q
 end
@@ -46,15 +50,16 @@ local function fmt(x)
   return string.format('%.0f', x)
 end
 
--- Set by dispatch.lua: extra milliseconds added to every TTL (0 by default).
+-- Set by every entry point from its arguments: extra milliseconds added to
+-- every TTL (0 by default).
 local EXTRA_TTL_MS = 0
 
 -- Milliseconds until `expires_at` (rounded up, at least 1), the TTL of a
 -- state that is equivalent to no state from `expires_at` on.
 local function ttl_ms(expires_at, now)
-  local ms = cdiv(math.max(expires_at - now, 0), 1000)
-  if ms < 1 then
-    ms = 1
+  local ms = 1
+  if expires_at - now > 1000 then
+    ms = cdiv(expires_at - now, 1000)
   end
   return ms + EXTRA_TTL_MS
 end
@@ -65,7 +70,7 @@ end
 
 -- The state read by `read(r, now)`, kept on the request: a multi-limit
 -- acquire decides every request once without writing, then again to
--- commit, and the second pass reuses the first's read. dispatch.lua drops
+-- commit, and the second pass reuses the first's read. batch.lua drops
 -- it for a key that an earlier request of the same call has used. (`false`,
 -- a missing key, is a value too.)
 local function cached(r, read, now)
@@ -77,21 +82,39 @@ local function cached(r, read, now)
   return st
 end
 
--- The read of the algorithms whose state is one string.
-local function get(r)
-  return redis.call('GET', r.key)
+-- The state of the algorithms whose state is one string: `cached` with
+-- GET, written out (one Lua call fewer on every decision).
+local function get_cached(r)
+  local st = r.st
+  if st == nil then
+    st = redis.call('GET', r.key)
+    r.st = st
+  end
+  return st
 end
 
--- A decision: allowed (1/0), limit, remaining, retry_after_us, reset_after_us.
-local function decision(allowed, limit, remaining, retry_after, reset_after)
-  return { allowed and 1 or 0, limit, math.max(remaining, 0), retry_after, reset_after }
-end
+-- A module's decide(r, now, commit) returns five values (no table, no
+-- call): allowed (1/0), limit, remaining (may be negative after a limit was
+-- lowered: the entry points clamp it to 0), retry_after_us,
+-- reset_after_us.
 
 -- Per algorithm code, a loader returning its module: decide(r, now,
--- commit) -> decision; refund(r, now, at). Every function a script defines
--- is created again on every call (about 0.1 us each here), so each
--- algorithm's functions are created only when a call uses it.
+-- commit) -> the five values above; refund(r, now, at). A script creates every function
+-- it defines again on every call (about 0.1 us each here), so a script
+-- creates each algorithm's functions only when a call uses it; a library
+-- creates them all once, when it is loaded.
 local LOADERS = {}
 
--- The modules loaded by this call, by algorithm code.
+-- The modules loaded so far, by algorithm code (per call in a script, for
+-- the library's lifetime in a library).
 local ALG = {}
+
+-- The time of a call from its `time` argument: 's' for the server's TIME,
+-- else the client's time in us.
+local function clock(arg)
+  if arg == 's' then
+    local time = redis.call('TIME')
+    return tonumber(time[1]) * 1000000 + tonumber(time[2])
+  end
+  return tonumber(arg)
+end

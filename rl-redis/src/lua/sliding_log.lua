@@ -60,7 +60,7 @@ LOADERS.sl = function()
       if entry[2] then
         retry = tonumber(entry[2]) + p - now
       end
-      return decision(false, t, t - n, retry, newest + p - now)
+      return 0, t, t - n, retry, newest + p - now
     end
     if commit then
       if stale > 0 then
@@ -78,7 +78,7 @@ LOADERS.sl = function()
     if n > 0 then
       reset = newest + p - now
     end
-    return decision(true, t, t - n, 0, reset)
+    return 1, t, t - n, 0, reset
   end
 
   function M.refund(r, now, at)

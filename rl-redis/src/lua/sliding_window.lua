@@ -99,7 +99,7 @@ LOADERS.sw = function()
     if c * size > capacity - est then
       local retry = sw_retry(cnt, n, size, now, capacity - c * size)
       local remaining = idiv(math.max(capacity - est, 0), size)
-      return decision(false, t, remaining, retry, sw_reset_after(newest, n, size, now))
+      return 0, t, remaining, retry, sw_reset_after(newest, n, size, now)
     end
     if commit then
       redis.call('HINCRBY', r.key, s, c)
@@ -112,7 +112,7 @@ LOADERS.sw = function()
       est = est + c * size
       expire(r.key, (newest + n + 1) * size, now)
     end
-    return decision(true, t, idiv(capacity - est, size), 0, sw_reset_after(newest, n, size, now))
+    return 1, t, idiv(capacity - est, size), 0, sw_reset_after(newest, n, size, now)
   end
 
   function M.refund(r, now, at)

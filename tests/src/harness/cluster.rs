@@ -56,9 +56,27 @@ impl RedisCluster {
     /// See [`start`](Self::start).
     pub fn start_with_replicas(replicas_per_master: usize) -> Self {
         let count = MASTERS * (1 + replicas_per_master);
+        Self::start_nodes(vec![Vec::new(); count])
+    }
+
+    /// Starts three masters, each with its own extra `redis-server`
+    /// arguments (`node_args[i]` for master `i`, e.g. `--tls-port` and
+    /// `--tls-cluster yes`), without replicas. The harness itself talks to
+    /// the nodes on their plain ports.
+    ///
+    /// # Panics
+    ///
+    /// Panics unless `node_args` has three entries; see [`start`](Self::start).
+    pub fn start_with_node_args(node_args: Vec<Vec<String>>) -> Self {
+        assert_eq!(node_args.len(), MASTERS, "one argument list per master");
+        Self::start_nodes(node_args)
+    }
+
+    fn start_nodes(node_args: Vec<Vec<String>>) -> Self {
         let nodes: Vec<RedisServer> = thread::scope(|scope| {
-            let handles: Vec<_> = (0..count)
-                .map(|_| scope.spawn(RedisServer::start_cluster_node))
+            let handles: Vec<_> = node_args
+                .iter()
+                .map(|args| scope.spawn(move || RedisServer::start_cluster_node_with(args)))
                 .collect();
             handles
                 .into_iter()

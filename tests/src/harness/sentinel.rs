@@ -77,6 +77,32 @@ impl RedisSentinel {
         down_after_ms: u32,
         failover_timeout_ms: u32,
     ) -> Self {
+        Self::start_monitoring_with_config(
+            master_name,
+            master_port,
+            quorum,
+            down_after_ms,
+            failover_timeout_ms,
+            "",
+        )
+    }
+
+    /// Like [`start_monitoring_with`](Self::start_monitoring_with), with
+    /// `extra` appended to the generated configuration file (e.g. TLS
+    /// directives: `tls-port`, `tls-replication yes`, ...). The harness
+    /// keeps talking to the sentinel on its plain port.
+    ///
+    /// # Panics
+    ///
+    /// Panics like [`RedisServer::start`], or if the config cannot be written.
+    pub fn start_monitoring_with_config(
+        master_name: &str,
+        master_port: u16,
+        quorum: u32,
+        down_after_ms: u32,
+        failover_timeout_ms: u32,
+        extra: &str,
+    ) -> Self {
         let server = RedisServer::launch("redis-sentinel", false, |port, _, dir| {
             let config = format!(
                 "port {port}\n\
@@ -87,7 +113,8 @@ impl RedisSentinel {
                  sentinel monitor {master_name} 127.0.0.1 {master_port} {quorum}\n\
                  sentinel down-after-milliseconds {master_name} {down_after_ms}\n\
                  sentinel failover-timeout {master_name} {failover_timeout_ms}\n\
-                 sentinel parallel-syncs {master_name} 1\n",
+                 sentinel parallel-syncs {master_name} 1\n\
+                 {extra}\n",
                 dir = dir.display(),
             );
             let path = dir.join(CONFIG_FILE);

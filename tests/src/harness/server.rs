@@ -159,10 +159,14 @@ impl RedisServer {
 
     /// Starts a cluster-enabled node (`--cluster-enabled yes`, bus port
     /// allocated like the client port) that knows no other node yet.
-    pub(crate) fn start_cluster_node() -> Self {
+    /// Starts a cluster-enabled node (`--cluster-enabled yes`, bus port
+    /// allocated like the client port) that knows no other node yet, with
+    /// `extra` arguments appended (e.g. TLS settings).
+    pub(crate) fn start_cluster_node_with(extra: &[String]) -> Self {
         Self::launch("redis-cluster", true, |port, bus, dir| {
             let mut all = base_args(port, dir);
             all.extend(cluster_args(bus.expect("cluster nodes get a bus port")));
+            all.extend(extra.iter().cloned());
             all
         })
     }

@@ -1,0 +1,31 @@
+-- The Redis Functions library (Redis >= 7): everything above runs once,
+-- at FUNCTION LOAD; a call runs only its entry point. rl-redis/src/script.rs
+-- puts `#!lua name=<library>` and `local RL_PREFIX = '<library>_'` first:
+-- the names carry a hash of the code, so two versions of rl-redis can share
+-- a server.
+--
+-- Per algorithm code (fw, sl, sw, tb, lb, gc): <prefix><code>_acquire,
+-- <prefix><code>_peek (no-writes: FCALL_RO), <prefix><code>_refund
+-- (single.lua); and <prefix>batch, <prefix>batch_ro (no-writes, peeks only)
+-- for everything else (batch.lua).
+
+-- (No `pairs` here: at load time Redis offers no global but `redis`.)
+local CODES = { 'fw', 'sl', 'sw', 'tb', 'lb', 'gc' }
+for i = 1, #CODES do
+  local code = CODES[i]
+  local M = LOADERS[code]()
+  ALG[code] = M
+  redis.register_function(RL_PREFIX .. code .. '_acquire', single_decide(M, true))
+  redis.register_function{
+    function_name = RL_PREFIX .. code .. '_peek',
+    callback = single_decide(M, false),
+    flags = { 'no-writes' },
+  }
+  redis.register_function(RL_PREFIX .. code .. '_refund', single_refund(M))
+end
+redis.register_function(RL_PREFIX .. 'batch', batch)
+redis.register_function{
+  function_name = RL_PREFIX .. 'batch_ro',
+  callback = batch_ro,
+  flags = { 'no-writes' },
+}

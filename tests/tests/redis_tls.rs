@@ -1,0 +1,287 @@
+//! TLS (`rediss://`, the `tls` feature of rl-redis) against real
+//! `redis-server` processes started with `--tls-port` and a certificate
+//! chain this test generates (rcgen: a private CA, a server certificate for
+//! 127.0.0.1, a client certificate): standalone, mutual TLS, a cluster
+//! whose nodes talk TLS to clients and to each other, and a master found
+//! through a sentinel, both over TLS.
+
+use std::fs;
+use std::path::PathBuf;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose,
+};
+use rl_core::{Algorithm, Backend, BackendError, Key, Limit, Request};
+use rl_redis::{CallMode, RedisBackend};
+use rl_tests::harness::{PortReservation, RedisCluster, RedisSentinel, RedisServer, TempDir};
+
+/// A private CA with a server and a client certificate, written as PEM
+/// files for redis-server.
+struct Pki {
+    dir: TempDir,
+    ca_pem: String,
+    client_cert_pem: String,
+    client_key_pem: String,
+}
+
+impl Pki {
+    fn generate() -> Self {
+        let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(DnType::CommonName, "rl-redis test CA");
+        ca.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().expect("CA key"))
+            .expect("self-signed CA");
+
+        let leaf = |name: &str, usages: Vec<ExtendedKeyUsagePurpose>| {
+            let mut params =
+                CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+                    .expect("leaf params");
+            params.distinguished_name.push(DnType::CommonName, name);
+            params.extended_key_usages = usages;
+            let key = KeyPair::generate().expect("leaf key");
+            let cert = params.signed_by(&key, &ca).expect("signed by the CA");
+            (cert.pem(), key.serialize_pem())
+        };
+        // Cluster nodes present their server certificate as clients too,
+        // on the cluster bus.
+        let (server_cert, server_key) = leaf(
+            "redis-server",
+            vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
+        );
+        let (client_cert_pem, client_key_pem) =
+            leaf("rl-redis client", vec![ExtendedKeyUsagePurpose::ClientAuth]);
+
+        let dir = TempDir::new("tls-pki");
+        let pki = Self {
+            dir,
+            ca_pem: ca.pem(),
+            client_cert_pem,
+            client_key_pem,
+        };
+        fs::write(pki.path("ca.crt"), &pki.ca_pem).expect("write ca.crt");
+        fs::write(pki.path("server.crt"), server_cert).expect("write server.crt");
+        fs::write(pki.path("server.key"), server_key).expect("write server.key");
+        pki
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `redis-server` arguments serving TLS on `tls_port` (the harness keeps
+    /// its plain port to see the server come up).
+    fn server_args(&self, tls_port: u16, require_client_certificates: bool) -> Vec<String> {
+        [
+            "--tls-port",
+            &tls_port.to_string(),
+            "--tls-cert-file",
+            &self.path("server.crt").display().to_string(),
+            "--tls-key-file",
+            &self.path("server.key").display().to_string(),
+            "--tls-ca-cert-file",
+            &self.path("ca.crt").display().to_string(),
+            "--tls-auth-clients",
+            if require_client_certificates {
+                "yes"
+            } else {
+                "no"
+            },
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+}
+
+fn start(pki: &Pki, require_client_certificates: bool) -> (RedisServer, PortReservation) {
+    let tls_port = PortReservation::new();
+    let args = pki.server_args(tls_port.port(), require_client_certificates);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    (RedisServer::start_with(&args), tls_port)
+}
+
+fn rediss(port: &PortReservation) -> String {
+    format!("rediss://127.0.0.1:{}/", port.port())
+}
+
+async fn decide_twice(backend: &RedisBackend, identity: &str) {
+    let limit = Limit::per_minute(1)
+        .and_then(|l| l.with_algorithm(Algorithm::SlidingLog))
+        .expect("limit");
+    let key = Key::new("tls", "otp", identity);
+    let request = [Request::new(&key, &limit, 1)];
+    assert!(backend.acquire(&request).await.expect("acquire").allowed());
+    let refused = backend.acquire(&request).await.expect("acquire");
+    assert!(!refused.allowed());
+    assert!(refused[0].retry_after.as_secs() > 50);
+}
+
+#[tokio::test]
+async fn rediss_with_a_private_ca_decides_on_a_tls_only_port_in_both_call_modes() {
+    let pki = Pki::generate();
+    let (server, tls_port) = start(&pki, false);
+    for mode in [CallMode::Functions, CallMode::Scripts] {
+        let backend = RedisBackend::builder(rediss(&tls_port))
+            .tls_root_certificates(pki.ca_pem.as_bytes())
+            .call_mode(mode)
+            .connect()
+            .await
+            .expect("connect over TLS");
+        assert_eq!(backend.call_mode(), mode);
+        decide_twice(&backend, &format!("{mode:?}")).await;
+    }
+    // The port really speaks TLS only: plain text gets nowhere.
+    let plain = RedisBackend::builder(format!("redis://127.0.0.1:{}/", tls_port.port()))
+        .connect_timeout(std::time::Duration::from_secs(2))
+        .timeout(std::time::Duration::from_millis(500))
+        .connect()
+        .await;
+    assert!(plain.is_err(), "plain text was answered on the TLS port");
+    drop(server);
+}
+
+#[tokio::test]
+async fn a_certificate_from_an_unknown_ca_is_refused_with_an_error() {
+    let pki = Pki::generate();
+    let (_server, tls_port) = start(&pki, false);
+    let other = Pki::generate();
+    let error = RedisBackend::builder(rediss(&tls_port))
+        .tls_root_certificates(other.ca_pem.as_bytes())
+        .connect_timeout(std::time::Duration::from_secs(3))
+        .connect()
+        .await
+        .expect_err("the server's certificate is not signed by this CA");
+    eprintln!("unknown CA: {error}");
+    assert!(error.to_string().contains("certificate"), "{error}");
+    assert!(
+        matches!(
+            error,
+            BackendError::Unavailable(_) | BackendError::Protocol(_) | BackendError::Timeout(_)
+        ),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn a_client_certificate_is_presented_when_the_server_requires_one() {
+    let pki = Pki::generate();
+    let (_server, tls_port) = start(&pki, true);
+    let without = RedisBackend::builder(rediss(&tls_port))
+        .tls_root_certificates(pki.ca_pem.as_bytes())
+        .connect_timeout(std::time::Duration::from_secs(3))
+        .timeout(std::time::Duration::from_millis(500))
+        .connect()
+        .await;
+    let error = without.expect_err("connected without a client certificate");
+    eprintln!("no client certificate: {error}");
+    assert!(error.to_string().contains("Certificate"), "{error}");
+    let backend = RedisBackend::builder(rediss(&tls_port))
+        .tls_root_certificates(pki.ca_pem.as_bytes())
+        .tls_client_certificate(
+            pki.client_cert_pem.as_bytes(),
+            pki.client_key_pem.as_bytes(),
+        )
+        .connect()
+        .await
+        .expect("connect with a client certificate");
+    decide_twice(&backend, "mtls").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_over_tls_decides_across_hash_tags_with_the_library_on_every_master() {
+    let pki = Pki::generate();
+    let tls_ports: Vec<PortReservation> = (0..3).map(|_| PortReservation::new()).collect();
+    let node_args = tls_ports
+        .iter()
+        .map(|port| {
+            let mut args = pki.server_args(port.port(), false);
+            args.extend(["--tls-cluster", "yes"].map(String::from));
+            args
+        })
+        .collect();
+    let cluster = RedisCluster::start_with_node_args(node_args);
+    let backend = RedisBackend::cluster_builder(tls_ports.iter().map(rediss))
+        .tls_root_certificates(pki.ca_pem.as_bytes())
+        .connect()
+        .await
+        .expect("connect to the cluster over TLS");
+    assert!(backend.is_cluster());
+    assert_eq!(backend.call_mode(), CallMode::Functions);
+    for master in cluster.masters() {
+        let listed: redis::Value = master
+            .cmd(&[
+                "FUNCTION",
+                "LIST",
+                "LIBRARYNAME",
+                RedisBackend::library_name(),
+            ])
+            .await;
+        assert!(
+            matches!(listed, redis::Value::Array(ref items) if !items.is_empty()),
+            "no library on master {}",
+            master.port()
+        );
+    }
+    // Identities on every master, and a call over two hash tags.
+    for n in 0..30 {
+        decide_twice(&backend, &format!("user-{n}")).await;
+    }
+    let per_phone = Limit::per_minute(1).expect("limit");
+    let per_ip = Limit::per_hour(2).expect("limit");
+    let ip = Key::new("tls", "ip", "203.0.113.9");
+    let mut admitted = 0;
+    for phone in 0..4 {
+        let phone = Key::from_display("tls", "phone", &phone);
+        let batch = [
+            Request::new(&phone, &per_phone, 1),
+            Request::new(&ip, &per_ip, 1),
+        ];
+        admitted += usize::from(backend.acquire(&batch).await.expect("acquire").allowed());
+    }
+    assert_eq!(admitted, 2, "the per-IP limit admits two phones");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_found_through_a_sentinel_is_reached_over_tls() {
+    let pki = Pki::generate();
+    let (master, master_tls) = start(&pki, false);
+    let sentinel_tls = PortReservation::new();
+    let tls = pki.server_args(sentinel_tls.port(), false);
+    // The sentinel's TLS directives, and TLS towards the master it monitors.
+    let mut extra: Vec<String> = tls
+        .chunks(2)
+        .map(|kv| kv.join(" ").replace("--", ""))
+        .collect();
+    extra.push("tls-replication yes".to_owned());
+    let sentinel = RedisSentinel::start_monitoring_with_config(
+        "tls-master",
+        master_tls.port(),
+        1,
+        1_000,
+        5_000,
+        &extra.join("\n"),
+    );
+    let backend = RedisBackend::sentinel_builder([rediss(&sentinel_tls)], "tls-master")
+        .master_tls(true)
+        .tls_root_certificates(pki.ca_pem.as_bytes())
+        .connect()
+        .await
+        .expect("connect through the sentinel over TLS");
+    assert!(backend.is_sentinel());
+    decide_twice(&backend, "sentinel").await;
+    let stats: String = master.cmd(&["INFO", "commandstats"]).await;
+    assert!(
+        stats.contains("cmdstat_fcall:calls="),
+        "decided on the master: {stats}"
+    );
+    drop(sentinel);
+}
