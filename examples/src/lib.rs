@@ -1,8 +1,10 @@
-//! Shared start-up code of the examples, and the two showcase services
-//! ([`sms`] and [`login`]) as libraries so their binaries stay one line.
+//! Shared start-up code of the examples, the two showcase services
+//! ([`sms`] and [`login`]) as libraries so their binaries stay one line,
+//! and the accuracy simulation behind `docs/accuracy.md` ([`accuracy`]).
 
 #![forbid(unsafe_code)]
 
+pub mod accuracy;
 pub mod admin;
 pub mod captcha;
 pub mod login;
