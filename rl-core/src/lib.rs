@@ -43,12 +43,19 @@
 //! # Which algorithm
 //! | algorithm | memory per identity | worst case in any window of length `P` | pick it for |
 //! |---|---|---|---|
-//! | `gcra` (default) | one timestamp | `burst + T` (a full burst, then the steady rate) | almost everything: O(1), smooth, exact `retry_after` |
+//! | `gcra` (default) | one timestamp | `burst + T − 1` (a full burst, then the steady rate); `T` with `burst = 1` | almost everything: O(1), smooth, exact `retry_after` |
 //! | `fixed_window` | one counter | `2T` across a window boundary | cheap coarse quotas ("10 per day") |
 //! | `sliding_log` | one entry per admitted unit (`T ≤ 10 000`) | exactly `T` | small `T` that must never be exceeded (SMS, login) |
-//! | `sliding_window` | `slots` counters | `< 2T` if a quota lands at the end of one slot; within `T/slots` for spread traffic | large `T` needing near-exact windows |
-//! | `token_bucket` | tokens + timestamp | `burst + T` | bursty clients with an average rate |
-//! | `leaky_bucket` | level + timestamp | `burst + T` | smoothing into a steady drain |
+//! | `sliding_window` | `slots` counters | just under `2T` if a quota lands in the last µs of one slot; close to `T` for spread traffic | large `T` needing near-exact windows |
+//! | `token_bucket` | tokens + timestamp | `burst + T − 1` | bursty clients with an average rate |
+//! | `leaky_bucket` | level + timestamp | `burst + T − 1` | the same decisions as the token bucket, seen from the level |
+//!
+//! A window of length `P` is `[t, t + P)`. A client calling as fast as it
+//! is allowed gets exactly `T` per `P` from every algorithm but
+//! `sliding_window`, which gives `max(T·N/(N+1), T − 1)` with `N` slots.
+//! The repository's `docs/accuracy.md` measures all of this with a
+//! deterministic simulation, and how often each algorithm decides unlike an
+//! exact sliding log under load.
 //!
 //! The default is GCRA because it needs one value per identity, never
 //! over-admits on average, gives an exact `retry_after`, and bursts only up to
