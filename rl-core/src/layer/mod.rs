@@ -342,6 +342,7 @@ impl Pipeline {
 }
 
 /// A store's result as an answer.
+#[inline]
 fn stored(
     op: Op<'_>,
     result: Result<Option<Decisions>, crate::model::error::BackendError>,

@@ -29,6 +29,20 @@ impl Layer for Observe {
             metrics::histogram!("rl_backend_seconds", "limit" => name)
                 .record(elapsed.as_secs_f64());
         }
+        // The commonest outcome first: an acquire the store allowed.
+        if let (
+            Some(keys),
+            Answer::Decided {
+                decisions,
+                source: Source::Backend,
+            },
+        ) = (call.counters, &*answer)
+            && matches!(call.op, Op::Acquire | Op::AcquireOnce(_))
+            && decisions.allowed()
+        {
+            counters::count(&keys.allowed);
+            return;
+        }
         let failure = match answer {
             Answer::Failed(error) | Answer::FailedOpen(error) | Answer::Unavailable(error) => {
                 Some(&*error)
@@ -106,23 +120,25 @@ fn refused(call: &Call<'_>, index: usize, decision: &Decision, source: Source) {
         return;
     };
     let retry_after_ms = decision.retry_after.as_millis() as u64;
-    if source == Source::Cache {
-        tracing::debug!(
-            limit = name,
-            identity = %Masked(key.identity),
-            retry_after_ms,
-            "rate limited (remembered refusal)"
-        );
-    } else {
-        tracing::info!(
-            limit = name,
-            identity = %Masked(key.identity),
-            rate = %limit,
-            retry_after_ms,
-            source = source.name(),
-            "rate limited"
-        );
-    }
+    key.identity.with_text(|identity| {
+        if source == Source::Cache {
+            tracing::debug!(
+                limit = name,
+                identity = %Masked(identity),
+                retry_after_ms,
+                "rate limited (remembered refusal)"
+            );
+        } else {
+            tracing::info!(
+                limit = name,
+                identity = %Masked(identity),
+                rate = %limit,
+                retry_after_ms,
+                source = source.name(),
+                "rate limited"
+            );
+        }
+    });
 }
 
 fn backend_failed(call: &Call<'_>, error: &BackendError) {

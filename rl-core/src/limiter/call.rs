@@ -438,6 +438,7 @@ enum CallState<'l> {
 }
 
 impl<'l> CallFuture<'l> {
+    #[inline]
     pub(crate) fn ready(result: Decided<'l>) -> Self {
         Self {
             state: CallState::Ready(Some(result)),
@@ -471,6 +472,7 @@ impl fmt::Debug for CallFuture<'_> {
 impl<'l> Future for CallFuture<'l> {
     type Output = Decided<'l>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match &mut self.get_mut().state {
             CallState::Ready(result) => {

@@ -80,6 +80,7 @@ impl Limiter {
     }
 
     /// The process-global limiter, once [`LimiterBuilder::install`] has run.
+    #[inline]
     pub fn global() -> Result<&'static Limiter, Error> {
         GLOBAL.get().ok_or(Error::NotInstalled)
     }

@@ -145,7 +145,7 @@ impl Resolved {
                     name: &group.name,
                     key: KeyRef {
                         head: &group.head,
-                        identity: identity.as_str(),
+                        identity: identity.as_ref(),
                     },
                     limit,
                     cost: group.cost,

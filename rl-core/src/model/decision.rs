@@ -59,6 +59,7 @@ pub struct Figures {
 
 impl Decision {
     /// The decision with these figures.
+    #[inline]
     pub const fn new(figures: Figures) -> Self {
         Self {
             allowed: figures.allowed,
@@ -102,6 +103,7 @@ impl Decisions {
     }
 
     /// A single decision.
+    #[inline]
     pub fn one(decision: Decision) -> Self {
         let mut items = SmallVec::new();
         items.push(decision);
@@ -109,6 +111,7 @@ impl Decisions {
     }
 
     /// True when every limit allows the call.
+    #[inline]
     pub fn allowed(&self) -> bool {
         self.items.iter().all(|d| d.allowed)
     }
@@ -150,6 +153,7 @@ impl Decisions {
     }
 
     /// Number of limits decided.
+    #[inline]
     pub fn len(&self) -> usize {
         self.items.len()
     }
@@ -160,6 +164,7 @@ impl Decisions {
     }
 
     /// The decisions as a slice.
+    #[inline]
     pub fn as_slice(&self) -> &[Decision] {
         &self.items
     }
