@@ -192,12 +192,11 @@ async fn with_the_breaker_open_settling_peeking_and_resetting_return_at_once() {
     );
 }
 
+/// One invalid batch: what it shows, its requests, the error it gets.
+type InvalidBatch = (&'static str, Vec<(Key, Limit, u64)>, LimitError);
+
 /// The invalid batches every store refuses the same way.
-fn invalid_batches(
-    key: &Key,
-    other: &Key,
-    limits: &[Limit; 3],
-) -> Vec<(&'static str, Vec<(Key, Limit, u64)>, LimitError)> {
+fn invalid_batches(key: &Key, other: &Key, limits: &[Limit; 3]) -> Vec<InvalidBatch> {
     let [minute, also_minute, hour] = *limits;
     vec![
         (
