@@ -114,10 +114,6 @@ impl GroupSpec {
     pub(crate) fn name_cow(&self) -> &Cow<'static, str> {
         &self.name
     }
-
-    pub(crate) fn limits_cow(&self) -> &Cow<'static, [Limit]> {
-        &self.limits
-    }
 }
 
 /// What one kind of call asks the limiter for: its name, its groups (a key
