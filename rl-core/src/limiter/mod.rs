@@ -82,7 +82,12 @@ impl Limiter {
     /// The process-global limiter, once [`LimiterBuilder::install`] has run.
     #[inline]
     pub fn global() -> Result<&'static Limiter, Error> {
-        GLOBAL.get().ok_or(Error::NotInstalled)
+        // A match, not `ok_or`: the error is built (and dropped) only when
+        // there is no limiter, not on every call of every annotated fn.
+        match GLOBAL.get() {
+            Some(limiter) => Ok(limiter),
+            None => Err(Error::NotInstalled),
+        }
     }
 
     /// The key prefix.
