@@ -15,6 +15,7 @@
 use super::{Answer, Call, Layer, Source, counters};
 use crate::model::decision::Decision;
 use crate::model::error::{BackendError, Error};
+use crate::model::key::IdentityRef;
 use crate::model::mask::Masked;
 use crate::store::target::{Op, Target};
 
@@ -120,25 +121,34 @@ fn refused(call: &Call<'_>, index: usize, decision: &Decision, source: Source) {
         return;
     };
     let retry_after_ms = decision.retry_after.as_millis() as u64;
-    key.identity.with_text(|identity| {
-        if source == Source::Cache {
-            tracing::debug!(
-                limit = name,
-                identity = %Masked(identity),
-                retry_after_ms,
-                "rate limited (remembered refusal)"
-            );
-        } else {
-            tracing::info!(
-                limit = name,
-                identity = %Masked(identity),
-                rate = %limit,
-                retry_after_ms,
-                source = source.name(),
-                "rate limited"
-            );
-        }
-    });
+    let identity = Shown(key.identity);
+    if source == Source::Cache {
+        tracing::debug!(
+            limit = name,
+            identity = %identity,
+            retry_after_ms,
+            "rate limited (remembered refusal)"
+        );
+    } else {
+        tracing::info!(
+            limit = name,
+            identity = %identity,
+            rate = %limit,
+            retry_after_ms,
+            source = source.name(),
+            "rate limited"
+        );
+    }
+}
+
+/// An identity masked ([`Masked`]) for a log line, rendered only when the
+/// line is written.
+struct Shown<'a>(IdentityRef<'a>);
+
+impl std::fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.with_text(|text| Masked(text).fmt(f))
+    }
 }
 
 fn backend_failed(call: &Call<'_>, error: &BackendError) {

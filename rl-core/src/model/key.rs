@@ -26,6 +26,9 @@ pub struct Key {
     text: String,
     /// Where the escaped identity starts (after `prefix:{scope:`).
     identity_at: usize,
+    /// The identity, when it is a number (found once, when the key is
+    /// built: a function of `text`, so equality and order are unchanged).
+    number: Option<u64>,
 }
 
 impl Key {
@@ -36,7 +39,7 @@ impl Key {
         let identity_at = text.len();
         escape_into(&mut text, identity);
         text.push('}');
-        Self { text, identity_at }
+        Self::done(text, identity_at)
     }
 
     /// Like [`Key::new`], formatting the identity from any `Display` value
@@ -47,7 +50,7 @@ impl Key {
         let identity_at = text.len();
         let _ = write!(Escaper(&mut text), "{identity}");
         text.push('}');
-        Self { text, identity_at }
+        Self::done(text, identity_at)
     }
 
     /// The key whose head ([`Key::head`]) and identity are given.
@@ -56,9 +59,36 @@ impl Key {
         text.push_str(head);
         identity.push_to(&mut text);
         text.push('}');
+        let number = match identity {
+            IdentityRef::Number(n) => Some(n),
+            IdentityRef::Text(_) => None,
+        };
+        Self {
+            identity_at: head.len(),
+            text,
+            number,
+        }
+    }
+
+    /// The key of `text`, whose identity starts at `identity_at`.
+    fn done(text: String, identity_at: usize) -> Self {
+        let number = match IdentityRef::of_escaped(&text[identity_at..text.len() - 1]) {
+            IdentityRef::Number(n) => Some(n),
+            IdentityRef::Text(_) => None,
+        };
         Self {
             text,
-            identity_at: head.len(),
+            identity_at,
+            number,
+        }
+    }
+
+    /// The identity as the pipeline carries it.
+    #[inline]
+    pub(crate) fn identity_ref(&self) -> IdentityRef<'_> {
+        match self.number {
+            Some(n) => IdentityRef::Number(n),
+            None => IdentityRef::Text(self.identity()),
         }
     }
 
@@ -76,11 +106,13 @@ impl Key {
 
     /// Everything before the identity: `prefix:{scope:` (escaped). Keys of
     /// one scope under one prefix share it.
+    #[inline]
     pub fn head(&self) -> &str {
         &self.text[..self.identity_at]
     }
 
     /// The escaped identity part of the hash tag (what logs mask).
+    #[inline]
     pub fn identity(&self) -> &str {
         &self.text[self.identity_at..self.text.len() - 1]
     }
@@ -160,20 +192,26 @@ impl fmt::Display for IdentityRef<'_> {
     }
 }
 
-/// The number whose canonical decimal form `text` is, if any.
+/// The number whose canonical decimal form `text` is, if any: 1 to 20
+/// ASCII digits, no leading zero (but `0` itself), at most `u64::MAX`.
 #[inline]
 fn number(text: &str) -> Option<u64> {
     let bytes = text.as_bytes();
     match bytes {
-        [] => None,
-        [b'0'] => Some(0),
-        [b'0', ..] => None,
-        _ if bytes.len() <= 20 && bytes.iter().all(u8::is_ascii_digit) => {
-            // All digits: fails only above `u64::MAX`.
-            text.parse().ok()
-        }
-        _ => None,
+        [] => return None,
+        [b'0', _, ..] => return None,
+        _ if bytes.len() > 20 => return None,
+        _ => {}
     }
+    let mut n: u64 = 0;
+    for &byte in bytes {
+        let digit = byte.wrapping_sub(b'0');
+        if digit > 9 {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_add(u64::from(digit))?;
+    }
+    Some(n)
 }
 
 /// An identity rendered and escaped for a key: a number as is, short text
@@ -482,6 +520,7 @@ mod tests {
             let rendered = Identity::render(&i);
             prop_assert_eq!(text(&rendered), key.identity());
             prop_assert_eq!(IdentityRef::of_escaped(key.identity()), rendered.as_ref());
+            prop_assert_eq!(key.identity_ref(), rendered.as_ref());
             prop_assert_eq!(Key::from_parts(&head("rl", &s), rendered.as_ref()), key);
         }
 

@@ -18,10 +18,11 @@ pub(crate) struct KeyRef<'a> {
 }
 
 impl<'a> KeyRef<'a> {
+    #[inline]
     pub(crate) fn of(key: &'a Key) -> Self {
         Self {
             head: key.head(),
-            identity: IdentityRef::of_escaped(key.identity()),
+            identity: key.identity_ref(),
         }
     }
 
