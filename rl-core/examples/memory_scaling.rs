@@ -1,11 +1,50 @@
-//! Decisions per second of the in-memory backend with 1 and 2 threads, each
-//! thread on its own keys; with the system clock and with a manual clock (to
-//! show what reading the wall clock costs).
+//! Decisions per second with 1 and 2 threads, each thread on its own keys:
+//! through an annotated fn on the global in-memory limiter (every layer,
+//! the call API), and on the in-memory backend alone with the system clock
+//! and with a manual clock (to show what reading the wall clock costs).
 //!
 //! `cargo run --release -p rl-core --example memory_scaling`
-use rl_core::{Algorithm, Clock, Key, Limit, ManualClock, MemoryBackend, Request, SystemClock};
+use rl_core::{
+    Algorithm, Clock, Key, Limit, Limiter, ManualClock, MemoryBackend, Rejection, Request,
+    SystemClock, rate_limit,
+};
+use std::future::Future;
+use std::pin::pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
+
+#[rate_limit(period = 1, threshold = 1_000_000_000, key = user, name = "scaling")]
+async fn annotated(user: u64) -> Result<u64, Rejection> {
+    Ok(user)
+}
+
+/// Polls a future that completes without suspending (in memory).
+fn now<F: Future>(future: F) -> F::Output {
+    match pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(out) => out,
+        Poll::Pending => panic!("an in-memory decision suspended"),
+    }
+}
+
+/// Decisions per second of the annotated fn, `threads` threads each on its
+/// own `keys_per_thread` identities.
+fn run_annotated(threads: usize, keys_per_thread: u64) -> f64 {
+    let n = 5_000_000u64;
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..threads as u64 {
+            s.spawn(move || {
+                let first = t << 32;
+                for i in 0..n {
+                    let user = first + i % keys_per_thread;
+                    std::hint::black_box(now(annotated(std::hint::black_box(user))).is_ok());
+                }
+            });
+        }
+    });
+    (n * threads as u64) as f64 / start.elapsed().as_secs_f64()
+}
 
 fn run(backend: Arc<MemoryBackend>, threads: usize, keys_per_thread: usize) -> f64 {
     let limit = Limit::new(1_000_000, Duration::from_secs(1))
@@ -34,8 +73,19 @@ fn run(backend: Arc<MemoryBackend>, threads: usize, keys_per_thread: usize) -> f
     (n * threads as u64) as f64 / start.elapsed().as_secs_f64()
 }
 
-/// Prints one line per clock and key count.
+/// Prints one line per path, clock and key count.
 fn main() {
+    Limiter::builder().memory().install().expect("install");
+    for keys in [1, 8] {
+        let one = run_annotated(1, keys);
+        let two = run_annotated(2, keys);
+        println!(
+            "annotated fn, {keys} keys/thread: 1 thread {:.1} M/s, 2 threads {:.1} M/s, scaling {:.2}",
+            one / 1e6,
+            two / 1e6,
+            two / one
+        );
+    }
     for (name, clock) in [
         ("system", Arc::new(SystemClock) as Arc<dyn Clock>),
         (
@@ -55,7 +105,7 @@ fn main() {
                 keys,
             );
             println!(
-                "{name} clock, {keys} keys/thread: 1 thread {:.1} M/s, 2 threads {:.1} M/s, scaling {:.2}",
+                "store, {name} clock, {keys} keys/thread: 1 thread {:.1} M/s, 2 threads {:.1} M/s, scaling {:.2}",
                 one / 1e6,
                 two / 1e6,
                 two / one

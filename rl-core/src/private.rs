@@ -48,6 +48,7 @@ impl<T: AsLimiter + ?Sized> AsLimiter for Box<T> {
 }
 
 /// The global limiter, for generated code.
+#[inline]
 pub fn global() -> Result<&'static Limiter, Error> {
     Limiter::global()
 }
@@ -62,6 +63,7 @@ pub const fn local(share: u64) -> FailurePolicy {
 
 /// [`Limiter::call`] on the limiter the function names, or a rejection
 /// (logged) when there is none, e.g. no global limiter installed.
+#[inline]
 pub fn call<'l>(
     spec: &'l CallSpec,
     limiter: Result<&'l Limiter, Error>,

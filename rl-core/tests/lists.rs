@@ -209,3 +209,16 @@ async fn lists_come_from_a_limits_file_and_a_reload_removes_what_it_no_longer_li
         "{both}"
     );
 }
+
+#[tokio::test]
+async fn a_number_and_its_text_are_one_listed_identity() {
+    let limiter = Limiter::builder().memory().build().unwrap();
+    let spec = CallSpec::owned(
+        "user",
+        vec![GroupSpec::owned("user", vec![Limit::per_hour(5).unwrap()])],
+    );
+    limiter.deny(None, &42u64, None).await.unwrap();
+    assert!(limiter.call(&spec, &[&42u64]).await.unwrap_err().is_denied());
+    assert!(limiter.call(&spec, &[&"42"]).await.unwrap_err().is_denied());
+    assert!(limiter.call(&spec, &[&"042"]).await.is_ok(), "another identity");
+}

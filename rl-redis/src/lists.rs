@@ -54,7 +54,11 @@ impl RedisBackend {
         let _: i64 = self
             .registry_query(
                 "writing the allow and deny lists",
-                Query::Script(&SAVE, vec![key.clone(), format!("{key}:version")], vec![field, value]),
+                Query::Script(
+                    &SAVE,
+                    vec![key.clone(), format!("{key}:version")],
+                    vec![field, value],
+                ),
             )
             .await?;
         Ok(())

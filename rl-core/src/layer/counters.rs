@@ -87,6 +87,7 @@ impl Prebuilt {
 }
 
 /// Adds one to the counter of a prebuilt key.
+#[inline]
 pub(crate) fn count(key: &Key) {
     metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA)).increment(1);
 }

@@ -115,7 +115,7 @@ impl Slot {
         self.key
             .strip_prefix(key.head)
             .and_then(|rest| rest.strip_suffix('}'))
-            == Some(key.identity)
+            .is_some_and(|rest| key.identity.with_text(|identity| rest == identity))
     }
 }
 

@@ -33,8 +33,10 @@ impl Layer for DenyList {
             return None;
         }
         call.targets.iter().enumerate().find_map(|(index, target)| {
-            self.registry
-                .listed(ListKind::Deny, target.name, target.key.identity)
+            target
+                .key
+                .identity
+                .with_text(|identity| self.registry.listed(ListKind::Deny, target.name, identity))
                 .map(|listed| Answer::Denied {
                     index,
                     until: listed.expires_at,

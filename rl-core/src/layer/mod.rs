@@ -305,11 +305,13 @@ impl Pipeline {
 
     /// Down through the layers of `mask`: how deep the call got, and a
     /// layer's answer when one answered.
+    #[inline]
     fn down(&self, call: &mut Call<'_>, mask: Mask) -> (usize, Option<Answer>) {
-        for (depth, layer) in self.layers.iter().enumerate() {
-            if mask & (1 << depth) != 0
-                && let Some(answer) = layer.before(call)
-            {
+        let mut bits = mask & self.every();
+        while bits != 0 {
+            let depth = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            if let Some(answer) = self.layers[depth].before(call) {
                 return (depth, Some(answer));
             }
         }
@@ -317,17 +319,26 @@ impl Pipeline {
     }
 
     /// Up through the layers of `mask` the call passed.
+    #[inline]
     fn up(&self, call: &mut Call<'_>, depth: usize, mask: Mask, mut answer: Answer) -> Answer {
-        for (i, layer) in self.layers[..depth].iter().enumerate().rev() {
-            if mask & (1 << i) != 0 {
-                layer.after(call, &mut answer);
-            }
+        let mut bits = mask & self.every() & below(depth);
+        while bits != 0 {
+            let i = (Mask::BITS - 1 - bits.leading_zeros()) as usize;
+            bits &= !(1 << i);
+            self.layers[i].after(call, &mut answer);
         }
         answer
     }
 
+    /// The bits of every layer.
+    #[inline]
+    fn every(&self) -> Mask {
+        below(self.layers.len())
+    }
+
     /// Runs the call through the layers of `mask` synchronously when the
     /// store is in memory; `None` for a remote store (use [`Pipeline::run`]).
+    #[inline]
     pub(crate) fn run_now(&self, call: &mut Call<'_>, mask: Mask) -> Option<Answer> {
         let Store::Memory(memory) = &self.store else {
             return None;
@@ -365,7 +376,18 @@ impl Pipeline {
     }
 }
 
+/// The bits of the layers above depth `depth`.
+#[inline]
+fn below(depth: usize) -> Mask {
+    if depth >= Mask::BITS as usize {
+        ALL
+    } else {
+        (1 << depth) - 1
+    }
+}
+
 /// A store's result as an answer.
+#[inline]
 fn stored(
     op: Op<'_>,
     result: Result<Option<Decisions>, crate::model::error::BackendError>,

@@ -15,6 +15,7 @@
 use super::{Answer, Call, Layer, Source, counters};
 use crate::model::decision::Decision;
 use crate::model::error::{BackendError, Error};
+use crate::model::key::IdentityRef;
 use crate::model::mask::Masked;
 use crate::store::target::{Op, Target};
 
@@ -28,6 +29,20 @@ impl Layer for Observe {
             let name = call.name.to_owned();
             metrics::histogram!("rl_backend_seconds", "limit" => name)
                 .record(elapsed.as_secs_f64());
+        }
+        // The commonest outcome first: an acquire the store allowed.
+        if let (
+            Some(keys),
+            Answer::Decided {
+                decisions,
+                source: Source::Backend,
+            },
+        ) = (call.counters, &*answer)
+            && matches!(call.op, Op::Acquire | Op::AcquireOnce(_))
+            && decisions.allowed()
+        {
+            counters::count(&keys.allowed);
+            return;
         }
         let failure = match answer {
             Answer::Failed(error) | Answer::FailedOpen(error) | Answer::Unavailable(error) => {
@@ -86,7 +101,7 @@ fn decided(call: &Call<'_>, answer: &Answer) {
             if let Some(target) = call.targets.get(*index) {
                 tracing::info!(
                     limit = target.name,
-                    identity = %Masked(target.key.identity),
+                    identity = %Shown(target.key.identity),
                     "denied by the deny list"
                 );
             }
@@ -116,22 +131,33 @@ fn refused(call: &Call<'_>, index: usize, decision: &Decision, source: Source) {
         return;
     };
     let retry_after_ms = decision.retry_after.as_millis() as u64;
+    let identity = Shown(key.identity);
     if source == Source::Cache {
         tracing::debug!(
             limit = name,
-            identity = %Masked(key.identity),
+            identity = %identity,
             retry_after_ms,
             "rate limited (remembered refusal)"
         );
     } else {
         tracing::info!(
             limit = name,
-            identity = %Masked(key.identity),
+            identity = %identity,
             rate = %limit,
             retry_after_ms,
             source = source.name(),
             "rate limited"
         );
+    }
+}
+
+/// An identity masked ([`Masked`]) for a log line, rendered only when the
+/// line is written.
+struct Shown<'a>(IdentityRef<'a>);
+
+impl std::fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.with_text(|text| Masked(text).fmt(f))
     }
 }
 

@@ -114,10 +114,6 @@ impl GroupSpec {
     pub(crate) fn name_cow(&self) -> &Cow<'static, str> {
         &self.name
     }
-
-    pub(crate) fn limits_cow(&self) -> &Cow<'static, [Limit]> {
-        &self.limits
-    }
 }
 
 /// What one kind of call asks the limiter for: its name, its groups (a key
@@ -438,6 +434,7 @@ enum CallState<'l> {
 }
 
 impl<'l> CallFuture<'l> {
+    #[inline]
     pub(crate) fn ready(result: Decided<'l>) -> Self {
         Self {
             state: CallState::Ready(Some(result)),
@@ -471,6 +468,7 @@ impl fmt::Debug for CallFuture<'_> {
 impl<'l> Future for CallFuture<'l> {
     type Output = Decided<'l>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match &mut self.get_mut().state {
             CallState::Ready(result) => {

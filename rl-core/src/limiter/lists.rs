@@ -187,7 +187,7 @@ impl Lists {
 
 /// The key form of an identity (what list entries match).
 pub(crate) fn key_form(identity: &dyn fmt::Display) -> String {
-    Identity::render(identity).as_str().to_owned()
+    Identity::render(identity).as_ref().to_string()
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ use crate::model::rejection::Rejection;
 use crate::store::backend::Request;
 use crate::store::target::{KeyRef, Op, Target};
 use builder::LimiterBuilder;
-use call::{Admission, CallFuture, CallSpec, Counting, Permit, Settle};
+use call::{Admission, CallFuture, CallSpec, Counting, Decided, Permit, Settle};
 use lists::{ListEntry, ListKind};
 use registry::{Registry, Settings};
 use resolve::{Resolved, Targets};
@@ -82,8 +82,14 @@ impl Limiter {
     }
 
     /// The process-global limiter, once [`LimiterBuilder::install`] has run.
+    #[inline]
     pub fn global() -> Result<&'static Limiter, Error> {
-        GLOBAL.get().ok_or(Error::NotInstalled)
+        // A match, not `ok_or`: the error is built (and dropped) only when
+        // there is no limiter, not on every call of every annotated fn.
+        match GLOBAL.get() {
+            Some(limiter) => Ok(limiter),
+            None => Err(Error::NotInstalled),
+        }
     }
 
     /// The key prefix.
@@ -172,31 +178,47 @@ impl Limiter {
     }
 
     /// Decides a call whose identities are rendered.
+    #[inline]
     fn call_identities<'l>(
         &'l self,
         spec: &'l CallSpec,
         identities: &[Identity],
     ) -> CallFuture<'l> {
+        if self.pipeline.store.is_remote() {
+            return self.call_remote(spec, identities);
+        }
+        CallFuture::ready(resolve::with(self, spec, |resolved| {
+            self.decide_now(spec, resolved, identities)
+        }))
+    }
+
+    /// Decides a call on the memory store, now.
+    #[inline]
+    fn decide_now<'l>(
+        &'l self,
+        spec: &'l CallSpec,
+        resolved: &Arc<Resolved>,
+        identities: &[Identity],
+    ) -> Decided<'l> {
+        if let Some(problem) = &resolved.problem {
+            return Err(misconfigured(spec, problem));
+        }
+        let mut targets = Targets::new();
+        resolved.fill_targets(identities, |_| true, &mut targets);
+        let mut call = Call::new(Op::Acquire, &targets, spec.name(), resolved.policy);
+        call.counters = Some(&resolved.counters);
+        let answer = self
+            .pipeline
+            .run_now(&mut call, resolved.mask)
+            .expect("a memory store answers now");
+        self.permit(spec, resolved, identities, &targets, answer)
+    }
+
+    /// Decides a call on the remote store: the future of its round trip.
+    fn call_remote<'l>(&'l self, spec: &'l CallSpec, identities: &[Identity]) -> CallFuture<'l> {
         resolve::with(self, spec, |resolved| {
             if let Some(problem) = &resolved.problem {
-                tracing::error!(call = spec.name(), error = %problem, "rate limit misconfigured");
-                return CallFuture::ready(Err(Rejection::unavailable(
-                    spec.name_cow().clone(),
-                    Error::Limit(problem.clone()),
-                )));
-            }
-            if !self.pipeline.store.is_remote() {
-                let mut targets = Targets::new();
-                resolved.fill_targets(identities, |_| true, &mut targets);
-                let mut call = Call::new(Op::Acquire, &targets, spec.name(), resolved.policy);
-                call.counters = Some(&resolved.counters);
-                let answer = self
-                    .pipeline
-                    .run_now(&mut call, resolved.mask)
-                    .expect("a memory store answers now");
-                return CallFuture::ready(
-                    self.permit(spec, resolved, identities, &targets, answer),
-                );
+                return CallFuture::ready(Err(misconfigured(spec, problem)));
             }
             let resolved = resolved.clone();
             let identities: Identities = identities.iter().cloned().collect();
@@ -211,6 +233,7 @@ impl Limiter {
     }
 
     /// The permit (or rejection) of a call of `spec` that got `answer`.
+    #[inline]
     fn permit<'l>(
         &'l self,
         spec: &'l CallSpec,
@@ -219,6 +242,33 @@ impl Limiter {
         targets: &[Target<'_>],
         answer: Answer,
     ) -> Result<Permit<'l>, Rejection> {
+        let admission = match answer {
+            // The commonest answer first.
+            Answer::Decided {
+                decisions,
+                source: Source::Backend,
+            } if decisions.allowed() => Admission::Backend(decisions),
+            answer => self.admission(spec, resolved, targets, answer)?,
+        };
+        let settle = (spec.counting() == Counting::Settled).then(|| settle(resolved, identities));
+        Ok(Permit {
+            limiter: self,
+            spec,
+            admission,
+            settle,
+        })
+    }
+
+    /// The admission (or rejection) of every answer but an allowed one
+    /// from the store.
+    #[inline(never)]
+    fn admission(
+        &self,
+        spec: &CallSpec,
+        resolved: &Arc<Resolved>,
+        targets: &[Target<'_>],
+        answer: Answer,
+    ) -> Result<Admission, Rejection> {
         let name_of = |index: usize| {
             resolved
                 .target_origin(index)
@@ -227,25 +277,13 @@ impl Limiter {
                 })
                 .clone()
         };
-        let admission = admit(
+        admit(
             || spec.name_cow().clone(),
             targets,
             answer,
             resolved.policy,
             name_of,
-        )?;
-        let settle = (spec.counting() == Counting::Settled).then(|| {
-            Box::new(Settle {
-                resolved: resolved.clone(),
-                identities: identities.iter().cloned().collect(),
-            })
-        });
-        Ok(Permit {
-            limiter: self,
-            spec,
-            admission,
-            settle,
-        })
+        )
     }
 
     /// Gives back what a settled call took, or resets its identities: each
@@ -751,6 +789,23 @@ impl Limiter {
             }
         }
     }
+}
+
+/// The rejection of every call of a spec that can never be decided (logged).
+#[cold]
+#[inline(never)]
+fn misconfigured(spec: &CallSpec, problem: &LimitError) -> Rejection {
+    tracing::error!(call = spec.name(), error = %problem, "rate limit misconfigured");
+    Rejection::unavailable(spec.name_cow().clone(), Error::Limit(problem.clone()))
+}
+
+/// What a settled call keeps to give back what it took.
+#[inline(never)]
+fn settle(resolved: &Arc<Resolved>, identities: &[Identity]) -> Box<Settle> {
+    Box::new(Settle {
+        resolved: resolved.clone(),
+        identities: identities.iter().cloned().collect(),
+    })
 }
 
 /// A refund's or reset's answer as a result.

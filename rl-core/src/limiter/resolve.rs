@@ -7,7 +7,6 @@
 
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::ops::Deref;
 use std::sync::Arc;
 
 use smallvec::SmallVec;
@@ -26,39 +25,25 @@ use crate::store::target::{KeyRef, Slot, Target};
 /// The targets of one call (two inline: most calls have one or two limits).
 pub(crate) type Targets<'a> = SmallVec<[Target<'a>; 2]>;
 
-/// A group's limits: the spec's, or set at run time by name.
-#[derive(Debug, Clone)]
-pub(crate) enum Limits {
-    Spec(Cow<'static, [Limit]>),
-    Runtime(Arc<[Limit]>),
-}
-
-impl Deref for Limits {
-    type Target = [Limit];
-    fn deref(&self) -> &[Limit] {
-        match self {
-            Limits::Spec(limits) => limits,
-            Limits::Runtime(limits) => limits,
-        }
-    }
-}
-
 /// One group of a call, resolved.
 #[derive(Debug)]
 pub(crate) struct Group {
     pub(crate) name: Cow<'static, str>,
     /// `prefix:{name:` (escaped): every key of the group starts with it.
     pub(crate) head: Box<str>,
-    pub(crate) limits: Limits,
+    /// The spec's limits, or those set at run time by name.
+    pub(crate) limits: Box<[Limit]>,
     pub(crate) cost: u64,
     pub(crate) reset_on_success: bool,
     /// Each limit's partition in the limiter's memory store.
-    pub(crate) slots: SmallVec<[Option<Slot>; 2]>,
+    pub(crate) slots: Box<[Option<Slot>]>,
 }
 
 /// A spec resolved against one limiter at one registry generation.
 #[derive(Debug)]
 pub(crate) struct Resolved {
+    /// The spec's id ([`CallSpec::id`]).
+    spec: u64,
     limiter: u64,
     generation: u64,
     pub(crate) policy: FailurePolicy,
@@ -83,9 +68,9 @@ impl Resolved {
             .groups()
             .iter()
             .map(|group| {
-                let limits = match registry.limits(group.name()) {
-                    Some(runtime) => Limits::Runtime(runtime),
-                    None => Limits::Spec(group.limits_cow().clone()),
+                let limits: Box<[Limit]> = match registry.limits(group.name()) {
+                    Some(runtime) => runtime.iter().copied().collect(),
+                    None => group.limits().into(),
                 };
                 if problem.is_none() {
                     problem = check_group(group.name(), &limits, group.cost()).err();
@@ -111,6 +96,7 @@ impl Resolved {
             remote: memory.is_none(),
         });
         Self {
+            spec: spec.id(),
             limiter: limiter.id,
             generation,
             policy: limiter.policy_for(spec.name(), spec.policy()),
@@ -130,6 +116,7 @@ impl Resolved {
 
     /// Adds the targets of the groups `keep` accepts to `targets` (built in
     /// place: no copy of the batch on the hot path).
+    #[inline]
     pub(crate) fn fill_targets<'a>(
         &'a self,
         identities: &'a [Identity],
@@ -140,13 +127,15 @@ impl Resolved {
             if !keep(group) {
                 continue;
             }
-            for (limit, slot) in group.limits.iter().zip(&group.slots) {
+            let name: &str = &group.name;
+            let key = KeyRef {
+                head: &group.head,
+                identity: identity.as_ref(),
+            };
+            for (limit, slot) in group.limits.iter().zip(&*group.slots) {
                 targets.push(Target {
-                    name: &group.name,
-                    key: KeyRef {
-                        head: &group.head,
-                        identity: identity.as_str(),
-                    },
+                    name,
+                    key,
                     limit,
                     cost: group.cost,
                     slot: *slot,
@@ -169,51 +158,50 @@ impl Resolved {
 /// resolves again).
 const SLOTS: usize = 64;
 
-/// A cached resolution and the id of the spec it resolves.
-type Cached = Option<(u64, Arc<Resolved>)>;
-
 thread_local! {
-    static CACHE: RefCell<[Cached; SLOTS]> = const { RefCell::new([const { None }; SLOTS]) };
+    static CACHE: RefCell<[Option<Arc<Resolved>>; SLOTS]> =
+        const { RefCell::new([const { None }; SLOTS]) };
 }
 
 /// Runs `f` with `spec` resolved against `limiter`: from this thread's cache
 /// when it is current (borrowed in place: no reference count is touched, so
 /// threads deciding the same spec share no written cache line), else
 /// resolved now and cached.
+#[inline]
 pub(crate) fn with<R>(
     limiter: &Limiter,
     spec: &CallSpec,
     f: impl FnOnce(&Arc<Resolved>) -> R,
 ) -> R {
     let id = spec.id();
-    let slot = id as usize % SLOTS;
     let generation = limiter.registry.generation();
+    let current = |resolved: &Resolved| {
+        resolved.spec == id && resolved.limiter == limiter.id && resolved.generation == generation
+    };
     let mut f = Some(f);
-    let hit = CACHE
-        .try_with(|cache| {
-            let cache = cache.try_borrow().ok()?;
-            match &cache[slot] {
-                Some((spec_id, resolved))
-                    if *spec_id == id
-                        && resolved.limiter == limiter.id
-                        && resolved.generation == generation =>
-                {
-                    f.take().map(|f| f(resolved))
-                }
-                _ => None,
-            }
-        })
-        .ok()
-        .flatten();
-    if let Some(out) = hit {
-        return out;
+    let hit = CACHE.try_with(|cache| match cache.try_borrow() {
+        Ok(cache) => match &cache[id as usize % SLOTS] {
+            Some(resolved) if current(resolved) => f.take().map(|f| f(resolved)),
+            _ => None,
+        },
+        Err(_) => None,
+    });
+    match (hit, f) {
+        (Ok(Some(out)), _) => out,
+        (_, Some(f)) => f(&miss(limiter, spec, generation)),
+        (_, None) => unreachable!("`f` is taken only on a hit"),
     }
+}
+
+/// Resolves `spec` now and caches it on this thread.
+#[cold]
+#[inline(never)]
+fn miss(limiter: &Limiter, spec: &CallSpec, generation: u64) -> Arc<Resolved> {
     let resolved = Arc::new(Resolved::new(limiter, spec, generation));
     let _ = CACHE.try_with(|cache| {
         if let Ok(mut cache) = cache.try_borrow_mut() {
-            cache[slot] = Some((id, resolved.clone()));
+            cache[resolved.spec as usize % SLOTS] = Some(resolved.clone());
         }
     });
-    let f = f.expect("not called on a miss");
-    f(&resolved)
+    resolved
 }

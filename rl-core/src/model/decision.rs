@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use smallvec::SmallVec;
-
 /// The answer for one limit.
 ///
 /// Maps directly onto HTTP `Retry-After` and the IETF `RateLimit` fields.
@@ -59,6 +57,7 @@ pub struct Figures {
 
 impl Decision {
     /// The decision with these figures.
+    #[inline]
     pub const fn new(figures: Figures) -> Self {
         Self {
             allowed: figures.allowed,
@@ -87,30 +86,47 @@ impl Decision {
 /// when any limit refuses, nothing is consumed from any of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decisions {
-    /// One inline: results are moved through several futures, and a
-    /// smaller value moves faster than a multi-limit call's allocation
-    /// costs (measured in `benches/decision_profile.rs`).
-    items: SmallVec<[Decision; 1]>,
+    items: Items,
+}
+
+/// One decision inline (no bigger than a [`Decision`]: results move
+/// through several layers, and most calls have one limit), several on the
+/// heap. One decision is always `One`, so the derived equality holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Items {
+    One(Decision),
+    Many(Box<[Decision]>),
 }
 
 impl Decisions {
     /// Gathers per-limit decisions, in the order of the requests.
     pub fn new(items: impl IntoIterator<Item = Decision>) -> Self {
-        Self {
-            items: items.into_iter().collect(),
-        }
-    }
-
-    /// A single decision.
-    pub fn one(decision: Decision) -> Self {
-        let mut items = SmallVec::new();
-        items.push(decision);
+        let mut items = items.into_iter();
+        let items = match (items.next(), items.next()) {
+            (Some(one), None) => Items::One(one),
+            (None, _) => Items::Many(Box::new([])),
+            (Some(first), Some(second)) => {
+                Items::Many([first, second].into_iter().chain(items).collect())
+            }
+        };
         Self { items }
     }
 
+    /// A single decision.
+    #[inline]
+    pub fn one(decision: Decision) -> Self {
+        Self {
+            items: Items::One(decision),
+        }
+    }
+
     /// True when every limit allows the call.
+    #[inline]
     pub fn allowed(&self) -> bool {
-        self.items.iter().all(|d| d.allowed)
+        match &self.items {
+            Items::One(one) => one.allowed,
+            Items::Many(many) => many.iter().all(|d| d.allowed),
+        }
     }
 
     /// The decision that matters to a client: when refused, the refusing
@@ -121,13 +137,13 @@ impl Decisions {
     /// Never for decisions produced by a backend (they hold at least one).
     pub fn binding(&self) -> &Decision {
         let refused = self
-            .items
+            .as_slice()
             .iter()
             .filter(|d| !d.allowed)
             .max_by_key(|d| d.retry_after);
         refused
             .or_else(|| {
-                self.items
+                self.as_slice()
                     .iter()
                     .min_by_key(|d| (d.remaining, std::cmp::Reverse(d.reset_after)))
             })
@@ -137,38 +153,46 @@ impl Decisions {
     /// The index of [`Decisions::binding`]: the first decision equal to it
     /// (0 when empty).
     pub fn binding_index(&self) -> usize {
-        if self.items.is_empty() {
+        if self.is_empty() {
             return 0;
         }
         let binding = self.binding();
-        self.items.iter().position(|d| d == binding).unwrap_or(0)
+        self.as_slice()
+            .iter()
+            .position(|d| d == binding)
+            .unwrap_or(0)
     }
 
     /// Every decision, in request order.
     pub fn iter(&self) -> impl Iterator<Item = &Decision> {
-        self.items.iter()
+        self.as_slice().iter()
     }
 
     /// Number of limits decided.
+    #[inline]
     pub fn len(&self) -> usize {
-        self.items.len()
+        self.as_slice().len()
     }
 
     /// Whether no limit was decided.
     pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
+        self.as_slice().is_empty()
     }
 
     /// The decisions as a slice.
+    #[inline]
     pub fn as_slice(&self) -> &[Decision] {
-        &self.items
+        match &self.items {
+            Items::One(one) => std::slice::from_ref(one),
+            Items::Many(many) => many,
+        }
     }
 }
 
 impl std::ops::Index<usize> for Decisions {
     type Output = Decision;
     fn index(&self, index: usize) -> &Decision {
-        &self.items[index]
+        &self.as_slice()[index]
     }
 }
 

@@ -26,6 +26,9 @@ pub struct Key {
     text: String,
     /// Where the escaped identity starts (after `prefix:{scope:`).
     identity_at: usize,
+    /// The identity, when it is a number (found once, when the key is
+    /// built: a function of `text`, so equality and order are unchanged).
+    number: Option<u64>,
 }
 
 impl Key {
@@ -36,7 +39,7 @@ impl Key {
         let identity_at = text.len();
         escape_into(&mut text, identity);
         text.push('}');
-        Self { text, identity_at }
+        Self::done(text, identity_at)
     }
 
     /// Like [`Key::new`], formatting the identity from any `Display` value
@@ -47,18 +50,45 @@ impl Key {
         let identity_at = text.len();
         let _ = write!(Escaper(&mut text), "{identity}");
         text.push('}');
-        Self { text, identity_at }
+        Self::done(text, identity_at)
     }
 
-    /// The key whose head ([`Key::head`]) and escaped identity are given.
-    pub(crate) fn from_parts(head: &str, identity: &str) -> Self {
-        let mut text = String::with_capacity(head.len() + identity.len() + 1);
+    /// The key whose head ([`Key::head`]) and identity are given.
+    pub(crate) fn from_parts(head: &str, identity: IdentityRef<'_>) -> Self {
+        let mut text = String::with_capacity(head.len() + identity.text_len() + 1);
         text.push_str(head);
-        text.push_str(identity);
+        identity.push_to(&mut text);
         text.push('}');
+        let number = match identity {
+            IdentityRef::Number(n) => Some(n),
+            IdentityRef::Text(_) => None,
+        };
+        Self {
+            identity_at: head.len(),
+            text,
+            number,
+        }
+    }
+
+    /// The key of `text`, whose identity starts at `identity_at`.
+    fn done(text: String, identity_at: usize) -> Self {
+        let number = match IdentityRef::of_escaped(&text[identity_at..text.len() - 1]) {
+            IdentityRef::Number(n) => Some(n),
+            IdentityRef::Text(_) => None,
+        };
         Self {
             text,
-            identity_at: head.len(),
+            identity_at,
+            number,
+        }
+    }
+
+    /// The identity as the pipeline carries it.
+    #[inline]
+    pub(crate) fn identity_ref(&self) -> IdentityRef<'_> {
+        match self.number {
+            Some(n) => IdentityRef::Number(n),
+            None => IdentityRef::Text(self.identity()),
         }
     }
 
@@ -76,11 +106,13 @@ impl Key {
 
     /// Everything before the identity: `prefix:{scope:` (escaped). Keys of
     /// one scope under one prefix share it.
+    #[inline]
     pub fn head(&self) -> &str {
         &self.text[..self.identity_at]
     }
 
     /// The escaped identity part of the hash tag (what logs mask).
+    #[inline]
     pub fn identity(&self) -> &str {
         &self.text[self.identity_at..self.text.len() - 1]
     }
@@ -107,13 +139,90 @@ fn write_head(out: &mut String, prefix: &str, scope: &str) {
     out.push(':');
 }
 
-/// An identity rendered and escaped for a key, on the stack when it is short
-/// (at most [`Identity::INLINE`] bytes, e.g. any integer, an IPv4 address or
-/// a phone number): what a decision in memory needs without allocating.
+/// An identity as the pipeline carries it: a number, or escaped text.
+///
+/// An identity whose text is an unsigned integer in canonical decimal (no
+/// sign, no leading zero, at most `u64::MAX`) is always a `Number`, however
+/// it was given (an integer, a string, a `Display` value, a rendered
+/// [`Key`]), and every other identity is `Text`: the two forms are a
+/// bijection with the text, so an identity has exactly one form, and the
+/// memory store keys a number's state on the number itself (no rendering,
+/// a smaller entry) without two identities ever sharing state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum IdentityRef<'a> {
+    /// An identity whose text is this number's decimal form.
+    Number(u64),
+    /// Any other identity, escaped (never a canonical number: build it with
+    /// [`IdentityRef::of_escaped`]).
+    Text(&'a str),
+}
+
+impl<'a> IdentityRef<'a> {
+    /// The identity whose escaped text is `text`.
+    #[inline]
+    pub(crate) fn of_escaped(text: &'a str) -> Self {
+        match number(text) {
+            Some(n) => IdentityRef::Number(n),
+            None => IdentityRef::Text(text),
+        }
+    }
+
+    /// Runs `f` with the escaped text.
+    pub(crate) fn with_text<R>(self, f: impl FnOnce(&str) -> R) -> R {
+        match self {
+            IdentityRef::Number(n) => f(itoa::Buffer::new().format(n)),
+            IdentityRef::Text(text) => f(text),
+        }
+    }
+
+    /// Appends the escaped text to `out`.
+    pub(crate) fn push_to(self, out: &mut String) {
+        self.with_text(|text| out.push_str(text));
+    }
+
+    /// The length of the escaped text.
+    pub(crate) fn text_len(self) -> usize {
+        self.with_text(str::len)
+    }
+}
+
+impl fmt::Display for IdentityRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.with_text(|text| f.write_str(text))
+    }
+}
+
+/// The number whose canonical decimal form `text` is, if any: 1 to 20
+/// ASCII digits, no leading zero (but `0` itself), at most `u64::MAX`.
+#[inline]
+fn number(text: &str) -> Option<u64> {
+    let bytes = text.as_bytes();
+    match bytes {
+        [] => return None,
+        [b'0', _, ..] => return None,
+        _ if bytes.len() > 20 => return None,
+        _ => {}
+    }
+    let mut n: u64 = 0;
+    for &byte in bytes {
+        let digit = byte.wrapping_sub(b'0');
+        if digit > 9 {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_add(u64::from(digit))?;
+    }
+    Some(n)
+}
+
+/// An identity rendered and escaped for a key: a number as is, short text
+/// on the stack (at most [`Identity::INLINE`] bytes, e.g. an IPv6 address
+/// or a phone number), longer text on the heap. What a decision in memory
+/// needs, without allocating for the common identities.
 #[derive(Debug, Clone)]
-pub(crate) struct Identity {
-    inline: arrayvec::ArrayString<{ Identity::INLINE }>,
-    spilled: Option<String>,
+pub(crate) enum Identity {
+    Number(u64),
+    Inline(arrayvec::ArrayString<{ Identity::INLINE }>),
+    Spilled(Box<str>),
 }
 
 /// The identities of one call (two inline: most calls have one or two keys).
@@ -147,16 +256,35 @@ impl fmt::Debug for Part<'_> {
     }
 }
 
-impl Identity {
-    /// Bytes held without allocating (an IPv6 address, a UUID).
-    pub(crate) const INLINE: usize = 40;
+/// Text being escaped into an [`Identity`].
+struct Building {
+    inline: arrayvec::ArrayString<{ Identity::INLINE }>,
+    spilled: Option<String>,
+}
 
-    fn empty() -> Self {
+impl Building {
+    fn new() -> Self {
         Self {
             inline: arrayvec::ArrayString::new(),
             spilled: None,
         }
     }
+
+    /// The identity built, a number when its text is one.
+    fn finish(self) -> Identity {
+        match self.spilled {
+            Some(text) => Identity::Spilled(text.into_boxed_str()),
+            None => match number(&self.inline) {
+                Some(n) => Identity::Number(n),
+                None => Identity::Inline(self.inline),
+            },
+        }
+    }
+}
+
+impl Identity {
+    /// Bytes held without allocating (an IPv6 address, a UUID).
+    pub(crate) const INLINE: usize = 40;
 
     /// Renders `identity` (its `Display` form), escaped like [`Key`]'s.
     pub(crate) fn render(identity: &dyn fmt::Display) -> Self {
@@ -164,25 +292,41 @@ impl Identity {
     }
 
     /// Renders one part, escaped like [`Key`]'s (digits need no escaping).
+    #[inline]
     pub(crate) fn of(part: Part<'_>) -> Self {
-        let mut out = Self::empty();
         match part {
-            Part::Unsigned(n) => out.push_str(itoa::Buffer::new().format(n)),
-            Part::Signed(n) => out.push_str(itoa::Buffer::new().format(n)),
+            Part::Unsigned(n) => Identity::Number(n),
+            Part::Signed(n) => match u64::try_from(n) {
+                Ok(n) => Identity::Number(n),
+                Err(_) => {
+                    let mut out = Building::new();
+                    out.push_str(itoa::Buffer::new().format(n));
+                    out.finish()
+                }
+            },
             Part::Text(text) => {
+                if let Some(n) = number(text) {
+                    return Identity::Number(n);
+                }
+                let mut out = Building::new();
                 let _ = Escaper(&mut out).write_str(text);
+                out.finish()
             }
             Part::Display(identity) => {
+                let mut out = Building::new();
                 let _ = write!(Escaper(&mut out), "{identity}");
+                out.finish()
             }
         }
-        out
     }
 
-    pub(crate) fn as_str(&self) -> &str {
-        match &self.spilled {
-            Some(text) => text,
-            None => &self.inline,
+    /// The identity as the pipeline carries it.
+    #[inline]
+    pub(crate) fn as_ref(&self) -> IdentityRef<'_> {
+        match self {
+            Identity::Number(n) => IdentityRef::Number(*n),
+            Identity::Inline(text) => IdentityRef::Text(text),
+            Identity::Spilled(text) => IdentityRef::Text(text),
         }
     }
 }
@@ -198,7 +342,7 @@ impl Sink for String {
     }
 }
 
-impl Sink for Identity {
+impl Sink for Building {
     fn push_str(&mut self, s: &str) {
         if let Some(spilled) = &mut self.spilled {
             spilled.push_str(s);
@@ -273,20 +417,27 @@ mod tests {
         );
     }
 
+    /// The escaped text of an identity.
+    fn text(identity: &Identity) -> String {
+        identity.as_ref().to_string()
+    }
+
     #[test]
     fn rendered_identities_escape_like_keys_and_spill_past_the_inline_size() {
         let short = Identity::render(&"a:{b}%");
-        assert_eq!(short.as_str(), Key::new("p", "s", "a:{b}%").identity());
-        assert!(short.spilled.is_none());
+        assert_eq!(text(&short), Key::new("p", "s", "a:{b}%").identity());
+        assert!(matches!(short, Identity::Inline(_)));
         let long = "x:".repeat(40);
         let rendered = Identity::render(&long);
-        assert_eq!(rendered.as_str(), Key::new("p", "s", &long).identity());
-        assert!(rendered.spilled.is_some());
-        assert_eq!(Identity::render(&42u64).as_str(), "42");
+        assert_eq!(text(&rendered), Key::new("p", "s", &long).identity());
+        assert!(matches!(rendered, Identity::Spilled(_)));
+        assert_eq!(text(&Identity::render(&42u64)), "42");
         for part in [
             Part::Unsigned(u64::MAX),
             Part::Signed(i64::MIN),
+            Part::Signed(7),
             Part::Text("a:{b}"),
+            Part::Text("42"),
         ] {
             let shown = match part {
                 Part::Unsigned(n) => n.to_string(),
@@ -295,13 +446,45 @@ mod tests {
                 Part::Display(d) => d.to_string(),
             };
             assert_eq!(
-                Identity::of(part).as_str(),
-                Identity::render(&shown).as_str()
+                Identity::of(part).as_ref(),
+                Identity::render(&shown).as_ref()
             );
         }
-        let key = Key::from_parts(&head("p", "s:x"), Identity::render(&"i").as_str());
+        let key = Key::from_parts(&head("p", "s:x"), Identity::render(&"i").as_ref());
         assert_eq!(key, Key::new("p", "s:x", "i"));
         assert_eq!(key.head(), "p:{s%3Ax:");
+    }
+
+    #[test]
+    fn an_identity_is_a_number_exactly_when_its_text_is_a_canonical_u64() {
+        for (given, expected) in [
+            ("0", Some(0)),
+            ("42", Some(42)),
+            ("18446744073709551615", Some(u64::MAX)),
+            ("18446744073709551616", None),
+            ("007", None),
+            ("00", None),
+            ("+5", None),
+            ("-5", None),
+            ("4 2", None),
+            ("", None),
+            ("٣", None),
+        ] {
+            assert_eq!(number(given), expected, "{given:?}");
+            let identity = Identity::of(Part::Text(given));
+            assert_eq!(matches!(identity, Identity::Number(_)), expected.is_some());
+            assert_eq!(text(&identity), Key::new("p", "s", given).identity());
+            let key = Key::new("p", "s", given);
+            assert_eq!(IdentityRef::of_escaped(key.identity()), identity.as_ref());
+        }
+        assert_eq!(
+            Identity::of(Part::Signed(-3)).as_ref(),
+            IdentityRef::Text("-3")
+        );
+        assert_eq!(
+            Identity::of(Part::Signed(3)).as_ref(),
+            IdentityRef::Number(3)
+        );
     }
 
     #[test]
@@ -335,8 +518,18 @@ mod tests {
         fn a_rendered_identity_is_the_identity_of_its_key(s in ".{0,6}", i in ".{0,80}") {
             let key = Key::new("rl", &s, &i);
             let rendered = Identity::render(&i);
-            prop_assert_eq!(rendered.as_str(), key.identity());
-            prop_assert_eq!(Key::from_parts(&head("rl", &s), rendered.as_str()), key);
+            prop_assert_eq!(text(&rendered), key.identity());
+            prop_assert_eq!(IdentityRef::of_escaped(key.identity()), rendered.as_ref());
+            prop_assert_eq!(key.identity_ref(), rendered.as_ref());
+            prop_assert_eq!(Key::from_parts(&head("rl", &s), rendered.as_ref()), key);
+        }
+
+        #[test]
+        fn two_identities_have_one_form_exactly_when_their_texts_are_equal(
+            a in "[0-9]{0,21}|.{0,4}", b in "[0-9]{0,21}|.{0,4}"
+        ) {
+            let (x, y) = (Identity::of(Part::Text(&a)), Identity::of(Part::Text(&b)));
+            prop_assert_eq!(x.as_ref() == y.as_ref(), a == b);
         }
     }
 }

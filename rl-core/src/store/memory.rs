@@ -4,16 +4,19 @@
 //! - a fixed set of shards (cache-padded mutexes), chosen by the hash of
 //!   (partition, identity), so calls on different identities rarely contend;
 //! - in each shard, one hash table per kind of state ([`Tat`], [`Window`],
-//!   [`Meter`], [`Log`], [`Slots`]), so an identity costs what its algorithm
-//!   needs (a GCRA identity: a 4-byte partition, a 24-byte inline identity
-//!   and an 8-byte time);
+//!   [`Meter`], [`Log`], [`Slots`]) and per form of identity (a number, or
+//!   text), so an identity costs what its algorithm needs (a GCRA identity
+//!   that is a number: a 4-byte partition, the 8-byte number and an 8-byte
+//!   time, 24 bytes; as text: 40 bytes, the text inline up to 24 bytes);
 //! - a partition is one key head (`prefix:{scope:`) with one algorithm,
 //!   period and slot count, interned once as a `u32`; a resolved call
 //!   carries its partitions ([`Slot`]), so deciding needs no lookup but the
 //!   identity's.
 //!
-//! Identities are stored in full (inline up to 24 bytes), never as a hash:
-//! two identities never share state.
+//! Identities are stored in full, never as a hash: a number as the number
+//! (its text is its canonical decimal form, so no two identities share one,
+//! see [`IdentityRef`]), text as text (inline up to 24 bytes). Two
+//! identities never share state.
 
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
@@ -31,6 +34,7 @@ use crate::algorithm::{Log, Meter, Slots, State, Tat, Window};
 use crate::model::clock::{Clock, SystemClock};
 use crate::model::decision::{Decision, Decisions};
 use crate::model::error::BackendError;
+use crate::model::key::IdentityRef;
 use crate::model::limit::{Algorithm, Limit};
 use crate::store::backend::{Backend, BoxFuture, Request};
 use crate::store::target::{KeyRef, Op, Slot, Target};
@@ -40,26 +44,85 @@ type StateId = (Algorithm, u64, u64);
 
 /// One identity's state under one partition.
 #[derive(Debug)]
-struct Entry<S> {
+struct Entry<S, I> {
     partition: u32,
-    identity: CompactString,
+    identity: I,
     state: S,
 }
 
-/// A state kind with its table in a shard.
+/// How an entry holds its identity: a number as is (what most keys are),
+/// text inline up to 24 bytes.
+trait Held: Sized {
+    /// Whether this is `identity`.
+    fn is(&self, identity: IdentityRef<'_>) -> bool;
+    /// The identity, held.
+    fn hold(identity: IdentityRef<'_>) -> Self;
+    /// The identity as the pipeline carries it.
+    fn as_ref(&self) -> IdentityRef<'_>;
+}
+
+impl Held for u64 {
+    #[inline]
+    fn is(&self, identity: IdentityRef<'_>) -> bool {
+        identity == IdentityRef::Number(*self)
+    }
+    fn hold(identity: IdentityRef<'_>) -> Self {
+        match identity {
+            IdentityRef::Number(n) => n,
+            IdentityRef::Text(_) => unreachable!("text is held in the text tables"),
+        }
+    }
+    fn as_ref(&self) -> IdentityRef<'_> {
+        IdentityRef::Number(*self)
+    }
+}
+
+impl Held for CompactString {
+    #[inline]
+    fn is(&self, identity: IdentityRef<'_>) -> bool {
+        identity == IdentityRef::Text(self)
+    }
+    fn hold(identity: IdentityRef<'_>) -> Self {
+        identity.with_text(|text| CompactString::new(text))
+    }
+    fn as_ref(&self) -> IdentityRef<'_> {
+        IdentityRef::Text(self)
+    }
+}
+
+/// The hash of an identity under a partition (what locates it, and what
+/// its table rehashes it by).
+#[inline]
+fn hash_of(
+    hasher: &hashbrown::DefaultHashBuilder,
+    partition: u32,
+    identity: IdentityRef<'_>,
+) -> u64 {
+    match identity {
+        IdentityRef::Number(n) => hasher.hash_one((u64::from(partition) << 32) ^ n.rotate_left(32)),
+        IdentityRef::Text(text) => hasher.hash_one((partition, text)),
+    }
+}
+
+/// A state kind with its tables in a shard.
 trait Tabled: State {
-    fn table(shard: &mut Shard) -> &mut HashTable<Entry<Self>>;
+    fn table<I>(tables: &mut Tables<I>) -> &mut HashTable<Entry<Self, I>>;
 }
 
 macro_rules! tabled {
     ($($state:ty => $field:ident),* $(,)?) => {
-        /// Every identity of a shard, one table per kind of state.
-        #[derive(Default)]
-        struct Tables {
-            $($field: HashTable<Entry<$state>>,)*
+        /// Identities held one way, one table per kind of state.
+        struct Tables<I> {
+            $($field: HashTable<Entry<$state, I>>,)*
         }
 
-        impl Tables {
+        impl<I> Default for Tables<I> {
+            fn default() -> Self {
+                Self { $($field: HashTable::new(),)* }
+            }
+        }
+
+        impl<I> Tables<I> {
             fn len(&self) -> usize {
                 0 $(+ self.$field.len())*
             }
@@ -73,8 +136,8 @@ macro_rules! tabled {
         }
 
         $(impl Tabled for $state {
-            fn table(shard: &mut Shard) -> &mut HashTable<Entry<Self>> {
-                &mut shard.tables.$field
+            fn table<I>(tables: &mut Tables<I>) -> &mut HashTable<Entry<Self, I>> {
+                &mut tables.$field
             }
         })*
     };
@@ -88,8 +151,25 @@ tabled! {
     Slots => slots,
 }
 
+/// Every identity of a shard: numbers and text apart.
+#[derive(Default)]
+struct AllTables {
+    numbers: Tables<u64>,
+    texts: Tables<CompactString>,
+}
+
+impl AllTables {
+    fn len(&self) -> usize {
+        self.numbers.len() + self.texts.len()
+    }
+
+    fn sweep(&mut self, now: u64) -> usize {
+        self.numbers.sweep(now) + self.texts.sweep(now)
+    }
+}
+
 struct Shard {
-    tables: Tables,
+    tables: AllTables,
     /// The store's hasher, to rehash entries when a table grows.
     hasher: hashbrown::DefaultHashBuilder,
     /// Sweep idle states when the shard grows past this size.
@@ -100,6 +180,7 @@ struct Shard {
 }
 
 impl Shard {
+    #[inline]
     fn now(&mut self, clock: u64) -> u64 {
         self.last_now = self.last_now.max(clock);
         self.last_now
@@ -152,8 +233,9 @@ impl Partitions {
 /// - Sharded (64 cache-padded shards per core): an identity's shard is
 ///   chosen by hash, so calls on different identities rarely contend, and
 ///   a multi-key decision locks its shards in order.
-/// - Compact: one table per kind of state, identities inline up to 24
-///   bytes; a GCRA identity takes 40 bytes of table.
+/// - Compact: one table per kind of state and form of identity; a GCRA
+///   identity that is a number takes 24 bytes of table, one that is text
+///   40 bytes (text inline up to 24 bytes).
 /// - Bounded: every state expires when it becomes equivalent to a fresh one;
 ///   a shard sweeps idle states whenever it has doubled since its last
 ///   sweep, so rotating keys cannot grow memory without bound. A refused
@@ -264,7 +346,7 @@ impl MemoryBackend {
         let shards = (0..count)
             .map(|_| {
                 CachePadded::new(Mutex::new(Shard {
-                    tables: Tables::default(),
+                    tables: AllTables::default(),
                     hasher: hasher.clone(),
                     sweep_at: MIN_SWEEP,
                     last_now: 0,
@@ -331,6 +413,7 @@ impl MemoryBackend {
         }
     }
 
+    #[inline]
     fn locate(&self, target: &Target<'_>) -> Located {
         let partition = match target.slot {
             Some(slot) if slot.store == self.id => slot.partition,
@@ -338,7 +421,7 @@ impl MemoryBackend {
                 .partitions
                 .get_or_insert(target.key.head, target.limit.state_id()),
         };
-        let hash = self.hasher.hash_one((partition, target.key.identity));
+        let hash = hash_of(&self.hasher, partition, target.key.identity);
         Located {
             partition,
             hash,
@@ -348,11 +431,13 @@ impl MemoryBackend {
 
     /// The shard of a hash: bits that the tables use neither for their
     /// bucket index (low bits) nor for their control bytes (top 7 bits).
+    #[inline]
     fn shard_of_hash(&self, hash: u64) -> usize {
         ((hash >> 32) as usize) & (self.shards.len() - 1)
     }
 
     /// Runs `op` on a batch the pipeline has validated.
+    #[inline]
     pub(crate) fn run(
         &self,
         op: Op<'_>,
@@ -374,6 +459,7 @@ impl MemoryBackend {
     }
 
     /// Decides one target (the hot path: one shard, one probe).
+    #[inline]
     pub(crate) fn acquire_target(&self, target: &Target<'_>) -> Decision {
         let at = self.locate(target);
         let clock = self.clock.now_micros();
@@ -382,6 +468,7 @@ impl MemoryBackend {
         decide_in(&mut shard, &at, target, now, true)
     }
 
+    #[inline]
     fn acquire_targets(&self, targets: &[Target<'_>]) -> Decisions {
         if let [one] = targets {
             return Decisions::one(self.acquire_target(one));
@@ -619,8 +706,8 @@ fn reset_in(shard: &mut Shard, at: &Located, target: &Target<'_>) {
     }
 }
 
-fn matches<S>(at: &Located, identity: &str) -> impl Fn(&Entry<S>) -> bool {
-    move |entry| entry.partition == at.partition && entry.identity == identity
+fn matches<S, I: Held>(at: &Located, identity: IdentityRef<'_>) -> impl Fn(&Entry<S, I>) -> bool {
+    move |entry| entry.partition == at.partition && entry.identity.is(identity)
 }
 
 fn decide<S: Tabled>(
@@ -630,22 +717,59 @@ fn decide<S: Tabled>(
     now: u64,
     commit: bool,
 ) -> Decision {
+    match target.key.identity {
+        IdentityRef::Number(_) => decide_held::<S, u64>(shard, at, target, now, commit),
+        IdentityRef::Text(_) => decide_held::<S, CompactString>(shard, at, target, now, commit),
+    }
+}
+
+/// Which of a shard's tables holds identities as `I`.
+trait Side: Held {
+    fn tables(all: &mut AllTables) -> &mut Tables<Self>;
+}
+
+impl Side for u64 {
+    fn tables(all: &mut AllTables) -> &mut Tables<Self> {
+        &mut all.numbers
+    }
+}
+
+impl Side for CompactString {
+    fn tables(all: &mut AllTables) -> &mut Tables<Self> {
+        &mut all.texts
+    }
+}
+
+#[inline]
+fn decide_held<S: Tabled, I: Side>(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    commit: bool,
+) -> Decision {
     let identity = target.key.identity;
-    let table = S::table(shard);
-    if let Some(entry) = table.find_mut(at.hash, matches(at, identity)) {
+    let table = S::table(I::tables(&mut shard.tables));
+    if let Some(entry) = table.find_mut(at.hash, matches::<S, I>(at, identity)) {
         return entry.state.decide(target.limit, now, target.cost, commit);
     }
     let mut state = S::default();
     let decision = state.decide(target.limit, now, target.cost, commit);
     if commit && !state.is_idle(now) {
-        insert(shard, at, identity, state, now);
+        insert::<S, I>(shard, at, identity, state, now);
     }
     decision
 }
 
 /// Adds a new identity's state, sweeping idle ones first when the shard
 /// has doubled since its last sweep.
-fn insert<S: Tabled>(shard: &mut Shard, at: &Located, identity: &str, state: S, now: u64) {
+fn insert<S: Tabled, I: Side>(
+    shard: &mut Shard,
+    at: &Located,
+    identity: IdentityRef<'_>,
+    state: S,
+    now: u64,
+) {
     if shard.tables.len() >= shard.sweep_at {
         shard.tables.sweep(now);
         shard.sweep_at = (shard.tables.len() * 2).max(MIN_SWEEP);
@@ -653,14 +777,14 @@ fn insert<S: Tabled>(shard: &mut Shard, at: &Located, identity: &str, state: S, 
     let partition = at.partition;
     let entry = Entry {
         partition,
-        identity: CompactString::new(identity),
+        identity: I::hold(identity),
         state,
     };
     // An entry's hash is recomputed from what it holds when its table grows
     // (kept out of the entry to keep it small); as in `MemoryBackend::locate`.
     let hasher = shard.hasher.clone();
-    S::table(shard).insert_unique(at.hash, entry, move |e| {
-        hasher.hash_one((e.partition, e.identity.as_str()))
+    S::table(I::tables(&mut shard.tables)).insert_unique(at.hash, entry, move |e| {
+        hash_of(&hasher, e.partition, e.identity.as_ref())
     });
 }
 
@@ -671,8 +795,21 @@ fn refund<S: Tabled>(
     now: u64,
     at_micros: u64,
 ) {
-    let identity = target.key.identity;
-    if let Ok(mut found) = S::table(shard).find_entry(at.hash, matches(at, identity)) {
+    match target.key.identity {
+        IdentityRef::Number(_) => refund_held::<S, u64>(shard, at, target, now, at_micros),
+        IdentityRef::Text(_) => refund_held::<S, CompactString>(shard, at, target, now, at_micros),
+    }
+}
+
+fn refund_held<S: Tabled, I: Side>(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    at_micros: u64,
+) {
+    let table = S::table(I::tables(&mut shard.tables));
+    if let Ok(mut found) = table.find_entry(at.hash, matches::<S, I>(at, target.key.identity)) {
         let entry = found.get_mut();
         entry
             .state
@@ -684,8 +821,15 @@ fn refund<S: Tabled>(
 }
 
 fn reset<S: Tabled>(shard: &mut Shard, at: &Located, target: &Target<'_>) {
-    let identity = target.key.identity;
-    if let Ok(found) = S::table(shard).find_entry(at.hash, matches(at, identity)) {
+    match target.key.identity {
+        IdentityRef::Number(_) => reset_held::<S, u64>(shard, at, target),
+        IdentityRef::Text(_) => reset_held::<S, CompactString>(shard, at, target),
+    }
+}
+
+fn reset_held<S: Tabled, I: Side>(shard: &mut Shard, at: &Located, target: &Target<'_>) {
+    let table = S::table(I::tables(&mut shard.tables));
+    if let Ok(found) = table.find_entry(at.hash, matches::<S, I>(at, target.key.identity)) {
         found.remove();
     }
 }
@@ -745,8 +889,9 @@ mod tests {
 
     #[test]
     fn an_identity_entry_is_small() {
-        assert_eq!(std::mem::size_of::<Entry<Tat>>(), 40);
-        assert!(std::mem::size_of::<Entry<Window>>() <= 48);
+        assert_eq!(std::mem::size_of::<Entry<Tat, u64>>(), 24);
+        assert_eq!(std::mem::size_of::<Entry<Tat, CompactString>>(), 40);
+        assert!(std::mem::size_of::<Entry<Window, CompactString>>() <= 48);
     }
 
     #[test]

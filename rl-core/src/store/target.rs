@@ -5,23 +5,24 @@
 use std::fmt;
 
 use crate::model::error::LimitError;
-use crate::model::key::Key;
+use crate::model::key::{IdentityRef, Key};
 use crate::model::limit::Limit;
 
 /// A key as two borrowed parts: its head (`prefix:{scope:`, escaped) and its
-/// escaped identity. Renders as `head + identity + "}"` ([`Key`]'s layout),
-/// without building the string until a remote store needs it.
+/// identity. Renders as `head + identity + "}"` ([`Key`]'s layout), without
+/// building the string until a remote store needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct KeyRef<'a> {
     pub(crate) head: &'a str,
-    pub(crate) identity: &'a str,
+    pub(crate) identity: IdentityRef<'a>,
 }
 
 impl<'a> KeyRef<'a> {
+    #[inline]
     pub(crate) fn of(key: &'a Key) -> Self {
         Self {
             head: key.head(),
-            identity: key.identity(),
+            identity: key.identity_ref(),
         }
     }
 
