@@ -590,7 +590,7 @@ async fn during_a_redis_outage_blocked_phones_get_no_sms_fresh_ones_their_share_
 }
 
 #[tokio::test]
-async fn an_admin_deny_list_refuses_a_phone_at_once_until_unlisted() {
+async fn admin_lists_refuse_a_phone_at_once_or_let_one_skip_its_limits() {
     for backend in BACKENDS {
         let service = start(backend, &[]);
         let blocked = "+447911123457";
@@ -647,5 +647,16 @@ async fn an_admin_deny_list_refuses_a_phone_at_once_until_unlisted() {
         assert_eq!(bad.status(), 404);
         let soon = admin(&service, reqwest::Method::PUT, &format!("{path}?for=soon")).await;
         assert_eq!(soon.status(), 400);
+
+        // An allow-listed phone skips the per-phone limits (1 per minute).
+        let tester = "+447911123458";
+        let allow = format!("/admin/lists/allow/{tester}");
+        assert_eq!(
+            admin(&service, reqwest::Method::PUT, &allow).await.status(),
+            200
+        );
+        for _ in 0..3 {
+            assert_eq!(send(&service, tester).await.status(), 200, "{backend:?}");
+        }
     }
 }

@@ -218,7 +218,115 @@ async fn a_number_and_its_text_are_one_listed_identity() {
         vec![GroupSpec::owned("user", vec![Limit::per_hour(5).unwrap()])],
     );
     limiter.deny(None, &42u64, None).await.unwrap();
-    assert!(limiter.call(&spec, &[&42u64]).await.unwrap_err().is_denied());
+    assert!(
+        limiter
+            .call(&spec, &[&42u64])
+            .await
+            .unwrap_err()
+            .is_denied()
+    );
     assert!(limiter.call(&spec, &[&"42"]).await.unwrap_err().is_denied());
-    assert!(limiter.call(&spec, &[&"042"]).await.is_ok(), "another identity");
+    assert!(
+        limiter.call(&spec, &[&"042"]).await.is_ok(),
+        "another identity"
+    );
+}
+
+#[tokio::test]
+async fn an_allow_listed_identity_bypasses_its_limit_but_not_the_others() {
+    let backend = Arc::new(Counting::default());
+    let limiter = Limiter::builder()
+        .shared_backend(backend.clone())
+        .build()
+        .unwrap();
+    let spec = CallSpec::owned(
+        "send",
+        vec![
+            GroupSpec::owned("sms_phone", vec![Limit::per_hour(1).unwrap()]),
+            GroupSpec::owned("sms_ip", vec![Limit::per_hour(3).unwrap()]),
+        ],
+    )
+    .with_counting(rl_core::Counting::Settled);
+    limiter
+        .allow(Some("sms_phone"), &"+15550100", None)
+        .await
+        .unwrap();
+    // The phone's limit (1/h) no longer applies; the IP's (3/h) still does.
+    for _ in 0..3 {
+        let permit = limiter
+            .call(&spec, &[&"+15550100", &"10.0.0.1"])
+            .await
+            .unwrap();
+        let (name, decision, _) = permit.binding().unwrap();
+        assert_eq!(name, "sms_ip", "only the IP was decided");
+        assert_eq!(decision.limit, 3);
+        permit.settle(true).await;
+    }
+    let refused = limiter
+        .call(&spec, &[&"+15550100", &"10.0.0.1"])
+        .await
+        .unwrap_err();
+    assert_eq!(refused.name(), "sms_ip");
+    // A settled call that did not count gives back the IP's unit only.
+    let permit = limiter
+        .call(&spec, &[&"+15550100", &"10.0.0.2"])
+        .await
+        .unwrap();
+    permit.settle(false).await;
+    for _ in 0..3 {
+        let permit = limiter
+            .call(&spec, &[&"+15550100", &"10.0.0.2"])
+            .await
+            .unwrap();
+        permit.settle(true).await;
+    }
+    assert!(
+        limiter
+            .call(&spec, &[&"+15550100", &"10.0.0.2"])
+            .await
+            .is_err(),
+        "3 of 3 kept"
+    );
+
+    // Allow-listed everywhere: admitted without a decision, without the backend.
+    limiter.allow(None, &"10.0.0.1", None).await.unwrap();
+    let before = backend.calls.load(Ordering::SeqCst);
+    for _ in 0..10 {
+        let permit = limiter
+            .call(&spec, &[&"+15550100", &"10.0.0.1"])
+            .await
+            .unwrap();
+        assert!(matches!(
+            permit.admission(),
+            rl_core::Admission::AllowListed
+        ));
+        assert!(permit.binding().is_none());
+        permit.settle(false).await;
+    }
+    assert_eq!(
+        backend.calls.load(Ordering::SeqCst),
+        before,
+        "no backend call"
+    );
+    // Another phone from that IP is decided for its own limit.
+    assert!(
+        limiter
+            .call(&spec, &[&"+15550101", &"10.0.0.1"])
+            .await
+            .is_ok()
+    );
+    assert!(
+        limiter
+            .call(&spec, &[&"+15550101", &"10.0.0.1"])
+            .await
+            .is_err()
+    );
+    // The raw API honours the lists too.
+    let key = limiter.key("sms_ip", &"10.0.0.1");
+    let limit = Limit::per_hour(3).unwrap();
+    let admitted = limiter
+        .check("sms_ip", &[Request::new(&key, &limit, 1)], None)
+        .await
+        .unwrap();
+    assert!(matches!(admitted, rl_core::Admission::AllowListed));
 }

@@ -1,8 +1,10 @@
-//! The deny-list layer: a call naming an identity on the deny list of one
-//! of its limit names (or of every name) is refused at once, without asking
-//! the backend, with its own reason ([`crate::RejectionReason::Denied`]).
-//! Allow-listed identities bypass their limits when the call is built (see
-//! [`crate::Limiter::allow`]); this layer only refuses.
+//! The lists layer: a call naming an identity on the deny list of one of
+//! its limit names (or of every name) is refused at once, without asking
+//! the backend, with its own reason ([`crate::RejectionReason::Denied`]);
+//! a call whose every group is allow-listed is admitted without a decision
+//! ([`crate::Admission::AllowListed`]). The groups of an allow-listed
+//! identity are left out of a call when it is built (see
+//! [`crate::Limiter::allow`]), so the others are still decided.
 
 use std::sync::Arc;
 
@@ -11,7 +13,7 @@ use crate::limiter::lists::ListKind;
 use crate::limiter::registry::Registry;
 use crate::store::target::Op;
 
-/// Refuses deny-listed identities.
+/// Refuses deny-listed identities, admits allow-listed calls.
 #[derive(Debug)]
 pub(crate) struct DenyList {
     registry: Arc<Registry>,
@@ -25,10 +27,13 @@ impl DenyList {
 
 impl Layer for DenyList {
     fn applies(&self, _plan: &Plan<'_>) -> bool {
-        self.registry.any_listed(ListKind::Deny)
+        self.registry.any_listed(ListKind::Deny) || self.registry.any_listed(ListKind::Allow)
     }
 
     fn before(&self, call: &mut Call<'_>) -> Option<Answer> {
+        if call.allow_listed {
+            return Some(Answer::AllowListed);
+        }
         if !matches!(call.op, Op::Acquire | Op::AcquireOnce(_) | Op::Peek) {
             return None;
         }

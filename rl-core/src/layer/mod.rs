@@ -7,8 +7,9 @@
 //!        │                                                        ▲
 //!        ▼                                                        │
 //!   observe       counts every outcome (rl_decisions_total), logs refusals
+//!   lists         admits allow-listed calls, refuses deny-listed identities,
+//!                 without asking the store
 //!   validate      refuses a batch that could never be decided, for every store
-//!   lists         refuses deny-listed identities without asking the store
 //!   failure       applies the failure policy when the layers below fail
 //!   deny_cache    answers a remembered refusal in process     (remote by default)
 //!   shadow        turns a refusal of a name in shadow mode into an admission
@@ -116,6 +117,8 @@ pub(crate) enum Answer {
         index: usize,
         until: Option<std::time::SystemTime>,
     },
+    /// Every group of the call is allow-listed: admitted without a decision.
+    AllowListed,
     /// The failure policy let the call through without a decision.
     FailedOpen(Error),
     /// The call is refused because the limiter could not decide: the
@@ -154,6 +157,9 @@ pub(crate) struct Call<'a> {
     /// The caller wants every target's decision (a raw `acquire_all`), not
     /// just an admission: no layer may answer with the binding refusal only.
     pub(crate) every_decision: bool,
+    /// Every group's identity is allow-listed: there is nothing to decide
+    /// (`targets` is empty), the lists layer admits the call.
+    pub(crate) allow_listed: bool,
     /// The call's metric keys, when its spec was resolved.
     pub(crate) counters: Option<&'a counters::Prebuilt>,
     pub(crate) notes: Notes,
@@ -201,6 +207,7 @@ impl<'a> Call<'a> {
             policy,
             local_only: false,
             every_decision: false,
+            allow_listed: false,
             counters: None,
             notes: Notes::default(),
             follow_up: None,

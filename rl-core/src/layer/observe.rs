@@ -107,6 +107,7 @@ fn decided(call: &Call<'_>, answer: &Answer) {
             }
             ("denied", Source::List)
         }
+        Answer::AllowListed => ("allow_listed", Source::List),
         Answer::FailedOpen(_) => ("failed_open", Source::Policy),
         Answer::Unavailable(Error::Limit(error)) => {
             tracing::error!(limit = call.name, %error, "rate limit misconfigured");

@@ -129,8 +129,8 @@ impl LimiterBuilder {
         // this order.
         let mut layers: Vec<Box<dyn Layer>> = vec![
             Box::new(Observe),
-            Box::new(Validate),
             Box::new(DenyList::new(registry.clone())),
+            Box::new(Validate),
             Box::new(Failure::new(MemoryBackend::with_shared_clock(
                 clock.clone(),
             ))),

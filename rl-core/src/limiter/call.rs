@@ -157,6 +157,9 @@ pub struct CallSpec {
 
 static NEXT_SPEC: AtomicU64 = AtomicU64::new(1);
 
+/// The most groups one call can have (keys decided together).
+pub const MAX_GROUPS: usize = 63;
+
 impl Clone for CallSpec {
     fn clone(&self) -> Self {
         Self {
@@ -229,8 +232,8 @@ impl CallSpec {
         self.counting
     }
 
-    /// Checks that calls of this spec can be decided: at least one group,
-    /// each with at least one limit, no two limits of a group sharing state,
+    /// Checks that calls of this spec can be decided: one to [`MAX_GROUPS`]
+    /// groups, each with at least one limit, no two limits of a group sharing state,
     /// and every cost within its limits' capacity.
     ///
     /// ```
@@ -245,6 +248,13 @@ impl CallSpec {
             return Err(LimitError::BadCall(format!(
                 "call `{}` has no group: give it at least one key with limits",
                 self.name
+            )));
+        }
+        if self.groups.len() > MAX_GROUPS {
+            return Err(LimitError::BadCall(format!(
+                "call `{}` has {} groups, more than {MAX_GROUPS}",
+                self.name,
+                self.groups.len()
             )));
         }
         for group in self.groups.iter() {
@@ -300,6 +310,8 @@ pub enum Admission {
     FailedOpen,
     /// Over the limit, but the limit is in shadow mode: nothing was consumed.
     Shadowed(Decisions),
+    /// Every group's identity is on its allow list: not decided.
+    AllowListed,
 }
 
 impl Admission {
@@ -309,7 +321,7 @@ impl Admission {
             Admission::Backend(d)
             | Admission::Local { decisions: d, .. }
             | Admission::Shadowed(d) => Some(d),
-            Admission::FailedOpen => None,
+            Admission::FailedOpen | Admission::AllowListed => None,
         }
     }
 }
@@ -319,6 +331,8 @@ impl Admission {
 pub(crate) struct Settle {
     pub(crate) resolved: Arc<Resolved>,
     pub(crate) identities: Identities,
+    /// The allow-listed groups, which took nothing (bit `i`: group `i`).
+    pub(crate) skipped: u64,
 }
 
 /// An admitted call.
@@ -330,6 +344,8 @@ pub struct Permit<'l> {
     pub(crate) limiter: &'l Limiter,
     pub(crate) spec: &'l CallSpec,
     pub(crate) admission: Admission,
+    /// The allow-listed groups, not decided (bit `i`: group `i`).
+    pub(crate) skipped: u64,
     pub(crate) settle: Option<Box<Settle>>,
 }
 
@@ -354,7 +370,10 @@ impl Permit<'_> {
     pub fn binding(&self) -> Option<(&str, Decision, Limit)> {
         let decisions = self.admission.decisions()?;
         let mut index = decisions.binding_index();
-        for group in self.spec.groups() {
+        for (g, group) in self.spec.groups().iter().enumerate() {
+            if self.skipped & (1 << g) != 0 {
+                continue;
+            }
             let runtime = self.limiter.limits(group.name());
             let limits = runtime.as_deref().unwrap_or(group.limits());
             match limits.get(index) {

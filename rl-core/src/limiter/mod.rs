@@ -203,15 +203,17 @@ impl Limiter {
         if let Some(problem) = &resolved.problem {
             return Err(misconfigured(spec, problem));
         }
+        let skipped = resolved.allow_listed(&self.registry, identities);
         let mut targets = Targets::new();
-        resolved.fill_targets(identities, |_| true, &mut targets);
+        resolved.fill_targets(identities, |i, _| skipped & (1 << i) == 0, &mut targets);
         let mut call = Call::new(Op::Acquire, &targets, spec.name(), resolved.policy);
         call.counters = Some(&resolved.counters);
+        call.allow_listed = skipped != 0 && skipped == resolved.all_groups();
         let answer = self
             .pipeline
             .run_now(&mut call, resolved.mask)
             .expect("a memory store answers now");
-        self.permit(spec, resolved, identities, &targets, answer)
+        self.permit(spec, resolved, identities, skipped, &targets, answer)
     }
 
     /// Decides a call on the remote store: the future of its round trip.
@@ -222,12 +224,14 @@ impl Limiter {
             }
             let resolved = resolved.clone();
             let identities: Identities = identities.iter().cloned().collect();
+            let skipped = resolved.allow_listed(&self.registry, &identities);
             CallFuture::remote(async move {
-                let targets = resolved.targets(&identities);
+                let targets = resolved.targets(&identities, skipped);
                 let mut call = Call::new(Op::Acquire, &targets, spec.name(), resolved.policy);
                 call.counters = Some(&resolved.counters);
+                call.allow_listed = skipped != 0 && skipped == resolved.all_groups();
                 let answer = self.pipeline.run(&mut call, resolved.mask).await;
-                self.permit(spec, &resolved, &identities, &targets, answer)
+                self.permit(spec, &resolved, &identities, skipped, &targets, answer)
             })
         })
     }
@@ -239,6 +243,7 @@ impl Limiter {
         spec: &'l CallSpec,
         resolved: &Arc<Resolved>,
         identities: &[Identity],
+        skipped: u64,
         targets: &[Target<'_>],
         answer: Answer,
     ) -> Result<Permit<'l>, Rejection> {
@@ -248,13 +253,15 @@ impl Limiter {
                 decisions,
                 source: Source::Backend,
             } if decisions.allowed() => Admission::Backend(decisions),
-            answer => self.admission(spec, resolved, targets, answer)?,
+            answer => self.admission(spec, resolved, skipped, targets, answer)?,
         };
-        let settle = (spec.counting() == Counting::Settled).then(|| settle(resolved, identities));
+        let settle =
+            (spec.counting() == Counting::Settled).then(|| settle(resolved, identities, skipped));
         Ok(Permit {
             limiter: self,
             spec,
             admission,
+            skipped,
             settle,
         })
     }
@@ -266,12 +273,13 @@ impl Limiter {
         &self,
         spec: &CallSpec,
         resolved: &Arc<Resolved>,
+        skipped: u64,
         targets: &[Target<'_>],
         answer: Answer,
     ) -> Result<Admission, Rejection> {
         let name_of = |index: usize| {
             resolved
-                .target_origin(index)
+                .target_origin(index, skipped)
                 .map_or(spec.name_cow(), |(group, _)| {
                     spec.groups()[group].name_cow()
                 })
@@ -298,9 +306,13 @@ impl Limiter {
     ) {
         let resolved = &settle.resolved;
         let mut offset = 0;
-        for group in &resolved.groups {
+        for (index, group) in resolved.groups.iter().enumerate() {
+            // An allow-listed group took nothing.
+            if settle.skipped & (1 << index) != 0 {
+                continue;
+            }
             let mut targets = Targets::new();
-            resolved.fill_targets(&settle.identities, |g| std::ptr::eq(g, group), &mut targets);
+            resolved.fill_targets(&settle.identities, |i, _| i == index, &mut targets);
             let range = offset..offset + targets.len();
             offset = range.end;
             let result = if force.unwrap_or(group.reset_on_success) {
@@ -330,7 +342,9 @@ impl Limiter {
         let (decisions, local) = match admission {
             Admission::Backend(d) => (d, None),
             Admission::Local { decisions, share } => (decisions, Some(*share)),
-            Admission::FailedOpen | Admission::Shadowed(_) => return Ok(()),
+            Admission::FailedOpen | Admission::Shadowed(_) | Admission::AllowListed => {
+                return Ok(());
+            }
         };
         let decisions = decisions.as_slice().get(range).unwrap_or_default();
         let mut times: SmallVec<[u64; 2]> = decisions.iter().map(|d| d.at_micros).collect();
@@ -383,9 +397,22 @@ impl Limiter {
         requests: &[Request<'_>],
         policy: Option<FailurePolicy>,
     ) -> Result<Admission, Rejection> {
-        let targets = named_targets(requests, Some(name));
+        let mut targets = named_targets(requests, Some(name));
+        // Allow-listed keys are not decided (see `Limiter::allow`).
+        let mut allow_listed = false;
+        if self.registry.any_listed(ListKind::Allow) {
+            let before = targets.len();
+            targets.retain(|t| {
+                t.key
+                    .identity
+                    .with_text(|id| self.registry.listed(ListKind::Allow, name, id))
+                    .is_none()
+            });
+            allow_listed = before > 0 && targets.is_empty();
+        }
         let policy = self.policy_for(name, policy);
         let mut call = Call::new(Op::Acquire, &targets, name, policy);
+        call.allow_listed = allow_listed;
         let answer = self.pipeline.run(&mut call, ALL).await;
         let owned = || Cow::Owned(name.to_owned());
         admit(owned, &targets, answer, policy, |_| owned())
@@ -505,9 +532,11 @@ impl Limiter {
                     .get(index)
                     .map_or_else(String::new, |t| t.name.to_owned()),
             )),
-            Answer::Refused { .. } | Answer::Applied { .. } => Err(Error::Backend(
-                crate::BackendError::protocol("no decision for a deciding operation"),
-            )),
+            Answer::Refused { .. } | Answer::Applied { .. } | Answer::AllowListed => {
+                Err(Error::Backend(crate::BackendError::protocol(
+                    "no decision for a deciding operation",
+                )))
+            }
         }
     }
 
@@ -801,10 +830,11 @@ fn misconfigured(spec: &CallSpec, problem: &LimitError) -> Rejection {
 
 /// What a settled call keeps to give back what it took.
 #[inline(never)]
-fn settle(resolved: &Arc<Resolved>, identities: &[Identity]) -> Box<Settle> {
+fn settle(resolved: &Arc<Resolved>, identities: &[Identity], skipped: u64) -> Box<Settle> {
     Box::new(Settle {
         resolved: resolved.clone(),
         identities: identities.iter().cloned().collect(),
+        skipped,
     })
 }
 
@@ -884,6 +914,7 @@ fn admit(
         } => Err(limited(targets, index, decision, None, &name_of)),
         Answer::Shadowed { decisions, .. } => Ok(Admission::Shadowed(decisions)),
         Answer::Denied { index, until } => Err(Rejection::denied(name_of(index), until)),
+        Answer::AllowListed => Ok(Admission::AllowListed),
         Answer::FailedOpen(_) => Ok(Admission::FailedOpen),
         Answer::Unavailable(error) | Answer::Failed(error) => {
             Err(Rejection::unavailable(name(), error))

@@ -15,6 +15,8 @@ use crate::layer::counters::Prebuilt;
 use crate::layer::{Mask, Plan};
 use crate::limiter::Limiter;
 use crate::limiter::call::{CallSpec, check_group};
+use crate::limiter::lists::ListKind;
+use crate::limiter::registry::Registry;
 use crate::model::error::LimitError;
 use crate::model::key::{self, Identity};
 use crate::model::limit::Limit;
@@ -107,24 +109,24 @@ impl Resolved {
         }
     }
 
-    /// The targets of a call whose group `i` has identity `identities[i]`.
-    pub(crate) fn targets<'a>(&'a self, identities: &'a [Identity]) -> Targets<'a> {
+    /// The targets of a call whose group `i` has identity `identities[i]`,
+    /// but for the groups in `skipped` (bit `i`: group `i`).
+    pub(crate) fn targets<'a>(&'a self, identities: &'a [Identity], skipped: u64) -> Targets<'a> {
         let mut targets = Targets::new();
-        self.fill_targets(identities, |_| true, &mut targets);
+        self.fill_targets(identities, |i, _| skipped & (1 << i) == 0, &mut targets);
         targets
     }
 
-    /// Adds the targets of the groups `keep` accepts to `targets` (built in
-    /// place: no copy of the batch on the hot path).
-    #[inline]
+    /// Adds the targets of the groups `keep` accepts (by index and group)
+    /// to `targets` (built in place: no copy of the batch on the hot path).
     pub(crate) fn fill_targets<'a>(
         &'a self,
         identities: &'a [Identity],
-        keep: impl Fn(&Group) -> bool,
+        keep: impl Fn(usize, &Group) -> bool,
         targets: &mut Targets<'a>,
     ) {
-        for (group, identity) in self.groups.iter().zip(identities) {
-            if !keep(group) {
+        for (index, (group, identity)) in self.groups.iter().zip(identities).enumerate() {
+            if !keep(index, group) {
                 continue;
             }
             let name: &str = &group.name;
@@ -144,11 +146,38 @@ impl Resolved {
         }
     }
 
-    /// The group and limit of target `index`.
-    pub(crate) fn target_origin(&self, index: usize) -> Option<(usize, Limit)> {
+    /// The groups whose identity is allow-listed for them (bit `i`: group
+    /// `i`); 0 without any allow entry.
+    #[inline]
+    pub(crate) fn allow_listed(&self, registry: &Registry, identities: &[Identity]) -> u64 {
+        if !registry.any_listed(ListKind::Allow) {
+            return 0;
+        }
+        self.groups
+            .iter()
+            .zip(identities)
+            .enumerate()
+            .filter(|(_, (group, identity))| {
+                identity
+                    .as_ref()
+                    .with_text(|text| registry.listed(ListKind::Allow, &group.name, text))
+                    .is_some()
+            })
+            .fold(0, |mask, (i, _)| mask | (1 << i))
+    }
+
+    /// Every group (bit `i`: group `i`).
+    pub(crate) fn all_groups(&self) -> u64 {
+        (1u64 << self.groups.len()) - 1
+    }
+
+    /// The group and limit of target `index` of a call that skipped the
+    /// groups in `skipped`.
+    pub(crate) fn target_origin(&self, index: usize, skipped: u64) -> Option<(usize, Limit)> {
         self.groups
             .iter()
             .enumerate()
+            .filter(|(g, _)| skipped & (1 << g) == 0)
             .flat_map(|(g, group)| group.limits.iter().map(move |limit| (g, *limit)))
             .nth(index)
     }
