@@ -76,9 +76,21 @@ mod limiter;
 // Limits from a TOML file.
 #[cfg(feature = "config")]
 mod config;
+// How a rejection is said over HTTP and gRPC, for every integration.
+#[cfg_attr(
+    not(feature = "tower"),
+    allow(
+        dead_code,
+        reason = "each integration says a rejection in its own subset of these forms; the tower layer uses all"
+    )
+)]
+mod refusal;
 // axum integration: 429 responses, client IPs, headers.
 #[cfg(feature = "axum")]
 pub mod http;
+// Route-level limits: a tower layer.
+#[cfg(feature = "tower")]
+pub mod tower;
 
 #[doc(hidden)]
 #[path = "private.rs"]
