@@ -20,7 +20,7 @@ use crate::http::{ClientIp, IpKey, IpPrefix, TrustedProxies};
 /// |---|---|
 /// | [`KeyFrom::client_ip`], [`KeyFrom::client_network`] | `500`: the server gives no peer address (serve with `into_make_service_with_connect_info::<SocketAddr>()`; tonic servers give it) |
 /// | [`KeyFrom::header`] | `400` when absent, empty or not UTF-8 |
-/// | [`KeyFrom::path_param`] | `500` when the route has no such parameter (add the layer with `route_layer`), `400` when not UTF-8 |
+/// | [`KeyFrom::path_param`] | `500` when the request has no such parameter (add the layer with `route_layer`), `400` when not UTF-8 |
 /// | [`KeyFrom::extension`] | `500`: the layer that inserts it must run before this one |
 /// | [`KeyFrom::from_fn`] | `400` when the function returns `None` |
 ///
@@ -113,9 +113,11 @@ impl KeyFrom {
     }
 
     /// The path parameter `name` of the matched route (`/users/{name}`),
-    /// percent-decoded. Needs the layer added with axum's `route_layer` (a
-    /// `Router::layer` runs before routing, when there are no parameters).
-    /// Reading it copies the route's parameters (one allocation).
+    /// percent-decoded. Needs the layer to run after routing: add it with
+    /// axum's `route_layer` (`Router::layer` also wraps the fallback, where
+    /// an unmatched request has no parameters and would get `500` instead of
+    /// `404`; a layer around a whole router runs before routing and never
+    /// sees any). Reading it copies the route's parameters (one allocation).
     pub fn path_param(name: &str) -> Self {
         Self {
             source: Source::PathParam(name.into()),
