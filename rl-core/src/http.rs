@@ -14,6 +14,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
+use arrayvec::ArrayString;
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::response::{IntoResponse, Response};
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
@@ -320,17 +321,42 @@ impl IpKey {
     }
 }
 
+impl IpKey {
+    /// The key's text, on the stack; IPv4 without `core::fmt` (the layer's
+    /// hot path).
+    pub(crate) fn render(&self) -> ArrayString<{ IpKey::MAX_LEN }> {
+        use std::fmt::Write as _;
+        let mut out = ArrayString::new();
+        let full = match self.network {
+            IpAddr::V4(ip) => {
+                let mut digits = itoa::Buffer::new();
+                for (i, octet) in ip.octets().into_iter().enumerate() {
+                    if i > 0 {
+                        out.push('.');
+                    }
+                    out.push_str(digits.format(octet));
+                }
+                32
+            }
+            IpAddr::V6(ip) => {
+                let _ = write!(out, "{ip}");
+                128
+            }
+        };
+        if self.len != full {
+            out.push('/');
+            out.push_str(itoa::Buffer::new().format(self.len));
+        }
+        out
+    }
+
+    /// The longest text: a full IPv6 address and `/127`.
+    pub(crate) const MAX_LEN: usize = 48;
+}
+
 impl std::fmt::Display for IpKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let full = match self.network {
-            IpAddr::V4(_) => 32,
-            IpAddr::V6(_) => 128,
-        };
-        if self.len == full {
-            self.network.fmt(f)
-        } else {
-            write!(f, "{}/{}", self.network, self.len)
-        }
+        f.write_str(&self.render())
     }
 }
 
@@ -530,6 +556,60 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert("x-forwarded-for", value.parse().unwrap());
         headers
+    }
+
+    #[test]
+    fn ip_keys_render_like_the_addresses_display_and_stay_distinct() {
+        for (ip, prefix, shown) in [
+            ("0.0.0.0", IpPrefix::DEFAULT, "0.0.0.0"),
+            ("255.255.255.255", IpPrefix::DEFAULT, "255.255.255.255"),
+            ("192.0.2.77", IpPrefix::new(24, 64).unwrap(), "192.0.2.0/24"),
+            ("::ffff:192.0.2.1", IpPrefix::DEFAULT, "192.0.2.1"),
+            ("2001:db8::1", IpPrefix::FULL, "2001:db8::1"),
+            (
+                "2001:db8:ffff:ffff:1::",
+                IpPrefix::V6_48,
+                "2001:db8:ffff::/48",
+            ),
+            (
+                "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+                IpPrefix::new(32, 127).unwrap(),
+                "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe/127",
+            ),
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            let key = prefix.key(ip);
+            assert_eq!(key.to_string(), shown);
+            assert!(key.contains(ip));
+        }
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(
+            !IpPrefix::DEFAULT
+                .key(ip("2001:db8:0:1::1"))
+                .contains(ip("2001:db8:0:2::1"))
+        );
+        assert!(
+            !IpPrefix::DEFAULT
+                .key(ip("10.0.0.1"))
+                .contains(ip("2001:db8::1"))
+        );
+    }
+
+    #[test]
+    fn ip_prefixes_out_of_range_or_unreadable_are_refused() {
+        assert_eq!(IpPrefix::new(0, 64), Err(IpPrefixError::V4(0)));
+        assert_eq!(IpPrefix::new(33, 64), Err(IpPrefixError::V4(33)));
+        assert_eq!(IpPrefix::new(32, 0), Err(IpPrefixError::V6(0)));
+        assert_eq!("v6=/48".parse::<IpPrefix>(), Ok(IpPrefix::V6_48));
+        assert!(matches!(
+            "v5=1".parse::<IpPrefix>(),
+            Err(IpPrefixError::Syntax(_))
+        ));
+        assert!(matches!(
+            "v6".parse::<IpPrefix>(),
+            Err(IpPrefixError::Syntax(_))
+        ));
+        assert_eq!("".parse::<IpPrefix>(), Ok(IpPrefix::DEFAULT));
     }
 
     #[test]

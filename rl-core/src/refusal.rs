@@ -73,36 +73,54 @@ pub(crate) fn retry_after_ms(decision: &Decision) -> u64 {
 /// (`"name";r=REMAINING;t=RESET`) for one limit's decision, seconds rounded
 /// up (draft-ietf-httpapi-ratelimit-headers).
 pub(crate) fn fields(name: &str, decision: &Decision, limit: &Limit) -> (String, String) {
-    let window = limit.period().as_micros().div_ceil(1_000_000);
     let mut policy = String::with_capacity(name.len() + 32);
-    push_sf_string(&mut policy, name);
-    let _ = write!(policy, ";q={};w={window}", decision.limit);
     let mut current = String::with_capacity(name.len() + 32);
-    push_sf_string(&mut current, name);
-    let _ = write!(
-        current,
-        ";r={};t={}",
-        decision.remaining,
-        decision.reset_after_secs()
-    );
+    let _ = write_fields(&mut policy, &mut current, name, decision, limit);
     (policy, current)
+}
+
+/// [`fields`] into any two writers (e.g. on the stack); numbers without
+/// `core::fmt`. Fails only when a writer is full.
+pub(crate) fn write_fields<W: std::fmt::Write>(
+    policy: &mut W,
+    current: &mut W,
+    name: &str,
+    decision: &Decision,
+    limit: &Limit,
+) -> std::fmt::Result {
+    let mut digits = itoa::Buffer::new();
+    let window = limit.period().as_micros().div_ceil(1_000_000) as u64;
+    push_sf_string(policy, name)?;
+    policy.write_str(";q=")?;
+    policy.write_str(digits.format(decision.limit))?;
+    policy.write_str(";w=")?;
+    policy.write_str(digits.format(window))?;
+    push_sf_string(current, name)?;
+    current.write_str(";r=")?;
+    current.write_str(digits.format(decision.remaining))?;
+    current.write_str(";t=")?;
+    current.write_str(digits.format(decision.reset_after_secs()))
 }
 
 /// Appends `name` as a structured-field string: printable ASCII, `"` and
 /// `\` escaped; other characters replaced by `_`.
-pub(crate) fn push_sf_string(out: &mut String, name: &str) {
-    out.push('"');
-    for c in name.chars() {
+pub(crate) fn push_sf_string<W: std::fmt::Write>(out: &mut W, name: &str) -> std::fmt::Result {
+    out.write_char('"')?;
+    let mut rest = name;
+    while let Some(at) = rest.find(|c: char| !matches!(c, ' '..='~') || c == '"' || c == '\\') {
+        out.write_str(&rest[..at])?;
+        let c = rest[at..].chars().next().unwrap_or('_');
         match c {
             '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
+                out.write_char('\\')?;
+                out.write_char(c)?;
             }
-            ' '..='~' => out.push(c),
-            _ => out.push('_'),
+            _ => out.write_char('_')?,
         }
+        rest = &rest[at + c.len_utf8()..];
     }
-    out.push('"');
+    out.write_str(rest)?;
+    out.write_char('"')
 }
 
 /// A `grpc-message` value: UTF-8, percent-encoded outside printable ASCII
@@ -243,7 +261,7 @@ mod tests {
     #[test]
     fn policy_names_are_valid_structured_field_strings() {
         let mut out = String::new();
-        push_sf_string(&mut out, "a\"b\\c é");
+        push_sf_string(&mut out, "a\"b\\c é").unwrap();
         assert_eq!(out, r#""a\"b\\c _""#);
     }
 

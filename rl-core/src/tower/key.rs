@@ -165,8 +165,41 @@ impl KeyFrom {
         }
     }
 
+    /// Whether the key needs the request's [`Parts`] (not just its headers
+    /// and extensions).
+    pub(crate) fn needs_parts(&self) -> bool {
+        matches!(self.source, Source::PathParam(_) | Source::Fn(_))
+    }
+
     pub(crate) fn is_path_param(&self) -> bool {
         matches!(self.source, Source::PathParam(_))
+    }
+}
+
+/// What keys are read from: a request's headers and extensions, and its
+/// whole head when a key needs it.
+#[derive(Clone, Copy)]
+pub(crate) struct Head<'p> {
+    pub(crate) headers: &'p HeaderMap,
+    pub(crate) extensions: &'p Extensions,
+    pub(crate) parts: Option<&'p Parts>,
+}
+
+impl<'p> Head<'p> {
+    pub(crate) fn of_parts(parts: &'p Parts) -> Self {
+        Self {
+            headers: &parts.headers,
+            extensions: &parts.extensions,
+            parts: Some(parts),
+        }
+    }
+
+    pub(crate) fn of_request<B>(request: &'p http::Request<B>) -> Self {
+        Self {
+            headers: request.headers(),
+            extensions: request.extensions(),
+            parts: None,
+        }
     }
 }
 
@@ -199,7 +232,7 @@ impl fmt::Write for Text {
 
 /// One key of one request, borrowed from it where possible.
 pub(crate) enum Extracted<'p> {
-    Ip(IpKey),
+    Ip(ArrayString<{ IpKey::MAX_LEN }>),
     Text(&'p str),
     Display(&'p (dyn fmt::Display + Send + Sync)),
     Rendered(Text),
@@ -208,7 +241,7 @@ pub(crate) enum Extracted<'p> {
 impl fmt::Display for Extracted<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Extracted::Ip(key) => key.fmt(f),
+            Extracted::Ip(key) => f.write_str(key),
             Extracted::Text(text) => f.write_str(text),
             Extracted::Display(value) => value.fmt(f),
             Extracted::Rendered(text) => f.write_str(text.as_str()),
@@ -266,11 +299,11 @@ impl Problem {
 pub(crate) struct Client(Option<Option<IpAddr>>);
 
 impl Client {
-    fn ip(&mut self, parts: &Parts, trusted: Option<&TrustedProxies>) -> Option<IpAddr> {
+    fn ip(&mut self, head: Head<'_>, trusted: Option<&TrustedProxies>) -> Option<IpAddr> {
         *self.0.get_or_insert_with(|| {
-            let peer = peer(&parts.extensions)?;
-            let trusted = trusted.or_else(|| parts.extensions.get::<TrustedProxies>());
-            Some(ClientIp::resolve(peer, &parts.headers, trusted).ip())
+            let peer = peer(head.extensions)?;
+            let trusted = trusted.or_else(|| head.extensions.get::<TrustedProxies>());
+            Some(ClientIp::resolve(peer, head.headers, trusted).ip())
         })
     }
 }
@@ -291,14 +324,14 @@ fn peer(extensions: &Extensions) -> Option<IpAddr> {
 pub(crate) fn extract<'p>(
     source: &KeyFrom,
     group: &str,
-    parts: &'p Parts,
+    head: Head<'p>,
     params: &'p PathParams,
     client: &mut Client,
     trusted: Option<&TrustedProxies>,
 ) -> Result<Extracted<'p>, Problem> {
     match &source.source {
         Source::ClientIp(prefix) => {
-            let Some(ip) = client.ip(parts, trusted) else {
+            let Some(ip) = client.ip(head, trusted) else {
                 return Err(Problem::server(
                     "no client address for the rate limit: serve the router with \
                      into_make_service_with_connect_info::<SocketAddr>()"
@@ -306,11 +339,11 @@ pub(crate) fn extract<'p>(
                 ));
             };
             let prefix = prefix
-                .or_else(|| parts.extensions.get::<IpPrefix>().copied())
+                .or_else(|| head.extensions.get::<IpPrefix>().copied())
                 .unwrap_or_default();
-            Ok(Extracted::Ip(prefix.key(ip)))
+            Ok(Extracted::Ip(prefix.key(ip).render()))
         }
-        Source::Header(Ok(name)) => header(&parts.headers, name).map(Extracted::Text),
+        Source::Header(Ok(name)) => header(head.headers, name).map(Extracted::Text),
         Source::Header(Err(name)) => Err(Problem::server(format!("invalid header name `{name}`"))),
         Source::PathParam(name) => match params {
             Some(Ok(params)) => params
@@ -326,7 +359,7 @@ pub(crate) fn extract<'p>(
             )),
             _ => Err(no_path_param(name)),
         },
-        Source::Extension { get, type_name } => match get(&parts.extensions) {
+        Source::Extension { get, type_name } => match get(head.extensions) {
             Some(value) => Ok(Extracted::Display(value)),
             None => Err(Problem::server(format!(
                 "no `{type_name}` in the request's extensions for rate limit `{group}`: \
@@ -334,6 +367,11 @@ pub(crate) fn extract<'p>(
             ))),
         },
         Source::Fn(key) => {
+            let Some(parts) = head.parts else {
+                return Err(Problem::server(format!(
+                    "rate limit `{group}`: a key function was not given the request"
+                )));
+            };
             let mut text = Text::default();
             if key(parts, &mut text) {
                 Ok(Extracted::Rendered(text))
@@ -426,7 +464,7 @@ mod tests {
         let problem = extract(
             &KeyFrom::client_ip(),
             "g",
-            &no_peer,
+            Head::of_parts(&no_peer),
             &None,
             &mut Client::default(),
             None,
@@ -440,9 +478,16 @@ mod tests {
         request.extensions_mut().insert(ConnectInfo(peer));
         let with_peer = parts(request);
         let key = |from: &KeyFrom, parts: &Parts| {
-            extract(from, "g", parts, &None, &mut Client::default(), None)
-                .unwrap()
-                .to_string()
+            extract(
+                from,
+                "g",
+                Head::of_parts(parts),
+                &None,
+                &mut Client::default(),
+                None,
+            )
+            .unwrap()
+            .to_string()
         };
         assert_eq!(key(&KeyFrom::client_ip(), &with_peer), "2001:db8:1:2::/64");
         assert_eq!(
@@ -472,7 +517,7 @@ mod tests {
         let via = extract(
             &KeyFrom::client_ip(),
             "g",
-            &parts,
+            Head::of_parts(&parts),
             &None,
             &mut client,
             Some(&trusted),
@@ -481,7 +526,7 @@ mod tests {
         let direct = extract(
             &KeyFrom::client_ip(),
             "g",
-            &parts,
+            Head::of_parts(&parts),
             &None,
             &mut Client::default(),
             None,
@@ -507,7 +552,15 @@ mod tests {
         request.extensions_mut().insert(User(7));
         let parts = parts(request);
         let get = |from: &KeyFrom| {
-            extract(from, "g", &parts, &None, &mut Client::default(), None).map(|k| k.to_string())
+            extract(
+                from,
+                "g",
+                Head::of_parts(&parts),
+                &None,
+                &mut Client::default(),
+                None,
+            )
+            .map(|k| k.to_string())
         };
         assert_eq!(get(&KeyFrom::extension::<User>()).unwrap(), "user-7");
         let missing = get(&KeyFrom::extension::<u32>()).unwrap_err();
@@ -528,7 +581,7 @@ mod tests {
         let problem = extract(
             &KeyFrom::path_param("id"),
             "g",
-            &parts,
+            Head::of_parts(&parts),
             &params,
             &mut Client::default(),
             None,

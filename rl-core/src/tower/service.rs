@@ -7,14 +7,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, ready};
 
+use arrayvec::ArrayString;
 use axum::BoxError;
 use axum::body::{Body, Bytes, HttpBody};
 use http::request::Parts;
-use http::{HeaderValue, Request, Response};
+use http::{HeaderMap, HeaderValue, Request, Response};
 use pin_project_lite::pin_project;
 use smallvec::SmallVec;
 
-use super::key::{self, Client, KeyFrom, Keys, PathParams, Problem};
+use super::key::{self, Client, Head, KeyFrom, Keys, PathParams, Problem};
 use super::response;
 use crate::http::{RATELIMIT, RATELIMIT_POLICY, TrustedProxies};
 use crate::limiter::Limiter;
@@ -175,6 +176,8 @@ struct Shared {
     trusted: Option<TrustedProxies>,
     /// Whether a key reads path parameters.
     params: bool,
+    /// Whether a key reads the whole request head.
+    parts: bool,
     /// Set once a call was not decided at once: the store is remote.
     remote: AtomicBool,
 }
@@ -331,6 +334,7 @@ impl RateLimitLayerBuilder {
         }
         spec.check().map_err(LayerError::Spec)?;
         let params = self.keys.iter().any(KeyFrom::is_path_param);
+        let parts = self.keys.iter().any(KeyFrom::needs_parts);
         Ok(RateLimitLayer {
             shared: Arc::new(Shared {
                 spec,
@@ -340,6 +344,7 @@ impl RateLimitLayerBuilder {
                 missing: self.missing,
                 trusted: self.trusted,
                 params,
+                parts,
                 remote: AtomicBool::new(false),
             }),
         })
@@ -377,48 +382,53 @@ enum Verdict {
 type Deciding = Pin<Box<dyn Future<Output = (Verdict, Parts)> + Send>>;
 
 impl Shared {
-    /// Extracts the request's keys and decides its call with `limiter`, or
-    /// `None` when the call cannot be decided at once (a remote store).
-    fn decide_now(&self, limiter: &Limiter, parts: &mut Parts) -> Option<Verdict> {
-        let grpc = response::is_grpc(&parts.headers);
-        let params: PathParams = if self.params {
-            key::path_params(parts)
-        } else {
-            None
-        };
-        let keys = match self.keys(parts, &params) {
+    /// Extracts the keys of a request with this head (and path parameters)
+    /// and decides its call with `limiter`, or `None` when the call cannot
+    /// be decided at once (a remote store).
+    fn decide_now(
+        &self,
+        limiter: &Limiter,
+        head: Head<'_>,
+        params: &PathParams,
+    ) -> Option<Verdict> {
+        let keys = match self.keys(head, params) {
             Ok(keys) => keys,
-            Err(problem) => return Some(self.no_key(&problem, grpc)),
+            Err(problem) => return Some(self.no_key(&problem, head.headers)),
         };
         let identities: SmallVec<[&dyn fmt::Display; 2]> =
             keys.iter().map(|k| k as &dyn fmt::Display).collect();
         let decided = limiter.call(&self.spec, &identities).now()?;
-        Some(self.verdict(decided, grpc))
+        Some(self.verdict(decided, head.headers))
     }
 
     /// [`Shared::decide_now`] for a remote store: the request head is moved
     /// in and given back with the verdict.
     async fn decide(self: Arc<Self>, mut parts: Parts) -> (Verdict, Parts) {
-        let grpc = response::is_grpc(&parts.headers);
         let limiter = match self.limiter() {
             Ok(limiter) => limiter,
-            Err(rejection) => return (Verdict::Answer(response::refused(rejection, grpc)), parts),
+            Err(rejection) => {
+                let grpc = response::is_grpc(&parts.headers);
+                return (Verdict::Answer(response::refused(rejection, grpc)), parts);
+            }
         };
         let params: PathParams = if self.params {
             key::path_params(&mut parts)
         } else {
             None
         };
-        let call = self.keys(&parts, &params).map(|keys| {
+        let call = self.keys(Head::of_parts(&parts), &params).map(|keys| {
             let identities: SmallVec<[&dyn fmt::Display; 2]> =
                 keys.iter().map(|k| k as &dyn fmt::Display).collect();
             limiter.call(&self.spec, &identities)
         });
         let call = match call {
             Ok(call) => call,
-            Err(problem) => return (self.no_key(&problem, grpc), parts),
+            Err(problem) => {
+                let verdict = self.no_key(&problem, &parts.headers);
+                return (verdict, parts);
+            }
         };
-        let verdict = self.verdict(call.await, grpc);
+        let verdict = self.verdict(call.await, &parts.headers);
         (verdict, parts)
     }
 
@@ -434,14 +444,14 @@ impl Shared {
     }
 
     /// The request's keys, or why it has none.
-    fn keys<'p>(&self, parts: &'p Parts, params: &'p PathParams) -> Result<Keys<'p>, Problem> {
+    fn keys<'p>(&self, head: Head<'p>, params: &'p PathParams) -> Result<Keys<'p>, Problem> {
         let mut keys = Keys::new();
         let mut client = Client::default();
         for (from, group) in self.keys.iter().zip(self.spec.groups()) {
             match key::extract(
                 from,
                 group.name(),
-                parts,
+                head,
                 params,
                 &mut client,
                 self.trusted.as_ref(),
@@ -458,31 +468,91 @@ impl Shared {
         Ok(keys)
     }
 
-    /// The verdict on a request without a key.
-    fn no_key(&self, problem: &Problem, grpc: bool) -> Verdict {
+    /// The verdict on a request (with these headers) without a key.
+    fn no_key(&self, problem: &Problem, headers: &HeaderMap) -> Verdict {
         match self.missing {
             MissingKey::Allow => Verdict::Admit(None),
-            MissingKey::Reject => Verdict::Answer(response::no_key(problem, grpc)),
+            MissingKey::Reject => {
+                Verdict::Answer(response::no_key(problem, response::is_grpc(headers)))
+            }
         }
     }
 
-    /// What a decided call becomes.
-    fn verdict(&self, decided: Result<Permit<'_>, Rejection>, grpc: bool) -> Verdict {
+    /// What a decided call (of a request with these headers) becomes.
+    fn verdict(&self, decided: Result<Permit<'_>, Rejection>, headers: &HeaderMap) -> Verdict {
         match decided {
             Ok(permit) => Verdict::Admit(self.headers.then(|| fields(&permit)).flatten()),
-            Err(rejection) => Verdict::Answer(response::refused(rejection, grpc)),
+            Err(rejection) => {
+                Verdict::Answer(response::refused(rejection, response::is_grpc(headers)))
+            }
         }
     }
 }
 
-/// The `RateLimit` fields of an admitted call's binding limit.
+/// The `RateLimit` fields of an admitted call's binding limit, formatted
+/// on the stack (on the heap for very long names).
 fn fields(permit: &Permit<'_>) -> Option<Fields> {
     let (name, decision, limit) = permit.binding()?;
+    let (mut policy, mut current) = (ArrayString::<128>::new(), ArrayString::<128>::new());
+    if refusal::write_fields(&mut policy, &mut current, name, &decision, &limit).is_ok() {
+        return Some((
+            HeaderValue::from_str(&policy).ok()?,
+            HeaderValue::from_str(&current).ok()?,
+        ));
+    }
     let (policy, current) = refusal::fields(name, &decision, &limit);
     Some((
         HeaderValue::try_from(policy).ok()?,
         HeaderValue::try_from(current).ok()?,
     ))
+}
+
+/// A request decided at once, or given back to be decided remotely.
+enum Now<S: ::tower::Service<Request<B>>, B> {
+    Done(ResponseFuture<S, B>),
+    Remote(Request<B>),
+}
+
+impl<S> RateLimit<S> {
+    /// Decides `request` at once and calls the service if admitted; gives
+    /// the request back when the store is remote.
+    fn decide_now<B, ResBody>(&mut self, request: Request<B>) -> Now<S, B>
+    where
+        S: ::tower::Service<Request<B>, Response = Response<ResBody>>,
+    {
+        let shared = &*self.shared;
+        let limiter = match shared.limiter() {
+            Ok(limiter) => limiter,
+            Err(rejection) => {
+                let grpc = response::is_grpc(request.headers());
+                return Now::Done(ResponseFuture::answered(response::refused(rejection, grpc)));
+            }
+        };
+        if shared.parts {
+            // A key reads path parameters or the whole head.
+            let (mut parts, body) = request.into_parts();
+            let params: PathParams = if shared.params {
+                key::path_params(&mut parts)
+            } else {
+                None
+            };
+            return match shared.decide_now(limiter, Head::of_parts(&parts), &params) {
+                Some(Verdict::Admit(fields)) => {
+                    let future = self.inner.call(Request::from_parts(parts, body));
+                    Now::Done(ResponseFuture::admitted(future, fields))
+                }
+                Some(Verdict::Answer(response)) => Now::Done(ResponseFuture::answered(response)),
+                None => Now::Remote(Request::from_parts(parts, body)),
+            };
+        }
+        match shared.decide_now(limiter, Head::of_request(&request), &None) {
+            Some(Verdict::Admit(fields)) => {
+                Now::Done(ResponseFuture::admitted(self.inner.call(request), fields))
+            }
+            Some(Verdict::Answer(response)) => Now::Done(ResponseFuture::answered(response)),
+            None => Now::Remote(request),
+        }
+    }
 }
 
 impl<S, B, ResBody> ::tower::Service<Request<B>> for RateLimit<S>
@@ -502,26 +572,20 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let (mut parts, body) = request.into_parts();
-        if !self.shared.remote.load(Ordering::Relaxed) {
-            let limiter = match self.shared.limiter() {
-                Ok(limiter) => limiter,
-                Err(rejection) => {
-                    let grpc = response::is_grpc(&parts.headers);
-                    return ResponseFuture::answered(response::refused(rejection, grpc));
-                }
-            };
-            match self.shared.decide_now(limiter, &mut parts) {
-                Some(Verdict::Admit(fields)) => {
-                    let future = self.inner.call(Request::from_parts(parts, body));
-                    return ResponseFuture::admitted(future, fields);
-                }
-                Some(Verdict::Answer(response)) => return ResponseFuture::answered(response),
+        let request = if self.shared.remote.load(Ordering::Relaxed) {
+            request
+        } else {
+            match self.decide_now(request) {
+                Now::Done(future) => return future,
                 // Not decided at once: the store is remote. Nothing was
                 // sent (a remote call starts when first polled).
-                None => self.shared.remote.store(true, Ordering::Relaxed),
+                Now::Remote(request) => {
+                    self.shared.remote.store(true, Ordering::Relaxed);
+                    request
+                }
             }
-        }
+        };
+        let (parts, body) = request.into_parts();
         // The service that was polled ready serves this request.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
