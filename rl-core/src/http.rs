@@ -16,6 +16,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
+use arrayvec::ArrayString;
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::response::{IntoResponse, Response};
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
@@ -25,7 +26,8 @@ use ipnet::IpNet;
 
 use crate::model::decision::Decision;
 use crate::model::limit::Limit;
-use crate::model::rejection::{Rejection, RejectionReason};
+use crate::model::rejection::Rejection;
+use crate::refusal::{self, Refusal};
 
 /// The `RateLimit-Policy` header name.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -55,40 +57,14 @@ pub fn insert_rate_limit_headers(
     decision: &Decision,
     limit: &Limit,
 ) {
-    let name = sf_string(name);
-    let window = limit.period().as_micros().div_ceil(1_000_000);
-    let policy = format!("{name};q={};w={window}", decision.limit);
-    let current = format!(
-        "{name};r={};t={}",
-        decision.remaining,
-        decision.reset_after_secs()
-    );
+    let (policy, current) = refusal::fields(name, decision, limit);
     if let (Ok(policy), Ok(current)) = (
-        HeaderValue::from_str(&policy),
-        HeaderValue::from_str(&current),
+        HeaderValue::try_from(policy),
+        HeaderValue::try_from(current),
     ) {
         headers.insert(RATELIMIT_POLICY, policy);
         headers.insert(RATELIMIT, current);
     }
-}
-
-/// A structured-field string: printable ASCII, `"` and `\` escaped; other
-/// characters replaced by `_`.
-fn sf_string(name: &str) -> String {
-    let mut out = String::with_capacity(name.len() + 2);
-    out.push('"');
-    for c in name.chars() {
-        match c {
-            '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
-            }
-            ' '..='~' => out.push(c),
-            _ => out.push('_'),
-        }
-    }
-    out.push('"');
-    out
 }
 
 /// Responses that can carry rate-limit headers (`#[rate_limit(headers)]`,
@@ -113,46 +89,27 @@ impl<T: WithHeaders, E> WithHeaders for Result<T, E> {
     }
 }
 
-fn json(status: StatusCode, body: String) -> Response {
-    let mut response = (status, body).into_response();
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
-}
-
 impl IntoResponse for Rejection {
     fn into_response(self) -> Response {
-        match self.reason() {
-            RejectionReason::Limited { decision, limit } => {
-                let retry_ms = decision.retry_after.as_micros().div_ceil(1_000) as u64;
-                let mut response = json(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    format!(r#"{{"error":"rate_limited","retry_after_ms":{retry_ms}}}"#),
-                );
-                let headers = response.headers_mut();
-                headers.insert(
-                    RETRY_AFTER,
-                    HeaderValue::from(decision.retry_after_secs().max(1)),
-                );
-                insert_rate_limit_headers(headers, self.name(), decision, limit);
-                response
-            }
-            RejectionReason::Denied { .. } => {
-                let mut response = json(StatusCode::FORBIDDEN, r#"{"error":"denied"}"#.to_owned());
-                if let Some(wait) = self.retry_after() {
-                    let secs = wait.as_micros().div_ceil(1_000_000) as u64;
-                    response
-                        .headers_mut()
-                        .insert(RETRY_AFTER, HeaderValue::from(secs.max(1)));
-                }
-                response
-            }
-            RejectionReason::Unavailable(_) => json(
-                StatusCode::SERVICE_UNAVAILABLE,
-                r#"{"error":"rate_limiter_unavailable"}"#.to_owned(),
-            ),
+        let refusal = Refusal::of(&self);
+        let status =
+            StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+        let mut response = (status, refusal.body).into_response();
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(secs) = refusal.retry_after_secs {
+            headers.insert(RETRY_AFTER, HeaderValue::from(secs));
         }
+        if let Some((policy, current)) = refusal.fields
+            && let (Ok(policy), Ok(current)) = (
+                HeaderValue::try_from(policy),
+                HeaderValue::try_from(current),
+            )
+        {
+            headers.insert(RATELIMIT_POLICY, policy);
+            headers.insert(RATELIMIT, current);
+        }
+        response
     }
 }
 
@@ -198,42 +155,328 @@ impl std::str::FromStr for TrustedProxies {
     }
 }
 
+/// How many leading bits of a client's address its limits are keyed by:
+/// IPv4 addresses in full by default (`/32`), IPv6 addresses by their `/64`
+/// network, since one host or subscriber commonly holds a whole `/64` and
+/// could otherwise pick a fresh address (and a fresh quota) per request.
+///
+/// Set it for [`ClientIp`] as an axum `Extension` (like
+/// [`TrustedProxies`]), or per key of the tower layer
+/// (`rl_core::tower::KeyFrom::client_network`, feature `tower`).
+///
+/// ```
+/// use rl_core::http::IpPrefix;
+/// use std::net::IpAddr;
+/// let ip: IpAddr = "2001:db8:1:2:3:4:5:6".parse().unwrap();
+/// assert_eq!(IpPrefix::default().key(ip).to_string(), "2001:db8:1:2::/64");
+/// assert_eq!(IpPrefix::V6_48.key(ip).to_string(), "2001:db8:1::/48");
+/// assert_eq!(IpPrefix::FULL.key(ip).to_string(), "2001:db8:1:2:3:4:5:6");
+/// let v4: IpAddr = "192.0.2.77".parse().unwrap();
+/// assert_eq!(IpPrefix::default().key(v4).to_string(), "192.0.2.77");
+/// assert_eq!(IpPrefix::new(24, 64)?.key(v4).to_string(), "192.0.2.0/24");
+/// assert_eq!("v4=24, v6=56".parse::<IpPrefix>()?, IpPrefix::new(24, 56)?);
+/// assert!(IpPrefix::new(32, 129).is_err());
+/// # Ok::<(), rl_core::http::IpPrefixError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IpPrefix {
+    v4: u8,
+    v6: u8,
+}
+
+/// An IPv4 or IPv6 prefix length out of range, or an unreadable
+/// [`IpPrefix`] text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum IpPrefixError {
+    /// An IPv4 prefix must be 1 to 32 bits.
+    #[error("IPv4 prefix /{0} is out of range: give 1 to 32 (32 keys each address)")]
+    V4(u8),
+    /// An IPv6 prefix must be 1 to 128 bits.
+    #[error(
+        "IPv6 prefix /{0} is out of range: give 1 to 128 (64, the default, keys each /64 network)"
+    )]
+    V6(u8),
+    /// The text is not `v4=N`, `v6=N` or both, comma-separated.
+    #[error("cannot read IP prefixes `{0}`: expected e.g. `v6=64` or `v4=24, v6=48`")]
+    Syntax(String),
+}
+
+impl IpPrefix {
+    /// IPv4 addresses in full, IPv6 addresses by their `/64` (the default).
+    pub const DEFAULT: Self = Self { v4: 32, v6: 64 };
+    /// Every address in full (`/32`, `/128`): one host holding a `/64` gets
+    /// 2^64 quotas.
+    pub const FULL: Self = Self { v4: 32, v6: 128 };
+    /// IPv4 in full, IPv6 by `/56` (a common home-subscriber delegation).
+    pub const V6_56: Self = Self { v4: 32, v6: 56 };
+    /// IPv4 in full, IPv6 by `/48` (a common site delegation): the outer
+    /// level of hierarchical per-IP limits.
+    pub const V6_48: Self = Self { v4: 32, v6: 48 };
+
+    /// Keys IPv4 addresses by their first `v4` bits and IPv6 addresses by
+    /// their first `v6` bits.
+    pub const fn new(v4: u8, v6: u8) -> Result<Self, IpPrefixError> {
+        if v4 == 0 || v4 > 32 {
+            return Err(IpPrefixError::V4(v4));
+        }
+        if v6 == 0 || v6 > 128 {
+            return Err(IpPrefixError::V6(v6));
+        }
+        Ok(Self { v4, v6 })
+    }
+
+    /// The IPv4 prefix length.
+    pub const fn v4(self) -> u8 {
+        self.v4
+    }
+
+    /// The IPv6 prefix length.
+    pub const fn v6(self) -> u8 {
+        self.v6
+    }
+
+    /// The key of `ip` (IPv4-mapped IPv6 addresses count as IPv4).
+    pub fn key(self, ip: IpAddr) -> IpKey {
+        match ip.to_canonical() {
+            IpAddr::V4(ip) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(self.v4)).unwrap_or(0);
+                IpKey {
+                    network: IpAddr::V4((u32::from(ip) & mask).into()),
+                    len: self.v4,
+                }
+            }
+            IpAddr::V6(ip) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(self.v6)).unwrap_or(0);
+                IpKey {
+                    network: IpAddr::V6((u128::from(ip) & mask).into()),
+                    len: self.v6,
+                }
+            }
+        }
+    }
+}
+
+impl Default for IpPrefix {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+impl std::str::FromStr for IpPrefix {
+    type Err = IpPrefixError;
+
+    /// `v4=N`, `v6=N` or both, comma-separated; an omitted family keeps its
+    /// default (IPv4 `/32`, IPv6 `/64`).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let syntax = || IpPrefixError::Syntax(s.to_owned());
+        let (mut v4, mut v6) = (Self::DEFAULT.v4, Self::DEFAULT.v6);
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (family, len) = part.split_once('=').ok_or_else(syntax)?;
+            let len = len.trim().trim_start_matches('/');
+            let len: u8 = len.parse().map_err(|_| syntax())?;
+            match family.trim() {
+                "v4" => v4 = len,
+                "v6" => v6 = len,
+                _ => return Err(syntax()),
+            }
+        }
+        Self::new(v4, v6)
+    }
+}
+
+/// The network a client is keyed by: its address masked to an
+/// [`IpPrefix`]. `Display` renders the address alone for a full-length
+/// prefix (`192.0.2.7`, as keys always were) and `network/len` otherwise
+/// (`2001:db8:1:2::/64`); either form identifies one network, so keys stay
+/// injective (and are escaped by the limiter like any identity).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IpKey {
+    network: IpAddr,
+    len: u8,
+}
+
+impl IpKey {
+    /// The network's first address.
+    pub const fn network(&self) -> IpAddr {
+        self.network
+    }
+
+    /// The prefix length.
+    pub const fn prefix_len(&self) -> u8 {
+        self.len
+    }
+
+    /// Whether `ip` belongs to this network.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let prefix = match self.network {
+            IpAddr::V4(_) => IpPrefix {
+                v4: self.len,
+                v6: 128,
+            },
+            IpAddr::V6(_) => IpPrefix {
+                v4: 32,
+                v6: self.len,
+            },
+        };
+        prefix.key(ip) == *self
+    }
+}
+
+impl IpKey {
+    /// The key's text, on the stack; IPv4 without `core::fmt` (the layer's
+    /// hot path).
+    pub(crate) fn render(&self) -> ArrayString<{ IpKey::MAX_LEN }> {
+        use std::fmt::Write as _;
+        let mut out = ArrayString::new();
+        let full = match self.network {
+            IpAddr::V4(ip) => {
+                let mut digits = itoa::Buffer::new();
+                for (i, octet) in ip.octets().into_iter().enumerate() {
+                    if i > 0 {
+                        out.push('.');
+                    }
+                    out.push_str(digits.format(octet));
+                }
+                32
+            }
+            IpAddr::V6(ip) => {
+                let _ = write!(out, "{ip}");
+                128
+            }
+        };
+        if self.len != full {
+            out.push('/');
+            out.push_str(itoa::Buffer::new().format(self.len));
+        }
+        out
+    }
+
+    /// The longest text: a full IPv6 address and `/127`.
+    pub(crate) const MAX_LEN: usize = 48;
+}
+
+impl std::fmt::Display for IpKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.render())
+    }
+}
+
 /// The client's IP address: the socket peer, or, when the peer is a
 /// [`TrustedProxies`] member, the right-most `X-Forwarded-For` entry that is
 /// not itself a trusted proxy. Spoofed entries left of a trusted hop are
 /// ignored. Needs `into_make_service_with_connect_info::<SocketAddr>()`.
+///
+/// As a rate-limit key (`#[rate_limit(key = ip)]`), it is its network under
+/// its [`IpPrefix`] (`Display` renders [`ClientIp::key`]): an IPv4 address
+/// in full, an IPv6 address by its `/64` unless an `IpPrefix` extension says
+/// otherwise. [`ClientIp::ip`] is the address itself (e.g. for logs).
+///
+/// Hierarchical per-IP limits, each `/64` and each `/48`, decided together:
+///
+/// ```
+/// use rl_core::http::{ClientIp, IpPrefix};
+/// use rl_core::{Limiter, Rejection, rate_limit};
+///
+/// #[rate_limit(name = "api_net", key = ip, limits = ["5/1m"],
+///              also(name = "api_site", key = ip.network(IpPrefix::V6_48), limits = ["8/1m"]))]
+/// async fn api(ip: ClientIp) -> Result<(), Rejection> {
+///     Ok(())
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// Limiter::builder().memory().install().unwrap();
+/// let host = |net: u16, i: u16| ClientIp::new(std::net::Ipv6Addr::new(0x2001, 0xdb8, 7, net, 0, 0, 0, i).into());
+/// for i in 0..5 {
+///     assert!(api(host(1, i)).await.is_ok()); // five addresses of one /64
+/// }
+/// assert_eq!(api(host(1, 99)).await.unwrap_err().name(), "api_net"); // its /64 is spent
+/// for i in 0..3 {
+///     assert!(api(host(2, i)).await.is_ok()); // another /64 of the same /48
+/// }
+/// assert_eq!(api(host(3, 0)).await.unwrap_err().name(), "api_site"); // the /48 is spent
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ClientIp(pub IpAddr);
+pub struct ClientIp {
+    ip: IpAddr,
+    prefix: IpPrefix,
+}
 
 impl std::fmt::Display for ClientIp {
+    /// The key: [`ClientIp::key`].
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
+        self.key().fmt(f)
+    }
+}
+
+impl From<IpAddr> for ClientIp {
+    fn from(ip: IpAddr) -> Self {
+        Self::new(ip)
     }
 }
 
 impl ClientIp {
-    /// Resolves the client from the peer address, the headers and the trusted proxies.
+    /// The client at `ip` (IPv4-mapped IPv6 addresses count as IPv4), keyed
+    /// under the default [`IpPrefix`].
+    pub fn new(ip: IpAddr) -> Self {
+        Self {
+            ip: ip.to_canonical(),
+            prefix: IpPrefix::DEFAULT,
+        }
+    }
+
+    /// The client's address.
+    pub const fn ip(&self) -> IpAddr {
+        self.ip
+    }
+
+    /// The prefix the client is keyed by.
+    pub const fn prefix(&self) -> IpPrefix {
+        self.prefix
+    }
+
+    /// The same client, keyed by `prefix`.
+    pub const fn with_prefix(mut self, prefix: IpPrefix) -> Self {
+        self.prefix = prefix;
+        self
+    }
+
+    /// The client's rate-limit key: its network under its prefix.
+    pub fn key(&self) -> IpKey {
+        self.prefix.key(self.ip)
+    }
+
+    /// The client's network under another prefix, e.g. [`IpPrefix::V6_48`]
+    /// for a second, wider per-IP limit.
+    pub fn network(&self, prefix: IpPrefix) -> IpKey {
+        prefix.key(self.ip)
+    }
+
+    /// Resolves the client from the peer address, the headers and the
+    /// trusted proxies (keyed under the default [`IpPrefix`]).
     pub fn resolve(peer: IpAddr, headers: &HeaderMap, trusted: Option<&TrustedProxies>) -> Self {
         let peer = peer.to_canonical();
         let Some(trusted) = trusted.filter(|t| t.contains(peer)) else {
-            return Self(peer);
+            return Self::new(peer);
         };
+        // Right to left over every `X-Forwarded-For` line, without collecting.
         let hops = headers
             .get_all("x-forwarded-for")
             .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(str::trim)
-            .collect::<Vec<_>>();
-        for hop in hops.iter().rev() {
+            .rev()
+            .flat_map(|v| v.to_str().unwrap_or("\u{0}").rsplit(','))
+            .map(str::trim);
+        for hop in hops {
             match hop.parse::<IpAddr>() {
                 Ok(ip) if trusted.contains(ip) => continue,
-                Ok(ip) => return Self(ip.to_canonical()),
+                Ok(ip) => return Self::new(ip),
                 // An unparsable hop: stop believing the chain here.
                 Err(_) => break,
             }
         }
-        Self(peer)
+        Self::new(peer)
     }
 }
 
@@ -245,11 +488,15 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientIp {
             StatusCode::INTERNAL_SERVER_ERROR,
             "ClientIp needs the router served with into_make_service_with_connect_info::<SocketAddr>()",
         ))?;
-        Ok(Self::resolve(
+        let client = Self::resolve(
             peer,
             &parts.headers,
             parts.extensions.get::<TrustedProxies>(),
-        ))
+        );
+        Ok(match parts.extensions.get::<IpPrefix>() {
+            Some(prefix) => client.with_prefix(*prefix),
+            None => client,
+        })
     }
 }
 
@@ -307,11 +554,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn policy_names_are_valid_structured_field_strings() {
-        assert_eq!(sf_string("a\"b\\c é"), r#""a\"b\\c _""#);
-    }
-
     fn xff(value: &str) -> HeaderMap {
         let mut headers = HeaderMap::new();
         headers.insert("x-forwarded-for", value.parse().unwrap());
@@ -319,12 +561,66 @@ mod tests {
     }
 
     #[test]
+    fn ip_keys_render_like_the_addresses_display_and_stay_distinct() {
+        for (ip, prefix, shown) in [
+            ("0.0.0.0", IpPrefix::DEFAULT, "0.0.0.0"),
+            ("255.255.255.255", IpPrefix::DEFAULT, "255.255.255.255"),
+            ("192.0.2.77", IpPrefix::new(24, 64).unwrap(), "192.0.2.0/24"),
+            ("::ffff:192.0.2.1", IpPrefix::DEFAULT, "192.0.2.1"),
+            ("2001:db8::1", IpPrefix::FULL, "2001:db8::1"),
+            (
+                "2001:db8:ffff:ffff:1::",
+                IpPrefix::V6_48,
+                "2001:db8:ffff::/48",
+            ),
+            (
+                "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+                IpPrefix::new(32, 127).unwrap(),
+                "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe/127",
+            ),
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            let key = prefix.key(ip);
+            assert_eq!(key.to_string(), shown);
+            assert!(key.contains(ip));
+        }
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(
+            !IpPrefix::DEFAULT
+                .key(ip("2001:db8:0:1::1"))
+                .contains(ip("2001:db8:0:2::1"))
+        );
+        assert!(
+            !IpPrefix::DEFAULT
+                .key(ip("10.0.0.1"))
+                .contains(ip("2001:db8::1"))
+        );
+    }
+
+    #[test]
+    fn ip_prefixes_out_of_range_or_unreadable_are_refused() {
+        assert_eq!(IpPrefix::new(0, 64), Err(IpPrefixError::V4(0)));
+        assert_eq!(IpPrefix::new(33, 64), Err(IpPrefixError::V4(33)));
+        assert_eq!(IpPrefix::new(32, 0), Err(IpPrefixError::V6(0)));
+        assert_eq!("v6=/48".parse::<IpPrefix>(), Ok(IpPrefix::V6_48));
+        assert!(matches!(
+            "v5=1".parse::<IpPrefix>(),
+            Err(IpPrefixError::Syntax(_))
+        ));
+        assert!(matches!(
+            "v6".parse::<IpPrefix>(),
+            Err(IpPrefixError::Syntax(_))
+        ));
+        assert_eq!("".parse::<IpPrefix>(), Ok(IpPrefix::DEFAULT));
+    }
+
+    #[test]
     fn forwarded_for_is_ignored_unless_the_peer_is_a_trusted_proxy() {
         let peer: IpAddr = "203.0.113.9".parse().unwrap();
-        assert_eq!(ClientIp::resolve(peer, &xff("1.2.3.4"), None).0, peer);
+        assert_eq!(ClientIp::resolve(peer, &xff("1.2.3.4"), None).ip(), peer);
         let trusted: TrustedProxies = "10.0.0.0/8".parse().unwrap();
         assert_eq!(
-            ClientIp::resolve(peer, &xff("1.2.3.4"), Some(&trusted)).0,
+            ClientIp::resolve(peer, &xff("1.2.3.4"), Some(&trusted)).ip(),
             peer
         );
     }
@@ -338,8 +634,8 @@ mod tests {
             &xff("6.6.6.6, 198.51.100.7, 10.0.0.1"),
             Some(&trusted),
         );
-        assert_eq!(client.0, "198.51.100.7".parse::<IpAddr>().unwrap());
+        assert_eq!(client.ip(), "198.51.100.7".parse::<IpAddr>().unwrap());
         let garbage = ClientIp::resolve(proxy, &xff("nonsense"), Some(&trusted));
-        assert_eq!(garbage.0, proxy);
+        assert_eq!(garbage.ip(), proxy);
     }
 }

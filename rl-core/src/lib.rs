@@ -39,6 +39,15 @@
 //!   not an error, and a refused call becomes a [`Rejection`].
 //! - `LimitsFile` (feature `config`): limits, failure policies and shadow
 //!   mode per name from a TOML file, applied to a running limiter.
+//! - `rl_core::http` (feature `axum`): a [`Rejection`] as a `429` with
+//!   `Retry-After` and the IETF `RateLimit` fields, the client's IP behind
+//!   trusted proxies, keyed by network (IPv6 by `/64` by default).
+//! - `rl_core::tower` (feature `tower`): a `tower::Layer` limiting routes, routers
+//!   and gRPC servers by client IP or network, header, path parameter,
+//!   request extension or function, several keys all-or-nothing; gRPC
+//!   requests are refused with `RESOURCE_EXHAUSTED`.
+//! - `From<Rejection> for tonic::Status` (feature `tonic`) and
+//!   `actix_web::ResponseError for Rejection` (feature `actix`).
 //!
 //! # Which algorithm
 //! | algorithm | memory per identity | worst case in any window of length `P` | pick it for |
@@ -83,9 +92,21 @@ mod limiter;
 // Limits from a TOML file.
 #[cfg(feature = "config")]
 mod config;
+// How a rejection is said over HTTP and gRPC, for every integration.
+#[cfg_attr(
+    not(feature = "tower"),
+    allow(
+        dead_code,
+        reason = "each integration says a rejection in its own subset of these forms; the tower layer uses all"
+    )
+)]
+mod refusal;
 // axum integration: 429 responses, client IPs, headers.
 #[cfg(feature = "axum")]
 pub mod http;
+// Route-level limits: a tower layer.
+#[cfg(feature = "tower")]
+pub mod tower;
 
 #[doc(hidden)]
 #[path = "private.rs"]

@@ -49,7 +49,7 @@ async fn main() {
         .route("/sms", post(send_sms))
         .route("/status", post(status))
         .route("/login", post(login));
-    let ip = ClientIp(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    let ip = ClientIp::new(IpAddr::V4(Ipv4Addr::LOCALHOST));
     let body = serde_json::json!({ "phone": "+15550100" });
     let sent = assert_send(send_sms(ip, Json(body.clone()))).await;
     assert!(sent.headers().contains_key("ratelimit"));

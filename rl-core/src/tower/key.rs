@@ -1,0 +1,593 @@
+//! Where a request's keys come from ([`KeyFrom`]), and what a request
+//! without one is answered.
+
+use std::fmt::{self, Write as _};
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use arrayvec::ArrayString;
+use axum::extract::{ConnectInfo, FromRequestParts, RawPathParams};
+use http::request::Parts;
+use http::{Extensions, HeaderMap, HeaderName};
+
+use crate::http::{ClientIp, IpKey, IpPrefix, TrustedProxies};
+
+/// Where one key of a [`RateLimitLayer`](super::RateLimitLayer) comes from.
+///
+/// | source | a request without it gets |
+/// |---|---|
+/// | [`KeyFrom::client_ip`], [`KeyFrom::client_network`] | `500`: the server gives no peer address (serve with `into_make_service_with_connect_info::<SocketAddr>()`; tonic servers give it) |
+/// | [`KeyFrom::header`] | `400` when absent, empty or not UTF-8 |
+/// | [`KeyFrom::path_param`] | `500` when the request has no such parameter (add the layer with `route_layer`), `400` when not UTF-8 |
+/// | [`KeyFrom::extension`] | `500`: the layer that inserts it must run before this one |
+/// | [`KeyFrom::from_fn`] | `400` when the function returns `None` |
+///
+/// unless the layer lets such requests through
+/// ([`MissingKey::Allow`](super::MissingKey::Allow)). gRPC requests get
+/// `INVALID_ARGUMENT` instead of `400` and `INTERNAL` instead of `500`.
+#[derive(Clone)]
+pub struct KeyFrom {
+    pub(crate) source: Source,
+}
+
+/// The forms a key source takes (type-erased, so a layer holds any mix).
+#[derive(Clone)]
+pub(crate) enum Source {
+    /// The client's network under this prefix, or the request's
+    /// [`IpPrefix`] extension's (else the default) when `None`.
+    ClientIp(Option<IpPrefix>),
+    /// A header; an invalid name is reported by the layer's `build`.
+    Header(Result<HeaderName, Box<str>>),
+    /// A path parameter of the matched route.
+    PathParam(Box<str>),
+    /// A value an earlier layer put in the request's extensions.
+    Extension {
+        get: ExtensionGetter,
+        type_name: &'static str,
+    },
+    /// A function of the request.
+    Fn(KeyFn),
+}
+
+/// Reads a typed extension as a `Display`.
+pub(crate) type ExtensionGetter = fn(&Extensions) -> Option<&(dyn fmt::Display + Send + Sync)>;
+
+/// A user's key function, rendering into a [`Text`]; `false`: no key.
+pub(crate) type KeyFn = Arc<dyn Fn(&Parts, &mut Text) -> bool + Send + Sync>;
+
+impl fmt::Debug for KeyFrom {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("KeyFrom::")?;
+        match &self.source {
+            Source::ClientIp(None) => f.write_str("client_ip()"),
+            Source::ClientIp(Some(prefix)) => write!(f, "client_network({prefix:?})"),
+            Source::Header(Ok(name)) => write!(f, "header({:?})", name.as_str()),
+            Source::Header(Err(name)) => write!(f, "header({name:?}) (invalid)"),
+            Source::PathParam(name) => write!(f, "path_param({name:?})"),
+            Source::Extension { type_name, .. } => write!(f, "extension::<{type_name}>()"),
+            Source::Fn(_) => f.write_str("from_fn(..)"),
+        }
+    }
+}
+
+fn get_extension<T: fmt::Display + Send + Sync + 'static>(
+    extensions: &Extensions,
+) -> Option<&(dyn fmt::Display + Send + Sync)> {
+    extensions
+        .get::<T>()
+        .map(|value| value as &(dyn fmt::Display + Send + Sync))
+}
+
+impl KeyFrom {
+    /// The client's IP address, by the rules of [`ClientIp`]: the socket
+    /// peer (axum's `ConnectInfo<SocketAddr>`, or tonic's `TcpConnectInfo`
+    /// with feature `tonic`), or the right-most untrusted `X-Forwarded-For`
+    /// hop when the peer is a trusted proxy (the layer's
+    /// [`trusted_proxies`](super::RateLimitLayerBuilder::trusted_proxies),
+    /// else a [`TrustedProxies`] extension). Keyed by the request's
+    /// [`IpPrefix`] extension, else the default: IPv4 in full, IPv6 by
+    /// `/64`; the same key as `#[rate_limit(key = ip)]` with a [`ClientIp`].
+    pub fn client_ip() -> Self {
+        Self {
+            source: Source::ClientIp(None),
+        }
+    }
+
+    /// The client's network under `prefix` (e.g. [`IpPrefix::V6_48`] for a
+    /// second, wider per-IP limit beside [`KeyFrom::client_ip`]).
+    pub fn client_network(prefix: IpPrefix) -> Self {
+        Self {
+            source: Source::ClientIp(Some(prefix)),
+        }
+    }
+
+    /// The value of header `name` (its first line), which must be UTF-8 and
+    /// not empty. An invalid name is reported by the layer's `build`.
+    pub fn header(name: &str) -> Self {
+        let name = HeaderName::try_from(name).map_err(|_| Box::from(name));
+        Self {
+            source: Source::Header(name),
+        }
+    }
+
+    /// The path parameter `name` of the matched route (`/users/{name}`),
+    /// percent-decoded. Needs the layer to run after routing: add it with
+    /// axum's `route_layer` (`Router::layer` also wraps the fallback, where
+    /// an unmatched request has no parameters and would get `500` instead of
+    /// `404`; a layer around a whole router runs before routing and never
+    /// sees any). Reading it copies the route's parameters (one allocation).
+    pub fn path_param(name: &str) -> Self {
+        Self {
+            source: Source::PathParam(name.into()),
+        }
+    }
+
+    /// The `T` an earlier layer put in the request's extensions (e.g. the
+    /// authenticated user), through its `Display`.
+    pub fn extension<T: fmt::Display + Send + Sync + 'static>() -> Self {
+        Self {
+            source: Source::Extension {
+                get: get_extension::<T>,
+                type_name: std::any::type_name::<T>(),
+            },
+        }
+    }
+
+    /// Whatever `key` computes from the request's head, through its
+    /// `Display`; `None`: the request has no key. Keys up to 64 bytes are
+    /// rendered without allocating.
+    ///
+    /// ```
+    /// use rl_core::tower::KeyFrom;
+    /// // The tenant: the first label of the host name.
+    /// let tenant = KeyFrom::from_fn(|parts| {
+    ///     let host = parts.headers.get(http::header::HOST)?.to_str().ok()?;
+    ///     host.split('.').next().map(str::to_owned)
+    /// });
+    /// # let _ = tenant;
+    /// ```
+    pub fn from_fn<D, F>(key: F) -> Self
+    where
+        D: fmt::Display,
+        F: Fn(&Parts) -> Option<D> + Send + Sync + 'static,
+    {
+        let render = move |parts: &Parts, out: &mut Text| match key(parts) {
+            Some(value) => {
+                let _ = write!(out, "{value}");
+                true
+            }
+            None => false,
+        };
+        Self {
+            source: Source::Fn(Arc::new(render)),
+        }
+    }
+
+    /// Whether the key needs the request's [`Parts`] (not just its headers
+    /// and extensions).
+    pub(crate) fn needs_parts(&self) -> bool {
+        matches!(self.source, Source::PathParam(_) | Source::Fn(_))
+    }
+
+    pub(crate) fn is_path_param(&self) -> bool {
+        matches!(self.source, Source::PathParam(_))
+    }
+}
+
+/// What keys are read from: a request's headers and extensions, and its
+/// whole head when a key needs it.
+#[derive(Clone, Copy)]
+pub(crate) struct Head<'p> {
+    pub(crate) headers: &'p HeaderMap,
+    pub(crate) extensions: &'p Extensions,
+    pub(crate) parts: Option<&'p Parts>,
+}
+
+impl<'p> Head<'p> {
+    pub(crate) fn of_parts(parts: &'p Parts) -> Self {
+        Self {
+            headers: &parts.headers,
+            extensions: &parts.extensions,
+            parts: Some(parts),
+        }
+    }
+
+    pub(crate) fn of_request<B>(request: &'p http::Request<B>) -> Self {
+        Self {
+            headers: request.headers(),
+            extensions: request.extensions(),
+            parts: None,
+        }
+    }
+}
+
+/// A key rendered in place: inline up to 64 bytes, else on the heap.
+#[derive(Debug, Default)]
+pub(crate) struct Text {
+    inline: ArrayString<64>,
+    spilled: Option<String>,
+}
+
+impl Text {
+    fn as_str(&self) -> &str {
+        self.spilled.as_deref().unwrap_or(&self.inline)
+    }
+}
+
+impl fmt::Write for Text {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        if let Some(spilled) = &mut self.spilled {
+            spilled.push_str(s);
+        } else if self.inline.try_push_str(s).is_err() {
+            let mut spilled = String::with_capacity(self.inline.len() + s.len() + 32);
+            spilled.push_str(&self.inline);
+            spilled.push_str(s);
+            self.spilled = Some(spilled);
+        }
+        Ok(())
+    }
+}
+
+/// One key of one request, borrowed from it where possible.
+pub(crate) enum Extracted<'p> {
+    Ip(ArrayString<{ IpKey::MAX_LEN }>),
+    Text(&'p str),
+    Display(&'p (dyn fmt::Display + Send + Sync)),
+    Rendered(Text),
+}
+
+impl fmt::Display for Extracted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Extracted::Ip(key) => f.write_str(key),
+            Extracted::Text(text) => f.write_str(text),
+            Extracted::Display(value) => value.fmt(f),
+            Extracted::Rendered(text) => f.write_str(text.as_str()),
+        }
+    }
+}
+
+/// The keys of one request (two inline).
+pub(crate) type Keys<'p> = smallvec::SmallVec<[Extracted<'p>; 2]>;
+
+/// The path parameters of a request, read once when a key needs them.
+pub(crate) type PathParams =
+    Option<Result<RawPathParams, axum::extract::rejection::RawPathParamsRejection>>;
+
+/// Reads the route's path parameters (axum's extractor completes at once).
+pub(crate) fn path_params(parts: &mut Parts) -> PathParams {
+    let future = std::pin::pin!(RawPathParams::from_request_parts(parts, &()));
+    match future.poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(result) => Some(result),
+        Poll::Pending => None,
+    }
+}
+
+/// Why a request has no key, and what it is answered.
+#[derive(Debug)]
+pub(crate) struct Problem {
+    /// The request lacks the key (`400`), or the server does (`500`).
+    pub(crate) server: bool,
+    /// `rate_limit_key_missing`, `rate_limit_key_invalid` or `rate_limit_misconfigured`.
+    pub(crate) code: &'static str,
+    /// For the client (and, for a server problem, the log).
+    pub(crate) message: String,
+}
+
+impl Problem {
+    fn client(code: &'static str, message: String) -> Self {
+        Self {
+            server: false,
+            code,
+            message,
+        }
+    }
+
+    fn server(message: String) -> Self {
+        Self {
+            server: true,
+            code: "rate_limit_misconfigured",
+            message,
+        }
+    }
+}
+
+/// The request's client address, found once for all its keys.
+#[derive(Default)]
+pub(crate) struct Client(Option<Option<IpAddr>>);
+
+impl Client {
+    fn ip(&mut self, head: Head<'_>, trusted: Option<&TrustedProxies>) -> Option<IpAddr> {
+        *self.0.get_or_insert_with(|| {
+            let peer = peer(head.extensions)?;
+            let trusted = trusted.or_else(|| head.extensions.get::<TrustedProxies>());
+            Some(ClientIp::resolve(peer, head.headers, trusted).ip())
+        })
+    }
+}
+
+/// The socket peer, as the server put it in the request's extensions.
+fn peer(extensions: &Extensions) -> Option<IpAddr> {
+    if let Some(ConnectInfo(addr)) = extensions.get::<ConnectInfo<SocketAddr>>() {
+        return Some(addr.ip());
+    }
+    #[cfg(feature = "tonic")]
+    if let Some(info) = extensions.get::<tonic::transport::server::TcpConnectInfo>() {
+        return info.remote_addr().map(|addr| addr.ip());
+    }
+    None
+}
+
+/// Extracts the key of `source` (group `group`) from a request.
+pub(crate) fn extract<'p>(
+    source: &KeyFrom,
+    group: &str,
+    head: Head<'p>,
+    params: &'p PathParams,
+    client: &mut Client,
+    trusted: Option<&TrustedProxies>,
+) -> Result<Extracted<'p>, Problem> {
+    match &source.source {
+        Source::ClientIp(prefix) => {
+            let Some(ip) = client.ip(head, trusted) else {
+                return Err(Problem::server(
+                    "no client address for the rate limit: serve the router with \
+                     into_make_service_with_connect_info::<SocketAddr>()"
+                        .to_owned(),
+                ));
+            };
+            let prefix = prefix
+                .or_else(|| head.extensions.get::<IpPrefix>().copied())
+                .unwrap_or_default();
+            Ok(Extracted::Ip(prefix.key(ip).render()))
+        }
+        Source::Header(Ok(name)) => header(head.headers, name).map(Extracted::Text),
+        Source::Header(Err(name)) => Err(Problem::server(format!("invalid header name `{name}`"))),
+        Source::PathParam(name) => match params {
+            Some(Ok(params)) => params
+                .iter()
+                .find(|(param, _)| param == &&**name)
+                .map(|(_, value)| Extracted::Text(value))
+                .ok_or_else(|| no_path_param(name)),
+            Some(Err(
+                axum::extract::rejection::RawPathParamsRejection::InvalidUtf8InPathParam(_),
+            )) => Err(Problem::client(
+                "rate_limit_key_invalid",
+                format!("path parameter `{name}` is not valid UTF-8"),
+            )),
+            _ => Err(no_path_param(name)),
+        },
+        Source::Extension { get, type_name } => match get(head.extensions) {
+            Some(value) => Ok(Extracted::Display(value)),
+            None => Err(Problem::server(format!(
+                "no `{type_name}` in the request's extensions for rate limit `{group}`: \
+                 the layer that inserts it must run before the rate limit"
+            ))),
+        },
+        Source::Fn(key) => {
+            let Some(parts) = head.parts else {
+                return Err(Problem::server(format!(
+                    "rate limit `{group}`: a key function was not given the request"
+                )));
+            };
+            let mut text = Text::default();
+            if key(parts, &mut text) {
+                Ok(Extracted::Rendered(text))
+            } else {
+                Err(Problem::client(
+                    "rate_limit_key_missing",
+                    format!("the request has no key for rate limit `{group}`"),
+                ))
+            }
+        }
+    }
+}
+
+fn no_path_param(name: &str) -> Problem {
+    Problem::server(format!(
+        "no path parameter `{name}` for the rate limit: add the layer with `route_layer` \
+         to routes that have `{{{name}}}`"
+    ))
+}
+
+/// The first line of header `name`: present, non-empty UTF-8.
+fn header<'p>(headers: &'p HeaderMap, name: &HeaderName) -> Result<&'p str, Problem> {
+    let Some(value) = headers.get(name) else {
+        return Err(Problem::client(
+            "rate_limit_key_missing",
+            format!("missing header `{name}`"),
+        ));
+    };
+    match std::str::from_utf8(value.as_bytes()) {
+        Ok("") => Err(Problem::client(
+            "rate_limit_key_missing",
+            format!("empty header `{name}`"),
+        )),
+        Ok(text) => Ok(text),
+        Err(_) => Err(Problem::client(
+            "rate_limit_key_invalid",
+            format!("header `{name}` is not valid UTF-8"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(request: http::Request<()>) -> Parts {
+        request.into_parts().0
+    }
+
+    #[test]
+    fn long_keys_spill_to_the_heap_and_render_exactly() {
+        let mut text = Text::default();
+        let long = "k".repeat(100);
+        write!(text, "{}", &long[..60]).unwrap();
+        write!(text, "{}", &long[60..]).unwrap();
+        assert_eq!(text.as_str(), long);
+    }
+
+    #[test]
+    fn a_missing_empty_or_binary_header_is_a_client_problem() {
+        let name = HeaderName::from_static("x-api-key");
+        let mut headers = HeaderMap::new();
+        assert_eq!(
+            header(&headers, &name).unwrap_err().code,
+            "rate_limit_key_missing"
+        );
+        headers.insert(&name, "".parse().unwrap());
+        assert!(
+            header(&headers, &name)
+                .unwrap_err()
+                .message
+                .contains("empty")
+        );
+        headers.insert(&name, http::HeaderValue::from_bytes(b"\xff").unwrap());
+        let invalid = header(&headers, &name).unwrap_err();
+        assert_eq!(
+            (invalid.code, invalid.server),
+            ("rate_limit_key_invalid", false)
+        );
+        headers.insert(
+            &name,
+            http::HeaderValue::from_bytes("clé".as_bytes()).unwrap(),
+        );
+        assert_eq!(header(&headers, &name).unwrap(), "clé");
+    }
+
+    #[test]
+    fn the_client_ip_needs_a_peer_and_uses_the_request_prefix() {
+        let no_peer = parts(http::Request::new(()));
+        let problem = extract(
+            &KeyFrom::client_ip(),
+            "g",
+            Head::of_parts(&no_peer),
+            &None,
+            &mut Client::default(),
+            None,
+        )
+        .err()
+        .unwrap();
+        assert!(problem.server && problem.message.contains("connect_info"));
+
+        let mut request = http::Request::new(());
+        let peer: SocketAddr = "[2001:db8:1:2:3:4:5:6]:443".parse().unwrap();
+        request.extensions_mut().insert(ConnectInfo(peer));
+        let with_peer = parts(request);
+        let key = |from: &KeyFrom, parts: &Parts| {
+            extract(
+                from,
+                "g",
+                Head::of_parts(parts),
+                &None,
+                &mut Client::default(),
+                None,
+            )
+            .unwrap()
+            .to_string()
+        };
+        assert_eq!(key(&KeyFrom::client_ip(), &with_peer), "2001:db8:1:2::/64");
+        assert_eq!(
+            key(&KeyFrom::client_network(IpPrefix::V6_48), &with_peer),
+            "2001:db8:1::/48"
+        );
+        let mut request = http::Request::new(());
+        request.extensions_mut().insert(ConnectInfo(peer));
+        request.extensions_mut().insert(IpPrefix::FULL);
+        assert_eq!(
+            key(&KeyFrom::client_ip(), &parts(request)),
+            "2001:db8:1:2:3:4:5:6"
+        );
+    }
+
+    #[test]
+    fn the_client_ip_follows_trusted_proxies_given_to_the_layer() {
+        let mut request = http::Request::builder()
+            .header("x-forwarded-for", "198.51.100.7")
+            .body(())
+            .unwrap();
+        let proxy: SocketAddr = "10.0.0.2:5000".parse().unwrap();
+        request.extensions_mut().insert(ConnectInfo(proxy));
+        let parts = parts(request);
+        let trusted: TrustedProxies = "10.0.0.0/8".parse().unwrap();
+        let mut client = Client::default();
+        let via = extract(
+            &KeyFrom::client_ip(),
+            "g",
+            Head::of_parts(&parts),
+            &None,
+            &mut client,
+            Some(&trusted),
+        );
+        assert_eq!(via.unwrap().to_string(), "198.51.100.7");
+        let direct = extract(
+            &KeyFrom::client_ip(),
+            "g",
+            Head::of_parts(&parts),
+            &None,
+            &mut Client::default(),
+            None,
+        );
+        assert_eq!(direct.unwrap().to_string(), "10.0.0.2");
+    }
+
+    #[derive(Clone)]
+    struct User(u64);
+
+    impl fmt::Display for User {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "user-{}", self.0)
+        }
+    }
+
+    #[test]
+    fn extensions_and_functions_give_keys_through_display() {
+        let mut request = http::Request::builder()
+            .header("host", "acme.example.com")
+            .body(())
+            .unwrap();
+        request.extensions_mut().insert(User(7));
+        let parts = parts(request);
+        let get = |from: &KeyFrom| {
+            extract(
+                from,
+                "g",
+                Head::of_parts(&parts),
+                &None,
+                &mut Client::default(),
+                None,
+            )
+            .map(|k| k.to_string())
+        };
+        assert_eq!(get(&KeyFrom::extension::<User>()).unwrap(), "user-7");
+        let missing = get(&KeyFrom::extension::<u32>()).unwrap_err();
+        assert!(missing.server && missing.message.contains("`u32`"));
+        let tenant = KeyFrom::from_fn(|parts| {
+            let host = parts.headers.get("host")?.to_str().ok()?;
+            host.split('.').next().map(str::to_owned)
+        });
+        assert_eq!(get(&tenant).unwrap(), "acme");
+        let none = get(&KeyFrom::from_fn(|_| None::<u8>)).unwrap_err();
+        assert!(!none.server && none.message.contains("`g`"));
+    }
+
+    #[test]
+    fn a_path_param_needs_routing_first() {
+        let mut parts = parts(http::Request::new(()));
+        let params = path_params(&mut parts);
+        let problem = extract(
+            &KeyFrom::path_param("id"),
+            "g",
+            Head::of_parts(&parts),
+            &params,
+            &mut Client::default(),
+            None,
+        )
+        .err()
+        .unwrap();
+        assert!(problem.server && problem.message.contains("route_layer"));
+    }
+}

@@ -1,0 +1,56 @@
+//! Route-level rate limits (feature `tower`): a [`tower::Layer`] for axum
+//! routers and routes (`Router::layer`, `route_layer`), tonic servers and
+//! any tower HTTP service, built on [`Limiter::call`](crate::Limiter::call)
+//! like `#[rate_limit]`.
+//!
+//! A [`RateLimitLayer`] has a name and one or more keys, each read from the
+//! request by a [`KeyFrom`] (the client IP or its network, a header, a path
+//! parameter, an extension set by an earlier layer, or a function) and
+//! limited by its own group of limits; all of a request's keys are decided
+//! together, all-or-nothing, in one round trip. Keys are limits by name,
+//! shared with the macro and changed at run time by
+//! [`Limiter::set_limits`](crate::Limiter::set_limits).
+//!
+//! ```
+//! use axum::{Router, routing::get};
+//! use rl_core::Limiter;
+//! use rl_core::tower::{KeyFrom, RateLimitLayer};
+//! use tower::ServiceExt;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let limiter = std::sync::Arc::new(Limiter::builder().memory().build()?);
+//! let layer = RateLimitLayer::builder("search")
+//!     .key("search_key", ["2/1m"], KeyFrom::header("x-api-key"))
+//!     .limiter(limiter.clone())
+//!     .build()?;
+//! let app = Router::new().route("/search", get(|| async { "results" })).layer(layer);
+//! let request = || {
+//!     http::Request::get("/search").header("x-api-key", "k1").body(axum::body::Body::empty())
+//! };
+//! let first = app.clone().oneshot(request()?).await?;
+//! assert_eq!(first.headers()["ratelimit"], "\"search_key\";r=1;t=30"); // GCRA: one back every 30 s
+//! app.clone().oneshot(request()?).await?;
+//! let third = app.clone().oneshot(request()?).await?;
+//! assert_eq!(third.status(), 429);
+//! assert_eq!(third.headers()["retry-after"], "30");
+//! // Limits by name: a new limit applies to the next request (a new period
+//! // starts from fresh state).
+//! limiter.set_limits("search_key", vec!["1000/1h".parse()?])?;
+//! assert_eq!(app.clone().oneshot(request()?).await?.status(), 200);
+//! // No key: 400, naming it.
+//! let anonymous = http::Request::get("/search").body(axum::body::Body::empty())?;
+//! assert_eq!(app.oneshot(anonymous).await?.status(), 400);
+//! # Ok(())
+//! # }
+//! ```
+
+mod key;
+mod response;
+mod service;
+
+pub use key::KeyFrom;
+pub use service::{
+    IntoLimit, LayerError, MissingKey, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
+    ResponseFuture,
+};

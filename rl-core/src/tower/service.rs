@@ -1,0 +1,709 @@
+//! [`RateLimitLayer`], its builder, the [`RateLimit`] service and its future.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, ready};
+
+use arrayvec::ArrayString;
+use axum::BoxError;
+use axum::body::{Body, Bytes, HttpBody};
+use http::request::Parts;
+use http::{HeaderMap, HeaderValue, Request, Response};
+use pin_project_lite::pin_project;
+use smallvec::SmallVec;
+
+use super::key::{self, Client, Head, KeyFrom, Keys, PathParams, Problem};
+use super::response;
+use crate::http::{RATELIMIT, RATELIMIT_POLICY, TrustedProxies};
+use crate::limiter::Limiter;
+use crate::limiter::call::{CallSpec, GroupSpec, Permit};
+use crate::model::error::LimitError;
+use crate::model::limit::Limit;
+use crate::model::policy::FailurePolicy;
+use crate::model::rejection::Rejection;
+use crate::refusal;
+
+/// What a layer does with a request it cannot find a key in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum MissingKey {
+    /// Answer it without calling the service (the default): `400` with
+    /// `{"error":"rate_limit_key_missing","message":...}` when the request
+    /// lacks the key (`rate_limit_key_invalid` when it is not UTF-8), `500`
+    /// with `rate_limit_misconfigured` (and an error log) when the server
+    /// does; see [`KeyFrom`] for which is which.
+    #[default]
+    Reject,
+    /// Let it through, not limited by this layer (e.g. an optional API key
+    /// whose absence another layer handles).
+    Allow,
+}
+
+/// A layer's configuration that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LayerError {
+    /// A limit of a key cannot be built or read.
+    #[error("rate limit `{group}`: {source}")]
+    Limit {
+        /// The key's (group's) name.
+        group: String,
+        /// Why.
+        source: LimitError,
+    },
+    /// A header name that is not one.
+    #[error("rate limit `{group}`: `{header}` is not a valid header name")]
+    Header {
+        /// The key's (group's) name.
+        group: String,
+        /// The name given.
+        header: String,
+    },
+    /// Two keys of one layer with one name would share a counter.
+    #[error("rate limit `{0}` is given twice in one layer: give each key its own name")]
+    DuplicateGroup(String),
+    /// The layer cannot decide its calls (e.g. it has no key, or a cost
+    /// over a limit's capacity).
+    #[error(transparent)]
+    Spec(LimitError),
+}
+
+/// A limit of [`RateLimitLayerBuilder::key`]: a [`Limit`] or its text
+/// (`"100/1m"`, the grammar of `#[rate_limit(limits = [...])]`).
+pub trait IntoLimit: sealed::Sealed {
+    /// The limit, or why not.
+    fn into_limit(self) -> Result<Limit, LimitError>;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for crate::Limit {}
+    impl Sealed for &str {}
+    impl Sealed for String {}
+}
+
+impl IntoLimit for Limit {
+    fn into_limit(self) -> Result<Limit, LimitError> {
+        Ok(self)
+    }
+}
+
+impl IntoLimit for &str {
+    fn into_limit(self) -> Result<Limit, LimitError> {
+        self.parse()
+    }
+}
+
+impl IntoLimit for String {
+    fn into_limit(self) -> Result<Limit, LimitError> {
+        self.parse()
+    }
+}
+
+/// Limits the requests of the services it wraps (axum routers and routes,
+/// tonic servers, any `tower` HTTP service) with [`Limiter::call`].
+///
+/// A layer is one [`CallSpec`]: a name, and one group per key, each with
+/// its limits, decided together, all-or-nothing, in one round trip. Groups
+/// are limits by name, shared with `#[rate_limit]`: a group named
+/// `"api_ip"` keyed by the client IP counts in the same keys as
+/// `also(name = "api_ip", key = ip)`, and [`Limiter::set_limits`]`("api_ip", ..)`,
+/// a limits file or an admin override changes it for the next request.
+///
+/// | request | answer |
+/// |---|---|
+/// | admitted | the service's response, with `RateLimit-Policy` and `RateLimit` for the binding limit unless [`headers(false)`](RateLimitLayerBuilder::headers) (a response that has them keeps its own) |
+/// | over a limit | `429`, `Retry-After`, `RateLimit-Policy`, `RateLimit`, `{"error":"rate_limited","retry_after_ms":N}` (as [`Rejection`]'s `IntoResponse`) |
+/// | the limiter cannot decide and fails closed, or no limiter is installed | `503`, `{"error":"rate_limiter_unavailable"}` |
+/// | no key | see [`MissingKey`] |
+/// | gRPC (`content-type: application/grpc*`) refused | HTTP `200`, `grpc-status: 8` (`RESOURCE_EXHAUSTED`; `14` `UNAVAILABLE` when it cannot decide), `grpc-message`, `grpc-retry-pushback-ms`: tonic clients get `Status::resource_exhausted` |
+///
+/// In memory, a request is decided before the service is called, with no
+/// allocation beyond the limiter's own; on a remote store (Redis) the
+/// decision is one boxed future per request, beside its round trip.
+///
+/// ```
+/// use axum::{Router, routing::get};
+/// use rl_core::tower::{KeyFrom, RateLimitLayer};
+/// use rl_core::{Limiter, http::IpPrefix};
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = std::sync::Arc::new(Limiter::builder().memory().build()?);
+/// // Per client /64 and per /48 (IPv4: per address), and per API key: all-or-nothing.
+/// let api = RateLimitLayer::builder("api")
+///     .key("api_ip", ["100/1m"], KeyFrom::client_ip())
+///     .key("api_site", ["1000/1m"], KeyFrom::client_network(IpPrefix::V6_48))
+///     .key("api_key", ["600/1m", "10000/1d"], KeyFrom::header("x-api-key"))
+///     .limiter(limiter.clone()) // default: the global limiter
+///     .build()?;
+/// let users = RateLimitLayer::new("user_reads", ["10/1s"], KeyFrom::path_param("id"))?;
+/// let app: Router = Router::new()
+///     .route("/users/{id}", get(|| async { "user" }))
+///     .route_layer(users) // after routing: path parameters are known
+///     .layer(api);
+/// // axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+/// # let _ = app;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RateLimitLayer {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for RateLimitLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("spec", &self.shared.spec)
+            .field("keys", &self.shared.keys)
+            .field("headers", &self.shared.headers)
+            .field("missing", &self.shared.missing)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What every service of one layer shares.
+struct Shared {
+    spec: CallSpec,
+    /// Key `i` is group `i`'s identity.
+    keys: SmallVec<[KeyFrom; 2]>,
+    /// `None`: the global limiter, looked up per request.
+    limiter: Option<Arc<Limiter>>,
+    headers: bool,
+    missing: MissingKey,
+    trusted: Option<TrustedProxies>,
+    /// Whether a key reads path parameters.
+    params: bool,
+    /// Whether a key reads the whole request head.
+    parts: bool,
+    /// Set once a call was not decided at once: the store is remote.
+    remote: AtomicBool,
+}
+
+impl RateLimitLayer {
+    /// A layer of one key: requests are limited by `limits` per key from
+    /// `key`, under the name `name` (the call's and the group's).
+    pub fn new<L: IntoLimit>(
+        name: &str,
+        limits: impl IntoIterator<Item = L>,
+        key: KeyFrom,
+    ) -> Result<Self, LayerError> {
+        Self::builder(name).key(name, limits, key).build()
+    }
+
+    /// Starts a layer whose calls are named `name`: the `limit` label of
+    /// its metrics and the name [`Limiter::set_policy`] and
+    /// [`Limiter::set_shadow`] take for the whole call (each key's limits go
+    /// by the key's own name).
+    pub fn builder(name: &str) -> RateLimitLayerBuilder {
+        RateLimitLayerBuilder {
+            name: name.to_owned(),
+            groups: Vec::new(),
+            keys: SmallVec::new(),
+            error: None,
+            limiter: None,
+            policy: None,
+            headers: true,
+            missing: MissingKey::Reject,
+            trusted: None,
+        }
+    }
+
+    /// The call this layer makes for each request.
+    pub fn spec(&self) -> &CallSpec {
+        &self.shared.spec
+    }
+}
+
+impl<S> ::tower::Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimit {
+            inner,
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// Configures a [`RateLimitLayer`]; errors surface in
+/// [`build`](RateLimitLayerBuilder::build).
+#[derive(Debug)]
+#[must_use = "a builder does nothing until `.build()`"]
+pub struct RateLimitLayerBuilder {
+    name: String,
+    groups: Vec<GroupSpec>,
+    keys: SmallVec<[KeyFrom; 2]>,
+    error: Option<LayerError>,
+    limiter: Option<Arc<Limiter>>,
+    policy: Option<FailurePolicy>,
+    headers: bool,
+    missing: MissingKey,
+    trusted: Option<TrustedProxies>,
+}
+
+impl RateLimitLayerBuilder {
+    /// Adds a key: `limits` per key from `key`, in a group named `name` (the
+    /// key's scope, the name in rejections and the name
+    /// [`Limiter::set_limits`] changes). Every key of a layer is decided in
+    /// the same call, all-or-nothing: a request refused by one consumes
+    /// nothing from the others.
+    pub fn key<L: IntoLimit>(
+        mut self,
+        name: &str,
+        limits: impl IntoIterator<Item = L>,
+        key: KeyFrom,
+    ) -> Self {
+        let limits: Result<Vec<Limit>, LimitError> =
+            limits.into_iter().map(IntoLimit::into_limit).collect();
+        match limits {
+            Ok(limits) => self.group(GroupSpec::owned(name, limits), key),
+            Err(source) => {
+                self.error.get_or_insert(LayerError::Limit {
+                    group: name.to_owned(),
+                    source,
+                });
+                self
+            }
+        }
+    }
+
+    /// Adds a key with a prepared group (e.g. with a cost per request).
+    pub fn group(mut self, group: GroupSpec, key: KeyFrom) -> Self {
+        if let key::Source::Header(Err(header)) = &key.source {
+            self.error.get_or_insert(LayerError::Header {
+                group: group.name().to_owned(),
+                header: header.to_string(),
+            });
+        }
+        if self.groups.iter().any(|g| g.name() == group.name()) {
+            self.error
+                .get_or_insert(LayerError::DuplicateGroup(group.name().to_owned()));
+        }
+        self.groups.push(group);
+        self.keys.push(key);
+        self
+    }
+
+    /// Decides on `limiter` instead of the global one (by default, the one
+    /// [`LimiterBuilder::install`](crate::LimiterBuilder::install) sets,
+    /// looked up per request: `503` until it is installed).
+    pub fn limiter(mut self, limiter: Arc<Limiter>) -> Self {
+        self.limiter = Some(limiter);
+        self
+    }
+
+    /// The failure policy of these calls, over the limiter's (a runtime
+    /// [`Limiter::set_policy`] for the layer's name wins over both).
+    pub fn policy(mut self, policy: FailurePolicy) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// Whether admitted responses get `RateLimit-Policy` and `RateLimit` for
+    /// their binding limit (on by default; two small allocations per
+    /// response).
+    pub fn headers(mut self, headers: bool) -> Self {
+        self.headers = headers;
+        self
+    }
+
+    /// What requests without a key get (default [`MissingKey::Reject`]).
+    pub fn on_missing_key(mut self, missing: MissingKey) -> Self {
+        self.missing = missing;
+        self
+    }
+
+    /// Proxies whose `X-Forwarded-For` the client-IP keys believe (else a
+    /// [`TrustedProxies`] request extension, else none).
+    pub fn trusted_proxies(mut self, trusted: TrustedProxies) -> Self {
+        self.trusted = Some(trusted);
+        self
+    }
+
+    /// The layer, or the first problem of its configuration.
+    pub fn build(self) -> Result<RateLimitLayer, LayerError> {
+        if let Some(error) = self.error {
+            return Err(error);
+        }
+        let mut spec = CallSpec::owned(self.name, self.groups);
+        if let Some(policy) = self.policy {
+            spec = spec.with_policy(policy);
+        }
+        spec.check().map_err(LayerError::Spec)?;
+        let params = self.keys.iter().any(KeyFrom::is_path_param);
+        let parts = self.keys.iter().any(KeyFrom::needs_parts);
+        Ok(RateLimitLayer {
+            shared: Arc::new(Shared {
+                spec,
+                keys: self.keys,
+                limiter: self.limiter,
+                headers: self.headers,
+                missing: self.missing,
+                trusted: self.trusted,
+                params,
+                parts,
+                remote: AtomicBool::new(false),
+            }),
+        })
+    }
+}
+
+/// The service of a [`RateLimitLayer`].
+#[derive(Clone)]
+pub struct RateLimit<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .field("call", &self.shared.spec.name())
+            .finish_non_exhaustive()
+    }
+}
+
+/// `RateLimit-Policy` and `RateLimit` for an admitted response.
+type Fields = (HeaderValue, HeaderValue);
+
+/// A request's fate.
+enum Verdict {
+    /// Admitted, with the fields to add to its response, if any.
+    Admit(Option<Fields>),
+    /// Answered without the service.
+    Answer(Response<Body>),
+}
+
+/// The deciding half of a request on a remote store.
+type Deciding = Pin<Box<dyn Future<Output = (Verdict, Parts)> + Send>>;
+
+impl Shared {
+    /// Extracts the keys of a request with this head (and path parameters)
+    /// and decides its call with `limiter`, or `None` when the call cannot
+    /// be decided at once (a remote store).
+    fn decide_now(
+        &self,
+        limiter: &Limiter,
+        head: Head<'_>,
+        params: &PathParams,
+    ) -> Option<Verdict> {
+        let keys = match self.keys(head, params) {
+            Ok(keys) => keys,
+            Err(problem) => return Some(self.no_key(&problem, head.headers)),
+        };
+        let identities: SmallVec<[&dyn fmt::Display; 2]> =
+            keys.iter().map(|k| k as &dyn fmt::Display).collect();
+        let decided = limiter.call(&self.spec, &identities).now()?;
+        Some(self.verdict(decided, head.headers))
+    }
+
+    /// [`Shared::decide_now`] for a remote store: the request head is moved
+    /// in and given back with the verdict.
+    async fn decide(self: Arc<Self>, mut parts: Parts) -> (Verdict, Parts) {
+        let limiter = match self.limiter() {
+            Ok(limiter) => limiter,
+            Err(rejection) => {
+                let grpc = response::is_grpc(&parts.headers);
+                return (Verdict::Answer(response::refused(rejection, grpc)), parts);
+            }
+        };
+        let params: PathParams = if self.params {
+            key::path_params(&mut parts)
+        } else {
+            None
+        };
+        let call = self.keys(Head::of_parts(&parts), &params).map(|keys| {
+            let identities: SmallVec<[&dyn fmt::Display; 2]> =
+                keys.iter().map(|k| k as &dyn fmt::Display).collect();
+            limiter.call(&self.spec, &identities)
+        });
+        let call = match call {
+            Ok(call) => call,
+            Err(problem) => {
+                let verdict = self.no_key(&problem, &parts.headers);
+                return (verdict, parts);
+            }
+        };
+        let verdict = self.verdict(call.await, &parts.headers);
+        (verdict, parts)
+    }
+
+    /// The limiter, or the rejection of a call without one.
+    fn limiter(&self) -> Result<&Limiter, Rejection> {
+        match &self.limiter {
+            Some(limiter) => Ok(limiter),
+            None => Limiter::global().map_err(|error| {
+                tracing::error!(limit = self.spec.name(), %error, "rate limit layer without a limiter");
+                Rejection::unavailable(self.spec.name().to_owned(), error)
+            }),
+        }
+    }
+
+    /// The request's keys, or why it has none.
+    fn keys<'p>(&self, head: Head<'p>, params: &'p PathParams) -> Result<Keys<'p>, Problem> {
+        let mut keys = Keys::new();
+        let mut client = Client::default();
+        for (from, group) in self.keys.iter().zip(self.spec.groups()) {
+            match key::extract(
+                from,
+                group.name(),
+                head,
+                params,
+                &mut client,
+                self.trusted.as_ref(),
+            ) {
+                Ok(key) => keys.push(key),
+                Err(problem) => {
+                    if problem.server {
+                        tracing::error!(limit = group.name(), problem = %problem.message, "rate limit layer misconfigured");
+                    }
+                    return Err(problem);
+                }
+            }
+        }
+        Ok(keys)
+    }
+
+    /// The verdict on a request (with these headers) without a key.
+    fn no_key(&self, problem: &Problem, headers: &HeaderMap) -> Verdict {
+        match self.missing {
+            MissingKey::Allow => Verdict::Admit(None),
+            MissingKey::Reject => {
+                Verdict::Answer(response::no_key(problem, response::is_grpc(headers)))
+            }
+        }
+    }
+
+    /// What a decided call (of a request with these headers) becomes.
+    fn verdict(&self, decided: Result<Permit<'_>, Rejection>, headers: &HeaderMap) -> Verdict {
+        match decided {
+            Ok(permit) => Verdict::Admit(self.headers.then(|| fields(&permit)).flatten()),
+            Err(rejection) => {
+                Verdict::Answer(response::refused(rejection, response::is_grpc(headers)))
+            }
+        }
+    }
+}
+
+/// The `RateLimit` fields of an admitted call's binding limit, formatted
+/// on the stack (on the heap for very long names).
+fn fields(permit: &Permit<'_>) -> Option<Fields> {
+    let (name, decision, limit) = permit.binding()?;
+    let (mut policy, mut current) = (ArrayString::<128>::new(), ArrayString::<128>::new());
+    if refusal::write_fields(&mut policy, &mut current, name, &decision, &limit).is_ok() {
+        return Some((
+            HeaderValue::from_str(&policy).ok()?,
+            HeaderValue::from_str(&current).ok()?,
+        ));
+    }
+    let (policy, current) = refusal::fields(name, &decision, &limit);
+    Some((
+        HeaderValue::try_from(policy).ok()?,
+        HeaderValue::try_from(current).ok()?,
+    ))
+}
+
+/// A request decided at once, or given back to be decided remotely.
+enum Now<S: ::tower::Service<Request<B>>, B> {
+    Done(ResponseFuture<S, B>),
+    Remote(Request<B>),
+}
+
+impl<S> RateLimit<S> {
+    /// Decides `request` at once and calls the service if admitted; gives
+    /// the request back when the store is remote.
+    fn decide_now<B, ResBody>(&mut self, request: Request<B>) -> Now<S, B>
+    where
+        S: ::tower::Service<Request<B>, Response = Response<ResBody>>,
+    {
+        let shared = &*self.shared;
+        let limiter = match shared.limiter() {
+            Ok(limiter) => limiter,
+            Err(rejection) => {
+                let grpc = response::is_grpc(request.headers());
+                return Now::Done(ResponseFuture::answered(response::refused(rejection, grpc)));
+            }
+        };
+        if shared.parts {
+            // A key reads path parameters or the whole head.
+            let (mut parts, body) = request.into_parts();
+            let params: PathParams = if shared.params {
+                key::path_params(&mut parts)
+            } else {
+                None
+            };
+            return match shared.decide_now(limiter, Head::of_parts(&parts), &params) {
+                Some(Verdict::Admit(fields)) => {
+                    let future = self.inner.call(Request::from_parts(parts, body));
+                    Now::Done(ResponseFuture::admitted(future, fields))
+                }
+                Some(Verdict::Answer(response)) => Now::Done(ResponseFuture::answered(response)),
+                None => Now::Remote(Request::from_parts(parts, body)),
+            };
+        }
+        match shared.decide_now(limiter, Head::of_request(&request), &None) {
+            Some(Verdict::Admit(fields)) => {
+                Now::Done(ResponseFuture::admitted(self.inner.call(request), fields))
+            }
+            Some(Verdict::Answer(response)) => Now::Done(ResponseFuture::answered(response)),
+            None => Now::Remote(request),
+        }
+    }
+}
+
+impl<S, B, ResBody> ::tower::Service<Request<B>> for RateLimit<S>
+where
+    S: ::tower::Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    B: Send + 'static,
+    ResBody: HttpBody<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, B>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let request = if self.shared.remote.load(Ordering::Relaxed) {
+            request
+        } else {
+            match self.decide_now(request) {
+                Now::Done(future) => return future,
+                // Not decided at once: the store is remote. Nothing was
+                // sent (a remote call starts when first polled).
+                Now::Remote(request) => {
+                    self.shared.remote.store(true, Ordering::Relaxed);
+                    request
+                }
+            }
+        };
+        let (parts, body) = request.into_parts();
+        // The service that was polled ready serves this request.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture {
+            state: State::Deciding {
+                decision: Box::pin(self.shared.clone().decide(parts)),
+                inner: Some(inner),
+                body: Some(body),
+            },
+        }
+    }
+}
+
+pin_project! {
+    /// The response future of [`RateLimit`].
+    pub struct ResponseFuture<S, B>
+    where
+        S: ::tower::Service<Request<B>>,
+    {
+        #[pin]
+        state: State<S, B>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, B>
+    where
+        S: ::tower::Service<Request<B>>,
+    {
+        // Answered without the service.
+        Answered { response: Option<Response<Body>> },
+        // Admitted: the service's response, and the fields to add to it.
+        Admitted { #[pin] future: S::Future, fields: Option<Fields> },
+        // Being decided by a remote store.
+        Deciding { decision: Deciding, inner: Option<S>, body: Option<B> },
+    }
+}
+
+impl<S: ::tower::Service<Request<B>>, B> fmt::Debug for ResponseFuture<S, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            State::Answered { .. } => "Answered",
+            State::Admitted { .. } => "Admitted",
+            State::Deciding { .. } => "Deciding",
+        };
+        f.debug_tuple("ResponseFuture").field(&state).finish()
+    }
+}
+
+impl<S: ::tower::Service<Request<B>>, B> ResponseFuture<S, B> {
+    fn answered(response: Response<Body>) -> Self {
+        Self {
+            state: State::Answered {
+                response: Some(response),
+            },
+        }
+    }
+
+    fn admitted(future: S::Future, fields: Option<Fields>) -> Self {
+        Self {
+            state: State::Admitted { future, fields },
+        }
+    }
+}
+
+impl<S, B, ResBody> Future for ResponseFuture<S, B>
+where
+    S: ::tower::Service<Request<B>, Response = Response<ResBody>>,
+    ResBody: HttpBody<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    type Output = Result<Response<Body>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut state = self.project().state;
+        loop {
+            match state.as_mut().project() {
+                StateProj::Answered { response } => {
+                    // Polled again after completion: an empty 500 rather than a panic.
+                    let response = response.take().unwrap_or_else(|| {
+                        let mut gone = Response::new(Body::empty());
+                        *gone.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+                        gone
+                    });
+                    return Poll::Ready(Ok(response));
+                }
+                StateProj::Admitted { future, fields } => {
+                    let mut response = ready!(future.poll(cx))?.map(Body::new);
+                    if let Some((policy, current)) = fields.take() {
+                        let headers = response.headers_mut();
+                        if !headers.contains_key(&RATELIMIT) {
+                            headers.insert(RATELIMIT_POLICY, policy);
+                            headers.insert(RATELIMIT, current);
+                        }
+                    }
+                    return Poll::Ready(Ok(response));
+                }
+                StateProj::Deciding {
+                    decision,
+                    inner,
+                    body,
+                } => {
+                    let (verdict, parts) = ready!(decision.as_mut().poll(cx));
+                    let next = match (verdict, inner.take(), body.take()) {
+                        (Verdict::Admit(fields), Some(mut inner), Some(body)) => State::Admitted {
+                            future: inner.call(Request::from_parts(parts, body)),
+                            fields,
+                        },
+                        (Verdict::Answer(response), _, _) => State::Answered {
+                            response: Some(response),
+                        },
+                        // Polled again after completion.
+                        _ => State::Answered { response: None },
+                    };
+                    state.set(next);
+                }
+            }
+        }
+    }
+}
