@@ -9,7 +9,9 @@
 //! - `allowed`: 1 024 client IPs in turn, every request admitted (GCRA on
 //!   both sides); `rl_layer` adds the `RateLimit` fields to each response
 //!   (its default), `rl_layer_no_headers` does not (as `tower_governor`'s
-//!   default); `bare` is the app without a limit.
+//!   default); `tower_governor_headers` adds its `x-ratelimit-limit` and
+//!   `x-ratelimit-remaining` (`use_headers()`), the counterpart of
+//!   `rl_layer`; `bare` is the app without a limit.
 //! - `refused`: one client over its limit, every request answered `429`.
 //!
 //! Requests per second are the reciprocal of the time per request (one
@@ -81,6 +83,19 @@ fn governor(per_nanos: u64, burst: u32) -> Router {
     app().route_layer(GovernorLayer::new(Arc::new(config)))
 }
 
+/// `tower_governor` with its `x-ratelimit-*` headers on admitted responses
+/// (`use_headers`), the counterpart of `rl_layer` with its `RateLimit`
+/// fields.
+fn governor_headers(per_nanos: u64, burst: u32) -> Router {
+    let config = GovernorConfigBuilder::default()
+        .use_headers()
+        .per_nanosecond(per_nanos)
+        .burst_size(burst)
+        .finish()
+        .unwrap();
+    app().route_layer(GovernorLayer::new(Arc::new(config)))
+}
+
 /// Sends requests from `clients` peers in turn, checking each status once.
 fn bench(
     c: &mut Criterion,
@@ -121,6 +136,7 @@ fn tower(c: &mut Criterion) {
         ("rl_layer", rl(ample, true)),
         ("rl_layer_no_headers", rl(ample, false)),
         ("tower_governor", governor(1, u32::MAX)),
+        ("tower_governor_headers", governor_headers(1, u32::MAX)),
     ];
     bench(c, "allowed", &allowed, CLIENTS, StatusCode::OK);
     // Refused: one request per hour, spent by the check of the first request.

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! cargo build --release -p rl-core --features tower --example tower_instructions
-//! for v in bare rl rl_no_headers tower_governor; do
+//! for v in bare rl rl_no_headers tower_governor tower_governor_headers; do
 //!   valgrind --tool=callgrind --callgrind-out-file=/dev/null \
 //!     --toggle-collect='tower_instructions::measured' \
 //!     target/release/examples/tower_instructions $v 4000 2>&1 | grep Collected
@@ -41,7 +41,9 @@ fn now<F: Future>(future: F) -> F::Output {
 fn main() {
     let mut args = std::env::args().skip(1);
     let (Some(variant), Some(n)) = (args.next(), args.next().and_then(|n| n.parse().ok())) else {
-        eprintln!("usage: tower_instructions bare|rl|rl_no_headers|tower_governor N");
+        eprintln!(
+            "usage: tower_instructions bare|rl|rl_no_headers|tower_governor|tower_governor_headers N"
+        );
         std::process::exit(2);
     };
     let app = Router::new().route("/", get(|| async { "ok" }));
@@ -61,6 +63,15 @@ fn main() {
         "rl_no_headers" => app.route_layer(rl(false)),
         "tower_governor" => {
             let config = GovernorConfigBuilder::default()
+                .per_nanosecond(1)
+                .burst_size(u32::MAX)
+                .finish()
+                .unwrap();
+            app.route_layer(GovernorLayer::new(Arc::new(config)))
+        }
+        "tower_governor_headers" => {
+            let config = GovernorConfigBuilder::default()
+                .use_headers()
                 .per_nanosecond(1)
                 .burst_size(u32::MAX)
                 .finish()

@@ -331,13 +331,7 @@ impl IpKey {
         let mut out = ArrayString::new();
         let full = match self.network {
             IpAddr::V4(ip) => {
-                let mut digits = itoa::Buffer::new();
-                for (i, octet) in ip.octets().into_iter().enumerate() {
-                    if i > 0 {
-                        out.push('.');
-                    }
-                    out.push_str(digits.format(octet));
-                }
+                crate::model::key::push_ipv4(&mut out, ip);
                 32
             }
             IpAddr::V6(ip) => {
@@ -558,6 +552,21 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert("x-forwarded-for", value.parse().unwrap());
         headers
+    }
+
+    #[test]
+    fn ipv4_keys_render_as_the_address_display_for_every_octet_value() {
+        for o in 0..=255u8 {
+            for ip in [
+                std::net::Ipv4Addr::new(o, 0, 9, 10),
+                std::net::Ipv4Addr::new(1, o, 99, 100),
+                std::net::Ipv4Addr::new(255, 10, o, 7),
+                std::net::Ipv4Addr::new(8, 8, 8, o),
+            ] {
+                let key = IpPrefix::DEFAULT.key(ip.into());
+                assert_eq!(key.to_string(), ip.to_string());
+            }
+        }
     }
 
     #[test]

@@ -124,7 +124,7 @@ pub use limiter::registry::Settings;
 pub use model::clock::{Clock, ManualClock, SystemClock};
 pub use model::decision::{Decision, Decisions, Figures};
 pub use model::error::{BackendError, Error, LimitError};
-pub use model::key::Key;
+pub use model::key::{Key, Part};
 pub use model::limit::{Algorithm, Limit, parse_duration};
 pub use model::mask::Masked;
 pub use model::policy::FailurePolicy;

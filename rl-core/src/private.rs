@@ -121,6 +121,18 @@ macro_rules! fast {
 fast!(Unsigned as u64: u8, u16, u32, u64, usize);
 fast!(Signed as i64: i8, i16, i32, i64, isize);
 
+impl<'a> PartFast<'a> for &Probe<'a, std::net::IpAddr> {
+    fn __rl_part(&self) -> Part<'a> {
+        Part::Ip(*self.0)
+    }
+}
+
+impl<'a> PartFast<'a> for &Probe<'a, std::net::Ipv4Addr> {
+    fn __rl_part(&self) -> Part<'a> {
+        Part::Ip((*self.0).into())
+    }
+}
+
 impl<'a> PartFast<'a> for &Probe<'a, String> {
     fn __rl_part(&self) -> Part<'a> {
         Part::Text(self.0)

@@ -106,13 +106,38 @@ pub(crate) fn write_fields<W: std::fmt::Write>(
     decision: &Decision,
     limit: &Limit,
 ) -> std::fmt::Result {
+    write_policy(policy, name, decision.limit, window_secs(limit))?;
+    write_current(current, name, decision)
+}
+
+/// A `RateLimit-Policy` window: the limit's period in seconds, rounded up.
+pub(crate) fn window_secs(limit: &Limit) -> u64 {
+    limit.period().as_micros().div_ceil(1_000_000) as u64
+}
+
+/// `RateLimit-Policy` of a limit named `name` with this quota and window
+/// (the same for every decision of the limit: worth keeping).
+pub(crate) fn write_policy<W: std::fmt::Write>(
+    policy: &mut W,
+    name: &str,
+    quota: u64,
+    window: u64,
+) -> std::fmt::Result {
     let mut digits = itoa::Buffer::new();
-    let window = limit.period().as_micros().div_ceil(1_000_000) as u64;
     push_sf_string(policy, name)?;
     policy.write_str(";q=")?;
-    policy.write_str(digits.format(decision.limit))?;
+    policy.write_str(digits.format(quota))?;
     policy.write_str(";w=")?;
-    policy.write_str(digits.format(window))?;
+    policy.write_str(digits.format(window))
+}
+
+/// `RateLimit` of one decision of the limit named `name`.
+pub(crate) fn write_current<W: std::fmt::Write>(
+    current: &mut W,
+    name: &str,
+    decision: &Decision,
+) -> std::fmt::Result {
+    let mut digits = itoa::Buffer::new();
     push_sf_string(current, name)?;
     current.write_str(";r=")?;
     current.write_str(digits.format(decision.remaining))?;
@@ -120,10 +145,43 @@ pub(crate) fn write_fields<W: std::fmt::Write>(
     current.write_str(digits.format(decision.reset_after_secs()))
 }
 
+/// Whether `name` is a structured-field string's contents as is:
+/// printable ASCII without `"` or `\`.
+fn is_plain(name: &str) -> bool {
+    name.bytes()
+        .all(|b| matches!(b, b' '..=b'~') && b != b'"' && b != b'\\')
+}
+
+/// [`write_current`] as bytes of exactly their length (so that a `Bytes`
+/// made from them takes no second allocation).
+pub(crate) fn current_bytes(name: &str, decision: &Decision) -> Vec<u8> {
+    if !is_plain(name) {
+        let mut out = String::with_capacity(name.len() + 48);
+        let _ = write_current(&mut out, name, decision);
+        return out.into_bytes();
+    }
+    let (mut remaining, mut reset) = (itoa::Buffer::new(), itoa::Buffer::new());
+    let remaining = remaining.format(decision.remaining).as_bytes();
+    let reset = reset.format(decision.reset_after_secs()).as_bytes();
+    let mut out = Vec::with_capacity(name.len() + remaining.len() + reset.len() + 8);
+    out.push(b'"');
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\";r=");
+    out.extend_from_slice(remaining);
+    out.extend_from_slice(b";t=");
+    out.extend_from_slice(reset);
+    out
+}
+
 /// Appends `name` as a structured-field string: printable ASCII, `"` and
 /// `\` escaped; other characters replaced by `_`.
 pub(crate) fn push_sf_string<W: std::fmt::Write>(out: &mut W, name: &str) -> std::fmt::Result {
     out.write_char('"')?;
+    // The common case, a plain name: one byte scan, one write.
+    if is_plain(name) {
+        out.write_str(name)?;
+        return out.write_char('"');
+    }
     let mut rest = name;
     while let Some(at) = rest.find(|c: char| !matches!(c, ' '..='~') || c == '"' || c == '\\') {
         out.write_str(&rest[..at])?;

@@ -26,6 +26,10 @@ impl DenyList {
 }
 
 impl Layer for DenyList {
+    fn acts_after(&self) -> bool {
+        false
+    }
+
     fn applies(&self, _plan: &Plan<'_>) -> bool {
         self.registry.any_listed(ListKind::Deny) || self.registry.any_listed(ListKind::Allow)
     }
@@ -117,6 +121,10 @@ impl SyncInner {
 }
 
 impl Layer for ListSync {
+    fn acts_before(&self) -> bool {
+        false
+    }
+
     fn after(&self, call: &mut Call<'_>, answer: &mut Answer) {
         use std::sync::atomic::Ordering;
         let answered = matches!(

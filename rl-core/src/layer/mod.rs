@@ -258,6 +258,19 @@ pub(crate) trait Layer: Send + Sync + Debug {
         let _ = (call, answer);
     }
 
+    /// Whether [`Layer::before`] ever does anything: a layer that only
+    /// looks at answers says `false`, and the pipeline does not call its
+    /// `before` (a call saved per decision; the layer is still passed).
+    fn acts_before(&self) -> bool {
+        true
+    }
+
+    /// Whether [`Layer::after`] ever does anything (as
+    /// [`Layer::acts_before`]).
+    fn acts_after(&self) -> bool {
+        true
+    }
+
     /// The limits, policy, shadow mode or deny-cache setting of `name`
     /// changed at run time: drop what depended on them.
     fn changed(&self, name: &str) {
@@ -281,6 +294,14 @@ impl<T: Layer> Layer for std::sync::Arc<T> {
     fn changed(&self, name: &str) {
         (**self).changed(name)
     }
+
+    fn acts_before(&self) -> bool {
+        (**self).acts_before()
+    }
+
+    fn acts_after(&self) -> bool {
+        (**self).acts_after()
+    }
 }
 
 /// A store and the layers around it.
@@ -288,12 +309,30 @@ impl<T: Layer> Layer for std::sync::Arc<T> {
 pub(crate) struct Pipeline {
     /// Outermost first.
     layers: Vec<Box<dyn Layer>>,
+    /// The layers whose `before` does something ([`Layer::acts_before`]).
+    befores: Mask,
+    /// The layers whose `after` does something ([`Layer::acts_after`]).
+    afters: Mask,
     pub(crate) store: Store,
 }
 
 impl Pipeline {
     pub(crate) fn new(layers: Vec<Box<dyn Layer>>, store: Store) -> Self {
-        Self { layers, store }
+        let bits = |acts: fn(&dyn Layer) -> bool| {
+            layers
+                .iter()
+                .enumerate()
+                .filter(|(_, layer)| acts(&***layer))
+                .fold(0, |mask, (i, _)| mask | (1 << i))
+        };
+        let befores = bits(|layer| layer.acts_before());
+        let afters = bits(|layer| layer.acts_after());
+        Self {
+            layers,
+            befores,
+            afters,
+            store,
+        }
     }
 
     /// Every layer, outermost first.
@@ -314,7 +353,7 @@ impl Pipeline {
     /// layer's answer when one answered.
     #[inline]
     fn down(&self, call: &mut Call<'_>, mask: Mask) -> (usize, Option<Answer>) {
-        let mut bits = mask & self.every();
+        let mut bits = mask & self.befores;
         while bits != 0 {
             let depth = bits.trailing_zeros() as usize;
             bits &= bits - 1;
@@ -328,19 +367,13 @@ impl Pipeline {
     /// Up through the layers of `mask` the call passed.
     #[inline]
     fn up(&self, call: &mut Call<'_>, depth: usize, mask: Mask, mut answer: Answer) -> Answer {
-        let mut bits = mask & self.every() & below(depth);
+        let mut bits = mask & self.afters & below(depth);
         while bits != 0 {
             let i = (Mask::BITS - 1 - bits.leading_zeros()) as usize;
             bits &= !(1 << i);
             self.layers[i].after(call, &mut answer);
         }
         answer
-    }
-
-    /// The bits of every layer.
-    #[inline]
-    fn every(&self) -> Mask {
-        below(self.layers.len())
     }
 
     /// Runs the call through the layers of `mask` synchronously when the

@@ -24,6 +24,10 @@ use crate::store::target::{Op, Target};
 pub(crate) struct Observe;
 
 impl Layer for Observe {
+    fn acts_before(&self) -> bool {
+        false
+    }
+
     fn after(&self, call: &mut Call<'_>, answer: &mut Answer) {
         if let Some(elapsed) = call.notes.store_time {
             let name = call.name.to_owned();

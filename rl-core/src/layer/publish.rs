@@ -69,6 +69,10 @@ impl Inner {
 }
 
 impl Layer for Publish {
+    fn acts_before(&self) -> bool {
+        false
+    }
+
     fn after(&self, call: &mut Call<'_>, answer: &mut Answer) {
         let decided = matches!(
             answer,

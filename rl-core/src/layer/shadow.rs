@@ -21,6 +21,10 @@ impl Shadow {
 }
 
 impl Layer for Shadow {
+    fn acts_before(&self) -> bool {
+        false
+    }
+
     fn applies(&self, plan: &Plan<'_>) -> bool {
         self.registry.any_shadow()
             && std::iter::once(plan.name)

@@ -12,6 +12,10 @@ use crate::store::target::validate;
 pub(crate) struct Validate;
 
 impl Layer for Validate {
+    fn acts_after(&self) -> bool {
+        false
+    }
+
     /// A resolved spec's costs and limits are checked when it is resolved;
     /// its batches can then name one state twice only through two groups
     /// with one name (one key head) and a limit of the same state.

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use crate::limiter::Limiter;
-use crate::limiter::resolve::Resolved;
+use crate::limiter::resolve::{self, Resolved};
 use crate::model::decision::{Decision, Decisions};
 use crate::model::error::LimitError;
 use crate::model::key::Identities;
@@ -368,20 +368,20 @@ impl Permit<'_> {
     /// name and limit (what `RateLimit` headers on a success describe; the
     /// limit as currently set, should it have changed since).
     pub fn binding(&self) -> Option<(&str, Decision, Limit)> {
+        let (group, decision, limit) = self.binding_group()?;
+        Some((self.spec.groups()[group].name(), decision, limit))
+    }
+
+    /// [`Permit::binding`] with its group's index. The limits come from the
+    /// spec's current resolution (this thread's cached one when it is
+    /// current), not from the registry: no lock, even with overrides set.
+    pub(crate) fn binding_group(&self) -> Option<(usize, Decision, Limit)> {
         let decisions = self.admission.decisions()?;
-        let mut index = decisions.binding_index();
-        for (g, group) in self.spec.groups().iter().enumerate() {
-            if self.skipped & (1 << g) != 0 {
-                continue;
-            }
-            let runtime = self.limiter.limits(group.name());
-            let limits = runtime.as_deref().unwrap_or(group.limits());
-            match limits.get(index) {
-                Some(limit) => return Some((group.name(), *decisions.binding(), *limit)),
-                None => index -= limits.len(),
-            }
-        }
-        None
+        let index = decisions.binding_index();
+        let (group, limit) = resolve::with(self.limiter, self.spec, |resolved| {
+            resolved.target_origin(index, self.skipped)
+        })?;
+        Some((group, *decisions.binding(), limit))
     }
 
     /// Settles a [`Counting::Settled`] call after it ran: a counted call

@@ -107,6 +107,14 @@ impl Limiter {
         Key::from_display(&self.prefix, scope, identity)
     }
 
+    /// Whether decisions go to a remote store (a [`Backend`](crate::Backend)
+    /// such as Redis): calls then suspend for a round trip, while on the
+    /// in-memory store [`CallFuture::now`] always has the result.
+    #[inline]
+    pub fn is_remote(&self) -> bool {
+        self.pipeline.store.is_remote()
+    }
+
     /// Whether the circuit breaker currently skips the backend.
     pub fn circuit_open(&self) -> bool {
         self.breaker.as_ref().is_some_and(|b| b.is_open())
@@ -158,17 +166,35 @@ impl Limiter {
         self.call_identities(spec, &identities)
     }
 
-    /// [`Limiter::call`] with identities in the forms the macro passes.
-    pub(crate) fn call_parts<'l>(
-        &'l self,
-        spec: &'l CallSpec,
-        parts: &[Part<'_>],
-    ) -> CallFuture<'l> {
+    /// [`Limiter::call`] with typed identities: integers and text are
+    /// rendered without `core::fmt` (what `#[rate_limit]` expands to, and
+    /// what the tower layer passes), anything else through its `Display`.
+    /// Every form gives the key its `Display` form would: the two calls
+    /// below decide on the same state.
+    ///
+    /// ```
+    /// use rl_core::{CallSpec, GroupSpec, Limit, Limiter, Part};
+    /// let limiter = Limiter::builder().memory().build().unwrap();
+    /// let sms = CallSpec::owned("sms", vec![
+    ///     GroupSpec::owned("sms_user", vec![Limit::per_minute(1).unwrap()]),
+    ///     GroupSpec::owned("sms_ip", vec![Limit::per_hour(20).unwrap()]),
+    /// ]);
+    /// let admitted = limiter.call_parts(&sms, &[Part::Unsigned(42), Part::Text("192.0.2.7")]);
+    /// assert!(admitted.now().unwrap().is_ok());
+    /// let ip = std::net::Ipv4Addr::new(192, 0, 2, 7);
+    /// let refused = limiter.call(&sms, &[&42u64, &ip]).now().unwrap().unwrap_err();
+    /// assert_eq!(refused.name(), "sms_user");
+    /// ```
+    pub fn call_parts<'l>(&'l self, spec: &'l CallSpec, parts: &[Part<'_>]) -> CallFuture<'l> {
         if parts.len() != spec.groups().len() {
             let shown: SmallVec<[String; 2]> = parts.iter().map(|p| format!("{p:?}")).collect();
             let shown: SmallVec<[&dyn fmt::Display; 2]> =
                 shown.iter().map(|s| s as &dyn fmt::Display).collect();
             return self.call(spec, &shown);
+        }
+        // One key (the common case): no vector.
+        if let [part] = parts {
+            return self.call_identities(spec, &[Identity::of(*part)]);
         }
         let mut identities = Identities::new();
         for part in parts {

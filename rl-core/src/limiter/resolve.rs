@@ -125,6 +125,24 @@ impl Resolved {
         keep: impl Fn(usize, &Group) -> bool,
         targets: &mut Targets<'a>,
     ) {
+        // One group of one limit (the common case): one target, no loop.
+        if let ([group], [identity]) = (&*self.groups, identities)
+            && let ([limit], [slot]) = (&*group.limits, &*group.slots)
+        {
+            if keep(0, group) {
+                targets.push(Target {
+                    name: &group.name,
+                    key: KeyRef {
+                        head: &group.head,
+                        identity: identity.as_ref(),
+                    },
+                    limit,
+                    cost: group.cost,
+                    slot: *slot,
+                });
+            }
+            return;
+        }
         for (index, (group, identity)) in self.groups.iter().zip(identities).enumerate() {
             if !keep(index, group) {
                 continue;

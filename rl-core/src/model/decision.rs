@@ -136,6 +136,9 @@ impl Decisions {
     /// # Panics
     /// Never for decisions produced by a backend (they hold at least one).
     pub fn binding(&self) -> &Decision {
+        if let Items::One(one) = &self.items {
+            return one;
+        }
         let refused = self
             .as_slice()
             .iter()
@@ -153,7 +156,7 @@ impl Decisions {
     /// The index of [`Decisions::binding`]: the first decision equal to it
     /// (0 when empty).
     pub fn binding_index(&self) -> usize {
-        if self.is_empty() {
+        if self.len() <= 1 {
             return 0;
         }
         let binding = self.binding();

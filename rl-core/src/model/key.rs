@@ -26,9 +26,28 @@ pub struct Key {
     text: String,
     /// Where the escaped identity starts (after `prefix:{scope:`).
     identity_at: usize,
-    /// The identity, when it is a number (found once, when the key is
-    /// built: a function of `text`, so equality and order are unchanged).
-    number: Option<u64>,
+    /// The identity's typed form, when it has one (found once, when the
+    /// key is built: a function of `text`, so equality and order are
+    /// unchanged).
+    typed: Typed,
+}
+
+/// The typed form of a key's identity ([`IdentityRef`]'s non-text forms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Typed {
+    Text,
+    Number(u64),
+    Ipv4(u32),
+}
+
+impl Typed {
+    fn of(identity: IdentityRef<'_>) -> Self {
+        match identity {
+            IdentityRef::Number(n) => Typed::Number(n),
+            IdentityRef::Ipv4(ip) => Typed::Ipv4(ip),
+            IdentityRef::Text(_) => Typed::Text,
+        }
+    }
 }
 
 impl Key {
@@ -59,36 +78,30 @@ impl Key {
         text.push_str(head);
         identity.push_to(&mut text);
         text.push('}');
-        let number = match identity {
-            IdentityRef::Number(n) => Some(n),
-            IdentityRef::Text(_) => None,
-        };
         Self {
             identity_at: head.len(),
             text,
-            number,
+            typed: Typed::of(identity),
         }
     }
 
     /// The key of `text`, whose identity starts at `identity_at`.
     fn done(text: String, identity_at: usize) -> Self {
-        let number = match IdentityRef::of_escaped(&text[identity_at..text.len() - 1]) {
-            IdentityRef::Number(n) => Some(n),
-            IdentityRef::Text(_) => None,
-        };
+        let typed = Typed::of(IdentityRef::of_escaped(&text[identity_at..text.len() - 1]));
         Self {
             text,
             identity_at,
-            number,
+            typed,
         }
     }
 
     /// The identity as the pipeline carries it.
     #[inline]
     pub(crate) fn identity_ref(&self) -> IdentityRef<'_> {
-        match self.number {
-            Some(n) => IdentityRef::Number(n),
-            None => IdentityRef::Text(self.identity()),
+        match self.typed {
+            Typed::Number(n) => IdentityRef::Number(n),
+            Typed::Ipv4(ip) => IdentityRef::Ipv4(ip),
+            Typed::Text => IdentityRef::Text(self.identity()),
         }
     }
 
@@ -139,21 +152,27 @@ fn write_head(out: &mut String, prefix: &str, scope: &str) {
     out.push(':');
 }
 
-/// An identity as the pipeline carries it: a number, or escaped text.
+/// An identity as the pipeline carries it: a number, an IPv4 address, or
+/// escaped text.
 ///
 /// An identity whose text is an unsigned integer in canonical decimal (no
-/// sign, no leading zero, at most `u64::MAX`) is always a `Number`, however
-/// it was given (an integer, a string, a `Display` value, a rendered
-/// [`Key`]), and every other identity is `Text`: the two forms are a
-/// bijection with the text, so an identity has exactly one form, and the
-/// memory store keys a number's state on the number itself (no rendering,
-/// a smaller entry) without two identities ever sharing state.
+/// sign, no leading zero, at most `u64::MAX`) is always a `Number`, one
+/// whose text is an IPv4 address in canonical dotted decimal (four
+/// octets, no leading zero, as `Ipv4Addr`'s `Display` writes it) always an
+/// `Ipv4`, however it was given (an integer, an address, a string, a
+/// `Display` value, a rendered [`Key`]), and every other identity is
+/// `Text`: the forms are a bijection with the text, so an identity has
+/// exactly one form, and the memory store keys a number's or an address'
+/// state on the value itself (no rendering, a smaller entry) without two
+/// identities ever sharing state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum IdentityRef<'a> {
     /// An identity whose text is this number's decimal form.
     Number(u64),
-    /// Any other identity, escaped (never a canonical number: build it with
-    /// [`IdentityRef::of_escaped`]).
+    /// An identity whose text is this IPv4 address' dotted decimal form.
+    Ipv4(u32),
+    /// Any other identity, escaped (never a canonical number or address:
+    /// build it with [`IdentityRef::of_escaped`]).
     Text(&'a str),
 }
 
@@ -161,8 +180,11 @@ impl<'a> IdentityRef<'a> {
     /// The identity whose escaped text is `text`.
     #[inline]
     pub(crate) fn of_escaped(text: &'a str) -> Self {
-        match number(text) {
-            Some(n) => IdentityRef::Number(n),
+        if let Some(n) = number(text) {
+            return IdentityRef::Number(n);
+        }
+        match ipv4(text) {
+            Some(ip) => IdentityRef::Ipv4(ip),
             None => IdentityRef::Text(text),
         }
     }
@@ -171,6 +193,11 @@ impl<'a> IdentityRef<'a> {
     pub(crate) fn with_text<R>(self, f: impl FnOnce(&str) -> R) -> R {
         match self {
             IdentityRef::Number(n) => f(itoa::Buffer::new().format(n)),
+            IdentityRef::Ipv4(ip) => {
+                let mut text = arrayvec::ArrayString::<15>::new();
+                push_ipv4(&mut text, std::net::Ipv4Addr::from(ip));
+                f(&text)
+            }
             IdentityRef::Text(text) => f(text),
         }
     }
@@ -189,6 +216,74 @@ impl<'a> IdentityRef<'a> {
 impl fmt::Display for IdentityRef<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.with_text(|text| f.write_str(text))
+    }
+}
+
+/// The IPv4 address whose canonical dotted decimal form (as `Ipv4Addr`'s
+/// `Display` writes it) `text` is, if any: four octets of 1 to 3 ASCII
+/// digits, no leading zero (but `0` itself), each at most 255.
+#[inline]
+fn ipv4(text: &str) -> Option<u32> {
+    let bytes = text.as_bytes();
+    // Most text is not an address: reject it at the first byte or length.
+    if !(7..=15).contains(&bytes.len()) || !bytes[0].is_ascii_digit() {
+        return None;
+    }
+    let (mut address, mut octet, mut digits, mut dots) = (0u32, 0u32, 0u32, 0u32);
+    for &byte in bytes {
+        if byte == b'.' {
+            if digits == 0 || dots == 3 {
+                return None;
+            }
+            address = address << 8 | octet;
+            (octet, digits) = (0, 0);
+            dots += 1;
+            continue;
+        }
+        let digit = byte.wrapping_sub(b'0');
+        // Not a digit, or a digit after a leading zero.
+        if digit > 9 || (digits == 1 && octet == 0) {
+            return None;
+        }
+        octet = octet * 10 + u32::from(digit);
+        digits += 1;
+        if octet > 255 {
+            return None;
+        }
+    }
+    if dots != 3 || digits == 0 {
+        return None;
+    }
+    Some(address << 8 | octet)
+}
+
+/// Appends `ip` in dotted decimal (as its `Display` does), digit by digit:
+/// no `core::fmt`.
+pub(crate) fn push_ipv4<const N: usize>(
+    out: &mut arrayvec::ArrayString<N>,
+    ip: std::net::Ipv4Addr,
+) {
+    let mut text = [0u8; 15];
+    let mut len = 0;
+    for (i, octet) in ip.octets().into_iter().enumerate() {
+        if i > 0 {
+            text[len] = b'.';
+            len += 1;
+        }
+        if octet >= 100 {
+            text[len] = b'0' + octet / 100;
+            len += 1;
+        }
+        if octet >= 10 {
+            text[len] = b'0' + octet / 10 % 10;
+            len += 1;
+        }
+        text[len] = b'0' + octet % 10;
+        len += 1;
+    }
+    // ASCII digits and dots: always UTF-8.
+    if let Ok(text) = std::str::from_utf8(&text[..len]) {
+        let _ = out.try_push_str(text);
     }
 }
 
@@ -221,6 +316,7 @@ fn number(text: &str) -> Option<u64> {
 #[derive(Debug, Clone)]
 pub(crate) enum Identity {
     Number(u64),
+    Ipv4(u32),
     Inline(arrayvec::ArrayString<{ Identity::INLINE }>),
     Spilled(Box<str>),
 }
@@ -243,6 +339,9 @@ pub enum Part<'a> {
     Text(&'a str),
     /// Anything else, through its `Display`.
     Display(&'a dyn fmt::Display),
+    /// An IP address (as its `Display` form; an IPv4 address without
+    /// rendering it).
+    Ip(std::net::IpAddr),
 }
 
 impl fmt::Debug for Part<'_> {
@@ -252,6 +351,7 @@ impl fmt::Debug for Part<'_> {
             Part::Signed(n) => write!(f, "Signed({n})"),
             Part::Text(t) => write!(f, "Text({t:?})"),
             Part::Display(d) => write!(f, "Display({d})"),
+            Part::Ip(ip) => write!(f, "Ip({ip})"),
         }
     }
 }
@@ -270,13 +370,23 @@ impl Building {
         }
     }
 
+    /// The identity built from text known not to be a number or an IPv4
+    /// address.
+    fn finish_text(self) -> Identity {
+        match self.spilled {
+            Some(text) => Identity::Spilled(text.into_boxed_str()),
+            None => Identity::Inline(self.inline),
+        }
+    }
+
     /// The identity built, a number when its text is one.
     fn finish(self) -> Identity {
         match self.spilled {
             Some(text) => Identity::Spilled(text.into_boxed_str()),
-            None => match number(&self.inline) {
-                Some(n) => Identity::Number(n),
-                None => Identity::Inline(self.inline),
+            None => match IdentityRef::of_escaped(&self.inline) {
+                IdentityRef::Number(n) => Identity::Number(n),
+                IdentityRef::Ipv4(ip) => Identity::Ipv4(ip),
+                IdentityRef::Text(_) => Identity::Inline(self.inline),
             },
         }
     }
@@ -305,18 +415,29 @@ impl Identity {
                 }
             },
             Part::Text(text) => {
-                if let Some(n) = number(text) {
-                    return Identity::Number(n);
+                match IdentityRef::of_escaped(text) {
+                    IdentityRef::Number(n) => return Identity::Number(n),
+                    IdentityRef::Ipv4(ip) => return Identity::Ipv4(ip),
+                    IdentityRef::Text(_) => {}
+                }
+                // Neither a number nor an address, and escaping only adds
+                // `%XX`: the result is text (no second check).
+                if text.len() <= Identity::INLINE && !needs_escape(text) {
+                    if let Ok(inline) = arrayvec::ArrayString::from(text) {
+                        return Identity::Inline(inline);
+                    }
                 }
                 let mut out = Building::new();
                 let _ = Escaper(&mut out).write_str(text);
-                out.finish()
+                out.finish_text()
             }
             Part::Display(identity) => {
                 let mut out = Building::new();
                 let _ = write!(Escaper(&mut out), "{identity}");
                 out.finish()
             }
+            Part::Ip(std::net::IpAddr::V4(ip)) => Identity::Ipv4(u32::from(ip)),
+            Part::Ip(ip) => Identity::of(Part::Display(&ip)),
         }
     }
 
@@ -325,6 +446,7 @@ impl Identity {
     pub(crate) fn as_ref(&self) -> IdentityRef<'_> {
         match self {
             Identity::Number(n) => IdentityRef::Number(*n),
+            Identity::Ipv4(ip) => IdentityRef::Ipv4(*ip),
             Identity::Inline(text) => IdentityRef::Text(text),
             Identity::Spilled(text) => IdentityRef::Text(text),
         }
@@ -369,20 +491,30 @@ fn escape_into(out: &mut String, part: &str) {
 /// `%7B`, `%7D` and `%3A`.
 struct Escaper<'a, S: Sink>(&'a mut S);
 
+/// Whether `text` has a byte that [`Escaper`] rewrites.
+#[inline]
+fn needs_escape(text: &str) -> bool {
+    text.bytes().any(|b| matches!(b, b'%' | b'{' | b'}' | b':'))
+}
+
 impl<S: Sink> Write for Escaper<'_, S> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
-        let mut rest = s;
-        while let Some(at) = rest.find(['%', '{', '}', ':']) {
-            self.0.push_str(&rest[..at]);
-            self.0.push_str(match rest.as_bytes()[at] {
+        // A scan over bytes: the four escaped characters are ASCII, so a
+        // byte match is a char boundary (cheaper than a `char` pattern).
+        let mut start = 0;
+        for (at, byte) in s.bytes().enumerate() {
+            let escaped = match byte {
                 b'%' => "%25",
                 b'{' => "%7B",
                 b'}' => "%7D",
-                _ => "%3A",
-            });
-            rest = &rest[at + 1..];
+                b':' => "%3A",
+                _ => continue,
+            };
+            self.0.push_str(&s[start..at]);
+            self.0.push_str(escaped);
+            start = at + 1;
         }
-        self.0.push_str(rest);
+        self.0.push_str(&s[start..]);
         Ok(())
     }
 }
@@ -438,12 +570,17 @@ mod tests {
             Part::Signed(7),
             Part::Text("a:{b}"),
             Part::Text("42"),
+            Part::Text("192.0.2.7"),
+            Part::Ip("192.0.2.7".parse().unwrap()),
+            Part::Ip("2001:db8::1".parse().unwrap()),
+            Part::Ip("::ffff:192.0.2.7".parse().unwrap()),
         ] {
             let shown = match part {
                 Part::Unsigned(n) => n.to_string(),
                 Part::Signed(n) => n.to_string(),
                 Part::Text(t) => t.to_owned(),
                 Part::Display(d) => d.to_string(),
+                Part::Ip(ip) => ip.to_string(),
             };
             assert_eq!(
                 Identity::of(part).as_ref(),
@@ -453,6 +590,35 @@ mod tests {
         let key = Key::from_parts(&head("p", "s:x"), Identity::render(&"i").as_ref());
         assert_eq!(key, Key::new("p", "s:x", "i"));
         assert_eq!(key.head(), "p:{s%3Ax:");
+    }
+
+    #[test]
+    fn an_identity_is_an_address_exactly_when_its_text_is_a_canonical_ipv4() {
+        for (given, expected) in [
+            ("0.0.0.0", Some(0)),
+            ("192.0.2.7", Some(0xC000_0207)),
+            ("255.255.255.255", Some(u32::MAX)),
+            ("256.0.0.1", None),
+            ("01.2.3.4", None),
+            ("1.2.3.04", None),
+            ("1.2.3", None),
+            ("1.2.3.4.", None),
+            ("1..2.3", None),
+            (".1.2.3", None),
+            ("1.2.3.4.5", None),
+            ("1.2.3.-4", None),
+            ("1.2.3.4 ", None),
+            ("1000.2.3.4", None),
+        ] {
+            assert_eq!(ipv4(given), expected, "{given:?}");
+            let identity = Identity::of(Part::Text(given));
+            assert_eq!(matches!(identity, Identity::Ipv4(_)), expected.is_some());
+            assert_eq!(text(&identity), Key::new("p", "s", given).identity());
+            let key = Key::new("p", "s", given);
+            assert_eq!(IdentityRef::of_escaped(key.identity()), identity.as_ref());
+            assert_eq!(key.identity_ref(), identity.as_ref());
+            assert_eq!(Identity::render(&given).as_ref(), identity.as_ref());
+        }
     }
 
     #[test]
@@ -522,6 +688,33 @@ mod tests {
             prop_assert_eq!(IdentityRef::of_escaped(key.identity()), rendered.as_ref());
             prop_assert_eq!(key.identity_ref(), rendered.as_ref());
             prop_assert_eq!(Key::from_parts(&head("rl", &s), rendered.as_ref()), key);
+        }
+
+        #[test]
+        fn every_ipv4_address_is_one_identity_however_it_is_given(ip in any::<u32>()) {
+            let address = std::net::Ipv4Addr::from(ip);
+            let shown = address.to_string();
+            let typed = Identity::of(Part::Ip(address.into()));
+            prop_assert_eq!(typed.as_ref(), IdentityRef::Ipv4(ip));
+            let (of_text, rendered) = (Identity::of(Part::Text(&shown)), Identity::render(&address));
+            prop_assert_eq!(of_text.as_ref(), typed.as_ref());
+            prop_assert_eq!(rendered.as_ref(), typed.as_ref());
+            prop_assert_eq!(text(&typed), shown.clone());
+            let key = Key::new("rl", "s", &shown);
+            prop_assert_eq!(key.identity_ref(), typed.as_ref());
+            prop_assert_eq!(Key::from_parts(&head("rl", "s"), typed.as_ref()), key);
+        }
+
+        #[test]
+        fn text_is_an_address_exactly_when_it_is_an_addresses_display(
+            text in "[0-9.]{0,16}|(25[0-9]|2[0-4][0-9]|1?[0-9]?[0-9]|0[0-9])(\\.(25[0-9]|2[0-4][0-9]|1?[0-9]?[0-9]|0[0-9])){3}"
+        ) {
+            let canonical = text
+                .parse::<std::net::Ipv4Addr>()
+                .ok()
+                .filter(|a| a.to_string() == text)
+                .map(u32::from);
+            prop_assert_eq!(ipv4(&text), canonical);
         }
 
         #[test]

@@ -61,21 +61,35 @@ trait Held: Sized {
     fn as_ref(&self) -> IdentityRef<'_>;
 }
 
+/// Numbers and IPv4 addresses share the number tables: an address is held
+/// as its `u32` value under its partition tagged with [`IPV4`], so it never
+/// meets the number of the same value (the partitions differ).
 impl Held for u64 {
     #[inline]
     fn is(&self, identity: IdentityRef<'_>) -> bool {
-        identity == IdentityRef::Number(*self)
+        match identity {
+            IdentityRef::Number(n) => n == *self,
+            IdentityRef::Ipv4(ip) => u64::from(ip) == *self,
+            IdentityRef::Text(_) => false,
+        }
     }
     fn hold(identity: IdentityRef<'_>) -> Self {
         match identity {
             IdentityRef::Number(n) => n,
+            IdentityRef::Ipv4(ip) => u64::from(ip),
             IdentityRef::Text(_) => unreachable!("text is held in the text tables"),
         }
     }
+    /// As a number, even for an address: what [`hash_of`] hashes either by
+    /// (the tagged partition tells them apart).
     fn as_ref(&self) -> IdentityRef<'_> {
         IdentityRef::Number(*self)
     }
 }
+
+/// The bit of a partition id that marks its IPv4 identities (held in the
+/// number tables under `partition | IPV4`); partition ids stay below it.
+const IPV4: u32 = 1 << 31;
 
 impl Held for CompactString {
     #[inline]
@@ -100,6 +114,10 @@ fn hash_of(
 ) -> u64 {
     match identity {
         IdentityRef::Number(n) => hasher.hash_one((u64::from(partition) << 32) ^ n.rotate_left(32)),
+        // The partition is tagged with `IPV4` (see `MemoryBackend::locate`).
+        IdentityRef::Ipv4(ip) => {
+            hasher.hash_one((u64::from(partition) << 32) ^ u64::from(ip).rotate_left(32))
+        }
         IdentityRef::Text(text) => hasher.hash_one((partition, text)),
     }
 }
@@ -219,7 +237,8 @@ impl Partitions {
             return *id;
         }
         let mut ids = self.ids.write();
-        let next = u32::try_from(ids.len()).unwrap_or(u32::MAX);
+        // Below the `IPV4` tag (2^31 partitions: never reached in practice).
+        let next = u32::try_from(ids.len()).map_or(IPV4 - 1, |n| n.min(IPV4 - 1));
         *ids.entry((head.into(), state)).or_insert(next)
     }
 
@@ -420,6 +439,10 @@ impl MemoryBackend {
             _ => self
                 .partitions
                 .get_or_insert(target.key.head, target.limit.state_id()),
+        };
+        let partition = match target.key.identity {
+            IdentityRef::Ipv4(_) => partition | IPV4,
+            _ => partition,
         };
         let hash = hash_of(&self.hasher, partition, target.key.identity);
         Located {
@@ -718,7 +741,9 @@ fn decide<S: Tabled>(
     commit: bool,
 ) -> Decision {
     match target.key.identity {
-        IdentityRef::Number(_) => decide_held::<S, u64>(shard, at, target, now, commit),
+        IdentityRef::Number(_) | IdentityRef::Ipv4(_) => {
+            decide_held::<S, u64>(shard, at, target, now, commit)
+        }
         IdentityRef::Text(_) => decide_held::<S, CompactString>(shard, at, target, now, commit),
     }
 }
@@ -796,7 +821,9 @@ fn refund<S: Tabled>(
     at_micros: u64,
 ) {
     match target.key.identity {
-        IdentityRef::Number(_) => refund_held::<S, u64>(shard, at, target, now, at_micros),
+        IdentityRef::Number(_) | IdentityRef::Ipv4(_) => {
+            refund_held::<S, u64>(shard, at, target, now, at_micros)
+        }
         IdentityRef::Text(_) => refund_held::<S, CompactString>(shard, at, target, now, at_micros),
     }
 }
@@ -822,7 +849,7 @@ fn refund_held<S: Tabled, I: Side>(
 
 fn reset<S: Tabled>(shard: &mut Shard, at: &Located, target: &Target<'_>) {
     match target.key.identity {
-        IdentityRef::Number(_) => reset_held::<S, u64>(shard, at, target),
+        IdentityRef::Number(_) | IdentityRef::Ipv4(_) => reset_held::<S, u64>(shard, at, target),
         IdentityRef::Text(_) => reset_held::<S, CompactString>(shard, at, target),
     }
 }
@@ -921,6 +948,40 @@ mod tests {
             assert!(!store.acquire_one(&Request::new(key, &limit, 1)).allowed);
         }
         assert_eq!(store.len(), 5_000);
+    }
+
+    #[test]
+    fn an_address_shares_state_with_its_text_and_never_with_the_number_of_its_value() {
+        use crate::model::key::{Identity, Part};
+        use crate::store::target::{KeyRef, Op, Target};
+        let store = MemoryBackend::with_clock(ManualClock::new(1_000_000));
+        let limit = Limit::per_minute(1).unwrap();
+        let head = "rl:{s:";
+        let acquire = |identity: Identity| {
+            let target = Target {
+                name: "s",
+                key: KeyRef {
+                    head,
+                    identity: identity.as_ref(),
+                },
+                limit: &limit,
+                cost: 1,
+                slot: None,
+            };
+            let decisions = store.run(Op::Acquire, &[target]).unwrap().unwrap();
+            decisions.allowed()
+        };
+        let address = std::net::Ipv4Addr::new(0, 0, 0, 5);
+        assert!(acquire(Identity::of(Part::Ip(address.into()))));
+        // The number 5 is another identity, with its own state.
+        assert!(acquire(Identity::of(Part::Unsigned(5))));
+        // The address however given: its text, a key, its `Display`.
+        assert!(!acquire(Identity::of(Part::Text("0.0.0.5"))));
+        assert!(!acquire(Identity::render(&address)));
+        let key = Key::new("rl", "s", "0.0.0.5");
+        assert!(!store.acquire_one(&Request::new(&key, &limit, 1)).allowed);
+        assert!(!acquire(Identity::of(Part::Unsigned(5))));
+        assert_eq!(store.len(), 2);
     }
 
     #[test]

@@ -232,6 +232,10 @@ impl fmt::Write for Text {
 
 /// One key of one request, borrowed from it where possible.
 pub(crate) enum Extracted<'p> {
+    /// A client keyed by its whole IPv4 address: the limiter takes the
+    /// address as is (no rendering).
+    Address(IpAddr),
+    /// A client keyed by a network (or an IPv6 address), rendered.
     Ip(ArrayString<{ IpKey::MAX_LEN }>),
     Text(&'p str),
     Display(&'p (dyn fmt::Display + Send + Sync)),
@@ -241,10 +245,26 @@ pub(crate) enum Extracted<'p> {
 impl fmt::Display for Extracted<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Extracted::Address(ip) => ip.fmt(f),
             Extracted::Ip(key) => f.write_str(key),
             Extracted::Text(text) => f.write_str(text),
             Extracted::Display(value) => value.fmt(f),
             Extracted::Rendered(text) => f.write_str(text.as_str()),
+        }
+    }
+}
+
+impl Extracted<'_> {
+    /// The key as the limiter takes it: text as is (escaped and keyed by
+    /// the limiter exactly as its `Display` form), without `core::fmt`.
+    pub(crate) fn part(&self) -> crate::model::key::Part<'_> {
+        use crate::model::key::Part;
+        match self {
+            Extracted::Address(ip) => Part::Ip(*ip),
+            Extracted::Ip(key) => Part::Text(key),
+            Extracted::Text(text) => Part::Text(text),
+            Extracted::Display(value) => Part::Display(*value),
+            Extracted::Rendered(text) => Part::Text(text.as_str()),
         }
     }
 }
@@ -341,7 +361,12 @@ pub(crate) fn extract<'p>(
             let prefix = prefix
                 .or_else(|| head.extensions.get::<IpPrefix>().copied())
                 .unwrap_or_default();
-            Ok(Extracted::Ip(prefix.key(ip).render()))
+            let key = prefix.key(ip);
+            Ok(match key.network() {
+                // Keyed as its `Display` form would be, without rendering.
+                IpAddr::V4(_) if key.prefix_len() == 32 => Extracted::Address(key.network()),
+                _ => Extracted::Ip(key.render()),
+            })
         }
         Source::Header(Ok(name)) => header(head.headers, name).map(Extracted::Text),
         Source::Header(Err(name)) => Err(Problem::server(format!("invalid header name `{name}`"))),

@@ -1,13 +1,13 @@
 //! [`RateLimitLayer`], its builder, the [`RateLimit`] service and its future.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 
-use arrayvec::ArrayString;
 use axum::BoxError;
 use axum::body::{Body, Bytes, HttpBody};
 use http::request::Parts;
@@ -15,12 +15,13 @@ use http::{HeaderMap, HeaderValue, Request, Response};
 use pin_project_lite::pin_project;
 use smallvec::SmallVec;
 
-use super::key::{self, Client, Head, KeyFrom, Keys, PathParams, Problem};
+use super::key::{self, Client, Extracted, Head, KeyFrom, Keys, PathParams, Problem};
 use super::response;
 use crate::http::{RATELIMIT, RATELIMIT_POLICY, TrustedProxies};
 use crate::limiter::Limiter;
 use crate::limiter::call::{CallSpec, GroupSpec, Permit};
 use crate::model::error::LimitError;
+use crate::model::key::Part;
 use crate::model::limit::Limit;
 use crate::model::policy::FailurePolicy;
 use crate::model::rejection::Rejection;
@@ -178,9 +179,12 @@ struct Shared {
     params: bool,
     /// Whether a key reads the whole request head.
     parts: bool,
-    /// Set once a call was not decided at once: the store is remote.
-    remote: AtomicBool,
+    /// A process-unique id: what this layer's `RateLimit-Policy` values are
+    /// kept under ([`policy_field`]).
+    id: u64,
 }
+
+static NEXT_LAYER: AtomicU64 = AtomicU64::new(1);
 
 impl RateLimitLayer {
     /// A layer of one key: requests are limited by `limits` per key from
@@ -345,7 +349,7 @@ impl RateLimitLayerBuilder {
                 trusted: self.trusted,
                 params,
                 parts,
-                remote: AtomicBool::new(false),
+                id: NEXT_LAYER.fetch_add(1, Ordering::Relaxed),
             }),
         })
     }
@@ -391,13 +395,22 @@ impl Shared {
         head: Head<'_>,
         params: &PathParams,
     ) -> Option<Verdict> {
-        let keys = match self.keys(head, params) {
-            Ok(keys) => keys,
-            Err(problem) => return Some(self.no_key(&problem, head.headers)),
-        };
-        let identities: SmallVec<[&dyn fmt::Display; 2]> =
-            keys.iter().map(|k| k as &dyn fmt::Display).collect();
-        let decided = limiter.call(&self.spec, &identities).now()?;
+        // One key (the common case): no vectors.
+        if let ([from], [group]) = (&*self.keys, self.spec.groups()) {
+            let key = match self.key(from, group.name(), head, params, &mut Client::default()) {
+                Ok(key) => key,
+                Err(problem) => return Some(self.no_key(&problem, head.headers)),
+            };
+            let decided = limiter.call_parts(&self.spec, &[key.part()]).now()?;
+            return Some(self.verdict(decided, head.headers));
+        }
+        let mut keys = Keys::new();
+        if let Err(problem) = self.keys(head, params, &mut keys) {
+            return Some(self.no_key(&problem, head.headers));
+        }
+        // Typed identities: text as is, no `core::fmt` per request.
+        let parts: SmallVec<[Part<'_>; 2]> = keys.iter().map(Extracted::part).collect();
+        let decided = limiter.call_parts(&self.spec, &parts).now()?;
         Some(self.verdict(decided, head.headers))
     }
 
@@ -416,19 +429,21 @@ impl Shared {
         } else {
             None
         };
-        let call = self.keys(Head::of_parts(&parts), &params).map(|keys| {
-            let identities: SmallVec<[&dyn fmt::Display; 2]> =
-                keys.iter().map(|k| k as &dyn fmt::Display).collect();
-            limiter.call(&self.spec, &identities)
-        });
-        let call = match call {
-            Ok(call) => call,
-            Err(problem) => {
-                let verdict = self.no_key(&problem, &parts.headers);
-                return (verdict, parts);
+        let call = {
+            let mut keys = Keys::new();
+            match self.keys(Head::of_parts(&parts), &params, &mut keys) {
+                Ok(()) => {
+                    let identities: SmallVec<[Part<'_>; 2]> =
+                        keys.iter().map(Extracted::part).collect();
+                    Ok(limiter.call_parts(&self.spec, &identities))
+                }
+                Err(problem) => Err(self.no_key(&problem, &parts.headers)),
             }
         };
-        let verdict = self.verdict(call.await, &parts.headers);
+        let verdict = match call {
+            Ok(call) => self.verdict(call.await, &parts.headers),
+            Err(verdict) => verdict,
+        };
         (verdict, parts)
     }
 
@@ -443,29 +458,37 @@ impl Shared {
         }
     }
 
-    /// The request's keys, or why it has none.
-    fn keys<'p>(&self, head: Head<'p>, params: &'p PathParams) -> Result<Keys<'p>, Problem> {
-        let mut keys = Keys::new();
+    /// Adds the request's keys to `keys` (filled in place: no copy of the
+    /// keys on the way out), or says why it has none.
+    fn keys<'p>(
+        &self,
+        head: Head<'p>,
+        params: &'p PathParams,
+        keys: &mut Keys<'p>,
+    ) -> Result<(), Problem> {
         let mut client = Client::default();
         for (from, group) in self.keys.iter().zip(self.spec.groups()) {
-            match key::extract(
-                from,
-                group.name(),
-                head,
-                params,
-                &mut client,
-                self.trusted.as_ref(),
-            ) {
-                Ok(key) => keys.push(key),
-                Err(problem) => {
-                    if problem.server {
-                        tracing::error!(limit = group.name(), problem = %problem.message, "rate limit layer misconfigured");
-                    }
-                    return Err(problem);
-                }
-            }
+            keys.push(self.key(from, group.name(), head, params, &mut client)?);
         }
-        Ok(keys)
+        Ok(())
+    }
+
+    /// One key of a request (group `group`), or why it has none (logged
+    /// when the server is at fault).
+    #[inline]
+    fn key<'p>(
+        &self,
+        from: &KeyFrom,
+        group: &str,
+        head: Head<'p>,
+        params: &'p PathParams,
+        client: &mut Client,
+    ) -> Result<Extracted<'p>, Problem> {
+        let key = key::extract(from, group, head, params, client, self.trusted.as_ref());
+        if let Err(problem) = &key {
+            misconfigured(group, problem);
+        }
+        key
     }
 
     /// The verdict on a request (with these headers) without a key.
@@ -481,76 +504,150 @@ impl Shared {
     /// What a decided call (of a request with these headers) becomes.
     fn verdict(&self, decided: Result<Permit<'_>, Rejection>, headers: &HeaderMap) -> Verdict {
         match decided {
-            Ok(permit) => Verdict::Admit(self.headers.then(|| fields(&permit)).flatten()),
+            Ok(permit) => Verdict::Admit(if self.headers {
+                self.fields(&permit)
+            } else {
+                None
+            }),
             Err(rejection) => {
                 Verdict::Answer(response::refused(rejection, response::is_grpc(headers)))
             }
         }
     }
-}
 
-/// The `RateLimit` fields of an admitted call's binding limit, formatted
-/// on the stack (on the heap for very long names).
-fn fields(permit: &Permit<'_>) -> Option<Fields> {
-    let (name, decision, limit) = permit.binding()?;
-    let (mut policy, mut current) = (ArrayString::<128>::new(), ArrayString::<128>::new());
-    if refusal::write_fields(&mut policy, &mut current, name, &decision, &limit).is_ok() {
-        return Some((
-            HeaderValue::from_str(&policy).ok()?,
-            HeaderValue::from_str(&current).ok()?,
-        ));
+    /// The `RateLimit` fields of an admitted call's binding limit: the
+    /// policy as kept for its limit ([`policy_field`]), the current value
+    /// formatted on the stack (on the heap for very long names).
+    fn fields(&self, permit: &Permit<'_>) -> Option<Fields> {
+        let (group, decision, limit) = permit.binding_group()?;
+        let name = self.spec.groups().get(group)?.name();
+        let policy = policy_field(self.id, group, name, decision.limit, &limit)?;
+        // One allocation: the value's own buffer, written once.
+        let current = Bytes::from(refusal::current_bytes(name, &decision));
+        Some((policy, HeaderValue::from_maybe_shared(current).ok()?))
     }
-    let (policy, current) = refusal::fields(name, &decision, &limit);
-    Some((
-        HeaderValue::try_from(policy).ok()?,
-        HeaderValue::try_from(current).ok()?,
-    ))
 }
 
-/// A request decided at once, or given back to be decided remotely.
-enum Now<S: ::tower::Service<Request<B>>, B> {
-    Done(ResponseFuture<S, B>),
-    Remote(Request<B>),
+/// Logs a request without a key when the server is at fault.
+#[cold]
+fn misconfigured(group: &str, problem: &Problem) {
+    if problem.server {
+        tracing::error!(limit = group, problem = %problem.message, "rate limit layer misconfigured");
+    }
+}
+
+/// One kept `RateLimit-Policy` value: layer `layer`'s group `group` with
+/// this quota and window.
+struct KeptPolicy {
+    layer: u64,
+    group: usize,
+    quota: u64,
+    window: u64,
+    value: HeaderValue,
+}
+
+/// Kept policy values per thread (direct-mapped; a collision only formats
+/// again).
+const POLICY_SLOTS: usize = 16;
+
+thread_local! {
+    static POLICIES: RefCell<[Option<KeptPolicy>; POLICY_SLOTS]> =
+        const { RefCell::new([const { None }; POLICY_SLOTS]) };
+}
+
+/// The `RateLimit-Policy` value of group `group` (named `name`) of layer
+/// `layer` under `limit` with quota `quota`: the same for every request
+/// until the limit changes, so each thread formats it once and hands out
+/// clones (a reference count, no allocation). Keyed by the layer's unique
+/// id, the group and the figures the value shows, so a changed limit gets
+/// its own value.
+fn policy_field(
+    layer: u64,
+    group: usize,
+    name: &str,
+    quota: u64,
+    limit: &Limit,
+) -> Option<HeaderValue> {
+    let window = refusal::window_secs(limit);
+    let format = || {
+        let mut policy = String::with_capacity(name.len() + 32);
+        let _ = refusal::write_policy(&mut policy, name, quota, window);
+        HeaderValue::try_from(policy).ok()
+    };
+    let slot = (layer as usize).wrapping_mul(31).wrapping_add(group) % POLICY_SLOTS;
+    let kept = POLICIES.try_with(|kept| {
+        let Ok(mut kept) = kept.try_borrow_mut() else {
+            return format();
+        };
+        let entry = &mut kept[slot];
+        if let Some(hit) = entry.as_ref().filter(|k| {
+            k.layer == layer && k.group == group && k.quota == quota && k.window == window
+        }) {
+            return Some(hit.value.clone());
+        }
+        let value = format()?;
+        *entry = Some(KeptPolicy {
+            layer,
+            group,
+            quota,
+            window,
+            value: value.clone(),
+        });
+        Some(value)
+    });
+    match kept {
+        Ok(value) => value,
+        // Thread-local storage is being torn down.
+        Err(_) => format(),
+    }
+}
+
+/// Decides `request` on the memory store when a key reads path parameters
+/// or the whole head (the request is split for them), and calls `inner` if
+/// admitted; gives the request back when it cannot be decided at once.
+fn decide_parts<S, B, ResBody>(
+    shared: &Shared,
+    inner: &mut S,
+    limiter: &Limiter,
+    request: Request<B>,
+) -> Result<ResponseFuture<S, B>, Request<B>>
+where
+    S: ::tower::Service<Request<B>, Response = Response<ResBody>>,
+{
+    let (mut parts, body) = request.into_parts();
+    let params: PathParams = if shared.params {
+        key::path_params(&mut parts)
+    } else {
+        None
+    };
+    match shared.decide_now(limiter, Head::of_parts(&parts), &params) {
+        Some(Verdict::Admit(fields)) => {
+            let future = inner.call(Request::from_parts(parts, body));
+            Ok(ResponseFuture::admitted(future, fields))
+        }
+        Some(Verdict::Answer(response)) => Ok(ResponseFuture::answered(response)),
+        None => Err(Request::from_parts(parts, body)),
+    }
 }
 
 impl<S> RateLimit<S> {
-    /// Decides `request` at once and calls the service if admitted; gives
-    /// the request back when the store is remote.
-    fn decide_now<B, ResBody>(&mut self, request: Request<B>) -> Now<S, B>
+    /// Decides `request` on a remote store: the decision is a boxed future
+    /// (started when first polled), then the service is called.
+    fn decide_remote<B, ResBody>(&mut self, request: Request<B>) -> ResponseFuture<S, B>
     where
-        S: ::tower::Service<Request<B>, Response = Response<ResBody>>,
+        S: ::tower::Service<Request<B>, Response = Response<ResBody>> + Clone,
+        B: Send + 'static,
     {
-        let shared = &*self.shared;
-        let limiter = match shared.limiter() {
-            Ok(limiter) => limiter,
-            Err(rejection) => {
-                let grpc = response::is_grpc(request.headers());
-                return Now::Done(ResponseFuture::answered(response::refused(rejection, grpc)));
-            }
-        };
-        if shared.parts {
-            // A key reads path parameters or the whole head.
-            let (mut parts, body) = request.into_parts();
-            let params: PathParams = if shared.params {
-                key::path_params(&mut parts)
-            } else {
-                None
-            };
-            return match shared.decide_now(limiter, Head::of_parts(&parts), &params) {
-                Some(Verdict::Admit(fields)) => {
-                    let future = self.inner.call(Request::from_parts(parts, body));
-                    Now::Done(ResponseFuture::admitted(future, fields))
-                }
-                Some(Verdict::Answer(response)) => Now::Done(ResponseFuture::answered(response)),
-                None => Now::Remote(Request::from_parts(parts, body)),
-            };
-        }
-        match shared.decide_now(limiter, Head::of_request(&request), &None) {
-            Some(Verdict::Admit(fields)) => {
-                Now::Done(ResponseFuture::admitted(self.inner.call(request), fields))
-            }
-            Some(Verdict::Answer(response)) => Now::Done(ResponseFuture::answered(response)),
-            None => Now::Remote(request),
+        let (parts, body) = request.into_parts();
+        // The service that was polled ready serves this request.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture {
+            state: State::Deciding {
+                decision: Box::pin(self.shared.clone().decide(parts)),
+                inner: Some(inner),
+                body: Some(body),
+            },
         }
     }
 }
@@ -572,29 +669,33 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let request = if self.shared.remote.load(Ordering::Relaxed) {
-            request
-        } else {
-            match self.decide_now(request) {
-                Now::Done(future) => return future,
-                // Not decided at once: the store is remote. Nothing was
-                // sent (a remote call starts when first polled).
-                Now::Remote(request) => {
-                    self.shared.remote.store(true, Ordering::Relaxed);
-                    request
-                }
+        let limiter = match self.shared.limiter() {
+            Ok(limiter) => limiter,
+            Err(rejection) => {
+                let grpc = response::is_grpc(request.headers());
+                return ResponseFuture::answered(response::refused(rejection, grpc));
             }
         };
-        let (parts, body) = request.into_parts();
-        // The service that was polled ready serves this request.
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture {
-            state: State::Deciding {
-                decision: Box::pin(self.shared.clone().decide(parts)),
-                inner: Some(inner),
-                body: Some(body),
-            },
+        if limiter.is_remote() {
+            return self.decide_remote(request);
+        }
+        if self.shared.parts {
+            return match decide_parts(&self.shared, &mut self.inner, limiter, request) {
+                Ok(future) => future,
+                Err(request) => self.decide_remote(request),
+            };
+        }
+        // In memory, from the borrowed request: decided before the service
+        // is called, and the request is moved once, into the service.
+        let verdict = self
+            .shared
+            .decide_now(limiter, Head::of_request(&request), &None);
+        match verdict {
+            Some(Verdict::Admit(fields)) => {
+                ResponseFuture::admitted(self.inner.call(request), fields)
+            }
+            Some(Verdict::Answer(response)) => ResponseFuture::answered(response),
+            None => self.decide_remote(request),
         }
     }
 }
@@ -677,9 +778,10 @@ where
                     let mut response = ready!(future.poll(cx))?.map(Body::new);
                     if let Some((policy, current)) = fields.take() {
                         let headers = response.headers_mut();
-                        if !headers.contains_key(&RATELIMIT) {
+                        // A response with its own fields keeps them.
+                        if let http::header::Entry::Vacant(vacant) = headers.entry(RATELIMIT) {
+                            vacant.insert(current);
                             headers.insert(RATELIMIT_POLICY, policy);
-                            headers.insert(RATELIMIT, current);
                         }
                     }
                     return Poll::Ready(Ok(response));
