@@ -143,6 +143,58 @@ async fn a_per_ip_limit_refuses_with_429_retry_after_ietf_fields_and_json() {
     }
 }
 
+/// An annotated function limited under the layer's name, keyed by the
+/// client's address.
+#[rl_core::rate_limit(name = "shared_ip", key = ip, limits = ["3/1m"], limiter = limiter)]
+async fn shared_ip(limiter: &Limiter, ip: std::net::IpAddr) -> Result<(), rl_core::Rejection> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_layer_and_a_function_under_one_name_share_each_client_ips_counter() {
+    for backend in BACKENDS {
+        let (limiter, _redis) = limiter(backend).await;
+        let layer = RateLimitLayer::builder("shared_ip")
+            .key("shared_ip", ["3/1m"], KeyFrom::client_ip())
+            .limiter(limiter.clone())
+            .trusted_proxies("127.0.0.1".parse().unwrap())
+            .headers(false)
+            .build()
+            .unwrap();
+        let addr = serve(Router::new().route("/", ok()).layer(layer)).await;
+        let url = format!("http://{addr}/");
+        let ip: std::net::IpAddr = "198.51.100.7".parse().unwrap();
+        // One unit through the layer, one through the function, one through
+        // the call API with the address as text: the same counter.
+        assert_eq!(
+            from(&url, "198.51.100.7").await.status(),
+            200,
+            "{backend:?}"
+        );
+        assert!(shared_ip(&limiter, ip).await.is_ok(), "{backend:?}");
+        let spec = rl_core::CallSpec::owned(
+            "shared_ip",
+            vec![rl_core::GroupSpec::owned(
+                "shared_ip",
+                vec!["3/1m".parse().unwrap()],
+            )],
+        );
+        assert!(
+            limiter.call(&spec, &[&"198.51.100.7"]).await.is_ok(),
+            "{backend:?}"
+        );
+        assert_eq!(
+            from(&url, "198.51.100.7").await.status(),
+            429,
+            "{backend:?}"
+        );
+        assert!(shared_ip(&limiter, ip).await.is_err(), "{backend:?}");
+        // The number of the same value is another identity.
+        let number = u64::from(u32::from(std::net::Ipv4Addr::new(198, 51, 100, 7)));
+        assert!(limiter.call(&spec, &[&number]).await.is_ok(), "{backend:?}");
+    }
+}
+
 #[tokio::test]
 async fn ipv6_clients_are_limited_per_64_so_a_host_cannot_rotate_addresses() {
     for backend in BACKENDS {

@@ -364,16 +364,16 @@ impl Pipeline {
         (self.layers.len(), None)
     }
 
-    /// Up through the layers of `mask` the call passed.
+    /// Up through the layers of `mask` the call passed (the answer is
+    /// changed in place: no copy of it per layer).
     #[inline]
-    fn up(&self, call: &mut Call<'_>, depth: usize, mask: Mask, mut answer: Answer) -> Answer {
+    fn up(&self, call: &mut Call<'_>, depth: usize, mask: Mask, answer: &mut Answer) {
         let mut bits = mask & self.afters & below(depth);
         while bits != 0 {
             let i = (Mask::BITS - 1 - bits.leading_zeros()) as usize;
             bits &= !(1 << i);
-            self.layers[i].after(call, &mut answer);
+            self.layers[i].after(call, answer);
         }
-        answer
     }
 
     /// Runs the call through the layers of `mask` synchronously when the
@@ -383,9 +383,32 @@ impl Pipeline {
         let Store::Memory(memory) = &self.store else {
             return None;
         };
+        Some(self.run_memory(memory, call, mask))
+    }
+
+    /// [`Pipeline::run_now`] on this pipeline's memory store `memory`
+    /// (the answer built in the caller's place: no `Option` around it).
+    #[inline(always)]
+    pub(crate) fn run_memory(
+        &self,
+        memory: &crate::store::memory::MemoryBackend,
+        call: &mut Call<'_>,
+        mask: Mask,
+    ) -> Answer {
         let (depth, answered) = self.down(call, mask);
-        let answer = answered.unwrap_or_else(|| stored(call.op, memory.run(call.op, call.targets)));
-        Some(self.up(call, depth, mask, answer))
+        let mut answer = match answered {
+            Some(answer) => answer,
+            // An acquire (the hot path): the decisions are made straight
+            // into the answer (what `stored(op, memory.run(..))` gives,
+            // without its intermediate copies).
+            None if matches!(call.op, Op::Acquire) => Answer::Decided {
+                decisions: memory.acquire_targets(call.targets),
+                source: Source::Backend,
+            },
+            None => stored(call.op, memory.run(call.op, call.targets)),
+        };
+        self.up(call, depth, mask, &mut answer);
+        answer
     }
 
     /// Runs the call through the layers of `mask`.
@@ -408,7 +431,8 @@ impl Pipeline {
                 stored(call.op, result)
             }
         };
-        let answer = self.up(call, depth, mask, answer);
+        let mut answer = answer;
+        self.up(call, depth, mask, &mut answer);
         if let Some(follow_up) = call.follow_up.take() {
             follow_up.await;
         }

@@ -204,7 +204,7 @@ impl Limiter {
     }
 
     /// Decides a call whose identities are rendered.
-    #[inline]
+    #[inline(always)]
     fn call_identities<'l>(
         &'l self,
         spec: &'l CallSpec,
@@ -219,7 +219,7 @@ impl Limiter {
     }
 
     /// Decides a call on the memory store, now.
-    #[inline]
+    #[inline(always)]
     fn decide_now<'l>(
         &'l self,
         spec: &'l CallSpec,
@@ -235,10 +235,10 @@ impl Limiter {
         let mut call = Call::new(Op::Acquire, &targets, spec.name(), resolved.policy);
         call.counters = Some(&resolved.counters);
         call.allow_listed = skipped != 0 && skipped == resolved.all_groups();
-        let answer = self
-            .pipeline
-            .run_now(&mut call, resolved.mask)
-            .expect("a memory store answers now");
+        let crate::store::Store::Memory(memory) = &self.pipeline.store else {
+            unreachable!("decided now only on a memory store");
+        };
+        let answer = self.pipeline.run_memory(memory, &mut call, resolved.mask);
         self.permit(spec, resolved, identities, skipped, &targets, answer)
     }
 
@@ -263,7 +263,7 @@ impl Limiter {
     }
 
     /// The permit (or rejection) of a call of `spec` that got `answer`.
-    #[inline]
+    #[inline(always)]
     fn permit<'l>(
         &'l self,
         spec: &'l CallSpec,

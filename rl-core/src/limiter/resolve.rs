@@ -119,6 +119,7 @@ impl Resolved {
 
     /// Adds the targets of the groups `keep` accepts (by index and group)
     /// to `targets` (built in place: no copy of the batch on the hot path).
+    #[inline(always)]
     pub(crate) fn fill_targets<'a>(
         &'a self,
         identities: &'a [Identity],
@@ -214,7 +215,7 @@ thread_local! {
 /// when it is current (borrowed in place: no reference count is touched, so
 /// threads deciding the same spec share no written cache line), else
 /// resolved now and cached.
-#[inline]
+#[inline(always)]
 pub(crate) fn with<R>(
     limiter: &Limiter,
     spec: &CallSpec,

@@ -402,8 +402,19 @@ impl Identity {
     }
 
     /// Renders one part, escaped like [`Key`]'s (digits need no escaping).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn of(part: Part<'_>) -> Self {
+        // The typed forms inline, the rest out of line.
+        match part {
+            Part::Unsigned(n) => Identity::Number(n),
+            Part::Ip(std::net::IpAddr::V4(ip)) => Identity::Ipv4(u32::from(ip)),
+            part => Self::rendered(part),
+        }
+    }
+
+    /// [`Identity::of`] for the parts that take rendering or checking.
+    #[inline(never)]
+    fn rendered(part: Part<'_>) -> Self {
         match part {
             Part::Unsigned(n) => Identity::Number(n),
             Part::Signed(n) => match u64::try_from(n) {

@@ -492,7 +492,7 @@ impl MemoryBackend {
     }
 
     #[inline]
-    fn acquire_targets(&self, targets: &[Target<'_>]) -> Decisions {
+    pub(crate) fn acquire_targets(&self, targets: &[Target<'_>]) -> Decisions {
         if let [one] = targets {
             return Decisions::one(self.acquire_target(one));
         }

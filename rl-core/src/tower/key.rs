@@ -341,6 +341,7 @@ fn peer(extensions: &Extensions) -> Option<IpAddr> {
 }
 
 /// Extracts the key of `source` (group `group`) from a request.
+#[inline]
 pub(crate) fn extract<'p>(
     source: &KeyFrom,
     group: &str,
@@ -350,13 +351,10 @@ pub(crate) fn extract<'p>(
     trusted: Option<&TrustedProxies>,
 ) -> Result<Extracted<'p>, Problem> {
     match &source.source {
+        // The commonest key, inline.
         Source::ClientIp(prefix) => {
             let Some(ip) = client.ip(head, trusted) else {
-                return Err(Problem::server(
-                    "no client address for the rate limit: serve the router with \
-                     into_make_service_with_connect_info::<SocketAddr>()"
-                        .to_owned(),
-                ));
+                return Err(no_client_address());
             };
             let prefix = prefix
                 .or_else(|| head.extensions.get::<IpPrefix>().copied())
@@ -368,6 +366,30 @@ pub(crate) fn extract<'p>(
                 _ => Extracted::Ip(key.render()),
             })
         }
+        _ => extract_other(source, group, head, params),
+    }
+}
+
+#[cold]
+fn no_client_address() -> Problem {
+    Problem::server(
+        "no client address for the rate limit: serve the router with \
+         into_make_service_with_connect_info::<SocketAddr>()"
+            .to_owned(),
+    )
+}
+
+/// [`extract`] for every source but the client's address.
+#[inline(never)]
+fn extract_other<'p>(
+    source: &KeyFrom,
+    group: &str,
+    head: Head<'p>,
+    params: &'p PathParams,
+) -> Result<Extracted<'p>, Problem> {
+    match &source.source {
+        // Extracted by `extract` itself; never passed here.
+        Source::ClientIp(_) => Err(no_client_address()),
         Source::Header(Ok(name)) => header(head.headers, name).map(Extracted::Text),
         Source::Header(Err(name)) => Err(Problem::server(format!("invalid header name `{name}`"))),
         Source::PathParam(name) => match params {

@@ -690,12 +690,17 @@ where
         let verdict = self
             .shared
             .decide_now(limiter, Head::of_request(&request), &None);
-        match verdict {
-            Some(Verdict::Admit(fields)) => {
-                ResponseFuture::admitted(self.inner.call(request), fields)
-            }
-            Some(Verdict::Answer(response)) => ResponseFuture::answered(response),
-            None => self.decide_remote(request),
+        let fields = match verdict {
+            Some(Verdict::Admit(fields)) => fields,
+            Some(Verdict::Answer(response)) => return ResponseFuture::answered(response),
+            None => return self.decide_remote(request),
+        };
+        // Built in place (the service's future is large).
+        ResponseFuture {
+            state: State::Admitted {
+                future: self.inner.call(request),
+                fields,
+            },
         }
     }
 }
