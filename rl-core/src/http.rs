@@ -453,7 +453,11 @@ impl ClientIp {
     pub fn resolve(peer: IpAddr, headers: &HeaderMap, trusted: Option<&TrustedProxies>) -> Self {
         let peer = peer.to_canonical();
         let Some(trusted) = trusted.filter(|t| t.contains(peer)) else {
-            return Self::new(peer);
+            // Already canonical.
+            return Self {
+                ip: peer,
+                prefix: IpPrefix::DEFAULT,
+            };
         };
         // Right to left over every `X-Forwarded-For` line, without collecting.
         let hops = headers

@@ -6,7 +6,7 @@ use std::fmt::Display;
 use std::sync::Arc;
 
 pub use crate::limiter::Limiter;
-pub use crate::limiter::call::{CallFuture, CallSpec, Counting, GroupSpec, Permit};
+pub use crate::limiter::call::{Admitted, CallFuture, CallSpec, Counting, GroupSpec, Permit};
 pub use crate::model::error::Error;
 pub use crate::model::key::Part;
 pub use crate::model::limit::{Algorithm, Limit};
@@ -76,6 +76,13 @@ pub fn call<'l>(
             CallFuture::ready(Err(Rejection::unavailable(spec.name().to_owned(), error)))
         }
     }
+}
+
+/// What a function that keeps no permit awaits: [`call`]'s admission or
+/// refusal, the permit dropped at once (see `CallFuture::admitted`).
+#[inline]
+pub fn admitted(call: CallFuture<'_>) -> Admitted<'_> {
+    call.admitted()
 }
 
 /// A key expression's value, for [`PartFast`] / [`PartDisplay`] to turn

@@ -152,27 +152,6 @@ fn is_plain(name: &str) -> bool {
         .all(|b| matches!(b, b' '..=b'~') && b != b'"' && b != b'\\')
 }
 
-/// [`write_current`] as bytes of exactly their length (so that a `Bytes`
-/// made from them takes no second allocation).
-pub(crate) fn current_bytes(name: &str, decision: &Decision) -> Vec<u8> {
-    if !is_plain(name) {
-        let mut out = String::with_capacity(name.len() + 48);
-        let _ = write_current(&mut out, name, decision);
-        return out.into_bytes();
-    }
-    let (mut remaining, mut reset) = (itoa::Buffer::new(), itoa::Buffer::new());
-    let remaining = remaining.format(decision.remaining).as_bytes();
-    let reset = reset.format(decision.reset_after_secs()).as_bytes();
-    let mut out = Vec::with_capacity(name.len() + remaining.len() + reset.len() + 8);
-    out.push(b'"');
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(b"\";r=");
-    out.extend_from_slice(remaining);
-    out.extend_from_slice(b";t=");
-    out.extend_from_slice(reset);
-    out
-}
-
 /// Appends `name` as a structured-field string: printable ASCII, `"` and
 /// `\` escaped; other characters replaced by `_`.
 pub(crate) fn push_sf_string<W: std::fmt::Write>(out: &mut W, name: &str) -> std::fmt::Result {

@@ -16,8 +16,8 @@
 //!             ::rl_core::__private::CallSpec::new(<name>, &[GroupSpec::new(<group>, &[<limits>]).with_cost(..), ..])
 //!                 .with_policy(..);                                // `on_error`
 //!         let __rl_call = ::rl_core::__private::call(&__RL_SPEC, __rl_limiter, &[&(<key>), ..]);
-//!         match __rl_call.await {
-//!             Ok(_) => {}
+//!         match ::rl_core::__private::admitted(__rl_call).await { // the permit, dropped at once
+//!             Ok(()) => {}
 //!             Err(__rl_rejection) => return <Err(From::from(..)) or (on_reject)(..)>,
 //!         }
 //!     }
@@ -271,8 +271,8 @@ fn call(
             {
                 #limiter
                 #check
-                match __rl_call.await {
-                    #private::core::result::Result::Ok(_) => {}
+                match #private::admitted(__rl_call).await {
+                    #private::core::result::Result::Ok(()) => {}
                     #private::core::result::Result::Err(__rl_rejection) => #refused
                 }
             }
@@ -419,8 +419,8 @@ mod tests {
                         __rl_limiter,
                         &[(&&::rl_core::__private::Probe(&(user.id))).__rl_part()]
                     );
-                    match __rl_call.await {
-                        ::rl_core::__private::core::result::Result::Ok(_) => {}
+                    match ::rl_core::__private::admitted(__rl_call).await {
+                        ::rl_core::__private::core::result::Result::Ok(()) => {}
                         ::rl_core::__private::core::result::Result::Err(__rl_rejection) => {
                             return ::rl_core::__private::core::result::Result::Err(
                                 ::rl_core::__private::core::convert::From::from(__rl_rejection)
@@ -562,8 +562,8 @@ mod tests {
                             (&&::rl_core::__private::Probe(&(ip))).__rl_part()
                         ]
                     );
-                    match __rl_call.await {
-                        ::rl_core::__private::core::result::Result::Ok(_) => {}
+                    match ::rl_core::__private::admitted(__rl_call).await {
+                        ::rl_core::__private::core::result::Result::Ok(()) => {}
                         ::rl_core::__private::core::result::Result::Err(__rl_rejection) => {
                             fn __rl_on_reject<__RlOut, __RlOnReject>(
                                 on_reject: __RlOnReject,

@@ -232,7 +232,7 @@ impl CallSpec {
         self.counting
     }
 
-    /// Checks that calls of this spec can be decided: one to [`MAX_GROUPS`]
+    /// Checks that calls of this spec can be decided: one to 63
     /// groups, each with at least one limit, no two limits of a group sharing state,
     /// and every cost within its limits' capacity.
     ///
@@ -471,6 +471,58 @@ impl<'l> CallFuture<'l> {
         match self.state {
             CallState::Ready(result) => result,
             CallState::Remote(_) => None,
+        }
+    }
+}
+
+impl<'l> CallFuture<'l> {
+    /// The call's admission or refusal, without the permit: dropped at once
+    /// (an unsettled permit keeps what it took, as a call that counts every
+    /// admission does). What `#[rate_limit]` awaits when it keeps no
+    /// permit: the function's future then holds a small value across the
+    /// wait, not the permit.
+    #[inline]
+    pub(crate) fn admitted(self) -> Admitted<'l> {
+        Admitted {
+            state: match self.state {
+                CallState::Ready(result) => AdmittedState::Ready(result.map(|r| r.map(drop))),
+                CallState::Remote(future) => AdmittedState::Remote(future),
+            },
+        }
+    }
+}
+
+/// The future of a call awaited for its admission only
+/// (`__private::admitted`): `Ok(())` when admitted, the refusal otherwise.
+#[must_use = "futures do nothing unless awaited"]
+pub struct Admitted<'l> {
+    state: AdmittedState<'l>,
+}
+
+enum AdmittedState<'l> {
+    Ready(Option<Result<(), Rejection>>),
+    Remote(Pin<Box<dyn Future<Output = Decided<'l>> + Send + 'l>>),
+}
+
+impl fmt::Debug for Admitted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.state {
+            AdmittedState::Ready(result) => f.debug_tuple("Ready").field(result).finish(),
+            AdmittedState::Remote(_) => f.write_str("Remote(..)"),
+        }
+    }
+}
+
+impl Future for Admitted<'_> {
+    type Output = Result<(), Rejection>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.get_mut().state {
+            AdmittedState::Ready(result) => {
+                Poll::Ready(result.take().expect("Admitted polled after completion"))
+            }
+            AdmittedState::Remote(future) => future.as_mut().poll(cx).map(|r| r.map(drop)),
         }
     }
 }

@@ -203,6 +203,29 @@ impl Limiter {
         self.call_identities(spec, &identities)
     }
 
+    /// [`Limiter::call_parts`] when the call is decided now (the memory
+    /// store): the result itself rather than a future around it, for a
+    /// caller that decides before going on (the tower layer); `None` on a
+    /// remote store.
+    #[cfg(feature = "tower")]
+    #[inline]
+    pub(crate) fn call_parts_now<'l>(
+        &'l self,
+        spec: &'l CallSpec,
+        parts: &[Part<'_>],
+    ) -> Option<Decided<'l>> {
+        if self.pipeline.store.is_remote() {
+            return None;
+        }
+        if let ([part], [_]) = (parts, spec.groups()) {
+            let identities = [Identity::of(*part)];
+            return Some(resolve::with(self, spec, |resolved| {
+                self.decide_now(spec, resolved, &identities)
+            }));
+        }
+        self.call_parts(spec, parts).now()
+    }
+
     /// Decides a call whose identities are rendered.
     #[inline(always)]
     fn call_identities<'l>(

@@ -433,10 +433,11 @@ impl Identity {
                 }
                 // Neither a number nor an address, and escaping only adds
                 // `%XX`: the result is text (no second check).
-                if text.len() <= Identity::INLINE && !needs_escape(text) {
-                    if let Ok(inline) = arrayvec::ArrayString::from(text) {
-                        return Identity::Inline(inline);
-                    }
+                if text.len() <= Identity::INLINE
+                    && !needs_escape(text)
+                    && let Ok(inline) = arrayvec::ArrayString::from(text)
+                {
+                    return Identity::Inline(inline);
                 }
                 let mut out = Building::new();
                 let _ = Escaper(&mut out).write_str(text);

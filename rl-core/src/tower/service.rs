@@ -20,6 +20,7 @@ use super::response;
 use crate::http::{RATELIMIT, RATELIMIT_POLICY, TrustedProxies};
 use crate::limiter::Limiter;
 use crate::limiter::call::{CallSpec, GroupSpec, Permit};
+use crate::model::decision::Decision;
 use crate::model::error::LimitError;
 use crate::model::key::Part;
 use crate::model::limit::Limit;
@@ -401,7 +402,7 @@ impl Shared {
                 Ok(key) => key,
                 Err(problem) => return Some(self.no_key(&problem, head.headers)),
             };
-            let decided = limiter.call_parts(&self.spec, &[key.part()]).now()?;
+            let decided = limiter.call_parts_now(&self.spec, &[key.part()])?;
             return Some(self.verdict(decided, head.headers));
         }
         let mut keys = Keys::new();
@@ -410,7 +411,7 @@ impl Shared {
         }
         // Typed identities: text as is, no `core::fmt` per request.
         let parts: SmallVec<[Part<'_>; 2]> = keys.iter().map(Extracted::part).collect();
-        let decided = limiter.call_parts(&self.spec, &parts).now()?;
+        let decided = limiter.call_parts_now(&self.spec, &parts)?;
         Some(self.verdict(decided, head.headers))
     }
 
@@ -448,14 +449,23 @@ impl Shared {
     }
 
     /// The limiter, or the rejection of a call without one.
+    #[inline]
     fn limiter(&self) -> Result<&Limiter, Rejection> {
         match &self.limiter {
             Some(limiter) => Ok(limiter),
-            None => Limiter::global().map_err(|error| {
-                tracing::error!(limit = self.spec.name(), %error, "rate limit layer without a limiter");
-                Rejection::unavailable(self.spec.name().to_owned(), error)
-            }),
+            None => match Limiter::global() {
+                Ok(limiter) => Ok(limiter),
+                Err(error) => Err(self.no_limiter(error)),
+            },
         }
+    }
+
+    /// The rejection (logged) of a request when no limiter is installed.
+    #[cold]
+    #[inline(never)]
+    fn no_limiter(&self, error: crate::Error) -> Rejection {
+        tracing::error!(limit = self.spec.name(), %error, "rate limit layer without a limiter");
+        Rejection::unavailable(self.spec.name().to_owned(), error)
     }
 
     /// Adds the request's keys to `keys` (filled in place: no copy of the
@@ -502,6 +512,7 @@ impl Shared {
     }
 
     /// What a decided call (of a request with these headers) becomes.
+    #[inline]
     fn verdict(&self, decided: Result<Permit<'_>, Rejection>, headers: &HeaderMap) -> Verdict {
         match decided {
             Ok(permit) => Verdict::Admit(if self.headers {
@@ -509,22 +520,23 @@ impl Shared {
             } else {
                 None
             }),
-            Err(rejection) => {
-                Verdict::Answer(response::refused(rejection, response::is_grpc(headers)))
-            }
+            Err(rejection) => self.refused(rejection, headers),
         }
     }
 
+    /// The answer to a refused request (with these headers).
+    #[inline(never)]
+    fn refused(&self, rejection: Rejection, headers: &HeaderMap) -> Verdict {
+        Verdict::Answer(response::refused(rejection, response::is_grpc(headers)))
+    }
+
     /// The `RateLimit` fields of an admitted call's binding limit: the
-    /// policy as kept for its limit ([`policy_field`]), the current value
-    /// formatted on the stack (on the heap for very long names).
+    /// policy as kept for its limit and the current value from its kept
+    /// prefix ([`kept_fields`]).
     fn fields(&self, permit: &Permit<'_>) -> Option<Fields> {
         let (group, decision, limit) = permit.binding_group()?;
         let name = self.spec.groups().get(group)?.name();
-        let policy = policy_field(self.id, group, name, decision.limit, &limit)?;
-        // One allocation: the value's own buffer, written once.
-        let current = Bytes::from(refusal::current_bytes(name, &decision));
-        Some((policy, HeaderValue::from_maybe_shared(current).ok()?))
+        kept_fields(self.id, group, name, &decision, &limit)
     }
 }
 
@@ -536,75 +548,112 @@ fn misconfigured(group: &str, problem: &Problem) {
     }
 }
 
-/// One kept `RateLimit-Policy` value: layer `layer`'s group `group` with
-/// this quota and window.
-struct KeptPolicy {
+/// What a thread keeps of layer `layer`'s group `group` with this quota
+/// and window: its `RateLimit-Policy` value and the start of its
+/// `RateLimit` value (`"name";r=`).
+struct Kept {
     layer: u64,
     group: usize,
     quota: u64,
     window: u64,
-    value: HeaderValue,
+    policy: HeaderValue,
+    current: Box<[u8]>,
 }
 
-/// Kept policy values per thread (direct-mapped; a collision only formats
-/// again).
-const POLICY_SLOTS: usize = 16;
+/// Kept fields per thread (direct-mapped; a collision only formats again).
+const KEPT_SLOTS: usize = 16;
 
 thread_local! {
-    static POLICIES: RefCell<[Option<KeptPolicy>; POLICY_SLOTS]> =
-        const { RefCell::new([const { None }; POLICY_SLOTS]) };
+    static KEPT: RefCell<[Option<Kept>; KEPT_SLOTS]> =
+        const { RefCell::new([const { None }; KEPT_SLOTS]) };
 }
 
-/// The `RateLimit-Policy` value of group `group` (named `name`) of layer
-/// `layer` under `limit` with quota `quota`: the same for every request
-/// until the limit changes, so each thread formats it once and hands out
-/// clones (a reference count, no allocation). Keyed by the layer's unique
-/// id, the group and the figures the value shows, so a changed limit gets
-/// its own value.
-fn policy_field(
+/// The `RateLimit-Policy` and `RateLimit` values of `decision` of group
+/// `group` (named `name`) of layer `layer` under `limit`. The policy is the
+/// same for every request until the limit changes, so each thread formats
+/// it once and hands out clones (a reference count, no allocation), with
+/// the start of the current value; the current value is one allocation of
+/// its exact length. Kept by the layer's unique id, the group and the
+/// figures the policy shows, so a changed limit gets its own values.
+fn kept_fields(
     layer: u64,
     group: usize,
     name: &str,
-    quota: u64,
+    decision: &Decision,
     limit: &Limit,
-) -> Option<HeaderValue> {
-    let window = refusal::window_secs(limit);
+) -> Option<Fields> {
+    let (quota, window) = (decision.limit, refusal::window_secs(limit));
     let format = || {
         let mut policy = String::with_capacity(name.len() + 32);
         let _ = refusal::write_policy(&mut policy, name, quota, window);
-        HeaderValue::try_from(policy).ok()
-    };
-    let slot = (layer as usize).wrapping_mul(31).wrapping_add(group) % POLICY_SLOTS;
-    let kept = POLICIES.try_with(|kept| {
-        let Ok(mut kept) = kept.try_borrow_mut() else {
-            return format();
-        };
-        let entry = &mut kept[slot];
-        if let Some(hit) = entry.as_ref().filter(|k| {
-            k.layer == layer && k.group == group && k.quota == quota && k.window == window
-        }) {
-            return Some(hit.value.clone());
-        }
-        let value = format()?;
-        *entry = Some(KeptPolicy {
+        let mut current = String::with_capacity(name.len() + 8);
+        let _ = refusal::push_sf_string(&mut current, name);
+        current.push_str(";r=");
+        Some(Kept {
             layer,
             group,
             quota,
             window,
-            value: value.clone(),
-        });
-        Some(value)
+            policy: HeaderValue::try_from(policy).ok()?,
+            current: current.into_bytes().into_boxed_slice(),
+        })
+    };
+    let fields = |kept: &Kept| Some((kept.policy.clone(), current_field(&kept.current, decision)?));
+    let slot = (layer as usize).wrapping_mul(31).wrapping_add(group) % KEPT_SLOTS;
+    let found = KEPT.try_with(|all| {
+        let Ok(mut all) = all.try_borrow_mut() else {
+            return fields(&format()?);
+        };
+        let entry = &mut all[slot];
+        match entry {
+            Some(kept)
+                if kept.layer == layer
+                    && kept.group == group
+                    && kept.quota == quota
+                    && kept.window == window =>
+            {
+                fields(kept)
+            }
+            _ => fields(entry.insert(format()?)),
+        }
     });
-    match kept {
-        Ok(value) => value,
+    match found {
+        Ok(found) => found,
         // Thread-local storage is being torn down.
-        Err(_) => format(),
+        Err(_) => fields(&format()?),
     }
+}
+
+/// The `RateLimit` value of `decision`: `start` (`"name";r=`), then its
+/// figures, assembled on the stack and copied once into the value's own
+/// buffer (of its exact length: one allocation).
+fn current_field(start: &[u8], decision: &Decision) -> Option<HeaderValue> {
+    let mut text = [0u8; 160];
+    let (mut remaining, mut reset) = (itoa::Buffer::new(), itoa::Buffer::new());
+    let remaining = remaining.format(decision.remaining).as_bytes();
+    let reset = reset.format(decision.reset_after_secs()).as_bytes();
+    let len = start.len() + remaining.len() + 3 + reset.len();
+    if len > text.len() {
+        // A very long name: on the heap.
+        return HeaderValue::from_maybe_shared(Bytes::from(
+            [start, remaining, b";t=", reset].concat(),
+        ))
+        .ok();
+    }
+    let mut at = 0;
+    for part in [start, remaining, b";t=", reset] {
+        text[at..at + part.len()].copy_from_slice(part);
+        at += part.len();
+    }
+    HeaderValue::from_maybe_shared(Bytes::copy_from_slice(&text[..len])).ok()
 }
 
 /// Decides `request` on the memory store when a key reads path parameters
 /// or the whole head (the request is split for them), and calls `inner` if
 /// admitted; gives the request back when it cannot be decided at once.
+// The request goes back by value: boxing it would cost an allocation on the
+// path that decides remotely.
+#[allow(clippy::result_large_err)]
 fn decide_parts<S, B, ResBody>(
     shared: &Shared,
     inner: &mut S,
