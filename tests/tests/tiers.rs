@@ -111,6 +111,11 @@ async fn the_tiers_states_are_independent() {
                     .iter()
                     .all(|k| k.starts_with("tiers:{api@pro:bob}"))
             );
+            // A hostile identity stays inside its tier's hash tag, escaped
+            // (the key's only braces: its slot is the tag's).
+            assert!(api(&limiter, "a}{b:c", "pro").await.is_ok());
+            let key = "tiers:{api@pro:a%7D%7Bb%3Ac}:sl:60000000";
+            assert_eq!(redis.cmd::<i64>(&["EXISTS", key]).await, 1);
         }
     }
 }

@@ -54,8 +54,23 @@ use crate::store::target::{KeyRef, Op, Slot, Target};
 
 /// One named set of limits of a tiered group ([`GroupSpec::tiered`]).
 ///
-/// A tier name is 1 to 64 ASCII letters, digits, `_`, `-` or `.`; the tier
-/// named `default` decides the calls whose tier is none of the group's.
+/// A tier name is 1 to 64 ASCII letters, digits, `_`, `-` or `.`. Each
+/// tier is a limit name, `<group>@<tier>` (`api@pro`): the scope of its
+/// keys (its own state), the name in rejections, `RateLimit` fields and
+/// logs, and the name its limits are set under at run time
+/// ([`Limiter::set_limits`], a limits file), where a name `<group>@<tier>`
+/// also adds a tier the code does not declare. Shadow mode, the deny-cache
+/// setting and allow/deny entries of the group's name apply to its tiers.
+/// The `limit` label of a tiered call's metrics is `<call>@<tier>` (the
+/// tier of its first tiered group).
+///
+/// A call whose tier is none of its group's (or that gives none) is decided
+/// by the tier named `default` when the group has one. Otherwise it cannot
+/// be decided: an error naming the tier is logged, and the failure policy
+/// answers — [`FailurePolicy::FailOpen`] admits it
+/// ([`Admission::FailedOpen`]); `FailClosed` and `Local` refuse it as
+/// unavailable ([`LimitError::UnknownTier`]), counted under the call's own
+/// name. Give a `default` tier when the tier comes from the client.
 ///
 /// ```
 /// use rl_core::{Limit, Tier};
