@@ -19,7 +19,7 @@ use super::key::{self, Client, Extracted, Head, KeyFrom, Keys, PathParams, Probl
 use super::response;
 use crate::http::{RATELIMIT, RATELIMIT_POLICY, TrustedProxies};
 use crate::limiter::Limiter;
-use crate::limiter::call::{CallSpec, GroupSpec, Permit};
+use crate::limiter::call::{CallFuture, CallSpec, GroupSpec, Permit};
 use crate::model::decision::Decision;
 use crate::model::error::LimitError;
 use crate::model::key::Part;
@@ -68,9 +68,31 @@ pub enum LayerError {
     #[error("rate limit `{0}` is given twice in one layer: give each key its own name")]
     DuplicateGroup(String),
     /// The layer cannot decide its calls (e.g. it has no key, or a cost
-    /// over a limit's capacity).
+    /// over a limit's capacity, or an invalid tier).
     #[error(transparent)]
     Spec(LimitError),
+    /// A tier given where there is no tiered key to add it to.
+    #[error("rate limit tier `{tier}`: {message}")]
+    Tier {
+        /// The tier's name.
+        tier: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// A tiered key's tier resolver: the request's tier, borrowed from it (a
+/// header, an extension's field) or `'static` (a plan's name).
+#[derive(Clone)]
+struct TierFn(Arc<TierOf>);
+
+/// What a tier resolver is.
+type TierOf = dyn Fn(&Parts) -> Option<&str> + Send + Sync;
+
+impl fmt::Debug for TierFn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("tier(..)")
+    }
 }
 
 /// A limit of [`RateLimitLayerBuilder::key`]: a [`Limit`] or its text
@@ -171,6 +193,10 @@ struct Shared {
     spec: CallSpec,
     /// Key `i` is group `i`'s identity.
     keys: SmallVec<[KeyFrom; 2]>,
+    /// Key `i`'s tier resolver, for a tiered group.
+    tiers: SmallVec<[Option<TierFn>; 2]>,
+    /// Whether a key is tiered.
+    tiered: bool,
     /// `None`: the global limiter, looked up per request.
     limiter: Option<Arc<Limiter>>,
     headers: bool,
@@ -207,6 +233,7 @@ impl RateLimitLayer {
             name: name.to_owned(),
             groups: Vec::new(),
             keys: SmallVec::new(),
+            tiers: SmallVec::new(),
             error: None,
             limiter: None,
             policy: None,
@@ -241,6 +268,7 @@ pub struct RateLimitLayerBuilder {
     name: String,
     groups: Vec<GroupSpec>,
     keys: SmallVec<[KeyFrom; 2]>,
+    tiers: SmallVec<[Option<TierFn>; 2]>,
     error: Option<LayerError>,
     limiter: Option<Arc<Limiter>>,
     policy: Option<FailurePolicy>,
@@ -289,6 +317,93 @@ impl RateLimitLayerBuilder {
         }
         self.groups.push(group);
         self.keys.push(key);
+        self.tiers.push(None);
+        self
+    }
+
+    /// Adds a tiered key: requests are limited per key from `key` by the
+    /// limits of the tier `tier` reads from the request (e.g. a plan header,
+    /// or the plan of the user an authentication layer put in the
+    /// extensions), each tier on its own state. Declare its tiers with
+    /// [`tier`](RateLimitLayerBuilder::tier) right after; tiers configured
+    /// at run time as `<name>@<tier>` ([`Limiter::set_limits`]) are used
+    /// too. A request whose tier is none of these (or `None`) is decided by
+    /// the tier named `default` when there is one, else it cannot be
+    /// decided and the failure policy answers (see [`crate::Tier`]): give a
+    /// `default` when the tier comes from the client.
+    ///
+    /// ```
+    /// use rl_core::tower::{KeyFrom, RateLimitLayer};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::builder("api")
+    ///     .tiered_key("api_key", KeyFrom::header("x-api-key"), |parts| {
+    ///         parts.headers.get("x-plan")?.to_str().ok()
+    ///     })
+    ///     .tier("free", ["10/1m"])
+    ///     .tier("pro", ["1000/1m", "20/1s"])
+    ///     .tier("default", ["5/1m"])
+    ///     .build()?;
+    /// # let _ = layer;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn tiered_key<F>(self, name: &str, key: KeyFrom, tier: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<&str> + Send + Sync + 'static,
+    {
+        self.tiered_group(GroupSpec::owned_tiered(name, Vec::new()), key, tier)
+    }
+
+    /// Adds a tiered key with a prepared tiered group
+    /// ([`GroupSpec::tiered`], e.g. with its tiers and a cost).
+    pub fn tiered_group<F>(mut self, group: GroupSpec, key: KeyFrom, tier: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<&str> + Send + Sync + 'static,
+    {
+        if !group.is_tiered() {
+            self.error.get_or_insert(LayerError::Tier {
+                tier: String::new(),
+                message: format!(
+                    "`tiered_group` needs a tiered group (`GroupSpec::tiered`), but `{}` is not one",
+                    group.name()
+                ),
+            });
+        }
+        self = self.group(group, key);
+        if let Some(last) = self.tiers.last_mut() {
+            *last = Some(TierFn(Arc::new(tier)));
+        }
+        self
+    }
+
+    /// Declares a tier of the tiered key added last
+    /// ([`tiered_key`](RateLimitLayerBuilder::tiered_key)): its `limits`,
+    /// live-configurable as `<key name>@<tier>`.
+    pub fn tier<L: IntoLimit>(mut self, tier: &str, limits: impl IntoIterator<Item = L>) -> Self {
+        let limits: Result<Vec<Limit>, LimitError> =
+            limits.into_iter().map(IntoLimit::into_limit).collect();
+        let tiered = matches!(self.tiers.last(), Some(Some(_)));
+        match (self.groups.pop(), limits) {
+            (Some(group), Ok(limits)) if tiered => {
+                self.groups
+                    .push(group.with_tier(crate::Tier::owned(tier, limits)));
+            }
+            (Some(group), Err(source)) if tiered => {
+                self.error.get_or_insert(LayerError::Limit {
+                    group: format!("{}@{tier}", group.name()),
+                    source,
+                });
+                self.groups.push(group);
+            }
+            (group, _) => {
+                self.error.get_or_insert(LayerError::Tier {
+                    tier: tier.to_owned(),
+                    message: "a tier belongs to a tiered key: add one with `tiered_key` first"
+                        .into(),
+                });
+                self.groups.extend(group);
+            }
+        }
         self
     }
 
@@ -339,11 +454,14 @@ impl RateLimitLayerBuilder {
         }
         spec.check().map_err(LayerError::Spec)?;
         let params = self.keys.iter().any(KeyFrom::is_path_param);
-        let parts = self.keys.iter().any(KeyFrom::needs_parts);
+        let tiered = self.tiers.iter().any(Option::is_some);
+        let parts = tiered || self.keys.iter().any(KeyFrom::needs_parts);
         Ok(RateLimitLayer {
             shared: Arc::new(Shared {
                 spec,
                 keys: self.keys,
+                tiers: self.tiers,
+                tiered,
                 limiter: self.limiter,
                 headers: self.headers,
                 missing: self.missing,
@@ -396,8 +514,8 @@ impl Shared {
         head: Head<'_>,
         params: &PathParams,
     ) -> Option<Verdict> {
-        // One key (the common case): no vectors.
-        if let ([from], [group]) = (&*self.keys, self.spec.groups()) {
+        // One untiered key (the common case): no vectors.
+        if let (false, [from], [group]) = (self.tiered, &*self.keys, self.spec.groups()) {
             let key = match self.key(from, group.name(), head, params, &mut Client::default()) {
                 Ok(key) => key,
                 Err(problem) => return Some(self.no_key(&problem, head.headers)),
@@ -409,10 +527,25 @@ impl Shared {
         if let Err(problem) = self.keys(head, params, &mut keys) {
             return Some(self.no_key(&problem, head.headers));
         }
+        let decided = self.call(limiter, head, &keys).now()?;
+        Some(self.verdict(decided, head.headers))
+    }
+
+    /// The call of a request with this head and these keys (and its tiers).
+    fn call<'l>(&'l self, limiter: &'l Limiter, head: Head<'_>, keys: &Keys<'_>) -> CallFuture<'l> {
         // Typed identities: text as is, no `core::fmt` per request.
         let parts: SmallVec<[Part<'_>; 2]> = keys.iter().map(Extracted::part).collect();
-        let decided = limiter.call_parts_now(&self.spec, &parts)?;
-        Some(self.verdict(decided, head.headers))
+        if !self.tiered {
+            return limiter.call_parts(&self.spec, &parts);
+        }
+        // A request without a tier gives "": its group's default tier.
+        let tiers: SmallVec<[Part<'_>; 2]> = self
+            .tiers
+            .iter()
+            .flatten()
+            .map(|tier| Part::Text(head.parts.and_then(|parts| (tier.0)(parts)).unwrap_or("")))
+            .collect();
+        limiter.call_parts_tiered(&self.spec, &parts, &tiers)
     }
 
     /// [`Shared::decide_now`] for a remote store: the request head is moved
@@ -430,14 +563,11 @@ impl Shared {
         } else {
             None
         };
+        let head = Head::of_parts(&parts);
         let call = {
             let mut keys = Keys::new();
-            match self.keys(Head::of_parts(&parts), &params, &mut keys) {
-                Ok(()) => {
-                    let identities: SmallVec<[Part<'_>; 2]> =
-                        keys.iter().map(Extracted::part).collect();
-                    Ok(limiter.call_parts(&self.spec, &identities))
-                }
+            match self.keys(head, &params, &mut keys) {
+                Ok(()) => Ok(self.call(limiter, head, &keys)),
                 Err(problem) => Err(self.no_key(&problem, &parts.headers)),
             }
         };
@@ -532,9 +662,12 @@ impl Shared {
 
     /// The `RateLimit` fields of an admitted call's binding limit: the
     /// policy as kept for its limit and the current value from its kept
-    /// prefix ([`kept_fields`]).
+    /// prefix ([`kept_fields`]); a call decided by tiers (named by its
+    /// tier) formats both.
     fn fields(&self, permit: &Permit<'_>) -> Option<Fields> {
-        let (group, decision, limit) = permit.binding_group()?;
+        let Some((group, decision, limit)) = permit.binding_group() else {
+            return tiered_fields(permit);
+        };
         let name = self.spec.groups().get(group)?.name();
         kept_fields(self.id, group, name, &decision, &limit)
     }
@@ -622,6 +755,18 @@ fn kept_fields(
         // Thread-local storage is being torn down.
         Err(_) => fields(&format()?),
     }
+}
+
+/// The `RateLimit` fields of a tiered call's binding limit (its name the
+/// tier's), formatted each time.
+#[inline(never)]
+fn tiered_fields(permit: &Permit<'_>) -> Option<Fields> {
+    let (name, decision, limit) = permit.binding()?;
+    let (policy, current) = refusal::fields(name, &decision, &limit);
+    Some((
+        HeaderValue::try_from(policy).ok()?,
+        HeaderValue::try_from(current).ok()?,
+    ))
 }
 
 /// The `RateLimit` value of `decision`: `start` (`"name";r=`), then its
