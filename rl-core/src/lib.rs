@@ -119,6 +119,7 @@ pub use layer::breaker::BreakerConfig;
 pub use limiter::Limiter;
 pub use limiter::builder::LimiterBuilder;
 pub use limiter::call::{Admission, CallFuture, CallSpec, Counting, GroupSpec, Permit};
+pub use limiter::in_flight::InFlight;
 pub use limiter::lists::{ListEntry, ListKind};
 pub use limiter::registry::Settings;
 pub use model::clock::{Clock, ManualClock, SystemClock};

@@ -47,6 +47,21 @@ impl Refusal {
     /// The wire form of `rejection`.
     pub(crate) fn of(rejection: &Rejection) -> Self {
         match rejection.reason() {
+            RejectionReason::Limited { decision, limit } if limit.is_in_flight() => {
+                let retry_ms = retry_after_ms(decision);
+                Self {
+                    status: TOO_MANY_REQUESTS,
+                    retry_after_secs: Some(decision.retry_after_secs().max(1)),
+                    retry_after_ms: Some(retry_ms),
+                    // The `RateLimit` fields describe a quota over a window.
+                    fields: None,
+                    body: format!(
+                        r#"{{"error":"too_many_in_flight","max_in_flight":{},"retry_after_ms":{retry_ms}}}"#,
+                        limit.threshold()
+                    ),
+                    grpc_code: GRPC_RESOURCE_EXHAUSTED,
+                }
+            }
             RejectionReason::Limited { decision, limit } => {
                 let retry_ms = retry_after_ms(decision);
                 Self {
@@ -272,6 +287,32 @@ mod tests {
         assert_eq!(
             refusal.body,
             r#"{"error":"rate_limited","retry_after_ms":1001}"#
+        );
+    }
+
+    #[test]
+    fn an_in_flight_refusal_says_so_with_a_one_second_hint_and_no_rate_fields() {
+        let decision = Decision::new(crate::Figures {
+            allowed: false,
+            limit: 10,
+            retry_after_us: crate::algorithm::RETRY_HINT_US,
+            reset_after_us: 10_000_000,
+            ..crate::Figures::default()
+        });
+        let rejection = Rejection::limited("jobs", decision, Limit::in_flight(10).unwrap());
+        assert!(rejection.is_in_flight());
+        let refusal = Refusal::of(&rejection);
+        assert_eq!(refusal.status, TOO_MANY_REQUESTS);
+        assert_eq!(refusal.retry_after_secs, Some(1));
+        assert_eq!(refusal.grpc_code, GRPC_RESOURCE_EXHAUSTED);
+        assert!(refusal.fields.is_none());
+        assert_eq!(
+            refusal.body,
+            r#"{"error":"too_many_in_flight","max_in_flight":10,"retry_after_ms":1000}"#
+        );
+        assert_eq!(
+            rejection.to_string(),
+            "too many calls in flight for `jobs` (at most 10)"
         );
     }
 

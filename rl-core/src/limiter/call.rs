@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use crate::limiter::Limiter;
+use crate::limiter::in_flight::InFlight;
 use crate::limiter::resolve::Resolved;
 use crate::model::decision::{Decision, Decisions};
 use crate::model::error::LimitError;
@@ -290,7 +291,15 @@ pub(crate) fn check_group(name: &str, limits: &[Limit], cost: u64) -> Result<(),
         return Err(LimitError::BadCall(format!("group `{name}` has no limit")));
     }
     Limit::check_distinct(limits)?;
-    limits.iter().try_for_each(|limit| limit.check_cost(cost))
+    if limits.iter().filter(|l| l.is_in_flight()).count() > 1 {
+        return Err(LimitError::BadCall(format!(
+            "group `{name}` has more than one in-flight limit; keep one `max_in_flight`"
+        )));
+    }
+    // An in-flight slot is one per call, whatever the group's cost.
+    limits
+        .iter()
+        .try_for_each(|limit| limit.check_cost(if limit.is_in_flight() { 1 } else { cost }))
 }
 
 /// How a call got through.
@@ -340,6 +349,11 @@ pub(crate) struct Settle {
 /// With [`Counting::Settled`], [`Permit::settle`] says after the call ran
 /// whether it counted; dropping the permit unsettled keeps what it took (a
 /// cancelled or panicking call counts).
+///
+/// A call whose groups have in-flight limits ([`Limit::in_flight`]) holds
+/// one slot of each while the permit lives: keep the permit until the call
+/// ends. Dropping it (the call returned, panicked or was cancelled) gives
+/// the slots back ([`InFlight`]); rate-limit units stay taken.
 pub struct Permit<'l> {
     pub(crate) limiter: &'l Limiter,
     pub(crate) spec: &'l CallSpec,
@@ -347,6 +361,7 @@ pub struct Permit<'l> {
     /// The allow-listed groups, not decided (bit `i`: group `i`).
     pub(crate) skipped: u64,
     pub(crate) settle: Option<Box<Settle>>,
+    pub(crate) in_flight: Option<InFlight>,
 }
 
 impl fmt::Debug for Permit<'_> {
@@ -364,24 +379,66 @@ impl Permit<'_> {
         &self.admission
     }
 
+    /// The in-flight slots this call holds, if its groups have in-flight
+    /// limits.
+    pub fn in_flight(&self) -> Option<&InFlight> {
+        self.in_flight.as_ref()
+    }
+
+    /// Takes the in-flight slots out of the permit, to hold them past it
+    /// (they are given back when the returned guard drops).
+    pub fn into_in_flight(mut self) -> Option<InFlight> {
+        self.in_flight.take()
+    }
+
     /// The allowed decision with the fewest units left, with its group's
     /// name and limit (what `RateLimit` headers on a success describe; the
-    /// limit as currently set, should it have changed since).
+    /// limit as currently set, should it have changed since). In-flight
+    /// limits are not rates and are left out.
     pub fn binding(&self) -> Option<(&str, Decision, Limit)> {
         let decisions = self.admission.decisions()?;
-        let mut index = decisions.binding_index();
+        {
+            let mut index = decisions.binding_index();
+            for (g, group) in self.spec.groups().iter().enumerate() {
+                if self.skipped & (1 << g) != 0 {
+                    continue;
+                }
+                let runtime = self.limiter.limits(group.name());
+                let limits = runtime.as_deref().unwrap_or(group.limits());
+                match limits.get(index) {
+                    Some(limit) if !limit.is_in_flight() => {
+                        return Some((group.name(), *decisions.binding(), *limit));
+                    }
+                    Some(_) => break,
+                    None => index -= limits.len(),
+                }
+            }
+        }
+        // The binding decision was an in-flight limit's: the rate limit
+        // with the fewest units left.
+        let mut best: Option<(&str, Decision, Limit)> = None;
+        let mut at = 0;
         for (g, group) in self.spec.groups().iter().enumerate() {
             if self.skipped & (1 << g) != 0 {
                 continue;
             }
             let runtime = self.limiter.limits(group.name());
             let limits = runtime.as_deref().unwrap_or(group.limits());
-            match limits.get(index) {
-                Some(limit) => return Some((group.name(), *decisions.binding(), *limit)),
-                None => index -= limits.len(),
+            for limit in limits {
+                let decision = decisions.as_slice().get(at).copied();
+                at += 1;
+                let Some(decision) = decision else {
+                    return best;
+                };
+                if limit.is_in_flight() {
+                    continue;
+                }
+                if best.is_none_or(|(_, b, _)| decision.remaining < b.remaining) {
+                    best = Some((group.name(), decision, *limit));
+                }
             }
         }
-        None
+        best
     }
 
     /// Settles a [`Counting::Settled`] call after it ran: a counted call
