@@ -290,8 +290,7 @@ mod tests {
         );
     }
 
-    #[test]
-    fn an_in_flight_refusal_says_so_with_a_one_second_hint_and_no_rate_fields() {
+    fn too_many_in_flight() -> Rejection {
         let decision = Decision::new(crate::Figures {
             allowed: false,
             limit: 10,
@@ -299,7 +298,12 @@ mod tests {
             reset_after_us: 10_000_000,
             ..crate::Figures::default()
         });
-        let rejection = Rejection::limited("jobs", decision, Limit::in_flight(10).unwrap());
+        Rejection::limited("jobs", decision, Limit::in_flight(10).unwrap())
+    }
+
+    #[test]
+    fn an_in_flight_refusal_says_so_with_a_one_second_hint_and_no_rate_fields() {
+        let rejection = too_many_in_flight();
         assert!(rejection.is_in_flight());
         let refusal = Refusal::of(&rejection);
         assert_eq!(refusal.status, TOO_MANY_REQUESTS);
@@ -354,6 +358,14 @@ mod tests {
         );
         let down = tonic::Status::from(Rejection::unavailable("x", crate::Error::NotInstalled));
         assert_eq!(down.code(), tonic::Code::Unavailable);
+        let busy = tonic::Status::from(too_many_in_flight());
+        assert_eq!(busy.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(
+            busy.message(),
+            "too many calls in flight for `jobs` (at most 10)"
+        );
+        assert_eq!(busy.metadata().get(GRPC_RETRY_PUSHBACK_MS).unwrap(), "1000");
+        assert!(busy.metadata().get("ratelimit").is_none());
     }
 
     #[cfg(feature = "actix")]
@@ -371,5 +383,9 @@ mod tests {
         assert_eq!(headers.get("content-type").unwrap(), "application/json");
         let down = Rejection::unavailable("x", crate::Error::NotInstalled);
         assert_eq!(down.error_response().status().as_u16(), 503);
+        let busy = too_many_in_flight().error_response();
+        assert_eq!(busy.status().as_u16(), 429);
+        assert_eq!(busy.headers().get("retry-after").unwrap(), "1");
+        assert!(busy.headers().get("ratelimit-policy").is_none());
     }
 }
