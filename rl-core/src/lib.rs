@@ -25,7 +25,8 @@
 //! # Features
 //! - [`macro@rate_limit`] (feature `macros`, on by default): the attribute.
 //!   Arguments: `period`, `threshold`, `limits`, `key`, `algorithm`,
-//!   `cost`, `burst`, `slots`, `name`, `also(...)`, `count`, `count_if`,
+//!   `cost`, `burst`, `slots`, `max_in_flight`, `in_flight_ttl`, `name`,
+//!   `also(...)`, `count`, `count_if`,
 //!   `reset_on_success`, `on_reject`, `headers`, `limiter`, `on_error`,
 //!   `crate`; see its docs.
 //! - [`Limiter`]: a backend, a key prefix and a [`FailurePolicy`]; one is
@@ -48,6 +49,9 @@
 //!   requests are refused with `RESOURCE_EXHAUSTED`.
 //! - `From<Rejection> for tonic::Status` (feature `tonic`) and
 //!   `actix_web::ResponseError for Rejection` (feature `actix`).
+//! - Concurrency limits ([`Limit::in_flight`], `max_in_flight = N`): at most
+//!   `N` calls of a key running at once across instances, leased slots held
+//!   by the [`Permit`] ([`InFlight`]) and decided with the rate limits.
 //!
 //! # Which algorithm
 //! | algorithm | memory per identity | worst case in any window of length `P` | pick it for |

@@ -500,3 +500,145 @@ async fn with_the_macro_on_redis_never_more_than_max_in_flight_of_1000_slow_call
         .await;
     assert_eq!(left, 0, "every slot was given back");
 }
+
+/// Records counters and gauges as `name{limit}` → value.
+#[derive(Default, Clone)]
+struct Figures(Arc<std::sync::Mutex<std::collections::HashMap<String, f64>>>);
+
+struct Series {
+    name: String,
+    figures: Figures,
+}
+
+impl Series {
+    fn add(&self, value: f64) {
+        *self
+            .figures
+            .0
+            .lock()
+            .unwrap()
+            .entry(self.name.clone())
+            .or_default() += value;
+    }
+}
+
+impl metrics::CounterFn for Series {
+    fn increment(&self, value: u64) {
+        self.add(value as f64);
+    }
+    fn absolute(&self, _: u64) {}
+}
+
+impl metrics::GaugeFn for Series {
+    fn increment(&self, value: f64) {
+        self.add(value);
+    }
+    fn decrement(&self, value: f64) {
+        self.add(-value);
+    }
+    fn set(&self, _: f64) {}
+}
+
+impl Figures {
+    fn series(&self, key: &metrics::Key) -> Arc<Series> {
+        let limit = key
+            .labels()
+            .find(|l| l.key() == "limit")
+            .map_or("", |l| l.value());
+        Arc::new(Series {
+            name: format!("{}{{{limit}}}", key.name()),
+            figures: self.clone(),
+        })
+    }
+
+    fn get(&self, name: &str) -> f64 {
+        self.0.lock().unwrap().get(name).copied().unwrap_or(0.0)
+    }
+}
+
+impl metrics::Recorder for Figures {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        metrics::Counter::from_arc(self.series(key))
+    }
+    fn register_gauge(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        metrics::Gauge::from_arc(self.series(key))
+    }
+    fn register_histogram(
+        &self,
+        _: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
+}
+
+#[test]
+fn metrics_count_the_calls_in_flight_per_name_their_releases_and_leases_found_expired() {
+    let figures = Figures::default();
+    let _recorder = metrics::set_default_local_recorder(&figures);
+    // One thread: the keeper task records through this thread's recorder.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let server = RedisServer::start();
+        let backend = RedisBackend::connect(server.url()).await.expect("connect");
+        let limiter = Limiter::builder()
+            .backend(backend)
+            .prefix("m")
+            .build()
+            .expect("limiter");
+        let limit = Limit::in_flight_with_ttl(5, Duration::from_secs(1)).unwrap();
+        let spec = CallSpec::owned("metered", vec![GroupSpec::owned("m_jobs", vec![limit])]);
+        let first = limiter.call(&spec, &[&"t"]).await.expect("first");
+        let second = limiter.call(&spec, &[&"t"]).await.expect("second");
+        assert_eq!(figures.get("rl_in_flight{m_jobs}"), 2.0);
+        drop(first);
+        limiter.flush_in_flight().await;
+        assert_eq!(figures.get("rl_in_flight{m_jobs}"), 1.0);
+        assert_eq!(figures.get("rl_in_flight_releases_total{m_jobs}"), 1.0);
+
+        // The second's lease disappears (as when renewals fail for longer
+        // than the lease): the next renewal finds it expired.
+        let lease = format!("{:016x}", second.in_flight().expect("slots").lease());
+        let removed: u64 = server
+            .cmd(&["ZREM", "m:{m_jobs:t}:if:1000000", &lease])
+            .await;
+        assert_eq!(removed, 1);
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while figures.get("rl_in_flight_expired_total{m_jobs}") == 0.0 {
+            assert!(
+                Instant::now() < deadline,
+                "no renewal found the lease expired"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(figures.get("rl_in_flight_expired_total{m_jobs}"), 1.0);
+        drop(second);
+        limiter.flush_in_flight().await;
+        assert_eq!(figures.get("rl_in_flight{m_jobs}"), 0.0);
+        assert_eq!(figures.get("rl_in_flight_releases_total{m_jobs}"), 2.0);
+    });
+}

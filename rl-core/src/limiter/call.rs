@@ -233,9 +233,9 @@ impl CallSpec {
         self.counting
     }
 
-    /// Checks that calls of this spec can be decided: one to [`MAX_GROUPS`]
+    /// Checks that calls of this spec can be decided: one to 63
     /// groups, each with at least one limit, no two limits of a group sharing state,
-    /// and every cost within its limits' capacity.
+    /// at most one in-flight limit per group, and every cost within its limits' capacity.
     ///
     /// ```
     /// use rl_core::{CallSpec, GroupSpec, Limit};
