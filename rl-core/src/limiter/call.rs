@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use crate::limiter::Limiter;
+use crate::limiter::in_flight::InFlight;
 use crate::limiter::resolve::{self, Resolved};
 use crate::model::decision::{Decision, Decisions};
 use crate::model::error::LimitError;
@@ -307,9 +308,9 @@ impl CallSpec {
 
     /// Checks that calls of this spec can be decided: one to 63 (`MAX_GROUPS`)
     /// groups, each with at least one limit, no two limits of a group sharing state,
-    /// and every cost within its limits' capacity; for a tiered group, the
-    /// same of each tier, valid and distinct tier names, and a group name
-    /// without `@`.
+    /// at most one in-flight limit per group, and every cost within its limits'
+    /// capacity; for a tiered group, the same of each tier, valid and distinct
+    /// tier names, and a group name without `@`.
     ///
     /// ```
     /// use rl_core::{CallSpec, GroupSpec, Limit};
@@ -368,7 +369,15 @@ pub(crate) fn check_group(name: &str, limits: &[Limit], cost: u64) -> Result<(),
         return Err(LimitError::BadCall(format!("group `{name}` has no limit")));
     }
     Limit::check_distinct(limits)?;
-    limits.iter().try_for_each(|limit| limit.check_cost(cost))
+    if limits.iter().filter(|l| l.is_in_flight()).count() > 1 {
+        return Err(LimitError::BadCall(format!(
+            "group `{name}` has more than one in-flight limit; keep one `max_in_flight`"
+        )));
+    }
+    // An in-flight slot is one per call, whatever the group's cost.
+    limits
+        .iter()
+        .try_for_each(|limit| limit.check_cost(if limit.is_in_flight() { 1 } else { cost }))
 }
 
 /// How a call got through.
@@ -420,6 +429,11 @@ pub(crate) struct Settle {
 /// With [`Counting::Settled`], [`Permit::settle`] says after the call ran
 /// whether it counted; dropping the permit unsettled keeps what it took (a
 /// cancelled or panicking call counts).
+///
+/// A call whose groups have in-flight limits ([`Limit::in_flight`]) holds
+/// one slot of each while the permit lives: keep the permit until the call
+/// ends. Dropping it (the call returned, panicked or was cancelled) gives
+/// the slots back ([`InFlight`]); rate-limit units stay taken.
 pub struct Permit<'l> {
     pub(crate) limiter: &'l Limiter,
     pub(crate) spec: &'l CallSpec,
@@ -429,6 +443,7 @@ pub struct Permit<'l> {
     pub(crate) settle: Option<Box<Settle>>,
     /// The tiers a tiered call was decided by.
     pub(crate) tiers: Option<Arc<TierBinding>>,
+    pub(crate) in_flight: Option<InFlight>,
 }
 
 impl fmt::Debug for Permit<'_> {
@@ -446,9 +461,22 @@ impl Permit<'_> {
         &self.admission
     }
 
+    /// The in-flight slots this call holds, if its groups have in-flight
+    /// limits.
+    pub fn in_flight(&self) -> Option<&InFlight> {
+        self.in_flight.as_ref()
+    }
+
+    /// Takes the in-flight slots out of the permit, to hold them past it
+    /// (they are given back when the returned guard drops).
+    pub fn into_in_flight(mut self) -> Option<InFlight> {
+        self.in_flight.take()
+    }
+
     /// The allowed decision with the fewest units left, with its group's
     /// name and limit (what `RateLimit` headers on a success describe; the
-    /// limit as currently set, should it have changed since).
+    /// limit as currently set, should it have changed since). In-flight
+    /// limits are not rates and are left out.
     pub fn binding(&self) -> Option<(&str, Decision, Limit)> {
         if let Some(tiers) = &self.tiers {
             return tiers.binding(self.limiter, self.skipped, self.admission.decisions()?);
@@ -461,17 +489,21 @@ impl Permit<'_> {
     /// (`None` for a call decided by tiers: its names are the tiers'). The
     /// limits come from the spec's current resolution (this thread's cached
     /// one when it is current), not from the registry: no lock, even with
-    /// overrides set.
+    /// overrides set. As [`rate_binding`]: in-flight limits are left out.
     pub(crate) fn binding_group(&self) -> Option<(usize, Decision, Limit)> {
         if self.tiers.is_some() {
             return None;
         }
         let decisions = self.admission.decisions()?;
         let index = decisions.binding_index();
-        let (group, limit) = resolve::with(self.limiter, self.spec, |resolved| {
-            resolved.target_origin(index, self.skipped)
-        })?;
-        Some((group, *decisions.binding(), limit))
+        resolve::with(self.limiter, self.spec, |resolved| {
+            match resolved.target_origin(index, self.skipped) {
+                Some((group, limit)) if !limit.is_in_flight() => {
+                    Some((group, *decisions.binding(), limit))
+                }
+                _ => rate_origin(resolved, self.skipped, decisions),
+            }
+        })
     }
 
     /// Settles a [`Counting::Settled`] call after it ran: a counted call
@@ -637,5 +669,160 @@ impl<'l> Future for CallFuture<'l> {
             }
             CallState::Remote(future) => future.as_mut().poll(cx),
         }
+    }
+}
+
+/// The rate decision with the fewest units left and its group's index and
+/// limit, from `resolved` (when the binding decision is an in-flight
+/// limit's).
+#[cold]
+fn rate_origin(
+    resolved: &Resolved,
+    skipped: u64,
+    decisions: &Decisions,
+) -> Option<(usize, Decision, Limit)> {
+    let limits = resolved
+        .groups
+        .iter()
+        .enumerate()
+        .filter(|(g, _)| skipped & (1 << g) == 0)
+        .flat_map(|(g, group)| group.limits.iter().map(move |limit| (g, *limit)));
+    limits
+        .zip(decisions.as_slice().iter().copied())
+        .filter(|((_, limit), _)| !limit.is_in_flight())
+        .fold(
+            None,
+            |best: Option<(usize, Decision, Limit)>, ((g, limit), decision)| match best {
+                Some((_, b, _)) if b.remaining <= decision.remaining => best,
+                _ => Some((g, decision, limit)),
+            },
+        )
+}
+
+/// The allowed rate decision with the fewest units left among `groups`
+/// (their name and limits as declared; the limits as currently set are
+/// read from `limiter`), skipping the groups in `skipped`. In-flight limits
+/// are not rates and are left out.
+pub(crate) fn rate_binding<'a>(
+    limiter: &Limiter,
+    groups: impl Iterator<Item = (&'a str, &'a [Limit])> + Clone,
+    skipped: u64,
+    decisions: &Decisions,
+) -> Option<(&'a str, Decision, Limit)> {
+    let mut index = decisions.binding_index();
+    for (g, (name, declared)) in groups.clone().enumerate() {
+        if skipped & (1 << g) != 0 {
+            continue;
+        }
+        let runtime = limiter.limits(name);
+        let limits = runtime.as_deref().unwrap_or(declared);
+        match limits.get(index) {
+            Some(limit) if !limit.is_in_flight() => {
+                return Some((name, *decisions.binding(), *limit));
+            }
+            Some(_) => break,
+            None => index -= limits.len(),
+        }
+    }
+    // The binding decision was an in-flight limit's: the rate limit with
+    // the fewest units left.
+    let mut best: Option<(&str, Decision, Limit)> = None;
+    let mut at = 0;
+    for (g, (name, declared)) in groups.enumerate() {
+        if skipped & (1 << g) != 0 {
+            continue;
+        }
+        let runtime = limiter.limits(name);
+        let limits = runtime.as_deref().unwrap_or(declared);
+        for limit in limits {
+            let Some(decision) = decisions.as_slice().get(at).copied() else {
+                return best;
+            };
+            at += 1;
+            if limit.is_in_flight() {
+                continue;
+            }
+            if best.is_none_or(|(_, b, _)| decision.remaining < b.remaining) {
+                best = Some((name, decision, *limit));
+            }
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A group with a concurrency limit (one slot of two taken: 1 left) and
+    /// a rate limit (99 of 100 left).
+    fn jobs() -> CallSpec {
+        CallSpec::owned(
+            "jobs",
+            vec![GroupSpec::owned(
+                "jobs",
+                vec![
+                    Limit::in_flight(2).unwrap(),
+                    Limit::per_minute(100).unwrap(),
+                ],
+            )],
+        )
+    }
+
+    #[test]
+    fn the_binding_limit_is_a_rate_limit_even_when_an_in_flight_slot_has_fewer_left() {
+        let limiter = Limiter::builder().memory().build().unwrap();
+        let spec = jobs();
+        let permit = limiter.call(&spec, &[&"tenant"]).now().unwrap().unwrap();
+        let (name, decision, limit) = permit.binding().unwrap();
+        assert_eq!(name, "jobs");
+        assert_eq!(limit, Limit::per_minute(100).unwrap());
+        assert_eq!(decision.remaining, 99);
+        let (group, decision, limit) = permit.binding_group().unwrap();
+        assert_eq!((group, decision.remaining), (0, 99));
+        assert_eq!(limit, Limit::per_minute(100).unwrap());
+    }
+
+    #[cfg(feature = "tower")]
+    #[test]
+    fn the_layer_describes_the_rate_limit_of_a_group_with_an_in_flight_limit() {
+        use crate::tower::{KeyFrom, RateLimitLayer};
+        use ::tower::ServiceExt;
+        use std::future::Future;
+        use std::pin::pin;
+        use std::task::{Context, Poll, Waker};
+
+        let limiter = Arc::new(Limiter::builder().memory().build().unwrap());
+        let layer = RateLimitLayer::builder("jobs")
+            .key(
+                "jobs",
+                [
+                    Limit::in_flight(2).unwrap(),
+                    Limit::per_minute(100).unwrap(),
+                ],
+                KeyFrom::header("x-tenant"),
+            )
+            .limiter(limiter)
+            .build()
+            .unwrap();
+        let app = axum::Router::new()
+            .route("/", axum::routing::get(|| async { "ok" }))
+            .route_layer(layer);
+        let request = http::Request::get("/")
+            .header("x-tenant", "t1")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let Poll::Ready(response) = pin!(app.oneshot(request))
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+        else {
+            panic!("an in-memory request suspended");
+        };
+        let response = response.unwrap();
+        assert_eq!(response.status(), http::StatusCode::OK);
+        let headers = response.headers();
+        assert_eq!(headers["ratelimit-policy"], "\"jobs\";q=100;w=60");
+        // One unit of a 100-per-minute GCRA comes back within a second.
+        assert_eq!(headers["ratelimit"], "\"jobs\";r=99;t=1");
     }
 }
