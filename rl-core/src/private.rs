@@ -86,6 +86,20 @@ pub fn admitted(call: CallFuture<'_>) -> Admitted<'_> {
     call.admitted()
 }
 
+/// [`call`] awaited for its admission only, as [`admitted`]; on the memory
+/// store the permit is dropped where it is made (nothing large is moved).
+#[inline]
+pub fn admit<'l>(
+    spec: &'l CallSpec,
+    limiter: Result<&'l Limiter, Error>,
+    identities: &[Part<'_>],
+) -> Admitted<'l> {
+    match limiter {
+        Ok(limiter) => limiter.admit_parts(spec, identities),
+        Err(_) => call(spec, limiter, identities).admitted(),
+    }
+}
+
 /// [`Limiter::call_tiered`] on the limiter the function names, each tiered
 /// group decided by its tier in `tiers` (a `tier = ..` value in the forms
 /// keys take: a string as is, anything else through its `Display`).

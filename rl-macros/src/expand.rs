@@ -15,8 +15,8 @@
 //!         static __RL_SPEC: ::rl_core::__private::CallSpec =
 //!             ::rl_core::__private::CallSpec::new(<name>, &[GroupSpec::new(<group>, &[<limits>]).with_cost(..), ..])
 //!                 .with_policy(..);                                // `on_error`
-//!         let __rl_call = ::rl_core::__private::call(&__RL_SPEC, __rl_limiter, &[&(<key>), ..]);
-//!         match ::rl_core::__private::admitted(__rl_call).await { // the permit, dropped at once
+//!         let __rl_call = ::rl_core::__private::admit(&__RL_SPEC, __rl_limiter, &[&(<key>), ..]);
+//!         match __rl_call.await {               // the admission only: no permit kept
 //!             Ok(()) => {}
 //!             Err(__rl_rejection) => return <Err(From::from(..)) or (on_reject)(..)>,
 //!         }
@@ -28,8 +28,9 @@
 //! A tiered group (`tier` + `tiers(..)`) is `GroupSpec::tiered(<name>,
 //! &__RL_LIMITS_i)`, where `__RL_LIMITS_i` holds its `Tier::new(<tier>,
 //! &__RL_LIMITS_i_j)`s, and the call is `__private::call_tiered(.., &[keys],
-//! &[tiers])` with each tiered group's `tier` expression, in the order of
-//! the groups, in the forms keys take.
+//! &[tiers])` (in `__private::admitted(..)` when no permit is kept) with
+//! each tiered group's `tier` expression, in the order of the groups, in
+//! the forms keys take.
 //!
 //! The original statements stay in the function's own body rather than in
 //! an `async move { .. }.await` block: `return` and `?` then mean exactly
@@ -280,10 +281,18 @@ fn call(
             quote_spanned!(span=> (&&#private::Probe(&(#expr))).__rl_part())
         })
         .collect();
-    let call_fn = if tiers.is_empty() {
-        quote!(#private::call(&__RL_SPEC, __rl_limiter, &[#(#keys),*]))
-    } else {
-        quote!(#private::call_tiered(&__RL_SPEC, __rl_limiter, &[#(#keys),*], &[#(#tiers),*]))
+    // Without a permit to keep, only the admission is awaited: untiered
+    // calls on the memory store drop the permit where it is made.
+    let admits = !config.wraps_body();
+    let call_fn = match (tiers.is_empty(), admits) {
+        (true, false) => quote!(#private::call(&__RL_SPEC, __rl_limiter, &[#(#keys),*])),
+        (true, true) => quote!(#private::admit(&__RL_SPEC, __rl_limiter, &[#(#keys),*])),
+        (false, false) => quote!(#private::call_tiered(
+            &__RL_SPEC, __rl_limiter, &[#(#keys),*], &[#(#tiers),*]
+        )),
+        (false, true) => quote!(#private::admitted(#private::call_tiered(
+            &__RL_SPEC, __rl_limiter, &[#(#keys),*], &[#(#tiers),*]
+        ))),
     };
     // The user's expressions keep their spans, so type errors land on them.
     let limiter = match &config.limiter {
@@ -317,7 +326,7 @@ fn call(
             {
                 #limiter
                 #check
-                match #private::admitted(__rl_call).await {
+                match __rl_call.await {
                     #private::core::result::Result::Ok(()) => {}
                     #private::core::result::Result::Err(__rl_rejection) => #refused
                 }
@@ -460,12 +469,12 @@ mod tests {
                     );
                     #[allow(unused_imports)]
                     use ::rl_core::__private::{PartDisplay as _, PartFast as _};
-                    let __rl_call = ::rl_core::__private::call(
+                    let __rl_call = ::rl_core::__private::admit(
                         &__RL_SPEC,
                         __rl_limiter,
                         &[(&&::rl_core::__private::Probe(&(user.id))).__rl_part()]
                     );
-                    match ::rl_core::__private::admitted(__rl_call).await {
+                    match __rl_call.await {
                         ::rl_core::__private::core::result::Result::Ok(()) => {}
                         ::rl_core::__private::core::result::Result::Err(__rl_rejection) => {
                             return ::rl_core::__private::core::result::Result::Err(
@@ -632,7 +641,7 @@ mod tests {
                         ::rl_core::__private::CallSpec::new("sms", &__RL_GROUPS);
                     #[allow(unused_imports)]
                     use ::rl_core::__private::{PartDisplay as _, PartFast as _};
-                    let __rl_call = ::rl_core::__private::call(
+                    let __rl_call = ::rl_core::__private::admit(
                         &__RL_SPEC,
                         __rl_limiter,
                         &[
@@ -640,7 +649,7 @@ mod tests {
                             (&&::rl_core::__private::Probe(&(ip))).__rl_part()
                         ]
                     );
-                    match ::rl_core::__private::admitted(__rl_call).await {
+                    match __rl_call.await {
                         ::rl_core::__private::core::result::Result::Ok(()) => {}
                         ::rl_core::__private::core::result::Result::Err(__rl_rejection) => {
                             fn __rl_on_reject<__RlOut, __RlOnReject>(

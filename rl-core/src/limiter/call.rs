@@ -635,6 +635,16 @@ impl fmt::Debug for Admitted<'_> {
     }
 }
 
+impl Admitted<'_> {
+    /// An admission or refusal decided already.
+    #[inline]
+    pub(crate) fn ready(result: Result<(), Rejection>) -> Self {
+        Self {
+            state: AdmittedState::Ready(Some(result)),
+        }
+    }
+}
+
 impl Future for Admitted<'_> {
     type Output = Result<(), Rejection>;
 

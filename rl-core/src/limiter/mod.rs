@@ -208,26 +208,46 @@ impl Limiter {
     }
 
     /// [`Limiter::call_parts`] when the call is decided now (the memory
-    /// store): the result itself rather than a future around it, for a
-    /// caller that decides before going on (the tower layer); `None` on a
-    /// remote store.
+    /// store), handed to `then` where it is made (a permit is large: it is
+    /// not moved out first), for a caller that decides before going on
+    /// (the tower layer); `None` on a remote store.
     #[cfg(feature = "tower")]
     #[inline]
-    pub(crate) fn call_parts_now<'l>(
+    pub(crate) fn call_parts_now<'l, R>(
         &'l self,
         spec: &'l CallSpec,
         parts: &[Part<'_>],
-    ) -> Option<Decided<'l>> {
+        then: impl FnOnce(Decided<'l>) -> R,
+    ) -> Option<R> {
         if self.pipeline.store.is_remote() {
             return None;
         }
         if let ([part], [_]) = (parts, spec.groups()) {
             let identities = [Identity::of(*part)];
             return Some(resolve::with(self, spec, |resolved| {
-                self.decide_now(spec, resolved, &identities)
+                then(self.decide_now(spec, resolved, &identities))
             }));
         }
-        self.call_parts(spec, parts).now()
+        self.call_parts(spec, parts).now().map(then)
+    }
+
+    /// [`Limiter::call_parts`] awaited for its admission only (what
+    /// `#[rate_limit]` awaits when it keeps no permit): on the memory store
+    /// the permit is dropped where it is made, only the admission or the
+    /// refusal leaves.
+    #[inline]
+    pub(crate) fn admit_parts<'l>(
+        &'l self,
+        spec: &'l CallSpec,
+        parts: &[Part<'_>],
+    ) -> call::Admitted<'l> {
+        if let ([part], [_], false) = (parts, spec.groups(), self.pipeline.store.is_remote()) {
+            let identities = [Identity::of(*part)];
+            return call::Admitted::ready(resolve::with(self, spec, |resolved| {
+                self.decide_now(spec, resolved, &identities).map(drop)
+            }));
+        }
+        self.call_parts(spec, parts).admitted()
     }
 
     /// Decides a call whose identities are rendered.
@@ -358,20 +378,20 @@ impl Limiter {
         };
         let settle =
             (spec.counting() == Counting::Settled).then(|| settle(resolved, identities, skipped));
-        let in_flight = if resolved.in_flight {
-            self.keeper.take(targets, &admission)
-        } else {
-            None
-        };
-        Ok(Permit {
+        let mut permit = Permit {
             limiter: self,
             spec,
             admission,
             skipped,
             settle,
             tiers: None,
-            in_flight,
-        })
+            in_flight: None,
+        };
+        // Taken from the admission in place (it is not moved again).
+        if resolved.in_flight {
+            permit.in_flight = self.keeper.take(targets, &permit.admission);
+        }
+        Ok(permit)
     }
 
     /// The admission (or rejection) of every answer but an allowed one

@@ -557,8 +557,10 @@ impl Shared {
                 Ok(key) => key,
                 Err(problem) => return Some(self.no_key(&problem, head.headers)),
             };
-            let decided = limiter.call_parts_now(&self.spec, &[key.part()])?;
-            return Some(self.verdict(decided, head.headers));
+            // The verdict is made where the permit is (not moved out first).
+            return limiter.call_parts_now(&self.spec, &[key.part()], |decided| {
+                self.verdict(decided, head.headers)
+            });
         }
         let mut keys = Keys::new();
         if let Err(problem) = self.keys(head, params, &mut keys) {
