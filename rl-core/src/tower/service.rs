@@ -682,15 +682,16 @@ impl Shared {
 
     /// What a decided call (of a request with these headers) becomes.
     #[inline]
-    fn verdict(&self, decided: Result<Permit<'_>, Rejection>, headers: &HeaderMap) -> Verdict {
+    fn verdict(&self, mut decided: Result<Permit<'_>, Rejection>, headers: &HeaderMap) -> Verdict {
+        // The permit is read where it is (it is large: not moved out).
         match decided {
-            Ok(permit) => {
+            Ok(ref mut permit) => {
                 let fields = if self.headers {
-                    self.fields(&permit)
+                    self.fields(permit)
                 } else {
                     None
                 };
-                Verdict::Admit(fields, permit.into_in_flight())
+                Verdict::Admit(fields, permit.in_flight.take())
             }
             Err(rejection) => self.refused(rejection, headers),
         }
