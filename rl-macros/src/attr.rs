@@ -34,10 +34,11 @@ mod kw {
     syn::custom_keyword!(reset_on_success);
     syn::custom_keyword!(on_reject);
     syn::custom_keyword!(headers);
+    syn::custom_keyword!(wait);
 }
 
 /// Every argument, in the order the docs and error messages list them.
-pub(crate) const ARGUMENTS: [&str; 18] = [
+pub(crate) const ARGUMENTS: [&str; 19] = [
     "period",
     "threshold",
     "key",
@@ -55,6 +56,7 @@ pub(crate) const ARGUMENTS: [&str; 18] = [
     "reset_on_success",
     "on_reject",
     "headers",
+    "wait",
     "crate",
 ];
 
@@ -153,6 +155,8 @@ pub(crate) struct Args {
     pub(crate) on_reject: Option<Arg<Expr>>,
     /// A flag: the span is the keyword's.
     pub(crate) headers: Option<Arg<()>>,
+    /// The longest wait for room, in microseconds; the span is the value's.
+    pub(crate) wait: Option<Arg<u64>>,
 }
 
 impl Parse for Args {
@@ -239,6 +243,15 @@ impl Args {
                 keyword.span,
                 parse_expr(input)?,
             )
+        } else if input.peek(kw::wait) {
+            let keyword = input.parse::<kw::wait>()?;
+            input.parse::<Token![=]>()?;
+            set_once(
+                &mut self.wait,
+                "wait",
+                keyword.span,
+                parse_duration(input, "wait")?,
+            )
         } else if input.peek(kw::headers) {
             let keyword = input.parse::<kw::headers>()?;
             set_once(
@@ -273,7 +286,7 @@ impl GroupArgs {
                 &mut self.period,
                 "period",
                 keyword.span,
-                parse_period(input)?,
+                parse_duration(input, "period")?,
             )?;
         } else if input.peek(kw::threshold) {
             let keyword = input.parse::<kw::threshold>()?;
@@ -578,18 +591,19 @@ fn negative(input: ParseStream, name: &str) -> Result<Error> {
     ))
 }
 
-/// A period: whole seconds (`30`) or a duration string (`"500ms"`), in µs.
-fn parse_period(input: ParseStream) -> Result<Arg<u64>> {
+/// A duration (`period`, `wait`): whole seconds (`30`) or a duration
+/// string (`"500ms"`), in µs.
+fn parse_duration(input: ParseStream, name: &str) -> Result<Arg<u64>> {
     if input.peek(Token![-]) {
-        return Err(negative(input, "period")?);
+        return Err(negative(input, name)?);
     }
     let lookahead = input.lookahead1();
     if lookahead.peek(LitInt) {
-        let seconds = parse_count(input, "period")?;
+        let seconds = parse_count(input, name)?;
         let micros = seconds.value.checked_mul(1_000_000).ok_or_else(|| {
             Error::new(
                 seconds.span,
-                "`period` is too large to count in microseconds",
+                format!("`{name}` is too large to count in microseconds"),
             )
         })?;
         Ok(Arg::new(micros, seconds.span))
@@ -603,7 +617,7 @@ fn parse_period(input: ParseStream) -> Result<Arg<u64>> {
         Err(Error::new(
             lit.span(),
             format!(
-                "`period` takes whole seconds; write fractions as a duration string, e.g. `period = \"{}ms\"`",
+                "`{name}` takes whole seconds; write fractions as a duration string, e.g. `{name} = \"{}ms\"`",
                 lit.base10_parse::<f64>()
                     .map(|s| (s * 1000.0).round() as u64)
                     .unwrap_or(1500)
@@ -847,6 +861,7 @@ mod tests {
             (quote!(count_if = f), quote!(count_if = g), "count_if"),
             (quote!(on_reject = f), quote!(on_reject = g), "on_reject"),
             (quote!(headers), quote!(headers), "headers"),
+            (quote!(wait = "1s"), quote!(wait = 2), "wait"),
             (
                 quote!(reset_on_success),
                 quote!(reset_on_success),
@@ -901,6 +916,12 @@ mod tests {
                 .starts_with("`threshold` is too large")
         );
         assert!(error(quote!(period = 99999999999999999)).starts_with("`period` is too large"));
+        assert!(error(quote!(wait = "soon")).starts_with("cannot parse duration \"soon\""));
+        assert!(error(quote!(wait = 0.5)).contains("`wait = \"500ms\"`"));
+        assert_eq!(
+            error(quote!(wait = -1)),
+            "`wait` must be a positive integer, got `-1`"
+        );
     }
 
     #[test]

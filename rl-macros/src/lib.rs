@@ -62,6 +62,7 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// | `reset_on_success` | flag, on the function or in an `also(...)` | off | with `count`/`count_if`: a call that does not count forgets this group's state for its key (consecutive-failure counting) instead of giving back its own units |
 /// | `on_reject` | expression callable as `FnOnce(rl_core::Rejection) -> ReturnType` (closure or path, e.g. `IntoResponse::into_response`) | `Err(From::from(rejection))` | the value a refused call returns; with it the function may return any type |
 /// | `headers` | flag (needs `rl-core`'s `axum` feature) | off | adds `RateLimit-Policy` and `RateLimit` (the binding limit) to a successful response; the return type must implement `WithHeaders`: `http::Response<B>` or `Result<Response<B>, E>` |
+/// | `wait` | integer (seconds) or duration string, > 0 | refuse at once | wait up to this long for room instead of being refused: on `gcra`, `token_bucket` and `leaky_bucket` the call reserves the earliest slot every limit allows and sleeps until it (callers queue); on the window algorithms it retries after each `retry_after` until the deadline (see `Limiter::call_waiting`) |
 /// | `crate` | string path to `rl_core` | `"::rl_core"` | for crates that re-export `rl_core` |
 ///
 /// Every argument is checked at compile time, at the offending token:
@@ -78,8 +79,23 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// `also(...)` or holding a whole-function argument (`limiter`,
 /// `on_error`, `count`, `on_reject`, `headers`, `crate`), `count` with
 /// `count_if`, `count = failures` on a function not returning a `Result`,
-/// `reset_on_success` without `count`/`count_if`, and `count`, `count_if`
-/// or `headers` on a function returning `impl Trait`.
+/// `reset_on_success` without `count`/`count_if`, `count`, `count_if`
+/// or `headers` on a function returning `impl Trait`, and a `wait` of zero,
+/// with `count` or `count_if`, or over limits mixing a window algorithm
+/// with `gcra` or a bucket (reported at `wait`).
+///
+/// # Waiting
+///
+/// ```text
+/// #[rate_limit(key = tenant, period = "1s", threshold = 10, burst = 1,
+///              algorithm = leaky_bucket, wait = "3s")]
+/// async fn export(tenant: u64) -> Result<Report, Rejection> { .. }
+/// ```
+///
+/// Callers of one tenant leave one every 100 ms; one whose turn is more
+/// than 3 s away is refused at once (its `retry_after` says when its turn
+/// would be). A caller whose future is dropped while it waits gives its
+/// slot to the next caller.
 ///
 /// # Several limits and several keys
 ///

@@ -10,6 +10,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use crate::limiter::Limiter;
 use crate::limiter::resolve::Resolved;
@@ -151,6 +152,8 @@ pub struct CallSpec {
     groups: Cow<'static, [GroupSpec]>,
     policy: Option<FailurePolicy>,
     counting: Counting,
+    /// How long a call may wait for room ([`CallSpec::with_wait`]).
+    wait: Option<Duration>,
     /// A process-unique id, assigned on first use (0: not yet).
     id: AtomicU64,
 }
@@ -167,6 +170,7 @@ impl Clone for CallSpec {
             groups: self.groups.clone(),
             policy: self.policy,
             counting: self.counting,
+            wait: self.wait,
             id: AtomicU64::new(0),
         }
     }
@@ -184,6 +188,7 @@ impl CallSpec {
             groups: Cow::Borrowed(groups),
             policy: None,
             counting: Counting::Every,
+            wait: None,
             id: AtomicU64::new(0),
         }
     }
@@ -195,6 +200,7 @@ impl CallSpec {
             groups: Cow::Owned(groups),
             policy: None,
             counting: Counting::Every,
+            wait: None,
             id: AtomicU64::new(0),
         }
     }
@@ -210,6 +216,33 @@ impl CallSpec {
     pub const fn with_counting(mut self, counting: Counting) -> Self {
         self.counting = counting;
         self
+    }
+
+    /// Calls wait up to `max_wait` for room instead of being refused
+    /// ([`Limiter::call`] then behaves as [`Limiter::call_waiting`] with
+    /// this wait; `#[rate_limit(wait = "2s")]` sets it). A zero wait is no
+    /// wait. See [`Limiter::call_waiting`] for what waiting means for each
+    /// algorithm and what it cannot be combined with.
+    ///
+    /// ```
+    /// use rl_core::{CallSpec, GroupSpec, Limit};
+    /// use std::time::Duration;
+    /// let spec = CallSpec::owned("jobs", vec![GroupSpec::owned("jobs", vec![Limit::per_second(10).unwrap()])])
+    ///     .with_wait(Duration::from_secs(2));
+    /// assert_eq!(spec.wait(), Some(Duration::from_secs(2)));
+    /// ```
+    pub const fn with_wait(mut self, max_wait: Duration) -> Self {
+        self.wait = if max_wait.is_zero() {
+            None
+        } else {
+            Some(max_wait)
+        };
+        self
+    }
+
+    /// How long calls of this spec may wait for room, if they wait.
+    pub const fn wait(&self) -> Option<Duration> {
+        self.wait
     }
 
     /// The call's name.
@@ -232,7 +265,7 @@ impl CallSpec {
         self.counting
     }
 
-    /// Checks that calls of this spec can be decided: one to [`MAX_GROUPS`]
+    /// Checks that calls of this spec can be decided: one to 63 (`MAX_GROUPS`)
     /// groups, each with at least one limit, no two limits of a group sharing state,
     /// and every cost within its limits' capacity.
     ///
@@ -347,6 +380,8 @@ pub struct Permit<'l> {
     /// The allow-listed groups, not decided (bit `i`: group `i`).
     pub(crate) skipped: u64,
     pub(crate) settle: Option<Box<Settle>>,
+    /// How long the call waited for room.
+    pub(crate) waited: Duration,
 }
 
 impl fmt::Debug for Permit<'_> {
@@ -362,6 +397,14 @@ impl Permit<'_> {
     /// How the call was admitted.
     pub fn admission(&self) -> &Admission {
         &self.admission
+    }
+
+    /// How long the call waited for room before it was admitted (zero for
+    /// a call that did not wait): for a reserved slot, the time from the
+    /// store's decision to the slot; for a window algorithm, the time spent
+    /// sleeping and retrying.
+    pub fn waited(&self) -> Duration {
+        self.waited
     }
 
     /// The allowed decision with the fewest units left, with its group's
@@ -439,7 +482,8 @@ impl Permit<'_> {
 
 /// The future of [`Limiter::call`]: already decided when the store is in
 /// memory (no state, no allocation), boxed for a remote store (one
-/// allocation next to a network round trip). `Send`.
+/// allocation next to a network round trip) and for a call that waits for
+/// room ([`Limiter::call_waiting`]). `Send`.
 #[must_use = "futures do nothing unless awaited"]
 pub struct CallFuture<'l> {
     state: CallState<'l>,
@@ -466,7 +510,8 @@ impl<'l> CallFuture<'l> {
         }
     }
 
-    /// The result, when the call was decided without waiting (in memory).
+    /// The result, when the call was decided without waiting (in memory, and
+    /// not waiting for room).
     pub fn now(self) -> Option<Decided<'l>> {
         match self.state {
             CallState::Ready(result) => result,
