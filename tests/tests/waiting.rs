@@ -702,3 +702,39 @@ async fn a_function_with_wait_queues_its_callers_at_the_limits_rate() {
     let other = Instant::now();
     assert!(export(8).await.unwrap() - other < Duration::from_millis(40));
 }
+
+// ---- TTLs on Redis ----
+
+#[tokio::test]
+async fn a_reserved_slot_keeps_its_state_until_the_slot_has_drained_and_a_given_back_slot_until_its_time()
+ {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(server.url()).await.unwrap();
+    let limit = limit(Algorithm::LeakyBucket, 1, 1); // one per second
+    let key = Key::new("ttl", "jobs", "q");
+    let req = [Request::new(&key, &limit, 1)];
+    let held = reserve_n(&backend, &req, 3).await;
+    let state = format!("{key}:{}", limit.storage_suffix());
+    // Slots at 0, 1 and 2 s: the state is fresh again at 3 s, counted from
+    // the server's now (not from the slot).
+    let ttl: i64 = server.cmd(&["PTTL", &state]).await;
+    assert!((2_900..=3_000).contains(&ttl), "state TTL {ttl} ms");
+    backend.cancel(&req, &held[1]).await.unwrap();
+    let freed: i64 = server.cmd(&["PTTL", &format!("{state}:freed")]).await;
+    assert!(
+        (900..=1_000).contains(&freed),
+        "given-back slot TTL {freed} ms"
+    );
+}
+
+async fn reserve_n(
+    backend: &RedisBackend,
+    req: &[Request<'_>],
+    n: usize,
+) -> Vec<rl_core::Reservation> {
+    let mut held = Vec::new();
+    for _ in 0..n {
+        held.push(backend.reserve(req, Duration::from_secs(10)).await.unwrap());
+    }
+    held
+}

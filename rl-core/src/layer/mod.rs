@@ -145,7 +145,7 @@ pub(crate) struct Notes {
     pub(crate) failure: Option<Error>,
     /// A reservation's answer (whose decisions the answer carries), from
     /// the store or the in-process fallback.
-    pub(crate) reservation: Option<Reservation>,
+    pub(crate) reservation: Option<Box<Reservation>>,
 }
 
 /// One operation on one batch, as the layers see it.
@@ -358,6 +358,11 @@ impl Pipeline {
         let (depth, answered) = self.down(call, mask);
         let answer = match answered {
             Some(answer) => answer,
+            // The commonest operation, straight to the store.
+            None if call.op == Op::Acquire => Answer::Decided {
+                decisions: memory.acquire_targets(call.targets),
+                source: Source::Backend,
+            },
             None => stored(call, memory.run(call.op, call.targets)),
         };
         Some(self.up(call, depth, mask, answer))
@@ -403,7 +408,6 @@ fn below(depth: usize) -> Mask {
 
 /// A store's result as an answer (a reservation's, beside its decisions, in
 /// the call's notes).
-#[inline]
 fn stored(
     call: &mut Call<'_>,
     result: Result<Stored, crate::model::error::BackendError>,

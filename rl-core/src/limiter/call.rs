@@ -152,8 +152,9 @@ pub struct CallSpec {
     groups: Cow<'static, [GroupSpec]>,
     policy: Option<FailurePolicy>,
     counting: Counting,
-    /// How long a call may wait for room ([`CallSpec::with_wait`]).
-    wait: Option<Duration>,
+    /// How long a call may wait for room, µs ([`CallSpec::with_wait`]; 0:
+    /// it does not wait).
+    wait_us: u64,
     /// A process-unique id, assigned on first use (0: not yet).
     id: AtomicU64,
 }
@@ -170,7 +171,7 @@ impl Clone for CallSpec {
             groups: self.groups.clone(),
             policy: self.policy,
             counting: self.counting,
-            wait: self.wait,
+            wait_us: self.wait_us,
             id: AtomicU64::new(0),
         }
     }
@@ -188,7 +189,7 @@ impl CallSpec {
             groups: Cow::Borrowed(groups),
             policy: None,
             counting: Counting::Every,
-            wait: None,
+            wait_us: 0,
             id: AtomicU64::new(0),
         }
     }
@@ -200,7 +201,7 @@ impl CallSpec {
             groups: Cow::Owned(groups),
             policy: None,
             counting: Counting::Every,
-            wait: None,
+            wait_us: 0,
             id: AtomicU64::new(0),
         }
     }
@@ -220,7 +221,8 @@ impl CallSpec {
 
     /// Calls wait up to `max_wait` for room instead of being refused
     /// ([`Limiter::call`] then behaves as [`Limiter::call_waiting`] with
-    /// this wait; `#[rate_limit(wait = "2s")]` sets it). A zero wait is no
+    /// this wait; `#[rate_limit(wait = "2s")]` sets it). The wait is kept
+    /// in whole microseconds: a zero wait (or one under a microsecond) is no
     /// wait. See [`Limiter::call_waiting`] for what waiting means for each
     /// algorithm and what it cannot be combined with.
     ///
@@ -232,17 +234,28 @@ impl CallSpec {
     /// assert_eq!(spec.wait(), Some(Duration::from_secs(2)));
     /// ```
     pub const fn with_wait(mut self, max_wait: Duration) -> Self {
-        self.wait = if max_wait.is_zero() {
-            None
+        let micros = max_wait.as_micros();
+        self.wait_us = if micros > u64::MAX as u128 {
+            u64::MAX
         } else {
-            Some(max_wait)
+            micros as u64
         };
         self
     }
 
     /// How long calls of this spec may wait for room, if they wait.
     pub const fn wait(&self) -> Option<Duration> {
-        self.wait
+        if self.wait_us == 0 {
+            None
+        } else {
+            Some(Duration::from_micros(self.wait_us))
+        }
+    }
+
+    /// Whether calls of this spec wait for room.
+    #[inline]
+    pub(crate) const fn waits(&self) -> bool {
+        self.wait_us != 0
     }
 
     /// The call's name.

@@ -254,10 +254,21 @@ impl Limiter {
         spec: &'l CallSpec,
         identities: &[Identity],
     ) -> CallFuture<'l> {
-        if let Some(max_wait) = spec.wait() {
-            return wait::call(self, spec, identities, max_wait);
+        if spec.waits() {
+            return self.call_spec_waiting(spec, identities);
         }
         self.call_now(spec, identities)
+    }
+
+    /// [`Limiter::call_identities`] for a spec that waits.
+    #[cold]
+    #[inline(never)]
+    fn call_spec_waiting<'l>(
+        &'l self,
+        spec: &'l CallSpec,
+        identities: &[Identity],
+    ) -> CallFuture<'l> {
+        wait::call(self, spec, identities, spec.wait().unwrap_or_default())
     }
 
     /// Decides a call whose identities are rendered, without waiting.

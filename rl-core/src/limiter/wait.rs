@@ -190,7 +190,7 @@ fn held<'l>(
     identities: &[Identity],
     skipped: u64,
     decided: Decided<'l>,
-    reservation: Option<Reservation>,
+    reservation: Option<Box<Reservation>>,
 ) -> Result<(Permit<'l>, Option<Held<'l>>), Rejection> {
     let mut permit = decided?;
     let local = match permit.admission() {
@@ -220,7 +220,7 @@ fn held<'l>(
             resolved: resolved.clone(),
             identities: identities.iter().cloned().collect(),
             skipped,
-            reservation,
+            reservation: *reservation,
             local,
             until: Instant::now() + wait,
             runtime: tokio::runtime::Handle::try_current().ok(),

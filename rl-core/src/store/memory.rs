@@ -480,7 +480,9 @@ impl MemoryBackend {
                 self.reset_targets(targets);
                 Stored::Applied
             }
-            Op::Reserve(max_wait) => Stored::Reserved(self.reserve_targets(targets, max_wait)),
+            Op::Reserve(max_wait) => {
+                Stored::Reserved(Box::new(self.reserve_targets(targets, max_wait)))
+            }
             Op::Cancel(reservation) => {
                 self.cancel_targets(targets, reservation);
                 Stored::Applied
@@ -499,7 +501,7 @@ impl MemoryBackend {
     }
 
     #[inline]
-    fn acquire_targets(&self, targets: &[Target<'_>]) -> Decisions {
+    pub(crate) fn acquire_targets(&self, targets: &[Target<'_>]) -> Decisions {
         if let [one] = targets {
             return Decisions::one(self.acquire_target(one));
         }

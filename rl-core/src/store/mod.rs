@@ -43,8 +43,8 @@ impl Store {
 pub(crate) enum Stored {
     /// Decisions (acquire, acquire-once, peek).
     Decided(Decisions),
-    /// A reservation's answer.
-    Reserved(Reservation),
+    /// A reservation's answer (boxed: the other answers stay small).
+    Reserved(Box<Reservation>),
     /// A refund, reset or cancel was applied.
     Applied,
 }
@@ -87,7 +87,7 @@ pub(crate) async fn run_remote(
         Op::Reserve(max_wait) => backend
             .reserve(&requests, std::time::Duration::from_micros(max_wait))
             .await
-            .map(Stored::Reserved),
+            .map(|reservation| Stored::Reserved(Box::new(reservation))),
         Op::Cancel(reservation) => backend
             .cancel(&requests, reservation)
             .await
