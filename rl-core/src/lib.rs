@@ -25,9 +25,12 @@
 //! # Features
 //! - [`macro@rate_limit`] (feature `macros`, on by default): the attribute.
 //!   Arguments: `period`, `threshold`, `limits`, `key`, `algorithm`,
-//!   `cost`, `burst`, `slots`, `name`, `also(...)`, `count`, `count_if`,
-//!   `reset_on_success`, `on_reject`, `headers`, `limiter`, `on_error`,
-//!   `wait`, `crate`; see its docs.
+//!   `cost`, `burst`, `slots`, `name`, `also(...)`, `tier` + `tiers(...)`,
+//!   `count`, `count_if`, `reset_on_success`, `on_reject`, `headers`,
+//!   `limiter`, `on_error`, `wait`, `crate`; see its docs.
+//! - Tiers: limits chosen per call by the caller's tier (`free`, `pro`),
+//!   each tier on its own state and live-configurable as `<name>@<tier>`
+//!   ([`GroupSpec::tiered`], [`Limiter::call_tiered`], [`Tier`]).
 //! - Waiting instead of failing ([`Limiter::call_waiting`], `wait = "2s"`):
 //!   on GCRA and the buckets a waiting call reserves the earliest slot every
 //!   limit allows, atomically, and sleeps until it (callers queue and leave
@@ -127,6 +130,7 @@ pub use limiter::builder::LimiterBuilder;
 pub use limiter::call::{Admission, CallFuture, CallSpec, Counting, GroupSpec, Permit};
 pub use limiter::lists::{ListEntry, ListKind};
 pub use limiter::registry::Settings;
+pub use limiter::tier::Tier;
 pub use model::clock::{Clock, ManualClock, SystemClock};
 pub use model::decision::{Decision, Decisions, Figures};
 pub use model::error::{BackendError, Error, LimitError};

@@ -10,6 +10,8 @@
 //! - [`check_limit`]: every numeric bound of a limit, with its reason
 //!   ([`Problem`]); `const`, so the macro's constants are checked by the
 //!   compiler too.
+//! - [`check_tier_name`] and [`split_tier`]: tier names (`pro`) and the
+//!   registry names of tiers (`api@pro`).
 //!
 //! A proc-macro crate cannot depend on a crate that depends on it, so this
 //! crate sits below both `rl-macros` and `rl-core` and depends on nothing.
@@ -31,6 +33,7 @@
 mod algorithm;
 mod bounds;
 mod text;
+mod tier;
 
 pub use algorithm::{Algorithm, UnknownAlgorithm};
 pub use bounds::{
@@ -39,4 +42,7 @@ pub use bounds::{
 };
 pub use text::{
     BadDuration, BadRate, DURATION_UNITS, Rate, format_duration, parse_duration_micros, parse_rate,
+};
+pub use tier::{
+    BadTierName, DEFAULT_TIER, TIER_NAME_MAX, TIER_SEPARATOR, check_tier_name, split_tier,
 };

@@ -68,6 +68,10 @@ async fn redis_on(server: &RedisServer, clock: &ManualClock) -> Arc<Limiter> {
     )
 }
 
+/// Held by the tests that measure real time, so that they do not compete
+/// with each other for the two cores.
+static REAL_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn at_micros(permit: &Permit<'_>) -> u64 {
     permit.admission().decisions().expect("decided")[0].at_micros
 }
@@ -78,7 +82,8 @@ fn at_micros(permit: &Permit<'_>) -> u64 {
 struct Outcome {
     called: Instant,
     returned: Instant,
-    result: Result<Duration, Rejection>,
+    /// How long it waited and its slot (the store's time, µs).
+    result: Result<(Duration, u64), Rejection>,
 }
 
 /// `callers` concurrent calls waiting up to `deadline` on a leaky bucket of
@@ -104,7 +109,7 @@ async fn departures(
                 let result = limiter
                     .call_waiting(&spec, &[&"queue"], deadline)
                     .await
-                    .map(|permit| permit.waited());
+                    .map(|permit| (permit.waited(), at_micros(&permit)));
                 Outcome {
                     called,
                     returned: Instant::now(),
@@ -119,11 +124,12 @@ async fn departures(
     }
     let slack = Duration::from_millis(50);
     let mut left: Vec<Instant> = Vec::new();
+    let mut slots: Vec<u64> = Vec::new();
     let mut overshoot = Duration::ZERO;
     for outcome in &outcomes {
         let took = outcome.returned - outcome.called;
         match &outcome.result {
-            Ok(waited) => {
+            Ok((waited, slot)) => {
                 assert!(
                     *waited <= deadline,
                     "{label}: reserved a wait of {waited:?}"
@@ -134,6 +140,7 @@ async fn departures(
                 );
                 overshoot = overshoot.max(took.saturating_sub(deadline));
                 left.push(outcome.returned);
+                slots.push(*slot);
             }
             Err(rejection) => {
                 // Refused at once, not after sleeping: its slot was too far.
@@ -145,6 +152,16 @@ async fn departures(
                 );
             }
         }
+    }
+    // The store gave every admitted caller its own slot, exactly one
+    // interval after the previous one.
+    slots.sort_unstable();
+    for (k, slot) in slots.iter().enumerate() {
+        assert_eq!(
+            slot - slots[0],
+            k as u64 * interval.as_micros() as u64,
+            "{label}: slot {k}"
+        );
     }
     left.sort_unstable();
     let first = left[0];
@@ -200,11 +217,13 @@ async fn hundred_callers_leave_at_a_hundred_per_second(limiter: Arc<Limiter>, la
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_waiters_on_a_leaky_bucket_of_ten_per_second_leave_at_ten_per_second_in_memory() {
+    let _real_time = REAL_TIME.lock().await;
     hundred_callers_leave_at_ten_per_second(memory(), "memory 10/s").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_waiters_on_a_leaky_bucket_of_ten_per_second_leave_at_ten_per_second_on_redis() {
+    let _real_time = REAL_TIME.lock().await;
     let server = RedisServer::start();
     hundred_callers_leave_at_ten_per_second(redis(&server).await, "redis 10/s").await;
 }
@@ -212,12 +231,14 @@ async fn a_hundred_waiters_on_a_leaky_bucket_of_ten_per_second_leave_at_ten_per_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_waiters_on_a_leaky_bucket_of_a_hundred_per_second_all_leave_within_a_second_in_memory()
  {
+    let _real_time = REAL_TIME.lock().await;
     hundred_callers_leave_at_a_hundred_per_second(memory(), "memory 100/s").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_waiters_on_a_leaky_bucket_of_a_hundred_per_second_all_leave_within_a_second_on_redis()
  {
+    let _real_time = REAL_TIME.lock().await;
     let server = RedisServer::start();
     hundred_callers_leave_at_a_hundred_per_second(redis(&server).await, "redis 100/s").await;
 }
@@ -459,12 +480,14 @@ async fn a_window_waiter_never_sleeps_past_its_deadline(limiter: Arc<Limiter>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn window_waiters_retry_until_their_deadline_and_never_oversleep_in_memory() {
+    let _real_time = REAL_TIME.lock().await;
     window_waiters_retry_until_their_deadline(memory(), "memory").await;
     a_window_waiter_never_sleeps_past_its_deadline(memory()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn window_waiters_retry_until_their_deadline_and_never_oversleep_on_redis() {
+    let _real_time = REAL_TIME.lock().await;
     let server = RedisServer::start();
     window_waiters_retry_until_their_deadline(redis(&server).await, "redis").await;
     a_window_waiter_never_sleeps_past_its_deadline(redis(&server).await).await;
@@ -620,6 +643,7 @@ async fn several_limits_in_real_time(limiter: Arc<Limiter>, label: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callers_over_several_limits_leave_at_the_slowest_rate_in_memory_and_on_redis() {
+    let _real_time = REAL_TIME.lock().await;
     several_limits_in_real_time(memory(), "memory").await;
     let server = RedisServer::start();
     several_limits_in_real_time(redis(&server).await, "redis").await;
@@ -666,6 +690,40 @@ async fn a_call_counting_only_some_calls_cannot_wait() {
     assert!(refused.is_unavailable() && refused.to_string().contains("Counting::Settled"));
 }
 
+#[tokio::test]
+async fn a_tiered_call_cannot_wait_and_says_why() {
+    let limiter = memory();
+    let tiered = CallSpec::owned(
+        "tiered",
+        vec![GroupSpec::owned_tiered(
+            "tiered",
+            vec![rl_core::Tier::owned(
+                "free",
+                vec![limit(Algorithm::LeakyBucket, 10, 1)],
+            )],
+        )],
+    );
+    let refused = limiter
+        .call_waiting(&tiered, &[&"u"], Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert!(refused.is_unavailable() && refused.to_string().contains("is tiered"));
+    // A spec that waits is refused the same through `call_tiered`.
+    let waiting = tiered.clone().with_wait(Duration::from_secs(1));
+    let refused = limiter
+        .call_tiered(&waiting, &[&"u"], &["free"])
+        .await
+        .unwrap_err();
+    assert!(refused.is_unavailable() && refused.to_string().contains("is tiered"));
+    // Without waiting, the same spec is decided by its tier.
+    assert!(
+        limiter
+            .call_tiered(&tiered, &[&"u"], &["free"])
+            .await
+            .is_ok()
+    );
+}
+
 // ---- the macro ----
 
 static SMOOTH: std::sync::LazyLock<Limiter> =
@@ -687,6 +745,7 @@ async fn export(tenant: u64) -> Result<Instant, Rejection> {
 
 #[tokio::test]
 async fn a_function_with_wait_queues_its_callers_at_the_limits_rate() {
+    let _real_time = REAL_TIME.lock().await;
     let start = Instant::now();
     let mut times = Vec::new();
     for _ in 0..4 {

@@ -10,6 +10,7 @@ pub(crate) mod call;
 pub(crate) mod lists;
 pub(crate) mod registry;
 pub(crate) mod resolve;
+pub(crate) mod tier;
 pub(crate) mod timer;
 pub(crate) mod wait;
 
@@ -193,7 +194,10 @@ impl Limiter {
     /// `Err` (as an unavailable [`Rejection`], logged) for a call that
     /// cannot wait: limits mixing a window algorithm with GCRA or a bucket
     /// (no single time could be reserved on both), or a spec with
-    /// [`Counting::Settled`] (a refund could not give back a queued slot).
+    /// [`Counting::Settled`] (a refund could not give back a queued slot),
+    /// or a tiered group ([`GroupSpec::tiered`](crate::GroupSpec::tiered): its limits are chosen by
+    /// each call, through [`Limiter::call_tiered`], which refuses a spec
+    /// that waits the same way).
     /// [`Permit::waited`] says how long an admitted call waited; the wait
     /// of every admitted waiting call is recorded in `rl_wait_seconds`.
     ///
@@ -294,8 +298,11 @@ impl Limiter {
         resolved: &Arc<Resolved>,
         identities: &[Identity],
     ) -> Decided<'l> {
-        if let Some(problem) = &resolved.problem {
-            return Err(misconfigured(spec, problem));
+        if resolved.special {
+            return self
+                .decide_special(spec, resolved, identities)
+                .now()
+                .expect("a memory store answers now");
         }
         let skipped = resolved.allow_listed(&self.registry, identities);
         let mut targets = Targets::new();
@@ -313,8 +320,8 @@ impl Limiter {
     /// Decides a call on the remote store: the future of its round trip.
     fn call_remote<'l>(&'l self, spec: &'l CallSpec, identities: &[Identity]) -> CallFuture<'l> {
         resolve::with(self, spec, |resolved| {
-            if let Some(problem) = &resolved.problem {
-                return CallFuture::ready(Err(misconfigured(spec, problem)));
+            if resolved.special {
+                return self.decide_special(spec, resolved, identities);
             }
             let resolved = resolved.clone();
             let identities: Identities = identities.iter().cloned().collect();
@@ -358,6 +365,7 @@ impl Limiter {
             skipped,
             settle,
             waited: std::time::Duration::ZERO,
+            tiers: None,
         })
     }
 
@@ -407,7 +415,16 @@ impl Limiter {
                 continue;
             }
             let mut targets = Targets::new();
-            resolved.fill_targets(&settle.identities, |i, _| i == index, &mut targets);
+            if settle.chosen.is_empty() {
+                resolved.fill_targets(&settle.identities, |i, _| i == index, &mut targets);
+            } else {
+                resolved.fill_tiered(
+                    &settle.identities,
+                    &settle.chosen,
+                    |i| i == index,
+                    &mut targets,
+                );
+            }
             let range = offset..offset + targets.len();
             offset = range.end;
             let result = if force.unwrap_or(group.reset_on_success) {
@@ -930,6 +947,7 @@ fn settle(resolved: &Arc<Resolved>, identities: &[Identity], skipped: u64) -> Bo
         resolved: resolved.clone(),
         identities: identities.iter().cloned().collect(),
         skipped,
+        chosen: tier::Chosen::new(),
     })
 }
 

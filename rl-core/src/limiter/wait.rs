@@ -49,6 +49,14 @@ fn how(limiter: &Limiter, spec: &CallSpec, resolved: &Resolved) -> Result<How, L
             spec.name()
         )));
     }
+    if let Some(tiered) = resolved.groups.iter().find(|g| g.tiers.is_some()) {
+        return Err(LimitError::BadCall(format!(
+            "call `{}` cannot wait: its group `{}` is tiered; a waiting call reserves its slot on limits known \
+             before the call, and a tiered group's limits are chosen by each call; remove the wait or the tiers",
+            spec.name(),
+            tiered.name,
+        )));
+    }
     let limits = || resolved.groups.iter().flat_map(|g| g.limits.iter());
     let queued = limits().find(|l| reserves(l.algorithm()));
     let windowed = limits().find(|l| !reserves(l.algorithm()));
