@@ -25,9 +25,10 @@
 //! # Features
 //! - [`macro@rate_limit`] (feature `macros`, on by default): the attribute.
 //!   Arguments: `period`, `threshold`, `limits`, `key`, `algorithm`,
-//!   `cost`, `burst`, `slots`, `name`, `also(...)`, `tier` + `tiers(...)`,
-//!   `count`, `count_if`, `reset_on_success`, `on_reject`, `headers`,
-//!   `limiter`, `on_error`, `wait`, `crate`; see its docs.
+//!   `cost`, `burst`, `slots`, `max_in_flight`, `in_flight_ttl`, `name`,
+//!   `also(...)`, `tier` + `tiers(...)`, `count`, `count_if`,
+//!   `reset_on_success`, `on_reject`, `headers`, `limiter`, `on_error`,
+//!   `wait`, `crate`; see its docs.
 //! - Tiers: limits chosen per call by the caller's tier (`free`, `pro`),
 //!   each tier on its own state and live-configurable as `<name>@<tier>`
 //!   ([`GroupSpec::tiered`], [`Limiter::call_tiered`], [`Tier`]).
@@ -57,6 +58,9 @@
 //!   requests are refused with `RESOURCE_EXHAUSTED`.
 //! - `From<Rejection> for tonic::Status` (feature `tonic`) and
 //!   `actix_web::ResponseError for Rejection` (feature `actix`).
+//! - Concurrency limits ([`Limit::in_flight`], `max_in_flight = N`): at most
+//!   `N` calls of a key running at once across instances, leased slots held
+//!   by the [`Permit`] ([`InFlight`]) and decided with the rate limits.
 //!
 //! # Which algorithm
 //! | algorithm | memory per identity | worst case in any window of length `P` | pick it for |
@@ -128,6 +132,7 @@ pub use layer::breaker::BreakerConfig;
 pub use limiter::Limiter;
 pub use limiter::builder::LimiterBuilder;
 pub use limiter::call::{Admission, CallFuture, CallSpec, Counting, GroupSpec, Permit};
+pub use limiter::in_flight::InFlight;
 pub use limiter::lists::{ListEntry, ListKind};
 pub use limiter::registry::Settings;
 pub use limiter::tier::Tier;

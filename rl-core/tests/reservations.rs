@@ -197,6 +197,26 @@ fn only_gcra_and_the_buckets_reserve() {
     );
 }
 
+#[test]
+fn an_in_flight_limit_is_never_reserved_and_a_refusal_changes_nothing() {
+    let store = MemoryBackend::with_clock(ManualClock::new(T0));
+    let key = Key::new("rl", "jobs", "a");
+    let rate = limit(Algorithm::Gcra, 10, 1);
+    let slots = Limit::in_flight(2).unwrap();
+    let req = [Request::new(&key, &rate, 1), Request::new(&key, &slots, 1)];
+    let refused = futures_lite(store.reserve(&req, Duration::from_secs(1)));
+    assert!(
+        matches!(&refused, Err(BackendError::Invalid(e)) if e.to_string().contains("in-flight")),
+        "{refused:?}"
+    );
+    assert!(Request::check_reservation(&req).is_err());
+    // Unvalidated, the store refuses it all the same and writes nothing.
+    let unchecked = store.reserve_sync(&req, 1_000_000);
+    assert!(!unchecked.allowed() && unchecked.slot_micros().is_none());
+    let rate_only = [Request::new(&key, &rate, 1)];
+    assert_eq!(slot(&store.reserve_sync(&rate_only, 1_000_000)), T0);
+}
+
 /// Polls a future that is ready at once (the memory store's).
 fn futures_lite<F: std::future::Future>(future: F) -> F::Output {
     let mut future = std::pin::pin!(future);

@@ -37,8 +37,8 @@ mod tier;
 
 pub use algorithm::{Algorithm, UnknownAlgorithm};
 pub use bounds::{
-    DEFAULT_SLOTS, DOUBLE_EXACT, MAX_CAPACITY_PERIOD, Problem, SLIDING_LOG_CAP, capacity,
-    check_limit, problems,
+    DEFAULT_LEASE_TTL_US, DEFAULT_SLOTS, DOUBLE_EXACT, MAX_CAPACITY_PERIOD, MAX_IN_FLIGHT,
+    MAX_LEASE_TTL_US, MIN_LEASE_TTL_US, Problem, SLIDING_LOG_CAP, capacity, check_limit, problems,
 };
 pub use text::{
     BadDuration, BadRate, DURATION_UNITS, Rate, format_duration, parse_duration_micros, parse_rate,

@@ -36,11 +36,13 @@ mod kw {
     syn::custom_keyword!(headers);
     syn::custom_keyword!(tier);
     syn::custom_keyword!(tiers);
+    syn::custom_keyword!(max_in_flight);
+    syn::custom_keyword!(in_flight_ttl);
     syn::custom_keyword!(wait);
 }
 
 /// Every argument, in the order the docs and error messages list them.
-pub(crate) const ARGUMENTS: [&str; 21] = [
+pub(crate) const ARGUMENTS: [&str; 23] = [
     "period",
     "threshold",
     "key",
@@ -48,6 +50,8 @@ pub(crate) const ARGUMENTS: [&str; 21] = [
     "cost",
     "burst",
     "slots",
+    "max_in_flight",
+    "in_flight_ttl",
     "name",
     "limiter",
     "on_error",
@@ -65,7 +69,7 @@ pub(crate) const ARGUMENTS: [&str; 21] = [
 ];
 
 /// The arguments `also(...)` takes: those describing one key and its limits.
-pub(crate) const ALSO_ARGUMENTS: [&str; 12] = [
+pub(crate) const ALSO_ARGUMENTS: [&str; 14] = [
     "name",
     "key",
     "limits",
@@ -75,6 +79,8 @@ pub(crate) const ALSO_ARGUMENTS: [&str; 12] = [
     "cost",
     "burst",
     "slots",
+    "max_in_flight",
+    "in_flight_ttl",
     "reset_on_success",
     "tier",
     "tiers",
@@ -135,6 +141,10 @@ pub(crate) struct GroupArgs {
     pub(crate) tier: Option<Arg<Expr>>,
     /// `tiers(free = [..], pro = [..])`; the span is the `tiers` keyword's.
     pub(crate) tiers: Option<Arg<Vec<TierArg>>>,
+    /// At most this many calls in flight per key.
+    pub(crate) max_in_flight: Option<Arg<u64>>,
+    /// The lease of an in-flight slot, in microseconds.
+    pub(crate) in_flight_ttl: Option<Arg<u64>>,
 }
 
 /// One tier of `tiers(...)`: its name and its limits.
@@ -363,6 +373,24 @@ impl GroupArgs {
                 "slots",
                 keyword.span,
                 parse_count(input, "slots")?,
+            )?;
+        } else if input.peek(kw::max_in_flight) {
+            let keyword = input.parse::<kw::max_in_flight>()?;
+            input.parse::<Token![=]>()?;
+            set_once(
+                &mut self.max_in_flight,
+                "max_in_flight",
+                keyword.span,
+                parse_count(input, "max_in_flight")?,
+            )?;
+        } else if input.peek(kw::in_flight_ttl) {
+            let keyword = input.parse::<kw::in_flight_ttl>()?;
+            input.parse::<Token![=]>()?;
+            set_once(
+                &mut self.in_flight_ttl,
+                "in_flight_ttl",
+                keyword.span,
+                parse_duration(input, "in_flight_ttl")?,
             )?;
         } else if input.peek(kw::name) {
             let keyword = input.parse::<kw::name>()?;
@@ -683,8 +711,8 @@ fn negative(input: ParseStream, name: &str) -> Result<Error> {
     ))
 }
 
-/// A duration (`period`, `wait`): whole seconds (`30`) or a duration
-/// string (`"500ms"`), in µs.
+/// A duration argument `name` (`period`, `in_flight_ttl`, `wait`): whole
+/// seconds (`30`) or a duration string (`"500ms"`), in µs.
 fn parse_duration(input: ParseStream, name: &str) -> Result<Arg<u64>> {
     if input.peek(Token![-]) {
         return Err(negative(input, name)?);
@@ -1113,7 +1141,8 @@ mod tests {
         assert!(
             message.starts_with(
                 "unknown argument `tresh` in `also(...)`; expected one of `name`, `key`, `limits`, `period`, \
-                 `threshold`, `algorithm`, `cost`, `burst`, `slots`, `reset_on_success`"
+                 `threshold`, `algorithm`, `cost`, `burst`, `slots`, `max_in_flight`, `in_flight_ttl`, \
+                 `reset_on_success`"
             ),
             "{message}"
         );

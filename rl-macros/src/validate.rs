@@ -43,12 +43,16 @@ pub(crate) struct Config {
     /// uses (precisely, field by field) rather than moving the receiver, so
     /// a limiter borrowed from another field of `self` can stay borrowed.
     pub(crate) borrows_self: bool,
+    /// The first `max_in_flight`, when a group has one: the permit holds
+    /// the slots until the body has returned.
+    pub(crate) in_flight: Option<Span>,
 }
 
 impl Config {
-    /// Whether the body's result is needed as a value before returning it.
+    /// Whether the body's result is needed as a value before returning it
+    /// (and the permit kept until then).
     pub(crate) fn wraps_body(&self) -> bool {
-        self.counting.is_some() || self.headers.is_some()
+        self.counting.is_some() || self.headers.is_some() || self.in_flight.is_some()
     }
 }
 
@@ -127,6 +131,11 @@ pub(crate) fn validate(args: Args, sig: &Signature) -> Result<Config> {
         wait,
     } = args;
     let error_type_span = check_signature(sig, on_reject.is_none(), &mut errors);
+    let in_flight = group
+        .max_in_flight
+        .as_ref()
+        .or_else(|| also.iter().find_map(|a| a.group.max_in_flight.as_ref()))
+        .map(|m| m.span);
 
     // Every `reset_on_success`, checked against `count` below.
     let mut resets: Vec<Span> = Vec::new();
@@ -201,7 +210,7 @@ pub(crate) fn validate(args: Args, sig: &Signature) -> Result<Config> {
         (Some(Counting::Failures(_)), _) => Some("count"),
         (Some(Counting::If(_)), _) => Some("count_if"),
         (None, Some(_)) => Some("headers"),
-        (None, None) => None,
+        (None, None) => in_flight.map(|_| "max_in_flight"),
     };
     if let (Some(argument), ReturnType::Type(_, ty)) = (holds_result, &sig.output)
         && let Some(span) = impl_trait_span(ty.to_token_stream())
@@ -216,7 +225,7 @@ pub(crate) fn validate(args: Args, sig: &Signature) -> Result<Config> {
     }
 
     if let Some(wait) = &wait {
-        check_wait(wait, &counting, &groups, &mut errors);
+        check_wait(wait, &counting, &groups, in_flight.is_some(), &mut errors);
     }
 
     let output = match &sig.output {
@@ -250,17 +259,20 @@ pub(crate) fn validate(args: Args, sig: &Signature) -> Result<Config> {
         wait: wait.map(|w| w.value),
         output,
         borrows_self,
+        in_flight,
     };
     errors.finish(config)
 }
 
-/// `wait`: longer than zero, every call counted, and every limit of the
+/// `wait`: longer than zero, every call counted, no tiers, no
+/// `max_in_flight` (`in_flight`: in any group), and every limit of the
 /// call of one kind: GCRA and the buckets reserve one time for all their
 /// limits, the window algorithms retry, and a call cannot do both.
 fn check_wait(
     wait: &Arg<u64>,
     counting: &Option<Counting>,
     groups: &[Option<GroupConfig>],
+    in_flight: bool,
     errors: &mut Errors,
 ) {
     if wait.value == 0 {
@@ -297,10 +309,34 @@ fn check_wait(
             ),
         );
     }
-    let limits = groups
-        .iter()
-        .flatten()
-        .flat_map(|g| g.limits.iter().map(move |l| (g, l)));
+    if in_flight {
+        let group = groups
+            .iter()
+            .flatten()
+            .find(|g| g.limits.iter().any(|l| l.algorithm.is_in_flight()))
+            .map_or_else(
+                || "in the function".to_owned(),
+                |g| match &g.name {
+                    Some(name) => format!("in group {:?}", name.value()),
+                    None => "in the function's own group".to_owned(),
+                },
+            );
+        errors.push(
+            wait.span,
+            format!(
+                "`wait` cannot be combined with `max_in_flight` ({group}): a slot of a concurrency limit frees \
+                 when a running call ends, which no reserved time or retry can promise, and a waiting call would \
+                 hold its other limits' units meanwhile; remove `wait` or `max_in_flight`"
+            ),
+        );
+    }
+    // Rate limits only: `max_in_flight` was reported above.
+    let limits = groups.iter().flatten().flat_map(|g| {
+        g.limits
+            .iter()
+            .filter(|l| !l.algorithm.is_in_flight())
+            .map(move |l| (g, l))
+    });
     let queued = limits.clone().find(|(_, l)| l.algorithm.uses_burst());
     let windowed = limits.clone().find(|(_, l)| !l.algorithm.uses_burst());
     if let (Some((qg, ql)), Some((wg, wl))) = (queued, windowed) {
@@ -365,6 +401,12 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
         ""
     };
     let algorithm = args.algorithm.as_ref().map_or(Algorithm::Gcra, |a| a.value);
+    let rates = args.limits.is_some()
+        || args.period.is_some()
+        || args.threshold.is_some()
+        || args.tiers.is_some();
+    // Only `max_in_flight`: its own check says what the rate arguments are for.
+    let rate_arguments_apply = rates || args.max_in_flight.is_none();
 
     for (arg, name) in [
         (&args.threshold, "threshold"),
@@ -381,6 +423,7 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
     }
     if let Some(burst) = &args.burst
         && !algorithm.uses_burst()
+        && rate_arguments_apply
     {
         errors.push(
             burst.span,
@@ -393,6 +436,7 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
     }
     if let Some(slots) = &args.slots
         && algorithm != Algorithm::SlidingWindow
+        && rate_arguments_apply
     {
         errors.push(
             slots.span,
@@ -402,6 +446,8 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
             ),
         );
     }
+    let in_flight = check_in_flight(&args, rates, within, errors);
+
     if let Some(name) = &args.name
         && name.value.value().is_empty()
     {
@@ -418,6 +464,18 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
     let mut cost_reported = false;
 
     if args.tier.is_some() || args.tiers.is_some() {
+        if let Some(max) = &args.max_in_flight {
+            errors.push(
+                max.span,
+                format!(
+                    "{within}`max_in_flight` cannot be combined with `tiers`: a call holds one slot whatever \
+                     its tier; put it in its own group, e.g. `also(name = \"in_flight\", key = .., \
+                     max_in_flight = {})`",
+                    max.value
+                ),
+            );
+            return None;
+        }
         let tiers = validate_tiers(&args, within, errors)?;
         let mut checked = Vec::with_capacity(tiers.len());
         let mut complete = valid_numbers;
@@ -468,7 +526,7 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
             Some(rates) => limits = rates,
             None => complete = false,
         }
-    } else {
+    } else if rates || args.max_in_flight.is_none() {
         if args.threshold.is_none() {
             errors.push(
                 also.unwrap_or_else(Span::call_site),
@@ -505,7 +563,9 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
     if !complete || !valid_numbers {
         return None;
     }
-    let checked = check_limits(&limits, &args, algorithm, &mut cost_reported, errors);
+    let in_flight = in_flight?;
+    let mut checked = check_limits(&limits, &args, algorithm, &mut cost_reported, errors);
+    checked.extend(in_flight);
 
     Some(GroupConfig {
         name: args.name.map(|n| n.value),
@@ -727,6 +787,93 @@ fn check_limits(
     checked
 }
 
+/// Checks `max_in_flight` and `in_flight_ttl` of a group that has rate
+/// limits (`rates`) or not: the in-flight limit to add (`Some(None)`: none),
+/// or `None` when they are invalid (the reasons are in `errors`).
+fn check_in_flight(
+    args: &GroupArgs,
+    rates: bool,
+    within: &str,
+    errors: &mut Errors,
+) -> Option<Option<LimitConfig>> {
+    let Some(max) = &args.max_in_flight else {
+        if let Some(ttl) = &args.in_flight_ttl {
+            errors.push(
+                ttl.span,
+                format!(
+                    "{within}`in_flight_ttl` is the lease of the slots `max_in_flight` hands out; add \
+                     `max_in_flight = N`, or remove it"
+                ),
+            );
+            return None;
+        }
+        return Some(None);
+    };
+    let mut valid = true;
+    if max.value == 0 {
+        errors.push(
+            max.span,
+            "`max_in_flight` must be at least 1, got 0 (it would refuse every call)",
+        );
+        valid = false;
+    }
+    if !rates {
+        for (name, span) in [
+            ("algorithm", args.algorithm.as_ref().map(|a| a.span)),
+            ("burst", args.burst.as_ref().map(|a| a.span)),
+            ("slots", args.slots.as_ref().map(|a| a.span)),
+            ("cost", args.cost.as_ref().map(|a| a.span)),
+            (
+                "reset_on_success",
+                args.reset_on_success.as_ref().map(|a| a.span),
+            ),
+        ] {
+            if let Some(span) = span {
+                errors.push(
+                    span,
+                    format!(
+                        "{within}`{name}` applies to rate limits (`period` and `threshold`, or `limits`), and this \
+                         group has only `max_in_flight` (a call holds one slot, whatever its cost); remove `{name}`, \
+                         or add a rate limit"
+                    ),
+                );
+                valid = false;
+            }
+        }
+    }
+    let ttl = args
+        .in_flight_ttl
+        .as_ref()
+        .map_or(rl_grammar::DEFAULT_LEASE_TTL_US, |t| t.value);
+    if max.value > 0 {
+        for problem in rl_grammar::problems(
+            max.value,
+            ttl,
+            Algorithm::InFlight,
+            max.value,
+            DEFAULT_SLOTS,
+        ) {
+            let problem = match problem {
+                Problem::ZeroPeriod => Problem::LeaseTtlOutOfRange { ttl_us: 0 },
+                other => other,
+            };
+            let span = match (problem, &args.in_flight_ttl) {
+                (Problem::LeaseTtlOutOfRange { .. }, Some(ttl)) => ttl.span,
+                _ => max.span,
+            };
+            errors.push(span, format!("{within}{problem}"));
+            valid = false;
+        }
+    }
+    valid.then_some(Some(LimitConfig {
+        threshold: max.value,
+        period_us: ttl,
+        algorithm: Algorithm::InFlight,
+        burst: max.value,
+        slots: DEFAULT_SLOTS,
+    }))
+}
+
 /// The span of the first `impl` in a type (`impl Display`,
 /// `Result<impl Display, E>`), which no local can be declared with.
 fn impl_trait_span(tokens: TokenStream) -> Option<Span> {
@@ -913,6 +1060,42 @@ mod tests {
                 "`wait` cannot wait for `gcra` (group \"sms\") and `fixed_window` (group \"sms_ip\") in one call"
             ),
             "{mixed}"
+        );
+    }
+
+    #[test]
+    fn wait_with_max_in_flight_in_any_group_is_one_error_at_wait() {
+        let beside = single(quote!(
+            name = "export",
+            period = 1,
+            threshold = 5,
+            wait = "1s",
+            also(name = "export_running", max_in_flight = 4)
+        ));
+        assert!(
+            beside.starts_with(
+                "`wait` cannot be combined with `max_in_flight` (in group \"export_running\")"
+            ),
+            "{beside}"
+        );
+        let alone = single(quote!(max_in_flight = 2, wait = "1s"));
+        assert!(
+            alone.starts_with(
+                "`wait` cannot be combined with `max_in_flight` (in the function's own group)"
+            ),
+            "{alone}"
+        );
+        // In one group beside a gcra rate: the same single error (not also
+        // one about mixing kinds of limits).
+        let together = single(quote!(
+            period = 1,
+            threshold = 5,
+            max_in_flight = 2,
+            wait = "1s"
+        ));
+        assert!(
+            together.starts_with("`wait` cannot be combined with `max_in_flight`"),
+            "{together}"
         );
     }
 

@@ -27,13 +27,15 @@ const SINGLE: &str = include_str!("lua/single.lua");
 const BATCH: &str = include_str!("lua/batch.lua");
 const LIBRARY: &str = include_str!("lua/library.lua");
 
-/// The algorithms' sources, in [`Algorithm::ALL`] order of their codes.
-const ALGORITHM_SOURCES: [(&str, &str); 5] = [
+/// The algorithms' sources, in [`Algorithm::ALL`] order of their codes,
+/// then the in-flight limit's (decided by the batch entry only).
+const ALGORITHM_SOURCES: [(&str, &str); 6] = [
     ("fw", include_str!("lua/fixed_window.lua")),
     ("sl", include_str!("lua/sliding_log.lua")),
     ("sw", include_str!("lua/sliding_window.lua")),
     ("tb lb", include_str!("lua/meter.lua")),
     ("gc", include_str!("lua/gcra.lua")),
+    ("if", include_str!("lua/in_flight.lua")),
 ];
 
 /// The algorithm source that defines `code`'s module.
@@ -65,6 +67,8 @@ pub(crate) enum Op {
     Reserve,
     /// Give back a reservation (`at`: its slot).
     Cancel,
+    /// Renew the leases of in-flight slots.
+    Renew,
 }
 
 impl Op {
@@ -78,6 +82,7 @@ impl Op {
             Op::Reset => "reset",
             Op::Reserve => "reserve",
             Op::Cancel => "cancel",
+            Op::Renew => "renew",
         }
     }
 
@@ -124,7 +129,9 @@ impl Entry {
     /// algorithm `first`.
     pub(crate) fn for_call(op: Op, count: usize, first: Option<Algorithm>) -> Self {
         match (count, first) {
-            (1, Some(algorithm)) if SINGLE_OPS.contains(&op) => Entry::Single(op, algorithm),
+            (1, Some(algorithm)) if SINGLE_OPS.contains(&op) && !algorithm.is_in_flight() => {
+                Entry::Single(op, algorithm)
+            }
             _ if op == Op::Peek => Entry::BatchReadOnly,
             _ => Entry::Batch,
         }
@@ -374,11 +381,15 @@ impl<'p, 'r> Plan<'p, 'r> {
         requests: &'p [Request<'r>],
         request_id_key: Option<&'p str>,
     ) -> Self {
-        let entry = Entry::for_call(
-            op,
-            requests.len(),
-            requests.first().map(|r| r.limit.algorithm()),
-        );
+        let entry = if requests.iter().any(|r| r.limit.is_in_flight()) {
+            Entry::for_call(op, 2, None)
+        } else {
+            Entry::for_call(
+                op,
+                requests.len(),
+                requests.first().map(|r| r.limit.algorithm()),
+            )
+        };
         Self {
             op,
             entry,
@@ -457,7 +468,12 @@ impl<'p, 'r> Plan<'p, 'r> {
         sink.number(limit.threshold());
         sink.number(limit.period_micros());
         sink.number(limit.burst());
-        sink.number(limit.slots());
+        if limit.is_in_flight() {
+            // The slot's lease id, as the sorted set's member.
+            sink.text(&format!("{:016x}", request.lease));
+        } else {
+            sink.number(limit.slots());
+        }
         sink.number(request.cost.min(EXACT_LIMIT));
     }
 
@@ -593,6 +609,8 @@ pub(crate) struct Reply {
     /// Whether the decisions are a kept reply of an earlier
     /// [`Op::AcquireOnce`] call.
     pub(crate) replayed: bool,
+    /// Per request of an [`Op::Renew`]: whether its lease was renewed.
+    pub(crate) renewed: Vec<bool>,
 }
 
 /// Decodes the flat integer reply of a call over `count` requests.
@@ -611,6 +629,8 @@ pub(crate) fn parse_reply(op: Op, count: usize, values: &[i64]) -> Result<Reply,
     };
     let expected = if op.decides() {
         count * DECISION_WIDTH + 1
+    } else if op == Op::Renew {
+        count + 1
     } else {
         1
     };
@@ -654,10 +674,16 @@ pub(crate) fn parse_reply(op: Op, count: usize, values: &[i64]) -> Result<Reply,
             }));
         }
     }
+    let renewed = if op == Op::Renew {
+        values[..count].iter().map(|&v| v == 1).collect()
+    } else {
+        Vec::new()
+    };
     Ok(Reply {
         decisions,
         now,
         replayed,
+        renewed,
     })
 }
 
@@ -865,6 +891,37 @@ mod tests {
         assert_eq!(replay.decisions[0].at_micros, 77);
         let fresh = parse_reply(Op::AcquireOnce, 1, &[1, 5, 4, 0, 12, 99, 0, 99]).unwrap();
         assert!(!fresh.replayed);
+    }
+
+    #[test]
+    fn in_flight_requests_go_to_the_batch_with_their_lease_as_the_member() {
+        let key = Key::new("rl", "jobs", "t7");
+        let ten = Limit::in_flight(10).unwrap();
+        let one = [Request::new(&key, &ten, 1).with_lease(0xab)];
+        let plan = Plan::new(Op::Acquire, Time::Server, 0, 0, &one, None);
+        assert_eq!(plan.entry, Entry::Batch);
+        let call = Call::of(&plan);
+        assert_eq!(call.keys, ["rl:{jobs:t7}:if:10000000"]);
+        assert_eq!(
+            call.args,
+            [
+                "acquire",
+                "s",
+                "0",
+                "0",
+                "if",
+                "10",
+                "10000000",
+                "10",
+                "00000000000000ab",
+                "1"
+            ]
+        );
+        let peek = Plan::new(Op::Peek, Time::Server, 0, 0, &one, None);
+        assert_eq!(peek.entry, Entry::BatchReadOnly);
+        let renewed = parse_reply(Op::Renew, 2, &[1, 0, 99]).unwrap();
+        assert_eq!(renewed.renewed, [true, false]);
+        assert!(parse_reply(Op::Renew, 2, &[1, 99]).is_err());
     }
 
     #[test]

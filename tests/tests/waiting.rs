@@ -724,6 +724,77 @@ async fn a_tiered_call_cannot_wait_and_says_why() {
     );
 }
 
+#[tokio::test]
+async fn a_call_with_an_in_flight_limit_cannot_wait_and_says_why() {
+    let limiter = memory();
+    // The in-flight limit in another group of the call than the rate.
+    let both = CallSpec::owned(
+        "export",
+        vec![
+            GroupSpec::owned("export_rate", vec![limit(Algorithm::LeakyBucket, 10, 1)]),
+            GroupSpec::owned("export_running", vec![Limit::in_flight(2).unwrap()]),
+        ],
+    );
+    let refused = limiter
+        .call_waiting(&both, &[&"u", &"u"], Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert!(refused.is_unavailable(), "{refused:?}");
+    assert!(
+        refused
+            .to_string()
+            .contains("`export_running` has an in-flight limit"),
+        "{refused}"
+    );
+    // A spec that waits is refused the same through `call`, however free
+    // its slots are, and a window limit beside it changes nothing.
+    let waiting = both.clone().with_wait(Duration::from_secs(1));
+    let refused = limiter.call(&waiting, &[&"u", &"u"]).await.unwrap_err();
+    assert!(refused.is_unavailable() && refused.to_string().contains("in-flight"));
+    let alone =
+        spec("running", vec![Limit::in_flight(1).unwrap()]).with_wait(Duration::from_secs(1));
+    let refused = limiter.call(&alone, &[&"u"]).await.unwrap_err();
+    assert!(refused.is_unavailable() && refused.to_string().contains("in-flight"));
+    // Nothing was taken: without waiting, the same spec holds its slots.
+    let permit = limiter.call(&both, &[&"u", &"u"]).await.unwrap();
+    assert!(permit.in_flight().is_some());
+}
+
+#[tokio::test]
+async fn a_group_made_in_flight_at_run_time_stops_its_calls_from_waiting() {
+    let limiter = memory();
+    let queued = spec("queued", vec![limit(Algorithm::Gcra, 10, 1)]);
+    assert!(
+        limiter
+            .call_waiting(&queued, &[&"u"], Duration::from_secs(1))
+            .await
+            .is_ok()
+    );
+    limiter
+        .set_limits("queued", vec![Limit::in_flight(3).unwrap()])
+        .unwrap();
+    let refused = limiter
+        .call_waiting(&queued, &[&"u"], Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert!(refused.is_unavailable() && refused.to_string().contains("in-flight"));
+}
+
+#[tokio::test]
+async fn redis_never_reserves_an_in_flight_limit() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(server.url()).await.expect("connect");
+    let key = Key::new("wait", "jobs", "a");
+    let rate = limit(Algorithm::Gcra, 10, 1);
+    let slots = Limit::in_flight(2).unwrap();
+    let req = [Request::new(&key, &rate, 1), Request::new(&key, &slots, 1)];
+    let refused = backend.reserve(&req, Duration::from_secs(1)).await;
+    assert!(
+        matches!(&refused, Err(rl_core::BackendError::Invalid(e)) if e.to_string().contains("in-flight")),
+        "{refused:?}"
+    );
+}
+
 // ---- the macro ----
 
 static SMOOTH: std::sync::LazyLock<Limiter> =

@@ -206,6 +206,10 @@ pub struct LimitState {
     pub retry_after_ms: u64,
     /// How long until the limit is back to its full quota.
     pub reset_after_ms: u64,
+    /// For a concurrency limit (`max_in_flight`): the calls of the identity
+    /// running now, over every instance (slots held with a live lease).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_flight: Option<u64>,
 }
 
 /// `rl-admin inspect`: one identity's state under one name.
@@ -249,6 +253,9 @@ impl InspectReport {
                     remaining: decision.remaining,
                     retry_after_ms: millis(decision.retry_after),
                     reset_after_ms: millis(decision.reset_after),
+                    in_flight: limit
+                        .is_in_flight()
+                        .then(|| decision.limit.saturating_sub(decision.remaining)),
                 })
                 .collect(),
         }
@@ -421,6 +428,16 @@ fn inspect_table(report: &InspectReport) -> String {
         ],
         &rows,
     ));
+    for state in &report.limits {
+        if let Some(running) = state.in_flight {
+            let _ = writeln!(
+                text,
+                "\nin flight now: {running} of {} (slots leased for {}, across every instance)",
+                state.limit_units,
+                human(Duration::from_micros(state.limit.period_us))
+            );
+        }
+    }
     text
 }
 

@@ -57,6 +57,19 @@ fn how(limiter: &Limiter, spec: &CallSpec, resolved: &Resolved) -> Result<How, L
             tiered.name,
         )));
     }
+    if let Some(group) = resolved
+        .groups
+        .iter()
+        .find(|g| g.limits.iter().any(Limit::is_in_flight))
+    {
+        return Err(LimitError::BadCall(format!(
+            "call `{}` cannot wait: its group `{}` has an in-flight limit; a slot of a concurrency limit frees \
+             when a running call ends, which no reserved time or retry can promise, and a waiting call would \
+             hold its other groups' units meanwhile; remove the wait or the in-flight limit",
+            spec.name(),
+            group.name,
+        )));
+    }
     let limits = || resolved.groups.iter().flat_map(|g| g.limits.iter());
     let queued = limits().find(|l| reserves(l.algorithm()));
     let windowed = limits().find(|l| !reserves(l.algorithm()));

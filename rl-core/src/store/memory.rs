@@ -30,7 +30,7 @@ use hashbrown::{Equivalent, HashMap, HashTable};
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use smallvec::SmallVec;
 
-use crate::algorithm::{Log, Meter, Slots, State, Tat, Window};
+use crate::algorithm::{Flight, Log, Meter, Slots, State, Tat, Window};
 use crate::model::clock::{Clock, SystemClock};
 use crate::model::decision::{Decision, Decisions};
 use crate::model::error::BackendError;
@@ -40,7 +40,7 @@ use crate::model::reservation::Reservation;
 use crate::store::Stored;
 use crate::store::backend::{Backend, BoxFuture, Request};
 use crate::store::reserve::{Freed, choose_slot};
-use crate::store::target::{KeyRef, Op, Slot, Target};
+use crate::store::target::{KeyRef, Op, Slot, Target, reserves};
 
 /// What identifies a limit's state under a key ([`Limit::state_id`]).
 type StateId = (Algorithm, u64, u64);
@@ -152,6 +152,7 @@ tabled! {
     Meter => meter,
     Log => log,
     Slots => slots,
+    Flight => flight,
 }
 
 /// Every identity of a shard: numbers and text apart.
@@ -574,6 +575,26 @@ impl MemoryBackend {
     /// and commits each target as of it (see [`Backend::reserve`]).
     fn reserve_targets(&self, targets: &[Target<'_>], max_wait: u64) -> Reservation {
         self.with_locked(targets, |now, guards, located| {
+            if targets.iter().any(|t| t.limit.is_in_flight()) {
+                // A concurrency limit is never reserved (`Backend::reserve`
+                // refuses it): refused, nothing changed.
+                let refused: SmallVec<[Decision; 4]> = targets
+                    .iter()
+                    .zip(located)
+                    .map(|(target, at)| {
+                        let shard = guards.shard(at.shard);
+                        let mut decision = decide_in(shard, at, target, now, false, now);
+                        decision.allowed &= !target.limit.is_in_flight();
+                        decision
+                    })
+                    .collect();
+                let count = targets.len();
+                return Reservation::new(
+                    Decisions::new(refused),
+                    now,
+                    std::iter::repeat_n(false, count),
+                );
+            }
             let mut probe: SmallVec<[Decision; 4]> = SmallVec::new();
             let mut earliest: SmallVec<[u64; 4]> = SmallVec::new();
             let mut freed: SmallVec<[Freed; 4]> = SmallVec::new();
@@ -623,6 +644,10 @@ impl MemoryBackend {
         };
         self.with_locked(targets, |now, guards, located| {
             for (index, (target, at)) in targets.iter().zip(located).enumerate() {
+                if !reserves(target.limit.algorithm()) {
+                    // Never reserved (an in-flight limit, a window).
+                    continue;
+                }
                 let Some(decision) = reservation.decisions().as_slice().get(index) else {
                     break;
                 };
@@ -699,6 +724,7 @@ fn targets<'a>(requests: &'a [Request<'a>]) -> SmallVec<[Target<'a>; 4]> {
             limit: r.limit,
             cost: r.cost,
             slot: None,
+            lease: r.lease,
         })
         .collect()
 }
@@ -812,6 +838,7 @@ fn decide_in(
         Algorithm::TokenBucket | Algorithm::LeakyBucket => {
             decide::<Meter>(shard, at, target, now, commit, clock)
         }
+        Algorithm::InFlight => decide::<Flight>(shard, at, target, now, commit, clock),
         _ => decide::<Tat>(shard, at, target, now, commit, clock),
     }
 }
@@ -932,6 +959,7 @@ fn refund_in(shard: &mut Shard, at: &Located, target: &Target<'_>, now: u64, at_
         Algorithm::TokenBucket | Algorithm::LeakyBucket => {
             refund::<Meter>(shard, at, target, now, at_micros)
         }
+        Algorithm::InFlight => refund::<Flight>(shard, at, target, now, at_micros),
         _ => refund::<Tat>(shard, at, target, now, at_micros),
     }
 }
@@ -942,6 +970,7 @@ fn reset_in(shard: &mut Shard, at: &Located, target: &Target<'_>) {
         Algorithm::SlidingLog => reset::<Log>(shard, at, target),
         Algorithm::SlidingWindow => reset::<Slots>(shard, at, target),
         Algorithm::TokenBucket | Algorithm::LeakyBucket => reset::<Meter>(shard, at, target),
+        Algorithm::InFlight => reset::<Flight>(shard, at, target),
         _ => reset::<Tat>(shard, at, target),
     }
 }

@@ -25,8 +25,9 @@ use target::{Op, Target};
 /// The store at the bottom of a limiter's pipeline.
 #[derive(Debug)]
 pub(crate) enum Store {
-    /// Decides in process, synchronously.
-    Memory(MemoryBackend),
+    /// Decides in process, synchronously (shared with the guards of
+    /// in-flight slots, which give theirs back from any thread).
+    Memory(Arc<MemoryBackend>),
     /// Decides over the network.
     Remote(Arc<dyn Backend>),
 }
@@ -70,7 +71,7 @@ pub(crate) async fn run_remote(
     let requests: SmallVec<[Request<'_>; 4]> = targets
         .iter()
         .zip(&index)
-        .map(|(t, &k)| Request::new(&keys[k], t.limit, t.cost))
+        .map(|(t, &k)| Request::new(&keys[k], t.limit, t.cost).with_lease(t.lease))
         .collect();
     match op {
         Op::Acquire => backend.acquire(&requests).await.map(Stored::Decided),

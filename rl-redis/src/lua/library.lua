@@ -7,7 +7,8 @@
 -- Per algorithm code (fw, sl, sw, tb, lb, gc): <prefix><code>_acquire,
 -- <prefix><code>_peek (no-writes: FCALL_RO), <prefix><code>_refund
 -- (single.lua); and <prefix>batch, <prefix>batch_ro (no-writes, peeks only)
--- for everything else (batch.lua).
+-- for everything else (batch.lua), in-flight limits (code 'if') included:
+-- their module is loaded by the batch on first use.
 
 -- (No `pairs` here: at load time Redis offers no global but `redis`.)
 local CODES = { 'fw', 'sl', 'sw', 'tb', 'lb', 'gc' }
