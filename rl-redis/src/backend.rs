@@ -228,9 +228,9 @@ impl fmt::Display for What<'_> {
 }
 
 /// Requests sharing one hash tag, with their positions in the call.
-struct Group<'r> {
-    positions: Vec<usize>,
-    requests: Vec<Request<'r>>,
+pub(crate) struct Group<'r> {
+    pub(crate) positions: Vec<usize>,
+    pub(crate) requests: Vec<Request<'r>>,
 }
 
 impl Group<'_> {
@@ -241,7 +241,7 @@ impl Group<'_> {
     }
 }
 
-fn validate(requests: &[Request<'_>]) -> Result<(), BackendError> {
+pub(crate) fn validate(requests: &[Request<'_>]) -> Result<(), BackendError> {
     Request::check_batch(requests).map_err(BackendError::Invalid)
 }
 
@@ -420,14 +420,14 @@ impl RedisBackend {
 
     /// When a call started now must be done (a timeout too large to add
     /// means no practical limit: a year).
-    fn deadline(&self) -> Instant {
+    pub(crate) fn deadline(&self) -> Instant {
         let now = Instant::now();
         now.checked_add(self.settings.timeout)
             .or_else(|| now.checked_add(Duration::from_secs(365 * 86_400)))
             .unwrap_or(now)
     }
 
-    fn time(&self) -> Time {
+    pub(crate) fn time(&self) -> Time {
         match &self.settings.clock {
             Some(clock) => Time::Client(clock.now_micros()),
             None => Time::Server,
@@ -477,18 +477,28 @@ impl RedisBackend {
             requests,
             id_key.as_deref(),
         );
-        let values = self.run(deadline, &plan).await.map_err(|err| match err {
+        let values = self.send(deadline, &plan).await?;
+        parse_reply(op, requests.len(), &values)
+    }
+
+    /// Sends `plan` by `deadline` ([`RedisBackend::run`]), its failure as a
+    /// [`BackendError`].
+    pub(crate) async fn send(
+        &self,
+        deadline: Instant,
+        plan: &Plan<'_, '_>,
+    ) -> Result<Vec<i64>, BackendError> {
+        self.run(deadline, plan).await.map_err(|err| match err {
             None => BackendError::Timeout(self.settings.timeout),
             Some(err) => {
                 let what = What {
-                    op,
-                    count: requests.len(),
+                    op: plan.op,
+                    count: plan.count(),
                     target: &self.settings.target,
                 };
                 error::from_redis(&what, &err, self.settings.timeout)
             }
-        })?;
-        parse_reply(op, requests.len(), &values)
+        })
     }
 
     /// Sends `plan`, reloading what the server lacks: in
@@ -572,7 +582,7 @@ impl RedisBackend {
 
     /// On a cluster, the requests split by hash tag when there is more than
     /// one; `None` when one call can take them all.
-    fn groups<'r>(&self, requests: &[Request<'r>]) -> Option<Vec<Group<'r>>> {
+    pub(crate) fn groups<'r>(&self, requests: &[Request<'r>]) -> Option<Vec<Group<'r>>> {
         if !self.is_cluster() {
             return None;
         }
@@ -812,6 +822,29 @@ impl Backend for RedisBackend {
 
     fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(async move { self.each_group(Op::Reset, 0, requests).await.map(drop) })
+    }
+
+    fn reserves(&self) -> bool {
+        true
+    }
+
+    /// Reserves a slot for a waiting call in one call (see
+    /// [`Backend::reserve`]); on a cluster, a call over several hash tags
+    /// agrees on one slot group by group (see `crate::reserve`).
+    fn reserve<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        max_wait: Duration,
+    ) -> BoxFuture<'a, Result<rl_core::Reservation, BackendError>> {
+        Box::pin(self.reserve_batch(requests, max_wait))
+    }
+
+    fn cancel<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        reservation: &'a rl_core::Reservation,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(self.cancel_batch(requests, reservation))
     }
 
     /// Renews in-flight leases: one call for the whole batch (on a cluster,

@@ -123,6 +123,7 @@ mod error;
 mod lists;
 mod redact;
 mod registry;
+mod reserve;
 mod script;
 #[cfg(feature = "sentinel")]
 mod sentinel;
