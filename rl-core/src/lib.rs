@@ -129,7 +129,7 @@ pub use model::limit::{Algorithm, Limit, parse_duration};
 pub use model::mask::Masked;
 pub use model::policy::FailurePolicy;
 pub use model::rejection::{Rejection, RejectionReason};
-pub use store::backend::{Backend, BoxFuture, Request, SharedLists};
+pub use store::backend::{Backend, BoxFuture, LeaseReturn, Leased, Request, SharedLists};
 pub use store::memory::MemoryBackend;
 
 #[cfg(feature = "macros")]

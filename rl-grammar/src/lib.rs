@@ -10,6 +10,8 @@
 //! - [`check_limit`]: every numeric bound of a limit, with its reason
 //!   ([`Problem`]); `const`, so the macro's constants are checked by the
 //!   compiler too.
+//! - [`check_lease`]: which limits can lease units, and how many
+//!   ([`LeaseProblem`]).
 //!
 //! A proc-macro crate cannot depend on a crate that depends on it, so this
 //! crate sits below both `rl-macros` and `rl-core` and depends on nothing.
@@ -30,6 +32,7 @@
 
 mod algorithm;
 mod bounds;
+mod lease;
 mod text;
 
 pub use algorithm::{Algorithm, UnknownAlgorithm};
@@ -37,6 +40,7 @@ pub use bounds::{
     DEFAULT_SLOTS, DOUBLE_EXACT, MAX_CAPACITY_PERIOD, Problem, SLIDING_LOG_CAP, capacity,
     check_limit, problems,
 };
+pub use lease::{LeaseProblem, can_lease, check_lease};
 pub use text::{
     BadDuration, BadRate, DURATION_UNITS, Rate, format_duration, parse_duration_micros, parse_rate,
 };

@@ -228,7 +228,7 @@ impl fmt::Display for What<'_> {
 }
 
 /// Requests sharing one hash tag, with their positions in the call.
-struct Group<'r> {
+pub(crate) struct Group<'r> {
     positions: Vec<usize>,
     requests: Vec<Request<'r>>,
 }
@@ -420,14 +420,14 @@ impl RedisBackend {
 
     /// When a call started now must be done (a timeout too large to add
     /// means no practical limit: a year).
-    fn deadline(&self) -> Instant {
+    pub(crate) fn deadline(&self) -> Instant {
         let now = Instant::now();
         now.checked_add(self.settings.timeout)
             .or_else(|| now.checked_add(Duration::from_secs(365 * 86_400)))
             .unwrap_or(now)
     }
 
-    fn time(&self) -> Time {
+    pub(crate) fn time(&self) -> Time {
         match &self.settings.clock {
             Some(clock) => Time::Client(clock.now_micros()),
             None => Time::Server,
@@ -477,18 +477,35 @@ impl RedisBackend {
             requests,
             id_key.as_deref(),
         );
-        let values = self.run(deadline, &plan).await.map_err(|err| match err {
+        self.send(deadline, &plan, requests.len()).await
+    }
+
+    /// Sends `plan` (over `count` requests) by `deadline` and decodes the
+    /// reply.
+    pub(crate) async fn send(
+        &self,
+        deadline: Instant,
+        plan: &Plan<'_, '_>,
+        count: usize,
+    ) -> Result<Reply, BackendError> {
+        let op = plan.op;
+        let values = self.run(deadline, plan).await.map_err(|err| match err {
             None => BackendError::Timeout(self.settings.timeout),
             Some(err) => {
                 let what = What {
                     op,
-                    count: requests.len(),
+                    count,
                     target: &self.settings.target,
                 };
                 error::from_redis(&what, &err, self.settings.timeout)
             }
         })?;
-        parse_reply(op, requests.len(), &values)
+        parse_reply(op, count, &values)
+    }
+
+    /// The extra TTL added to every key written (ms).
+    pub(crate) fn extra_ttl_ms(&self) -> u64 {
+        self.settings.extra_ttl_ms
     }
 
     /// Sends `plan`, reloading what the server lacks: in
@@ -572,7 +589,7 @@ impl RedisBackend {
 
     /// On a cluster, the requests split by hash tag when there is more than
     /// one; `None` when one call can take them all.
-    fn groups<'r>(&self, requests: &[Request<'r>]) -> Option<Vec<Group<'r>>> {
+    pub(crate) fn groups<'r>(&self, requests: &[Request<'r>]) -> Option<Vec<Group<'r>>> {
         if !self.is_cluster() {
             return None;
         }
@@ -821,6 +838,26 @@ impl Backend for RedisBackend {
         removed: bool,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(self.save_list(prefix, entry, removed))
+    }
+
+    /// Leases in one `FCALL` of `<library>_lease` (see `lua/lease.lua`);
+    /// on a cluster, a call over several hash tags takes no lease (it is
+    /// decided as [`Backend::acquire`] decides it).
+    fn acquire_lease<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        extra: &'a [u64],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<rl_core::Leased, BackendError>> {
+        Box::pin(self.lease_batch(requests, extra, ttl))
+    }
+
+    /// Gives each lease back with one call on its own key.
+    fn return_lease<'a>(
+        &'a self,
+        returns: &'a [rl_core::LeaseReturn<'a>],
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(self.release_batch(returns))
     }
 
     /// Reads the shared allow and deny lists when their version moved.

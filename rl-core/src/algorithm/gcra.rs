@@ -60,6 +60,12 @@ impl State for Tat {
         }
     }
 
+    fn release(&mut self, limit: &Limit, now: u64, units: u64, at: u64, stamp: u64) {
+        if self.0 == stamp {
+            self.refund(limit, now, units, at);
+        }
+    }
+
     fn expires_at(&self) -> u64 {
         self.0
     }

@@ -43,6 +43,41 @@ pub(crate) async fn run_remote(
     op: Op<'_>,
     targets: &[Target<'_>],
 ) -> Result<Option<Decisions>, BackendError> {
+    let (keys, index) = render(targets);
+    let requests = requests(targets, &keys, &index);
+    match op {
+        Op::Acquire => backend.acquire(&requests).await.map(Some),
+        Op::AcquireOnce(id) => backend.acquire_once(&requests, id).await.map(Some),
+        Op::Peek => backend.peek(&requests).await.map(Some),
+        Op::Refund(at) => backend.refund(&requests, at).await.map(|()| None),
+        Op::Reset => backend.reset(&requests).await.map(|()| None),
+    }
+}
+
+/// Runs an acquire that leases ([`Backend::acquire_lease`]): the units
+/// granted go into `ask`.
+pub(crate) async fn run_lease(
+    backend: &dyn Backend,
+    targets: &[Target<'_>],
+    ask: &mut crate::layer::lease::Ask,
+) -> Result<Option<Decisions>, BackendError> {
+    let (keys, index) = render(targets);
+    let requests = requests(targets, &keys, &index);
+    let leased = backend
+        .acquire_lease(&requests, &ask.extra, ask.ttl)
+        .await?;
+    if leased.granted.len() != targets.len() || leased.decisions.len() != targets.len() {
+        return Err(BackendError::protocol(
+            "a lease call answered for another number of limits",
+        ));
+    }
+    ask.granted = leased.granted.iter().copied().collect();
+    Ok(Some(leased.decisions))
+}
+
+/// Each distinct key of `targets` rendered once, and each target's index
+/// into them.
+fn render(targets: &[Target<'_>]) -> (SmallVec<[Key; 4]>, SmallVec<[usize; 4]>) {
     let mut keys: SmallVec<[Key; 4]> = SmallVec::new();
     let mut index: SmallVec<[usize; 4]> = SmallVec::new();
     for (i, target) in targets.iter().enumerate() {
@@ -54,16 +89,18 @@ pub(crate) async fn run_remote(
             }
         }
     }
-    let requests: SmallVec<[Request<'_>; 4]> = targets
+    (keys, index)
+}
+
+/// The requests of `targets` over their rendered keys.
+fn requests<'k>(
+    targets: &[Target<'k>],
+    keys: &'k [Key],
+    index: &[usize],
+) -> SmallVec<[Request<'k>; 4]> {
+    targets
         .iter()
-        .zip(&index)
+        .zip(index)
         .map(|(t, &k)| Request::new(&keys[k], t.limit, t.cost))
-        .collect();
-    match op {
-        Op::Acquire => backend.acquire(&requests).await.map(Some),
-        Op::AcquireOnce(id) => backend.acquire_once(&requests, id).await.map(Some),
-        Op::Peek => backend.peek(&requests).await.map(Some),
-        Op::Refund(at) => backend.refund(&requests, at).await.map(|()| None),
-        Op::Reset => backend.reset(&requests).await.map(|()| None),
-    }
+        .collect()
 }

@@ -6,8 +6,9 @@
 --
 -- Per algorithm code (fw, sl, sw, tb, lb, gc): <prefix><code>_acquire,
 -- <prefix><code>_peek (no-writes: FCALL_RO), <prefix><code>_refund
--- (single.lua); and <prefix>batch, <prefix>batch_ro (no-writes, peeks only)
--- for everything else (batch.lua).
+-- (single.lua); <prefix>batch, <prefix>batch_ro (no-writes, peeks only)
+-- for everything else (batch.lua); <prefix>lease for quota leasing
+-- (lease.lua).
 
 -- (No `pairs` here: at load time Redis offers no global but `redis`.)
 local CODES = { 'fw', 'sl', 'sw', 'tb', 'lb', 'gc' }
@@ -29,3 +30,4 @@ redis.register_function{
   callback = batch_ro,
   flags = { 'no-writes' },
 }
+redis.register_function(RL_PREFIX .. 'lease', lease)
