@@ -25,6 +25,7 @@ mod kw {
     syn::custom_keyword!(cost);
     syn::custom_keyword!(burst);
     syn::custom_keyword!(slots);
+    syn::custom_keyword!(lease);
     syn::custom_keyword!(name);
     syn::custom_keyword!(limiter);
     syn::custom_keyword!(on_error);
@@ -37,7 +38,7 @@ mod kw {
 }
 
 /// Every argument, in the order the docs and error messages list them.
-pub(crate) const ARGUMENTS: [&str; 18] = [
+pub(crate) const ARGUMENTS: [&str; 19] = [
     "period",
     "threshold",
     "key",
@@ -45,6 +46,7 @@ pub(crate) const ARGUMENTS: [&str; 18] = [
     "cost",
     "burst",
     "slots",
+    "lease",
     "name",
     "limiter",
     "on_error",
@@ -59,7 +61,7 @@ pub(crate) const ARGUMENTS: [&str; 18] = [
 ];
 
 /// The arguments `also(...)` takes: those describing one key and its limits.
-pub(crate) const ALSO_ARGUMENTS: [&str; 10] = [
+pub(crate) const ALSO_ARGUMENTS: [&str; 11] = [
     "name",
     "key",
     "limits",
@@ -69,6 +71,7 @@ pub(crate) const ALSO_ARGUMENTS: [&str; 10] = [
     "cost",
     "burst",
     "slots",
+    "lease",
     "reset_on_success",
 ];
 
@@ -120,6 +123,8 @@ pub(crate) struct GroupArgs {
     pub(crate) cost: Option<Arg<u64>>,
     pub(crate) burst: Option<Arg<u64>>,
     pub(crate) slots: Option<Arg<u64>>,
+    /// Units one process may lease at most (quota leasing).
+    pub(crate) lease: Option<Arg<u64>>,
     pub(crate) name: Option<Arg<LitStr>>,
     /// A flag: the span is the keyword's.
     pub(crate) reset_on_success: Option<Arg<()>>,
@@ -332,6 +337,15 @@ impl GroupArgs {
                 "slots",
                 keyword.span,
                 parse_count(input, "slots")?,
+            )?;
+        } else if input.peek(kw::lease) {
+            let keyword = input.parse::<kw::lease>()?;
+            input.parse::<Token![=]>()?;
+            set_once(
+                &mut self.lease,
+                "lease",
+                keyword.span,
+                parse_count(input, "lease")?,
             )?;
         } else if input.peek(kw::name) {
             let keyword = input.parse::<kw::name>()?;
@@ -1000,7 +1014,7 @@ mod tests {
         assert!(
             message.starts_with(
                 "unknown argument `tresh` in `also(...)`; expected one of `name`, `key`, `limits`, `period`, \
-                 `threshold`, `algorithm`, `cost`, `burst`, `slots`, `reset_on_success`"
+                 `threshold`, `algorithm`, `cost`, `burst`, `slots`, `lease`, `reset_on_success`"
             ),
             "{message}"
         );

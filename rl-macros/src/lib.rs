@@ -53,10 +53,11 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// | `cost` | integer ≥ 1 | `1` | units each call takes (from each limit) |
 /// | `burst` | integer ≥ 1 | `threshold` (of each limit) | capacity of `token_bucket`, `leaky_bucket` and `gcra`; refused for the others |
 /// | `slots` | integer ≥ 1 | `10` | sub-windows of `sliding_window`; refused for the others |
+/// | `lease` | integer ≥ 1, below the capacity | no leasing | quota leasing: a process may reserve up to this many units of each limit for a hot key and admit its calls from them without a round trip (`rl_core::Limit::with_lease`); refused for `sliding_log` |
 /// | `name` | string | `"<module path>::<fn name>"` | metrics label, log field and key scope |
 /// | `limiter` | expression evaluating to a `Limiter`, `&Limiter`, `Arc<Limiter>` or `Box<Limiter>` (borrowed, never moved) | the global limiter | the limiter deciding the calls |
 /// | `on_error` | `fail_open`, `fail_closed` or `local(N)` (decide in process with threshold / N) | the limiter's policy | what to do when the backend cannot decide |
-/// | `also(...)` | `name` (required, distinct), `key`, `limits` or `period` + `threshold`, `algorithm`, `cost`, `burst`, `slots`, `reset_on_success` | none; may be repeated | another key with its own limits (e.g. per IP beside per phone), decided in the same call, all-or-nothing |
+/// | `also(...)` | `name` (required, distinct), `key`, `limits` or `period` + `threshold`, `algorithm`, `cost`, `burst`, `slots`, `lease`, `reset_on_success` | none; may be repeated | another key with its own limits (e.g. per IP beside per phone), decided in the same call, all-or-nothing |
 /// | `count` | `failures` | every admitted call counts | only calls returning `Err` keep what they took; the others are given back (the function must return a `Result`) |
 /// | `count_if` | expression callable as `FnOnce(&ReturnType) -> bool`: a closure (`\|r: &Response\| r.status() == 401`) or a function path | every admitted call counts | `true`: the call keeps what it took; `false`: it is given back |
 /// | `reset_on_success` | flag, on the function or in an `also(...)` | off | with `count`/`count_if`: a call that does not count forgets this group's state for its key (consecutive-failure counting) instead of giving back its own units |
@@ -70,7 +71,8 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// capacity (the `burst` of `token_bucket`, `leaky_bucket` and `gcra`, the
 /// `threshold` of the others), a `sliding_window` period that does not
 /// split into `slots` equal whole microseconds, a `sliding_log` threshold
-/// above 10 000, and a capacity × period (in µs) above 2^52; these apply to
+/// above 10 000, a capacity × period (in µs) above 2^52, and a `lease` of
+/// zero, of the whole capacity or more, or on a `sliding_log`; these apply to
 /// every string of `limits` (reported at the string) and to every
 /// `also(...)`. Also refused: `limits` with `period` or `threshold`, two
 /// limits of one key with the same period, an `also(...)` without a

@@ -18,7 +18,7 @@ use syn::{
 
 use crate::attr::{Algorithm, Arg, Args, Count, GroupArgs, OnError, Rate};
 
-use rl_grammar::{DEFAULT_SLOTS, Problem};
+use rl_grammar::{DEFAULT_SLOTS, LeaseProblem, Problem};
 
 /// Everything expansion needs, defaults filled in and all rules checked.
 pub(crate) struct Config {
@@ -76,6 +76,8 @@ pub(crate) struct LimitConfig {
     pub(crate) algorithm: Algorithm,
     pub(crate) burst: u64,
     pub(crate) slots: u64,
+    /// Units one process may lease at most (0: no leasing).
+    pub(crate) lease: u64,
 }
 
 /// Collects every error, so one build shows them all.
@@ -278,6 +280,22 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
     if let Some(Arg { value: 0, span }) = &args.period {
         errors.push(*span, "`period` must be longer than zero");
     }
+    // The lease's own rules first (zero, an algorithm that cannot lease);
+    // its size against each limit's capacity below.
+    let mut lease = args.lease.as_ref().map_or(0, |l| l.value);
+    if let Some(arg) = &args.lease {
+        let problem = if arg.value == 0 {
+            Some(LeaseProblem::Zero)
+        } else if !rl_grammar::can_lease(algorithm) {
+            Some(LeaseProblem::Algorithm(algorithm))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            errors.push(arg.span, problem.to_string());
+            lease = 0;
+        }
+    }
     if let Some(burst) = &args.burst
         && !algorithm.uses_burst()
     {
@@ -440,6 +458,13 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
             }
         }
 
+        if let Some(arg) = &args.lease
+            && lease > 0
+            && let Err(problem) = rl_grammar::check_lease(threshold, algorithm, burst, lease)
+        {
+            errors.push(arg.span, format!("{prefix}{problem}"));
+        }
+
         let (capacity, capacity_name) = if algorithm.uses_burst() {
             (burst, "burst")
         } else {
@@ -475,6 +500,7 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
             algorithm,
             burst,
             slots,
+            lease,
         });
     }
 
@@ -616,13 +642,57 @@ mod tests {
                 period_us: 60_000_000,
                 algorithm: Algorithm::Gcra,
                 burst: 5,
-                slots: 10
+                slots: 10,
+                lease: 0
             }]
         );
         assert_eq!(group.cost, 1);
         assert!(group.key.is_none() && config.limiter.is_none() && group.name.is_none());
         assert!(config.on_error.is_none() && config.krate.is_none());
         assert!(!config.wraps_body());
+    }
+
+    #[test]
+    fn a_lease_is_refused_at_zero_at_the_capacity_and_on_a_sliding_log() {
+        assert!(
+            single(quote!(period = 60, threshold = 100, lease = 0))
+                .starts_with("lease must be at least 1, got 0")
+        );
+        assert!(
+            single(quote!(period = 60, threshold = 100, lease = 100))
+                .starts_with("lease 100 must be smaller than the capacity of 100 (the burst)")
+        );
+        assert!(
+            single(quote!(limits = ["100/1m", "5/1h"], lease = 10))
+                .starts_with("limit \"5/1h\": lease 10 must be smaller than the capacity of 5")
+        );
+        assert!(
+            single(quote!(
+                period = 60,
+                threshold = 100,
+                algorithm = sliding_log,
+                lease = 10
+            ))
+            .starts_with("`sliding_log` cannot lease")
+        );
+        let config = check(
+            quote!(
+                period = 60,
+                threshold = 100,
+                lease = 10,
+                also(
+                    name = "ip",
+                    key = ip,
+                    period = 60,
+                    threshold = 50,
+                    lease = 5
+                )
+            ),
+            quote!(async fn f() -> Result<(), E>),
+        )
+        .unwrap();
+        assert_eq!(config.groups[0].limits[0].lease, 10);
+        assert_eq!(config.groups[1].limits[0].lease, 5);
     }
 
     #[test]
