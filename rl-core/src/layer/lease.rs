@@ -10,9 +10,10 @@
 //! store has left (so the last units of a limit are shared, not stranded in
 //! one process). The store takes the call's cost and the leased units in
 //! one atomic step; the next calls are admitted from the lease in process,
-//! all-or-nothing over every limit of the call, until it is spent or ends.
-//! A call that needs a limit without a live lease goes to the store as one
-//! round trip, as before.
+//! all-or-nothing over every limit of the call. When a lease is half spent,
+//! the next one is taken ahead, by a task on the runtime, so that callers
+//! do not wait for it. A call that needs a limit without a live lease goes
+//! to the store as one round trip, as before.
 //!
 //! **Never more than the limit.** A leased unit is taken in the store when
 //! it is leased, so the store never admits it twice. It is used only while
@@ -27,8 +28,10 @@
 //!
 //! **Giving back.** Unused units go back to the store when the lease's TTL
 //! ends, when the identity has made no call for two tenths of the TTL, when
-//! its limits change, and on [`crate::Limiter::shutdown`]; a background
-//! task (on the Tokio runtime of the first call that leased) does it.
+//! its limits change, when a lease taken ahead replaces a lease that could
+//! not serve a call's cost, and on [`crate::Limiter::shutdown`]; a
+//! background task (on the Tokio runtime of the first call that leased)
+//! does it. Without a Tokio runtime, nothing leases.
 //! Window algorithms give back into the lease's window or slot; GCRA and the
 //! buckets only while no other call has written the state since the lease
 //! (then the unused units are exactly the last ones scheduled), otherwise
@@ -41,9 +44,11 @@
 //! (the limit is nearly spent) or is refused, the identity's calls are
 //! refused in process, once its lease is spent, for the time the missing
 //! units take to come back at the limit's rate (at most a fortieth of the
-//! TTL), or the refusal's `retry_after` if longer (at most the TTL). The
-//! units it did not get stay in the store for the next take, so a
-//! saturating identity costs one round trip per take, not per refusal.
+//! TTL), or the refusal's `retry_after` if longer (at most the TTL), and
+//! then while the next take is on its way. The units it did not get stay in
+//! the store for the next take (or for other processes), so a saturating
+//! identity costs one round trip per take, not per refusal; the price is
+//! that such a refusal may come while the store still has a few units.
 //!
 //! Local decisions pass every layer above this one (observe counts them
 //! with `source="lease"`, lists and validation apply as usual); shadowed
@@ -141,15 +146,25 @@ struct Held {
     spacing: u64,
     /// What the store had left after the take.
     room: u64,
-    /// The units the take granted.
+    /// The units the store granted (names the lease's record there).
     granted: u64,
+    /// The units the lease started with.
+    initial: u64,
     /// The take's `reset_after` (µs).
     reset_after: u64,
 }
 
 impl Held {
-    /// The lease of `granted` units from a take answered with `decision`.
-    fn new(limit: &Limit, decision: &Decision, granted: u64, sent: u64, timing: &Timing) -> Self {
+    /// The lease of `units` units (`granted` of them granted beyond the
+    /// take's cost) from a take answered with `decision`.
+    fn new(
+        limit: &Limit,
+        decision: &Decision,
+        units: u64,
+        granted: u64,
+        sent: u64,
+        timing: &Timing,
+    ) -> Self {
         let reset_after = u64::try_from(decision.reset_after.as_micros()).unwrap_or(u64::MAX);
         let micros = |us: u64| sent.saturating_add(us.saturating_mul(1_000));
         let (top, spacing) = match limit.algorithm() {
@@ -169,7 +184,7 @@ impl Held {
         };
         Self {
             limit: *limit,
-            units: granted,
+            units,
             at: decision.at_micros,
             stamp: Leased::stamp(decision),
             sent,
@@ -178,6 +193,7 @@ impl Held {
             spacing,
             room: decision.remaining,
             granted,
+            initial: units,
             reset_after,
         }
     }
@@ -221,6 +237,9 @@ struct Pending {
     held: Held,
 }
 
+/// Leases retired while a shard is locked, given back once it is not.
+type Retired = SmallVec<[Pending; 1]>;
+
 /// What this process knows of one identity under one limit.
 #[derive(Debug)]
 struct Entry {
@@ -237,13 +256,19 @@ struct Entry {
     /// When a take for this entry was sent and has not been answered (0:
     /// none). One take at a time; a stale one (cancelled) expires.
     taking: u64,
+    /// The last take found the limit (nearly) spent: while the next take
+    /// is on its way, calls without units are refused here.
+    at_limit: bool,
     /// Refuse in process until then (ns) when there are no units.
     wait_until: u64,
     /// The refusal to report meanwhile (the store's figures).
     wait_decision: Decision,
     /// When `wait_decision` was made (ns).
     wait_since: u64,
+    /// The lease calls are decided from.
     lease: Option<Held>,
+    /// The lease taken ahead (when the current one ran low), used next.
+    next: Option<Held>,
 }
 
 impl Entry {
@@ -257,10 +282,12 @@ impl Entry {
             rate: 0.0,
             last_call: now,
             taking: 0,
+            at_limit: false,
             wait_until: 0,
             wait_decision: Decision::new(Figures::default()),
             wait_since: 0,
             lease: None,
+            next: None,
         }
     }
 
@@ -288,12 +315,18 @@ impl Entry {
         }
     }
 
+    /// Whether a take is on its way (a stale one, whose call was
+    /// cancelled, no longer counts).
+    fn taking(&self, now: u64, timing: &Timing) -> bool {
+        self.taking != 0 && now.saturating_sub(self.taking) < timing.ttl
+    }
+
     /// Units to ask for with the next take at `now` (0: none).
     fn want(&self, now: u64, timing: &Timing, limit: &Limit) -> u64 {
         let Some(most) = limit.lease() else {
             return 0;
         };
-        if self.taking != 0 && now.saturating_sub(self.taking) < timing.ttl {
+        if self.taking(now, timing) {
             return 0;
         }
         let mut want = (self.rate * timing.hold as f64 / 1e9) as u64;
@@ -309,16 +342,48 @@ impl Entry {
         if want < MIN_LEASE { 0 } else { want }
     }
 
-    /// The usable units of the lease at `now` (expired ones dropped).
-    fn usable(&mut self, now: u64) -> u64 {
-        match &mut self.lease {
-            Some(held) => {
-                let valid = held.valid(now);
-                held.units = valid;
-                held.usable(now)
+    /// The units the current lease can hand out at `now`, after moving on
+    /// to the lease taken ahead when the current one cannot serve `cost`
+    /// (its unused units are retired, to be given back).
+    fn serve(&mut self, now: u64, cost: u64, retired: &mut Retired) -> u64 {
+        loop {
+            let usable = match &mut self.lease {
+                Some(held) => {
+                    held.units = held.valid(now);
+                    held.usable(now)
+                }
+                None => 0,
+            };
+            if usable >= cost {
+                return usable;
             }
-            None => 0,
+            let Some(next) = self.next.take() else {
+                return usable;
+            };
+            if let Some(old) = self.lease.replace(next) {
+                self.retire(old, now, retired);
+            }
         }
+    }
+
+    /// Queues what `held` has left at `now` for giving back.
+    fn retire(&self, held: Held, now: u64, retired: &mut Retired) {
+        let valid = held.valid(now);
+        if valid > 0 {
+            retired.push(Pending {
+                key: self.key.clone(),
+                name: self.name.clone(),
+                held: Held {
+                    units: valid,
+                    ..held
+                },
+            });
+        }
+    }
+
+    /// Whether the identity waits at its limit at `now`.
+    fn waits(&self, now: u64, timing: &Timing) -> bool {
+        self.wait_until > now || (self.at_limit && self.taking(now, timing))
     }
 
     /// The refusal to report at `now` while waiting.
@@ -338,13 +403,23 @@ impl Entry {
                 .saturating_add(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX)),
         }
     }
+
+    /// Units held, usable at `now`, in both leases.
+    fn outstanding(&self, now: u64) -> u64 {
+        [self.lease, self.next]
+            .iter()
+            .flatten()
+            .map(|h| h.usable(now))
+            .sum()
+    }
 }
 
 #[derive(Debug, Default)]
 struct Shard {
     table: HashTable<Entry>,
-    /// Entries holding a lease (the background task skips shards without).
-    leases: usize,
+    /// Whether an entry may hold a lease (the background task skips the
+    /// shards without).
+    leases: bool,
     sweep_at: usize,
 }
 
@@ -360,6 +435,15 @@ pub(crate) struct Ask {
     sent: u64,
     /// The lease TTL (for the store's record of the lease).
     pub(crate) ttl: Duration,
+}
+
+/// A take for one target, sent ahead while its lease still serves.
+#[derive(Debug)]
+struct Ahead {
+    key: Key,
+    name: Box<str>,
+    limit: Limit,
+    extra: u64,
 }
 
 /// The leases of one limiter, and the layer that decides from them.
@@ -398,6 +482,20 @@ struct Found {
     hash: u64,
 }
 
+/// How a take ended, for one target.
+struct Take<'d> {
+    limit: &'d Limit,
+    decision: &'d Decision,
+    /// Whether the whole call was allowed (all-or-nothing).
+    allowed: bool,
+    extra: u64,
+    granted: u64,
+    /// Units taken besides the granted ones that go into the lease too (a
+    /// take sent ahead takes one unit as its own cost).
+    own: u64,
+    sent: u64,
+}
+
 impl Leases {
     pub(crate) fn new(backend: Arc<dyn Backend>, registry: Arc<Registry>, ttl: Duration) -> Self {
         let count =
@@ -425,12 +523,16 @@ impl Leases {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
-    fn locate(&self, target: &Target<'_>) -> Found {
-        let hash = self.hasher.hash_one((target.key, target.limit.state_id()));
+    fn locate_key(&self, key: KeyRef<'_>, limit: &Limit) -> Found {
+        let hash = self.hasher.hash_one((key, limit.state_id()));
         Found {
             shard: ((hash >> 32) as usize) & (self.shards.len() - 1),
             hash,
         }
+    }
+
+    fn locate(&self, target: &Target<'_>) -> Found {
+        self.locate_key(target.key, target.limit)
     }
 
     /// Whether every target leases (and none is shadowed).
@@ -482,7 +584,7 @@ impl Leases {
     }
 
     /// An acquire on the way down: decided from leases, refused while
-    /// waiting, or sent on with a lease asked for (or as is).
+    /// waiting at the limit, or sent on with a lease asked for (or as is).
     fn acquire(self: &Arc<Self>, call: &mut Call<'_>) -> Option<Answer> {
         if self.closed.load(Ordering::Relaxed) {
             return None;
@@ -491,11 +593,14 @@ impl Leases {
         let targets = call.targets;
         let found: SmallVec<[Found; 2]> = targets.iter().map(|t| self.locate(t)).collect();
         let mut guards = self.lock(&found);
+        let mut retired = Retired::new();
         // Each target's entry, made when missing (a full shard leaves the
-        // identity cold), with the call counted in its rate.
+        // identity cold), with the call counted in its rate, and what its
+        // lease can hand out.
+        let mut usable: SmallVec<[u64; 2]> = SmallVec::new();
         for (target, at) in targets.iter().zip(&found) {
             let shard = guards.shard(at.shard);
-            if let Some(entry) = entry(
+            let units = match entry(
                 shard,
                 at.hash,
                 target,
@@ -503,83 +608,230 @@ impl Leases {
                 self.shard_capacity,
                 &self.hasher,
             ) {
-                entry.seen(now, target.cost);
-            }
+                Some(entry) => {
+                    entry.seen(now, target.cost);
+                    entry.serve(now, target.cost, &mut retired)
+                }
+                None => 0,
+            };
+            usable.push(units);
         }
-        // Every target with enough units: decided here, all-or-nothing.
-        let mut local = true;
-        for (target, at) in targets.iter().zip(&found) {
-            let entry = guards.get(at, target);
-            if !entry.is_some_and(|e| e.usable(now) >= target.cost) {
-                local = false;
-            }
-        }
-        if local {
+        let answer = if targets.iter().zip(&usable).all(|(t, &u)| u >= t.cost) {
+            // Every target with enough units: decided here, all-or-nothing.
             let mut decisions: SmallVec<[Decision; 2]> = SmallVec::new();
+            let mut ahead: SmallVec<[Ahead; 1]> = SmallVec::new();
             for (target, at) in targets.iter().zip(&found) {
-                let entry = guards.get(at, target).expect("checked above");
-                let held = entry.lease.as_mut().expect("checked above");
+                let entry = guards.get(at, target).expect("served above");
+                let held = entry.lease.as_mut().expect("served above");
                 held.units -= target.cost;
                 decisions.push(held.admitted(now));
-                if held.units == 0 {
-                    entry.lease = None;
-                    guards.shard(at.shard).leases -= 1;
+                // Running low: take the next lease ahead, so that the
+                // callers never wait for it.
+                let low = held.units.saturating_mul(2) <= held.initial;
+                if low && entry.next.is_none() && !entry.waits(now, &self.timing) {
+                    let extra = entry.want(now, &self.timing, target.limit);
+                    if extra > 0 {
+                        entry.taking = now.max(1);
+                        ahead.push(Ahead {
+                            key: entry.key.clone(),
+                            name: entry.name.clone(),
+                            limit: *target.limit,
+                            extra,
+                        });
+                    }
                 }
             }
-            return Some(Answer::Decided {
+            drop(guards);
+            for take in ahead {
+                self.take_ahead(take, now);
+            }
+            Some(Answer::Decided {
                 decisions: Decisions::new(decisions),
                 source: Source::Lease,
-            });
-        }
-        // Waiting at the limit, without units: refused here.
-        for (index, (target, at)) in targets.iter().zip(&found).enumerate() {
-            if let Some(entry) = guards.get(at, target)
-                && entry.wait_until > now
-                && entry.usable(now) < target.cost
-            {
-                return Some(Answer::Refused {
-                    index,
-                    decision: entry.waiting(now),
-                    source: Source::Lease,
-                });
-            }
-        }
-        // To the store, asking for leases where an identity is hot.
-        let extra: SmallVec<[u64; 2]> = targets
+            })
+        } else if let Some((index, decision)) = targets
             .iter()
             .zip(&found)
-            .map(|(target, at)| {
-                guards.get(at, target).map_or(0, |e| {
-                    if e.usable(now) >= target.cost {
-                        0
-                    } else {
-                        e.want(now, &self.timing, target.limit)
-                    }
-                })
+            .zip(&usable)
+            .enumerate()
+            .find_map(|(index, ((target, at), &units))| {
+                let entry = guards.get(at, target)?;
+                (units < target.cost && entry.waits(now, &self.timing))
+                    .then(|| (index, entry.waiting(now)))
             })
-            .collect();
-        if extra.iter().all(|&n| n == 0) {
-            return None;
-        }
-        drop(guards);
-        if !self.can_take() {
-            return None;
-        }
-        let mut guards = self.lock(&found);
-        for ((target, at), &n) in targets.iter().zip(&found).zip(&extra) {
-            if n > 0
-                && let Some(entry) = guards.get(at, target)
-            {
-                entry.taking = now.max(1);
+        {
+            // Waiting at the limit, without units: refused here.
+            drop(guards);
+            Some(Answer::Refused {
+                index,
+                decision,
+                source: Source::Lease,
+            })
+        } else {
+            // To the store, asking for leases where an identity is hot.
+            let extra: SmallVec<[u64; 2]> = targets
+                .iter()
+                .zip(&found)
+                .zip(&usable)
+                .map(|((target, at), &units)| match guards.get(at, target) {
+                    Some(e) if units < target.cost => e.want(now, &self.timing, target.limit),
+                    _ => 0,
+                })
+                .collect();
+            drop(guards);
+            if extra.iter().any(|&n| n > 0) && self.can_take() {
+                let mut guards = self.lock(&found);
+                for ((target, at), &n) in targets.iter().zip(&found).zip(&extra) {
+                    if n > 0
+                        && let Some(entry) = guards.get(at, target)
+                    {
+                        entry.taking = now.max(1);
+                    }
+                }
+                call.lease = Some(Ask {
+                    granted: SmallVec::from_elem(0, extra.len()),
+                    extra,
+                    sent: now,
+                    ttl: Duration::from_nanos(self.timing.ttl),
+                });
             }
+            None
+        };
+        if !retired.is_empty() {
+            self.pending.lock().extend(retired);
         }
-        call.lease = Some(Ask {
-            granted: SmallVec::from_elem(0, extra.len()),
-            extra,
-            sent: now,
-            ttl: Duration::from_nanos(self.timing.ttl),
+        answer
+    }
+
+    /// Sends a take for one target ahead of need, on the runtime.
+    fn take_ahead(self: &Arc<Self>, take: Ahead, sent: u64) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.took(&take, sent, None);
+            return;
+        };
+        let leases = Arc::downgrade(self);
+        let ttl = Duration::from_nanos(self.timing.ttl);
+        runtime.spawn(async move {
+            let Some(leases) = leases.upgrade() else {
+                return;
+            };
+            let request = [Request::new(&take.key, &take.limit, 1)];
+            let result = leases
+                .backend
+                .acquire_lease(&request, &[take.extra], ttl)
+                .await;
+            if let Err(error) = &result {
+                tracing::debug!(limit = &*take.name, %error, "could not take a lease ahead");
+            }
+            leases.took(&take, sent, result.ok());
         });
-        None
+    }
+
+    /// A take sent ahead came back (`None`: it failed).
+    fn took(&self, take: &Ahead, sent: u64, leased: Option<Leased>) {
+        let found = self.locate_key(KeyRef::of(&take.key), &take.limit);
+        let mut shard = self.shards[found.shard].lock();
+        let mut retired = Retired::new();
+        let key = KeyRef::of(&take.key);
+        let entry = shard
+            .table
+            .find_mut(found.hash, |e| e.is(&key, &take.limit));
+        let granted = match (entry, &leased) {
+            (Some(entry), Some(leased)) => {
+                entry.taking = 0;
+                match (leased.decisions.as_slice().first(), leased.granted.first()) {
+                    (Some(decision), Some(&granted)) => {
+                        let units = self.install(
+                            entry,
+                            Take {
+                                limit: &take.limit,
+                                decision,
+                                allowed: decision.allowed,
+                                extra: take.extra,
+                                granted,
+                                own: 1,
+                                sent,
+                            },
+                            &mut retired,
+                        );
+                        shard.leases |= units > 0;
+                        granted
+                    }
+                    _ => 0,
+                }
+            }
+            (Some(entry), None) => {
+                entry.taking = 0;
+                0
+            }
+            (None, Some(leased)) => {
+                // Forgotten meanwhile: give the units straight back.
+                if let (Some(d), Some(&granted)) =
+                    (leased.decisions.as_slice().first(), leased.granted.first())
+                    && d.allowed
+                {
+                    retired.push(Pending {
+                        key: take.key.clone(),
+                        name: take.name.clone(),
+                        held: Held::new(&take.limit, d, granted + 1, granted, sent, &self.timing),
+                    });
+                }
+                0
+            }
+            (None, None) => 0,
+        };
+        drop(shard);
+        if granted > 0 {
+            count_take(&take.name, granted);
+        }
+        if !retired.is_empty() {
+            self.pending.lock().extend(retired);
+        }
+    }
+
+    /// Installs what one target's take got into its entry (a new lease,
+    /// or a wait at the limit); the units now leased.
+    fn install(&self, entry: &mut Entry, take: Take<'_>, retired: &mut Retired) -> u64 {
+        let units = take.granted + take.own;
+        if take.allowed {
+            if units > 0 {
+                let held = Held::new(
+                    take.limit,
+                    take.decision,
+                    units,
+                    take.granted,
+                    take.sent,
+                    &self.timing,
+                );
+                let serving = entry.lease.is_some_and(|h| h.usable(take.sent) > 0);
+                let replaced = if serving {
+                    entry.next.replace(held)
+                } else {
+                    entry.lease.replace(held)
+                };
+                if let Some(old) = replaced {
+                    entry.retire(old, take.sent, retired);
+                }
+            }
+            entry.at_limit = take.granted < take.extra;
+            if entry.at_limit {
+                // The limit is nearly spent: wait for the missing units to
+                // come back at its rate (bounded).
+                let wait = self.refill_time(take.limit, take.extra - take.granted);
+                wait_at_limit(entry, take.sent, wait, take.decision);
+            }
+            units
+        } else {
+            if !take.decision.allowed && take.extra > 0 {
+                let retry = u64::try_from(take.decision.retry_after.as_nanos()).unwrap_or(u64::MAX);
+                let wait = retry
+                    .max(self.refill_time(take.limit, take.extra))
+                    .min(self.timing.ttl);
+                entry.at_limit = true;
+                wait_at_limit(entry, take.sent, wait, take.decision);
+            }
+            0
+        }
     }
 
     /// A take's answer on the way up: the leases granted, or a wait.
@@ -587,7 +839,7 @@ impl Leases {
         let targets = call.targets;
         let found: SmallVec<[Found; 2]> = targets.iter().map(|t| self.locate(t)).collect();
         let mut guards = self.lock(&found);
-        let mut retired: SmallVec<[Pending; 1]> = SmallVec::new();
+        let mut retired = Retired::new();
         let mut takes: SmallVec<[(usize, u64); 2]> = SmallVec::new();
         for (i, (target, at)) in targets.iter().zip(&found).enumerate() {
             let extra = ask.extra.get(i).copied().unwrap_or(0);
@@ -608,45 +860,23 @@ impl Leases {
             let Some(decision) = decisions.as_slice().get(i) else {
                 continue;
             };
-            if decisions.allowed() {
-                if granted > 0 {
-                    let held = Held::new(target.limit, decision, granted, ask.sent, &self.timing);
-                    let before = entry.lease.replace(held);
-                    match before {
-                        Some(old) if old.valid(ask.sent) > 0 => retired.push(Pending {
-                            key: entry.key.clone(),
-                            name: entry.name.clone(),
-                            held: Held {
-                                units: old.valid(ask.sent),
-                                ..old
-                            },
-                        }),
-                        Some(_) => {}
-                        None => guards.shard(at.shard).leases += 1,
-                    }
-                    takes.push((i, granted));
-                }
-                if granted < extra {
-                    // The limit is nearly spent: wait for the missing units
-                    // to come back at its rate (bounded).
-                    let missing = extra - granted;
-                    let wait = self.refill_time(target.limit, missing);
-                    self.wait(guards.get(at, target), ask.sent, wait, decision);
-                }
-            } else if !decision.allowed && extra > 0 {
-                let retry = u64::try_from(decision.retry_after.as_nanos()).unwrap_or(u64::MAX);
-                let wait = retry
-                    .max(self.refill_time(target.limit, extra))
-                    .min(self.timing.ttl);
-                self.wait(Some(entry), ask.sent, wait, decision);
+            let take = Take {
+                limit: target.limit,
+                decision,
+                allowed: decisions.allowed(),
+                extra,
+                granted,
+                own: 0,
+                sent: ask.sent,
+            };
+            if self.install(entry, take, &mut retired) > 0 {
+                guards.shard(at.shard).leases = true;
+                takes.push((i, granted));
             }
         }
         drop(guards);
         for (i, granted) in takes {
-            let name = targets[i].name.to_owned();
-            metrics::counter!("rl_lease_takes_total", "limit" => name.clone()).increment(1);
-            metrics::counter!("rl_lease_units_total", "limit" => name, "event" => "taken")
-                .increment(granted);
+            count_take(targets[i].name, granted);
         }
         if !retired.is_empty() {
             self.pending.lock().extend(retired);
@@ -660,14 +890,6 @@ impl Leases {
             .saturating_mul(limit.emission_interval_micros())
             .saturating_mul(1_000)
             .min(self.timing.backoff)
-    }
-
-    fn wait(&self, entry: Option<&mut Entry>, sent: u64, wait: u64, decision: &Decision) {
-        if let Some(entry) = entry {
-            entry.wait_until = sent.saturating_add(wait);
-            entry.wait_since = sent;
-            entry.wait_decision = *decision;
-        }
     }
 
     /// A refund on the way down: back into the leases it was taken from
@@ -710,9 +932,9 @@ impl Leases {
                 .find_mut(f.hash, |e| e.is(&target.key, target.limit))
             {
                 entry.wait_until = 0;
-                if entry.lease.take().is_some() {
-                    shard.leases -= 1;
-                }
+                entry.at_limit = false;
+                entry.lease = None;
+                entry.next = None;
             }
         }
     }
@@ -720,48 +942,50 @@ impl Leases {
     /// Moves the leases that are due back (TTL over, identity idle, `all`,
     /// or of `name`) to the pending returns; refreshes the gauge.
     fn collect(&self, now: u64, all: bool, name: Option<&str>) {
-        let mut due = Vec::new();
+        let mut due = Retired::new();
         let mut outstanding: Vec<(Box<str>, u64)> = Vec::new();
         for shard in self.shards.iter() {
             let mut shard = shard.lock();
-            if shard.leases == 0 && name.is_none() {
+            if !shard.leases && name.is_none() {
                 continue;
             }
-            let mut released = 0;
+            let mut holding = false;
             for entry in shard.table.iter_mut() {
-                if name.is_some_and(|n| *n == *entry.name) {
+                let named = name.is_some_and(|n| *n == *entry.name);
+                if named {
                     entry.wait_until = 0;
+                    entry.at_limit = false;
                 }
-                let Some(held) = entry.lease else {
-                    continue;
-                };
-                let valid = held.valid(now);
-                let done = all
-                    || name.is_some_and(|n| *n == *entry.name)
-                    || now >= held.ends
-                    || valid == 0
-                    || now.saturating_sub(entry.last_call) >= self.timing.idle;
-                if done {
-                    entry.lease = None;
-                    released += 1;
-                    if valid > 0 {
-                        due.push(Pending {
-                            key: entry.key.clone(),
-                            name: entry.name.clone(),
-                            held: Held {
-                                units: valid,
-                                ..held
-                            },
-                        });
+                let idle = now.saturating_sub(entry.last_call) >= self.timing.idle;
+                for slot in [&mut entry.lease, &mut entry.next] {
+                    let Some(held) = *slot else {
+                        continue;
+                    };
+                    let valid = held.valid(now);
+                    if all || named || idle || now >= held.ends || valid == 0 {
+                        *slot = None;
+                        if valid > 0 {
+                            due.push(Pending {
+                                key: entry.key.clone(),
+                                name: entry.name.clone(),
+                                held: Held {
+                                    units: valid,
+                                    ..held
+                                },
+                            });
+                        }
                     }
-                } else {
+                }
+                if entry.lease.is_some() || entry.next.is_some() {
+                    holding = true;
+                    let units = entry.outstanding(now);
                     match outstanding.iter_mut().find(|(n, _)| *n == entry.name) {
-                        Some((_, units)) => *units += held.usable(now),
-                        None => outstanding.push((entry.name.clone(), held.usable(now))),
+                        Some((_, total)) => *total += units,
+                        None => outstanding.push((entry.name.clone(), units)),
                     }
                 }
             }
-            shard.leases -= released;
+            shard.leases = holding;
         }
         if !due.is_empty() {
             self.pending.lock().extend(due);
@@ -825,12 +1049,27 @@ impl Leases {
                 s.lock()
                     .table
                     .iter()
-                    .filter_map(|e| e.lease.as_ref())
-                    .map(|h| h.usable(now))
+                    .map(|e| e.outstanding(now))
                     .sum::<u64>()
             })
             .sum()
     }
+}
+
+/// Refuses `entry`'s calls without units until `sent + wait`, with
+/// `decision`'s figures.
+fn wait_at_limit(entry: &mut Entry, sent: u64, wait: u64, decision: &Decision) {
+    entry.wait_until = sent.saturating_add(wait);
+    entry.wait_since = sent;
+    entry.wait_decision = *decision;
+}
+
+/// Counts a lease taken for `name`.
+fn count_take(name: &str, granted: u64) {
+    let name = name.to_owned();
+    metrics::counter!("rl_lease_takes_total", "limit" => name.clone()).increment(1);
+    metrics::counter!("rl_lease_units_total", "limit" => name, "event" => "taken")
+        .increment(granted);
 }
 
 /// Finds or makes the entry of `target` in `shard`; `None` when the shard
@@ -961,7 +1200,7 @@ mod tests {
         // 1 000 per second: one unit per ms; the take left the TAT 10 ms ahead.
         let limit = Limit::per_second(1_000).unwrap().with_lease(100).unwrap();
         let timing = Timing::new(Duration::from_secs(1));
-        let held = Held::new(&limit, &decision(5_000_000, 990, 10_000), 9, 0, &timing);
+        let held = Held::new(&limit, &decision(5_000_000, 990, 10_000), 9, 9, 0, &timing);
         assert_eq!(held.valid(0), 9);
         // The lowest of the 9 units is due 8 intervals before the last one
         // (at 10 ms - 1 µs): from 2 ms on it has expired, and so on.
@@ -979,7 +1218,14 @@ mod tests {
             .unwrap();
         let timing = Timing::new(Duration::from_secs(1));
         // 0.5 s left in the window.
-        let held = Held::new(&limit, &decision(59_500_000, 900, 500_000), 50, 0, &timing);
+        let held = Held::new(
+            &limit,
+            &decision(59_500_000, 900, 500_000),
+            50,
+            50,
+            0,
+            &timing,
+        );
         assert_eq!(held.usable(499_999_999), 50);
         assert_eq!(held.valid(500_000_001), 0);
         // 30 s left: the TTL ends local use first; the units stay valid to
@@ -987,6 +1233,7 @@ mod tests {
         let held = Held::new(
             &limit,
             &decision(30_000_000, 900, 30_000_000),
+            50,
             50,
             0,
             &timing,
@@ -1004,7 +1251,14 @@ mod tests {
             .unwrap();
         let timing = Timing::new(Duration::from_secs(1));
         // Slots of 100 ms; the take was 30 ms into one.
-        let held = Held::new(&limit, &decision(1_030_000, 900, 1_000_000), 50, 0, &timing);
+        let held = Held::new(
+            &limit,
+            &decision(1_030_000, 900, 1_000_000),
+            50,
+            50,
+            0,
+            &timing,
+        );
         assert_eq!(held.valid(69_999_999), 50);
         assert_eq!(held.valid(70_000_001), 0);
     }

@@ -232,7 +232,7 @@ impl CallSpec {
         self.counting
     }
 
-    /// Checks that calls of this spec can be decided: one to [`MAX_GROUPS`]
+    /// Checks that calls of this spec can be decided: one to 63 (`MAX_GROUPS`)
     /// groups, each with at least one limit, no two limits of a group sharing state,
     /// and every cost within its limits' capacity.
     ///
