@@ -154,7 +154,8 @@ impl LimitsEntry {
 /// ```
 ///
 /// A name is the `name` of `#[rate_limit]` (by default `module::function`)
-/// or of an `also(...)` group. [`LimitsFile::apply`] sets, for each name in
+/// or of an `also(...)` group, or a tier's `<name>@<tier>`, quoted:
+/// `[limits."api@pro"]` (see [`crate::Tier`]). [`LimitsFile::apply`] sets, for each name in
 /// the file, its limits, its failure policy (none given: the one of the
 /// macro or the limiter) and its shadow mode, and puts the listed
 /// identities on this limiter's allow and deny lists (identities are

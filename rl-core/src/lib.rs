@@ -25,9 +25,12 @@
 //! # Features
 //! - [`macro@rate_limit`] (feature `macros`, on by default): the attribute.
 //!   Arguments: `period`, `threshold`, `limits`, `key`, `algorithm`,
-//!   `cost`, `burst`, `slots`, `lease`, `name`, `also(...)`, `count`, `count_if`,
-//!   `reset_on_success`, `on_reject`, `headers`, `limiter`, `on_error`,
-//!   `crate`; see its docs.
+//!   `cost`, `burst`, `slots`, `lease`, `name`, `also(...)`,
+//!   `tier` + `tiers(...)`, `count`, `count_if`, `reset_on_success`,
+//!   `on_reject`, `headers`, `limiter`, `on_error`, `crate`; see its docs.
+//! - Tiers: limits chosen per call by the caller's tier (`free`, `pro`),
+//!   each tier on its own state and live-configurable as `<name>@<tier>`
+//!   ([`GroupSpec::tiered`], [`Limiter::call_tiered`], [`Tier`]).
 //! - [`Limiter`]: a backend, a key prefix and a [`FailurePolicy`]; one is
 //!   installed globally with [`LimiterBuilder::install`].
 //! - A deny cache in front of remote backends: a key the backend just
@@ -177,6 +180,7 @@ pub use limiter::builder::LimiterBuilder;
 pub use limiter::call::{Admission, CallFuture, CallSpec, Counting, GroupSpec, Permit};
 pub use limiter::lists::{ListEntry, ListKind};
 pub use limiter::registry::Settings;
+pub use limiter::tier::Tier;
 pub use model::clock::{Clock, ManualClock, SystemClock};
 pub use model::decision::{Decision, Decisions, Figures};
 pub use model::error::{BackendError, Error, LimitError};

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 pub use crate::limiter::Limiter;
 pub use crate::limiter::call::{CallFuture, CallSpec, Counting, GroupSpec, Permit};
+pub use crate::limiter::tier::Tier;
 pub use crate::model::error::Error;
 pub use crate::model::key::Part;
 pub use crate::model::limit::{Algorithm, Limit};
@@ -75,6 +76,22 @@ pub fn call<'l>(
             tracing::error!(limit = spec.name(), %error, "rate limited function called without a limiter");
             CallFuture::ready(Err(Rejection::unavailable(spec.name().to_owned(), error)))
         }
+    }
+}
+
+/// [`Limiter::call_tiered`] on the limiter the function names, each tiered
+/// group decided by its tier in `tiers` (a `tier = ..` value in the forms
+/// keys take: a string as is, anything else through its `Display`).
+#[inline]
+pub fn call_tiered<'l>(
+    spec: &'l CallSpec,
+    limiter: Result<&'l Limiter, Error>,
+    identities: &[Part<'_>],
+    tiers: &[Part<'_>],
+) -> CallFuture<'l> {
+    match limiter {
+        Ok(limiter) => limiter.call_parts_tiered(spec, identities, tiers),
+        Err(_) => call(spec, limiter, identities),
     }
 }
 

@@ -12,6 +12,8 @@
 //!   compiler too.
 //! - [`check_lease`]: which limits can lease units, and how many
 //!   ([`LeaseProblem`]).
+//! - [`check_tier_name`] and [`split_tier`]: tier names (`pro`) and the
+//!   registry names of tiers (`api@pro`).
 //!
 //! A proc-macro crate cannot depend on a crate that depends on it, so this
 //! crate sits below both `rl-macros` and `rl-core` and depends on nothing.
@@ -34,6 +36,7 @@ mod algorithm;
 mod bounds;
 mod lease;
 mod text;
+mod tier;
 
 pub use algorithm::{Algorithm, UnknownAlgorithm};
 pub use bounds::{
@@ -43,4 +46,7 @@ pub use bounds::{
 pub use lease::{LeaseProblem, can_lease, check_lease};
 pub use text::{
     BadDuration, BadRate, DURATION_UNITS, Rate, format_duration, parse_duration_micros, parse_rate,
+};
+pub use tier::{
+    BadTierName, DEFAULT_TIER, TIER_NAME_MAX, TIER_SEPARATOR, check_tier_name, split_tier,
 };

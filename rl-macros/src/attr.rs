@@ -35,10 +35,12 @@ mod kw {
     syn::custom_keyword!(reset_on_success);
     syn::custom_keyword!(on_reject);
     syn::custom_keyword!(headers);
+    syn::custom_keyword!(tier);
+    syn::custom_keyword!(tiers);
 }
 
 /// Every argument, in the order the docs and error messages list them.
-pub(crate) const ARGUMENTS: [&str; 19] = [
+pub(crate) const ARGUMENTS: [&str; 21] = [
     "period",
     "threshold",
     "key",
@@ -52,6 +54,8 @@ pub(crate) const ARGUMENTS: [&str; 19] = [
     "on_error",
     "limits",
     "also",
+    "tier",
+    "tiers",
     "count",
     "count_if",
     "reset_on_success",
@@ -61,7 +65,7 @@ pub(crate) const ARGUMENTS: [&str; 19] = [
 ];
 
 /// The arguments `also(...)` takes: those describing one key and its limits.
-pub(crate) const ALSO_ARGUMENTS: [&str; 11] = [
+pub(crate) const ALSO_ARGUMENTS: [&str; 13] = [
     "name",
     "key",
     "limits",
@@ -73,6 +77,8 @@ pub(crate) const ALSO_ARGUMENTS: [&str; 11] = [
     "slots",
     "lease",
     "reset_on_success",
+    "tier",
+    "tiers",
 ];
 
 /// A parsed value and the span errors about it point at.
@@ -128,6 +134,18 @@ pub(crate) struct GroupArgs {
     pub(crate) name: Option<Arg<LitStr>>,
     /// A flag: the span is the keyword's.
     pub(crate) reset_on_success: Option<Arg<()>>,
+    /// The expression giving each call's tier.
+    pub(crate) tier: Option<Arg<Expr>>,
+    /// `tiers(free = [..], pro = [..])`; the span is the `tiers` keyword's.
+    pub(crate) tiers: Option<Arg<Vec<TierArg>>>,
+}
+
+/// One tier of `tiers(...)`: its name and its limits.
+pub(crate) struct TierArg {
+    /// As written (an identifier or a string), with its span.
+    pub(crate) name: Arg<String>,
+    /// The span is the brackets'; each rate keeps its string's span.
+    pub(crate) limits: Arg<Vec<Arg<Rate>>>,
 }
 
 /// One `also(...)`: another key decided with the function's own.
@@ -361,6 +379,18 @@ impl GroupArgs {
                 keyword.span,
                 parse_flag(input, "reset_on_success", keyword.span)?,
             )?;
+        } else if input.peek(kw::tiers) {
+            let keyword = input.parse::<kw::tiers>()?;
+            set_once(
+                &mut self.tiers,
+                "tiers",
+                keyword.span,
+                parse_tiers(input, keyword.span)?,
+            )?;
+        } else if input.peek(kw::tier) {
+            let keyword = input.parse::<kw::tier>()?;
+            input.parse::<Token![=]>()?;
+            set_once(&mut self.tier, "tier", keyword.span, parse_expr(input)?)?;
         } else {
             return Ok(false);
         }
@@ -443,14 +473,76 @@ fn parse_count_mode(input: ParseStream) -> Result<Arg<Count>> {
     }
 }
 
+/// `tiers(free = ["10/1m"], pro = ["1000/1m", "20/1s"])`: a non-empty list
+/// of tier names (identifiers or strings), each with a list of rates.
+/// Whether a name is a valid tier name is left to validation.
+fn parse_tiers(input: ParseStream, keyword: Span) -> Result<Arg<Vec<TierArg>>> {
+    const EXAMPLE: &str = "e.g. `tiers(free = [\"10/1m\"], pro = [\"1000/1m\", \"20/1s\"])`";
+    if !input.peek(token::Paren) {
+        return Err(Error::new(
+            keyword,
+            format!("`tiers` takes each tier's name and limits in parentheses, {EXAMPLE}"),
+        ));
+    }
+    let content;
+    let parens = parenthesized!(content in input);
+    let mut tiers = Vec::new();
+    while !content.is_empty() {
+        let lookahead = content.lookahead1();
+        let name = if lookahead.peek(LitStr) {
+            let text: LitStr = content.parse()?;
+            Arg::new(text.value(), text.span())
+        } else if lookahead.peek(Ident::peek_any) {
+            let ident = content.call(Ident::parse_any)?;
+            Arg::new(ident.unraw().to_string(), ident.span())
+        } else {
+            return Err(Error::new(
+                content.span(),
+                format!(
+                    "expected a tier name (an identifier or a string) and its limits, {EXAMPLE}"
+                ),
+            ));
+        };
+        if !content.peek(Token![=]) {
+            return Err(Error::new(
+                name.span,
+                format!(
+                    "tier `{}` needs its limits: `{} = [\"10/1m\"]`",
+                    name.value, name.value
+                ),
+            ));
+        }
+        content.parse::<Token![=]>()?;
+        let limits = parse_rate_list(&content, &format!("tier `{}`", name.value), &name.value)?;
+        tiers.push(TierArg { name, limits });
+        if content.is_empty() {
+            break;
+        }
+        content.parse::<Token![,]>()?;
+    }
+    if tiers.is_empty() {
+        return Err(Error::new(
+            parens.span.join(),
+            format!("`tiers` needs at least one tier, {EXAMPLE}"),
+        ));
+    }
+    Ok(Arg::new(tiers, keyword))
+}
+
 /// `limits = ["5/1m", "100/1d"]`: a non-empty list of rate strings.
 fn parse_limits(input: ParseStream) -> Result<Arg<Vec<Arg<Rate>>>> {
+    parse_rate_list(input, "`limits`", "limits")
+}
+
+/// A non-empty list of rate strings; `what` names it in messages (`` `limits` ``,
+/// ``tier `pro` ``), `assign` is what the example assigns to.
+fn parse_rate_list(input: ParseStream, what: &str, assign: &str) -> Result<Arg<Vec<Arg<Rate>>>> {
     if input.peek(LitStr) {
         let text: LitStr = input.parse()?;
         return Err(Error::new(
             text.span(),
             format!(
-                "`limits` takes a list of strings, even for one limit: `limits = [{:?}]`",
+                "{what} takes a list of strings, even for one limit: `{assign} = [{:?}]`",
                 text.value()
             ),
         ));
@@ -462,7 +554,7 @@ fn parse_limits(input: ParseStream) -> Result<Arg<Vec<Arg<Rate>>>> {
     if strings.is_empty() {
         return Err(Error::new(
             span,
-            "`limits` needs at least one limit, e.g. `limits = [\"5/1m\", \"100/1d\"]`",
+            format!("{what} needs at least one limit, e.g. `{assign} = [\"5/1m\", \"100/1d\"]`"),
         ));
     }
     let rates = strings
@@ -1025,6 +1117,71 @@ mod tests {
         assert_eq!(
             error(quote!(also(name = "a", name = "b"))),
             "`name` given twice; keep one"
+        );
+    }
+
+    #[test]
+    fn tiers_are_read_with_their_names_and_limits_in_and_out_of_also() {
+        let args = parse(quote! {
+            tier = user.plan(), tiers(free = ["10/1m"], "pro-2" = ["1000/1m", "20/1s"], r#type = ["1/d"]),
+            also(name = "team", key = team, tier = "shared", tiers(shared = ["5/1h"])),
+        })
+        .unwrap();
+        assert!(args.group.tier.is_some());
+        let tiers = args.group.tiers.unwrap().value;
+        let read: Vec<(String, Vec<(u64, u64)>)> = tiers
+            .iter()
+            .map(|t| {
+                let rates = t
+                    .limits
+                    .value
+                    .iter()
+                    .map(|r| (r.value.threshold, r.value.period_us));
+                (t.name.value.clone(), rates.collect())
+            })
+            .collect();
+        assert_eq!(
+            read,
+            [
+                ("free".to_owned(), vec![(10, 60_000_000)]),
+                (
+                    "pro-2".to_owned(),
+                    vec![(1000, 60_000_000), (20, 1_000_000)]
+                ),
+                ("type".to_owned(), vec![(1, 86_400_000_000)]),
+            ]
+        );
+        let team = &args.also[0].group;
+        assert!(team.tier.is_some());
+        assert_eq!(team.tiers.as_ref().unwrap().value[0].name.value, "shared");
+    }
+
+    #[test]
+    fn unreadable_tiers_are_refused_with_how_to_fix() {
+        assert!(error(quote!(tiers())).starts_with("`tiers` needs at least one tier"));
+        assert!(
+            error(quote!(tiers = ["1/1m"]))
+                .starts_with("`tiers` takes each tier's name and limits")
+        );
+        assert_eq!(
+            error(quote!(tiers(free))),
+            "tier `free` needs its limits: `free = [\"10/1m\"]`"
+        );
+        assert_eq!(
+            error(quote!(tiers(free = "1/1m"))),
+            "tier `free` takes a list of strings, even for one limit: `free = [\"1/1m\"]`"
+        );
+        assert!(
+            error(quote!(tiers(free = []))).starts_with("tier `free` needs at least one limit")
+        );
+        assert!(error(quote!(tiers(5 = ["1/1m"]))).starts_with("expected a tier name"));
+        assert_eq!(
+            error(quote!(tier = a, tier = b)),
+            "`tier` given twice; keep one"
+        );
+        assert_eq!(
+            error(quote!(tiers(a = ["1/1m"]), tiers(b = ["1/1m"]))),
+            "`tiers` given twice; keep one"
         );
     }
 

@@ -25,6 +25,12 @@
 //! }
 //! ```
 //!
+//! A tiered group (`tier` + `tiers(..)`) is `GroupSpec::tiered(<name>,
+//! &__RL_LIMITS_i)`, where `__RL_LIMITS_i` holds its `Tier::new(<tier>,
+//! &__RL_LIMITS_i_j)`s, and the call is `__private::call_tiered(.., &[keys],
+//! &[tiers])` with each tiered group's `tier` expression, in the order of
+//! the groups, in the forms keys take.
+//!
 //! The original statements stay in the function's own body rather than in
 //! an `async move { .. }.await` block: `return` and `?` then mean exactly
 //! what they meant, no argument is moved into a second future, and the
@@ -78,7 +84,7 @@ use quote::{quote, quote_spanned};
 use syn::ext::IdentExt;
 
 use crate::attr::{Function, OnError};
-use crate::validate::{Config, Counting, GroupConfig};
+use crate::validate::{Config, Counting, GroupConfig, LimitConfig};
 
 /// The function with the limiter check in front of its body.
 pub(crate) fn expand(config: Config, function: Function) -> TokenStream {
@@ -125,11 +131,10 @@ fn policy(config: &Config, private: &TokenStream) -> TokenStream {
     quote!(.with_policy(#policy))
 }
 
-/// `Limit::from_parts_const(..)` for each limit of a group (with
+/// `Limit::from_parts_const(..)` for each limit of a list (with
 /// `.with_lease_const(..)` when it leases).
-fn limits(group: &GroupConfig, private: &TokenStream) -> Vec<TokenStream> {
-    group
-        .limits
+fn limits(limits: &[LimitConfig], private: &TokenStream) -> Vec<TokenStream> {
+    limits
         .iter()
         .map(|limit| {
             let algorithm = Ident::new(limit.algorithm.variant(), Span::call_site());
@@ -224,10 +229,32 @@ fn call(
         .groups
         .iter()
         .zip(&limit_statics)
-        .map(|(group, ident)| {
-            let limits = limits(group, private);
-            let count = limits.len();
-            quote!(static #ident: [#private::Limit; #count] = [#(#limits),*];)
+        .map(|(group, ident)| match &group.tiers {
+            None => {
+                let limits = limits(&group.limits, private);
+                let count = limits.len();
+                quote!(static #ident: [#private::Limit; #count] = [#(#limits),*];)
+            }
+            // `__RL_LIMITS_i`: the group's tiers, each pointing to its limits.
+            Some(tiers) => {
+                let mut statics = TokenStream::new();
+                let mut entries = Vec::with_capacity(tiers.len());
+                for (j, tier) in tiers.iter().enumerate() {
+                    let tier_ident = Ident::new(&format!("{ident}_{j}"), Span::call_site());
+                    let limits = limits(&tier.limits, private);
+                    let count = limits.len();
+                    statics.extend(
+                        quote!(static #tier_ident: [#private::Limit; #count] = [#(#limits),*];),
+                    );
+                    let name = &tier.name;
+                    entries.push(quote!(#private::Tier::new(#name, &#tier_ident)));
+                }
+                let count = tiers.len();
+                quote! {
+                    #statics
+                    static #ident: [#private::Tier; #count] = [#(#entries),*];
+                }
+            }
         });
     let groups = config
         .groups
@@ -240,12 +267,31 @@ fn call(
                 quote!(.with_cost(#cost))
             });
             let reset = group.reset_on_success.then(|| quote!(.reset_on_success()));
+            let constructor = match group.tiers {
+                None => quote!(new),
+                Some(_) => quote!(tiered),
+            };
             quote! {
-                #private::GroupSpec::new(#name, &#limits)#cost #reset
+                #private::GroupSpec::#constructor(#name, &#limits)#cost #reset
             }
         });
     let group_count = config.groups.len();
     let keys = config.groups.iter().map(|group| key(group, private));
+    // Each tiered group's tier, in the order of the groups.
+    let tiers: Vec<TokenStream> = config
+        .groups
+        .iter()
+        .filter_map(|group| group.tier.as_ref())
+        .map(|tier| {
+            let (expr, span) = (&tier.value, tier.span);
+            quote_spanned!(span=> (&&#private::Probe(&(#expr))).__rl_part())
+        })
+        .collect();
+    let call_fn = if tiers.is_empty() {
+        quote!(#private::call(&__RL_SPEC, __rl_limiter, &[#(#keys),*]))
+    } else {
+        quote!(#private::call_tiered(&__RL_SPEC, __rl_limiter, &[#(#keys),*], &[#(#tiers),*]))
+    };
     // The user's expressions keep their spans, so type errors land on them.
     let limiter = match &config.limiter {
         Some(limiter) => {
@@ -270,7 +316,7 @@ fn call(
             #private::CallSpec::new(#name, &__RL_GROUPS)#policy #counting;
         #[allow(unused_imports)]
         use #private::{PartDisplay as _, PartFast as _};
-        let __rl_call = #private::call(&__RL_SPEC, __rl_limiter, &[#(#keys),*]);
+        let __rl_call = #call_fn;
     };
 
     if !config.wraps_body() {
@@ -476,6 +522,38 @@ mod tests {
             "no key: the empty identity; {code}"
         );
         assert!(!code.contains("rl_core"), "{code}");
+    }
+
+    #[test]
+    fn tiered_groups_point_to_their_tiers_and_the_call_passes_each_tier() {
+        let code = expand(
+            quote!(
+                name = "api",
+                key = user,
+                tier = plan,
+                tiers(free = ["1/1m"], "pro-2" = ["5/1m", "20/1s"]),
+                also(name = "ip", key = ip, limits = ["9/1h"])
+            ),
+            quote!(
+                async fn f(user: u64, plan: &str, ip: &str) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        for part in [
+            "static __RL_LIMITS_0_0 : [:: rl_core :: __private :: Limit ; 1usize]",
+            "static __RL_LIMITS_0_1 : [:: rl_core :: __private :: Limit ; 2usize]",
+            "static __RL_LIMITS_0 : [:: rl_core :: __private :: Tier ; 2usize] = [:: rl_core :: __private :: Tier \
+             :: new (\"free\" , & __RL_LIMITS_0_0) , :: rl_core :: __private :: Tier :: new (\"pro-2\" , & \
+             __RL_LIMITS_0_1)] ;",
+            ":: rl_core :: __private :: GroupSpec :: tiered (\"api\" , & __RL_LIMITS_0)",
+            ":: rl_core :: __private :: GroupSpec :: new (\"ip\" , & __RL_LIMITS_1)",
+            ":: rl_core :: __private :: call_tiered (& __RL_SPEC , __rl_limiter , & [(&& :: rl_core :: __private :: \
+             Probe (& (user))) . __rl_part () , (&& :: rl_core :: __private :: Probe (& (ip))) . __rl_part ()] , & \
+             [(&& :: rl_core :: __private :: Probe (& (plan))) . __rl_part ()])",
+        ] {
+            assert!(code.contains(part), "{part}\nin\n{code}");
+        }
     }
 
     #[test]

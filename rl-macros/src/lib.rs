@@ -57,7 +57,8 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// | `name` | string | `"<module path>::<fn name>"` | metrics label, log field and key scope |
 /// | `limiter` | expression evaluating to a `Limiter`, `&Limiter`, `Arc<Limiter>` or `Box<Limiter>` (borrowed, never moved) | the global limiter | the limiter deciding the calls |
 /// | `on_error` | `fail_open`, `fail_closed` or `local(N)` (decide in process with threshold / N) | the limiter's policy | what to do when the backend cannot decide |
-/// | `also(...)` | `name` (required, distinct), `key`, `limits` or `period` + `threshold`, `algorithm`, `cost`, `burst`, `slots`, `lease`, `reset_on_success` | none; may be repeated | another key with its own limits (e.g. per IP beside per phone), decided in the same call, all-or-nothing |
+/// | `also(...)` | `name` (required, distinct), `key`, `limits` or `period` + `threshold`, `algorithm`, `cost`, `burst`, `slots`, `lease`, `reset_on_success`, `tier` + `tiers` | none; may be repeated | another key with its own limits (e.g. per IP beside per phone), decided in the same call, all-or-nothing |
+/// | `tier` + `tiers(...)` | `tier`: any expression over the arguments whose value is `Display` (a `&str` or `String` as is); `tiers(free = ["10/1m"], pro = ["1000/1m", "20/1s"])`: tier names (identifiers or strings of ASCII letters, digits, `_`, `-`, `.`) with their limits | instead of `limits` / `period` + `threshold` | per-identity limits: each call is decided by the limits of the tier `tier` gives, on that tier's own state (key scope and runtime name `<name>@<tier>`); a tier named `default` decides unknown tiers, else the failure policy answers them |
 /// | `count` | `failures` | every admitted call counts | only calls returning `Err` keep what they took; the others are given back (the function must return a `Result`) |
 /// | `count_if` | expression callable as `FnOnce(&ReturnType) -> bool`: a closure (`\|r: &Response\| r.status() == 401`) or a function path | every admitted call counts | `true`: the call keeps what it took; `false`: it is given back |
 /// | `reset_on_success` | flag, on the function or in an `also(...)` | off | with `count`/`count_if`: a call that does not count forgets this group's state for its key (consecutive-failure counting) instead of giving back its own units |
@@ -80,8 +81,29 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// `also(...)` or holding a whole-function argument (`limiter`,
 /// `on_error`, `count`, `on_reject`, `headers`, `crate`), `count` with
 /// `count_if`, `count = failures` on a function not returning a `Result`,
-/// `reset_on_success` without `count`/`count_if`, and `count`, `count_if`
-/// or `headers` on a function returning `impl Trait`.
+/// `reset_on_success` without `count`/`count_if`, `count`, `count_if`
+/// or `headers` on a function returning `impl Trait`, and for tiers: `tier`
+/// without `tiers(...)` or the reverse, an empty `tiers()`, a tier name
+/// that is not one or is given twice, `tiers` with `limits`, `period` or
+/// `threshold`, a tiered group's `name` containing `@`, and every limit
+/// rule above for each tier's limits (reported at the string).
+///
+/// # Tiers
+///
+/// ```text
+/// #[rate_limit(name = "api", key = user.id, tier = user.plan(),
+///              tiers(free = ["10/1m"], pro = ["1000/1m", "20/1s"], default = ["5/1m"]))]
+/// async fn search(user: &User, q: String) -> Result<Hits, ApiError> { .. }
+/// ```
+///
+/// Each call is decided by its tier's limits, on that tier's own state: a
+/// user upgraded to `pro` is decided by `pro` from their next call. Tiers
+/// are limits by name, `api@free` and `api@pro`: `set_limits("api@pro",
+/// ..)` changes one, and `set_limits("api@gold", ..)` adds a tier the code
+/// does not declare. A call whose tier is unknown goes to `default` when
+/// declared (or configured); without one it cannot be decided, an error
+/// naming the tier is logged and the failure policy answers (`fail_open`:
+/// admitted). The metrics' `limit` label is `api@pro`.
 ///
 /// # Several limits and several keys
 ///

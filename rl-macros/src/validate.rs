@@ -66,6 +66,16 @@ pub(crate) struct GroupConfig {
     pub(crate) limits: Vec<LimitConfig>,
     pub(crate) cost: u64,
     pub(crate) reset_on_success: bool,
+    /// The expression giving each call's tier, for a tiered group.
+    pub(crate) tier: Option<Arg<Expr>>,
+    /// A tiered group's tiers (its `limits` are then empty).
+    pub(crate) tiers: Option<Vec<TierConfig>>,
+}
+
+/// One tier of a group, checked.
+pub(crate) struct TierConfig {
+    pub(crate) name: String,
+    pub(crate) limits: Vec<LimitConfig>,
 }
 
 /// The parts of one `rl_core::Limit`.
@@ -242,8 +252,12 @@ pub(crate) fn validate(args: Args, sig: &Signature) -> Result<Config> {
 enum Source<'a> {
     /// `period = ..., threshold = ...`.
     Args { threshold: Span, period: Span },
-    /// One string of `limits = [...]`.
-    Text(&'a Arg<Rate>),
+    /// One string of `limits = [...]`, or of a tier's list.
+    Text {
+        rate: &'a Arg<Rate>,
+        /// The tier's name, for a tier's limit.
+        tier: Option<&'a str>,
+    },
 }
 
 impl Source<'_> {
@@ -251,10 +265,20 @@ impl Source<'_> {
     fn prefix(&self) -> String {
         match self {
             Source::Args { .. } => String::new(),
-            Source::Text(rate) => format!("limit {:?}: ", rate.value.text),
+            Source::Text {
+                rate,
+                tier: Some(tier),
+            } => format!("tier `{tier}`: limit {:?}: ", rate.value.text),
+            Source::Text { rate, tier: None } => format!("limit {:?}: ", rate.value.text),
         }
     }
 }
+
+/// A limit's threshold, period and where they were written.
+type Written<'a> = (u64, u64, Source<'a>);
+
+/// A tier's name and its limits as written (`None`: one is unusable).
+type TierRates<'a> = (&'a str, Option<Vec<Written<'a>>>);
 
 /// Checks one group's arguments; `None` when they cannot make limits
 /// (the reasons are in `errors`). `also` is the `also` keyword's span for
@@ -328,8 +352,45 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
         );
     }
 
+    let slots = args.slots.as_ref().map_or(DEFAULT_SLOTS, |s| s.value);
+    let cost = args.cost.as_ref().map_or(1, |c| c.value);
+    let burst = args.burst.as_ref().map(|b| b.value);
+    let valid_numbers = slots != 0 && cost != 0 && burst != Some(0);
+    let mut cost_reported = false;
+
+    if args.tier.is_some() || args.tiers.is_some() {
+        let tiers = validate_tiers(&args, within, errors)?;
+        let mut checked = Vec::with_capacity(tiers.len());
+        let mut complete = valid_numbers;
+        for (tier, limits) in tiers {
+            match limits {
+                Some(limits) if valid_numbers => {
+                    let limits =
+                        check_limits(&limits, &args, algorithm, lease, &mut cost_reported, errors);
+                    checked.push(TierConfig {
+                        name: tier.to_owned(),
+                        limits,
+                    });
+                }
+                _ => complete = false,
+            }
+        }
+        if !complete {
+            return None;
+        }
+        return Some(GroupConfig {
+            name: args.name.map(|n| n.value),
+            key: args.key,
+            limits: Vec::new(),
+            cost,
+            reset_on_success: args.reset_on_success.is_some(),
+            tier: args.tier,
+            tiers: Some(checked),
+        });
+    }
+
     // Each limit with where it was written; zero ones are reported and left out.
-    let mut limits: Vec<(u64, u64, Source)> = Vec::new();
+    let mut limits: Vec<Written> = Vec::new();
     let mut complete = true;
     if let Some(list) = &args.limits {
         for (arg, name) in [(&args.period, "period"), (&args.threshold, "threshold")] {
@@ -344,41 +405,9 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
                 );
             }
         }
-        for (index, rate) in list.value.iter().enumerate() {
-            let Rate {
-                threshold,
-                period_us,
-                text,
-            } = &rate.value;
-            let prefix = format!("limit {text:?}: ");
-            if *threshold == 0 {
-                errors.push(
-                    rate.span,
-                    format!("{prefix}`threshold` must be at least 1, got 0"),
-                );
-                complete = false;
-            } else if *period_us == 0 {
-                errors.push(
-                    rate.span,
-                    format!("{prefix}the period must be longer than zero"),
-                );
-                complete = false;
-            } else if let Some(earlier) = list.value[..index]
-                .iter()
-                .find(|earlier| earlier.value.period_us == *period_us)
-            {
-                errors.push(
-                    rate.span,
-                    format!(
-                        "{prefix}{:?} already limits this key over the same period; each limit needs its own \
-                         period (state is kept per algorithm and period), so keep the stricter one",
-                        earlier.value.text
-                    ),
-                );
-                complete = false;
-            } else {
-                limits.push((*threshold, *period_us, Source::Text(rate)));
-            }
+        match read_rates(list, None, errors) {
+            Some(rates) => limits = rates,
+            None => complete = false,
         }
     } else {
         if args.threshold.is_none() {
@@ -414,22 +443,165 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
         }
     }
 
+    if !complete || !valid_numbers {
+        return None;
+    }
+    let checked = check_limits(&limits, &args, algorithm, lease, &mut cost_reported, errors);
+
+    Some(GroupConfig {
+        name: args.name.map(|n| n.value),
+        key: args.key,
+        limits: checked,
+        cost,
+        reset_on_success: args.reset_on_success.is_some(),
+        tier: None,
+        tiers: None,
+    })
+}
+
+/// Checks `tier` and `tiers(...)` together and against the other
+/// arguments; each tier's name with its limits as written (`None`: a
+/// limit reported unusable). `None` when `tiers` is missing.
+fn validate_tiers<'a>(
+    args: &'a GroupArgs,
+    within: &str,
+    errors: &mut Errors,
+) -> Option<Vec<TierRates<'a>>> {
+    const EXAMPLE: &str =
+        "e.g. `tier = user.plan(), tiers(free = [\"10/1m\"], pro = [\"1000/1m\"])`";
+    match (&args.tier, &args.tiers) {
+        (Some(tier), None) => {
+            errors.push(
+                tier.span,
+                format!(
+                    "{within}`tier` chooses one of the limits of `tiers(...)`, which is missing: give each tier's \
+                     limits, {EXAMPLE}"
+                ),
+            );
+            return None;
+        }
+        (None, Some(tiers)) => errors.push(
+            tiers.span,
+            format!(
+                "{within}`tiers(...)` needs `tier = ...`, the expression giving each call's tier (over the \
+                 function's arguments), {EXAMPLE}"
+            ),
+        ),
+        _ => {}
+    }
+    let tiers = args.tiers.as_ref()?;
+    for (arg, name) in [
+        (args.limits.as_ref().map(|l| l.span), "limits"),
+        (args.period.as_ref().map(|p| p.span), "period"),
+        (args.threshold.as_ref().map(|t| t.span), "threshold"),
+    ] {
+        if let Some(span) = arg {
+            errors.push(
+                span,
+                format!(
+                    "`{name}` cannot be combined with `tiers(...)`, where each tier gives its own limits; move them \
+                     into the tiers (`tiers(free = [\"10/1m\"], pro = [\"1000/1m\"])`), or remove `tiers`"
+                ),
+            );
+        }
+    }
+    if let Some(name) = &args.name
+        && name.value.value().contains(rl_grammar::TIER_SEPARATOR)
+    {
+        errors.push(
+            name.span,
+            "the `name` of a group with `tiers` must not contain `@`: each tier is named `<name>@<tier>` \
+             (e.g. `api@pro`) in `set_limits`, limits files, keys and metrics",
+        );
+    }
+    let mut seen: Vec<&str> = Vec::new();
+    let mut checked = Vec::with_capacity(tiers.value.len());
+    for tier in &tiers.value {
+        let name = tier.name.value.as_str();
+        if let Err(bad) = rl_grammar::check_tier_name(name) {
+            errors.push(tier.name.span, bad);
+        } else if seen.contains(&name) {
+            errors.push(
+                tier.name.span,
+                format!("tier `{name}` is given twice; keep one (each tier has one set of limits)"),
+            );
+        }
+        seen.push(name);
+        checked.push((name, read_rates(&tier.limits, Some(name), errors)));
+    }
+    Some(checked)
+}
+
+/// The rates of a list (`limits = [...]` or a tier's), each checked on its
+/// own; `None` when one is unusable (reported).
+fn read_rates<'a>(
+    list: &'a Arg<Vec<Arg<Rate>>>,
+    tier: Option<&'a str>,
+    errors: &mut Errors,
+) -> Option<Vec<Written<'a>>> {
+    let mut limits = Vec::with_capacity(list.value.len());
+    let mut complete = true;
+    for (index, rate) in list.value.iter().enumerate() {
+        let Rate {
+            threshold,
+            period_us,
+            ..
+        } = &rate.value;
+        let source = Source::Text { rate, tier };
+        let prefix = source.prefix();
+        if *threshold == 0 {
+            errors.push(
+                rate.span,
+                format!("{prefix}`threshold` must be at least 1, got 0"),
+            );
+            complete = false;
+        } else if *period_us == 0 {
+            errors.push(
+                rate.span,
+                format!("{prefix}the period must be longer than zero"),
+            );
+            complete = false;
+        } else if let Some(earlier) = list.value[..index]
+            .iter()
+            .find(|earlier| earlier.value.period_us == *period_us)
+        {
+            errors.push(
+                rate.span,
+                format!(
+                    "{prefix}{:?} already limits this key over the same period; each limit needs its own \
+                     period (state is kept per algorithm and period), so keep the stricter one",
+                    earlier.value.text
+                ),
+            );
+            complete = false;
+        } else {
+            limits.push((*threshold, *period_us, source));
+        }
+    }
+    complete.then_some(limits)
+}
+
+/// Checks each limit against the group's algorithm, burst, slots, cost
+/// and lease (`0`: none, or one already reported).
+fn check_limits(
+    limits: &[Written<'_>],
+    args: &GroupArgs,
+    algorithm: Algorithm,
+    lease: u64,
+    cost_reported: &mut bool,
+    errors: &mut Errors,
+) -> Vec<LimitConfig> {
     let slots = args.slots.as_ref().map_or(DEFAULT_SLOTS, |s| s.value);
     let cost = args.cost.as_ref().map_or(1, |c| c.value);
     let burst = args.burst.as_ref().map(|b| b.value);
-    if !complete || slots == 0 || cost == 0 || burst == Some(0) {
-        return None;
-    }
-
     let mut checked = Vec::with_capacity(limits.len());
-    let mut cost_reported = false;
-    for (threshold, period_us, source) in &limits {
+    for (threshold, period_us, source) in limits {
         let (threshold, period_us) = (*threshold, *period_us);
         let burst = burst.unwrap_or(threshold);
         let prefix = source.prefix();
         let (threshold_span, period_span) = match source {
             Source::Args { threshold, period } => (*threshold, *period),
-            Source::Text(rate) => (rate.span, rate.span),
+            Source::Text { rate, .. } => (rate.span, rate.span),
         };
 
         // Zero values were reported at their argument above.
@@ -475,13 +647,13 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
         {
             // The same explicit `burst` for every limit: one message, at `cost`.
             let (span, prefix) = match source {
-                Source::Text(_) if algorithm.uses_burst() && args.burst.is_some() => {
+                Source::Text { .. } if algorithm.uses_burst() && args.burst.is_some() => {
                     (cost_arg.span, String::new())
                 }
-                Source::Text(rate) => (rate.span, prefix),
+                Source::Text { rate, .. } => (rate.span, prefix),
                 Source::Args { .. } => (cost_arg.span, prefix),
             };
-            if prefix.is_empty() && std::mem::replace(&mut cost_reported, true) {
+            if prefix.is_empty() && std::mem::replace(cost_reported, true) {
                 continue;
             }
             errors.push(
@@ -503,14 +675,7 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
             lease,
         });
     }
-
-    Some(GroupConfig {
-        name: args.name.map(|n| n.value),
-        key: args.key,
-        limits: checked,
-        cost,
-        reset_on_success: args.reset_on_success.is_some(),
-    })
+    checked
 }
 
 /// The span of the first `impl` in a type (`impl Display`,

@@ -475,7 +475,7 @@ impl DenyLayer {
 
 impl Layer for DenyLayer {
     fn applies(&self, plan: &Plan<'_>) -> bool {
-        self.enabled(std::iter::once(plan.name).chain(plan.groups.iter().map(|g| &*g.name)))
+        self.enabled(plan.names())
     }
 
     fn before(&self, call: &mut Call<'_>) -> Option<Answer> {

@@ -239,6 +239,19 @@ pub(crate) struct Plan<'a> {
     pub(crate) remote: bool,
 }
 
+impl Plan<'_> {
+    /// Every name these calls may carry: the call's, each group's, and for
+    /// a tiered group each tier's (`api@pro`) and the call's with the tier.
+    pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.name).chain(self.groups.iter().flat_map(|group| {
+            let tiers = group.tiers.iter().flat_map(|set| set.tiers.iter());
+            std::iter::once(&*group.name).chain(tiers.flat_map(|tier| {
+                std::iter::once(&*tier.name).chain(tier.call.as_ref().map(|(name, _)| &**name))
+            }))
+        }))
+    }
+}
+
 /// Which layers a call passes: bit `i` for the `i`-th layer, outermost
 /// first.
 pub(crate) type Mask = u64;

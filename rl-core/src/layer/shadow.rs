@@ -22,10 +22,7 @@ impl Shadow {
 
 impl Layer for Shadow {
     fn applies(&self, plan: &Plan<'_>) -> bool {
-        self.registry.any_shadow()
-            && std::iter::once(plan.name)
-                .chain(plan.groups.iter().map(|g| &*g.name))
-                .any(|name| self.registry.shadowed(name))
+        self.registry.any_shadow() && plan.names().any(|name| self.registry.shadowed(name))
     }
 
     fn after(&self, call: &mut Call<'_>, answer: &mut Answer) {

@@ -20,6 +20,8 @@ use crate::model::limit::Limit;
 use crate::model::policy::FailurePolicy;
 use crate::model::rejection::Rejection;
 
+use super::tier::{Chosen, Tier, TierBinding};
+
 /// Which admitted calls keep the units they took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -51,6 +53,8 @@ pub struct GroupSpec {
     limits: Cow<'static, [Limit]>,
     cost: u64,
     reset_on_success: bool,
+    /// `Some` for a tiered group: its declared tiers (see [`GroupSpec::tiered`]).
+    tiers: Option<Cow<'static, [Tier]>>,
 }
 
 impl GroupSpec {
@@ -63,6 +67,7 @@ impl GroupSpec {
             limits: Cow::Borrowed(limits),
             cost: 1,
             reset_on_success: false,
+            tiers: None,
         }
     }
 
@@ -73,6 +78,7 @@ impl GroupSpec {
             limits: Cow::Owned(limits),
             cost: 1,
             reset_on_success: false,
+            tiers: None,
         }
     }
 
@@ -113,6 +119,73 @@ impl GroupSpec {
 
     pub(crate) fn name_cow(&self) -> &Cow<'static, str> {
         &self.name
+    }
+
+    /// A tiered group named `name`: each call gives its tier (e.g. the
+    /// caller's plan, with [`Limiter::call_tiered`]), and is decided by that
+    /// tier's limits, on that tier's own state. A tier's limits are looked
+    /// up at run time as `<name>@<tier>` (`api@pro`): [`Limiter::set_limits`],
+    /// a limits file and admin overrides change a declared tier, or add one
+    /// that is not declared here. A call whose tier is none of these is
+    /// decided by the `default` tier if there is one; else it cannot be
+    /// decided and the failure policy answers it (see [`Tier`]).
+    ///
+    /// ```
+    /// use rl_core::{CallSpec, GroupSpec, Limit, Limiter, Tier};
+    /// static FREE: [Limit; 1] = [Limit::from_parts_const(2, 60_000_000, rl_core::Algorithm::Gcra, 2, 10)];
+    /// static TIERS: [Tier; 1] = [Tier::new("free", &FREE)];
+    /// static API: [GroupSpec; 1] = [GroupSpec::tiered("api", &TIERS)];
+    /// static SPEC: CallSpec = CallSpec::new("api", &API);
+    ///
+    /// let limiter = Limiter::builder().memory().build().unwrap();
+    /// limiter.set_limits("api@pro", vec!["100/1m".parse().unwrap()]).unwrap(); // a tier added at run time
+    /// for _ in 0..2 {
+    ///     assert!(limiter.call_tiered(&SPEC, &[&"alice"], &["free"]).now().unwrap().is_ok());
+    /// }
+    /// assert!(limiter.call_tiered(&SPEC, &[&"alice"], &["free"]).now().unwrap().is_err());
+    /// // Upgraded: the next call is decided by `pro`, on its own state.
+    /// assert!(limiter.call_tiered(&SPEC, &[&"alice"], &["pro"]).now().unwrap().is_ok());
+    /// ```
+    pub const fn tiered(name: &'static str, tiers: &'static [Tier]) -> Self {
+        Self {
+            name: Cow::Borrowed(name),
+            limits: Cow::Borrowed(&[]),
+            cost: 1,
+            reset_on_success: false,
+            tiers: Some(Cow::Borrowed(tiers)),
+        }
+    }
+
+    /// A tiered group built at run time. `tiers` may be empty: every tier
+    /// then comes from the limiter's runtime limits (`<name>@<tier>`).
+    pub fn owned_tiered(name: impl Into<String>, tiers: Vec<Tier>) -> Self {
+        Self {
+            name: Cow::Owned(name.into()),
+            limits: Cow::Owned(Vec::new()),
+            cost: 1,
+            reset_on_success: false,
+            tiers: Some(Cow::Owned(tiers)),
+        }
+    }
+
+    /// Adds a tier, making the group tiered (its own limits are then
+    /// unused): `GroupSpec::owned_tiered("api", vec![]).with_tier(..)`.
+    pub fn with_tier(mut self, tier: Tier) -> Self {
+        self.tiers
+            .get_or_insert_with(|| Cow::Owned(Vec::new()))
+            .to_mut()
+            .push(tier);
+        self
+    }
+
+    /// The declared tiers of a tiered group (`None`: the group is not tiered).
+    pub fn tiers(&self) -> Option<&[Tier]> {
+        self.tiers.as_deref()
+    }
+
+    /// Whether each call chooses this group's limits by its tier.
+    pub const fn is_tiered(&self) -> bool {
+        self.tiers.is_some()
     }
 }
 
@@ -234,7 +307,9 @@ impl CallSpec {
 
     /// Checks that calls of this spec can be decided: one to 63 (`MAX_GROUPS`)
     /// groups, each with at least one limit, no two limits of a group sharing state,
-    /// and every cost within its limits' capacity.
+    /// and every cost within its limits' capacity; for a tiered group, the
+    /// same of each tier, valid and distinct tier names, and a group name
+    /// without `@`.
     ///
     /// ```
     /// use rl_core::{CallSpec, GroupSpec, Limit};
@@ -258,7 +333,10 @@ impl CallSpec {
             )));
         }
         for group in self.groups.iter() {
-            check_group(group.name(), group.limits(), group.cost)?;
+            match group.tiers() {
+                None => check_group(group.name(), group.limits(), group.cost)?,
+                Some(tiers) => super::tier::check_tiers(group.name(), tiers, group.cost)?,
+            }
         }
         Ok(())
     }
@@ -333,6 +411,8 @@ pub(crate) struct Settle {
     pub(crate) identities: Identities,
     /// The allow-listed groups, which took nothing (bit `i`: group `i`).
     pub(crate) skipped: u64,
+    /// The tier of each group, for a tiered call (else empty).
+    pub(crate) chosen: Chosen,
 }
 
 /// An admitted call.
@@ -347,6 +427,8 @@ pub struct Permit<'l> {
     /// The allow-listed groups, not decided (bit `i`: group `i`).
     pub(crate) skipped: u64,
     pub(crate) settle: Option<Box<Settle>>,
+    /// The tiers a tiered call was decided by.
+    pub(crate) tiers: Option<Arc<TierBinding>>,
 }
 
 impl fmt::Debug for Permit<'_> {
@@ -369,6 +451,9 @@ impl Permit<'_> {
     /// limit as currently set, should it have changed since).
     pub fn binding(&self) -> Option<(&str, Decision, Limit)> {
         let decisions = self.admission.decisions()?;
+        if let Some(tiers) = &self.tiers {
+            return tiers.binding(self.limiter, self.skipped, decisions);
+        }
         let mut index = decisions.binding_index();
         for (g, group) in self.spec.groups().iter().enumerate() {
             if self.skipped & (1 << g) != 0 {

@@ -144,10 +144,11 @@ impl Lists {
     }
 
     /// The entry that applies to `identity` under `name` at `now`: the
-    /// name's own, else the one for every name.
+    /// name's own, else (for a tier `api@pro`) its group's, else the one
+    /// for every name.
     pub(crate) fn check(&self, name: &str, identity: &str, now: SystemTime) -> Option<Listed> {
-        [name, ""]
-            .into_iter()
+        crate::limiter::tier::inherited(name)
+            .chain([""])
             .filter_map(|n| self.entries.get(&EntryRef(n, identity)))
             .find(|listed| listed.expires_at.is_none_or(|at| at > now))
             .copied()

@@ -10,6 +10,7 @@ pub(crate) mod call;
 pub(crate) mod lists;
 pub(crate) mod registry;
 pub(crate) mod resolve;
+pub(crate) mod tier;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -223,8 +224,11 @@ impl Limiter {
         resolved: &Arc<Resolved>,
         identities: &[Identity],
     ) -> Decided<'l> {
-        if let Some(problem) = &resolved.problem {
-            return Err(misconfigured(spec, problem));
+        if resolved.special {
+            return self
+                .decide_special(spec, resolved, identities)
+                .now()
+                .expect("a memory store answers now");
         }
         let skipped = resolved.allow_listed(&self.registry, identities);
         let mut targets = Targets::new();
@@ -242,8 +246,8 @@ impl Limiter {
     /// Decides a call on the remote store: the future of its round trip.
     fn call_remote<'l>(&'l self, spec: &'l CallSpec, identities: &[Identity]) -> CallFuture<'l> {
         resolve::with(self, spec, |resolved| {
-            if let Some(problem) = &resolved.problem {
-                return CallFuture::ready(Err(misconfigured(spec, problem)));
+            if resolved.special {
+                return self.decide_special(spec, resolved, identities);
             }
             let resolved = resolved.clone();
             let identities: Identities = identities.iter().cloned().collect();
@@ -286,6 +290,7 @@ impl Limiter {
             admission,
             skipped,
             settle,
+            tiers: None,
         })
     }
 
@@ -335,7 +340,16 @@ impl Limiter {
                 continue;
             }
             let mut targets = Targets::new();
-            resolved.fill_targets(&settle.identities, |i, _| i == index, &mut targets);
+            if settle.chosen.is_empty() {
+                resolved.fill_targets(&settle.identities, |i, _| i == index, &mut targets);
+            } else {
+                resolved.fill_tiered(
+                    &settle.identities,
+                    &settle.chosen,
+                    |i| i == index,
+                    &mut targets,
+                );
+            }
             let range = offset..offset + targets.len();
             offset = range.end;
             let result = if force.unwrap_or(group.reset_on_success) {
@@ -858,6 +872,7 @@ fn settle(resolved: &Arc<Resolved>, identities: &[Identity], skipped: u64) -> Bo
         resolved: resolved.clone(),
         identities: identities.iter().cloned().collect(),
         skipped,
+        chosen: tier::Chosen::new(),
     })
 }
 

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::RwLock;
 
 use crate::limiter::lists::{ListEntry, ListKind, Listed, Lists};
+use crate::limiter::tier::inherited;
 use crate::model::limit::Limit;
 use crate::model::policy::FailurePolicy;
 
@@ -105,20 +106,45 @@ impl Registry {
         self.any_shadow.load(Ordering::Acquire)
     }
 
-    /// Whether `name` is in shadow mode.
+    /// Whether `name` (or, for a tier `api@pro`, its group `api`) is in
+    /// shadow mode.
     pub(crate) fn shadowed(&self, name: &str) -> bool {
-        self.any_shadow() && self.names.read().get(name).is_some_and(|s| s.shadow)
+        if !self.any_shadow() {
+            return false;
+        }
+        let names = self.names.read();
+        inherited(name).any(|name| names.get(name).is_some_and(|s| s.shadow))
     }
 
-    /// The deny-cache setting for a call with these names: an explicit off
-    /// for any of them wins, then an explicit on; `None` when none is set.
+    /// The tiers of group `group` configured at run time: every name
+    /// `<group>@<tier>` with limits, sorted by tier.
+    pub(crate) fn tiers_of(&self, group: &str) -> Vec<(String, Arc<[Limit]>)> {
+        if self.generation() == 0 {
+            return Vec::new();
+        }
+        let mut tiers: Vec<(String, Arc<[Limit]>)> = self
+            .names
+            .read()
+            .iter()
+            .filter_map(|(name, settings)| {
+                let (of, tier) = rl_grammar::split_tier(name)?;
+                (of == group).then(|| Some((tier.to_owned(), settings.limits.clone()?)))?
+            })
+            .collect();
+        tiers.sort_by(|a, b| a.0.cmp(&b.0));
+        tiers
+    }
+
+    /// The deny-cache setting for a call with these names (a tier's taking
+    /// its group's): an explicit off for any of them wins, then an explicit
+    /// on; `None` when none is set.
     pub(crate) fn deny_cache<'a>(&self, names: impl Iterator<Item = &'a str>) -> Option<bool> {
         if !self.any_deny.load(Ordering::Acquire) {
             return None;
         }
         let settings = self.names.read();
         let mut verdict = None;
-        for name in names {
+        for name in names.flat_map(inherited) {
             match settings.get(name).and_then(|s| s.deny_cache) {
                 Some(false) => return Some(false),
                 Some(true) => verdict = Some(true),

@@ -14,9 +14,10 @@ use smallvec::SmallVec;
 use crate::layer::counters::Prebuilt;
 use crate::layer::{Mask, Plan};
 use crate::limiter::Limiter;
-use crate::limiter::call::{CallSpec, check_group};
+use crate::limiter::call::{CallSpec, GroupSpec, check_group};
 use crate::limiter::lists::ListKind;
 use crate::limiter::registry::Registry;
+use crate::limiter::tier::TierSet;
 use crate::model::error::LimitError;
 use crate::model::key::{self, Identity};
 use crate::model::limit::Limit;
@@ -39,6 +40,8 @@ pub(crate) struct Group {
     pub(crate) reset_on_success: bool,
     /// Each limit's partition in the limiter's memory store.
     pub(crate) slots: Box<[Option<Slot>]>,
+    /// A tiered group's tiers (its own `limits` are then empty).
+    pub(crate) tiers: Option<Box<TierSet>>,
 }
 
 /// A spec resolved against one limiter at one registry generation.
@@ -52,6 +55,9 @@ pub(crate) struct Resolved {
     pub(crate) groups: SmallVec<[Group; 2]>,
     /// Why calls of the spec can never be decided (checked once, here).
     pub(crate) problem: Option<LimitError>,
+    /// A problem, or a tiered group (whose calls choose tiers: see
+    /// `tier.rs`): the one flag the plain call path tests.
+    pub(crate) special: bool,
     /// The layers these calls pass (the ones that have something to do).
     pub(crate) mask: Mask,
     /// The metric keys of these calls' commonest outcomes.
@@ -66,18 +72,25 @@ impl Resolved {
             Store::Remote(_) => None,
         };
         let mut problem = spec.check().err();
+        let first_tiered = spec.groups().iter().position(GroupSpec::is_tiered);
         let groups: SmallVec<[Group; 2]> = spec
             .groups()
             .iter()
-            .map(|group| {
-                let limits: Box<[Limit]> = match registry.limits(group.name()) {
-                    Some(runtime) => runtime.iter().copied().collect(),
-                    None => group.limits().into(),
+            .enumerate()
+            .map(|(index, group)| {
+                let head: Box<str> = key::head(limiter.prefix(), group.name()).into();
+                let tiers = group.is_tiered().then(|| {
+                    let label = (first_tiered == Some(index)).then_some(spec.name());
+                    Box::new(TierSet::resolve(limiter, group, label))
+                });
+                let limits: Box<[Limit]> = match (&tiers, registry.limits(group.name())) {
+                    (Some(_), _) => Box::new([]),
+                    (None, Some(runtime)) => runtime.iter().copied().collect(),
+                    (None, None) => group.limits().into(),
                 };
-                if problem.is_none() {
+                if problem.is_none() && tiers.is_none() {
                     problem = check_group(group.name(), &limits, group.cost()).err();
                 }
-                let head: Box<str> = key::head(limiter.prefix(), group.name()).into();
                 let slots = limits
                     .iter()
                     .map(|limit| memory.map(|m| m.slot(&head, limit)))
@@ -89,6 +102,7 @@ impl Resolved {
                     cost: group.cost(),
                     reset_on_success: group.resets_on_success(),
                     slots,
+                    tiers,
                 }
             })
             .collect();
@@ -97,16 +111,21 @@ impl Resolved {
             groups: &groups,
             remote: memory.is_none(),
         });
-        Self {
+        let mut resolved = Self {
             spec: spec.id(),
             limiter: limiter.id,
             generation,
             policy: limiter.policy_for(spec.name(), spec.policy()),
             groups,
+            special: problem.is_some() || first_tiered.is_some(),
             problem,
             mask,
             counters: Prebuilt::new(spec.name()),
+        };
+        if first_tiered.is_some() {
+            resolved.bind_tiers();
         }
+        resolved
     }
 
     /// The targets of a call whose group `i` has identity `identities[i]`,

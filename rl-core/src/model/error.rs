@@ -86,6 +86,23 @@ pub enum LimitError {
     /// A lease that does not fit its limit ([`crate::Limit::with_lease`]).
     #[error("{0}")]
     Lease(LeaseProblem),
+    /// A tier name that is not one, two tiers of a group with one name, or
+    /// a tiered group whose name cannot carry tiers.
+    #[error("{0}")]
+    BadTier(String),
+    /// A call's tier is none of its group's (declared in code or configured
+    /// at run time as `<group>@<tier>`), and the group has no `default`
+    /// tier: the call cannot be decided, and the failure policy says what
+    /// it gets.
+    #[error(
+        "tier {tier:?} of `{group}` is unknown: declare it, configure `{group}@{tier}` (e.g. `Limiter::set_limits`), or give `{group}` a `default` tier"
+    )]
+    UnknownTier {
+        /// The group's name.
+        group: String,
+        /// The tier the call gave (`""`: none; cut at 64 bytes, ending `…`).
+        tier: String,
+    },
 }
 
 impl From<UnknownAlgorithm> for LimitError {

@@ -19,7 +19,7 @@ use super::key::{self, Client, Head, KeyFrom, Keys, PathParams, Problem};
 use super::response;
 use crate::http::{RATELIMIT, RATELIMIT_POLICY, TrustedProxies};
 use crate::limiter::Limiter;
-use crate::limiter::call::{CallSpec, GroupSpec, Permit};
+use crate::limiter::call::{CallFuture, CallSpec, GroupSpec, Permit};
 use crate::model::error::LimitError;
 use crate::model::limit::Limit;
 use crate::model::policy::FailurePolicy;
@@ -66,9 +66,31 @@ pub enum LayerError {
     #[error("rate limit `{0}` is given twice in one layer: give each key its own name")]
     DuplicateGroup(String),
     /// The layer cannot decide its calls (e.g. it has no key, or a cost
-    /// over a limit's capacity).
+    /// over a limit's capacity, or an invalid tier).
     #[error(transparent)]
     Spec(LimitError),
+    /// A tier given where there is no tiered key to add it to.
+    #[error("rate limit tier `{tier}`: {message}")]
+    Tier {
+        /// The tier's name.
+        tier: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// A tiered key's tier resolver: the request's tier, borrowed from it (a
+/// header, an extension's field) or `'static` (a plan's name).
+#[derive(Clone)]
+struct TierFn(Arc<TierOf>);
+
+/// What a tier resolver is.
+type TierOf = dyn Fn(&Parts) -> Option<&str> + Send + Sync;
+
+impl fmt::Debug for TierFn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("tier(..)")
+    }
 }
 
 /// A limit of [`RateLimitLayerBuilder::key`]: a [`Limit`] or its text
@@ -169,6 +191,10 @@ struct Shared {
     spec: CallSpec,
     /// Key `i` is group `i`'s identity.
     keys: SmallVec<[KeyFrom; 2]>,
+    /// Key `i`'s tier resolver, for a tiered group.
+    tiers: SmallVec<[Option<TierFn>; 2]>,
+    /// Whether a key is tiered.
+    tiered: bool,
     /// `None`: the global limiter, looked up per request.
     limiter: Option<Arc<Limiter>>,
     headers: bool,
@@ -202,6 +228,7 @@ impl RateLimitLayer {
             name: name.to_owned(),
             groups: Vec::new(),
             keys: SmallVec::new(),
+            tiers: SmallVec::new(),
             error: None,
             limiter: None,
             policy: None,
@@ -236,6 +263,7 @@ pub struct RateLimitLayerBuilder {
     name: String,
     groups: Vec<GroupSpec>,
     keys: SmallVec<[KeyFrom; 2]>,
+    tiers: SmallVec<[Option<TierFn>; 2]>,
     error: Option<LayerError>,
     limiter: Option<Arc<Limiter>>,
     policy: Option<FailurePolicy>,
@@ -284,6 +312,93 @@ impl RateLimitLayerBuilder {
         }
         self.groups.push(group);
         self.keys.push(key);
+        self.tiers.push(None);
+        self
+    }
+
+    /// Adds a tiered key: requests are limited per key from `key` by the
+    /// limits of the tier `tier` reads from the request (e.g. a plan header,
+    /// or the plan of the user an authentication layer put in the
+    /// extensions), each tier on its own state. Declare its tiers with
+    /// [`tier`](RateLimitLayerBuilder::tier) right after; tiers configured
+    /// at run time as `<name>@<tier>` ([`Limiter::set_limits`]) are used
+    /// too. A request whose tier is none of these (or `None`) is decided by
+    /// the tier named `default` when there is one, else it cannot be
+    /// decided and the failure policy answers (see [`crate::Tier`]): give a
+    /// `default` when the tier comes from the client.
+    ///
+    /// ```
+    /// use rl_core::tower::{KeyFrom, RateLimitLayer};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::builder("api")
+    ///     .tiered_key("api_key", KeyFrom::header("x-api-key"), |parts| {
+    ///         parts.headers.get("x-plan")?.to_str().ok()
+    ///     })
+    ///     .tier("free", ["10/1m"])
+    ///     .tier("pro", ["1000/1m", "20/1s"])
+    ///     .tier("default", ["5/1m"])
+    ///     .build()?;
+    /// # let _ = layer;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn tiered_key<F>(self, name: &str, key: KeyFrom, tier: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<&str> + Send + Sync + 'static,
+    {
+        self.tiered_group(GroupSpec::owned_tiered(name, Vec::new()), key, tier)
+    }
+
+    /// Adds a tiered key with a prepared tiered group
+    /// ([`GroupSpec::tiered`], e.g. with its tiers and a cost).
+    pub fn tiered_group<F>(mut self, group: GroupSpec, key: KeyFrom, tier: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<&str> + Send + Sync + 'static,
+    {
+        if !group.is_tiered() {
+            self.error.get_or_insert(LayerError::Tier {
+                tier: String::new(),
+                message: format!(
+                    "`tiered_group` needs a tiered group (`GroupSpec::tiered`), but `{}` is not one",
+                    group.name()
+                ),
+            });
+        }
+        self = self.group(group, key);
+        if let Some(last) = self.tiers.last_mut() {
+            *last = Some(TierFn(Arc::new(tier)));
+        }
+        self
+    }
+
+    /// Declares a tier of the tiered key added last
+    /// ([`tiered_key`](RateLimitLayerBuilder::tiered_key)): its `limits`,
+    /// live-configurable as `<key name>@<tier>`.
+    pub fn tier<L: IntoLimit>(mut self, tier: &str, limits: impl IntoIterator<Item = L>) -> Self {
+        let limits: Result<Vec<Limit>, LimitError> =
+            limits.into_iter().map(IntoLimit::into_limit).collect();
+        let tiered = matches!(self.tiers.last(), Some(Some(_)));
+        match (self.groups.pop(), limits) {
+            (Some(group), Ok(limits)) if tiered => {
+                self.groups
+                    .push(group.with_tier(crate::Tier::owned(tier, limits)));
+            }
+            (Some(group), Err(source)) if tiered => {
+                self.error.get_or_insert(LayerError::Limit {
+                    group: format!("{}@{tier}", group.name()),
+                    source,
+                });
+                self.groups.push(group);
+            }
+            (group, _) => {
+                self.error.get_or_insert(LayerError::Tier {
+                    tier: tier.to_owned(),
+                    message: "a tier belongs to a tiered key: add one with `tiered_key` first"
+                        .into(),
+                });
+                self.groups.extend(group);
+            }
+        }
         self
     }
 
@@ -334,11 +449,14 @@ impl RateLimitLayerBuilder {
         }
         spec.check().map_err(LayerError::Spec)?;
         let params = self.keys.iter().any(KeyFrom::is_path_param);
-        let parts = self.keys.iter().any(KeyFrom::needs_parts);
+        let tiered = self.tiers.iter().any(Option::is_some);
+        let parts = tiered || self.keys.iter().any(KeyFrom::needs_parts);
         Ok(RateLimitLayer {
             shared: Arc::new(Shared {
                 spec,
                 keys: self.keys,
+                tiers: self.tiers,
+                tiered,
                 limiter: self.limiter,
                 headers: self.headers,
                 missing: self.missing,
@@ -395,10 +513,25 @@ impl Shared {
             Ok(keys) => keys,
             Err(problem) => return Some(self.no_key(&problem, head.headers)),
         };
+        let decided = self.call(limiter, head, &keys).now()?;
+        Some(self.verdict(decided, head.headers))
+    }
+
+    /// The call of a request with this head and these keys (and its tiers).
+    fn call<'l>(&'l self, limiter: &'l Limiter, head: Head<'_>, keys: &Keys<'_>) -> CallFuture<'l> {
         let identities: SmallVec<[&dyn fmt::Display; 2]> =
             keys.iter().map(|k| k as &dyn fmt::Display).collect();
-        let decided = limiter.call(&self.spec, &identities).now()?;
-        Some(self.verdict(decided, head.headers))
+        if !self.tiered {
+            return limiter.call(&self.spec, &identities);
+        }
+        // A request without a tier gives "": its group's default tier.
+        let tiers: SmallVec<[&str; 2]> = self
+            .tiers
+            .iter()
+            .flatten()
+            .map(|tier| head.parts.and_then(|parts| (tier.0)(parts)).unwrap_or(""))
+            .collect();
+        limiter.call_tiered(&self.spec, &identities, &tiers)
     }
 
     /// [`Shared::decide_now`] for a remote store: the request head is moved
@@ -416,11 +549,10 @@ impl Shared {
         } else {
             None
         };
-        let call = self.keys(Head::of_parts(&parts), &params).map(|keys| {
-            let identities: SmallVec<[&dyn fmt::Display; 2]> =
-                keys.iter().map(|k| k as &dyn fmt::Display).collect();
-            limiter.call(&self.spec, &identities)
-        });
+        let head = Head::of_parts(&parts);
+        let call = self
+            .keys(head, &params)
+            .map(|keys| self.call(limiter, head, &keys));
         let call = match call {
             Ok(call) => call,
             Err(problem) => {

@@ -1,0 +1,8 @@
+use rl_core::{Rejection, rate_limit};
+
+#[rate_limit(key = user, tier = plan, tiers())]
+async fn api(user: u64, plan: &str) -> Result<u64, Rejection> {
+    Ok(user + plan.len() as u64)
+}
+
+fn main() {}
