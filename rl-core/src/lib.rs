@@ -85,7 +85,9 @@
 //! - **A process that dies** gives nothing back itself: with GCRA and the
 //!   buckets its units are back within the lease TTL (a lease never spans
 //!   more than the TTL's worth of refill); with the window algorithms they
-//!   count as used until their window (or slot) ends.
+//!   count as used until their window (or slot) ends, at most `N` per dead
+//!   process: the backend cannot tell which of a dead holder's units were
+//!   used, and freeing them early could admit more than the limit.
 //! - **Algorithms.** `gcra`, `token_bucket` and `leaky_bucket` lease: unit
 //!   `k` of a lease is scheduled `k` emission intervals after the one
 //!   before it and expires at its theoretical arrival time, so a unit is
