@@ -325,9 +325,37 @@ async fn new_limits_for_a_name_give_its_leases_back() {
 /// A metric's name and labels, as `(label, value)` pairs.
 type Labels = Vec<(String, String)>;
 
-/// Counts every counter by its name and labels.
+/// Counts every counter by its name and labels (and keeps each gauge's
+/// last value).
 #[derive(Default)]
-struct Seen(Arc<Mutex<HashMap<Labels, u64>>>);
+struct Seen(Arc<Mutex<HashMap<Labels, u64>>>, Gauges);
+
+/// Each gauge's last value, by its name and labels.
+type Gauges = Arc<Mutex<HashMap<Labels, f64>>>;
+
+struct Level(Labels, Gauges);
+
+impl metrics::GaugeFn for Level {
+    fn increment(&self, value: f64) {
+        *self.1.lock().unwrap().entry(self.0.clone()).or_default() += value;
+    }
+    fn decrement(&self, value: f64) {
+        *self.1.lock().unwrap().entry(self.0.clone()).or_default() -= value;
+    }
+    fn set(&self, value: f64) {
+        self.1.lock().unwrap().insert(self.0.clone(), value);
+    }
+}
+
+/// A metric's name followed by its labels.
+fn labels(key: &Key) -> Labels {
+    std::iter::once(("name".to_owned(), key.name().to_owned()))
+        .chain(
+            key.labels()
+                .map(|l: &Label| (l.key().to_owned(), l.value().to_owned())),
+        )
+        .collect()
+}
 
 struct Tally(Labels, Arc<Mutex<HashMap<Labels, u64>>>);
 
@@ -361,16 +389,10 @@ impl metrics::Recorder for Seen {
     ) {
     }
     fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> metrics::Counter {
-        let labels = std::iter::once(("name".to_owned(), key.name().to_owned()))
-            .chain(
-                key.labels()
-                    .map(|l: &Label| (l.key().to_owned(), l.value().to_owned())),
-            )
-            .collect();
-        metrics::Counter::from_arc(Arc::new(Tally(labels, self.0.clone())))
+        metrics::Counter::from_arc(Arc::new(Tally(labels(key), self.0.clone())))
     }
-    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> metrics::Gauge {
-        metrics::Gauge::noop()
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> metrics::Gauge {
+        metrics::Gauge::from_arc(Arc::new(Level(labels(key), self.1.clone())))
     }
     fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> metrics::Histogram {
         metrics::Histogram::noop()
@@ -417,4 +439,48 @@ fn decisions_from_leases_are_counted_with_source_lease_and_takes_are_counted() {
     assert!(local >= 100, "{local} local decisions counted: {seen:?}");
     assert!(count(&[("name", "rl_decisions_total"), ("source", "backend")]) > 0);
     assert!(count(&[("name", "rl_lease_takes_total"), ("limit", "api")]) >= 1);
+}
+
+#[test]
+fn the_leased_units_gauge_shows_what_a_name_holds_and_drops_to_zero_on_shutdown() {
+    let seen = Seen::default();
+    let gauge = |seen: &Seen| {
+        let key = vec![
+            ("name".to_owned(), "rl_leased_units".to_owned()),
+            ("limit".to_owned(), "api".to_owned()),
+        ];
+        seen.1.lock().unwrap().get(&key).copied()
+    };
+    metrics::with_local_recorder(&seen, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let backend = Counted::default();
+            let limiter = limiter(&backend);
+            let spec = CallSpec::owned(
+                "api",
+                vec![GroupSpec::owned("api", vec![window(100_000, 500)])],
+            );
+            until_leased(&limiter, &spec, &["tenant"]).await;
+            // The background task refreshes the gauge every twentieth of
+            // the lease TTL; keep the identity busy until it has.
+            let mut shown = None;
+            for _ in 0..1_000 {
+                assert!(limiter.call(&spec, &[&"tenant"]).await.is_ok());
+                shown = gauge(&seen).filter(|&units| units > 0.0);
+                if shown.is_some() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            let shown = shown.expect("the gauge showed the leased units");
+            // At most two leases of 500 (the current one and the next).
+            assert!(shown <= 1_000.0, "{shown} units shown");
+            limiter.shutdown().await;
+            assert_eq!(limiter.leased_units(), 0);
+        });
+    });
+    assert_eq!(gauge(&seen), Some(0.0));
 }
