@@ -384,3 +384,68 @@ async fn a_killed_holders_units_are_back_within_the_lease_ttl() {
         killed.elapsed()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_holders_window_units_stay_counted_until_their_window_ends_and_no_longer() {
+    // A fixed window of 100 000 per 2 s: Redis cannot tell which of a dead
+    // holder's units were used, so they all count until the window ends
+    // (at most the lease size), and the next window starts whole.
+    const PERIOD: Duration = Duration::from_secs(2);
+    let server = RedisServer::start();
+    let limit = Limit::new(100_000, PERIOD)
+        .and_then(|l| l.with_algorithm(Algorithm::FixedWindow))
+        .and_then(|l| l.with_lease(5_000))
+        .expect("limit");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rl-lease-holder"))
+        .args([
+            server.url().as_str(),
+            "held",
+            "tenant-4",
+            "1000",
+            "100000/2s",
+            "fixed_window",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the lease holder");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read the holder's output");
+    child.kill().expect("SIGKILL the holder");
+    let killed = Instant::now();
+    child.wait().expect("reap the holder");
+    let held: u64 = line
+        .strip_prefix("ready ")
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("the holder said {line:?}"));
+    assert!(
+        (1_000..=2 * 5_000).contains(&held),
+        "the holder leased {held} units"
+    );
+
+    let backend = RedisBackend::connect(server.url()).await.expect("connect");
+    let key = Key::new("held", "held", "tenant-4");
+    let right_after = remaining(&backend, &key, &limit).await;
+    if right_after < limit.threshold() {
+        // Still the holder's window: its units count as used.
+        assert!(
+            right_after + held <= limit.threshold(),
+            "the leased units were taken: {right_after} remaining with {held} leased"
+        );
+    }
+    loop {
+        if remaining(&backend, &key, &limit).await == limit.threshold() {
+            break;
+        }
+        assert!(
+            killed.elapsed() < PERIOD + Duration::from_millis(500),
+            "the killed holder's units outlived their window"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!(
+        "a killed holder of {held} leased window units: full capacity back {:?} after SIGKILL (window {PERIOD:?})",
+        killed.elapsed()
+    );
+}
