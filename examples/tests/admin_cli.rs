@@ -504,3 +504,47 @@ async fn deny_lists_and_unlist_change_what_every_instance_decides() {
     );
     on(&server, &["deny", PHONE, "--for", "soon"]).assert_failed(2, "cannot parse duration");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_shows_the_calls_in_flight_of_a_concurrency_limit() {
+    let server = RedisServer::start();
+    let limiter = limiter_on(RedisBackend::connect(server.url()).await.unwrap()).await;
+    let exports = rl_core::CallSpec::owned(
+        "export",
+        vec![rl_core::GroupSpec::owned(
+            "exports",
+            vec![Limit::per_hour(100).unwrap(), Limit::in_flight(4).unwrap()],
+        )],
+    );
+    let mut running = Vec::new();
+    for _ in 0..3 {
+        running.push(limiter.call(&exports, &[&"acme"]).await.expect("a slot"));
+    }
+
+    let run = on(&server, &["inspect", "exports", "acme"]);
+    run.assert_ok();
+    assert!(
+        run.stdout.contains("in flight now: 3 of 4"),
+        "{}",
+        run.stdout
+    );
+    let json = on(&server, &["--json", "inspect", "exports", "acme"])
+        .assert_ok()
+        .json();
+    let slots = &json["limits"][1];
+    assert_eq!(slots["algorithm"], "in_flight");
+    assert_eq!(slots["rate"], "max_in_flight=4");
+    assert_eq!(slots["in_flight"], 3);
+    assert_eq!(slots["remaining"], 1);
+    assert!(json["limits"][0].get("in_flight").is_none());
+    let limits = on(&server, &["limits"]).assert_ok().stdout.clone();
+    assert!(limits.contains("max_in_flight=4"), "{limits}");
+
+    drop(running);
+    limiter.flush_in_flight().await;
+    let json = on(&server, &["--json", "inspect", "exports", "acme"])
+        .assert_ok()
+        .json();
+    assert_eq!(json["limits"][1]["in_flight"], 0);
+    assert_eq!(json["limits"][0]["remaining"], 97, "rate units stay taken");
+}

@@ -25,9 +25,10 @@
 //! # Features
 //! - [`macro@rate_limit`] (feature `macros`, on by default): the attribute.
 //!   Arguments: `period`, `threshold`, `limits`, `key`, `algorithm`,
-//!   `cost`, `burst`, `slots`, `lease`, `name`, `also(...)`,
-//!   `tier` + `tiers(...)`, `count`, `count_if`, `reset_on_success`,
-//!   `on_reject`, `headers`, `limiter`, `on_error`, `crate`; see its docs.
+//!   `cost`, `burst`, `slots`, `lease`, `max_in_flight`, `in_flight_ttl`,
+//!   `name`, `also(...)`, `tier` + `tiers(...)`, `count`, `count_if`,
+//!   `reset_on_success`, `on_reject`, `headers`, `limiter`, `on_error`,
+//!   `crate`; see its docs.
 //! - Tiers: limits chosen per call by the caller's tier (`free`, `pro`),
 //!   each tier on its own state and live-configurable as `<name>@<tier>`
 //!   ([`GroupSpec::tiered`], [`Limiter::call_tiered`], [`Tier`]).
@@ -57,6 +58,9 @@
 //!   requests are refused with `RESOURCE_EXHAUSTED`.
 //! - `From<Rejection> for tonic::Status` (feature `tonic`) and
 //!   `actix_web::ResponseError for Rejection` (feature `actix`).
+//! - Concurrency limits ([`Limit::in_flight`], `max_in_flight = N`): at most
+//!   `N` calls of a key running at once across instances, leased slots held
+//!   by the [`Permit`] ([`InFlight`]) and decided with the rate limits.
 //!
 //! # Quota leasing
 //! One hot identity (a big tenant, a global "10 000 SMS per minute") costs
@@ -98,7 +102,9 @@
 //!   `sliding_log` cannot lease ([`Limit::with_lease`] refuses it): it
 //!   records each admitted unit's own timestamp, and a unit reserved at
 //!   `t` but used at `t' > t` would leave the log early, letting more than
-//!   `T` through in `[t', t' + P)`.
+//!   `T` through in `[t', t' + P)`. Concurrency limits
+//!   ([`Limit::in_flight`]) do not take quota leases either: their slots
+//!   (leased for a TTL, renewed while a call runs) are held, not spent.
 //! - **Where it applies.** Remote backends only (the [`MemoryBackend`] is
 //!   already in process), calls whose every limit has a lease size, with a
 //!   Tokio runtime (a background task gives leases back). Shadowed names,
@@ -180,6 +186,7 @@ pub use layer::breaker::BreakerConfig;
 pub use limiter::Limiter;
 pub use limiter::builder::LimiterBuilder;
 pub use limiter::call::{Admission, CallFuture, CallSpec, Counting, GroupSpec, Permit};
+pub use limiter::in_flight::InFlight;
 pub use limiter::lists::{ListEntry, ListKind};
 pub use limiter::registry::Settings;
 pub use limiter::tier::Tier;

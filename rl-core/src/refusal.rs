@@ -47,6 +47,21 @@ impl Refusal {
     /// The wire form of `rejection`.
     pub(crate) fn of(rejection: &Rejection) -> Self {
         match rejection.reason() {
+            RejectionReason::Limited { decision, limit } if limit.is_in_flight() => {
+                let retry_ms = retry_after_ms(decision);
+                Self {
+                    status: TOO_MANY_REQUESTS,
+                    retry_after_secs: Some(decision.retry_after_secs().max(1)),
+                    retry_after_ms: Some(retry_ms),
+                    // The `RateLimit` fields describe a quota over a window.
+                    fields: None,
+                    body: format!(
+                        r#"{{"error":"too_many_in_flight","max_in_flight":{},"retry_after_ms":{retry_ms}}}"#,
+                        limit.threshold()
+                    ),
+                    grpc_code: GRPC_RESOURCE_EXHAUSTED,
+                }
+            }
             RejectionReason::Limited { decision, limit } => {
                 let retry_ms = retry_after_ms(decision);
                 Self {
@@ -275,6 +290,36 @@ mod tests {
         );
     }
 
+    fn too_many_in_flight() -> Rejection {
+        let decision = Decision::new(crate::Figures {
+            allowed: false,
+            limit: 10,
+            retry_after_us: crate::algorithm::RETRY_HINT_US,
+            reset_after_us: 10_000_000,
+            ..crate::Figures::default()
+        });
+        Rejection::limited("jobs", decision, Limit::in_flight(10).unwrap())
+    }
+
+    #[test]
+    fn an_in_flight_refusal_says_so_with_a_one_second_hint_and_no_rate_fields() {
+        let rejection = too_many_in_flight();
+        assert!(rejection.is_in_flight());
+        let refusal = Refusal::of(&rejection);
+        assert_eq!(refusal.status, TOO_MANY_REQUESTS);
+        assert_eq!(refusal.retry_after_secs, Some(1));
+        assert_eq!(refusal.grpc_code, GRPC_RESOURCE_EXHAUSTED);
+        assert!(refusal.fields.is_none());
+        assert_eq!(
+            refusal.body,
+            r#"{"error":"too_many_in_flight","max_in_flight":10,"retry_after_ms":1000}"#
+        );
+        assert_eq!(
+            rejection.to_string(),
+            "too many calls in flight for `jobs` (at most 10)"
+        );
+    }
+
     #[test]
     fn an_unavailable_refusal_is_a_503_and_grpc_unavailable() {
         let refusal = Refusal::of(&Rejection::unavailable("x", crate::Error::NotInstalled));
@@ -313,6 +358,14 @@ mod tests {
         );
         let down = tonic::Status::from(Rejection::unavailable("x", crate::Error::NotInstalled));
         assert_eq!(down.code(), tonic::Code::Unavailable);
+        let busy = tonic::Status::from(too_many_in_flight());
+        assert_eq!(busy.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(
+            busy.message(),
+            "too many calls in flight for `jobs` (at most 10)"
+        );
+        assert_eq!(busy.metadata().get(GRPC_RETRY_PUSHBACK_MS).unwrap(), "1000");
+        assert!(busy.metadata().get("ratelimit").is_none());
     }
 
     #[cfg(feature = "actix")]
@@ -330,5 +383,9 @@ mod tests {
         assert_eq!(headers.get("content-type").unwrap(), "application/json");
         let down = Rejection::unavailable("x", crate::Error::NotInstalled);
         assert_eq!(down.error_response().status().as_u16(), 503);
+        let busy = too_many_in_flight().error_response();
+        assert_eq!(busy.status().as_u16(), 429);
+        assert_eq!(busy.headers().get("retry-after").unwrap(), "1");
+        assert!(busy.headers().get("ratelimit-policy").is_none());
     }
 }

@@ -24,10 +24,17 @@ pub enum Algorithm {
     /// rate, bursts up to `burst`. The default.
     #[default]
     Gcra,
+    /// Not a rate: at most `threshold` calls in flight at once, each holding
+    /// a slot (a lease) from admission until it ends. `period` is the
+    /// lease's time to live: a slot whose holder died (and so stopped
+    /// renewing it) comes back after it. Written `max_in_flight = N` (and
+    /// `in_flight_ttl`), never `algorithm = ...`; not in [`Algorithm::ALL`].
+    InFlight,
 }
 
 impl Algorithm {
-    /// Every algorithm, in a stable order.
+    /// Every rate algorithm, in a stable order ([`Algorithm::InFlight`], a
+    /// concurrency limit, is not one).
     pub const ALL: [Algorithm; 6] = [
         Algorithm::FixedWindow,
         Algorithm::SlidingLog,
@@ -46,6 +53,7 @@ impl Algorithm {
             Algorithm::TokenBucket => "token_bucket",
             Algorithm::LeakyBucket => "leaky_bucket",
             Algorithm::Gcra => "gcra",
+            Algorithm::InFlight => "in_flight",
         }
     }
 
@@ -58,6 +66,7 @@ impl Algorithm {
             Algorithm::TokenBucket => "tb",
             Algorithm::LeakyBucket => "lb",
             Algorithm::Gcra => "gc",
+            Algorithm::InFlight => "if",
         }
     }
 
@@ -70,6 +79,7 @@ impl Algorithm {
             Algorithm::TokenBucket => "TokenBucket",
             Algorithm::LeakyBucket => "LeakyBucket",
             Algorithm::Gcra => "Gcra",
+            Algorithm::InFlight => "InFlight",
         }
     }
 
@@ -87,14 +97,26 @@ impl Algorithm {
         matches!(self, Algorithm::SlidingWindow)
     }
 
-    /// The algorithm named `name` (see [`Algorithm::name`]).
+    /// Whether this is the concurrency limit ([`Algorithm::InFlight`]).
+    pub const fn is_in_flight(self) -> bool {
+        matches!(self, Algorithm::InFlight)
+    }
+
+    /// The algorithm named `name` (see [`Algorithm::name`]; `in_flight`
+    /// included, as limits registries and tools write it).
     pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|a| a.name() == name)
+        Self::ALL
+            .into_iter()
+            .chain([Algorithm::InFlight])
+            .find(|a| a.name() == name)
     }
 
     /// The algorithm with storage code `code` (see [`Algorithm::code`]).
     pub fn from_code(code: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|a| a.code() == code)
+        Self::ALL
+            .into_iter()
+            .chain([Algorithm::InFlight])
+            .find(|a| a.code() == code)
     }
 
     /// Every name, comma-separated, for messages.
@@ -145,7 +167,10 @@ mod tests {
             assert_eq!(Algorithm::from_code(a.code()), Some(a));
             assert_eq!(a.code().len(), 2);
         }
-        let mut codes = Algorithm::ALL.map(Algorithm::code);
+        assert_eq!(Algorithm::from_name("in_flight"), Some(Algorithm::InFlight));
+        assert_eq!(Algorithm::from_code("if"), Some(Algorithm::InFlight));
+        let mut codes: Vec<&str> = Algorithm::ALL.map(Algorithm::code).to_vec();
+        codes.push(Algorithm::InFlight.code());
         codes.sort_unstable();
         assert!(codes.windows(2).all(|w| w[0] != w[1]));
     }

@@ -21,6 +21,25 @@ pub const SLIDING_LOG_CAP: u64 = 10_000;
 /// The default number of sub-windows of the sliding-window counter.
 pub const DEFAULT_SLOTS: u64 = 10;
 
+/// The most calls an in-flight limit lets run at once: each running call
+/// holds one entry in Redis (a sorted set member), counted on every
+/// admission.
+pub const MAX_IN_FLIGHT: u64 = 100_000;
+
+/// The shortest lease of an in-flight slot (1 s): leases are renewed every
+/// third of their time to live, so a shorter one would mean a renewal every
+/// few hundred milliseconds for every live call set.
+pub const MIN_LEASE_TTL_US: u64 = 1_000_000;
+
+/// The longest lease of an in-flight slot (1 h): a dead instance's slots
+/// come back after at most this long.
+pub const MAX_LEASE_TTL_US: u64 = 3_600_000_000;
+
+/// The default lease of an in-flight slot: 10 s (renewed every ~3.3 s, so
+/// two renewals can fail before a live call loses its slot; a dead
+/// instance's slots come back within 10 s).
+pub const DEFAULT_LEASE_TTL_US: u64 = 10_000_000;
+
 /// Why a set of parts does not make a limit. The message says how to fix it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -53,6 +72,16 @@ pub enum Problem {
         /// The threshold asked for.
         threshold: u64,
     },
+    /// An in-flight limit above [`MAX_IN_FLIGHT`].
+    InFlightTooLarge {
+        /// The `max_in_flight` asked for.
+        max: u64,
+    },
+    /// An in-flight lease outside [`MIN_LEASE_TTL_US`] ..= [`MAX_LEASE_TTL_US`].
+    LeaseTtlOutOfRange {
+        /// The time to live asked for, in microseconds.
+        ttl_us: u64,
+    },
 }
 
 impl fmt::Display for Problem {
@@ -80,6 +109,16 @@ impl fmt::Display for Problem {
                 "a sliding log stores one entry per admitted unit and allows a threshold of at most \
                  {SLIDING_LOG_CAP}, got {threshold}; use the sliding-window counter (`sliding_window`) for \
                  large thresholds"
+            ),
+            Problem::InFlightTooLarge { max } => write!(
+                f,
+                "`max_in_flight` is at most {MAX_IN_FLIGHT} (each call in flight is one entry in the store), got {max}"
+            ),
+            Problem::LeaseTtlOutOfRange { ttl_us } => write!(
+                f,
+                "an in-flight lease lives from 1s to 1h (it is renewed every third of it while the call runs, \
+                 and a dead instance's slots come back after it), got {}",
+                crate::format_duration(ttl_us)
             ),
         }
     }
@@ -130,6 +169,14 @@ pub const fn check_limit(
     }
     if algorithm.uses_slots() && !period_us.is_multiple_of(slots) {
         return Err(Problem::UnevenSlots { period_us, slots });
+    }
+    if algorithm.is_in_flight() {
+        if threshold > MAX_IN_FLIGHT {
+            return Err(Problem::InFlightTooLarge { max: threshold });
+        }
+        if period_us < MIN_LEASE_TTL_US || period_us > MAX_LEASE_TTL_US {
+            return Err(Problem::LeaseTtlOutOfRange { ttl_us: period_us });
+        }
     }
     // The larger of threshold and burst bounds the state (GCRA's tolerance,
     // the meters' full level, the window counts).
@@ -186,6 +233,14 @@ pub fn problems(
     if algorithm.uses_slots() && !period_us.is_multiple_of(slots) {
         found.push(Problem::UnevenSlots { period_us, slots });
     }
+    if algorithm.is_in_flight() {
+        if threshold > MAX_IN_FLIGHT {
+            found.push(Problem::InFlightTooLarge { max: threshold });
+        }
+        if !(MIN_LEASE_TTL_US..=MAX_LEASE_TTL_US).contains(&period_us) {
+            found.push(Problem::LeaseTtlOutOfRange { ttl_us: period_us });
+        }
+    }
     let size = if algorithm.uses_burst() && burst > threshold {
         burst
     } else {
@@ -213,7 +268,7 @@ mod tests {
     #[test]
     fn check_limit_reports_the_first_of_all_problems() {
         let values = [0, 1, 3, 7, 10, 10_001, 1 << 26, 86_400_000_000, u64::MAX];
-        for algorithm in Algorithm::ALL {
+        for algorithm in Algorithm::ALL.into_iter().chain([Algorithm::InFlight]) {
             for &threshold in &values {
                 for &period_us in &values {
                     for &burst in &values[..6] {
@@ -277,6 +332,30 @@ mod tests {
             check_limit(1, 1_000, Algorithm::FixedWindow, 1, 0),
             Err(Problem::ZeroSlots)
         );
+    }
+
+    #[test]
+    fn in_flight_limits_bound_their_size_and_lease() {
+        let ok = check_limit(10, DEFAULT_LEASE_TTL_US, Algorithm::InFlight, 10, 10);
+        assert_eq!(ok, Ok(()));
+        assert_eq!(
+            check_limit(
+                MAX_IN_FLIGHT + 1,
+                DEFAULT_LEASE_TTL_US,
+                Algorithm::InFlight,
+                1,
+                10
+            ),
+            Err(Problem::InFlightTooLarge {
+                max: MAX_IN_FLIGHT + 1
+            })
+        );
+        assert_eq!(
+            check_limit(10, 999_999, Algorithm::InFlight, 10, 10),
+            Err(Problem::LeaseTtlOutOfRange { ttl_us: 999_999 })
+        );
+        let message = Problem::LeaseTtlOutOfRange { ttl_us: 500_000 }.to_string();
+        assert!(message.contains("500ms"), "{message}");
     }
 
     #[test]

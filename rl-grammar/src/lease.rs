@@ -18,23 +18,26 @@
 //! - `sliding_log` cannot lease: it keeps the time of every admitted unit,
 //!   and a unit reserved at one time and used later would leave the log
 //!   before its use had left the window, letting more than `threshold`
-//!   through in some window.
+//!   through in some window;
+//! - concurrency limits (`max_in_flight`) cannot lease either: their slots
+//!   are held while a call runs and come back when it ends, not spent.
 
 use std::fmt;
 
 use crate::algorithm::Algorithm;
 use crate::bounds::capacity;
 
-/// Whether limits of `algorithm` can lease units (every algorithm but the
-/// sliding log; see the module docs for why).
+/// Whether limits of `algorithm` can lease units (every rate algorithm but
+/// the sliding log; see the module docs for why).
 ///
 /// ```
 /// use rl_grammar::{Algorithm, can_lease};
 /// assert!(can_lease(Algorithm::Gcra) && can_lease(Algorithm::FixedWindow));
 /// assert!(!can_lease(Algorithm::SlidingLog));
+/// assert!(!can_lease(Algorithm::InFlight));
 /// ```
 pub const fn can_lease(algorithm: Algorithm) -> bool {
-    !matches!(algorithm, Algorithm::SlidingLog)
+    !matches!(algorithm, Algorithm::SlidingLog | Algorithm::InFlight)
 }
 
 /// Why a lease size does not fit a limit. The message says how to fix it.
@@ -53,7 +56,8 @@ pub enum LeaseProblem {
         /// Whether the capacity is the burst.
         burst: bool,
     },
-    /// The algorithm keeps per-unit timestamps (the sliding log).
+    /// The algorithm keeps per-unit timestamps (the sliding log), or the
+    /// limit is a concurrency limit (slots held, not spent).
     Algorithm(Algorithm),
 }
 
@@ -73,6 +77,10 @@ impl fmt::Display for LeaseProblem {
                  hold the whole limit; pick a lease of at most {}",
                 if burst { "burst" } else { "threshold" },
                 capacity.saturating_sub(1)
+            ),
+            LeaseProblem::Algorithm(Algorithm::InFlight) => f.write_str(
+                "a concurrency limit (`max_in_flight`) cannot lease: its slots are held while a call runs, \
+                 not spent; remove `lease`",
             ),
             LeaseProblem::Algorithm(algorithm) => write!(
                 f,

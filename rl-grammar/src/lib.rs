@@ -40,8 +40,8 @@ mod tier;
 
 pub use algorithm::{Algorithm, UnknownAlgorithm};
 pub use bounds::{
-    DEFAULT_SLOTS, DOUBLE_EXACT, MAX_CAPACITY_PERIOD, Problem, SLIDING_LOG_CAP, capacity,
-    check_limit, problems,
+    DEFAULT_LEASE_TTL_US, DEFAULT_SLOTS, DOUBLE_EXACT, MAX_CAPACITY_PERIOD, MAX_IN_FLIGHT,
+    MAX_LEASE_TTL_US, MIN_LEASE_TTL_US, Problem, SLIDING_LOG_CAP, capacity, check_limit, problems,
 };
 pub use lease::{LeaseProblem, can_lease, check_lease};
 pub use text::{

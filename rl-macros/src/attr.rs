@@ -37,10 +37,12 @@ mod kw {
     syn::custom_keyword!(headers);
     syn::custom_keyword!(tier);
     syn::custom_keyword!(tiers);
+    syn::custom_keyword!(max_in_flight);
+    syn::custom_keyword!(in_flight_ttl);
 }
 
 /// Every argument, in the order the docs and error messages list them.
-pub(crate) const ARGUMENTS: [&str; 21] = [
+pub(crate) const ARGUMENTS: [&str; 23] = [
     "period",
     "threshold",
     "key",
@@ -49,6 +51,8 @@ pub(crate) const ARGUMENTS: [&str; 21] = [
     "burst",
     "slots",
     "lease",
+    "max_in_flight",
+    "in_flight_ttl",
     "name",
     "limiter",
     "on_error",
@@ -65,7 +69,7 @@ pub(crate) const ARGUMENTS: [&str; 21] = [
 ];
 
 /// The arguments `also(...)` takes: those describing one key and its limits.
-pub(crate) const ALSO_ARGUMENTS: [&str; 13] = [
+pub(crate) const ALSO_ARGUMENTS: [&str; 15] = [
     "name",
     "key",
     "limits",
@@ -76,6 +80,8 @@ pub(crate) const ALSO_ARGUMENTS: [&str; 13] = [
     "burst",
     "slots",
     "lease",
+    "max_in_flight",
+    "in_flight_ttl",
     "reset_on_success",
     "tier",
     "tiers",
@@ -138,6 +144,10 @@ pub(crate) struct GroupArgs {
     pub(crate) tier: Option<Arg<Expr>>,
     /// `tiers(free = [..], pro = [..])`; the span is the `tiers` keyword's.
     pub(crate) tiers: Option<Arg<Vec<TierArg>>>,
+    /// At most this many calls in flight per key.
+    pub(crate) max_in_flight: Option<Arg<u64>>,
+    /// The lease of an in-flight slot, in microseconds.
+    pub(crate) in_flight_ttl: Option<Arg<u64>>,
 }
 
 /// One tier of `tiers(...)`: its name and its limits.
@@ -364,6 +374,24 @@ impl GroupArgs {
                 "lease",
                 keyword.span,
                 parse_count(input, "lease")?,
+            )?;
+        } else if input.peek(kw::max_in_flight) {
+            let keyword = input.parse::<kw::max_in_flight>()?;
+            input.parse::<Token![=]>()?;
+            set_once(
+                &mut self.max_in_flight,
+                "max_in_flight",
+                keyword.span,
+                parse_count(input, "max_in_flight")?,
+            )?;
+        } else if input.peek(kw::in_flight_ttl) {
+            let keyword = input.parse::<kw::in_flight_ttl>()?;
+            input.parse::<Token![=]>()?;
+            set_once(
+                &mut self.in_flight_ttl,
+                "in_flight_ttl",
+                keyword.span,
+                parse_duration(input, "in_flight_ttl")?,
             )?;
         } else if input.peek(kw::name) {
             let keyword = input.parse::<kw::name>()?;
@@ -686,16 +714,22 @@ fn negative(input: ParseStream, name: &str) -> Result<Error> {
 
 /// A period: whole seconds (`30`) or a duration string (`"500ms"`), in µs.
 fn parse_period(input: ParseStream) -> Result<Arg<u64>> {
+    parse_duration(input, "period")
+}
+
+/// A duration argument `name`: whole seconds (`30`) or a duration string
+/// (`"500ms"`), in µs.
+fn parse_duration(input: ParseStream, name: &str) -> Result<Arg<u64>> {
     if input.peek(Token![-]) {
-        return Err(negative(input, "period")?);
+        return Err(negative(input, name)?);
     }
     let lookahead = input.lookahead1();
     if lookahead.peek(LitInt) {
-        let seconds = parse_count(input, "period")?;
+        let seconds = parse_count(input, name)?;
         let micros = seconds.value.checked_mul(1_000_000).ok_or_else(|| {
             Error::new(
                 seconds.span,
-                "`period` is too large to count in microseconds",
+                format!("`{name}` is too large to count in microseconds"),
             )
         })?;
         Ok(Arg::new(micros, seconds.span))
@@ -709,7 +743,7 @@ fn parse_period(input: ParseStream) -> Result<Arg<u64>> {
         Err(Error::new(
             lit.span(),
             format!(
-                "`period` takes whole seconds; write fractions as a duration string, e.g. `period = \"{}ms\"`",
+                "`{name}` takes whole seconds; write fractions as a duration string, e.g. `{name} = \"{}ms\"`",
                 lit.base10_parse::<f64>()
                     .map(|s| (s * 1000.0).round() as u64)
                     .unwrap_or(1500)
@@ -1106,7 +1140,8 @@ mod tests {
         assert!(
             message.starts_with(
                 "unknown argument `tresh` in `also(...)`; expected one of `name`, `key`, `limits`, `period`, \
-                 `threshold`, `algorithm`, `cost`, `burst`, `slots`, `lease`, `reset_on_success`"
+                 `threshold`, `algorithm`, `cost`, `burst`, `slots`, `lease`, `max_in_flight`, `in_flight_ttl`, \
+                 `reset_on_success`"
             ),
             "{message}"
         );

@@ -53,11 +53,13 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// | `cost` | integer ≥ 1 | `1` | units each call takes (from each limit) |
 /// | `burst` | integer ≥ 1 | `threshold` (of each limit) | capacity of `token_bucket`, `leaky_bucket` and `gcra`; refused for the others |
 /// | `slots` | integer ≥ 1 | `10` | sub-windows of `sliding_window`; refused for the others |
-/// | `lease` | integer ≥ 1, below the capacity | no leasing | quota leasing: a process may reserve up to this many units of each limit for a hot key and admit its calls from them without a round trip (`rl_core::Limit::with_lease`); refused for `sliding_log` |
+/// | `lease` | integer ≥ 1, below the capacity | no leasing | quota leasing: a process may reserve up to this many units of each rate limit for a hot key and admit its calls from them without a round trip (`rl_core::Limit::with_lease`); refused for `sliding_log` (not the in-flight slots of `max_in_flight`) |
+/// | `max_in_flight` | integer, 1 to 100 000 | none | at most this many calls of the key running at once (a concurrency limit): a call holds a slot from admission until its body returns or its future is dropped; alone or beside rate limits (decided together, all-or-nothing) |
+/// | `in_flight_ttl` | integer (seconds) or duration string, `1s` to `1h` | `"10s"` | with `max_in_flight`: the lease of a slot in a remote store, renewed every third of it while the call runs; a dead instance's slots come back after it |
 /// | `name` | string | `"<module path>::<fn name>"` | metrics label, log field and key scope |
 /// | `limiter` | expression evaluating to a `Limiter`, `&Limiter`, `Arc<Limiter>` or `Box<Limiter>` (borrowed, never moved) | the global limiter | the limiter deciding the calls |
 /// | `on_error` | `fail_open`, `fail_closed` or `local(N)` (decide in process with threshold / N) | the limiter's policy | what to do when the backend cannot decide |
-/// | `also(...)` | `name` (required, distinct), `key`, `limits` or `period` + `threshold`, `algorithm`, `cost`, `burst`, `slots`, `lease`, `reset_on_success`, `tier` + `tiers` | none; may be repeated | another key with its own limits (e.g. per IP beside per phone), decided in the same call, all-or-nothing |
+/// | `also(...)` | `name` (required, distinct), `key`, `limits` or `period` + `threshold` and/or `max_in_flight`, `in_flight_ttl`, `algorithm`, `cost`, `burst`, `slots`, `lease`, `reset_on_success`, `tier` + `tiers` | none; may be repeated | another key with its own limits (e.g. per IP beside per phone), decided in the same call, all-or-nothing |
 /// | `tier` + `tiers(...)` | `tier`: any expression over the arguments whose value is `Display` (a `&str` or `String` as is); `tiers(free = ["10/1m"], pro = ["1000/1m", "20/1s"])`: tier names (identifiers or strings of ASCII letters, digits, `_`, `-`, `.`) with their limits | instead of `limits` / `period` + `threshold` | per-identity limits: each call is decided by the limits of the tier `tier` gives, on that tier's own state (key scope and runtime name `<name>@<tier>`); a tier named `default` decides unknown tiers, else the failure policy answers them |
 /// | `count` | `failures` | every admitted call counts | only calls returning `Err` keep what they took; the others are given back (the function must return a `Result`) |
 /// | `count_if` | expression callable as `FnOnce(&ReturnType) -> bool`: a closure (`\|r: &Response\| r.status() == 401`) or a function path | every admitted call counts | `true`: the call keeps what it took; `false`: it is given back |
@@ -81,12 +83,17 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// `also(...)` or holding a whole-function argument (`limiter`,
 /// `on_error`, `count`, `on_reject`, `headers`, `crate`), `count` with
 /// `count_if`, `count = failures` on a function not returning a `Result`,
-/// `reset_on_success` without `count`/`count_if`, `count`, `count_if`
-/// or `headers` on a function returning `impl Trait`, and for tiers: `tier`
-/// without `tiers(...)` or the reverse, an empty `tiers()`, a tier name
-/// that is not one or is given twice, `tiers` with `limits`, `period` or
-/// `threshold`, a tiered group's `name` containing `@`, and every limit
-/// rule above for each tier's limits (reported at the string).
+/// `reset_on_success` without `count`/`count_if`, `count`, `count_if`,
+/// `headers` or `max_in_flight` on a function returning `impl Trait`,
+/// `max_in_flight = 0` or above 100 000, `in_flight_ttl` without
+/// `max_in_flight` or outside 1 s ..= 1 h, in a group with `max_in_flight`
+/// but no rate limit, `algorithm`, `burst`, `slots`, `cost` or
+/// `reset_on_success` (they describe rate limits; a call holds one slot
+/// whatever its cost), and for tiers: `tier` without `tiers(...)` or the
+/// reverse, an empty `tiers()`, a tier name that is not one or is given
+/// twice, `tiers` with `limits`, `period` or `threshold`, a tiered group's
+/// `name` containing `@`, and every limit rule above for each tier's limits
+/// (reported at the string).
 ///
 /// # Tiers
 ///
@@ -139,6 +146,24 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// failed logins per user, then refused; a success starts the user's count
 /// again but keeps the IP's failures. A call whose future is dropped
 /// mid-body (or whose body panics) keeps what it reserved.
+///
+/// # Calls in flight
+///
+/// ```text
+/// #[rate_limit(name = "export", key = tenant, max_in_flight = 4,
+///              also(name = "export_user", key = user, limits = ["100/1h"]))]
+/// async fn export(tenant: TenantId, user: UserId) -> Result<Report, Rejection> { .. }
+/// ```
+///
+/// At most 4 exports per tenant run at once (across every instance sharing
+/// the limiter's Redis), and 100 per user per hour, decided in one round
+/// trip, all-or-nothing: a call refused by the hourly limit takes no slot,
+/// and a call refused for lack of a slot (`Rejection::is_in_flight`, over
+/// HTTP a `429` with `Retry-After: 1`) consumes none of the hour. The slot
+/// is held until the body returns; a call whose future is dropped gives it
+/// back too. In Redis a slot is a lease of `in_flight_ttl` (10 s by
+/// default), renewed while the call runs: when an instance dies its slots
+/// come back within that time.
 ///
 /// # Responses
 ///

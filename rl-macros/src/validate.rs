@@ -41,12 +41,16 @@ pub(crate) struct Config {
     /// uses (precisely, field by field) rather than moving the receiver, so
     /// a limiter borrowed from another field of `self` can stay borrowed.
     pub(crate) borrows_self: bool,
+    /// The first `max_in_flight`, when a group has one: the permit holds
+    /// the slots until the body has returned.
+    pub(crate) in_flight: Option<Span>,
 }
 
 impl Config {
-    /// Whether the body's result is needed as a value before returning it.
+    /// Whether the body's result is needed as a value before returning it
+    /// (and the permit kept until then).
     pub(crate) fn wraps_body(&self) -> bool {
-        self.counting.is_some() || self.headers.is_some()
+        self.counting.is_some() || self.headers.is_some() || self.in_flight.is_some()
     }
 }
 
@@ -126,6 +130,11 @@ pub(crate) fn validate(args: Args, sig: &Signature) -> Result<Config> {
         headers,
     } = args;
     let error_type_span = check_signature(sig, on_reject.is_none(), &mut errors);
+    let in_flight = group
+        .max_in_flight
+        .as_ref()
+        .or_else(|| also.iter().find_map(|a| a.group.max_in_flight.as_ref()))
+        .map(|m| m.span);
 
     // Every `reset_on_success`, checked against `count` below.
     let mut resets: Vec<Span> = Vec::new();
@@ -200,7 +209,7 @@ pub(crate) fn validate(args: Args, sig: &Signature) -> Result<Config> {
         (Some(Counting::Failures(_)), _) => Some("count"),
         (Some(Counting::If(_)), _) => Some("count_if"),
         (None, Some(_)) => Some("headers"),
-        (None, None) => None,
+        (None, None) => in_flight.map(|_| "max_in_flight"),
     };
     if let (Some(argument), ReturnType::Type(_, ty)) = (holds_result, &sig.output)
         && let Some(span) = impl_trait_span(ty.to_token_stream())
@@ -244,6 +253,7 @@ pub(crate) fn validate(args: Args, sig: &Signature) -> Result<Config> {
         headers: headers.map(|h| h.span),
         output,
         borrows_self,
+        in_flight,
     };
     errors.finish(config)
 }
@@ -290,6 +300,12 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
         ""
     };
     let algorithm = args.algorithm.as_ref().map_or(Algorithm::Gcra, |a| a.value);
+    let rates = args.limits.is_some()
+        || args.period.is_some()
+        || args.threshold.is_some()
+        || args.tiers.is_some();
+    // Only `max_in_flight`: its own check says what the rate arguments are for.
+    let rate_arguments_apply = rates || args.max_in_flight.is_none();
 
     for (arg, name) in [
         (&args.threshold, "threshold"),
@@ -322,6 +338,7 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
     }
     if let Some(burst) = &args.burst
         && !algorithm.uses_burst()
+        && rate_arguments_apply
     {
         errors.push(
             burst.span,
@@ -334,6 +351,7 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
     }
     if let Some(slots) = &args.slots
         && algorithm != Algorithm::SlidingWindow
+        && rate_arguments_apply
     {
         errors.push(
             slots.span,
@@ -343,6 +361,8 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
             ),
         );
     }
+    let in_flight = check_in_flight(&args, rates, within, errors);
+
     if let Some(name) = &args.name
         && name.value.value().is_empty()
     {
@@ -359,6 +379,18 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
     let mut cost_reported = false;
 
     if args.tier.is_some() || args.tiers.is_some() {
+        if let Some(max) = &args.max_in_flight {
+            errors.push(
+                max.span,
+                format!(
+                    "{within}`max_in_flight` cannot be combined with `tiers`: a call holds one slot whatever \
+                     its tier; put it in its own group, e.g. `also(name = \"in_flight\", key = .., \
+                     max_in_flight = {})`",
+                    max.value
+                ),
+            );
+            return None;
+        }
         let tiers = validate_tiers(&args, within, errors)?;
         let mut checked = Vec::with_capacity(tiers.len());
         let mut complete = valid_numbers;
@@ -409,7 +441,7 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
             Some(rates) => limits = rates,
             None => complete = false,
         }
-    } else {
+    } else if rates || args.max_in_flight.is_none() {
         if args.threshold.is_none() {
             errors.push(
                 also.unwrap_or_else(Span::call_site),
@@ -446,7 +478,9 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
     if !complete || !valid_numbers {
         return None;
     }
-    let checked = check_limits(&limits, &args, algorithm, lease, &mut cost_reported, errors);
+    let in_flight = in_flight?;
+    let mut checked = check_limits(&limits, &args, algorithm, lease, &mut cost_reported, errors);
+    checked.extend(in_flight);
 
     Some(GroupConfig {
         name: args.name.map(|n| n.value),
@@ -678,6 +712,96 @@ fn check_limits(
     checked
 }
 
+/// Checks `max_in_flight` and `in_flight_ttl` of a group that has rate
+/// limits (`rates`) or not: the in-flight limit to add (`Some(None)`: none),
+/// or `None` when they are invalid (the reasons are in `errors`).
+fn check_in_flight(
+    args: &GroupArgs,
+    rates: bool,
+    within: &str,
+    errors: &mut Errors,
+) -> Option<Option<LimitConfig>> {
+    let Some(max) = &args.max_in_flight else {
+        if let Some(ttl) = &args.in_flight_ttl {
+            errors.push(
+                ttl.span,
+                format!(
+                    "{within}`in_flight_ttl` is the lease of the slots `max_in_flight` hands out; add \
+                     `max_in_flight = N`, or remove it"
+                ),
+            );
+            return None;
+        }
+        return Some(None);
+    };
+    let mut valid = true;
+    if max.value == 0 {
+        errors.push(
+            max.span,
+            "`max_in_flight` must be at least 1, got 0 (it would refuse every call)",
+        );
+        valid = false;
+    }
+    if !rates {
+        for (name, span) in [
+            ("algorithm", args.algorithm.as_ref().map(|a| a.span)),
+            ("burst", args.burst.as_ref().map(|a| a.span)),
+            ("slots", args.slots.as_ref().map(|a| a.span)),
+            ("cost", args.cost.as_ref().map(|a| a.span)),
+            ("lease", args.lease.as_ref().map(|a| a.span)),
+            (
+                "reset_on_success",
+                args.reset_on_success.as_ref().map(|a| a.span),
+            ),
+        ] {
+            if let Some(span) = span {
+                errors.push(
+                    span,
+                    format!(
+                        "{within}`{name}` applies to rate limits (`period` and `threshold`, or `limits`), and this \
+                         group has only `max_in_flight` (a call holds one slot, whatever its cost); remove `{name}`, \
+                         or add a rate limit"
+                    ),
+                );
+                valid = false;
+            }
+        }
+    }
+    let ttl = args
+        .in_flight_ttl
+        .as_ref()
+        .map_or(rl_grammar::DEFAULT_LEASE_TTL_US, |t| t.value);
+    if max.value > 0 {
+        for problem in rl_grammar::problems(
+            max.value,
+            ttl,
+            Algorithm::InFlight,
+            max.value,
+            DEFAULT_SLOTS,
+        ) {
+            let problem = match problem {
+                Problem::ZeroPeriod => Problem::LeaseTtlOutOfRange { ttl_us: 0 },
+                other => other,
+            };
+            let span = match (problem, &args.in_flight_ttl) {
+                (Problem::LeaseTtlOutOfRange { .. }, Some(ttl)) => ttl.span,
+                _ => max.span,
+            };
+            errors.push(span, format!("{within}{problem}"));
+            valid = false;
+        }
+    }
+    valid.then_some(Some(LimitConfig {
+        threshold: max.value,
+        period_us: ttl,
+        algorithm: Algorithm::InFlight,
+        burst: max.value,
+        slots: DEFAULT_SLOTS,
+        // Slots are held, not spent: no quota leasing.
+        lease: 0,
+    }))
+}
+
 /// The span of the first `impl` in a type (`impl Display`,
 /// `Result<impl Display, E>`), which no local can be declared with.
 fn impl_trait_span(tokens: TokenStream) -> Option<Span> {
@@ -858,6 +982,29 @@ mod tests {
         .unwrap();
         assert_eq!(config.groups[0].limits[0].lease, 10);
         assert_eq!(config.groups[1].limits[0].lease, 5);
+    }
+
+    #[test]
+    fn a_lease_applies_to_the_rate_limits_of_a_group_never_to_its_in_flight_slots() {
+        assert!(
+            single(quote!(max_in_flight = 10, lease = 5))
+                .starts_with("`lease` applies to rate limits"),
+        );
+        let config = check(
+            quote!(period = 60, threshold = 100, lease = 10, max_in_flight = 5),
+            quote!(async fn f() -> Result<(), E>),
+        )
+        .unwrap();
+        let leases: Vec<(Algorithm, u64)> = config.groups[0]
+            .limits
+            .iter()
+            .map(|l| (l.algorithm, l.lease))
+            .collect();
+        assert_eq!(
+            leases,
+            [(Algorithm::Gcra, 10), (Algorithm::InFlight, 0)],
+            "{leases:?}"
+        );
     }
 
     #[test]

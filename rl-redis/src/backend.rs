@@ -623,6 +623,17 @@ impl RedisBackend {
         request_id: Option<&str>,
     ) -> Result<Decisions, BackendError> {
         validate(requests)?;
+        if let Some(request) = requests
+            .iter()
+            .find(|r| r.limit.is_in_flight() && r.lease == 0)
+        {
+            return Err(BackendError::Invalid(rl_core::LimitError::BadCall(
+                format!(
+                    "{} needs a lease id (`Request::with_lease`): each slot is one member named by it",
+                    request.limit
+                ),
+            )));
+        }
         if requests.is_empty() {
             return Ok(Decisions::new([]));
         }
@@ -820,6 +831,16 @@ impl Backend for RedisBackend {
         Box::pin(async move { self.each_group(Op::Reset, 0, requests).await.map(drop) })
     }
 
+    /// Renews in-flight leases: one call for the whole batch (on a cluster,
+    /// one per hash tag), each slot a full lease again from the server's
+    /// `TIME`.
+    fn renew<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+    ) -> BoxFuture<'a, Result<Vec<bool>, BackendError>> {
+        Box::pin(self.renew_leases(requests))
+    }
+
     /// Writes the limits registry (`<prefix>:{limits}`, see [`crate::RegisteredLimits`]).
     fn publish_limits<'a>(
         &'a self,
@@ -871,6 +892,44 @@ impl Backend for RedisBackend {
 }
 
 impl RedisBackend {
+    async fn renew_leases(&self, requests: &[Request<'_>]) -> Result<Vec<bool>, BackendError> {
+        if let Some(request) = requests.iter().find(|r| !r.limit.is_in_flight()) {
+            return Err(BackendError::Invalid(rl_core::LimitError::BadCall(
+                format!(
+                    "only in-flight slots have leases to renew, not {}",
+                    request.limit
+                ),
+            )));
+        }
+        if requests.is_empty() {
+            return Ok(Vec::new());
+        }
+        let time = self.time();
+        let Some(groups) = self.groups(requests) else {
+            return Ok(self.call(Op::Renew, time, 0, requests, None).await?.renewed);
+        };
+        // Hash tags are independent: renewed side by side (a few at a time).
+        let deadline = self.deadline();
+        let mut renewed = vec![false; requests.len()];
+        use futures::StreamExt as _;
+        let mut calls: Vec<BoxFuture<'_, Result<(&Group<'_>, Reply), BackendError>>> = Vec::new();
+        for group in &groups {
+            calls.push(Box::pin(async move {
+                self.call_until(deadline, Op::Renew, time, 0, &group.requests, None)
+                    .await
+                    .map(|reply| (group, reply))
+            }));
+        }
+        let mut replies = futures::stream::iter(calls).buffer_unordered(16);
+        while let Some(reply) = replies.next().await {
+            let (group, reply) = reply?;
+            for (&position, &flag) in group.positions.iter().zip(&reply.renewed) {
+                renewed[position] = flag;
+            }
+        }
+        Ok(renewed)
+    }
+
     /// The connection and settings, for the limits registry (`crate::registry`).
     pub(crate) fn parts(&self) -> (&Connection, &Settings) {
         (&self.connection, &self.settings)

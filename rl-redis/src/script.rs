@@ -28,13 +28,15 @@ const BATCH: &str = include_str!("lua/batch.lua");
 const LEASE: &str = include_str!("lua/lease.lua");
 const LIBRARY: &str = include_str!("lua/library.lua");
 
-/// The algorithms' sources, in [`Algorithm::ALL`] order of their codes.
-const ALGORITHM_SOURCES: [(&str, &str); 5] = [
+/// The algorithms' sources, in [`Algorithm::ALL`] order of their codes,
+/// then the in-flight limit's (decided by the batch entry only).
+const ALGORITHM_SOURCES: [(&str, &str); 6] = [
     ("fw", include_str!("lua/fixed_window.lua")),
     ("sl", include_str!("lua/sliding_log.lua")),
     ("sw", include_str!("lua/sliding_window.lua")),
     ("tb lb", include_str!("lua/meter.lua")),
     ("gc", include_str!("lua/gcra.lua")),
+    ("if", include_str!("lua/in_flight.lua")),
 ];
 
 /// The algorithm source that defines `code`'s module.
@@ -62,10 +64,12 @@ pub(crate) enum Op {
     /// Refund, dropping a request-id key.
     RefundOnce,
     Reset,
-    /// Acquire, leasing extra units (`lua/lease.lua`).
+    /// Acquire, leasing extra units of rate limits (quota leasing, `lua/lease.lua`).
     Lease,
-    /// Give a lease's unused units back (`lua/lease.lua`).
+    /// Give a quota lease's unused units back (`lua/lease.lua`).
     Release,
+    /// Renew the leases of in-flight slots (not quota leases).
+    Renew,
 }
 
 impl Op {
@@ -79,6 +83,7 @@ impl Op {
             Op::Reset => "reset",
             Op::Lease => "lease",
             Op::Release => "release",
+            Op::Renew => "renew",
         }
     }
 
@@ -124,7 +129,9 @@ impl Entry {
     pub(crate) fn for_call(op: Op, count: usize, first: Option<Algorithm>) -> Self {
         match (count, first) {
             _ if matches!(op, Op::Lease | Op::Release) => Entry::Lease,
-            (1, Some(algorithm)) if SINGLE_OPS.contains(&op) => Entry::Single(op, algorithm),
+            (1, Some(algorithm)) if SINGLE_OPS.contains(&op) && !algorithm.is_in_flight() => {
+                Entry::Single(op, algorithm)
+            }
             _ if op == Op::Peek => Entry::BatchReadOnly,
             _ => Entry::Batch,
         }
@@ -395,11 +402,15 @@ impl<'p, 'r> Plan<'p, 'r> {
         requests: &'p [Request<'r>],
         request_id_key: Option<&'p str>,
     ) -> Self {
-        let entry = Entry::for_call(
-            op,
-            requests.len(),
-            requests.first().map(|r| r.limit.algorithm()),
-        );
+        let entry = if requests.iter().any(|r| r.limit.is_in_flight()) {
+            Entry::for_call(op, 2, None)
+        } else {
+            Entry::for_call(
+                op,
+                requests.len(),
+                requests.first().map(|r| r.limit.algorithm()),
+            )
+        };
         Self {
             op,
             entry,
@@ -458,7 +469,12 @@ impl<'p, 'r> Plan<'p, 'r> {
         sink.number(limit.threshold());
         sink.number(limit.period_micros());
         sink.number(limit.burst());
-        sink.number(limit.slots());
+        if limit.is_in_flight() {
+            // The slot's lease id, as the sorted set's member.
+            sink.text(&format!("{:016x}", request.lease));
+        } else {
+            sink.number(limit.slots());
+        }
         sink.number(request.cost.min(EXACT_LIMIT));
     }
 
@@ -603,6 +619,8 @@ pub(crate) struct Reply {
     pub(crate) replayed: bool,
     /// Units leased per request ([`Op::Lease`]; empty otherwise).
     pub(crate) granted: Vec<u64>,
+    /// Per request of an [`Op::Renew`]: whether its lease was renewed.
+    pub(crate) renewed: Vec<bool>,
 }
 
 /// Decodes the flat integer reply of a call over `count` requests.
@@ -620,7 +638,13 @@ pub(crate) fn parse_reply(op: Op, count: usize, values: &[i64]) -> Result<Reply,
         _ => (values, false, None),
     };
     let width = op.width();
-    let expected = if op.decides() { count * width + 1 } else { 1 };
+    let expected = if op.decides() {
+        count * width + 1
+    } else if op == Op::Renew {
+        count + 1
+    } else {
+        1
+    };
     if values.len() != expected {
         return Err(BackendError::protocol(format_args!(
             "the rate-limit code answered {} integers to {} of {count} limit(s), expected {expected}",
@@ -665,11 +689,17 @@ pub(crate) fn parse_reply(op: Op, count: usize, values: &[i64]) -> Result<Reply,
             }));
         }
     }
+    let renewed = if op == Op::Renew {
+        values[..count].iter().map(|&v| v == 1).collect()
+    } else {
+        Vec::new()
+    };
     Ok(Reply {
         decisions,
         now,
         replayed,
         granted,
+        renewed,
     })
 }
 
@@ -818,6 +848,37 @@ mod tests {
         assert_eq!(replay.decisions[0].at_micros, 77);
         let fresh = parse_reply(Op::AcquireOnce, 1, &[1, 5, 4, 0, 12, 99, 0, 99]).unwrap();
         assert!(!fresh.replayed);
+    }
+
+    #[test]
+    fn in_flight_requests_go_to_the_batch_with_their_lease_as_the_member() {
+        let key = Key::new("rl", "jobs", "t7");
+        let ten = Limit::in_flight(10).unwrap();
+        let one = [Request::new(&key, &ten, 1).with_lease(0xab)];
+        let plan = Plan::new(Op::Acquire, Time::Server, 0, 0, &one, None);
+        assert_eq!(plan.entry, Entry::Batch);
+        let call = Call::of(&plan);
+        assert_eq!(call.keys, ["rl:{jobs:t7}:if:10000000"]);
+        assert_eq!(
+            call.args,
+            [
+                "acquire",
+                "s",
+                "0",
+                "0",
+                "if",
+                "10",
+                "10000000",
+                "10",
+                "00000000000000ab",
+                "1"
+            ]
+        );
+        let peek = Plan::new(Op::Peek, Time::Server, 0, 0, &one, None);
+        assert_eq!(peek.entry, Entry::BatchReadOnly);
+        let renewed = parse_reply(Op::Renew, 2, &[1, 0, 99]).unwrap();
+        assert_eq!(renewed.renewed, [true, false]);
+        assert!(parse_reply(Op::Renew, 2, &[1, 99]).is_err());
     }
 
     #[test]

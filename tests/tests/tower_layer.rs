@@ -596,3 +596,67 @@ async fn a_tonic_client_gets_resource_exhausted_with_the_retry_pushback() {
         );
     }
 }
+
+#[tokio::test]
+async fn in_flight_slots_are_held_until_the_response_is_ready_and_refused_as_too_many_in_flight() {
+    for backend in BACKENDS {
+        let (limiter, _redis) = limiter(backend).await;
+        let layer = RateLimitLayer::builder("reports")
+            .key("reports_ip", ["100/1m"], KeyFrom::client_ip())
+            .in_flight("reports_tenant", 2, KeyFrom::header("x-tenant"))
+            .limiter(limiter.clone())
+            .trusted_proxies("127.0.0.1".parse().unwrap())
+            .build()
+            .unwrap();
+        // Each request waits in the handler until the test lets one go.
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let entered = Arc::new(tokio::sync::Semaphore::new(0));
+        let handler = {
+            let (gate, entered) = (gate.clone(), entered.clone());
+            get(move || async move {
+                entered.add_permits(1);
+                gate.acquire().await.unwrap().forget();
+                "report"
+            })
+        };
+        let addr = serve(Router::new().route("/", handler).layer(layer)).await;
+        let url = format!("http://{addr}/");
+        let headers = [("x-forwarded-for", "198.51.100.7"), ("x-tenant", "acme")];
+        let first = tokio::spawn(send(&url, &headers));
+        let second = tokio::spawn(send(&url, &headers));
+        entered.acquire_many(2).await.unwrap().forget();
+
+        let refused = send(&url, &headers).await;
+        assert_eq!(refused.status(), 429, "{backend:?}");
+        assert_eq!(header(&refused, "retry-after"), "1");
+        assert!(refused.headers().get("ratelimit").is_none(), "{backend:?}");
+        let body: serde_json::Value = refused.json().await.unwrap();
+        assert_eq!(body["error"], "too_many_in_flight");
+        assert_eq!(body["max_in_flight"], 2);
+        // Another tenant has its own slots.
+        let other = [("x-forwarded-for", "198.51.100.7"), ("x-tenant", "globex")];
+        let other = tokio::spawn(send(&url, &other));
+        entered.acquire().await.unwrap().forget();
+
+        // One of the two held requests is let go (the gate is fair: not `other`).
+        gate.add_permits(1);
+        while !first.is_finished() && !second.is_finished() {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let (done, second) = if first.is_finished() {
+            (first.await.unwrap(), second)
+        } else {
+            (second.await.unwrap(), first)
+        };
+        assert_eq!(done.status(), 200, "{backend:?}");
+        // The binding rate limit's fields, not the slots'.
+        assert!(header(&done, "ratelimit").starts_with("\"reports_ip\";"));
+        limiter.flush_in_flight().await;
+        let third = tokio::spawn(send(&url, &headers));
+        entered.acquire().await.unwrap().forget();
+        gate.add_permits(3);
+        for response in [second, third, other] {
+            assert_eq!(response.await.unwrap().status(), 200, "{backend:?}");
+        }
+    }
+}

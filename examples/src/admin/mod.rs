@@ -15,7 +15,10 @@
 //! `reset` use exactly the limits that service decides with. `inspect` peeks
 //! through [`Limiter::peek_identity`] and never consumes; `reset` forgets the
 //! identity's state for every limit of the name
-//! ([`Limiter::reset_identity`]).
+//! ([`Limiter::reset_identity`]; for a concurrency limit, that frees every
+//! slot held for the identity). For a concurrency limit (`max_in_flight`),
+//! `inspect` shows the calls of the identity in flight now, over every
+//! instance (`in flight now: 3 of 10`; JSON `"in_flight": 3`).
 //!
 //! Output is a table, or JSON with `--json`. Exit codes: 0 done, 1 Redis
 //! failed (unreachable, timed out, unexpected reply), 2 bad usage (arguments,

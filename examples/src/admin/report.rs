@@ -223,6 +223,10 @@ pub struct LimitState {
     pub reset_after_ms: u64,
     /// The leases taken on it that may still be in use (a leasing limit).
     pub leases: Vec<LeaseRow>,
+    /// For a concurrency limit (`max_in_flight`): the calls of the identity
+    /// running now, over every instance (slots held with a live lease).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_flight: Option<u64>,
 }
 
 /// `rl-admin inspect`: one identity's state under one name.
@@ -279,6 +283,9 @@ impl InspectReport {
                             until_ms: lease.until_micros / 1_000,
                         })
                         .collect(),
+                    in_flight: limit
+                        .is_in_flight()
+                        .then(|| decision.limit.saturating_sub(decision.remaining)),
                 })
                 .collect(),
         }
@@ -467,8 +474,18 @@ fn inspect_table(report: &InspectReport) -> String {
         })
         .collect();
     if !leases.is_empty() {
-        text.push_str("\nleases taken by processes (units they may not have used yet):\n");
+        text.push_str("\nquota leases taken by processes (units they may not have used yet):\n");
         text.push_str(&table(&["RATE", "UNITS", "USABLE FOR AT MOST"], &leases));
+    }
+    for state in &report.limits {
+        if let Some(running) = state.in_flight {
+            let _ = writeln!(
+                text,
+                "\nin flight now: {running} of {} (slots leased for {}, across every instance)",
+                state.limit_units,
+                human(Duration::from_micros(state.limit.period_us))
+            );
+        }
     }
     text
 }

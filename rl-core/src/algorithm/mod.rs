@@ -22,12 +22,19 @@
 
 mod fixed_window;
 mod gcra;
+mod in_flight;
 mod meter;
 mod sliding_log;
 mod sliding_window;
 
 pub(crate) use fixed_window::Window;
 pub(crate) use gcra::Tat;
+pub(crate) use in_flight::Flight;
+#[cfg_attr(
+    not(test),
+    allow(unused_imports, reason = "the hint is named by tests")
+)]
+pub(crate) use in_flight::RETRY_HINT_US;
 pub(crate) use meter::Meter;
 pub(crate) use sliding_log::Log;
 pub(crate) use sliding_window::Slots;

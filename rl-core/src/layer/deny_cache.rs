@@ -285,6 +285,11 @@ impl DenyCache {
         let binding = (!decisions.allowed()).then(|| decisions.binding_index());
         let mut forget: SmallVec<[usize; 2]> = SmallVec::new();
         for (index, (target, decision)) in targets.iter().zip(decisions.iter()).enumerate() {
+            // A slot in flight frees whenever a running call ends: its
+            // refusal promises nothing to remember.
+            if target.limit.is_in_flight() {
+                continue;
+            }
             let wait = if !decision.allowed {
                 decision.retry_after
             } else if decision.remaining < target.cost {
@@ -601,6 +606,7 @@ mod tests {
             limit,
             cost,
             slot: None,
+            lease: 0,
         }
     }
 

@@ -26,11 +26,11 @@ use crate::store::target::{Op, Target};
 /// Applies the failure policy; owns the in-process fallback store.
 #[derive(Debug)]
 pub(crate) struct Failure {
-    fallback: MemoryBackend,
+    fallback: std::sync::Arc<MemoryBackend>,
 }
 
 impl Failure {
-    pub(crate) fn new(fallback: MemoryBackend) -> Self {
+    pub(crate) fn new(fallback: std::sync::Arc<MemoryBackend>) -> Self {
         Self { fallback }
     }
 

@@ -1277,6 +1277,7 @@ mod tests {
             limit: &limit,
             cost: 1,
             slot: None,
+            lease: 0,
         };
         let mut entry = Entry::new(&target, 0);
         // 10 calls a second: cold.

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use super::in_flight::Keeper;
 use super::registry::Registry;
 use super::{GLOBAL, Limiter, NEXT_LIMITER};
 use crate::layer::breaker::{Breaker, BreakerConfig};
@@ -141,15 +142,14 @@ impl LimiterBuilder {
         }
         let clock: Arc<dyn Clock> = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
         let registry = Arc::new(Registry::default());
+        let fallback = Arc::new(MemoryBackend::with_shared_clock(clock.clone()));
         // Outermost first; see `crate::layer` for what each does and why in
         // this order.
         let mut layers: Vec<Box<dyn Layer>> = vec![
             Box::new(Observe),
             Box::new(DenyList::new(registry.clone())),
             Box::new(Validate),
-            Box::new(Failure::new(MemoryBackend::with_shared_clock(
-                clock.clone(),
-            ))),
+            Box::new(Failure::new(fallback.clone())),
         ];
         let remote = self.backend.is_some();
         let deny_cache = self.deny_cache.unwrap_or(remote);
@@ -192,8 +192,9 @@ impl LimiterBuilder {
                 )));
                 Store::Remote(backend)
             }
-            None => Store::Memory(MemoryBackend::with_shared_clock(clock)),
+            None => Store::Memory(Arc::new(MemoryBackend::with_shared_clock(clock))),
         };
+        let keeper = Keeper::new(&store, fallback);
         Ok(Limiter {
             id: NEXT_LIMITER.fetch_add(1, Ordering::Relaxed),
             prefix: prefix.into_boxed_str(),
@@ -202,6 +203,7 @@ impl LimiterBuilder {
             pipeline: Pipeline::new(layers, store),
             breaker,
             leases,
+            keeper,
         })
     }
 

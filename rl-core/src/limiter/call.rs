@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use crate::limiter::Limiter;
+use crate::limiter::in_flight::InFlight;
 use crate::limiter::resolve::Resolved;
 use crate::model::decision::{Decision, Decisions};
 use crate::model::error::LimitError;
@@ -307,9 +308,9 @@ impl CallSpec {
 
     /// Checks that calls of this spec can be decided: one to 63 (`MAX_GROUPS`)
     /// groups, each with at least one limit, no two limits of a group sharing state,
-    /// and every cost within its limits' capacity; for a tiered group, the
-    /// same of each tier, valid and distinct tier names, and a group name
-    /// without `@`.
+    /// at most one in-flight limit per group, and every cost within its limits'
+    /// capacity; for a tiered group, the same of each tier, valid and distinct
+    /// tier names, and a group name without `@`.
     ///
     /// ```
     /// use rl_core::{CallSpec, GroupSpec, Limit};
@@ -368,7 +369,15 @@ pub(crate) fn check_group(name: &str, limits: &[Limit], cost: u64) -> Result<(),
         return Err(LimitError::BadCall(format!("group `{name}` has no limit")));
     }
     Limit::check_distinct(limits)?;
-    limits.iter().try_for_each(|limit| limit.check_cost(cost))
+    if limits.iter().filter(|l| l.is_in_flight()).count() > 1 {
+        return Err(LimitError::BadCall(format!(
+            "group `{name}` has more than one in-flight limit; keep one `max_in_flight`"
+        )));
+    }
+    // An in-flight slot is one per call, whatever the group's cost.
+    limits
+        .iter()
+        .try_for_each(|limit| limit.check_cost(if limit.is_in_flight() { 1 } else { cost }))
 }
 
 /// How a call got through.
@@ -420,6 +429,11 @@ pub(crate) struct Settle {
 /// With [`Counting::Settled`], [`Permit::settle`] says after the call ran
 /// whether it counted; dropping the permit unsettled keeps what it took (a
 /// cancelled or panicking call counts).
+///
+/// A call whose groups have in-flight limits ([`Limit::in_flight`]) holds
+/// one slot of each while the permit lives: keep the permit until the call
+/// ends. Dropping it (the call returned, panicked or was cancelled) gives
+/// the slots back ([`InFlight`]); rate-limit units stay taken.
 pub struct Permit<'l> {
     pub(crate) limiter: &'l Limiter,
     pub(crate) spec: &'l CallSpec,
@@ -429,6 +443,7 @@ pub struct Permit<'l> {
     pub(crate) settle: Option<Box<Settle>>,
     /// The tiers a tiered call was decided by.
     pub(crate) tiers: Option<Arc<TierBinding>>,
+    pub(crate) in_flight: Option<InFlight>,
 }
 
 impl fmt::Debug for Permit<'_> {
@@ -446,27 +461,33 @@ impl Permit<'_> {
         &self.admission
     }
 
+    /// The in-flight slots this call holds, if its groups have in-flight
+    /// limits.
+    pub fn in_flight(&self) -> Option<&InFlight> {
+        self.in_flight.as_ref()
+    }
+
+    /// Takes the in-flight slots out of the permit, to hold them past it
+    /// (they are given back when the returned guard drops).
+    pub fn into_in_flight(mut self) -> Option<InFlight> {
+        self.in_flight.take()
+    }
+
     /// The allowed decision with the fewest units left, with its group's
     /// name and limit (what `RateLimit` headers on a success describe; the
-    /// limit as currently set, should it have changed since).
+    /// limit as currently set, should it have changed since). In-flight
+    /// limits are not rates and are left out.
     pub fn binding(&self) -> Option<(&str, Decision, Limit)> {
         let decisions = self.admission.decisions()?;
         if let Some(tiers) = &self.tiers {
             return tiers.binding(self.limiter, self.skipped, decisions);
         }
-        let mut index = decisions.binding_index();
-        for (g, group) in self.spec.groups().iter().enumerate() {
-            if self.skipped & (1 << g) != 0 {
-                continue;
-            }
-            let runtime = self.limiter.limits(group.name());
-            let limits = runtime.as_deref().unwrap_or(group.limits());
-            match limits.get(index) {
-                Some(limit) => return Some((group.name(), *decisions.binding(), *limit)),
-                None => index -= limits.len(),
-            }
-        }
-        None
+        let groups = self
+            .spec
+            .groups()
+            .iter()
+            .map(|group| (group.name(), group.limits()));
+        rate_binding(self.limiter, groups, self.skipped, decisions)
     }
 
     /// Settles a [`Counting::Settled`] call after it ran: a counted call
@@ -581,4 +602,55 @@ impl<'l> Future for CallFuture<'l> {
             CallState::Remote(future) => future.as_mut().poll(cx),
         }
     }
+}
+
+/// The allowed rate decision with the fewest units left among `groups`
+/// (their name and limits as declared; the limits as currently set are
+/// read from `limiter`), skipping the groups in `skipped`. In-flight limits
+/// are not rates and are left out.
+pub(crate) fn rate_binding<'a>(
+    limiter: &Limiter,
+    groups: impl Iterator<Item = (&'a str, &'a [Limit])> + Clone,
+    skipped: u64,
+    decisions: &Decisions,
+) -> Option<(&'a str, Decision, Limit)> {
+    let mut index = decisions.binding_index();
+    for (g, (name, declared)) in groups.clone().enumerate() {
+        if skipped & (1 << g) != 0 {
+            continue;
+        }
+        let runtime = limiter.limits(name);
+        let limits = runtime.as_deref().unwrap_or(declared);
+        match limits.get(index) {
+            Some(limit) if !limit.is_in_flight() => {
+                return Some((name, *decisions.binding(), *limit));
+            }
+            Some(_) => break,
+            None => index -= limits.len(),
+        }
+    }
+    // The binding decision was an in-flight limit's: the rate limit with
+    // the fewest units left.
+    let mut best: Option<(&str, Decision, Limit)> = None;
+    let mut at = 0;
+    for (g, (name, declared)) in groups.enumerate() {
+        if skipped & (1 << g) != 0 {
+            continue;
+        }
+        let runtime = limiter.limits(name);
+        let limits = runtime.as_deref().unwrap_or(declared);
+        for limit in limits {
+            let Some(decision) = decisions.as_slice().get(at).copied() else {
+                return best;
+            };
+            at += 1;
+            if limit.is_in_flight() {
+                continue;
+            }
+            if best.is_none_or(|(_, b, _)| decision.remaining < b.remaining) {
+                best = Some((name, decision, *limit));
+            }
+        }
+    }
+    best
 }

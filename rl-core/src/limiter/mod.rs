@@ -7,6 +7,7 @@
 
 pub(crate) mod builder;
 pub(crate) mod call;
+pub(crate) mod in_flight;
 pub(crate) mod lists;
 pub(crate) mod registry;
 pub(crate) mod resolve;
@@ -66,6 +67,8 @@ pub struct Limiter {
     breaker: Option<Arc<Breaker>>,
     /// The leases of a remote backend's limiter.
     leases: Option<Arc<crate::layer::lease::Leases>>,
+    /// Lease ids and the way back to the store of in-flight slots.
+    pub(crate) keeper: Arc<in_flight::Keeper>,
 }
 
 impl fmt::Debug for Limiter {
@@ -233,6 +236,9 @@ impl Limiter {
         let skipped = resolved.allow_listed(&self.registry, identities);
         let mut targets = Targets::new();
         resolved.fill_targets(identities, |i, _| skipped & (1 << i) == 0, &mut targets);
+        if resolved.in_flight {
+            self.lease(&mut targets);
+        }
         let mut call = Call::new(Op::Acquire, &targets, spec.name(), resolved.policy);
         call.counters = Some(&resolved.counters);
         call.allow_listed = skipped != 0 && skipped == resolved.all_groups();
@@ -253,7 +259,10 @@ impl Limiter {
             let identities: Identities = identities.iter().cloned().collect();
             let skipped = resolved.allow_listed(&self.registry, &identities);
             CallFuture::remote(async move {
-                let targets = resolved.targets(&identities, skipped);
+                let mut targets = resolved.targets(&identities, skipped);
+                if resolved.in_flight {
+                    self.lease(&mut targets);
+                }
                 let mut call = Call::new(Op::Acquire, &targets, spec.name(), resolved.policy);
                 call.counters = Some(&resolved.counters);
                 call.allow_listed = skipped != 0 && skipped == resolved.all_groups();
@@ -261,6 +270,45 @@ impl Limiter {
                 self.permit(spec, &resolved, &identities, skipped, &targets, answer)
             })
         })
+    }
+
+    /// Gives the in-flight targets of one admission a fresh lease id.
+    #[cold]
+    fn lease(&self, targets: &mut [Target<'_>]) {
+        let lease = self.keeper.lease_id();
+        for target in targets.iter_mut().filter(|t| t.limit.is_in_flight()) {
+            target.lease = lease;
+        }
+    }
+
+    /// Waits until every in-flight slot this limiter gave back so far is
+    /// back in the store. Slots in memory are back when their permit drops;
+    /// in a remote store a dropped permit queues its release, which the
+    /// limiter's keeper task sends within about one round trip: await this
+    /// where the next call must see the slot free (tests, a graceful
+    /// shutdown).
+    ///
+    /// ```
+    /// use rl_core::{CallSpec, GroupSpec, Limit, Limiter};
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let limiter = Limiter::builder().memory().build()?;
+    /// let jobs = CallSpec::owned("jobs", vec![GroupSpec::owned("jobs", vec![Limit::in_flight(1)?])]);
+    /// let running = limiter.call(&jobs, &[&"tenant-7"]).await?;
+    /// assert!(limiter.call(&jobs, &[&"tenant-7"]).await.unwrap_err().is_in_flight());
+    /// drop(running); // the call ended (or was cancelled)
+    /// limiter.flush_in_flight().await;
+    /// assert!(limiter.call(&jobs, &[&"tenant-7"]).await.is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # });
+    /// ```
+    pub async fn flush_in_flight(&self) {
+        self.keeper.flush().await;
+    }
+
+    /// In-flight leases this limiter holds in a remote store (calls running
+    /// now with a slot there).
+    pub fn in_flight_leases(&self) -> usize {
+        self.keeper.live()
     }
 
     /// The permit (or rejection) of a call of `spec` that got `answer`.
@@ -284,6 +332,11 @@ impl Limiter {
         };
         let settle =
             (spec.counting() == Counting::Settled).then(|| settle(resolved, identities, skipped));
+        let in_flight = if resolved.in_flight {
+            self.keeper.take(targets, &admission)
+        } else {
+            None
+        };
         Ok(Permit {
             limiter: self,
             spec,
@@ -291,6 +344,7 @@ impl Limiter {
             skipped,
             settle,
             tiers: None,
+            in_flight,
         })
     }
 
@@ -388,12 +442,16 @@ impl Limiter {
         times.sort_unstable();
         times.dedup();
         for at in times {
+            // In-flight slots go back when the permit drops, not here.
             let group: SmallVec<[Target<'_>; 4]> = targets
                 .iter()
                 .zip(decisions)
-                .filter(|(_, d)| d.at_micros == at)
+                .filter(|(t, d)| d.at_micros == at && !t.limit.is_in_flight())
                 .map(|(t, _)| *t)
                 .collect();
+            if group.is_empty() {
+                continue;
+            }
             let policy = local.map_or(policy, |share| FailurePolicy::Local { share });
             let mut call = Call::new(Op::Refund(at), &group, name, policy);
             call.local_only = local.is_some();
@@ -411,6 +469,16 @@ impl Limiter {
         admission: &Admission,
         policy: FailurePolicy,
     ) -> Result<(), Error> {
+        // Resetting an in-flight limit would free every caller's slot.
+        let kept: SmallVec<[Target<'_>; 4]> = targets
+            .iter()
+            .filter(|t| !t.limit.is_in_flight())
+            .copied()
+            .collect();
+        if kept.is_empty() {
+            return Ok(());
+        }
+        let targets = &kept[..];
         let mut local = Call::new(Op::Reset, targets, name, policy);
         local.local_only = true;
         applied(self.pipeline.run(&mut local, ALL).await)?;
@@ -901,6 +969,7 @@ fn named_targets<'a>(
                 limit: r.limit,
                 cost: r.cost,
                 slot: None,
+                lease: r.lease,
             }
         })
         .collect()

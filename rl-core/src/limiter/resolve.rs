@@ -62,6 +62,8 @@ pub(crate) struct Resolved {
     pub(crate) mask: Mask,
     /// The metric keys of these calls' commonest outcomes.
     pub(crate) counters: Prebuilt,
+    /// Whether any group has an in-flight limit (its calls take slots).
+    pub(crate) in_flight: bool,
 }
 
 impl Resolved {
@@ -106,6 +108,9 @@ impl Resolved {
                 }
             })
             .collect();
+        let in_flight = groups
+            .iter()
+            .any(|g| g.limits.iter().any(Limit::is_in_flight));
         let mask = limiter.pipeline.mask(&Plan {
             name: spec.name(),
             groups: &groups,
@@ -121,6 +126,7 @@ impl Resolved {
             problem,
             mask,
             counters: Prebuilt::new(spec.name()),
+            in_flight,
         };
         if first_tiered.is_some() {
             resolved.bind_tiers();
@@ -158,8 +164,10 @@ impl Resolved {
                     name,
                     key,
                     limit,
-                    cost: group.cost,
+                    // An in-flight slot is one per call, whatever the cost.
+                    cost: if limit.is_in_flight() { 1 } else { group.cost },
                     slot: *slot,
+                    lease: 0,
                 });
             }
         }

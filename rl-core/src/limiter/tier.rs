@@ -356,6 +356,7 @@ impl Resolved {
                     limit,
                     cost: group.cost,
                     slot: *slot,
+                    lease: 0,
                 });
             }
         }
@@ -434,19 +435,11 @@ impl TierBinding {
         skipped: u64,
         decisions: &crate::model::decision::Decisions,
     ) -> Option<(&str, Decision, Limit)> {
-        let mut index = decisions.binding_index();
-        for (g, (name, limits)) in self.groups.iter().enumerate() {
-            if skipped & (1 << g) != 0 {
-                continue;
-            }
-            let runtime = limiter.limits(name);
-            let limits = runtime.as_deref().unwrap_or(limits);
-            match limits.get(index) {
-                Some(limit) => return Some((name, *decisions.binding(), *limit)),
-                None => index -= limits.len(),
-            }
-        }
-        None
+        let groups = self
+            .groups
+            .iter()
+            .map(|(name, limits)| (name.as_ref(), limits.as_ref()));
+        super::call::rate_binding(limiter, groups, skipped, decisions)
     }
 }
 
@@ -662,6 +655,9 @@ impl Limiter {
                 |i| skipped & (1 << i) == 0,
                 &mut targets,
             );
+            if resolved.in_flight {
+                self.lease(&mut targets);
+            }
             let (name, counters) = resolved.named(spec, &chosen);
             let mut call = Call::new(Op::Acquire, &targets, name, resolved.policy);
             call.counters = Some(counters);
@@ -684,6 +680,9 @@ impl Limiter {
                 |i| skipped & (1 << i) == 0,
                 &mut targets,
             );
+            if resolved.in_flight {
+                self.lease(&mut targets);
+            }
             let (name, counters) = resolved.named(spec, &chosen);
             let mut call = Call::new(Op::Acquire, &targets, name, resolved.policy);
             call.counters = Some(counters);
@@ -741,6 +740,11 @@ impl Limiter {
                 chosen: chosen.clone(),
             })
         });
+        let in_flight = if resolved.in_flight {
+            self.keeper.take(targets, &admission)
+        } else {
+            None
+        };
         Ok(Permit {
             limiter: self,
             spec,
@@ -748,6 +752,7 @@ impl Limiter {
             skipped,
             settle,
             tiers: Some(resolved.binding_of(&chosen)),
+            in_flight,
         })
     }
 
@@ -788,6 +793,7 @@ impl Limiter {
                 skipped: all,
                 settle,
                 tiers: None,
+                in_flight: None,
             });
         }
         tracing::error!(call = name, %error, policy = resolved.policy.name(), "rate limit tier unknown; call refused");

@@ -58,6 +58,48 @@ impl Limit {
         )
     }
 
+    /// At most `max` calls in flight at once (a concurrency limit, not a
+    /// rate), each holding a slot leased for [`Limit::DEFAULT_LEASE_TTL`]
+    /// (10 s) and renewed while it runs; see [`Limit::in_flight_with_ttl`].
+    ///
+    /// ```
+    /// use rl_core::Limit;
+    /// let ten = Limit::in_flight(10)?;
+    /// assert!(ten.is_in_flight());
+    /// assert_eq!(ten.threshold(), 10);
+    /// assert_eq!(ten.to_string(), "max_in_flight=10 (lease 10s)");
+    /// assert!(Limit::in_flight(0).is_err());
+    /// # Ok::<(), rl_core::LimitError>(())
+    /// ```
+    pub fn in_flight(max: u64) -> Result<Self, LimitError> {
+        Self::in_flight_with_ttl(max, Self::DEFAULT_LEASE_TTL)
+    }
+
+    /// At most `max` calls in flight at once, each slot leased for `ttl`
+    /// (1 s ..= 1 h). A running call's slots are renewed every `ttl / 3`;
+    /// when its instance dies, they come back at most `ttl` later. The key
+    /// of the slots carries the lease (`if:<ttl_us>`): changing it starts
+    /// from an empty set of slots.
+    pub fn in_flight_with_ttl(max: u64, ttl: Duration) -> Result<Self, LimitError> {
+        Self::from_parts(
+            max,
+            u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX),
+            Algorithm::InFlight,
+            max,
+            Self::DEFAULT_SLOTS,
+        )
+    }
+
+    /// The lease of an in-flight slot unless told otherwise: 10 s. Renewed
+    /// every ~3.3 s, a running call keeps its slot through two failed
+    /// renewals; a dead instance's slots come back within 10 s.
+    pub const DEFAULT_LEASE_TTL: Duration = Duration::from_micros(rl_grammar::DEFAULT_LEASE_TTL_US);
+
+    /// Whether this is a concurrency limit ([`Limit::in_flight`]).
+    pub const fn is_in_flight(&self) -> bool {
+        self.algorithm.is_in_flight()
+    }
+
     /// `threshold` units per second.
     pub fn per_second(threshold: u64) -> Result<Self, LimitError> {
         Self::new(threshold, Duration::from_secs(1))
@@ -143,6 +185,7 @@ impl Limit {
     /// assert!(Limit::per_minute(100)?.with_lease(100).is_err()); // the whole limit
     /// assert!(Limit::per_minute(100)?.with_algorithm(Algorithm::SlidingLog)?.with_lease(10).is_err());
     /// assert!(hot.with_algorithm(Algorithm::SlidingLog).is_err()); // a leasing limit stays leasable
+    /// assert!(Limit::in_flight(10)?.with_lease(2).is_err()); // slots are held, not spent
     /// # Ok::<(), rl_core::LimitError>(())
     /// ```
     pub fn with_lease(self, lease: u64) -> Result<Self, LimitError> {
@@ -366,6 +409,14 @@ impl Limit {
 
 impl fmt::Display for Limit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_in_flight() {
+            return write!(
+                f,
+                "max_in_flight={} (lease {})",
+                self.threshold,
+                rl_grammar::format_duration(self.period_us)
+            );
+        }
         write!(
             f,
             "{}/{} ({}",

@@ -126,6 +126,17 @@ impl Rejection {
         matches!(*self.reason, RejectionReason::Denied { .. })
     }
 
+    /// Whether the call was refused because its identity already has as
+    /// many calls in flight as its in-flight limit allows
+    /// ([`crate::Limit::in_flight`]; [`Rejection::limit`] says how many).
+    /// The `retry_after` of such a refusal is a hint (1 s): a slot frees
+    /// whenever a running call ends. Over HTTP it is a `429` with
+    /// `Retry-After: 1` and `{"error":"too_many_in_flight",...}`, without
+    /// `RateLimit` fields (they describe rates).
+    pub fn is_in_flight(&self) -> bool {
+        matches!(&*self.reason, RejectionReason::Limited { limit, .. } if limit.is_in_flight())
+    }
+
     /// Whether the call was refused because the limiter could not decide.
     pub fn is_unavailable(&self) -> bool {
         matches!(*self.reason, RejectionReason::Unavailable(_))
@@ -135,6 +146,14 @@ impl Rejection {
 impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &*self.reason {
+            RejectionReason::Limited { limit, .. } if limit.is_in_flight() => {
+                write!(
+                    f,
+                    "too many calls in flight for `{}` (at most {})",
+                    self.name,
+                    limit.threshold()
+                )
+            }
             RejectionReason::Limited { decision, .. } => {
                 write!(
                     f,

@@ -29,12 +29,29 @@ pub struct Request<'a> {
     pub limit: &'a Limit,
     /// Units this call takes (validated by the limiter: `1 ..= capacity`).
     pub cost: u64,
+    /// For an in-flight limit ([`Limit::in_flight`]): the id of the lease
+    /// the slot is held under, unique per admission (a backend stores it,
+    /// renews it with [`Backend::renew`] and removes it with
+    /// [`Backend::refund`]). 0 for every other limit; an acquire of an
+    /// in-flight limit with 0 is refused as invalid.
+    pub lease: u64,
 }
 
 impl<'a> Request<'a> {
     /// A request for `cost` units of `limit` under `key`.
     pub const fn new(key: &'a Key, limit: &'a Limit, cost: u64) -> Self {
-        Self { key, limit, cost }
+        Self {
+            key,
+            limit,
+            cost,
+            lease: 0,
+        }
+    }
+
+    /// The same request under lease `lease` (in-flight limits).
+    pub const fn with_lease(mut self, lease: u64) -> Self {
+        self.lease = lease;
+        self
     }
 
     /// Checks a batch before a backend decides it (the check the limiter
@@ -61,9 +78,12 @@ impl<'a> Request<'a> {
                 limit: r.limit,
                 cost: r.cost,
                 slot: None,
+                lease: r.lease,
             })
             .collect();
-        crate::store::target::validate(Op::Acquire, &targets)
+        // (As for a peek: an acquire's in-flight limits also need a lease,
+        // which the limiter checks and a backend that keeps leases checks.)
+        crate::store::target::validate(Op::Peek, &targets)
     }
 }
 
@@ -185,6 +205,19 @@ pub trait Backend: Send + Sync + Debug + 'static {
         requests: &'a [Request<'a>],
         at_micros: u64,
     ) -> BoxFuture<'a, Result<(), BackendError>>;
+
+    /// Renews the leases of in-flight slots: each request names one slot
+    /// (an in-flight limit, its key and [`Request::lease`]) that should now
+    /// live a full lease again from the store's time. Answers, per request,
+    /// whether the slot was still held (`false`: it had expired, and another
+    /// call may have its place; it is not taken again). The default, for
+    /// stores that keep no leases, answers `true` for all.
+    fn renew<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+    ) -> BoxFuture<'a, Result<Vec<bool>, BackendError>> {
+        Box::pin(std::future::ready(Ok(vec![true; requests.len()])))
+    }
 
     /// Forgets the state of each request's key and limit (the cost is ignored).
     fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>>;

@@ -30,7 +30,7 @@ use hashbrown::{Equivalent, HashMap, HashTable};
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use smallvec::SmallVec;
 
-use crate::algorithm::{Log, Meter, Slots, State, Tat, Window};
+use crate::algorithm::{Flight, Log, Meter, Slots, State, Tat, Window};
 use crate::model::clock::{Clock, SystemClock};
 use crate::model::decision::{Decision, Decisions};
 use crate::model::error::BackendError;
@@ -149,6 +149,7 @@ tabled! {
     Meter => meter,
     Log => log,
     Slots => slots,
+    Flight => flight,
 }
 
 /// Every identity of a shard: numbers and text apart.
@@ -641,6 +642,7 @@ fn targets<'a>(requests: &'a [Request<'a>]) -> SmallVec<[Target<'a>; 4]> {
             limit: r.limit,
             cost: r.cost,
             slot: None,
+            lease: r.lease,
         })
         .collect()
 }
@@ -763,6 +765,7 @@ fn decide_in(
         Algorithm::TokenBucket | Algorithm::LeakyBucket => {
             decide::<Meter>(shard, at, target, now, commit)
         }
+        Algorithm::InFlight => decide::<Flight>(shard, at, target, now, commit),
         _ => decide::<Tat>(shard, at, target, now, commit),
     }
 }
@@ -775,6 +778,7 @@ fn refund_in(shard: &mut Shard, at: &Located, target: &Target<'_>, now: u64, at_
         Algorithm::TokenBucket | Algorithm::LeakyBucket => {
             refund::<Meter>(shard, at, target, now, at_micros)
         }
+        Algorithm::InFlight => refund::<Flight>(shard, at, target, now, at_micros),
         _ => refund::<Tat>(shard, at, target, now, at_micros),
     }
 }
@@ -848,6 +852,7 @@ fn reset_in(shard: &mut Shard, at: &Located, target: &Target<'_>) {
         Algorithm::SlidingLog => reset::<Log>(shard, at, target),
         Algorithm::SlidingWindow => reset::<Slots>(shard, at, target),
         Algorithm::TokenBucket | Algorithm::LeakyBucket => reset::<Meter>(shard, at, target),
+        Algorithm::InFlight => reset::<Flight>(shard, at, target),
         _ => reset::<Tat>(shard, at, target),
     }
 }

@@ -23,8 +23,9 @@ use target::{Op, Target};
 /// The store at the bottom of a limiter's pipeline.
 #[derive(Debug)]
 pub(crate) enum Store {
-    /// Decides in process, synchronously.
-    Memory(MemoryBackend),
+    /// Decides in process, synchronously (shared with the guards of
+    /// in-flight slots, which give theirs back from any thread).
+    Memory(Arc<MemoryBackend>),
     /// Decides over the network.
     Remote(Arc<dyn Backend>),
 }
@@ -101,6 +102,6 @@ fn requests<'k>(
     targets
         .iter()
         .zip(index)
-        .map(|(t, &k)| Request::new(&keys[k], t.limit, t.cost))
+        .map(|(t, &k)| Request::new(&keys[k], t.limit, t.cost).with_lease(t.lease))
         .collect()
 }

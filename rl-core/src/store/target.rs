@@ -59,6 +59,9 @@ pub(crate) struct Target<'a> {
     /// Units the call takes (validated: `1 ..= capacity`).
     pub(crate) cost: u64,
     pub(crate) slot: Option<Slot>,
+    /// The lease id an in-flight limit's slot is held under (0: none; see
+    /// [`crate::Request::lease`]).
+    pub(crate) lease: u64,
 }
 
 /// An operation on a batch of targets.
@@ -109,6 +112,14 @@ pub(crate) fn validate(op: Op<'_>, targets: &[Target<'_>]) -> Result<(), LimitEr
     for (i, a) in targets.iter().enumerate() {
         if op.decides() {
             a.limit.check_cost(a.cost)?;
+        }
+        if a.limit.is_in_flight() && a.lease == 0 && matches!(op, Op::Acquire | Op::AcquireOnce(_))
+        {
+            return Err(LimitError::BadCall(format!(
+                "{} is taken with `Limiter::call`, whose permit holds the slot and gives it back when the call \
+                 ends; it cannot be acquired on its own",
+                a.limit
+            )));
         }
         let id = a.limit.state_id();
         if let Some(b) = targets[i + 1..]

@@ -20,6 +20,7 @@ use super::response;
 use crate::http::{RATELIMIT, RATELIMIT_POLICY, TrustedProxies};
 use crate::limiter::Limiter;
 use crate::limiter::call::{CallFuture, CallSpec, GroupSpec, Permit};
+use crate::limiter::in_flight::InFlight;
 use crate::model::error::LimitError;
 use crate::model::limit::Limit;
 use crate::model::policy::FailurePolicy;
@@ -93,7 +94,8 @@ impl fmt::Debug for TierFn {
     }
 }
 
-/// A limit of [`RateLimitLayerBuilder::key`]: a [`Limit`] or its text
+/// A limit of [`RateLimitLayerBuilder::key`]: a [`Limit`] (or a `Result` of one, such as
+/// `Limit::in_flight(4)`) or its text
 /// (`"100/1m"`, the grammar of `#[rate_limit(limits = [...])]`).
 pub trait IntoLimit: sealed::Sealed {
     /// The limit, or why not.
@@ -105,11 +107,20 @@ mod sealed {
     impl Sealed for crate::Limit {}
     impl Sealed for &str {}
     impl Sealed for String {}
+    impl Sealed for Result<crate::Limit, crate::LimitError> {}
 }
 
 impl IntoLimit for Limit {
     fn into_limit(self) -> Result<Limit, LimitError> {
         Ok(self)
+    }
+}
+
+/// A limit still to check (`Limit::in_flight(4)`): its error surfaces in
+/// `build`.
+impl IntoLimit for Result<Limit, LimitError> {
+    fn into_limit(self) -> Result<Limit, LimitError> {
+        self
     }
 }
 
@@ -296,6 +307,31 @@ impl RateLimitLayerBuilder {
                 self
             }
         }
+    }
+
+    /// Adds a concurrency limit: at most `max` requests per key from `key`
+    /// being served at once, in a group named `name` ([`Limit::in_flight`],
+    /// lease 10 s; for another lease, `.key(name, [Limit::in_flight_with_ttl(..)?], key)`).
+    /// A request holds its slot from admission until the service's response
+    /// is ready (or the request is dropped), decided in the same call as
+    /// the layer's other keys, all-or-nothing. A request refused for lack of
+    /// a slot gets a `429` with `Retry-After: 1` and
+    /// `{"error":"too_many_in_flight","max_in_flight":N,"retry_after_ms":1000}`
+    /// (gRPC: `RESOURCE_EXHAUSTED`).
+    ///
+    /// ```
+    /// use rl_core::tower::{KeyFrom, RateLimitLayer};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let reports = RateLimitLayer::builder("reports")
+    ///     .key("reports_ip", ["60/1m"], KeyFrom::client_ip())
+    ///     .in_flight("reports_tenant", 4, KeyFrom::header("x-tenant"))
+    ///     .build()?;
+    /// # let _ = reports;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn in_flight(self, name: &str, max: u64, key: KeyFrom) -> Self {
+        self.key(name, [Limit::in_flight(max)], key)
     }
 
     /// Adds a key with a prepared group (e.g. with a cost per request).
@@ -490,8 +526,9 @@ type Fields = (HeaderValue, HeaderValue);
 
 /// A request's fate.
 enum Verdict {
-    /// Admitted, with the fields to add to its response, if any.
-    Admit(Option<Fields>),
+    /// Admitted, with the fields to add to its response, if any, and the
+    /// in-flight slots it holds until its response is ready.
+    Admit(Option<Fields>, Option<InFlight>),
     /// Answered without the service.
     Answer(Response<Body>),
 }
@@ -603,7 +640,7 @@ impl Shared {
     /// The verdict on a request (with these headers) without a key.
     fn no_key(&self, problem: &Problem, headers: &HeaderMap) -> Verdict {
         match self.missing {
-            MissingKey::Allow => Verdict::Admit(None),
+            MissingKey::Allow => Verdict::Admit(None, None),
             MissingKey::Reject => {
                 Verdict::Answer(response::no_key(problem, response::is_grpc(headers)))
             }
@@ -613,7 +650,10 @@ impl Shared {
     /// What a decided call (of a request with these headers) becomes.
     fn verdict(&self, decided: Result<Permit<'_>, Rejection>, headers: &HeaderMap) -> Verdict {
         match decided {
-            Ok(permit) => Verdict::Admit(self.headers.then(|| fields(&permit)).flatten()),
+            Ok(permit) => {
+                let fields = self.headers.then(|| fields(&permit)).flatten();
+                Verdict::Admit(fields, permit.into_in_flight())
+            }
             Err(rejection) => {
                 Verdict::Answer(response::refused(rejection, response::is_grpc(headers)))
             }
@@ -669,18 +709,20 @@ impl<S> RateLimit<S> {
                 None
             };
             return match shared.decide_now(limiter, Head::of_parts(&parts), &params) {
-                Some(Verdict::Admit(fields)) => {
+                Some(Verdict::Admit(fields, in_flight)) => {
                     let future = self.inner.call(Request::from_parts(parts, body));
-                    Now::Done(ResponseFuture::admitted(future, fields))
+                    Now::Done(ResponseFuture::admitted(future, fields, in_flight))
                 }
                 Some(Verdict::Answer(response)) => Now::Done(ResponseFuture::answered(response)),
                 None => Now::Remote(Request::from_parts(parts, body)),
             };
         }
         match shared.decide_now(limiter, Head::of_request(&request), &None) {
-            Some(Verdict::Admit(fields)) => {
-                Now::Done(ResponseFuture::admitted(self.inner.call(request), fields))
-            }
+            Some(Verdict::Admit(fields, in_flight)) => Now::Done(ResponseFuture::admitted(
+                self.inner.call(request),
+                fields,
+                in_flight,
+            )),
             Some(Verdict::Answer(response)) => Now::Done(ResponseFuture::answered(response)),
             None => Now::Remote(request),
         }
@@ -750,8 +792,9 @@ pin_project! {
     {
         // Answered without the service.
         Answered { response: Option<Response<Body>> },
-        // Admitted: the service's response, and the fields to add to it.
-        Admitted { #[pin] future: S::Future, fields: Option<Fields> },
+        // Admitted: the service's response, the fields to add to it, and
+        // the in-flight slots held until it is ready.
+        Admitted { #[pin] future: S::Future, fields: Option<Fields>, in_flight: Option<InFlight> },
         // Being decided by a remote store.
         Deciding { decision: Deciding, inner: Option<S>, body: Option<B> },
     }
@@ -777,9 +820,13 @@ impl<S: ::tower::Service<Request<B>>, B> ResponseFuture<S, B> {
         }
     }
 
-    fn admitted(future: S::Future, fields: Option<Fields>) -> Self {
+    fn admitted(future: S::Future, fields: Option<Fields>, in_flight: Option<InFlight>) -> Self {
         Self {
-            state: State::Admitted { future, fields },
+            state: State::Admitted {
+                future,
+                fields,
+                in_flight,
+            },
         }
     }
 }
@@ -805,8 +852,15 @@ where
                     });
                     return Poll::Ready(Ok(response));
                 }
-                StateProj::Admitted { future, fields } => {
-                    let mut response = ready!(future.poll(cx))?.map(Body::new);
+                StateProj::Admitted {
+                    future,
+                    fields,
+                    in_flight,
+                } => {
+                    let response = ready!(future.poll(cx));
+                    // The response is ready: its slots go back now.
+                    drop(in_flight.take());
+                    let mut response = response?.map(Body::new);
                     if let Some((policy, current)) = fields.take() {
                         let headers = response.headers_mut();
                         if !headers.contains_key(&RATELIMIT) {
@@ -823,10 +877,13 @@ where
                 } => {
                     let (verdict, parts) = ready!(decision.as_mut().poll(cx));
                     let next = match (verdict, inner.take(), body.take()) {
-                        (Verdict::Admit(fields), Some(mut inner), Some(body)) => State::Admitted {
-                            future: inner.call(Request::from_parts(parts, body)),
-                            fields,
-                        },
+                        (Verdict::Admit(fields, in_flight), Some(mut inner), Some(body)) => {
+                            State::Admitted {
+                                future: inner.call(Request::from_parts(parts, body)),
+                                fields,
+                                in_flight,
+                            }
+                        }
                         (Verdict::Answer(response), _, _) => State::Answered {
                             response: Some(response),
                         },

@@ -2,16 +2,19 @@
 -- operation. Used for multi-limit calls, idempotent calls and resets (a
 -- single-limit acquire, peek or refund goes through single.lua).
 --
--- args: op (acquire | acquire_once | peek | refund | refund_once | reset),
--- time ('s' = server TIME, or the client's now in us), at (us, refunds
--- only), extra TTL (ms), then per request: algorithm code, threshold,
--- period (us), burst, slots, cost.
+-- args: op (acquire | acquire_once | peek | refund | refund_once | reset |
+-- renew), time ('s' = server TIME, or the client's now in us), at (us,
+-- refunds only), extra TTL (ms), then per request: algorithm code,
+-- threshold, period (us), burst, slots, cost. For an in-flight limit
+-- (code 'if') the slots field carries the slot's lease id (text).
 -- keys: per request `<key>:<algorithm>:<period>`, plus `...:seq` for the
 -- sliding log; the `_once` ops take one more, last key: the request-id key
 -- `<first key>:req:<escaped id>`. All keys of one call share one hash tag.
 --
 -- Reply: per request allowed (1/0), limit, remaining, retry_after_us,
--- reset_after_us (acquire and peek only), then the now used. acquire_once
+-- reset_after_us (acquire and peek only), then the now used. renew (of
+-- in-flight slots only) answers per request 1 (renewed) or 0 (its lease
+-- had expired), then the now used. acquire_once
 -- appends two more integers: 1 if the reply is a replay (0 if decided now),
 -- and the current now (a replay's decisions keep their original now).
 --
@@ -60,6 +63,9 @@ local function batch(keys, args)
       ALG[r.alg] = loader()
     end
     next_key = next_key + 1
+    if r.alg == 'if' then
+      r.lease = args[a + 5]
+    end
     if r.alg == 'sl' then
       r.seq = keys[next_key]
       next_key = next_key + 1
@@ -167,6 +173,16 @@ local function batch(keys, args)
     end
     if id_key then
       redis.call('DEL', id_key)
+    end
+  elseif op == 'renew' then
+    for i = 1, count do
+      local r = requests[i]
+      local renew = ALG[r.alg].renew
+      if renew then
+        out[i] = renew(r, now)
+      else
+        out[i] = 0
+      end
     end
   elseif op == 'reset' then
     for i = 1, count do

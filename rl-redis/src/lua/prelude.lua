@@ -9,9 +9,10 @@
 --
 -- Layout of this file set (rl-redis/src/script.rs concatenates them):
 -- prelude.lua, then the algorithms (fixed_window.lua, sliding_log.lua,
--- sliding_window.lua, meter.lua, gcra.lua), then the entry points
+-- sliding_window.lua, meter.lua, gcra.lua, and in_flight.lua, the
+-- concurrency limit, decided by the batch entry only), then the entry points
 -- (single.lua: one limit, one algorithm; batch.lua: any batch; lease.lua:
--- quota leasing), then
+-- quota leasing of rate limits), then
 -- either library.lua (Redis >= 7: a Functions library, loaded once, whose
 -- code above runs once at load time) or one `return <entry>(KEYS, ARGV)`
 -- line (a script, for EVALSHA: the code above runs on every call).

@@ -1,0 +1,644 @@
+//! Concurrency limits (`max_in_flight`): in memory, on a real Redis server
+//! and on a real three-master Redis Cluster. Never more calls running than
+//! the limit (counted inside the bodies), a slot back as soon as its call
+//! ends or is cancelled, a killed process's slots back after their lease
+//! (and not before, while it lives and renews them), and all-or-nothing
+//! with rate limits in the same call.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rl_core::{Algorithm, CallSpec, GroupSpec, Limit, Limiter};
+use rl_redis::RedisBackend;
+use rl_tests::harness::{RedisCluster, RedisServer};
+
+const CALLERS: usize = 1_000;
+const MAX: u64 = 10;
+
+/// What a crowd of callers saw.
+#[derive(Debug)]
+struct Crowd {
+    /// The most bodies running at once, counted inside them.
+    most: u64,
+    admitted: u64,
+    refused: u64,
+}
+
+/// `CALLERS` tasks started together on `limiter`, each calling `spec` for
+/// the same identity until admitted once (pausing 40–60 ms after a
+/// refusal) or until `window` has passed, and running a 20–50 ms body
+/// when admitted; returns once every task ended and every slot was given
+/// back.
+async fn crowd(limiter: Arc<Limiter>, spec: Arc<CallSpec>, window: Duration) -> Crowd {
+    let running = Arc::new(AtomicU64::new(0));
+    let most = Arc::new(AtomicU64::new(0));
+    let admitted = Arc::new(AtomicU64::new(0));
+    let refused = Arc::new(AtomicU64::new(0));
+    let until = Instant::now() + window;
+    let mut tasks = Vec::with_capacity(CALLERS);
+    for caller in 0..CALLERS {
+        let (limiter, spec) = (limiter.clone(), spec.clone());
+        let (running, most) = (running.clone(), most.clone());
+        let (admitted, refused) = (admitted.clone(), refused.clone());
+        tasks.push(tokio::spawn(async move {
+            while Instant::now() < until {
+                match limiter.call(&spec, &[&"tenant-1"]).await {
+                    Ok(permit) => {
+                        let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                        let body = 20 + (caller as u64 * 7) % 31;
+                        tokio::time::sleep(Duration::from_millis(body)).await;
+                        running.fetch_sub(1, Ordering::SeqCst);
+                        drop(permit);
+                        return;
+                    }
+                    Err(rejection) => {
+                        assert!(rejection.is_in_flight(), "{rejection}");
+                        refused.fetch_add(1, Ordering::Relaxed);
+                        let pause = 40 + (caller as u64 * 13) % 21;
+                        tokio::time::sleep(Duration::from_millis(pause)).await;
+                    }
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("caller");
+    }
+    limiter.flush_in_flight().await;
+    Crowd {
+        most: most.load(Ordering::SeqCst),
+        admitted: admitted.load(Ordering::Relaxed),
+        refused: refused.load(Ordering::Relaxed),
+    }
+}
+
+fn jobs(limits: Vec<Limit>) -> Arc<CallSpec> {
+    Arc::new(CallSpec::owned(
+        "jobs",
+        vec![GroupSpec::owned("jobs", limits)],
+    ))
+}
+
+/// The crowd's figures hold the limit and show it was reached and reused.
+fn check_crowd(crowd: &Crowd) {
+    eprintln!("{crowd:?}");
+    assert!(crowd.most <= MAX, "{crowd:?}");
+    assert_eq!(crowd.most, MAX, "the limit was never reached: {crowd:?}");
+    assert!(crowd.refused > 0, "{crowd:?}");
+    // Slots were given back and taken again, several times over.
+    assert!(crowd.admitted >= 2 * MAX, "{crowd:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_memory_never_more_than_max_in_flight_of_1000_slow_callers_run_at_once() {
+    let limiter = Arc::new(Limiter::builder().memory().build().expect("limiter"));
+    let crowd = crowd(
+        limiter.clone(),
+        jobs(vec![Limit::in_flight(MAX).unwrap()]),
+        Duration::from_millis(1_500),
+    )
+    .await;
+    check_crowd(&crowd);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_never_more_than_max_in_flight_of_1000_slow_callers_run_at_once() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(server.url()).await.expect("connect");
+    let limiter = Arc::new(
+        Limiter::builder()
+            .backend(backend)
+            .prefix("crowd")
+            .build()
+            .expect("limiter"),
+    );
+    let limit = Limit::in_flight(MAX).unwrap();
+    let crowd = crowd(
+        limiter.clone(),
+        jobs(vec![limit]),
+        Duration::from_millis(1_500),
+    )
+    .await;
+    check_crowd(&crowd);
+    let left: u64 = server
+        .cmd(&["ZCARD", "crowd:{jobs:tenant-1}:if:10000000"])
+        .await;
+    assert_eq!(left, 0, "every slot was given back");
+    assert_eq!(limiter.in_flight_leases(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_never_more_than_max_in_flight_of_1000_slow_callers_run_at_once() {
+    let cluster = RedisCluster::start();
+    let backend = RedisBackend::connect_cluster(cluster.urls())
+        .await
+        .expect("connect");
+    let limiter = Arc::new(
+        Limiter::builder()
+            .backend(backend)
+            .prefix("crowd")
+            .build()
+            .expect("limiter"),
+    );
+    // With a rate limit in the same group: one call per decision all the same.
+    let limits = vec![
+        Limit::per_hour(100_000).unwrap(),
+        Limit::in_flight(MAX).unwrap(),
+    ];
+    let crowd = crowd(limiter.clone(), jobs(limits), Duration::from_millis(1_500)).await;
+    check_crowd(&crowd);
+    assert_eq!(limiter.in_flight_leases(), 0);
+}
+
+/// A limiter of two slots per tenant on `backend` (memory when `None`).
+async fn two_slots(backend: Option<RedisBackend>) -> (Arc<Limiter>, Arc<CallSpec>) {
+    let builder = Limiter::builder().prefix("drop");
+    let limiter = match backend {
+        Some(backend) => builder.backend(backend).build(),
+        None => builder.memory().build(),
+    }
+    .expect("limiter");
+    (Arc::new(limiter), jobs(vec![Limit::in_flight(2).unwrap()]))
+}
+
+/// Two calls hold both slots; one returns, another is cancelled while
+/// running: each time the next caller is admitted.
+async fn dropped_and_cancelled_calls_give_their_slot_back(
+    limiter: Arc<Limiter>,
+    spec: Arc<CallSpec>,
+) {
+    let first = limiter.call(&spec, &[&"t"]).await.expect("first");
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let running = {
+        let (limiter, spec) = (limiter.clone(), spec.clone());
+        tokio::spawn(async move {
+            let _permit = limiter.call(&spec, &[&"t"]).await.expect("second");
+            let _ = ready_tx.send(());
+            std::future::pending::<()>().await;
+        })
+    };
+    ready_rx.await.expect("second call running");
+    let refused = limiter.call(&spec, &[&"t"]).await.unwrap_err();
+    assert!(refused.is_in_flight(), "{refused}");
+    assert_eq!(refused.limit().map(Limit::threshold), Some(2));
+
+    // The call returns: its slot is back for the next caller.
+    drop(first);
+    limiter.flush_in_flight().await;
+    let third = limiter
+        .call(&spec, &[&"t"])
+        .await
+        .expect("admitted after a return");
+    assert!(limiter.call(&spec, &[&"t"]).await.is_err());
+
+    // The running call is cancelled: its slot is back too.
+    running.abort();
+    assert!(running.await.unwrap_err().is_cancelled());
+    limiter.flush_in_flight().await;
+    let fourth = limiter
+        .call(&spec, &[&"t"])
+        .await
+        .expect("admitted after a cancellation");
+    drop((third, fourth));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_memory_a_dropped_or_cancelled_call_gives_its_slot_back_at_once() {
+    let (limiter, spec) = two_slots(None).await;
+    dropped_and_cancelled_calls_give_their_slot_back(limiter, spec).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_a_dropped_or_cancelled_call_gives_its_slot_back_at_once() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(server.url()).await.expect("connect");
+    let (limiter, spec) = two_slots(Some(backend)).await;
+    dropped_and_cancelled_calls_give_their_slot_back(limiter.clone(), spec).await;
+    limiter.flush_in_flight().await;
+    let left: u64 = server.cmd(&["ZCARD", "drop:{jobs:t}:if:10000000"]).await;
+    assert_eq!(left, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_dropped_or_cancelled_call_gives_its_slot_back_at_once() {
+    let cluster = RedisCluster::start();
+    let backend = RedisBackend::connect_cluster(cluster.urls())
+        .await
+        .expect("connect");
+    let (limiter, spec) = two_slots(Some(backend)).await;
+    dropped_and_cancelled_calls_give_their_slot_back(limiter, spec).await;
+}
+
+/// A rate limit refusing takes no slot; a full set of slots consumes no
+/// rate-limit unit. `identities` are the two groups' identities (one
+/// group holds the rate limit, the other the slots; the same identity
+/// puts them in one hash slot, two spread them over a cluster).
+async fn rate_and_in_flight_are_all_or_nothing(limiter: &Limiter, identities: [&str; 2]) {
+    let rate = Limit::per_hour(3)
+        .and_then(|l| l.with_algorithm(Algorithm::FixedWindow))
+        .unwrap();
+    let slots = Limit::in_flight(1).unwrap();
+    let spec = CallSpec::owned(
+        "report",
+        vec![
+            GroupSpec::owned("report_user", vec![rate]),
+            GroupSpec::owned("report_tenant", vec![slots]),
+        ],
+    );
+    let [user, tenant] = identities;
+    let units_left = || async {
+        limiter
+            .peek_identity("report_user", &user, &[rate])
+            .await
+            .expect("peek")[0]
+            .remaining
+    };
+    let slots_left = || async {
+        limiter
+            .peek_identity("report_tenant", &tenant, &[slots])
+            .await
+            .expect("peek")[0]
+            .remaining
+    };
+
+    let held = limiter.call(&spec, &[&user, &tenant]).await.expect("first");
+    assert_eq!((units_left().await, slots_left().await), (2, 0));
+    // The slot is taken: refused, and no unit of the rate limit consumed.
+    for _ in 0..3 {
+        let refused = limiter.call(&spec, &[&user, &tenant]).await.unwrap_err();
+        assert!(refused.is_in_flight(), "{refused}");
+        assert_eq!(refused.name(), "report_tenant");
+    }
+    assert_eq!(units_left().await, 2);
+    drop(held);
+    limiter.flush_in_flight().await;
+    assert_eq!(slots_left().await, 1);
+
+    // Use up the rate limit (each call gives its slot back).
+    for _ in 0..2 {
+        drop(
+            limiter
+                .call(&spec, &[&user, &tenant])
+                .await
+                .expect("within the rate"),
+        );
+        limiter.flush_in_flight().await;
+    }
+    assert_eq!(units_left().await, 0);
+    // The rate limit refuses: no slot is taken.
+    let refused = limiter.call(&spec, &[&user, &tenant]).await.unwrap_err();
+    assert!(!refused.is_in_flight());
+    assert_eq!(refused.name(), "report_user");
+    assert_eq!(slots_left().await, 1, "a refused call holds no slot");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_memory_rate_and_in_flight_limits_are_all_or_nothing_both_ways() {
+    let limiter = Limiter::builder().memory().build().expect("limiter");
+    rate_and_in_flight_are_all_or_nothing(&limiter, ["u1", "u1"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_rate_and_in_flight_limits_are_all_or_nothing_both_ways() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(server.url()).await.expect("connect");
+    let limiter = Limiter::builder()
+        .backend(backend)
+        .deny_cache(false)
+        .build()
+        .expect("limiter");
+    rate_and_in_flight_are_all_or_nothing(&limiter, ["u1", "u1"]).await;
+    rate_and_in_flight_are_all_or_nothing(&limiter, ["u2", "t2"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_rate_and_in_flight_limits_are_all_or_nothing_across_hash_tags() {
+    let cluster = RedisCluster::start();
+    let backend = RedisBackend::connect_cluster(cluster.urls())
+        .await
+        .expect("connect");
+    let limiter = Limiter::builder()
+        .backend(backend)
+        .deny_cache(false)
+        .build()
+        .expect("limiter");
+    // Different identities: two hash tags, reserve-then-compensate.
+    rate_and_in_flight_are_all_or_nothing(&limiter, ["u3", "t3"]).await;
+}
+
+/// Reads the helper's `ready` line.
+async fn wait_ready(child: &mut tokio::process::Child) -> String {
+    use tokio::io::AsyncBufReadExt;
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .expect("the holder said nothing within 20 s")
+        .expect("read")
+        .expect("the holder exited before holding its slots");
+    assert!(line.starts_with("ready"), "{line}");
+    line
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_process_s_slots_come_back_after_their_lease_and_not_while_it_renews_them() {
+    const LEASE: Duration = Duration::from_millis(1_500);
+    let server = RedisServer::start();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_in_flight_holder"))
+        .args([
+            &server.url(),
+            "exports",
+            "tenant-9",
+            "3",
+            &LEASE.as_millis().to_string(),
+            "3",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the holder");
+    let ready = wait_ready(&mut child).await;
+    assert_eq!(ready.split(' ').count(), 4, "three leases: {ready}");
+
+    let backend = RedisBackend::connect(server.url()).await.expect("connect");
+    let limiter = Limiter::builder()
+        .backend(backend)
+        .prefix("held")
+        .deny_cache(false)
+        .build()
+        .expect("limiter");
+    let limit = Limit::in_flight_with_ttl(3, LEASE).unwrap();
+    let spec = CallSpec::owned("check", vec![GroupSpec::owned("exports", vec![limit])]);
+    assert!(
+        limiter
+            .call(&spec, &[&"tenant-9"])
+            .await
+            .unwrap_err()
+            .is_in_flight()
+    );
+
+    // Alive for twice its lease: renewed, so the slots stay taken.
+    let alive_until = Instant::now() + 2 * LEASE;
+    while Instant::now() < alive_until {
+        let refused = limiter.call(&spec, &[&"tenant-9"]).await.unwrap_err();
+        assert!(refused.is_in_flight(), "{refused}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // SIGKILL: nothing is released; the leases run out.
+    let pid = child.id().expect("pid");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let _ = child.wait().await;
+    let since_kill = Instant::now();
+    let back = loop {
+        match limiter.call(&spec, &[&"tenant-9"]).await {
+            Ok(permit) => break (since_kill.elapsed(), permit),
+            Err(rejection) => assert!(rejection.is_in_flight(), "{rejection}"),
+        }
+        assert!(
+            since_kill.elapsed() < LEASE + Duration::from_secs(2),
+            "the killed process's slots were not back within the lease + 2 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // Last renewed at most a third of the lease before the kill.
+    assert!(
+        back.0 >= LEASE / 2,
+        "back after {:?}, before the lease could expire",
+        back.0
+    );
+    assert!(
+        back.0 <= LEASE + Duration::from_millis(500),
+        "back after {:?}",
+        back.0
+    );
+    // All three slots are back, the dead leases pruned.
+    let more = [
+        limiter
+            .call(&spec, &[&"tenant-9"])
+            .await
+            .expect("second slot"),
+        limiter
+            .call(&spec, &[&"tenant-9"])
+            .await
+            .expect("third slot"),
+    ];
+    let members: u64 = server
+        .cmd(&["ZCARD", "held:{exports:tenant-9}:if:1500000"])
+        .await;
+    assert_eq!(members, 3, "only the three live slots remain");
+    drop((back, more));
+}
+
+static MACRO_RUNNING: AtomicU64 = AtomicU64::new(0);
+static MACRO_MOST: AtomicU64 = AtomicU64::new(0);
+
+/// The body runs while the slot is held: counted inside it.
+#[rl_core::rate_limit(name = "macro_jobs", key = tenant, max_in_flight = 10, limiter = limiter)]
+async fn slow_job(limiter: &Limiter, tenant: &str, body_ms: u64) -> Result<(), rl_core::Rejection> {
+    let now = MACRO_RUNNING.fetch_add(1, Ordering::SeqCst) + 1;
+    MACRO_MOST.fetch_max(now, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(body_ms)).await;
+    MACRO_RUNNING.fetch_sub(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_macro_on_redis_never_more_than_max_in_flight_of_1000_slow_callers_run_at_once() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(server.url()).await.expect("connect");
+    let limiter = Arc::new(
+        Limiter::builder()
+            .backend(backend)
+            .prefix("macro")
+            .build()
+            .expect("limiter"),
+    );
+    let until = Instant::now() + Duration::from_millis(1_500);
+    let (admitted, refused) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let tasks: Vec<_> = (0..CALLERS as u64)
+        .map(|caller| {
+            let limiter = limiter.clone();
+            let (admitted, refused) = (admitted.clone(), refused.clone());
+            tokio::spawn(async move {
+                while Instant::now() < until {
+                    match slow_job(&limiter, "tenant-1", 20 + caller * 7 % 31).await {
+                        Ok(()) => {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                            return;
+                        }
+                        Err(rejection) => {
+                            assert!(rejection.is_in_flight(), "{rejection}");
+                            refused.fetch_add(1, Ordering::Relaxed);
+                            let pause = 40 + caller * 13 % 21;
+                            tokio::time::sleep(Duration::from_millis(pause)).await;
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("caller");
+    }
+    limiter.flush_in_flight().await;
+    let crowd = Crowd {
+        most: MACRO_MOST.load(Ordering::SeqCst),
+        admitted: admitted.load(Ordering::Relaxed),
+        refused: refused.load(Ordering::Relaxed),
+    };
+    check_crowd(&crowd);
+    let left: u64 = server
+        .cmd(&["ZCARD", "macro:{macro_jobs:tenant-1}:if:10000000"])
+        .await;
+    assert_eq!(left, 0, "every slot was given back");
+}
+
+/// Records counters and gauges as `name{limit}` → value.
+#[derive(Default, Clone)]
+struct Figures(Arc<std::sync::Mutex<std::collections::HashMap<String, f64>>>);
+
+struct Series {
+    name: String,
+    figures: Figures,
+}
+
+impl Series {
+    fn add(&self, value: f64) {
+        *self
+            .figures
+            .0
+            .lock()
+            .unwrap()
+            .entry(self.name.clone())
+            .or_default() += value;
+    }
+}
+
+impl metrics::CounterFn for Series {
+    fn increment(&self, value: u64) {
+        self.add(value as f64);
+    }
+    fn absolute(&self, _: u64) {}
+}
+
+impl metrics::GaugeFn for Series {
+    fn increment(&self, value: f64) {
+        self.add(value);
+    }
+    fn decrement(&self, value: f64) {
+        self.add(-value);
+    }
+    fn set(&self, _: f64) {}
+}
+
+impl Figures {
+    fn series(&self, key: &metrics::Key) -> Arc<Series> {
+        let limit = key
+            .labels()
+            .find(|l| l.key() == "limit")
+            .map_or("", |l| l.value());
+        Arc::new(Series {
+            name: format!("{}{{{limit}}}", key.name()),
+            figures: self.clone(),
+        })
+    }
+
+    fn get(&self, name: &str) -> f64 {
+        self.0.lock().unwrap().get(name).copied().unwrap_or(0.0)
+    }
+}
+
+impl metrics::Recorder for Figures {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        metrics::Counter::from_arc(self.series(key))
+    }
+    fn register_gauge(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        metrics::Gauge::from_arc(self.series(key))
+    }
+    fn register_histogram(
+        &self,
+        _: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
+}
+
+#[test]
+fn metrics_count_the_calls_in_flight_per_name_their_releases_and_leases_found_expired() {
+    let figures = Figures::default();
+    let _recorder = metrics::set_default_local_recorder(&figures);
+    // One thread: the keeper task records through this thread's recorder.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let server = RedisServer::start();
+        let backend = RedisBackend::connect(server.url()).await.expect("connect");
+        let limiter = Limiter::builder()
+            .backend(backend)
+            .prefix("m")
+            .build()
+            .expect("limiter");
+        let limit = Limit::in_flight_with_ttl(5, Duration::from_secs(1)).unwrap();
+        let spec = CallSpec::owned("metered", vec![GroupSpec::owned("m_jobs", vec![limit])]);
+        let first = limiter.call(&spec, &[&"t"]).await.expect("first");
+        let second = limiter.call(&spec, &[&"t"]).await.expect("second");
+        assert_eq!(figures.get("rl_in_flight{m_jobs}"), 2.0);
+        drop(first);
+        limiter.flush_in_flight().await;
+        assert_eq!(figures.get("rl_in_flight{m_jobs}"), 1.0);
+        assert_eq!(figures.get("rl_in_flight_releases_total{m_jobs}"), 1.0);
+
+        // The second's lease disappears (as when renewals fail for longer
+        // than the lease): the next renewal finds it expired.
+        let lease = format!("{:016x}", second.in_flight().expect("slots").lease());
+        let removed: u64 = server
+            .cmd(&["ZREM", "m:{m_jobs:t}:if:1000000", &lease])
+            .await;
+        assert_eq!(removed, 1);
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while figures.get("rl_in_flight_expired_total{m_jobs}") == 0.0 {
+            assert!(
+                Instant::now() < deadline,
+                "no renewal found the lease expired"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(figures.get("rl_in_flight_expired_total{m_jobs}"), 1.0);
+        drop(second);
+        limiter.flush_in_flight().await;
+        assert_eq!(figures.get("rl_in_flight{m_jobs}"), 0.0);
+        assert_eq!(figures.get("rl_in_flight_releases_total{m_jobs}"), 2.0);
+    });
+}
