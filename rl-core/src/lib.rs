@@ -28,10 +28,16 @@
 //!   `cost`, `burst`, `slots`, `lease`, `max_in_flight`, `in_flight_ttl`,
 //!   `name`, `also(...)`, `tier` + `tiers(...)`, `count`, `count_if`,
 //!   `reset_on_success`, `on_reject`, `headers`, `limiter`, `on_error`,
-//!   `crate`; see its docs.
+//!   `wait`, `crate`; see its docs.
 //! - Tiers: limits chosen per call by the caller's tier (`free`, `pro`),
 //!   each tier on its own state and live-configurable as `<name>@<tier>`
 //!   ([`GroupSpec::tiered`], [`Limiter::call_tiered`], [`Tier`]).
+//! - Waiting instead of failing ([`Limiter::call_waiting`], `wait = "2s"`):
+//!   on GCRA and the buckets a waiting call reserves the earliest slot every
+//!   limit allows, atomically, and sleeps until it (callers queue and leave
+//!   at the limit's rate; a dropped waiter gives its slot back); on the
+//!   window algorithms it retries after each `retry_after` until its
+//!   deadline.
 //! - [`Limiter`]: a backend, a key prefix and a [`FailurePolicy`]; one is
 //!   installed globally with [`LimiterBuilder::install`].
 //! - A deny cache in front of remote backends: a key the backend just
@@ -124,7 +130,7 @@
 //! | `sliding_log` | one entry per admitted unit (`T ≤ 10 000`) | exactly `T` | small `T` that must never be exceeded (SMS, login) |
 //! | `sliding_window` | `slots` counters | just under `2T` if a quota lands in the last µs of one slot; close to `T` for spread traffic | large `T` needing near-exact windows |
 //! | `token_bucket` | tokens + timestamp | `burst + T − 1` | bursty clients with an average rate |
-//! | `leaky_bucket` | level + timestamp | `burst + T − 1` | the same decisions as the token bucket, seen from the level |
+//! | `leaky_bucket` | level + timestamp | `burst + T − 1` (a whole burst passes at once) | the same decisions as the token bucket, seen from the level; with waiting calls and `burst = 1`, a smoother |
 //!
 //! A window of length `P` is `[t, t + P)`. A client calling as fast as it
 //! is allowed gets exactly `T` per `P` from every algorithm but
@@ -198,6 +204,7 @@ pub use model::limit::{Algorithm, Limit, parse_duration};
 pub use model::mask::Masked;
 pub use model::policy::FailurePolicy;
 pub use model::rejection::{Rejection, RejectionReason};
+pub use model::reservation::Reservation;
 pub use store::backend::{Backend, BoxFuture, LeaseReturn, Leased, Request, SharedLists};
 pub use store::memory::MemoryBackend;
 

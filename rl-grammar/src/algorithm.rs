@@ -19,6 +19,8 @@ pub enum Algorithm {
     /// A bucket of `burst` tokens refilled at `threshold` per `period`.
     TokenBucket,
     /// A meter draining at `threshold` per `period`, holding at most `burst`.
+    /// It decides exactly as the token bucket (a whole burst passes at
+    /// once); callers that wait for room (`wait`) leave at the drain rate.
     LeakyBucket,
     /// Generic cell rate algorithm: one timestamp per identity, exact average
     /// rate, bursts up to `burst`. The default.

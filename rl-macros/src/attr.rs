@@ -39,10 +39,11 @@ mod kw {
     syn::custom_keyword!(tiers);
     syn::custom_keyword!(max_in_flight);
     syn::custom_keyword!(in_flight_ttl);
+    syn::custom_keyword!(wait);
 }
 
 /// Every argument, in the order the docs and error messages list them.
-pub(crate) const ARGUMENTS: [&str; 23] = [
+pub(crate) const ARGUMENTS: [&str; 24] = [
     "period",
     "threshold",
     "key",
@@ -65,6 +66,7 @@ pub(crate) const ARGUMENTS: [&str; 23] = [
     "reset_on_success",
     "on_reject",
     "headers",
+    "wait",
     "crate",
 ];
 
@@ -186,6 +188,8 @@ pub(crate) struct Args {
     pub(crate) on_reject: Option<Arg<Expr>>,
     /// A flag: the span is the keyword's.
     pub(crate) headers: Option<Arg<()>>,
+    /// The longest wait for room, in microseconds; the span is the value's.
+    pub(crate) wait: Option<Arg<u64>>,
 }
 
 impl Parse for Args {
@@ -272,6 +276,15 @@ impl Args {
                 keyword.span,
                 parse_expr(input)?,
             )
+        } else if input.peek(kw::wait) {
+            let keyword = input.parse::<kw::wait>()?;
+            input.parse::<Token![=]>()?;
+            set_once(
+                &mut self.wait,
+                "wait",
+                keyword.span,
+                parse_duration(input, "wait")?,
+            )
         } else if input.peek(kw::headers) {
             let keyword = input.parse::<kw::headers>()?;
             set_once(
@@ -306,7 +319,7 @@ impl GroupArgs {
                 &mut self.period,
                 "period",
                 keyword.span,
-                parse_period(input)?,
+                parse_duration(input, "period")?,
             )?;
         } else if input.peek(kw::threshold) {
             let keyword = input.parse::<kw::threshold>()?;
@@ -712,13 +725,8 @@ fn negative(input: ParseStream, name: &str) -> Result<Error> {
     ))
 }
 
-/// A period: whole seconds (`30`) or a duration string (`"500ms"`), in µs.
-fn parse_period(input: ParseStream) -> Result<Arg<u64>> {
-    parse_duration(input, "period")
-}
-
-/// A duration argument `name`: whole seconds (`30`) or a duration string
-/// (`"500ms"`), in µs.
+/// A duration argument `name` (`period`, `in_flight_ttl`, `wait`): whole
+/// seconds (`30`) or a duration string (`"500ms"`), in µs.
 fn parse_duration(input: ParseStream, name: &str) -> Result<Arg<u64>> {
     if input.peek(Token![-]) {
         return Err(negative(input, name)?);
@@ -987,6 +995,7 @@ mod tests {
             (quote!(count_if = f), quote!(count_if = g), "count_if"),
             (quote!(on_reject = f), quote!(on_reject = g), "on_reject"),
             (quote!(headers), quote!(headers), "headers"),
+            (quote!(wait = "1s"), quote!(wait = 2), "wait"),
             (
                 quote!(reset_on_success),
                 quote!(reset_on_success),
@@ -1041,6 +1050,12 @@ mod tests {
                 .starts_with("`threshold` is too large")
         );
         assert!(error(quote!(period = 99999999999999999)).starts_with("`period` is too large"));
+        assert!(error(quote!(wait = "soon")).starts_with("cannot parse duration \"soon\""));
+        assert!(error(quote!(wait = 0.5)).contains("`wait = \"500ms\"`"));
+        assert_eq!(
+            error(quote!(wait = -1)),
+            "`wait` must be a positive integer, got `-1`"
+        );
     }
 
     #[test]

@@ -308,12 +308,16 @@ fn call(
         .counting
         .as_ref()
         .map(|_| quote!(.with_counting(#private::Counting::Settled)));
+    let wait = config.wait.map(|micros| {
+        let micros = Literal::u64_unsuffixed(micros);
+        quote!(.with_wait(#private::core::time::Duration::from_micros(#micros)))
+    });
     let refused = refused(config, private);
     let check = quote! {
         #(#limit_arrays)*
         static __RL_GROUPS: [#private::GroupSpec; #group_count] = [#(#groups),*];
         static __RL_SPEC: #private::CallSpec =
-            #private::CallSpec::new(#name, &__RL_GROUPS)#policy #counting;
+            #private::CallSpec::new(#name, &__RL_GROUPS)#policy #counting #wait;
         #[allow(unused_imports)]
         use #private::{PartDisplay as _, PartFast as _};
         let __rl_call = #call_fn;
@@ -522,6 +526,26 @@ mod tests {
             "no key: the empty identity; {code}"
         );
         assert!(!code.contains("rl_core"), "{code}");
+    }
+
+    #[test]
+    fn wait_sets_the_specs_longest_wait_and_nothing_else() {
+        let function = quote!(
+            async fn f(id: u64) -> Result<(), E> {
+                Ok(())
+            }
+        );
+        let waiting = expand(
+            quote!(period = 1, threshold = 5, key = id, wait = "2s"),
+            function.clone(),
+        );
+        let plain = expand(quote!(period = 1, threshold = 5, key = id), function);
+        let setting = ". with_wait (:: rl_core :: __private :: core :: time :: Duration :: from_micros (2000000))";
+        assert!(
+            waiting.contains(&format!("& __RL_GROUPS) {setting} ;")),
+            "{waiting}"
+        );
+        assert_eq!(waiting.replace(&format!(" {setting}"), ""), plain);
     }
 
     #[test]

@@ -66,6 +66,7 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// | `reset_on_success` | flag, on the function or in an `also(...)` | off | with `count`/`count_if`: a call that does not count forgets this group's state for its key (consecutive-failure counting) instead of giving back its own units |
 /// | `on_reject` | expression callable as `FnOnce(rl_core::Rejection) -> ReturnType` (closure or path, e.g. `IntoResponse::into_response`) | `Err(From::from(rejection))` | the value a refused call returns; with it the function may return any type |
 /// | `headers` | flag (needs `rl-core`'s `axum` feature) | off | adds `RateLimit-Policy` and `RateLimit` (the binding limit) to a successful response; the return type must implement `WithHeaders`: `http::Response<B>` or `Result<Response<B>, E>` |
+/// | `wait` | integer (seconds) or duration string, > 0 | refuse at once | wait up to this long for room instead of being refused: on `gcra`, `token_bucket` and `leaky_bucket` the call reserves the earliest slot every limit allows and sleeps until it (callers queue); on the window algorithms it retries after each `retry_after` until the deadline (see `Limiter::call_waiting`); not with `tier` or `max_in_flight` |
 /// | `crate` | string path to `rl_core` | `"::rl_core"` | for crates that re-export `rl_core` |
 ///
 /// Every argument is checked at compile time, at the offending token:
@@ -93,7 +94,10 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// reverse, an empty `tiers()`, a tier name that is not one or is given
 /// twice, `tiers` with `limits`, `period` or `threshold`, a tiered group's
 /// `name` containing `@`, and every limit rule above for each tier's limits
-/// (reported at the string).
+/// (reported at the string); and a `wait` of zero, with `count` or
+/// `count_if`, with `tier`, with `max_in_flight` in any group, or over
+/// limits mixing a window algorithm with `gcra` or a bucket (reported at
+/// `wait`).
 ///
 /// # Tiers
 ///
@@ -111,6 +115,19 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// declared (or configured); without one it cannot be decided, an error
 /// naming the tier is logged and the failure policy answers (`fail_open`:
 /// admitted). The metrics' `limit` label is `api@pro`.
+///
+/// # Waiting
+///
+/// ```text
+/// #[rate_limit(key = tenant, period = "1s", threshold = 10, burst = 1,
+///              algorithm = leaky_bucket, wait = "3s")]
+/// async fn export(tenant: u64) -> Result<Report, Rejection> { .. }
+/// ```
+///
+/// Callers of one tenant leave one every 100 ms; one whose turn is more
+/// than 3 s away is refused at once (its `retry_after` says when its turn
+/// would be). A caller whose future is dropped while it waits gives its
+/// slot to the next caller.
 ///
 /// # Several limits and several keys
 ///

@@ -35,6 +35,8 @@ pub(crate) struct Config {
     pub(crate) on_reject: Option<Arg<Expr>>,
     /// The `headers` keyword, when given.
     pub(crate) headers: Option<Span>,
+    /// `wait`: how long a call may wait for room, in µs (never zero).
+    pub(crate) wait: Option<u64>,
     /// The return type as written, `()` when there is none.
     pub(crate) output: Type,
     /// A `&mut self` or `self` method: the body's block borrows what it
@@ -128,6 +130,7 @@ pub(crate) fn validate(args: Args, sig: &Signature) -> Result<Config> {
         count_if,
         on_reject,
         headers,
+        wait,
     } = args;
     let error_type_span = check_signature(sig, on_reject.is_none(), &mut errors);
     let in_flight = group
@@ -223,6 +226,10 @@ pub(crate) fn validate(args: Args, sig: &Signature) -> Result<Config> {
         );
     }
 
+    if let Some(wait) = &wait {
+        check_wait(wait, &counting, &groups, in_flight.is_some(), &mut errors);
+    }
+
     let output = match &sig.output {
         ReturnType::Default => syn::parse_quote!(()),
         ReturnType::Type(_, ty) => (**ty).clone(),
@@ -251,11 +258,107 @@ pub(crate) fn validate(args: Args, sig: &Signature) -> Result<Config> {
         counting,
         on_reject,
         headers: headers.map(|h| h.span),
+        wait: wait.map(|w| w.value),
         output,
         borrows_self,
         in_flight,
     };
     errors.finish(config)
+}
+
+/// `wait`: longer than zero, every call counted, no tiers, no
+/// `max_in_flight` (`in_flight`: in any group), and every limit of the
+/// call of one kind: GCRA and the buckets reserve one time for all their
+/// limits, the window algorithms retry, and a call cannot do both.
+fn check_wait(
+    wait: &Arg<u64>,
+    counting: &Option<Counting>,
+    groups: &[Option<GroupConfig>],
+    in_flight: bool,
+    errors: &mut Errors,
+) {
+    if wait.value == 0 {
+        errors.push(
+            wait.span,
+            "`wait` must be longer than zero: a call that may not wait is refused at once, which is what \
+             leaving `wait` out does",
+        );
+    }
+    if let Some(counting) = counting {
+        let argument = match counting {
+            Counting::Failures(_) => "count",
+            Counting::If(_) => "count_if",
+        };
+        errors.push(
+            wait.span,
+            format!(
+                "`wait` cannot be combined with `{argument}`: giving back a unit of a limit with queued callers \
+                 would hand a reserved slot out twice; remove `wait` or `{argument}`"
+            ),
+        );
+    }
+    if let Some(tiered) = groups.iter().flatten().find(|g| g.tiers.is_some()) {
+        let group = match &tiered.name {
+            Some(name) => format!("group {:?}", name.value()),
+            None => "the function's own group".to_owned(),
+        };
+        errors.push(
+            wait.span,
+            format!(
+                "`wait` cannot be combined with `tier` and `tiers(...)` ({group}): a waiting call reserves its \
+                 slot on limits known before the call, and a tiered group's limits are chosen by each call; \
+                 remove `wait` or the tiers"
+            ),
+        );
+    }
+    if in_flight {
+        let group = groups
+            .iter()
+            .flatten()
+            .find(|g| g.limits.iter().any(|l| l.algorithm.is_in_flight()))
+            .map_or_else(
+                || "in the function".to_owned(),
+                |g| match &g.name {
+                    Some(name) => format!("in group {:?}", name.value()),
+                    None => "in the function's own group".to_owned(),
+                },
+            );
+        errors.push(
+            wait.span,
+            format!(
+                "`wait` cannot be combined with `max_in_flight` ({group}): a slot of a concurrency limit frees \
+                 when a running call ends, which no reserved time or retry can promise, and a waiting call would \
+                 hold its other limits' units meanwhile; remove `wait` or `max_in_flight`"
+            ),
+        );
+    }
+    // Rate limits only: `max_in_flight` was reported above.
+    let limits = groups.iter().flatten().flat_map(|g| {
+        g.limits
+            .iter()
+            .filter(|l| !l.algorithm.is_in_flight())
+            .map(move |l| (g, l))
+    });
+    let queued = limits.clone().find(|(_, l)| l.algorithm.uses_burst());
+    let windowed = limits.clone().find(|(_, l)| !l.algorithm.uses_burst());
+    if let (Some((qg, ql)), Some((wg, wl))) = (queued, windowed) {
+        let group = |g: &GroupConfig| match &g.name {
+            Some(name) => format!("group {:?}", name.value()),
+            None => "the function's own group".to_owned(),
+        };
+        errors.push(
+            wait.span,
+            format!(
+                "`wait` cannot wait for `{}` ({}) and `{}` ({}) in one call: a waiting call reserves one time on \
+                 `gcra`, `token_bucket` and `leaky_bucket` but retries the window algorithms, and the two \
+                 cannot be done atomically together; give every limit of the function one kind, or remove `wait`",
+                ql.algorithm.name(),
+                group(qg),
+                wl.algorithm.name(),
+                group(wg),
+            ),
+        );
+    }
 }
 
 /// Where a limit's threshold and period were written.
@@ -1004,6 +1107,93 @@ mod tests {
             leases,
             [(Algorithm::Gcra, 10), (Algorithm::InFlight, 0)],
             "{leases:?}"
+        );
+    }
+
+    #[test]
+    fn wait_is_a_positive_duration_on_limits_of_one_kind_counting_every_call() {
+        let config = check(
+            quote!(
+                period = 1,
+                threshold = 5,
+                wait = "1500ms",
+                also(name = "ip", limits = ["9/1s"], algorithm = leaky_bucket)
+            ),
+            quote!(async fn f() -> Result<(), E>),
+        )
+        .unwrap();
+        assert_eq!(config.wait, Some(1_500_000));
+        let windows = check(
+            quote!(period = 1, threshold = 5, algorithm = sliding_log, wait = 2),
+            quote!(async fn f() -> Result<(), E>),
+        )
+        .unwrap();
+        assert_eq!(windows.wait, Some(2_000_000));
+        assert!(
+            single(quote!(period = 1, threshold = 5, wait = "0s"))
+                .starts_with("`wait` must be longer than zero")
+        );
+        assert!(
+            single(quote!(
+                period = 1,
+                threshold = 5,
+                wait = "1s",
+                count = failures
+            ))
+            .starts_with("`wait` cannot be combined with `count`")
+        );
+        assert!(
+            single(quote!(period = 1, threshold = 5, wait = "1s", count_if = f))
+                .starts_with("`wait` cannot be combined with `count_if`")
+        );
+        let mixed = single(quote!(
+            name = "sms",
+            period = 1,
+            threshold = 5,
+            wait = "1s",
+            also(name = "sms_ip", limits = ["9/1h"], algorithm = fixed_window)
+        ));
+        assert!(
+            mixed.starts_with(
+                "`wait` cannot wait for `gcra` (group \"sms\") and `fixed_window` (group \"sms_ip\") in one call"
+            ),
+            "{mixed}"
+        );
+    }
+
+    #[test]
+    fn wait_with_max_in_flight_in_any_group_is_one_error_at_wait() {
+        let beside = single(quote!(
+            name = "export",
+            period = 1,
+            threshold = 5,
+            wait = "1s",
+            also(name = "export_running", max_in_flight = 4)
+        ));
+        assert!(
+            beside.starts_with(
+                "`wait` cannot be combined with `max_in_flight` (in group \"export_running\")"
+            ),
+            "{beside}"
+        );
+        let alone = single(quote!(max_in_flight = 2, wait = "1s"));
+        assert!(
+            alone.starts_with(
+                "`wait` cannot be combined with `max_in_flight` (in the function's own group)"
+            ),
+            "{alone}"
+        );
+        // In one group beside a gcra rate: the same single error (not also
+        // one about mixing kinds of limits).
+        let together = single(quote!(
+            period = 1,
+            threshold = 5,
+            max_in_flight = 2,
+            wait = "1s"
+        ));
+        assert!(
+            together.starts_with("`wait` cannot be combined with `max_in_flight`"),
+            "{together}"
         );
     }
 

@@ -229,8 +229,8 @@ impl fmt::Display for What<'_> {
 
 /// Requests sharing one hash tag, with their positions in the call.
 pub(crate) struct Group<'r> {
-    positions: Vec<usize>,
-    requests: Vec<Request<'r>>,
+    pub(crate) positions: Vec<usize>,
+    pub(crate) requests: Vec<Request<'r>>,
 }
 
 impl Group<'_> {
@@ -241,7 +241,7 @@ impl Group<'_> {
     }
 }
 
-fn validate(requests: &[Request<'_>]) -> Result<(), BackendError> {
+pub(crate) fn validate(requests: &[Request<'_>]) -> Result<(), BackendError> {
     Request::check_batch(requests).map_err(BackendError::Invalid)
 }
 
@@ -477,30 +477,28 @@ impl RedisBackend {
             requests,
             id_key.as_deref(),
         );
-        self.send(deadline, &plan, requests.len()).await
+        let values = self.send(deadline, &plan).await?;
+        parse_reply(op, requests.len(), &values)
     }
 
-    /// Sends `plan` (over `count` requests) by `deadline` and decodes the
-    /// reply.
+    /// Sends `plan` by `deadline` ([`RedisBackend::run`]), its failure as a
+    /// [`BackendError`].
     pub(crate) async fn send(
         &self,
         deadline: Instant,
         plan: &Plan<'_, '_>,
-        count: usize,
-    ) -> Result<Reply, BackendError> {
-        let op = plan.op;
-        let values = self.run(deadline, plan).await.map_err(|err| match err {
+    ) -> Result<Vec<i64>, BackendError> {
+        self.run(deadline, plan).await.map_err(|err| match err {
             None => BackendError::Timeout(self.settings.timeout),
             Some(err) => {
                 let what = What {
-                    op,
-                    count,
+                    op: plan.op,
+                    count: plan.count(),
                     target: &self.settings.target,
                 };
                 error::from_redis(&what, &err, self.settings.timeout)
             }
-        })?;
-        parse_reply(op, count, &values)
+        })
     }
 
     /// The extra TTL added to every key written (ms).
@@ -829,6 +827,29 @@ impl Backend for RedisBackend {
 
     fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(async move { self.each_group(Op::Reset, 0, requests).await.map(drop) })
+    }
+
+    fn reserves(&self) -> bool {
+        true
+    }
+
+    /// Reserves a slot for a waiting call in one call (see
+    /// [`Backend::reserve`]); on a cluster, a call over several hash tags
+    /// agrees on one slot group by group (see `crate::reserve`).
+    fn reserve<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        max_wait: Duration,
+    ) -> BoxFuture<'a, Result<rl_core::Reservation, BackendError>> {
+        Box::pin(self.reserve_batch(requests, max_wait))
+    }
+
+    fn cancel<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        reservation: &'a rl_core::Reservation,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(self.cancel_batch(requests, reservation))
     }
 
     /// Renews in-flight leases: one call for the whole batch (on a cluster,

@@ -16,7 +16,7 @@ use std::time::Duration;
 use rl_core::{BackendError, Decisions, Key, LeaseReturn, Leased, Limit, Request};
 
 use crate::backend::RedisBackend;
-use crate::script::{LEASES_SUFFIX, Op, Plan};
+use crate::script::{LEASES_SUFFIX, Op, Plan, parse_reply};
 
 /// One lease as Redis records it ([`RedisBackend::leases`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +66,8 @@ impl RedisBackend {
             &numbers,
             ttl_us,
         );
-        let reply = self.send(self.deadline(), &plan, requests.len()).await?;
+        let values = self.send(self.deadline(), &plan).await?;
+        let reply = parse_reply(Op::Lease, requests.len(), &values)?;
         if reply.granted.len() != requests.len() {
             return Err(BackendError::protocol(
                 "the lease call answered no granted units",
@@ -92,7 +93,8 @@ impl RedisBackend {
                 &numbers,
                 0,
             );
-            self.send(self.deadline(), &plan, 1).await?;
+            let values = self.send(self.deadline(), &plan).await?;
+            parse_reply(Op::Release, 1, &values)?;
         }
         Ok(())
     }

@@ -124,6 +124,7 @@ mod lease;
 mod lists;
 mod redact;
 mod registry;
+mod reserve;
 mod script;
 #[cfg(feature = "sentinel")]
 mod sentinel;

@@ -20,7 +20,7 @@
 use std::sync::LazyLock;
 
 use redis::Cmd;
-use rl_core::{Algorithm, BackendError, Decision, Figures, Request};
+use rl_core::{Algorithm, BackendError, Decision, Decisions, Figures, Request, Reservation};
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 const SINGLE: &str = include_str!("lua/single.lua");
@@ -68,6 +68,10 @@ pub(crate) enum Op {
     Lease,
     /// Give a quota lease's unused units back (`lua/lease.lua`).
     Release,
+    /// Reserve a slot for a waiting call (`at`: the longest wait, µs).
+    Reserve,
+    /// Give back a reservation (`at`: its slot).
+    Cancel,
     /// Renew the leases of in-flight slots (not quota leases).
     Renew,
 }
@@ -83,8 +87,23 @@ impl Op {
             Op::Reset => "reset",
             Op::Lease => "lease",
             Op::Release => "release",
+            Op::Reserve => "reserve",
+            Op::Cancel => "cancel",
             Op::Renew => "renew",
         }
+    }
+
+    /// Whether the call also names each reserving state's key of given-back
+    /// slots (`<state key>:freed`), after its state key.
+    const fn names_freed(self) -> bool {
+        matches!(self, Op::Reserve | Op::Cancel | Op::Reset)
+    }
+
+    /// Whether each request carries two more fields: for a reserve, the
+    /// earliest allowed slot and 0; for a cancel, whether the limit took a
+    /// given-back slot and the mark its decision left.
+    const fn extended(self) -> bool {
+        matches!(self, Op::Reserve | Op::Cancel)
     }
 
     /// Whether the reply carries one decision per request.
@@ -357,6 +376,15 @@ impl Sink for CmdSink<'_> {
     }
 }
 
+/// Whether `algorithm` keeps slots given back by cancelled reservations
+/// (the algorithms that reserve).
+fn reserves(algorithm: Algorithm) -> bool {
+    matches!(
+        algorithm,
+        Algorithm::Gcra | Algorithm::TokenBucket | Algorithm::LeakyBucket
+    )
+}
+
 /// One call: the operation, its time and requests, and how to write it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Plan<'p, 'r> {
@@ -371,6 +399,8 @@ pub(crate) struct Plan<'p, 'r> {
     lease: Option<&'p [[u64; 3]]>,
     /// How long the caller uses a lease at most (µs), for [`Entry::Lease`].
     lease_ttl_us: u64,
+    /// Per request, the two extra fields of a reserve or cancel.
+    extra: Option<&'p [(u64, u64)]>,
 }
 
 impl<'p, 'r> Plan<'p, 'r> {
@@ -421,14 +451,39 @@ impl<'p, 'r> Plan<'p, 'r> {
             request_id_key,
             lease: None,
             lease_ttl_us: 0,
+            extra: None,
         }
     }
 
+    /// A reserve ([`Op::Reserve`], `at`: the longest wait) or cancel
+    /// ([`Op::Cancel`], `at`: the slot) with its per-request fields.
+    pub(crate) fn reservation(
+        op: Op,
+        time: Time,
+        at_micros: u64,
+        extra_ttl_ms: u64,
+        requests: &'p [Request<'r>],
+        extra: &'p [(u64, u64)],
+    ) -> Self {
+        Self {
+            extra: Some(extra),
+            ..Self::new(op, time, at_micros, extra_ttl_ms, requests, None)
+        }
+    }
+
+    /// How many requests the call carries.
+    pub(crate) fn count(&self) -> usize {
+        self.requests.len()
+    }
+
     fn key_count(&self) -> usize {
+        let freed = self.op.names_freed();
         self.requests
             .iter()
             .map(|r| {
-                1 + usize::from(r.limit.algorithm() == Algorithm::SlidingLog)
+                let algorithm = r.limit.algorithm();
+                1 + usize::from(algorithm == Algorithm::SlidingLog)
+                    + usize::from(freed && reserves(algorithm))
                     + usize::from(self.entry == Entry::Lease)
             })
             .sum::<usize>()
@@ -436,12 +491,16 @@ impl<'p, 'r> Plan<'p, 'r> {
     }
 
     fn write_keys(&self, sink: &mut impl Sink) {
+        let freed = self.op.names_freed();
         for request in self.requests {
             let mut key = state_key(request);
             sink.key(&key);
             let state = key.len();
             if request.limit.algorithm() == Algorithm::SlidingLog {
                 key.push_str(":seq");
+                sink.key(&key);
+            } else if freed && reserves(request.limit.algorithm()) {
+                key.push_str(":freed");
                 sink.key(&key);
             }
             if self.entry == Entry::Lease {
@@ -493,9 +552,17 @@ impl<'p, 'r> Plan<'p, 'r> {
                 self.write_time(sink);
                 sink.number(self.at_micros);
                 sink.number(self.extra_ttl_ms);
-                for request in self.requests {
+                for (i, request) in self.requests.iter().enumerate() {
                     sink.text(request.limit.algorithm().code());
                     Self::write_limit(sink, request);
+                    if self.op.extended() {
+                        let (x, y) = self
+                            .extra
+                            .and_then(|extra| extra.get(i).copied())
+                            .unwrap_or((0, 0));
+                        sink.number(x);
+                        sink.number(y);
+                    }
                 }
             }
             Entry::Lease => {
@@ -701,6 +768,65 @@ pub(crate) fn parse_reply(op: Op, count: usize, values: &[i64]) -> Result<Reply,
         granted,
         renewed,
     })
+}
+
+/// Integers per limit in a reservation's reply.
+const RESERVATION_WIDTH: usize = DECISION_WIDTH + 1;
+
+/// Decodes the reply of a reserve over `count` requests: per request its
+/// decision and whether it took a given-back slot, then the slot (0 when
+/// refused) and the now used.
+pub(crate) fn parse_reservation(count: usize, values: &[i64]) -> Result<Reservation, BackendError> {
+    let expected = count * RESERVATION_WIDTH + 2;
+    if values.len() != expected {
+        return Err(BackendError::protocol(format_args!(
+            "the rate-limit code answered {} integers to reserve of {count} limit(s), expected {expected}",
+            values.len()
+        )));
+    }
+    let unsigned = |value: i64| {
+        u64::try_from(value).map_err(|_| {
+            BackendError::protocol(format_args!(
+                "the rate-limit code answered a negative value ({value}) to reserve"
+            ))
+        })
+    };
+    let now = unsigned(values[expected - 1])?;
+    let slot = unsigned(values[expected - 2])?;
+    let mut decisions = Vec::with_capacity(count);
+    let mut freed = Vec::with_capacity(count);
+    // Refused: every decision (even of a limit that alone would allow) is
+    // at the store's time.
+    let reserved = values[..expected - 2]
+        .chunks_exact(RESERVATION_WIDTH)
+        .all(|chunk| chunk[0] == 1);
+    for chunk in values[..expected - 2].chunks_exact(RESERVATION_WIDTH) {
+        let allowed = match chunk[0] {
+            0 => false,
+            1 => true,
+            other => {
+                return Err(BackendError::protocol(format_args!(
+                    "the rate-limit code answered {other} for `allowed`, expected 0 or 1"
+                )));
+            }
+        };
+        decisions.push(Decision::new(Figures {
+            allowed,
+            limit: unsigned(chunk[1])?,
+            remaining: unsigned(chunk[2])?,
+            retry_after_us: unsigned(chunk[3])?,
+            reset_after_us: unsigned(chunk[4])?,
+            at_micros: if reserved { slot } else { now },
+        }));
+        freed.push(chunk[5] == 1);
+    }
+    let decisions = Decisions::new(decisions);
+    if decisions.allowed() && slot < now {
+        return Err(BackendError::protocol(format_args!(
+            "the rate-limit code reserved a slot ({slot}) before its now ({now})"
+        )));
+    }
+    Ok(Reservation::new(decisions, now, freed))
 }
 
 #[cfg(test)]

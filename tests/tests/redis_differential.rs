@@ -1,8 +1,9 @@
 //! The Redis backend decides exactly like the in-memory reference.
 //!
-//! Random sequences of acquire, peek, refund, reset, lease takes and returns
-//! and clock advances (0 to 2 periods, exact window, slot and retry
-//! boundaries included) run against
+//! Random sequences of acquire, peek, refund, reset, lease takes and
+//! returns, reservations of waiting calls and their cancellation, and clock
+//! advances (0 to 2 periods, exact window, slot and retry boundaries
+//! included) run against
 //! `RedisBackend` and `MemoryBackend` under identical manual clocks; every
 //! decision (allowed, limit, remaining, retry_after, reset_after, time) must
 //! be identical. Every case runs twice: on the Functions library (`FCALL`,
@@ -18,7 +19,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use rl_core::{
     Algorithm, Backend, BackendError, Clock, Decisions, Key, LeaseReturn, Leased, Limit,
-    ManualClock, MemoryBackend, Request,
+    ManualClock, MemoryBackend, Request, Reservation,
 };
 use rl_redis::{CallMode, RedisBackend};
 use rl_tests::harness::RedisServer;
@@ -101,6 +102,17 @@ enum Step {
     ReturnLast {
         parts: u64,
     },
+    /// Reserves a slot for a waiting call, waiting at most this many parts
+    /// per million of two periods of the first limit.
+    Reserve {
+        key: usize,
+        limits: Vec<usize>,
+        cost: u64,
+        wait_ppm: u64,
+    },
+    /// Cancels the last allowed reservation (the last one made, or one
+    /// made earlier, whose slot is then given back).
+    CancelLast,
 }
 
 #[derive(Debug, Clone)]
@@ -155,6 +167,9 @@ fn step(limits: usize, keys: usize) -> impl Strategy<Value = Step> {
         2 => Just(Step::RefundLast),
         1 => (0..keys, chosen(), cost()).prop_map(|(key, limits, cost)| Step::RefundNow { key, limits, cost }),
         1 => (0..keys, 0..limits).prop_map(|(key, limit)| Step::Reset { key, limit }),
+        4 => (0..keys, chosen(), cost(), 0u64..=1_000_000)
+            .prop_map(|(key, limits, cost, wait_ppm)| Step::Reserve { key, limits, cost, wait_ppm }),
+        2 => Just(Step::CancelLast),
         6 => advance().prop_map(Step::Advance),
         3 => (0..keys, chosen(), cost(), 0u64..=4).prop_map(|(key, limits, cost, extra)| Step::Lease { key, limits, cost, extra }),
         2 => (0u64..=1_000).prop_map(|parts| Step::ReturnLast { parts }),
@@ -214,6 +229,27 @@ fn same(
     }
 }
 
+fn same_reservation(
+    step: &str,
+    what: &Step,
+    now: u64,
+    memory: &Result<Reservation, BackendError>,
+    redis: &Result<Reservation, BackendError>,
+) -> Result<(), TestCaseError> {
+    let agree = match (memory, redis) {
+        (Ok(m), Ok(r)) => m == r,
+        (Err(BackendError::Invalid(m)), Err(BackendError::Invalid(r))) => m == r,
+        _ => false,
+    };
+    if agree {
+        Ok(())
+    } else {
+        Err(TestCaseError::fail(format!(
+            "{step} {what:?} at {now}:\n  memory: {memory:?}\n  redis:  {redis:?}"
+        )))
+    }
+}
+
 /// Runs `case` on every Redis backend of `pair`, each against a fresh
 /// memory backend.
 async fn run_case(pair: &Pair, case: &Case) -> Result<(), TestCaseError> {
@@ -247,6 +283,7 @@ async fn run_case_on(
     let mut last: Option<Decisions> = None;
     let mut last_allowed: Option<(usize, Vec<usize>, u64, u64)> = None;
     let mut last_lease: Option<(usize, Vec<usize>, Leased)> = None;
+    let mut reservations: Vec<(usize, Vec<usize>, u64, Reservation)> = Vec::new();
     for (index, step) in case.steps.iter().enumerate() {
         let now = clock.now_micros();
         match step {
@@ -385,6 +422,45 @@ async fn run_case_on(
                         .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 }
             }
+            Step::Reserve {
+                key,
+                limits,
+                cost,
+                wait_ppm,
+            } => {
+                let batch = requests(*key, limits, *cost);
+                let wait = Duration::from_micros(first.period_micros() * 2 * wait_ppm / 1_000_000);
+                let m = memory.reserve(&batch, wait).await;
+                let r = redis.reserve(&batch, wait).await;
+                same_reservation(&format!("step {index}"), step, now, &m, &r)?;
+                if let Ok(reservation) = m {
+                    if reservation.allowed() {
+                        reservations.push((*key, limits.clone(), *cost, reservation.clone()));
+                    }
+                    last = Some(reservation.into_decisions());
+                }
+            }
+            Step::CancelLast => {
+                // Alternately the last reservation made and the first one
+                // still held (then given back, unless it is also the last).
+                let pick = if index % 2 == 0 {
+                    reservations.len().checked_sub(1)
+                } else {
+                    Some(0)
+                };
+                if let Some(pick) = pick.filter(|&p| p < reservations.len()) {
+                    let (key, limits, cost, reservation) = reservations.remove(pick);
+                    let batch = requests(key, &limits, cost);
+                    memory
+                        .cancel(&batch, &reservation)
+                        .await
+                        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                    redis
+                        .cancel(&batch, &reservation)
+                        .await
+                        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                }
+            }
             Step::Reset { key, limit } => {
                 let batch = requests(*key, &[*limit], 1);
                 memory
@@ -519,6 +595,18 @@ fn leaky_bucket_decisions_are_identical_to_the_memory_backend() {
 #[test]
 fn gcra_decisions_are_identical_to_the_memory_backend() {
     check(case(vec![Algorithm::Gcra], 2));
+}
+
+#[test]
+fn reservations_mixing_gcra_and_the_buckets_are_decided_identically() {
+    check(case(
+        vec![
+            Algorithm::Gcra,
+            Algorithm::TokenBucket,
+            Algorithm::LeakyBucket,
+        ],
+        3,
+    ));
 }
 
 #[test]

@@ -7,6 +7,9 @@
 //! `reset_after = new_tat - now`.
 //! Refused: `retry_after = new_tat - τ - now`, nothing stored,
 //! `remaining = floor((now + τ - tat) / I)`, `reset_after = tat - now`.
+//!
+//! A reservation at slot `s` (a waiting call) stores `max(tat, s) + c·I`;
+//! taking back the last one made stores `tat - c·I` again.
 
 use super::State;
 use crate::model::decision::{Decision, Figures};
@@ -64,6 +67,17 @@ impl State for Tat {
         if self.0 == stamp {
             self.refund(limit, now, units, at);
         }
+    }
+
+    fn unreserve(&mut self, limit: &Limit, now: u64, _at: u64, mark: u64, cost: u64) -> bool {
+        if self.0 != mark {
+            return false;
+        }
+        let back = self
+            .0
+            .saturating_sub(cost.saturating_mul(limit.emission_interval_micros()));
+        self.0 = if back <= now { 0 } else { back };
+        true
     }
 
     fn expires_at(&self) -> u64 {

@@ -13,7 +13,11 @@
 //! `reset_after = ceil(level / T)`.
 //!
 //! Both expire `reset_after` after the last write, when the meter is back to
-//! its fresh value. With `level = B·P - tokens` the two are the same meter
+//! its fresh value. A reservation (a waiting call) writes the meter as of
+//! its slot, later than now; read before that time the level is higher by
+//! the drain still to come (`level + (updated - now)·T`), so the reserved
+//! slots count as taken. Taking back the last reservation made removes its
+//! `c·P` as of its slot. With `level = B·P - tokens` the two are the same meter
 //! seen from either side; both are kept because users ask for them by name.
 
 use super::State;
@@ -31,16 +35,22 @@ pub(crate) struct Meter {
 }
 
 impl Meter {
-    /// The current level (units in use × P), after draining to `now`.
+    /// The level (units in use × P) at `now`: drained since the last
+    /// update, or, before a reservation written as of a later time, higher
+    /// by the drain still to come until then.
     fn level(&self, limit: &Limit, now: u64) -> u64 {
         if self.expires <= now {
             return 0;
         }
         let (t, full) = (limit.threshold(), limit.burst() * limit.period_micros());
-        let drained = now.saturating_sub(self.updated).saturating_mul(t);
-        match limit.algorithm() {
-            Algorithm::TokenBucket => full - full.min(self.scaled.saturating_add(drained)),
-            _ => self.scaled.saturating_sub(drained),
+        let at_update = match limit.algorithm() {
+            Algorithm::TokenBucket => full.saturating_sub(self.scaled),
+            _ => self.scaled,
+        };
+        if now >= self.updated {
+            at_update.saturating_sub((now - self.updated).saturating_mul(t))
+        } else {
+            at_update.saturating_add((self.updated - now).saturating_mul(t))
         }
     }
 
@@ -106,6 +116,30 @@ impl State for Meter {
         if self.updated == at && self.expires == stamp && !self.is_idle(now) {
             self.refund(limit, now, units, at);
         }
+    }
+
+    fn unreserve(&mut self, limit: &Limit, now: u64, at: u64, mark: u64, cost: u64) -> bool {
+        if self.updated != at || self.expires != mark {
+            return false;
+        }
+        let level = self
+            .level(limit, at)
+            .saturating_sub(cost.saturating_mul(limit.period_micros()));
+        if level == 0 && at > now {
+            // Empty as of `at`, still draining until then: the state the
+            // queue had before this reservation.
+            self.scaled = match limit.algorithm() {
+                Algorithm::TokenBucket => limit.burst() * limit.period_micros(),
+                _ => 0,
+            };
+            self.expires = at;
+            return true;
+        }
+        self.store(limit, at, level);
+        if self.expires <= now {
+            *self = Meter::default();
+        }
+        true
     }
 
     fn expires_at(&self) -> u64 {

@@ -19,6 +19,13 @@
 //! - every state knows the time at which it becomes equivalent to "no
 //!   state" ([`State::expires_at`]), which is the TTL the Redis scripts set;
 //!   from then on it decides exactly as a fresh one.
+//!
+//! Reservations (waiting calls, GCRA and the buckets only): a call that
+//! cannot pass now is committed as of a later time, its slot (`decide` with
+//! that time). The state then describes the queue up to that slot; read at
+//! an earlier time it is the more occupied (the TAT is later still; the
+//! meter's level is higher by the drain still to come), so every later
+//! decision, waiting or not, sees the reserved slots as taken.
 
 mod fixed_window;
 mod gcra;
@@ -63,6 +70,19 @@ pub(crate) trait State: Default + std::fmt::Debug + Send + 'static {
     fn release(&mut self, limit: &Limit, now: u64, units: u64, at: u64, stamp: u64) {
         let _ = stamp;
         self.refund(limit, now, units, at);
+    }
+
+    /// Takes back a reservation of `cost` units committed as of `at` (a
+    /// waiting call's slot, possibly later than `now`) whose decision left
+    /// the state at `mark` (the decision's `at + reset_after`), if the state
+    /// is still exactly what it left: the reservation is then the last one
+    /// made, and the state goes back to what it was before it. `false` when
+    /// a later write changed the state (the caller then records the slot as
+    /// given back instead). Only the algorithms that reserve (GCRA, token
+    /// and leaky bucket) implement it.
+    fn unreserve(&mut self, limit: &Limit, now: u64, at: u64, mark: u64, cost: u64) -> bool {
+        let _ = (limit, now, at, mark, cost);
+        false
     }
 
     /// From when the state is equivalent to a fresh one (0: already fresh).

@@ -505,7 +505,7 @@ impl Layer for DenyLayer {
                     Lookup::Miss => {}
                 }
             }
-            Op::Refund(_) | Op::Reset => self.cache.forget(call.targets),
+            Op::Refund(_) | Op::Reset | Op::Cancel(_) => self.cache.forget(call.targets),
             _ => {}
         }
         None

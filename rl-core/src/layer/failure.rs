@@ -4,8 +4,9 @@
 //! | operation | `FailOpen` | `FailClosed` | `Local { share }` |
 //! |---|---|---|---|
 //! | acquire | let through | refuse (unavailable) | decide in process with `threshold / share` |
+//! | reserve (a waiting call) | let through, no wait | refuse (unavailable) | reserve in process with `threshold / share` |
 //! | peek | the error | the error | peek the in-process state |
-//! | refund, reset | the error | the error | the error (the backend's units stay taken) |
+//! | refund, reset, cancel | the error | the error | the error (the backend's units stay taken) |
 //!
 //! A call admitted in process is settled in process too ([`Call::local_only`]:
 //! its refund or reset never goes to the backend, so settling it never
@@ -16,7 +17,7 @@ use std::num::NonZeroU64;
 
 use smallvec::SmallVec;
 
-use super::{Answer, Call, Layer, Plan, Source};
+use super::{Answer, Call, Layer, Plan, Source, stored_as};
 use crate::model::error::Error;
 use crate::model::limit::Limit;
 use crate::model::policy::FailurePolicy;
@@ -34,8 +35,10 @@ impl Failure {
         Self { fallback }
     }
 
-    /// Runs `op` in process, with every limit divided by `share` (at least 1).
-    fn local(&self, op: Op<'_>, targets: &[Target<'_>], share: NonZeroU64) -> Answer {
+    /// Runs the call's operation in process, with every limit divided by
+    /// `share` (at least 1).
+    fn local(&self, call: &mut Call<'_>, share: NonZeroU64) -> Answer {
+        let targets = call.targets;
         let shared: SmallVec<[Limit; 4]> = targets
             .iter()
             .map(|t| local_share(t.limit, share))
@@ -50,16 +53,8 @@ impl Failure {
                 ..*t
             })
             .collect();
-        match self.fallback.run(op, &local) {
-            Ok(Some(decisions)) => Answer::Decided {
-                decisions,
-                source: Source::Local,
-            },
-            Ok(None) => Answer::Applied {
-                source: Source::Local,
-            },
-            Err(error) => Answer::Failed(Error::Backend(error)),
-        }
+        let result = self.fallback.run(call.op, &local);
+        stored_as(call, result, Source::Local)
     }
 }
 
@@ -92,8 +87,11 @@ impl Layer for Failure {
     }
 
     fn before(&self, call: &mut Call<'_>) -> Option<Answer> {
-        call.local_only
-            .then(|| self.local(call.op, call.targets, share_of(call.policy)))
+        if !call.local_only {
+            return None;
+        }
+        let share = share_of(call.policy);
+        Some(self.local(call, share))
     }
 
     fn after(&self, call: &mut Call<'_>, answer: &mut Answer) {
@@ -102,10 +100,10 @@ impl Layer for Failure {
         };
         let error = error.clone();
         call.notes.failure = Some(error.clone());
-        let acquire = matches!(call.op, Op::Acquire | Op::AcquireOnce(_));
+        let acquire = call.op.admits();
         *answer = match call.policy {
             FailurePolicy::Local { share } if acquire || call.op == Op::Peek => {
-                self.local(call.op, call.targets, share)
+                self.local(call, share)
             }
             FailurePolicy::FailClosed if acquire => Answer::Unavailable(error),
             FailurePolicy::FailOpen if acquire => Answer::FailedOpen(error),

@@ -34,7 +34,7 @@ impl Layer for DenyList {
         if call.allow_listed {
             return Some(Answer::AllowListed);
         }
-        if !matches!(call.op, Op::Acquire | Op::AcquireOnce(_) | Op::Peek) {
+        if !call.op.admits() && call.op != Op::Peek {
             return None;
         }
         call.targets.iter().enumerate().find_map(|(index, target)| {

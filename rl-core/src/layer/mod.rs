@@ -1,6 +1,7 @@
 //! The layers around a store: each concern that wraps a decision is one
 //! [`Layer`] in its own module, with one job, and every operation (acquire,
-//! acquire-once, peek, refund, reset) passes through the same ones.
+//! acquire-once, peek, refund, reset, and a waiting call's reserve and
+//! cancel) passes through the same ones.
 //!
 //! ```text
 //!   Limiter::call / check / acquire_all / peek_all / refund_all / reset_all
@@ -53,9 +54,10 @@ use std::time::Duration;
 use crate::model::decision::Decisions;
 use crate::model::error::Error;
 use crate::model::policy::FailurePolicy;
+use crate::model::reservation::Reservation;
 use crate::store::backend::BoxFuture;
 use crate::store::target::{Op, Target};
-use crate::store::{Store, run_lease, run_remote};
+use crate::store::{Store, Stored, run_lease, run_remote};
 
 /// Where a call's answer was decided (the `source` label of
 /// `rl_decisions_total`).
@@ -148,6 +150,9 @@ pub(crate) struct Notes {
     pub(crate) store_time: Option<Duration>,
     /// The failure the failure policy answered for.
     pub(crate) failure: Option<Error>,
+    /// A reservation's answer (whose decisions the answer carries), from
+    /// the store or the in-process fallback.
+    pub(crate) reservation: Option<Box<Reservation>>,
 }
 
 /// One operation on one batch, as the layers see it.
@@ -375,7 +380,15 @@ impl Pipeline {
             return None;
         };
         let (depth, answered) = self.down(call, mask);
-        let answer = answered.unwrap_or_else(|| stored(call.op, memory.run(call.op, call.targets)));
+        let answer = match answered {
+            Some(answer) => answer,
+            // The commonest operation, straight to the store.
+            None if call.op == Op::Acquire => Answer::Decided {
+                decisions: memory.acquire_targets(call.targets),
+                source: Source::Backend,
+            },
+            None => stored(call, memory.run(call.op, call.targets)),
+        };
         Some(self.up(call, depth, mask, answer))
     }
 
@@ -401,7 +414,7 @@ impl Pipeline {
                     _ => run_remote(&**backend, call.op, call.targets).await,
                 };
                 call.notes.store_time = Some(started.elapsed());
-                stored(call.op, result)
+                stored(call, result)
             }
         };
         let answer = self.up(call, depth, mask, answer);
@@ -422,20 +435,32 @@ fn below(depth: usize) -> Mask {
     }
 }
 
-/// A store's result as an answer.
-#[inline]
+/// A store's result as an answer (a reservation's, beside its decisions, in
+/// the call's notes).
 fn stored(
-    op: Op<'_>,
-    result: Result<Option<Decisions>, crate::model::error::BackendError>,
+    call: &mut Call<'_>,
+    result: Result<Stored, crate::model::error::BackendError>,
+) -> Answer {
+    stored_as(call, result, Source::Backend)
+}
+
+/// A store's result as an answer from `source`.
+#[inline]
+pub(crate) fn stored_as(
+    call: &mut Call<'_>,
+    result: Result<Stored, crate::model::error::BackendError>,
+    source: Source,
 ) -> Answer {
     match result {
-        Ok(Some(decisions)) if op.decides() => Answer::Decided {
-            decisions,
-            source: Source::Backend,
-        },
-        Ok(_) => Answer::Applied {
-            source: Source::Backend,
-        },
+        Ok(Stored::Decided(decisions)) if call.op.decides() => {
+            Answer::Decided { decisions, source }
+        }
+        Ok(Stored::Reserved(reservation)) => {
+            let decisions = reservation.decisions().clone();
+            call.notes.reservation = Some(reservation);
+            Answer::Decided { decisions, source }
+        }
+        Ok(_) => Answer::Applied { source },
         Err(error) => Answer::Failed(Error::Backend(error)),
     }
 }

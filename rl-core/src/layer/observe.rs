@@ -4,9 +4,10 @@
 //! | metric | kind | labels |
 //! |---|---|---|
 //! | `rl_decisions_total` | counter | `limit` (the call's name), `outcome` (`allowed`, `rejected`, `shadow_rejected`, `denied`, `allow_listed`, `failed_open`, `unavailable`), `source` (`backend`, `cache`, `local`, `list`, `policy`, `lease`) |
-//! | `rl_operations_total` | counter | `limit`, `op` (`peek`, `refund`, `reset`), `result` (`ok`, `error`) |
+//! | `rl_operations_total` | counter | `limit`, `op` (`peek`, `refund`, `reset`, `cancel`), `result` (`ok`, `error`) |
 //! | `rl_backend_errors_total` | counter | `limit`, `op`, `error` (`timeout`, `unavailable`, `circuit_open`, `protocol`) |
 //! | `rl_backend_seconds` | histogram | `limit` |
+//! | `rl_wait_seconds` | histogram | `limit`: the wait of each admitted waiting call (recorded by the limiter's waiting calls) |
 //! | `rl_circuit_open` | gauge | (none): 1 while the breaker skips the backend |
 //! | `rl_leased_units` | gauge | `limit` (a group name): units held unused in this process's leases |
 //! | `rl_lease_takes_total` | counter | `limit`: leases taken |
@@ -21,7 +22,7 @@ use crate::model::decision::Decision;
 use crate::model::error::{BackendError, Error};
 use crate::model::key::IdentityRef;
 use crate::model::mask::Masked;
-use crate::store::target::{Op, Target};
+use crate::store::target::Target;
 
 /// Counts and logs every call.
 #[derive(Debug, Default)]
@@ -42,7 +43,7 @@ impl Layer for Observe {
                 source: Source::Backend,
             },
         ) = (call.counters, &*answer)
-            && matches!(call.op, Op::Acquire | Op::AcquireOnce(_))
+            && call.op.admits()
             && decisions.allowed()
         {
             counters::count(&keys.allowed);
@@ -58,7 +59,7 @@ impl Layer for Observe {
             backend_failed(call, error);
         }
         match call.op {
-            Op::Acquire | Op::AcquireOnce(_) => decided(call, answer),
+            op if op.admits() => decided(call, answer),
             op => {
                 let result = match answer {
                     Answer::Failed(_) | Answer::Unavailable(_) => "error",

@@ -13,7 +13,6 @@ use smallvec::SmallVec;
 use super::{Answer, Call, Layer, Source};
 use crate::model::limit::Limit;
 use crate::store::backend::Backend;
-use crate::store::target::Op;
 
 /// How often a remote backend is told again about a name's limits.
 const REPUBLISH: Duration = Duration::from_secs(3_600);
@@ -77,7 +76,7 @@ impl Layer for Publish {
                 ..
             }
         );
-        if !decided || !matches!(call.op, Op::Acquire | Op::AcquireOnce(_)) {
+        if !decided || !call.op.admits() {
             return;
         }
         let stale = self.inner.stale(call);

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use super::{Answer, Call, Layer, Plan};
 use crate::limiter::registry::Registry;
-use crate::store::target::Op;
 
 /// Lets refusals of shadowed names through.
 #[derive(Debug)]
@@ -26,7 +25,7 @@ impl Layer for Shadow {
     }
 
     fn after(&self, call: &mut Call<'_>, answer: &mut Answer) {
-        if !matches!(call.op, Op::Acquire | Op::AcquireOnce(_)) || !self.registry.any_shadow() {
+        if !call.op.admits() || !self.registry.any_shadow() {
             return;
         }
         let Answer::Decided { decisions, source } = answer else {

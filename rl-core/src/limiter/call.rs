@@ -10,6 +10,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use crate::limiter::Limiter;
 use crate::limiter::in_flight::InFlight;
@@ -225,6 +226,9 @@ pub struct CallSpec {
     groups: Cow<'static, [GroupSpec]>,
     policy: Option<FailurePolicy>,
     counting: Counting,
+    /// How long a call may wait for room, µs ([`CallSpec::with_wait`]; 0:
+    /// it does not wait).
+    wait_us: u64,
     /// A process-unique id, assigned on first use (0: not yet).
     id: AtomicU64,
 }
@@ -241,6 +245,7 @@ impl Clone for CallSpec {
             groups: self.groups.clone(),
             policy: self.policy,
             counting: self.counting,
+            wait_us: self.wait_us,
             id: AtomicU64::new(0),
         }
     }
@@ -258,6 +263,7 @@ impl CallSpec {
             groups: Cow::Borrowed(groups),
             policy: None,
             counting: Counting::Every,
+            wait_us: 0,
             id: AtomicU64::new(0),
         }
     }
@@ -269,6 +275,7 @@ impl CallSpec {
             groups: Cow::Owned(groups),
             policy: None,
             counting: Counting::Every,
+            wait_us: 0,
             id: AtomicU64::new(0),
         }
     }
@@ -284,6 +291,45 @@ impl CallSpec {
     pub const fn with_counting(mut self, counting: Counting) -> Self {
         self.counting = counting;
         self
+    }
+
+    /// Calls wait up to `max_wait` for room instead of being refused
+    /// ([`Limiter::call`] then behaves as [`Limiter::call_waiting`] with
+    /// this wait; `#[rate_limit(wait = "2s")]` sets it). The wait is kept
+    /// in whole microseconds: a zero wait (or one under a microsecond) is no
+    /// wait. See [`Limiter::call_waiting`] for what waiting means for each
+    /// algorithm and what it cannot be combined with.
+    ///
+    /// ```
+    /// use rl_core::{CallSpec, GroupSpec, Limit};
+    /// use std::time::Duration;
+    /// let spec = CallSpec::owned("jobs", vec![GroupSpec::owned("jobs", vec![Limit::per_second(10).unwrap()])])
+    ///     .with_wait(Duration::from_secs(2));
+    /// assert_eq!(spec.wait(), Some(Duration::from_secs(2)));
+    /// ```
+    pub const fn with_wait(mut self, max_wait: Duration) -> Self {
+        let micros = max_wait.as_micros();
+        self.wait_us = if micros > u64::MAX as u128 {
+            u64::MAX
+        } else {
+            micros as u64
+        };
+        self
+    }
+
+    /// How long calls of this spec may wait for room, if they wait.
+    pub const fn wait(&self) -> Option<Duration> {
+        if self.wait_us == 0 {
+            None
+        } else {
+            Some(Duration::from_micros(self.wait_us))
+        }
+    }
+
+    /// Whether calls of this spec wait for room.
+    #[inline]
+    pub(crate) const fn waits(&self) -> bool {
+        self.wait_us != 0
     }
 
     /// The call's name.
@@ -441,6 +487,8 @@ pub struct Permit<'l> {
     /// The allow-listed groups, not decided (bit `i`: group `i`).
     pub(crate) skipped: u64,
     pub(crate) settle: Option<Box<Settle>>,
+    /// How long the call waited for room.
+    pub(crate) waited: Duration,
     /// The tiers a tiered call was decided by.
     pub(crate) tiers: Option<Arc<TierBinding>>,
     pub(crate) in_flight: Option<InFlight>,
@@ -459,6 +507,14 @@ impl Permit<'_> {
     /// How the call was admitted.
     pub fn admission(&self) -> &Admission {
         &self.admission
+    }
+
+    /// How long the call waited for room before it was admitted (zero for
+    /// a call that did not wait): for a reserved slot, the time from the
+    /// store's decision to the slot; for a window algorithm, the time spent
+    /// sleeping and retrying.
+    pub fn waited(&self) -> Duration {
+        self.waited
     }
 
     /// The in-flight slots this call holds, if its groups have in-flight
@@ -545,7 +601,8 @@ impl Permit<'_> {
 
 /// The future of [`Limiter::call`]: already decided when the store is in
 /// memory (no state, no allocation), boxed for a remote store (one
-/// allocation next to a network round trip). `Send`.
+/// allocation next to a network round trip) and for a call that waits for
+/// room ([`Limiter::call_waiting`]). `Send`.
 #[must_use = "futures do nothing unless awaited"]
 pub struct CallFuture<'l> {
     state: CallState<'l>,
@@ -572,7 +629,8 @@ impl<'l> CallFuture<'l> {
         }
     }
 
-    /// The result, when the call was decided without waiting (in memory).
+    /// The result, when the call was decided without waiting (in memory, and
+    /// not waiting for room).
     pub fn now(self) -> Option<Decided<'l>> {
         match self.state {
             CallState::Ready(result) => result,

@@ -12,6 +12,8 @@ pub(crate) mod lists;
 pub(crate) mod registry;
 pub(crate) mod resolve;
 pub(crate) mod tier;
+pub(crate) mod timer;
+pub(crate) mod wait;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -148,7 +150,9 @@ impl Limiter {
     /// or the limiter could not decide and the failure policy refuses).
     ///
     /// On the in-memory store the decision is made before this returns
-    /// (the future is ready: [`CallFuture::now`] takes it without polling).
+    /// (the future is ready: [`CallFuture::now`] takes it without polling),
+    /// unless the spec waits ([`CallSpec::with_wait`]) and the call has to:
+    /// it then behaves as [`Limiter::call_waiting`].
     ///
     /// ```
     /// use rl_core::{CallSpec, GroupSpec, Limit, Limiter};
@@ -185,6 +189,77 @@ impl Limiter {
         self.call_identities(spec, &identities)
     }
 
+    /// Decides one call of `spec` like [`Limiter::call`], waiting up to
+    /// `max_wait` for room instead of being refused (overriding the spec's
+    /// own [`CallSpec::with_wait`]); the returned future completes when the
+    /// call is admitted, or at once when it cannot be within `max_wait`.
+    ///
+    /// - **GCRA, token bucket, leaky bucket**: the call reserves the
+    ///   earliest slot every limit of the call allows, atomically, in the
+    ///   same single round trip as any decision (see [`crate::Backend::reserve`]),
+    ///   and sleeps until it: callers queue instead of stampeding, and
+    ///   leave at the limit's rate (a leaky bucket with `burst = 1` is a
+    ///   true smoother). A slot later than `max_wait` is refused at once,
+    ///   with its `retry_after` and nothing reserved. Several limits are
+    ///   committed together as of the latest of their earliest times, so
+    ///   the slot respects every one of them.
+    /// - **Fixed window, sliding window, sliding log**: no queue to join;
+    ///   the call retries after each refusal's `retry_after`, until it is
+    ///   admitted or the next retry would come after `max_wait` (it is then
+    ///   refused at once, never after sleeping past `max_wait`).
+    ///
+    /// A future dropped while it waits for its slot gives the slot back:
+    /// the next call that can use it gets exactly that time (the state
+    /// goes back if it was the last slot reserved; otherwise the slot is
+    /// kept as given back). In memory this happens in `drop`; on a remote
+    /// backend, `drop` spawns the backend call on the tokio runtime the
+    /// call was made on (without one, the slot stays taken: the limit
+    /// then admits less, never more). Waiting uses a timer thread of its
+    /// own, so it works on any executor.
+    ///
+    /// `Err` (as an unavailable [`Rejection`], logged) for a call that
+    /// cannot wait: limits mixing a window algorithm with GCRA or a bucket
+    /// (no single time could be reserved on both), or a spec with
+    /// [`Counting::Settled`] (a refund could not give back a queued slot),
+    /// or a tiered group ([`GroupSpec::tiered`](crate::GroupSpec::tiered): its limits are chosen by
+    /// each call, through [`Limiter::call_tiered`], which refuses a spec
+    /// that waits the same way), or an in-flight limit
+    /// ([`Limit::in_flight`](crate::Limit::in_flight): its slots free when
+    /// running calls end, which no wait can be planned on).
+    /// [`Permit::waited`] says how long an admitted call waited; the wait
+    /// of every admitted waiting call is recorded in `rl_wait_seconds`.
+    ///
+    /// ```
+    /// use rl_core::{Algorithm, CallSpec, GroupSpec, Limit, Limiter};
+    /// use std::time::{Duration, Instant};
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let limiter = Limiter::builder().memory().build()?;
+    /// let smooth = Limit::per_second(20)?.with_algorithm(Algorithm::LeakyBucket)?.with_burst(1)?;
+    /// let spec = CallSpec::owned("export", vec![GroupSpec::owned("export", vec![smooth])]);
+    /// let start = Instant::now();
+    /// for _ in 0..3 {
+    ///     limiter.call_waiting(&spec, &[&"tenant-1"], Duration::from_secs(1)).await?;
+    /// }
+    /// assert!(start.elapsed() >= Duration::from_millis(100)); // one every 50 ms
+    /// // A slot further away than the call may wait is refused at once.
+    /// let refused = limiter.call_waiting(&spec, &[&"tenant-1"], Duration::from_millis(10)).await.unwrap_err();
+    /// assert!(refused.retry_after().unwrap() > Duration::from_millis(10));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # });
+    /// ```
+    pub fn call_waiting<'l>(
+        &'l self,
+        spec: &'l CallSpec,
+        identities: &[&dyn fmt::Display],
+        max_wait: std::time::Duration,
+    ) -> CallFuture<'l> {
+        if identities.len() != spec.groups().len() {
+            return self.call(spec, identities);
+        }
+        let identities: Identities = identities.iter().map(|i| Identity::render(*i)).collect();
+        wait::call(self, spec, &identities, max_wait)
+    }
+
     /// [`Limiter::call`] with identities in the forms the macro passes.
     pub(crate) fn call_parts<'l>(
         &'l self,
@@ -207,6 +282,30 @@ impl Limiter {
     /// Decides a call whose identities are rendered.
     #[inline]
     fn call_identities<'l>(
+        &'l self,
+        spec: &'l CallSpec,
+        identities: &[Identity],
+    ) -> CallFuture<'l> {
+        if spec.waits() {
+            return self.call_spec_waiting(spec, identities);
+        }
+        self.call_now(spec, identities)
+    }
+
+    /// [`Limiter::call_identities`] for a spec that waits.
+    #[cold]
+    #[inline(never)]
+    fn call_spec_waiting<'l>(
+        &'l self,
+        spec: &'l CallSpec,
+        identities: &[Identity],
+    ) -> CallFuture<'l> {
+        wait::call(self, spec, identities, spec.wait().unwrap_or_default())
+    }
+
+    /// Decides a call whose identities are rendered, without waiting.
+    #[inline]
+    pub(crate) fn call_now<'l>(
         &'l self,
         spec: &'l CallSpec,
         identities: &[Identity],
@@ -313,7 +412,7 @@ impl Limiter {
 
     /// The permit (or rejection) of a call of `spec` that got `answer`.
     #[inline]
-    fn permit<'l>(
+    pub(crate) fn permit<'l>(
         &'l self,
         spec: &'l CallSpec,
         resolved: &Arc<Resolved>,
@@ -343,6 +442,7 @@ impl Limiter {
             admission,
             skipped,
             settle,
+            waited: std::time::Duration::ZERO,
             tiers: None,
             in_flight,
         })
@@ -928,7 +1028,7 @@ impl Limiter {
 /// The rejection of every call of a spec that can never be decided (logged).
 #[cold]
 #[inline(never)]
-fn misconfigured(spec: &CallSpec, problem: &LimitError) -> Rejection {
+pub(crate) fn misconfigured(spec: &CallSpec, problem: &LimitError) -> Rejection {
     tracing::error!(call = spec.name(), error = %problem, "rate limit misconfigured");
     Rejection::unavailable(spec.name_cow().clone(), Error::Limit(problem.clone()))
 }

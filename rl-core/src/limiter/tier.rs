@@ -607,6 +607,10 @@ impl Limiter {
         identities: &[Identity],
         tiers: &[&str],
     ) -> CallFuture<'l> {
+        if spec.waits() {
+            // Refused as a call that cannot wait (see `wait::how`).
+            return super::wait::call(self, spec, identities, spec.wait().unwrap_or_default());
+        }
         resolve::with(self, spec, |resolved| {
             self.decide_tiered(spec, resolved, identities, tiers)
         })
@@ -751,6 +755,7 @@ impl Limiter {
             admission,
             skipped,
             settle,
+            waited: std::time::Duration::ZERO,
             tiers: Some(resolved.binding_of(&chosen)),
             in_flight,
         })
@@ -792,6 +797,7 @@ impl Limiter {
                 admission: Admission::FailedOpen,
                 skipped: all,
                 settle,
+                waited: std::time::Duration::ZERO,
                 tiers: None,
                 in_flight: None,
             });

@@ -9,3 +9,4 @@ pub(crate) mod limit;
 pub(crate) mod mask;
 pub(crate) mod policy;
 pub(crate) mod rejection;
+pub(crate) mod reservation;

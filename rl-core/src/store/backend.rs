@@ -10,6 +10,7 @@ use crate::model::decision::Decisions;
 use crate::model::error::{BackendError, LimitError};
 use crate::model::key::Key;
 use crate::model::limit::Limit;
+use crate::model::reservation::Reservation;
 use crate::store::target::{KeyRef, Op, Target};
 
 /// A boxed, `Send` future, as backends return them (keeps [`Backend`] usable
@@ -84,6 +85,33 @@ impl<'a> Request<'a> {
         // (As for a peek: an acquire's in-flight limits also need a lease,
         // which the limiter checks and a backend that keeps leases checks.)
         crate::store::target::validate(Op::Peek, &targets)
+    }
+
+    /// Checks a batch before a backend reserves a slot for it
+    /// ([`Backend::reserve`]): [`Request::check_batch`], and every limit is
+    /// one that queues waiting calls (GCRA, token bucket, leaky bucket).
+    ///
+    /// ```
+    /// use rl_core::{Algorithm, Key, Limit, Request};
+    /// let key = Key::new("app", "jobs", "tenant-1");
+    /// let gcra = Limit::per_second(10).unwrap();
+    /// assert!(Request::check_reservation(&[Request::new(&key, &gcra, 1)]).is_ok());
+    /// let window = Limit::per_minute(10).unwrap().with_algorithm(Algorithm::FixedWindow).unwrap();
+    /// assert!(Request::check_reservation(&[Request::new(&key, &window, 1)]).is_err());
+    /// ```
+    pub fn check_reservation(requests: &[Request<'_>]) -> Result<(), LimitError> {
+        let targets: smallvec::SmallVec<[Target<'_>; 4]> = requests
+            .iter()
+            .map(|r| Target {
+                name: "",
+                key: KeyRef::of(r.key),
+                limit: r.limit,
+                cost: r.cost,
+                slot: None,
+                lease: r.lease,
+            })
+            .collect();
+        crate::store::target::validate(Op::Reserve(0), &targets)
     }
 }
 
@@ -261,6 +289,53 @@ pub trait Backend: Send + Sync + Debug + 'static {
         returns: &'a [LeaseReturn<'a>],
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         let _ = returns;
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    /// Whether the backend implements [`Backend::reserve`] and
+    /// [`Backend::cancel`]. Without them, a waiting call on GCRA or a bucket
+    /// retries after each refusal's `retry_after` (as it does on the window
+    /// algorithms) instead of queueing. The default is `false`.
+    fn reserves(&self) -> bool {
+        false
+    }
+
+    /// Reserves, in one atomic step, the earliest time (the slot) at which
+    /// every request's limit admits its cost, if it is at most `max_wait`
+    /// from the store's time; then commits every request as of the slot
+    /// (all-or-nothing). Each limit's earliest time is the earliest a call
+    /// would be allowed given the slots already reserved (or one another
+    /// cancelled call gave back); the slot is the latest of them, so no limit
+    /// is committed earlier than the others. A later slot refuses the call
+    /// and changes nothing (see [`Reservation`]). Only GCRA, token and leaky
+    /// bucket limits can be reserved (anything else is
+    /// [`BackendError::Invalid`]).
+    ///
+    /// The default refuses: see [`Backend::reserves`].
+    fn reserve<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        max_wait: std::time::Duration,
+    ) -> BoxFuture<'a, Result<Reservation, BackendError>> {
+        let _ = (requests, max_wait);
+        Box::pin(std::future::ready(Err(BackendError::Invalid(
+            LimitError::BadCall("this backend does not reserve slots for waiting calls".into()),
+        ))))
+    }
+
+    /// Gives back an allowed reservation made by [`Backend::reserve`] with
+    /// the same requests (a waiting call that was dropped before its slot):
+    /// for each limit, if the reservation is still the last one made there,
+    /// the state goes back to what it was before it; otherwise its slot is
+    /// kept as given back, and the next reservation that can use that exact
+    /// time takes it. A slot already past is not given back. The default
+    /// does nothing.
+    fn cancel<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        reservation: &'a Reservation,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        let _ = (requests, reservation);
         Box::pin(std::future::ready(Ok(())))
     }
 

@@ -36,8 +36,11 @@ use crate::model::decision::{Decision, Decisions};
 use crate::model::error::BackendError;
 use crate::model::key::IdentityRef;
 use crate::model::limit::{Algorithm, Limit};
+use crate::model::reservation::Reservation;
+use crate::store::Stored;
 use crate::store::backend::{Backend, BoxFuture, LeaseReturn, Leased, Request, check_lease_batch};
-use crate::store::target::{KeyRef, Op, Slot, Target};
+use crate::store::reserve::{Freed, choose_slot};
+use crate::store::target::{KeyRef, Op, Slot, Target, reserves};
 
 /// What identifies a limit's state under a key ([`Limit::state_id`]).
 type StateId = (Algorithm, u64, u64);
@@ -176,8 +179,29 @@ struct Shard {
     /// Sweep idle states when the shard grows past this size.
     sweep_at: usize,
     /// The latest time this shard decided at: a clock stepping back never
-    /// makes a state look older than it is.
+    /// makes a state look older than it is. A reservation's slot, later
+    /// than now, never moves it.
     last_now: u64,
+    /// Slots given back by cancelled reservations that were no longer the
+    /// last of their queue, by partition and identity (rare: kept apart
+    /// from the states, which stay compact).
+    freed: HashMap<(u32, Owned), Freed>,
+}
+
+/// An identity held as a key of [`Shard::freed`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Owned {
+    Number(u64),
+    Text(CompactString),
+}
+
+impl Owned {
+    fn of(identity: IdentityRef<'_>) -> Self {
+        match identity {
+            IdentityRef::Number(n) => Owned::Number(n),
+            IdentityRef::Text(_) => Owned::Text(CompactString::hold(identity)),
+        }
+    }
 }
 
 impl Shard {
@@ -351,6 +375,7 @@ impl MemoryBackend {
                     hasher: hasher.clone(),
                     sweep_at: MIN_SWEEP,
                     last_now: 0,
+                    freed: HashMap::new(),
                 }))
             })
             .collect();
@@ -399,7 +424,11 @@ impl MemoryBackend {
         let states: usize = self
             .shards
             .iter()
-            .map(|shard| shard.lock().tables.sweep(now))
+            .map(|shard| {
+                let mut shard = shard.lock();
+                sweep_freed(&mut shard.freed, now);
+                shard.tables.sweep(now)
+            })
             .sum();
         let replies: usize = self.replies.iter().map(|r| r.lock().sweep(now)).sum();
         states + replies
@@ -439,22 +468,25 @@ impl MemoryBackend {
 
     /// Runs `op` on a batch the pipeline has validated.
     #[inline]
-    pub(crate) fn run(
-        &self,
-        op: Op<'_>,
-        targets: &[Target<'_>],
-    ) -> Result<Option<Decisions>, BackendError> {
+    pub(crate) fn run(&self, op: Op<'_>, targets: &[Target<'_>]) -> Result<Stored, BackendError> {
         Ok(match op {
-            Op::Acquire => Some(self.acquire_targets(targets)),
-            Op::AcquireOnce(id) => Some(self.acquire_targets_once(targets, id)?),
-            Op::Peek => Some(self.decide_targets(targets, false)),
+            Op::Acquire => Stored::Decided(self.acquire_targets(targets)),
+            Op::AcquireOnce(id) => Stored::Decided(self.acquire_targets_once(targets, id)?),
+            Op::Peek => Stored::Decided(self.decide_targets(targets, false)),
             Op::Refund(at) => {
                 self.refund_targets(targets, at);
-                None
+                Stored::Applied
             }
             Op::Reset => {
                 self.reset_targets(targets);
-                None
+                Stored::Applied
+            }
+            Op::Reserve(max_wait) => {
+                Stored::Reserved(Box::new(self.reserve_targets(targets, max_wait)))
+            }
+            Op::Cancel(reservation) => {
+                self.cancel_targets(targets, reservation);
+                Stored::Applied
             }
         })
     }
@@ -466,11 +498,11 @@ impl MemoryBackend {
         let clock = self.clock.now_micros();
         let mut shard = self.shards[at.shard].lock();
         let now = shard.now(clock);
-        decide_in(&mut shard, &at, target, now, true)
+        decide_in(&mut shard, &at, target, now, true, now)
     }
 
     #[inline]
-    fn acquire_targets(&self, targets: &[Target<'_>]) -> Decisions {
+    pub(crate) fn acquire_targets(&self, targets: &[Target<'_>]) -> Decisions {
         if let [one] = targets {
             return Decisions::one(self.acquire_target(one));
         }
@@ -569,7 +601,7 @@ impl MemoryBackend {
                         cost: target.cost + extra,
                         ..*target
                     };
-                    decide_in(guards.shard(at.shard), at, &taking, now, true)
+                    decide_in(guards.shard(at.shard), at, &taking, now, true, now)
                 })
                 .collect::<SmallVec<[Decision; 4]>>();
             (Decisions::new(decisions), granted)
@@ -588,6 +620,99 @@ impl MemoryBackend {
         });
     }
 
+    /// Reserves the earliest slot every target allows within `max_wait` µs
+    /// and commits each target as of it (see [`Backend::reserve`]).
+    fn reserve_targets(&self, targets: &[Target<'_>], max_wait: u64) -> Reservation {
+        self.with_locked(targets, |now, guards, located| {
+            if targets.iter().any(|t| t.limit.is_in_flight()) {
+                // A concurrency limit is never reserved (`Backend::reserve`
+                // refuses it): refused, nothing changed.
+                let refused: SmallVec<[Decision; 4]> = targets
+                    .iter()
+                    .zip(located)
+                    .map(|(target, at)| {
+                        let shard = guards.shard(at.shard);
+                        let mut decision = decide_in(shard, at, target, now, false, now);
+                        decision.allowed &= !target.limit.is_in_flight();
+                        decision
+                    })
+                    .collect();
+                let count = targets.len();
+                return Reservation::new(
+                    Decisions::new(refused),
+                    now,
+                    std::iter::repeat_n(false, count),
+                );
+            }
+            let mut probe: SmallVec<[Decision; 4]> = SmallVec::new();
+            let mut earliest: SmallVec<[u64; 4]> = SmallVec::new();
+            let mut freed: SmallVec<[Freed; 4]> = SmallVec::new();
+            for (target, at) in targets.iter().zip(located) {
+                let shard = guards.shard(at.shard);
+                let decision = decide_in(shard, at, target, now, false, now);
+                let wait = u64::try_from(decision.retry_after.as_micros()).unwrap_or(u64::MAX);
+                earliest.push(now.saturating_add(wait));
+                freed.push(freed_of(shard, at, target, now));
+                probe.push(decision);
+            }
+            let costs: SmallVec<[u64; 4]> = targets.iter().map(|t| t.cost).collect();
+            let slot = choose_slot(&earliest, &freed, &costs);
+            if slot.saturating_sub(now) > max_wait {
+                let count = targets.len();
+                return Reservation::new(
+                    Decisions::new(probe),
+                    now,
+                    std::iter::repeat_n(false, count),
+                );
+            }
+            let mut decisions: SmallVec<[Decision; 4]> = SmallVec::new();
+            let mut took: SmallVec<[bool; 4]> = SmallVec::new();
+            for ((target, at), freed) in targets.iter().zip(located).zip(&freed) {
+                let shard = guards.shard(at.shard);
+                if freed.has(slot, target.cost) {
+                    take_freed(shard, at, target, slot);
+                    let mut decision = decide_in(shard, at, target, slot, false, now);
+                    decision.allowed = true;
+                    decision.retry_after = std::time::Duration::ZERO;
+                    decisions.push(decision);
+                    took.push(true);
+                } else {
+                    decisions.push(decide_in(shard, at, target, slot, true, now));
+                    took.push(false);
+                }
+            }
+            Reservation::new(Decisions::new(decisions), now, took)
+        })
+    }
+
+    /// Gives back an allowed reservation of these targets (see
+    /// [`Backend::cancel`]).
+    fn cancel_targets(&self, targets: &[Target<'_>], reservation: &Reservation) {
+        let Some(slot) = reservation.slot_micros() else {
+            return;
+        };
+        self.with_locked(targets, |now, guards, located| {
+            for (index, (target, at)) in targets.iter().zip(located).enumerate() {
+                if !reserves(target.limit.algorithm()) {
+                    // Never reserved (an in-flight limit, a window).
+                    continue;
+                }
+                let Some(decision) = reservation.decisions().as_slice().get(index) else {
+                    break;
+                };
+                let mark = slot.saturating_add(
+                    u64::try_from(decision.reset_after.as_micros()).unwrap_or(u64::MAX),
+                );
+                let shard = guards.shard(at.shard);
+                let restored = !reservation.took_freed_slot(index)
+                    && unreserve_in(shard, at, target, now, slot, mark);
+                if !restored && slot > now {
+                    give_back(shard, at, target, slot, now);
+                }
+            }
+        });
+    }
+
     fn refund_targets(&self, targets: &[Target<'_>], at_micros: u64) {
         self.with_locked(targets, |now, guards, located| {
             for (target, at) in targets.iter().zip(located) {
@@ -599,7 +724,13 @@ impl MemoryBackend {
     fn reset_targets(&self, targets: &[Target<'_>]) {
         self.with_locked(targets, |_, guards, located| {
             for (target, at) in targets.iter().zip(located) {
-                reset_in(guards.shard(at.shard), at, target);
+                let shard = guards.shard(at.shard);
+                reset_in(shard, at, target);
+                if !shard.freed.is_empty() {
+                    shard
+                        .freed
+                        .remove(&(at.partition, Owned::of(target.key.identity)));
+                }
             }
         });
     }
@@ -699,6 +830,28 @@ impl MemoryBackend {
         self.reset_targets(&targets(requests));
     }
 
+    /// Reserves a slot for a waiting call synchronously, as
+    /// [`Backend::reserve`] (`max_wait` in µs). The batch is not validated
+    /// here ([`Backend::reserve`] does).
+    ///
+    /// ```
+    /// use rl_core::{Algorithm, Key, Limit, ManualClock, MemoryBackend, Request};
+    /// let backend = MemoryBackend::with_clock(ManualClock::new(1_000_000));
+    /// let limit = Limit::per_second(10).unwrap().with_algorithm(Algorithm::LeakyBucket).unwrap().with_burst(1).unwrap();
+    /// let key = Key::new("rl", "jobs", "queue");
+    /// let req = [Request::new(&key, &limit, 1)];
+    /// let times: Vec<u64> = (0..3).map(|_| backend.reserve_sync(&req, 1_000_000).slot_micros().unwrap()).collect();
+    /// assert_eq!(times, [1_000_000, 1_100_000, 1_200_000]); // one every 100 ms
+    /// ```
+    pub fn reserve_sync(&self, requests: &[Request<'_>], max_wait: u64) -> Reservation {
+        self.reserve_targets(&targets(requests), max_wait)
+    }
+
+    /// Gives back a reservation synchronously, as [`Backend::cancel`].
+    pub fn cancel_sync(&self, requests: &[Request<'_>], reservation: &Reservation) {
+        self.cancel_targets(&targets(requests), reservation);
+    }
+
     /// Decides a batch and leases extra units synchronously, as
     /// [`Backend::acquire_lease`] (not validated here).
     ///
@@ -746,28 +899,139 @@ fn decide_all(
         targets
             .iter()
             .zip(located)
-            .map(|(target, at)| decide_in(guards.shard(at.shard), at, target, now, commit)),
+            .map(|(target, at)| decide_in(guards.shard(at.shard), at, target, now, commit, now)),
     )
 }
 
-/// Decides one target in its (locked) shard.
+/// Decides one target in its (locked) shard at `now` (a reservation's slot
+/// may be later than the shard's time, `clock`, which a new identity's
+/// insertion sweeps by).
 fn decide_in(
     shard: &mut Shard,
     at: &Located,
     target: &Target<'_>,
     now: u64,
     commit: bool,
+    clock: u64,
 ) -> Decision {
     match target.limit.algorithm() {
-        Algorithm::FixedWindow => decide::<Window>(shard, at, target, now, commit),
-        Algorithm::SlidingLog => decide::<Log>(shard, at, target, now, commit),
-        Algorithm::SlidingWindow => decide::<Slots>(shard, at, target, now, commit),
+        Algorithm::FixedWindow => decide::<Window>(shard, at, target, now, commit, clock),
+        Algorithm::SlidingLog => decide::<Log>(shard, at, target, now, commit, clock),
+        Algorithm::SlidingWindow => decide::<Slots>(shard, at, target, now, commit, clock),
         Algorithm::TokenBucket | Algorithm::LeakyBucket => {
-            decide::<Meter>(shard, at, target, now, commit)
+            decide::<Meter>(shard, at, target, now, commit, clock)
         }
-        Algorithm::InFlight => decide::<Flight>(shard, at, target, now, commit),
-        _ => decide::<Tat>(shard, at, target, now, commit),
+        Algorithm::InFlight => decide::<Flight>(shard, at, target, now, commit, clock),
+        _ => decide::<Tat>(shard, at, target, now, commit, clock),
     }
+}
+
+/// Takes back a reservation if it is still the last one of its queue.
+fn unreserve_in(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    slot: u64,
+    mark: u64,
+) -> bool {
+    match target.limit.algorithm() {
+        Algorithm::TokenBucket | Algorithm::LeakyBucket => {
+            unreserve::<Meter>(shard, at, target, now, slot, mark)
+        }
+        Algorithm::Gcra => unreserve::<Tat>(shard, at, target, now, slot, mark),
+        _ => false,
+    }
+}
+
+fn unreserve<S: Tabled>(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    slot: u64,
+    mark: u64,
+) -> bool {
+    match target.key.identity {
+        IdentityRef::Number(_) => unreserve_held::<S, u64>(shard, at, target, now, slot, mark),
+        IdentityRef::Text(_) => {
+            unreserve_held::<S, CompactString>(shard, at, target, now, slot, mark)
+        }
+    }
+}
+
+fn unreserve_held<S: Tabled, I: Side>(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    slot: u64,
+    mark: u64,
+) -> bool {
+    let table = S::table(I::tables(&mut shard.tables));
+    let Ok(mut found) = table.find_entry(at.hash, matches::<S, I>(at, target.key.identity)) else {
+        return false;
+    };
+    let entry = found.get_mut();
+    if !entry
+        .state
+        .unreserve(target.limit, now, slot, mark, target.cost)
+    {
+        return false;
+    }
+    if entry.state.is_idle(now) {
+        found.remove();
+    }
+    true
+}
+
+/// The slots given back under a target's state that are still ahead (drops
+/// the ones already past).
+fn freed_of(shard: &mut Shard, at: &Located, target: &Target<'_>, now: u64) -> Freed {
+    if shard.freed.is_empty() {
+        return Freed::default();
+    }
+    let key = (at.partition, Owned::of(target.key.identity));
+    let Some(freed) = shard.freed.get_mut(&key) else {
+        return Freed::default();
+    };
+    freed.drop_before(now);
+    let kept = freed.clone();
+    if freed.is_empty() {
+        shard.freed.remove(&key);
+    }
+    kept
+}
+
+/// Takes a target's cost from the slot given back at `slot`.
+fn take_freed(shard: &mut Shard, at: &Located, target: &Target<'_>, slot: u64) {
+    let key = (at.partition, Owned::of(target.key.identity));
+    if let Some(freed) = shard.freed.get_mut(&key) {
+        freed.take(slot, target.cost);
+        if freed.is_empty() {
+            shard.freed.remove(&key);
+        }
+    }
+}
+
+/// Records a target's cost as given back at `slot`.
+fn give_back(shard: &mut Shard, at: &Located, target: &Target<'_>, slot: u64, now: u64) {
+    if shard.freed.len() >= shard.sweep_at {
+        sweep_freed(&mut shard.freed, now);
+    }
+    shard
+        .freed
+        .entry((at.partition, Owned::of(target.key.identity)))
+        .or_default()
+        .give(slot, target.cost);
+}
+
+/// Drops every given-back slot already past.
+fn sweep_freed(freed: &mut HashMap<(u32, Owned), Freed>, now: u64) {
+    freed.retain(|_, slots| {
+        slots.drop_before(now);
+        !slots.is_empty()
+    });
 }
 
 fn refund_in(shard: &mut Shard, at: &Located, target: &Target<'_>, now: u64, at_micros: u64) {
@@ -867,10 +1131,13 @@ fn decide<S: Tabled>(
     target: &Target<'_>,
     now: u64,
     commit: bool,
+    clock: u64,
 ) -> Decision {
     match target.key.identity {
-        IdentityRef::Number(_) => decide_held::<S, u64>(shard, at, target, now, commit),
-        IdentityRef::Text(_) => decide_held::<S, CompactString>(shard, at, target, now, commit),
+        IdentityRef::Number(_) => decide_held::<S, u64>(shard, at, target, now, commit, clock),
+        IdentityRef::Text(_) => {
+            decide_held::<S, CompactString>(shard, at, target, now, commit, clock)
+        }
     }
 }
 
@@ -898,6 +1165,7 @@ fn decide_held<S: Tabled, I: Side>(
     target: &Target<'_>,
     now: u64,
     commit: bool,
+    clock: u64,
 ) -> Decision {
     let identity = target.key.identity;
     let table = S::table(I::tables(&mut shard.tables));
@@ -907,7 +1175,7 @@ fn decide_held<S: Tabled, I: Side>(
     let mut state = S::default();
     let decision = state.decide(target.limit, now, target.cost, commit);
     if commit && !state.is_idle(now) {
-        insert::<S, I>(shard, at, identity, state, now);
+        insert::<S, I>(shard, at, identity, state, clock);
     }
     decision
 }
@@ -923,6 +1191,7 @@ fn insert<S: Tabled, I: Side>(
 ) {
     if shard.tables.len() >= shard.sweep_at {
         shard.tables.sweep(now);
+        sweep_freed(&mut shard.freed, now);
         shard.sweep_at = (shard.tables.len() * 2).max(MIN_SWEEP);
     }
     let partition = at.partition;
@@ -1047,6 +1316,31 @@ impl Backend for MemoryBackend {
         returns: &'a [LeaseReturn<'a>],
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         self.return_lease_sync(returns);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn reserves(&self) -> bool {
+        true
+    }
+
+    fn reserve<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        max_wait: std::time::Duration,
+    ) -> BoxFuture<'a, Result<Reservation, BackendError>> {
+        let max_wait = u64::try_from(max_wait.as_micros()).unwrap_or(u64::MAX);
+        let result = Request::check_reservation(requests)
+            .map_err(BackendError::Invalid)
+            .map(|()| self.reserve_sync(requests, max_wait));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn cancel<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        reservation: &'a Reservation,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        self.cancel_sync(requests, reservation);
         Box::pin(std::future::ready(Ok(())))
     }
 }

@@ -7,6 +7,7 @@
 
 pub(crate) mod backend;
 pub(crate) mod memory;
+pub(crate) mod reserve;
 pub(crate) mod target;
 
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use smallvec::SmallVec;
 use crate::model::decision::Decisions;
 use crate::model::error::BackendError;
 use crate::model::key::Key;
+use crate::model::reservation::Reservation;
 use backend::{Backend, Request};
 use memory::MemoryBackend;
 use target::{Op, Target};
@@ -37,31 +39,56 @@ impl Store {
     }
 }
 
+/// What a store did with an operation.
+#[derive(Debug)]
+pub(crate) enum Stored {
+    /// Decisions (acquire, acquire-once, peek).
+    Decided(Decisions),
+    /// A reservation's answer (boxed: the other answers stay small).
+    Reserved(Box<Reservation>),
+    /// A refund, reset or cancel was applied.
+    Applied,
+}
+
 /// Runs `op` on a remote backend: renders each distinct key once and sends
-/// one batch. Decisions for acquire and peek, `None` for refund and reset.
+/// one batch.
 pub(crate) async fn run_remote(
     backend: &dyn Backend,
     op: Op<'_>,
     targets: &[Target<'_>],
-) -> Result<Option<Decisions>, BackendError> {
+) -> Result<Stored, BackendError> {
     let (keys, index) = render(targets);
     let requests = requests(targets, &keys, &index);
     match op {
-        Op::Acquire => backend.acquire(&requests).await.map(Some),
-        Op::AcquireOnce(id) => backend.acquire_once(&requests, id).await.map(Some),
-        Op::Peek => backend.peek(&requests).await.map(Some),
-        Op::Refund(at) => backend.refund(&requests, at).await.map(|()| None),
-        Op::Reset => backend.reset(&requests).await.map(|()| None),
+        Op::Acquire => backend.acquire(&requests).await.map(Stored::Decided),
+        Op::AcquireOnce(id) => backend
+            .acquire_once(&requests, id)
+            .await
+            .map(Stored::Decided),
+        Op::Peek => backend.peek(&requests).await.map(Stored::Decided),
+        Op::Refund(at) => backend
+            .refund(&requests, at)
+            .await
+            .map(|()| Stored::Applied),
+        Op::Reset => backend.reset(&requests).await.map(|()| Stored::Applied),
+        Op::Reserve(max_wait) => backend
+            .reserve(&requests, std::time::Duration::from_micros(max_wait))
+            .await
+            .map(|reservation| Stored::Reserved(Box::new(reservation))),
+        Op::Cancel(reservation) => backend
+            .cancel(&requests, reservation)
+            .await
+            .map(|()| Stored::Applied),
     }
 }
 
-/// Runs an acquire that leases ([`Backend::acquire_lease`]): the units
-/// granted go into `ask`.
+/// Runs an acquire that leases quota ([`Backend::acquire_lease`]): the
+/// units granted go into `ask`.
 pub(crate) async fn run_lease(
     backend: &dyn Backend,
     targets: &[Target<'_>],
     ask: &mut crate::layer::lease::Ask,
-) -> Result<Option<Decisions>, BackendError> {
+) -> Result<Stored, BackendError> {
     let (keys, index) = render(targets);
     let requests = requests(targets, &keys, &index);
     let leased = backend
@@ -73,7 +100,7 @@ pub(crate) async fn run_lease(
         ));
     }
     ask.granted = leased.granted.iter().copied().collect();
-    Ok(Some(leased.decisions))
+    Ok(Stored::Decided(leased.decisions))
 }
 
 /// Each distinct key of `targets` rendered once, and each target's index

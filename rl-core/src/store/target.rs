@@ -6,7 +6,8 @@ use std::fmt;
 
 use crate::model::error::LimitError;
 use crate::model::key::{IdentityRef, Key};
-use crate::model::limit::Limit;
+use crate::model::limit::{Algorithm, Limit};
+use crate::model::reservation::Reservation;
 
 /// A key as two borrowed parts: its head (`prefix:{scope:`, escaped) and its
 /// identity. Renders as `head + identity + "}"` ([`Key`]'s layout), without
@@ -77,6 +78,12 @@ pub(crate) enum Op<'a> {
     Refund(u64),
     /// Forget the targets' state.
     Reset,
+    /// Reserve the earliest slot every target allows, no later than this
+    /// many µs from now, committing every target as of that slot
+    /// (all-or-nothing); GCRA and the buckets only.
+    Reserve(u64),
+    /// Give back a reservation ([`Op::Reserve`]).
+    Cancel(&'a Reservation),
 }
 
 impl Op<'_> {
@@ -88,13 +95,34 @@ impl Op<'_> {
             Op::Peek => "peek",
             Op::Refund(_) => "refund",
             Op::Reset => "reset",
+            Op::Reserve(_) => "reserve",
+            Op::Cancel(_) => "cancel",
         }
     }
 
     /// Whether the operation answers with decisions.
     pub(crate) const fn decides(&self) -> bool {
-        matches!(self, Op::Acquire | Op::AcquireOnce(_) | Op::Peek)
+        matches!(
+            self,
+            Op::Acquire | Op::AcquireOnce(_) | Op::Peek | Op::Reserve(_)
+        )
     }
+
+    /// Whether the operation admits calls (what the deny list, shadow mode,
+    /// publishing and the failure policy act on).
+    pub(crate) const fn admits(&self) -> bool {
+        matches!(self, Op::Acquire | Op::AcquireOnce(_) | Op::Reserve(_))
+    }
+}
+
+/// Whether `algorithm` can reserve a slot ahead of time (a queue that a
+/// waiting call joins): GCRA and the buckets. The window algorithms have no
+/// such queue; a waiting call retries them after their `retry_after`.
+pub(crate) const fn reserves(algorithm: Algorithm) -> bool {
+    matches!(
+        algorithm,
+        Algorithm::Gcra | Algorithm::TokenBucket | Algorithm::LeakyBucket
+    )
 }
 
 /// Checks a batch before any store decides it: at least one target, every
@@ -110,6 +138,20 @@ pub(crate) fn validate(op: Op<'_>, targets: &[Target<'_>]) -> Result<(), LimitEr
         ));
     }
     for (i, a) in targets.iter().enumerate() {
+        if matches!(op, Op::Reserve(_) | Op::Cancel(_)) && a.limit.is_in_flight() {
+            return Err(LimitError::BadCall(format!(
+                "{} cannot reserve a slot: a waiting call cannot hold in-flight slots \
+                 (a concurrency limit frees when a running call ends, which no slot in time can promise)",
+                a.limit
+            )));
+        }
+        if matches!(op, Op::Reserve(_)) && !reserves(a.limit.algorithm()) {
+            return Err(LimitError::BadCall(format!(
+                "limit {} cannot reserve a slot: only gcra, token_bucket and leaky_bucket queue waiting calls \
+                 (a call waiting on a window algorithm retries after its retry_after)",
+                a.limit
+            )));
+        }
         if op.decides() {
             a.limit.check_cost(a.cost)?;
         }

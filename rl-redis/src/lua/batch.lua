@@ -3,12 +3,19 @@
 -- single-limit acquire, peek or refund goes through single.lua).
 --
 -- args: op (acquire | acquire_once | peek | refund | refund_once | reset |
--- renew), time ('s' = server TIME, or the client's now in us), at (us,
--- refunds only), extra TTL (ms), then per request: algorithm code,
--- threshold, period (us), burst, slots, cost. For an in-flight limit
--- (code 'if') the slots field carries the slot's lease id (text).
+-- reserve | cancel | renew), time ('s' = server TIME, or the client's now
+-- in us), at (us: a refund's time, a reserve's longest wait, a cancel's
+-- slot), extra TTL (ms), then per request: algorithm code, threshold, period
+-- (us), burst, slots, cost; reserve and cancel add two fields per request
+-- (reserve: the earliest slot allowed, 0 for none, and 0; cancel: 1 if the
+-- limit took a given-back slot, and the mark its decision left). For an
+-- in-flight limit (code 'if') the slots field carries the slot's lease id
+-- (text); reserve and cancel never carry one (a waiting call cannot hold
+-- in-flight slots).
 -- keys: per request `<key>:<algorithm>:<period>`, plus `...:seq` for the
--- sliding log; the `_once` ops take one more, last key: the request-id key
+-- sliding log; reserve, cancel and reset add `...:freed` after the state key
+-- of GCRA and the buckets (slots given back by cancelled reservations); the
+-- `_once` ops take one more, last key: the request-id key
 -- `<first key>:req:<escaped id>`. All keys of one call share one hash tag.
 --
 -- Reply: per request allowed (1/0), limit, remaining, retry_after_us,
@@ -28,24 +35,154 @@
 -- one; otherwise it decides like acquire and, when allowed, keeps the reply
 -- there for the longest period of the call. refund_once refunds and drops
 -- the request-id key.
+--
+-- reserve (a waiting call; rl-core store/reserve.rs, the same rules): each
+-- limit's earliest time is now plus its retry_after (given the slots
+-- already reserved), or a slot given back to it; the slot is the latest
+-- earliest time, or an earlier given-back time every limit can serve. A
+-- slot more than `at` us away refuses the call and changes nothing (but
+-- dropping given-back slots already past); otherwise every limit is
+-- committed as of the slot (taking a given-back slot's units instead
+-- where there is one), with TTLs from now. Reply: per request allowed,
+-- limit, remaining, retry_after_us, reset_after_us and 1 if it took a
+-- given-back slot; then the slot (0 when refused) and the now used.
+-- cancel: per limit, the module's unreserve takes the reservation back if
+-- it is still the last one made; otherwise the slot, if still ahead, is
+-- recorded as given back (HINCRBY on `...:freed`, expiring at the slot).
 
-local BATCH_HEADER, BATCH_FIELDS = 4, 6
+local BATCH_HEADER = 4
+
+-- The slots given back under a request's state that are still ahead,
+-- {slot = units}; drops the ones already past.
+local function freed_slots(r, now)
+  local flat = redis.call('HGETALL', r.freed)
+  local slots = {}
+  local past = {}
+  for j = 1, #flat, 2 do
+    local slot = tonumber(flat[j])
+    if slot < now then
+      past[#past + 1] = flat[j]
+    else
+      slots[slot] = tonumber(flat[j + 1])
+    end
+  end
+  if #past > 0 then
+    redis.call('HDEL', r.freed, unpack(past))
+  end
+  return slots
+end
+
+-- See the header: reserve.
+local function reserve(requests, count, now, max_wait)
+  local not_before = requests[1].x
+  local probe, earliest, freed = {}, {}, {}
+  local tail = math.max(now, not_before)
+  for i = 1, count do
+    local r = requests[i]
+    local allowed, limit, remaining, retry_after, reset_after = ALG[r.alg].decide(r, now, false)
+    probe[i] = { allowed, limit, math.max(remaining, 0), retry_after, reset_after }
+    earliest[i] = math.max(now + retry_after, not_before)
+    tail = math.max(tail, earliest[i])
+    freed[i] = freed_slots(r, now)
+  end
+  local function serves(t)
+    for j = 1, count do
+      local units = freed[j][t]
+      if t < earliest[j] and not (units and units >= requests[j].cost) then
+        return false
+      end
+    end
+    return true
+  end
+  local slot = tail
+  for i = 1, count do
+    for t, units in pairs(freed[i]) do
+      if t < slot and t >= not_before and units >= requests[i].cost and serves(t) then
+        slot = t
+      end
+    end
+  end
+  local out = {}
+  if slot - now > max_wait then
+    for i = 1, count do
+      local p = probe[i]
+      local o = (i - 1) * 6
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = p[1], p[2], p[3], p[4], p[5]
+      out[o + 6] = 0
+    end
+    out[count * 6 + 1] = 0
+    out[count * 6 + 2] = now
+    return out
+  end
+  local base = EXTRA_TTL_MS
+  if slot > now then
+    EXTRA_TTL_MS = base + cdiv(slot - now, 1000)
+  end
+  for i = 1, count do
+    local r = requests[i]
+    local o = (i - 1) * 6
+    local units = freed[i][slot]
+    local allowed, limit, remaining, retry_after, reset_after
+    if units and units >= r.cost then
+      if units == r.cost then
+        redis.call('HDEL', r.freed, fmt(slot))
+      else
+        redis.call('HINCRBY', r.freed, fmt(slot), -r.cost)
+      end
+      allowed, limit, remaining, retry_after, reset_after = ALG[r.alg].decide(r, slot, false)
+      allowed, retry_after = 1, 0
+      out[o + 6] = 1
+    else
+      allowed, limit, remaining, retry_after, reset_after = ALG[r.alg].decide(r, slot, true)
+      out[o + 6] = 0
+    end
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] =
+      allowed, limit, math.max(remaining, 0), retry_after, reset_after
+  end
+  EXTRA_TTL_MS = base
+  out[count * 6 + 1] = slot
+  out[count * 6 + 2] = now
+  return out
+end
+
+-- See the header: cancel.
+local function cancel(requests, count, now, slot)
+  for i = 1, count do
+    local r = requests[i]
+    local restored = r.x == 0 and ALG[r.alg].unreserve(r, now, slot, r.y)
+    if not restored and slot > now then
+      redis.call('HINCRBY', r.freed, fmt(slot), r.cost)
+      local ttl = ttl_ms(slot, now)
+      if redis.call('PTTL', r.freed) < ttl then
+        redis.call('PEXPIRE', r.freed, ttl)
+      end
+    end
+  end
+end
+
+-- The algorithms that reserve, and so keep given-back slots.
+local RESERVES = { gc = true, tb = true, lb = true }
 
 local function batch(keys, args)
-  if #args < BATCH_HEADER or (#args - BATCH_HEADER) % BATCH_FIELDS ~= 0 then
+  local op = args[1]
+  local fields = 6
+  if op == 'reserve' or op == 'cancel' then
+    fields = 8
+  end
+  if #args < BATCH_HEADER or (#args - BATCH_HEADER) % fields ~= 0 then
     return redis.error_reply('ERR rl-redis: malformed arguments (' .. #args .. ')')
   end
 
-  local op = args[1]
   local now = clock(args[2])
   local at = tonumber(args[3])
   EXTRA_TTL_MS = tonumber(args[4]) or 0
+  local freed_keys = op == 'reserve' or op == 'cancel' or op == 'reset'
 
-  local count = (#args - BATCH_HEADER) / BATCH_FIELDS
+  local count = (#args - BATCH_HEADER) / fields
   local requests = {}
   local next_key = 1
   for i = 1, count do
-    local a = BATCH_HEADER + (i - 1) * BATCH_FIELDS
+    local a = BATCH_HEADER + (i - 1) * fields
     local r = {
       alg = args[a + 1],
       t = tonumber(args[a + 2]),
@@ -53,6 +190,8 @@ local function batch(keys, args)
       b = tonumber(args[a + 4]),
       slots = tonumber(args[a + 5]),
       cost = tonumber(args[a + 6]),
+      x = tonumber(args[a + 7]),
+      y = tonumber(args[a + 8]),
       key = keys[next_key],
     }
     if ALG[r.alg] == nil then
@@ -69,6 +208,12 @@ local function batch(keys, args)
     if r.alg == 'sl' then
       r.seq = keys[next_key]
       next_key = next_key + 1
+    elseif freed_keys and RESERVES[r.alg] then
+      r.freed = keys[next_key]
+      next_key = next_key + 1
+    end
+    if (op == 'reserve' or op == 'cancel') and not RESERVES[r.alg] then
+      return redis.error_reply('ERR rl-redis: ' .. tostring(r.alg) .. ' cannot reserve a slot')
     end
     requests[i] = r
   end
@@ -191,7 +336,14 @@ local function batch(keys, args)
       if r.seq then
         redis.call('DEL', r.seq)
       end
+      if r.freed then
+        redis.call('DEL', r.freed)
+      end
     end
+  elseif op == 'reserve' then
+    return reserve(requests, count, now, at)
+  elseif op == 'cancel' then
+    cancel(requests, count, now, at)
   else
     return redis.error_reply('ERR rl-redis: unknown operation ' .. tostring(op))
   end

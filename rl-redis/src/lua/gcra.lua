@@ -58,5 +58,22 @@ LOADERS.gc = function()
     end
   end
 
+  -- Takes back the reservation that left the TAT at `mark` if it is still
+  -- the last one made (the TAT unchanged since): the TAT goes back by
+  -- cost * I. rl-core Tat::unreserve.
+  function M.unreserve(r, now, _, mark)
+    local tat = tonumber(get_cached(r))
+    if tat ~= mark then
+      return false
+    end
+    local back = tat - r.cost * cdiv(r.p, r.t)
+    if back <= now then
+      redis.call('DEL', r.key)
+    else
+      redis.call('SET', r.key, back, 'PX', ttl_ms(back, now))
+    end
+    return true
+  end
+
   return M
 end

@@ -12,7 +12,9 @@
 -- also when the key expires. A meter back to fresh is deleted.
 
 local function meter_module(token)
-  -- The level (units in use x P) after draining up to `now`; 0 when fresh.
+  -- The level (units in use x P) at `now`; 0 when fresh. Drained since
+  -- the last update, or, before a reservation written as of a later time
+  -- (u > now), higher by the drain still to come until then.
   local function meter_level(r, now)
     local full = r.b * r.p
     local value = get_cached(r)
@@ -26,19 +28,20 @@ local function meter_module(token)
     if now >= e then
       return 0
     end
-    -- A product beyond 2^53 is inexact but then exceeds every capacity, so
-    -- the clamps below give the exact result.
-    local drained = math.max(now - updated, 0) * r.t
+    local level = scaled
     if token then
-      if scaled + drained >= full then
-        return 0
-      end
-      return full - (scaled + drained)
+      level = math.max(full - scaled, 0)
     end
-    if drained >= scaled then
+    if now < updated then
+      return level + (updated - now) * r.t
+    end
+    -- A product beyond 2^53 is inexact but then exceeds every level, so
+    -- the clamp below gives the exact result.
+    local drained = (now - updated) * r.t
+    if drained >= level then
       return 0
     end
-    return scaled - drained
+    return level - drained
   end
 
   local function meter_store(r, now, level)
@@ -78,10 +81,53 @@ local function meter_module(token)
     meter_store(r, now, math.max(level, 0))
   end
 
+  -- Takes back the reservation written as of `at` that left the meter
+  -- fresh again at `mark`, if it is still the last write: its cost * P
+  -- comes off the level as of `at`. rl-core Meter::unreserve.
+  local function meter_unreserve(r, now, at, mark)
+    local value = get_cached(r)
+    if not value or #value ~= 24 then
+      return false
+    end
+    local scaled, updated, e = struct.unpack('<ddd', value)
+    if updated ~= at or e ~= mark then
+      return false
+    end
+    local full = r.b * r.p
+    local level = scaled
+    if token then
+      level = math.max(full - scaled, 0)
+    end
+    level = level - r.cost * r.p
+    if level <= 0 and at > now then
+      -- Empty as of `at`, still draining until then: the state the queue
+      -- had before this reservation.
+      scaled = 0
+      if token then
+        scaled = full
+      end
+      redis.call('SET', r.key, struct.pack('<ddd', scaled, at, at), 'PX', ttl_ms(at, now))
+      return true
+    end
+    local expires_at = at + cdiv(math.max(level, 0), r.t)
+    if level <= 0 or expires_at <= now then
+      redis.call('DEL', r.key)
+      return true
+    end
+    if token then
+      scaled = math.max(full - level, 0)
+    else
+      scaled = level
+    end
+    redis.call('SET', r.key, struct.pack('<ddd', scaled, at, expires_at), 'PX', ttl_ms(expires_at, now))
+    return true
+  end
+
   -- `token` is an upvalue of every function here: one module per flavour.
   return {
     decide = meter_decide,
     refund = meter_refund,
+    unreserve = meter_unreserve,
   }
 end
 

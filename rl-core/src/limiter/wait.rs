@@ -1,0 +1,403 @@
+//! Waiting calls ([`Limiter::call_waiting`], `CallSpec::with_wait`,
+//! `#[rate_limit(wait = "2s")]`): a call that would be refused waits for
+//! room instead, up to its maximum wait.
+//!
+//! - GCRA and the buckets reserve: one operation through the pipeline
+//!   ([`Op::Reserve`]) finds and commits the earliest slot every limit
+//!   allows, and the call sleeps until it. A [`Held`] slot is given back
+//!   ([`Op::Cancel`]) when the call's future is dropped before the slot.
+//! - The window algorithms retry: the call sleeps for each refusal's
+//!   `retry_after` and asks again, as long as the next try is within the
+//!   maximum wait.
+//!
+//! Nothing here decides: the stores reserve and cancel, the layers apply
+//! to both operations as to any other (deny lists, failure policy, shadow
+//! mode, metrics).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::layer::{ALL, Call};
+use crate::limiter::call::{Admission, CallFuture, CallSpec, Counting, Decided, Permit};
+use crate::limiter::resolve::{Resolved, Targets};
+use crate::limiter::{Limiter, misconfigured, timer};
+use crate::model::error::LimitError;
+use crate::model::key::{Identities, Identity, Key};
+use crate::model::limit::Limit;
+use crate::model::rejection::{Rejection, RejectionReason};
+use crate::model::reservation::Reservation;
+use crate::store::Store;
+use crate::store::backend::Request;
+use crate::store::target::{Op, reserves};
+
+/// How the calls of a resolved spec wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum How {
+    /// Reserve a slot and sleep until it.
+    Reserve,
+    /// Sleep for each refusal's `retry_after` and ask again.
+    Retry,
+}
+
+/// How calls of `spec` wait, or why they cannot.
+fn how(limiter: &Limiter, spec: &CallSpec, resolved: &Resolved) -> Result<How, LimitError> {
+    if spec.counting() == Counting::Settled {
+        return Err(LimitError::BadCall(format!(
+            "call `{}` cannot wait: it counts only some calls (`Counting::Settled`, `count`, `count_if`), and \
+             giving back a unit of a limit with queued slots would hand a reserved slot out twice; remove the \
+             wait or the selective counting",
+            spec.name()
+        )));
+    }
+    if let Some(tiered) = resolved.groups.iter().find(|g| g.tiers.is_some()) {
+        return Err(LimitError::BadCall(format!(
+            "call `{}` cannot wait: its group `{}` is tiered; a waiting call reserves its slot on limits known \
+             before the call, and a tiered group's limits are chosen by each call; remove the wait or the tiers",
+            spec.name(),
+            tiered.name,
+        )));
+    }
+    if let Some(group) = resolved
+        .groups
+        .iter()
+        .find(|g| g.limits.iter().any(Limit::is_in_flight))
+    {
+        return Err(LimitError::BadCall(format!(
+            "call `{}` cannot wait: its group `{}` has an in-flight limit; a slot of a concurrency limit frees \
+             when a running call ends, which no reserved time or retry can promise, and a waiting call would \
+             hold its other groups' units meanwhile; remove the wait or the in-flight limit",
+            spec.name(),
+            group.name,
+        )));
+    }
+    let limits = || resolved.groups.iter().flat_map(|g| g.limits.iter());
+    let queued = limits().find(|l| reserves(l.algorithm()));
+    let windowed = limits().find(|l| !reserves(l.algorithm()));
+    let how = match (queued, windowed) {
+        (Some(queue), Some(window)) => {
+            return Err(LimitError::BadCall(format!(
+                "call `{}` cannot wait: it mixes {queue} ({}) with {window} ({}); a waiting call reserves one \
+                 time on gcra and the buckets but retries the window algorithms, so both cannot be waited for \
+                 together; give every limit of the call one kind",
+                spec.name(),
+                queue.algorithm().name(),
+                window.algorithm().name(),
+            )));
+        }
+        (Some(_), None) => How::Reserve,
+        (None, _) => How::Retry,
+    };
+    let reserving = match &limiter.pipeline.store {
+        Store::Memory(_) => true,
+        Store::Remote(backend) => backend.reserves(),
+    };
+    Ok(if reserving { how } else { How::Retry })
+}
+
+/// Decides a call of `spec` that may wait up to `max_wait`.
+pub(crate) fn call<'l>(
+    limiter: &'l Limiter,
+    spec: &'l CallSpec,
+    identities: &[Identity],
+    max_wait: Duration,
+) -> CallFuture<'l> {
+    crate::limiter::resolve::with(limiter, spec, |resolved| {
+        if let Some(problem) = &resolved.problem {
+            return CallFuture::ready(Err(misconfigured(spec, problem)));
+        }
+        let how = match how(limiter, spec, resolved) {
+            Ok(how) => how,
+            Err(problem) => return CallFuture::ready(Err(misconfigured(spec, &problem))),
+        };
+        // Without the timer thread nothing can sleep: decide as a call that
+        // does not wait.
+        let max_wait = if timer::available() {
+            max_wait
+        } else {
+            Duration::ZERO
+        };
+        match how {
+            How::Reserve => reserve(limiter, spec, resolved, identities, max_wait),
+            How::Retry => retry(limiter, spec, identities, max_wait),
+        }
+    })
+}
+
+/// The longest wait (µs) a reservation on `resolved`'s limits may ask for:
+/// `max_wait`, bounded so that a queue that long keeps every meter's level
+/// below 2^51 (exact in the Redis scripts' doubles; over half an hour for a
+/// threshold of a million per period).
+fn reservable(resolved: &Resolved, max_wait: Duration) -> u64 {
+    let asked = u64::try_from(max_wait.as_micros()).unwrap_or(u64::MAX);
+    resolved
+        .groups
+        .iter()
+        .flat_map(|g| g.limits.iter())
+        .map(|l| (1u64 << 51) / l.threshold())
+        .fold(asked, u64::min)
+}
+
+/// Reserves a slot and sleeps until it.
+fn reserve<'l>(
+    limiter: &'l Limiter,
+    spec: &'l CallSpec,
+    resolved: &Arc<Resolved>,
+    identities: &[Identity],
+    max_wait: Duration,
+) -> CallFuture<'l> {
+    let op = Op::Reserve(reservable(resolved, max_wait));
+    let skipped = resolved.allow_listed(&limiter.registry, identities);
+    if !limiter.pipeline.store.is_remote() {
+        let mut targets = Targets::new();
+        resolved.fill_targets(identities, |i, _| skipped & (1 << i) == 0, &mut targets);
+        let mut call = Call::new(op, &targets, spec.name(), resolved.policy);
+        call.counters = Some(&resolved.counters);
+        call.allow_listed = skipped != 0 && skipped == resolved.all_groups();
+        let answer = limiter
+            .pipeline
+            .run_now(&mut call, resolved.mask)
+            .expect("a memory store answers now");
+        let reservation = call.notes.reservation.take();
+        let decided = limiter.permit(spec, resolved, identities, skipped, &targets, answer);
+        return match held(
+            limiter,
+            spec,
+            resolved,
+            identities,
+            skipped,
+            decided,
+            reservation,
+        ) {
+            Ok((permit, None)) => CallFuture::ready(Ok(admitted(permit))),
+            Ok((permit, Some(held))) => CallFuture::remote(sleep_for(permit, held)),
+            Err(rejection) => CallFuture::ready(Err(rejection)),
+        };
+    }
+    let resolved = resolved.clone();
+    let identities: Identities = identities.iter().cloned().collect();
+    CallFuture::remote(async move {
+        let decided;
+        let reservation;
+        {
+            let targets = resolved.targets(&identities, skipped);
+            let mut call = Call::new(op, &targets, spec.name(), resolved.policy);
+            call.counters = Some(&resolved.counters);
+            call.allow_listed = skipped != 0 && skipped == resolved.all_groups();
+            let answer = limiter.pipeline.run(&mut call, resolved.mask).await;
+            reservation = call.notes.reservation.take();
+            decided = limiter.permit(spec, &resolved, &identities, skipped, &targets, answer);
+        }
+        match held(
+            limiter,
+            spec,
+            &resolved,
+            &identities,
+            skipped,
+            decided,
+            reservation,
+        )? {
+            (permit, None) => Ok(admitted(permit)),
+            (permit, Some(held)) => sleep_for(permit, held).await,
+        }
+    })
+}
+
+/// A decided reservation: the permit, with the slot to wait for when it is
+/// later than now.
+fn held<'l>(
+    limiter: &'l Limiter,
+    spec: &'l CallSpec,
+    resolved: &Arc<Resolved>,
+    identities: &[Identity],
+    skipped: u64,
+    decided: Decided<'l>,
+    reservation: Option<Box<Reservation>>,
+) -> Result<(Permit<'l>, Option<Held<'l>>), Rejection> {
+    let mut permit = decided?;
+    let local = match permit.admission() {
+        Admission::Backend(_) => false,
+        Admission::Local { .. } => true,
+        // Let through without a reservation (fail-open, shadow mode, allow list).
+        _ => return Ok((permit, None)),
+    };
+    let Some(reservation) = reservation else {
+        return Ok((permit, None));
+    };
+    let wait = reservation.wait();
+    if wait.is_zero() {
+        return Ok((permit, None));
+    }
+    permit.waited = wait;
+    tracing::debug!(
+        call = spec.name(),
+        wait_us = wait.as_micros() as u64,
+        "waiting for a reserved slot"
+    );
+    Ok((
+        permit,
+        Some(Held {
+            limiter,
+            name: spec.name(),
+            resolved: resolved.clone(),
+            identities: identities.iter().cloned().collect(),
+            skipped,
+            reservation: *reservation,
+            local,
+            until: Instant::now() + wait,
+            runtime: tokio::runtime::Handle::try_current().ok(),
+            armed: true,
+        }),
+    ))
+}
+
+/// Sleeps until the held slot, then admits the call.
+async fn sleep_for<'l>(permit: Permit<'l>, mut held: Held<'l>) -> Decided<'l> {
+    timer::sleep_until(held.until).await;
+    held.armed = false;
+    Ok(admitted(permit))
+}
+
+/// Records an admitted waiting call's wait.
+fn admitted(permit: Permit<'_>) -> Permit<'_> {
+    let name = permit.spec.name().to_owned();
+    metrics::histogram!("rl_wait_seconds", "limit" => name).record(permit.waited.as_secs_f64());
+    permit
+}
+
+/// A reserved slot a call is waiting for: given back if the call's future
+/// is dropped first.
+struct Held<'l> {
+    limiter: &'l Limiter,
+    name: &'l str,
+    resolved: Arc<Resolved>,
+    identities: Identities,
+    skipped: u64,
+    reservation: Reservation,
+    /// Reserved in process by the failure policy's fallback.
+    local: bool,
+    until: Instant,
+    /// The runtime a remote backend's cancel is spawned on.
+    runtime: Option<tokio::runtime::Handle>,
+    armed: bool,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let targets = self.resolved.targets(&self.identities, self.skipped);
+        match &self.limiter.pipeline.store {
+            Store::Remote(backend) if !self.local => {
+                let requests: Vec<(Key, Limit, u64)> = targets
+                    .iter()
+                    .map(|t| (t.key.render(), *t.limit, t.cost))
+                    .collect();
+                let reservation = self.reservation.clone();
+                let name = self.name.to_owned();
+                let backend = backend.clone();
+                let cancel = async move {
+                    let requests: Vec<Request<'_>> = requests
+                        .iter()
+                        .map(|(key, limit, cost)| Request::new(key, limit, *cost))
+                        .collect();
+                    let result = backend.cancel(&requests, &reservation).await;
+                    let outcome = if result.is_ok() { "ok" } else { "error" };
+                    metrics::counter!(
+                        "rl_operations_total",
+                        "limit" => name.clone(), "op" => "cancel", "result" => outcome
+                    )
+                    .increment(1);
+                    if let Err(error) = result {
+                        tracing::warn!(limit = name, %error, "could not give back the slot of a dropped waiting call; it stays taken");
+                    }
+                };
+                match self
+                    .runtime
+                    .clone()
+                    .or_else(|| tokio::runtime::Handle::try_current().ok())
+                {
+                    Some(runtime) => drop(runtime.spawn(cancel)),
+                    None => tracing::warn!(
+                        limit = self.name,
+                        "a waiting call was dropped outside a tokio runtime: its slot stays taken"
+                    ),
+                }
+            }
+            _ => {
+                let mut call = Call::new(
+                    Op::Cancel(&self.reservation),
+                    &targets,
+                    self.name,
+                    self.resolved.policy,
+                );
+                call.local_only = self.local;
+                // In process (the memory store, or the fallback's own
+                // reservation): the pipeline answers without awaiting.
+                let run = self.limiter.pipeline.run(&mut call, ALL);
+                let mut run = std::pin::pin!(run);
+                let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+                if run.as_mut().poll(&mut cx).is_pending() {
+                    tracing::warn!(
+                        limit = self.name,
+                        "could not give back the slot of a dropped waiting call"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Retries after each refusal's `retry_after` until admitted, or until the
+/// next try would come after `max_wait`.
+fn retry<'l>(
+    limiter: &'l Limiter,
+    spec: &'l CallSpec,
+    identities: &[Identity],
+    max_wait: Duration,
+) -> CallFuture<'l> {
+    let start = Instant::now();
+    let mut first_retry = None;
+    if !limiter.pipeline.store.is_remote() {
+        match limiter.call_now(spec, identities).now() {
+            Some(Ok(permit)) => return CallFuture::ready(Ok(admitted(permit))),
+            Some(Err(rejection)) => match next_try(&rejection, start, max_wait) {
+                None => return CallFuture::ready(Err(rejection)),
+                Some(at) => first_retry = Some(at),
+            },
+            None => {}
+        }
+    }
+    let identities: Identities = identities.iter().cloned().collect();
+    CallFuture::remote(async move {
+        if let Some(at) = first_retry {
+            timer::sleep_until(at).await;
+        }
+        loop {
+            match limiter.call_now(spec, &identities).await {
+                Ok(mut permit) => {
+                    permit.waited = start.elapsed();
+                    return Ok(admitted(permit));
+                }
+                Err(rejection) => {
+                    let Some(at) = next_try(&rejection, start, max_wait) else {
+                        return Err(rejection);
+                    };
+                    timer::sleep_until(at).await;
+                }
+            }
+        }
+    })
+}
+
+/// When to try a refused call again: after its `retry_after`, if that is
+/// within `max_wait` of `start`. Only a call refused by a limit waits
+/// (not a deny-listed or undecidable one).
+fn next_try(rejection: &Rejection, start: Instant, max_wait: Duration) -> Option<Instant> {
+    let RejectionReason::Limited { .. } = rejection.reason() else {
+        return None;
+    };
+    let retry = rejection.retry_after()?.max(Duration::from_micros(1));
+    let at = Instant::now() + retry;
+    (at <= start + max_wait).then_some(at)
+}
