@@ -7,6 +7,7 @@
 pub mod accuracy;
 pub mod admin;
 pub mod captcha;
+pub mod gateway;
 pub mod login;
 pub mod phone;
 pub mod sms;
