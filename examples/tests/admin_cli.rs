@@ -191,6 +191,54 @@ async fn inspect_shows_the_consumed_state_and_never_consumes() {
     assert!(decide(&limiter, "sms_phone", "+33600000000", &sms_limits()).await);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_shows_the_leases_a_hot_identity_holds() {
+    let server = RedisServer::start();
+    let limiter = limiter_on(RedisBackend::connect(server.url()).await.unwrap()).await;
+    let limit = Limit::per_minute(100_000)
+        .and_then(|l| l.with_algorithm(Algorithm::FixedWindow))
+        .and_then(|l| l.with_lease(1_000))
+        .unwrap();
+    let spec = rl_core::CallSpec::owned(
+        "api_key",
+        vec![rl_core::GroupSpec::owned("api_key", vec![limit])],
+    );
+    // Hot: calls in a tight loop until the limiter holds a lease.
+    let started = Instant::now();
+    while limiter.leased_units() == 0 {
+        assert!(limiter.call(&spec, &[&"key-1"]).await.is_ok());
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no lease taken"
+        );
+    }
+    let json = on(&server, &["--json", "inspect", "api_key", "key-1"])
+        .assert_ok()
+        .json();
+    let state = &json["limits"][0];
+    assert_eq!(state["lease"], 1_000);
+    let leases = state["leases"].as_array().expect("leases");
+    assert!(!leases.is_empty(), "{json}");
+    let units = leases[0]["units"].as_u64().unwrap();
+    assert!((1..=1_000).contains(&units), "{json}");
+    assert!(leases[0]["until_ms"].as_u64() > leases[0]["taken_at_ms"].as_u64());
+    let table = on(&server, &["inspect", "api_key", "key-1"]);
+    assert!(
+        table
+            .assert_ok()
+            .stdout
+            .contains("leases taken by processes"),
+        "{}",
+        table.stdout
+    );
+    // Given back: no lease left to show.
+    limiter.shutdown().await;
+    let json = on(&server, &["--json", "inspect", "api_key", "key-1"])
+        .assert_ok()
+        .json();
+    assert_eq!(json["limits"][0]["leases"], serde_json::json!([]));
+}
+
 #[tokio::test]
 async fn inspect_escapes_identities_like_the_limiter() {
     let (server, limiter) = deployment().await;

@@ -12,7 +12,7 @@ use crate::model::limit::{Algorithm, Limit};
 use crate::model::policy::FailurePolicy;
 
 /// The keys a limit's table may hold.
-const KEYS: &str = "`rates`, `algorithm`, `burst`, `slots`, `on_error`, `shadow`";
+const KEYS: &str = "`rates`, `algorithm`, `burst`, `slots`, `lease`, `on_error`, `shadow`";
 
 /// A limits file that can never be built from a bad file: the message names
 /// the limit, the key and the bad value, and says what was expected.
@@ -141,6 +141,7 @@ impl LimitsEntry {
 /// algorithm = "sliding_log"   # optional, default gcra
 /// burst = 10                  # optional (token bucket, leaky bucket, gcra)
 /// slots = 10                  # optional (sliding_window)
+/// lease = 100                 # optional: quota leasing, units per process at most
 /// on_error = "fail_closed"    # optional: fail_open | fail_closed | local:<share>
 /// shadow = true               # optional, default false
 ///
@@ -319,6 +320,7 @@ struct Raw {
     algorithm: Option<Algorithm>,
     burst: Option<u64>,
     slots: Option<u64>,
+    lease: Option<u64>,
     policy: Option<FailurePolicy>,
     shadow: Option<bool>,
 }
@@ -389,6 +391,7 @@ fn parse_entry(name: &str, value: toml::Value) -> Result<LimitsEntry, ConfigErro
             }
             "burst" => raw.burst = Some(positive("burst", value)?),
             "slots" => raw.slots = Some(positive("slots", value)?),
+            "lease" => raw.lease = Some(positive("lease", value)?),
             "on_error" => {
                 let policy = value.as_str().and_then(parse_policy).ok_or_else(|| {
                     bad(
@@ -430,6 +433,9 @@ fn parse_entry(name: &str, value: toml::Value) -> Result<LimitsEntry, ConfigErro
             }
             if let Some(algorithm) = raw.algorithm {
                 limit = limit.and_then(|l| l.with_algorithm(algorithm));
+            }
+            if let Some(lease) = raw.lease {
+                limit = limit.and_then(|l| l.with_lease(lease));
             }
             limit.map_err(|source| ConfigError::BadRate {
                 name: name.to_owned(),

@@ -25,8 +25,8 @@
 //! # Features
 //! - [`macro@rate_limit`] (feature `macros`, on by default): the attribute.
 //!   Arguments: `period`, `threshold`, `limits`, `key`, `algorithm`,
-//!   `cost`, `burst`, `slots`, `max_in_flight`, `in_flight_ttl`, `name`,
-//!   `also(...)`, `tier` + `tiers(...)`, `count`, `count_if`,
+//!   `cost`, `burst`, `slots`, `lease`, `max_in_flight`, `in_flight_ttl`,
+//!   `name`, `also(...)`, `tier` + `tiers(...)`, `count`, `count_if`,
 //!   `reset_on_success`, `on_reject`, `headers`, `limiter`, `on_error`,
 //!   `wait`, `crate`; see its docs.
 //! - Tiers: limits chosen per call by the caller's tier (`free`, `pro`),
@@ -43,6 +43,12 @@
 //! - A deny cache in front of remote backends: a key the backend just
 //!   refused is refused in process until its `retry_after`, so a flood on
 //!   a blocked identity never reaches Redis ([`Limiter::set_deny_cache`]).
+//! - Quota leasing for hot identities on a remote backend
+//!   ([`Limit::with_lease`], `lease = N`): a process reserves units of a
+//!   busy identity's limit in the backend and decides its calls in process
+//!   from them, never admitting more than the limit; cold identities are
+//!   decided by the backend as before. [`Limiter::shutdown`] gives unused
+//!   units back.
 //! - [`MemoryBackend`]: the embedded default, sharded, bounded memory.
 //!   `rl-redis` provides the Redis and Redis Cluster backend.
 //! - Six [`Algorithm`]s with one contract; being limited is a [`Decision`],
@@ -61,6 +67,60 @@
 //! - Concurrency limits ([`Limit::in_flight`], `max_in_flight = N`): at most
 //!   `N` calls of a key running at once across instances, leased slots held
 //!   by the [`Permit`] ([`InFlight`]) and decided with the rate limits.
+//!
+//! # Quota leasing
+//! One hot identity (a big tenant, a global "10 000 SMS per minute") costs
+//! one backend round trip per call. With a lease size
+//! ([`Limit::with_lease`], `lease = N` in the macro or the limits file), a
+//! limiter on a remote backend watches each identity's rate: a cold
+//! identity (under about 80 units a second with the default TTL) takes no
+//! lease and is decided by the backend as before; a hot one reserves units
+//! in the backend in one atomic call ([`Backend::acquire_lease`]) and
+//! decides its next calls in process from them, all-or-nothing over every
+//! limit of the call. A lease is sized to a tenth of the lease TTL
+//! ([`LimiterBuilder::lease_ttl`], default 1 s) at the identity's observed
+//! rate, at most `N`, and never more than half of what the backend has
+//! left, so the last units of a limit are shared rather than stranded; the
+//! next lease is taken ahead when one is half spent.
+//!
+//! - **Never above the limit.** A leased unit is taken in the backend when
+//!   it is leased, so the backend never admits it twice, and it is used
+//!   only while the algorithm would still allow it (see below).
+//! - **The cost: stranded units.** Units leased to one process cannot serve
+//!   another. With `n` processes (or limiter instances), up to
+//!   **`(n − 1) × N`** units can sit unused in the other instances' leases
+//!   while one instance is refused; they go back when those leases end
+//!   (the TTL), their identity goes idle (a fifth of the TTL), its limits
+//!   change, or on [`Limiter::shutdown`].
+//! - **A process that dies** gives nothing back itself: with GCRA and the
+//!   buckets its units are back within the lease TTL (a lease never spans
+//!   more than the TTL's worth of refill); with the window algorithms they
+//!   count as used until their window (or slot) ends, at most `N` per dead
+//!   process: the backend cannot tell which of a dead holder's units were
+//!   used, and freeing them early could admit more than the limit.
+//! - **Algorithms.** `gcra`, `token_bucket` and `leaky_bucket` lease: unit
+//!   `k` of a lease is scheduled `k` emission intervals after the one
+//!   before it and expires at its theoretical arrival time, so a unit is
+//!   never used after the state would have refilled it. `fixed_window`
+//!   leases units of the current window, used only within it;
+//!   `sliding_window` units of the current slot, used only within that
+//!   slot, so they count exactly where the backend counted them.
+//!   `sliding_log` cannot lease ([`Limit::with_lease`] refuses it): it
+//!   records each admitted unit's own timestamp, and a unit reserved at
+//!   `t` but used at `t' > t` would leave the log early, letting more than
+//!   `T` through in `[t', t' + P)`. Concurrency limits
+//!   ([`Limit::in_flight`]) do not take quota leases either: their slots
+//!   (leased for a TTL, renewed while a call runs) are held, not spent.
+//! - **Where it applies.** Remote backends only (the [`MemoryBackend`] is
+//!   already in process), calls whose every limit has a lease size, with a
+//!   Tokio runtime (a background task gives leases back). Shadowed names,
+//!   idempotent calls and raw `acquire_all` calls do not lease.
+//! - **Visibility.** `rl_decisions_total{source="lease"}` counts the calls
+//!   decided from leases; the gauge `rl_leased_units{limit}` the units
+//!   held unused ([`Limiter::leased_units`]); `rl_lease_takes_total`,
+//!   `rl_lease_units_total{event="taken"|"returned"}` and
+//!   `rl_lease_returns_total{result}` the traffic. `rl-admin inspect`
+//!   lists the lease records Redis keeps for an identity's limit.
 //!
 //! # Which algorithm
 //! | algorithm | memory per identity | worst case in any window of length `P` | pick it for |
@@ -145,7 +205,7 @@ pub use model::mask::Masked;
 pub use model::policy::FailurePolicy;
 pub use model::rejection::{Rejection, RejectionReason};
 pub use model::reservation::Reservation;
-pub use store::backend::{Backend, BoxFuture, Request, SharedLists};
+pub use store::backend::{Backend, BoxFuture, LeaseReturn, Leased, Request, SharedLists};
 pub use store::memory::MemoryBackend;
 
 #[cfg(feature = "macros")]

@@ -72,6 +72,34 @@ fn local_policies_and_slots_are_read() {
 }
 
 #[test]
+fn a_lease_is_read_for_every_rate_and_refused_where_it_does_not_fit() {
+    let file = LimitsFile::parse(
+        "[limits.api]\nrates = [\"100000/1m\", \"1000000/1h\"]\nalgorithm = \"fixed_window\"\nlease = 10000",
+    )
+    .unwrap();
+    let api = file.get("api").unwrap();
+    assert!(api.limits().iter().all(|l| l.lease() == Some(10_000)));
+    let limiter = limiter();
+    file.apply(&limiter).unwrap();
+    assert_eq!(limiter.limits("api").unwrap()[0].lease(), Some(10_000));
+    for (text, expected) in [
+        ("lease = 0", "positive integer"),
+        (
+            "lease = 100",
+            "lease 100 must be smaller than the capacity of 100",
+        ),
+        (
+            "lease = 10\nalgorithm = \"sliding_log\"",
+            "`sliding_log` cannot lease",
+        ),
+    ] {
+        let message = parse_error(&format!("[limits.api]\nrates = [\"100/1m\"]\n{text}"));
+        assert!(message.starts_with("limit `api`"), "{message}");
+        assert!(message.contains(expected), "{message}");
+    }
+}
+
+#[test]
 fn an_empty_file_sets_nothing() {
     let file = LimitsFile::parse("# nothing yet\n").unwrap();
     assert!(file.is_empty());

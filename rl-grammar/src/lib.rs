@@ -10,6 +10,8 @@
 //! - [`check_limit`]: every numeric bound of a limit, with its reason
 //!   ([`Problem`]); `const`, so the macro's constants are checked by the
 //!   compiler too.
+//! - [`check_lease`]: which limits can lease units, and how many
+//!   ([`LeaseProblem`]).
 //! - [`check_tier_name`] and [`split_tier`]: tier names (`pro`) and the
 //!   registry names of tiers (`api@pro`).
 //!
@@ -32,6 +34,7 @@
 
 mod algorithm;
 mod bounds;
+mod lease;
 mod text;
 mod tier;
 
@@ -40,6 +43,7 @@ pub use bounds::{
     DEFAULT_LEASE_TTL_US, DEFAULT_SLOTS, DOUBLE_EXACT, MAX_CAPACITY_PERIOD, MAX_IN_FLIGHT,
     MAX_LEASE_TTL_US, MIN_LEASE_TTL_US, Problem, SLIDING_LOG_CAP, capacity, check_limit, problems,
 };
+pub use lease::{LeaseProblem, can_lease, check_lease};
 pub use text::{
     BadDuration, BadRate, DURATION_UNITS, Rate, format_duration, parse_duration_micros, parse_rate,
 };

@@ -25,6 +25,7 @@ mod kw {
     syn::custom_keyword!(cost);
     syn::custom_keyword!(burst);
     syn::custom_keyword!(slots);
+    syn::custom_keyword!(lease);
     syn::custom_keyword!(name);
     syn::custom_keyword!(limiter);
     syn::custom_keyword!(on_error);
@@ -42,7 +43,7 @@ mod kw {
 }
 
 /// Every argument, in the order the docs and error messages list them.
-pub(crate) const ARGUMENTS: [&str; 23] = [
+pub(crate) const ARGUMENTS: [&str; 24] = [
     "period",
     "threshold",
     "key",
@@ -50,6 +51,7 @@ pub(crate) const ARGUMENTS: [&str; 23] = [
     "cost",
     "burst",
     "slots",
+    "lease",
     "max_in_flight",
     "in_flight_ttl",
     "name",
@@ -69,7 +71,7 @@ pub(crate) const ARGUMENTS: [&str; 23] = [
 ];
 
 /// The arguments `also(...)` takes: those describing one key and its limits.
-pub(crate) const ALSO_ARGUMENTS: [&str; 14] = [
+pub(crate) const ALSO_ARGUMENTS: [&str; 15] = [
     "name",
     "key",
     "limits",
@@ -79,6 +81,7 @@ pub(crate) const ALSO_ARGUMENTS: [&str; 14] = [
     "cost",
     "burst",
     "slots",
+    "lease",
     "max_in_flight",
     "in_flight_ttl",
     "reset_on_success",
@@ -134,6 +137,8 @@ pub(crate) struct GroupArgs {
     pub(crate) cost: Option<Arg<u64>>,
     pub(crate) burst: Option<Arg<u64>>,
     pub(crate) slots: Option<Arg<u64>>,
+    /// Units one process may lease at most (quota leasing).
+    pub(crate) lease: Option<Arg<u64>>,
     pub(crate) name: Option<Arg<LitStr>>,
     /// A flag: the span is the keyword's.
     pub(crate) reset_on_success: Option<Arg<()>>,
@@ -373,6 +378,15 @@ impl GroupArgs {
                 "slots",
                 keyword.span,
                 parse_count(input, "slots")?,
+            )?;
+        } else if input.peek(kw::lease) {
+            let keyword = input.parse::<kw::lease>()?;
+            input.parse::<Token![=]>()?;
+            set_once(
+                &mut self.lease,
+                "lease",
+                keyword.span,
+                parse_count(input, "lease")?,
             )?;
         } else if input.peek(kw::max_in_flight) {
             let keyword = input.parse::<kw::max_in_flight>()?;
@@ -1141,7 +1155,7 @@ mod tests {
         assert!(
             message.starts_with(
                 "unknown argument `tresh` in `also(...)`; expected one of `name`, `key`, `limits`, `period`, \
-                 `threshold`, `algorithm`, `cost`, `burst`, `slots`, `max_in_flight`, `in_flight_ttl`, \
+                 `threshold`, `algorithm`, `cost`, `burst`, `slots`, `lease`, `max_in_flight`, `in_flight_ttl`, \
                  `reset_on_success`"
             ),
             "{message}"

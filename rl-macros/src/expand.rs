@@ -132,7 +132,8 @@ fn policy(config: &Config, private: &TokenStream) -> TokenStream {
     quote!(.with_policy(#policy))
 }
 
-/// `Limit::from_parts_const(..)` for each limit of a list.
+/// `Limit::from_parts_const(..)` for each limit of a list (with
+/// `.with_lease_const(..)` when it leases).
 fn limits(limits: &[LimitConfig], private: &TokenStream) -> Vec<TokenStream> {
     limits
         .iter()
@@ -142,7 +143,13 @@ fn limits(limits: &[LimitConfig], private: &TokenStream) -> Vec<TokenStream> {
             let period_us = Literal::u64_unsuffixed(limit.period_us);
             let burst = Literal::u64_unsuffixed(limit.burst);
             let slots = Literal::u64_unsuffixed(limit.slots);
-            quote!(#private::Limit::from_parts_const(#threshold, #period_us, #private::Algorithm::#algorithm, #burst, #slots))
+            let built = quote!(#private::Limit::from_parts_const(#threshold, #period_us, #private::Algorithm::#algorithm, #burst, #slots));
+            if limit.lease > 0 {
+                let lease = Literal::u64_unsuffixed(limit.lease);
+                quote!(#built.with_lease_const(#lease))
+            } else {
+                built
+            }
         })
         .collect()
 }
@@ -593,6 +600,25 @@ mod tests {
             ),
         );
         assert!(code.contains(r#""::" , "match""#), "{code}");
+    }
+
+    #[test]
+    fn a_leasing_limit_is_built_with_its_lease() {
+        let code = expand(
+            quote!(period = 60, threshold = 1000, key = tenant, lease = 50),
+            quote!(
+                async fn f(tenant: u64) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        assert!(
+            code.contains(
+                ":: rl_core :: __private :: Limit :: from_parts_const (1000 , 60000000 , :: rl_core :: __private :: \
+                 Algorithm :: Gcra , 1000 , 10) . with_lease_const (50)"
+            ),
+            "{code}"
+        );
     }
 
     #[test]

@@ -53,12 +53,13 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// | `cost` | integer ≥ 1 | `1` | units each call takes (from each limit) |
 /// | `burst` | integer ≥ 1 | `threshold` (of each limit) | capacity of `token_bucket`, `leaky_bucket` and `gcra`; refused for the others |
 /// | `slots` | integer ≥ 1 | `10` | sub-windows of `sliding_window`; refused for the others |
+/// | `lease` | integer ≥ 1, below the capacity | no leasing | quota leasing: a process may reserve up to this many units of each rate limit for a hot key and admit its calls from them without a round trip (`rl_core::Limit::with_lease`); refused for `sliding_log` (not the in-flight slots of `max_in_flight`) |
 /// | `max_in_flight` | integer, 1 to 100 000 | none | at most this many calls of the key running at once (a concurrency limit): a call holds a slot from admission until its body returns or its future is dropped; alone or beside rate limits (decided together, all-or-nothing) |
 /// | `in_flight_ttl` | integer (seconds) or duration string, `1s` to `1h` | `"10s"` | with `max_in_flight`: the lease of a slot in a remote store, renewed every third of it while the call runs; a dead instance's slots come back after it |
 /// | `name` | string | `"<module path>::<fn name>"` | metrics label, log field and key scope |
 /// | `limiter` | expression evaluating to a `Limiter`, `&Limiter`, `Arc<Limiter>` or `Box<Limiter>` (borrowed, never moved) | the global limiter | the limiter deciding the calls |
 /// | `on_error` | `fail_open`, `fail_closed` or `local(N)` (decide in process with threshold / N) | the limiter's policy | what to do when the backend cannot decide |
-/// | `also(...)` | `name` (required, distinct), `key`, `limits` or `period` + `threshold` and/or `max_in_flight`, `in_flight_ttl`, `algorithm`, `cost`, `burst`, `slots`, `reset_on_success`, `tier` + `tiers` | none; may be repeated | another key with its own limits (e.g. per IP beside per phone), decided in the same call, all-or-nothing |
+/// | `also(...)` | `name` (required, distinct), `key`, `limits` or `period` + `threshold` and/or `max_in_flight`, `in_flight_ttl`, `algorithm`, `cost`, `burst`, `slots`, `lease`, `reset_on_success`, `tier` + `tiers` | none; may be repeated | another key with its own limits (e.g. per IP beside per phone), decided in the same call, all-or-nothing |
 /// | `tier` + `tiers(...)` | `tier`: any expression over the arguments whose value is `Display` (a `&str` or `String` as is); `tiers(free = ["10/1m"], pro = ["1000/1m", "20/1s"])`: tier names (identifiers or strings of ASCII letters, digits, `_`, `-`, `.`) with their limits | instead of `limits` / `period` + `threshold` | per-identity limits: each call is decided by the limits of the tier `tier` gives, on that tier's own state (key scope and runtime name `<name>@<tier>`); a tier named `default` decides unknown tiers, else the failure policy answers them |
 /// | `count` | `failures` | every admitted call counts | only calls returning `Err` keep what they took; the others are given back (the function must return a `Result`) |
 /// | `count_if` | expression callable as `FnOnce(&ReturnType) -> bool`: a closure (`\|r: &Response\| r.status() == 401`) or a function path | every admitted call counts | `true`: the call keeps what it took; `false`: it is given back |
@@ -74,7 +75,8 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// capacity (the `burst` of `token_bucket`, `leaky_bucket` and `gcra`, the
 /// `threshold` of the others), a `sliding_window` period that does not
 /// split into `slots` equal whole microseconds, a `sliding_log` threshold
-/// above 10 000, and a capacity × period (in µs) above 2^52; these apply to
+/// above 10 000, a capacity × period (in µs) above 2^52, and a `lease` of
+/// zero, of the whole capacity or more, or on a `sliding_log`; these apply to
 /// every string of `limits` (reported at the string) and to every
 /// `also(...)`. Also refused: `limits` with `period` or `threshold`, two
 /// limits of one key with the same period, an `also(...)` without a

@@ -18,7 +18,7 @@ use syn::{
 
 use crate::attr::{Algorithm, Arg, Args, Count, GroupArgs, OnError, Rate};
 
-use rl_grammar::{DEFAULT_SLOTS, Problem};
+use rl_grammar::{DEFAULT_SLOTS, LeaseProblem, Problem};
 
 /// Everything expansion needs, defaults filled in and all rules checked.
 pub(crate) struct Config {
@@ -92,6 +92,8 @@ pub(crate) struct LimitConfig {
     pub(crate) algorithm: Algorithm,
     pub(crate) burst: u64,
     pub(crate) slots: u64,
+    /// Units one process may lease at most (0: no leasing).
+    pub(crate) lease: u64,
 }
 
 /// Collects every error, so one build shows them all.
@@ -421,6 +423,22 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
     if let Some(Arg { value: 0, span }) = &args.period {
         errors.push(*span, "`period` must be longer than zero");
     }
+    // The lease's own rules first (zero, an algorithm that cannot lease);
+    // its size against each limit's capacity below.
+    let mut lease = args.lease.as_ref().map_or(0, |l| l.value);
+    if let Some(arg) = &args.lease {
+        let problem = if arg.value == 0 {
+            Some(LeaseProblem::Zero)
+        } else if !rl_grammar::can_lease(algorithm) {
+            Some(LeaseProblem::Algorithm(algorithm))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            errors.push(arg.span, problem.to_string());
+            lease = 0;
+        }
+    }
     if let Some(burst) = &args.burst
         && !algorithm.uses_burst()
         && rate_arguments_apply
@@ -483,7 +501,7 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
             match limits {
                 Some(limits) if valid_numbers => {
                     let limits =
-                        check_limits(&limits, &args, algorithm, &mut cost_reported, errors);
+                        check_limits(&limits, &args, algorithm, lease, &mut cost_reported, errors);
                     checked.push(TierConfig {
                         name: tier.to_owned(),
                         limits,
@@ -564,7 +582,7 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
         return None;
     }
     let in_flight = in_flight?;
-    let mut checked = check_limits(&limits, &args, algorithm, &mut cost_reported, errors);
+    let mut checked = check_limits(&limits, &args, algorithm, lease, &mut cost_reported, errors);
     checked.extend(in_flight);
 
     Some(GroupConfig {
@@ -700,11 +718,13 @@ fn read_rates<'a>(
     complete.then_some(limits)
 }
 
-/// Checks each limit against the group's algorithm, burst, slots and cost.
+/// Checks each limit against the group's algorithm, burst, slots, cost
+/// and lease (`0`: none, or one already reported).
 fn check_limits(
     limits: &[Written<'_>],
     args: &GroupArgs,
     algorithm: Algorithm,
+    lease: u64,
     cost_reported: &mut bool,
     errors: &mut Errors,
 ) -> Vec<LimitConfig> {
@@ -747,6 +767,13 @@ fn check_limits(
             }
         }
 
+        if let Some(arg) = &args.lease
+            && lease > 0
+            && let Err(problem) = rl_grammar::check_lease(threshold, algorithm, burst, lease)
+        {
+            errors.push(arg.span, format!("{prefix}{problem}"));
+        }
+
         let (capacity, capacity_name) = if algorithm.uses_burst() {
             (burst, "burst")
         } else {
@@ -782,6 +809,7 @@ fn check_limits(
             algorithm,
             burst,
             slots,
+            lease,
         });
     }
     checked
@@ -823,6 +851,7 @@ fn check_in_flight(
             ("burst", args.burst.as_ref().map(|a| a.span)),
             ("slots", args.slots.as_ref().map(|a| a.span)),
             ("cost", args.cost.as_ref().map(|a| a.span)),
+            ("lease", args.lease.as_ref().map(|a| a.span)),
             (
                 "reset_on_success",
                 args.reset_on_success.as_ref().map(|a| a.span),
@@ -871,6 +900,8 @@ fn check_in_flight(
         algorithm: Algorithm::InFlight,
         burst: max.value,
         slots: DEFAULT_SLOTS,
+        // Slots are held, not spent: no quota leasing.
+        lease: 0,
     }))
 }
 
@@ -1003,13 +1034,80 @@ mod tests {
                 period_us: 60_000_000,
                 algorithm: Algorithm::Gcra,
                 burst: 5,
-                slots: 10
+                slots: 10,
+                lease: 0
             }]
         );
         assert_eq!(group.cost, 1);
         assert!(group.key.is_none() && config.limiter.is_none() && group.name.is_none());
         assert!(config.on_error.is_none() && config.krate.is_none());
         assert!(!config.wraps_body());
+    }
+
+    #[test]
+    fn a_lease_is_refused_at_zero_at_the_capacity_and_on_a_sliding_log() {
+        assert!(
+            single(quote!(period = 60, threshold = 100, lease = 0))
+                .starts_with("lease must be at least 1, got 0")
+        );
+        assert!(
+            single(quote!(period = 60, threshold = 100, lease = 100))
+                .starts_with("lease 100 must be smaller than the capacity of 100 (the burst)")
+        );
+        assert!(
+            single(quote!(limits = ["100/1m", "5/1h"], lease = 10))
+                .starts_with("limit \"5/1h\": lease 10 must be smaller than the capacity of 5")
+        );
+        assert!(
+            single(quote!(
+                period = 60,
+                threshold = 100,
+                algorithm = sliding_log,
+                lease = 10
+            ))
+            .starts_with("`sliding_log` cannot lease")
+        );
+        let config = check(
+            quote!(
+                period = 60,
+                threshold = 100,
+                lease = 10,
+                also(
+                    name = "ip",
+                    key = ip,
+                    period = 60,
+                    threshold = 50,
+                    lease = 5
+                )
+            ),
+            quote!(async fn f() -> Result<(), E>),
+        )
+        .unwrap();
+        assert_eq!(config.groups[0].limits[0].lease, 10);
+        assert_eq!(config.groups[1].limits[0].lease, 5);
+    }
+
+    #[test]
+    fn a_lease_applies_to_the_rate_limits_of_a_group_never_to_its_in_flight_slots() {
+        assert!(
+            single(quote!(max_in_flight = 10, lease = 5))
+                .starts_with("`lease` applies to rate limits"),
+        );
+        let config = check(
+            quote!(period = 60, threshold = 100, lease = 10, max_in_flight = 5),
+            quote!(async fn f() -> Result<(), E>),
+        )
+        .unwrap();
+        let leases: Vec<(Algorithm, u64)> = config.groups[0]
+            .limits
+            .iter()
+            .map(|l| (l.algorithm, l.lease))
+            .collect();
+        assert_eq!(
+            leases,
+            [(Algorithm::Gcra, 10), (Algorithm::InFlight, 0)],
+            "{leases:?}"
+        );
     }
 
     #[test]

@@ -50,6 +50,15 @@
 //! printed as one line per algorithm), `--font PATH` (a TTF for the plot's text;
 //! default: DejaVu Sans where Debian installs it). `--profile N` only runs `N` sequential
 //! decisions (for `valgrind --tool=callgrind`) and prints their mean time.
+//!
+//! `--hot` only measures one hot identity (quota leasing): 4 limiter
+//! instances, each with its own `RedisBackend`, 64 callers each, calling
+//! `Limiter::call` for one identity for `--secs`, with the limit
+//! `--hot-limit` (default `1000000/1m`, GCRA, or the first of
+//! `--algorithms`) without leasing, then with `lease = --lease` (default
+//! 10 000), alternating `--cpu-runs` times; prints decisions/s, admitted/s
+//! and how many calls reached Redis, and the ratio with/without leasing of
+//! each run.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -105,13 +114,16 @@ struct Options {
     mode: CallMode,
     cpu_runs: usize,
     cpu_only: bool,
+    hot: bool,
+    hot_limit: String,
+    lease: u64,
 }
 
 fn usage(problem: &str) -> ! {
     eprintln!(
         "loadgen: {problem}\nflags: --url URL --secs SECONDS --out DIR --algorithms a,b \
          --concurrency 1,16,64,256 --redis-benchmark PATH --mode auto|functions|scripts \
-         --cpu-runs N --cpu-only --font TTF --profile N"
+         --cpu-runs N --cpu-only --font TTF --profile N --hot --hot-limit RATE --lease N"
     );
     std::process::exit(2)
 }
@@ -129,6 +141,9 @@ fn options() -> Options {
         mode: CallMode::Auto,
         cpu_runs: 3,
         cpu_only: false,
+        hot: false,
+        hot_limit: "1000000/1m".to_owned(),
+        lease: 10_000,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -174,6 +189,15 @@ fn options() -> Options {
                 }
             }
             "--cpu-only" => options.cpu_only = true,
+            "--hot" => options.hot = true,
+            "--hot-limit" => options.hot_limit = value(),
+            "--lease" => {
+                options.lease = value()
+                    .parse()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .unwrap_or_else(|| usage("--lease takes a positive count"));
+            }
             "--cpu-runs" => {
                 options.cpu_runs = value()
                     .parse()
@@ -1207,6 +1231,149 @@ async fn flood(options: &Options, deny_cache: bool) -> Option<Flood> {
     })
 }
 
+/// One run of the hot-identity measurement.
+#[derive(Debug, Clone, Copy)]
+struct HotRun {
+    decisions: u64,
+    admitted: u64,
+    secs: f64,
+    /// Calls of our code that reached Redis (decisions, leases, returns).
+    calls: u64,
+}
+
+/// Limiter instances in the hot-identity measurement.
+const HOT_INSTANCES: usize = 4;
+/// Callers per instance.
+const HOT_CALLERS: usize = 64;
+
+/// One hot identity on [`HOT_INSTANCES`] limiters for `--secs`, with
+/// `limit` (leasing or not).
+async fn hot_run(options: &Options, limit: Limit, run: usize) -> Option<HotRun> {
+    let mut limiters = Vec::new();
+    for _ in 0..HOT_INSTANCES {
+        let backend = RedisBackend::builder(options.url.as_str())
+            .call_mode(options.mode)
+            .connect()
+            .await
+            .ok()?;
+        limiters.push(Arc::new(
+            Limiter::builder()
+                .backend(backend)
+                .prefix("lg")
+                .lists_refresh(Duration::from_secs(3_600))
+                .build()
+                .ok()?,
+        ));
+    }
+    let spec = Arc::new(rl_core::CallSpec::owned(
+        "hot",
+        vec![rl_core::GroupSpec::owned("hot", vec![limit])],
+    ));
+    let identity = Arc::new(format!(
+        "hot-{}-{run}-{}",
+        std::process::id(),
+        limit.lease().is_some()
+    ));
+    let before = evalsha_calls(&options.url).await?;
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs_f64(options.secs);
+    let mut tasks = tokio::task::JoinSet::new();
+    for limiter in &limiters {
+        for _ in 0..HOT_CALLERS {
+            let (limiter, spec, identity) = (limiter.clone(), spec.clone(), identity.clone());
+            tasks.spawn(async move {
+                let (mut decisions, mut admitted) = (0u64, 0u64);
+                while Instant::now() < deadline {
+                    for _ in 0..64 {
+                        let call = limiter.call(&spec, &[&identity.as_str()]);
+                        if call.await.is_ok() {
+                            admitted += 1;
+                        }
+                        decisions += 1;
+                    }
+                    tokio::task::yield_now().await;
+                }
+                (decisions, admitted)
+            });
+        }
+    }
+    let (mut decisions, mut admitted) = (0, 0);
+    while let Some(done) = tasks.join_next().await {
+        let (d, a) = done.expect("hot caller");
+        decisions += d;
+        admitted += a;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    for limiter in &limiters {
+        limiter.shutdown().await;
+    }
+    let after = evalsha_calls(&options.url).await?;
+    Some(HotRun {
+        decisions,
+        admitted,
+        secs,
+        calls: after.saturating_sub(before),
+    })
+}
+
+/// `--hot`: one hot identity without and with leasing, alternating.
+async fn hot(options: &Options) {
+    let algorithm = if options.algorithms.len() == Algorithm::ALL.len() {
+        Algorithm::Gcra
+    } else {
+        options.algorithms[0]
+    };
+    let plain = options
+        .hot_limit
+        .parse::<Limit>()
+        .and_then(|l| l.with_algorithm(algorithm))
+        .unwrap_or_else(|error| usage(&format!("--hot-limit: {error}")));
+    let leasing = plain
+        .with_lease(options.lease)
+        .unwrap_or_else(|error| usage(&format!("--lease: {error}")));
+    println!(
+        "One hot identity, {HOT_INSTANCES} limiter instances (one RedisBackend each), {HOT_CALLERS} callers each, \
+         {plain}, {} s per run:\n",
+        options.secs
+    );
+    println!(
+        "| run | leasing | decisions/s | admitted/s | Redis calls | decisions per call | ratio (decisions/s) |"
+    );
+    println!("|---:|---|---:|---:|---:|---:|---:|");
+    for run in 0..options.cpu_runs {
+        let Some(without) = hot_run(options, plain, run).await else {
+            println!("could not connect to {}", options.url);
+            return;
+        };
+        let Some(with) = hot_run(options, leasing, run).await else {
+            println!("could not connect to {}", options.url);
+            return;
+        };
+        for (name, r) in [
+            ("off", without),
+            (&*format!("lease {}", options.lease), with),
+        ] {
+            println!(
+                "| {} | {name} | {:.0} | {:.0} | {} | {:.0} | {} |",
+                run + 1,
+                r.decisions as f64 / r.secs,
+                r.admitted as f64 / r.secs,
+                r.calls,
+                r.decisions as f64 / r.calls.max(1) as f64,
+                if name == "off" {
+                    "1.00".to_owned()
+                } else {
+                    format!(
+                        "{:.2}",
+                        (with.decisions as f64 / with.secs)
+                            / (without.decisions as f64 / without.secs)
+                    )
+                }
+            );
+        }
+    }
+}
+
 /// `N` sequential single-limit decisions (for a profiler).
 async fn profile(backend: &RedisBackend, n: u64) {
     let limit = limit(Algorithm::Gcra);
@@ -1236,6 +1403,10 @@ async fn main() {
     );
     if let Some(n) = options.profile {
         profile(&backend, n).await;
+        return;
+    }
+    if options.hot {
+        hot(&options).await;
         return;
     }
     if options.cpu_only {

@@ -501,6 +501,11 @@ impl RedisBackend {
         })
     }
 
+    /// The extra TTL added to every key written (ms).
+    pub(crate) fn extra_ttl_ms(&self) -> u64 {
+        self.settings.extra_ttl_ms
+    }
+
     /// Sends `plan`, reloading what the server lacks: in
     /// [`CallMode::Functions`], `FCALL`; when the library is missing, load
     /// it (once for every call that noticed) and `FCALL` again; when it is
@@ -875,6 +880,26 @@ impl Backend for RedisBackend {
         removed: bool,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(self.save_list(prefix, entry, removed))
+    }
+
+    /// Leases in one `FCALL` of `<library>_lease` (see `lua/lease.lua`);
+    /// on a cluster, a call over several hash tags takes no lease (it is
+    /// decided as [`Backend::acquire`] decides it).
+    fn acquire_lease<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        extra: &'a [u64],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<rl_core::Leased, BackendError>> {
+        Box::pin(self.lease_batch(requests, extra, ttl))
+    }
+
+    /// Gives each lease back with one call on its own key.
+    fn return_lease<'a>(
+        &'a self,
+        returns: &'a [rl_core::LeaseReturn<'a>],
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(self.release_batch(returns))
     }
 
     /// Reads the shared allow and deny lists when their version moved.

@@ -120,6 +120,7 @@
 mod backend;
 mod builder;
 mod error;
+mod lease;
 mod lists;
 mod redact;
 mod registry;
@@ -130,6 +131,7 @@ mod sentinel;
 
 pub use backend::RedisBackend;
 pub use builder::{CallMode, RedisBackendBuilder};
+pub use lease::LeaseRecord;
 pub use redact::redact_url;
 pub use registry::RegisteredLimits;
 

@@ -12,7 +12,8 @@
 //!   `:` inside their hash tag.
 //! - field: the limit name, which is also the scope of its identities' keys.
 //! - value: JSON, e.g.
-//!   `{"v":1,"published_at_ms":1700000000000,"limits":[{"rate":"1/1m","algorithm":"sliding_log","threshold":1,"period_us":60000000,"burst":1,"slots":10,"capacity":1,"suffix":"sl:60000000","suffixes":["sl:60000000","sl:60000000:seq"]}]}`.
+//!   `{"v":1,"published_at_ms":1700000000000,"limits":[{"rate":"1/1m","algorithm":"sliding_log","threshold":1,"period_us":60000000,"burst":1,"slots":10,"capacity":1,"suffix":"sl:60000000","suffixes":["sl:60000000","sl:60000000:seq"]}]}`
+//!   (a leasing limit also has `"lease"`: units one process may lease).
 //!   The state of identity `id` under limit name `name` and one of its limits
 //!   is at `<rl_core::Key::new(prefix, name, id)>:<suffix>` (every key in
 //!   `suffixes` for the limits that use more than one).
@@ -270,7 +271,7 @@ fn encode(limits: &[Limit], published_at_ms: u64) -> String {
     let limits: Vec<Value> = limits
         .iter()
         .map(|limit| {
-            json!({
+            let mut described = json!({
                 "rate": rate(limit),
                 "algorithm": limit.algorithm().name(),
                 "threshold": limit.threshold(),
@@ -280,7 +281,11 @@ fn encode(limits: &[Limit], published_at_ms: u64) -> String {
                 "capacity": limit.capacity(),
                 "suffix": limit.storage_suffix(),
                 "suffixes": suffixes(limit),
-            })
+            });
+            if let Some(lease) = limit.lease() {
+                described["lease"] = json!(lease);
+            }
+            described
         })
         .collect();
     json!({ "v": FORMAT_VERSION, "published_at_ms": published_at_ms, "limits": limits }).to_string()
@@ -315,13 +320,21 @@ fn decode(name: &str, text: &str) -> Result<RegisteredLimits, String> {
                 .ok_or("`algorithm` is missing or not a string")?
                 .parse()
                 .map_err(|e| format!("{e}"))?;
-            Limit::from_parts(
+            let built = Limit::from_parts(
                 number(limit, "threshold")?,
                 number(limit, "period_us")?,
                 algorithm,
                 number(limit, "burst")?,
                 number(limit, "slots")?,
-            )
+            );
+            let lease = match limit.get("lease") {
+                None => None,
+                Some(_) => Some(number(limit, "lease")?),
+            };
+            match lease {
+                None => built,
+                Some(lease) => built.and_then(|l| l.with_lease(lease)),
+            }
             .map_err(|e| e.to_string())
         })
         .collect::<Result<Vec<_>, String>>()?;
@@ -336,11 +349,13 @@ mod tests {
         Algorithm::ALL
             .into_iter()
             .map(|algorithm| {
-                Limit::per_hour(20)
+                let limit = Limit::per_hour(20)
                     .and_then(|l| l.with_burst(7))
                     .and_then(|l| l.with_slots(12))
                     .and_then(|l| l.with_algorithm(algorithm))
-                    .unwrap()
+                    .unwrap();
+                // Every algorithm that can lease does, in the registry too.
+                limit.with_lease(3).unwrap_or(limit)
             })
             .collect()
     }

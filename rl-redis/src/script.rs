@@ -25,6 +25,7 @@ use rl_core::{Algorithm, BackendError, Decision, Decisions, Figures, Request, Re
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 const SINGLE: &str = include_str!("lua/single.lua");
 const BATCH: &str = include_str!("lua/batch.lua");
+const LEASE: &str = include_str!("lua/lease.lua");
 const LIBRARY: &str = include_str!("lua/library.lua");
 
 /// The algorithms' sources, in [`Algorithm::ALL`] order of their codes,
@@ -63,11 +64,15 @@ pub(crate) enum Op {
     /// Refund, dropping a request-id key.
     RefundOnce,
     Reset,
+    /// Acquire, leasing extra units of rate limits (quota leasing, `lua/lease.lua`).
+    Lease,
+    /// Give a quota lease's unused units back (`lua/lease.lua`).
+    Release,
     /// Reserve a slot for a waiting call (`at`: the longest wait, µs).
     Reserve,
     /// Give back a reservation (`at`: its slot).
     Cancel,
-    /// Renew the leases of in-flight slots.
+    /// Renew the leases of in-flight slots (not quota leases).
     Renew,
 }
 
@@ -80,6 +85,8 @@ impl Op {
             Op::Refund => "refund",
             Op::RefundOnce => "refund_once",
             Op::Reset => "reset",
+            Op::Lease => "lease",
+            Op::Release => "release",
             Op::Reserve => "reserve",
             Op::Cancel => "cancel",
             Op::Renew => "renew",
@@ -101,7 +108,16 @@ impl Op {
 
     /// Whether the reply carries one decision per request.
     const fn decides(self) -> bool {
-        matches!(self, Op::Acquire | Op::AcquireOnce | Op::Peek)
+        matches!(self, Op::Acquire | Op::AcquireOnce | Op::Peek | Op::Lease)
+    }
+
+    /// Integers per request in the reply: a decision, and for a lease the
+    /// units granted.
+    const fn width(self) -> usize {
+        match self {
+            Op::Lease => DECISION_WIDTH + 1,
+            _ => DECISION_WIDTH,
+        }
     }
 
     /// Whether the call takes a request-id key (the last key).
@@ -119,6 +135,8 @@ pub(crate) enum Entry {
     Batch,
     /// A batch peek, read-only (`FCALL_RO`).
     BatchReadOnly,
+    /// Leases taken and given back (`lua/lease.lua`).
+    Lease,
 }
 
 /// The single-limit operations that have their own entry points.
@@ -129,6 +147,7 @@ impl Entry {
     /// algorithm `first`.
     pub(crate) fn for_call(op: Op, count: usize, first: Option<Algorithm>) -> Self {
         match (count, first) {
+            _ if matches!(op, Op::Lease | Op::Release) => Entry::Lease,
             (1, Some(algorithm)) if SINGLE_OPS.contains(&op) && !algorithm.is_in_flight() => {
                 Entry::Single(op, algorithm)
             }
@@ -150,6 +169,7 @@ impl Entry {
             }
             Entry::Batch => Algorithm::ALL.len() * SINGLE_OPS.len(),
             Entry::BatchReadOnly => Algorithm::ALL.len() * SINGLE_OPS.len() + 1,
+            Entry::Lease => Algorithm::ALL.len() * SINGLE_OPS.len() + 2,
         }
     }
 
@@ -162,7 +182,7 @@ impl Entry {
         Algorithm::ALL
             .into_iter()
             .flat_map(|a| SINGLE_OPS.into_iter().map(move |op| Entry::Single(op, a)))
-            .chain([Entry::Batch, Entry::BatchReadOnly])
+            .chain([Entry::Batch, Entry::BatchReadOnly, Entry::Lease])
     }
 }
 
@@ -206,10 +226,11 @@ static CODE: LazyLock<Code> = LazyLock::new(|| {
     let body = [PRELUDE, &algorithms, SINGLE, BATCH].concat();
     // The library's name carries a hash of everything it runs, so another
     // version of this crate on the same server has other function names.
-    let tag = &sha1(&[body.as_str(), LIBRARY].concat())[..12];
+    let tag = &sha1(&[body.as_str(), LEASE, LIBRARY].concat())[..12];
     let library_name = format!("rl_{tag}");
-    let library =
-        format!("#!lua name={library_name}\nlocal RL_PREFIX = '{library_name}_'\n{body}{LIBRARY}");
+    let library = format!(
+        "#!lua name={library_name}\nlocal RL_PREFIX = '{library_name}_'\n{body}{LEASE}{LIBRARY}"
+    );
     let entries = Entry::every()
         .map(|entry| {
             let (source, tail) = match entry {
@@ -228,6 +249,10 @@ static CODE: LazyLock<Code> = LazyLock::new(|| {
                     [SCRIPT_HEADER, body.as_str()].concat(),
                     "return batch(KEYS, ARGV)\n".to_owned(),
                 ),
+                Entry::Lease => (
+                    [SCRIPT_HEADER, PRELUDE, &algorithms, LEASE].concat(),
+                    "return lease(KEYS, ARGV)\n".to_owned(),
+                ),
             };
             let function = match entry {
                 Entry::Single(op, algorithm) => {
@@ -235,6 +260,7 @@ static CODE: LazyLock<Code> = LazyLock::new(|| {
                 }
                 Entry::Batch => format!("{library_name}_batch"),
                 Entry::BatchReadOnly => format!("{library_name}_batch_ro"),
+                Entry::Lease => format!("{library_name}_lease"),
             };
             let script = source + &tail;
             let sha = sha1(&script);
@@ -303,6 +329,9 @@ pub(crate) fn request_id_key(key: &rl_core::Key, request_id: &str) -> String {
     out
 }
 
+/// The suffix of a state key's lease records (`<state key>:leases`).
+pub(crate) const LEASES_SUFFIX: &str = ":leases";
+
 /// Whose clock decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Time {
@@ -366,11 +395,33 @@ pub(crate) struct Plan<'p, 'r> {
     extra_ttl_ms: u64,
     requests: &'p [Request<'r>],
     request_id_key: Option<&'p str>,
+    /// Per request, for [`Entry::Lease`]: the lease call's three numbers.
+    lease: Option<&'p [[u64; 3]]>,
+    /// How long the caller uses a lease at most (µs), for [`Entry::Lease`].
+    lease_ttl_us: u64,
     /// Per request, the two extra fields of a reserve or cancel.
     extra: Option<&'p [(u64, u64)]>,
 }
 
 impl<'p, 'r> Plan<'p, 'r> {
+    /// A lease call ([`Op::Lease`] or [`Op::Release`]): per request, the
+    /// extra units asked for (then two zeros), or the lease's time, stamp
+    /// and granted units; `ttl_us` is how long leases are used at most.
+    pub(crate) fn lease(
+        op: Op,
+        time: Time,
+        extra_ttl_ms: u64,
+        requests: &'p [Request<'r>],
+        numbers: &'p [[u64; 3]],
+        ttl_us: u64,
+    ) -> Self {
+        Self {
+            lease: Some(numbers),
+            lease_ttl_us: ttl_us,
+            ..Self::new(op, time, 0, extra_ttl_ms, requests, None)
+        }
+    }
+
     /// `request_id_key` is the last key of an [`Op::AcquireOnce`] or
     /// [`Op::RefundOnce`] call (see [`request_id_key`]).
     pub(crate) fn new(
@@ -398,6 +449,8 @@ impl<'p, 'r> Plan<'p, 'r> {
             extra_ttl_ms,
             requests,
             request_id_key,
+            lease: None,
+            lease_ttl_us: 0,
             extra: None,
         }
     }
@@ -431,6 +484,7 @@ impl<'p, 'r> Plan<'p, 'r> {
                 let algorithm = r.limit.algorithm();
                 1 + usize::from(algorithm == Algorithm::SlidingLog)
                     + usize::from(freed && reserves(algorithm))
+                    + usize::from(self.entry == Entry::Lease)
             })
             .sum::<usize>()
             + usize::from(self.request_id_key.is_some())
@@ -441,11 +495,17 @@ impl<'p, 'r> Plan<'p, 'r> {
         for request in self.requests {
             let mut key = state_key(request);
             sink.key(&key);
+            let state = key.len();
             if request.limit.algorithm() == Algorithm::SlidingLog {
                 key.push_str(":seq");
                 sink.key(&key);
             } else if freed && reserves(request.limit.algorithm()) {
                 key.push_str(":freed");
+                sink.key(&key);
+            }
+            if self.entry == Entry::Lease {
+                key.truncate(state);
+                key.push_str(LEASES_SUFFIX);
                 sink.key(&key);
             }
         }
@@ -503,6 +563,21 @@ impl<'p, 'r> Plan<'p, 'r> {
                         sink.number(x);
                         sink.number(y);
                     }
+                }
+            }
+            Entry::Lease => {
+                sink.text(self.op.name());
+                self.write_time(sink);
+                sink.number(self.extra_ttl_ms);
+                sink.number(self.lease_ttl_us);
+                let numbers = self.lease.unwrap_or_default();
+                for (i, request) in self.requests.iter().enumerate() {
+                    sink.text(request.limit.algorithm().code());
+                    Self::write_limit(sink, request);
+                    let [a, b, c] = numbers.get(i).copied().unwrap_or_default();
+                    sink.number(a.min(EXACT_LIMIT));
+                    sink.number(b.min(EXACT_LIMIT));
+                    sink.number(c.min(EXACT_LIMIT));
                 }
             }
         }
@@ -609,6 +684,8 @@ pub(crate) struct Reply {
     /// Whether the decisions are a kept reply of an earlier
     /// [`Op::AcquireOnce`] call.
     pub(crate) replayed: bool,
+    /// Units leased per request ([`Op::Lease`]; empty otherwise).
+    pub(crate) granted: Vec<u64>,
     /// Per request of an [`Op::Renew`]: whether its lease was renewed.
     pub(crate) renewed: Vec<bool>,
 }
@@ -627,8 +704,9 @@ pub(crate) fn parse_reply(op: Op, count: usize, values: &[i64]) -> Result<Reply,
         }
         _ => (values, false, None),
     };
+    let width = op.width();
     let expected = if op.decides() {
-        count * DECISION_WIDTH + 1
+        count * width + 1
     } else if op == Op::Renew {
         count + 1
     } else {
@@ -653,8 +731,12 @@ pub(crate) fn parse_reply(op: Op, count: usize, values: &[i64]) -> Result<Reply,
     // The call's own time (after a replay's kept reply): checked, not used.
     current.map_or(Ok(now), unsigned)?;
     let mut decisions = Vec::with_capacity(if op.decides() { count } else { 0 });
+    let mut granted = Vec::new();
     if op.decides() {
-        for chunk in values[..values.len() - 1].chunks_exact(DECISION_WIDTH) {
+        for chunk in values[..values.len() - 1].chunks_exact(width) {
+            if op == Op::Lease {
+                granted.push(unsigned(chunk[DECISION_WIDTH])?);
+            }
             let allowed = match chunk[0] {
                 0 => false,
                 1 => true,
@@ -683,6 +765,7 @@ pub(crate) fn parse_reply(op: Op, count: usize, values: &[i64]) -> Result<Reply,
         decisions,
         now,
         replayed,
+        granted,
         renewed,
     })
 }

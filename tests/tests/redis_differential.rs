@@ -1,8 +1,9 @@
 //! The Redis backend decides exactly like the in-memory reference.
 //!
-//! Random sequences of acquire, peek, refund, reset, reservations of waiting
-//! calls and their cancellation, and clock advances (0 to 2 periods, exact
-//! window, slot and retry boundaries included) run against
+//! Random sequences of acquire, peek, refund, reset, lease takes and
+//! returns, reservations of waiting calls and their cancellation, and clock
+//! advances (0 to 2 periods, exact window, slot and retry boundaries
+//! included) run against
 //! `RedisBackend` and `MemoryBackend` under identical manual clocks; every
 //! decision (allowed, limit, remaining, retry_after, reset_after, time) must
 //! be identical. Every case runs twice: on the Functions library (`FCALL`,
@@ -17,8 +18,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use rl_core::{
-    Algorithm, Backend, BackendError, Clock, Decisions, Key, Limit, ManualClock, MemoryBackend,
-    Request, Reservation,
+    Algorithm, Backend, BackendError, Clock, Decisions, Key, LeaseReturn, Leased, Limit,
+    ManualClock, MemoryBackend, Request, Reservation,
 };
 use rl_redis::{CallMode, RedisBackend};
 use rl_tests::harness::RedisServer;
@@ -89,6 +90,18 @@ enum Step {
         key: usize,
         limit: usize,
     },
+    /// An acquire leasing up to `extra` more units per limit.
+    Lease {
+        key: usize,
+        limits: Vec<usize>,
+        cost: u64,
+        extra: u64,
+    },
+    /// Gives back `parts` per thousand of what the last lease granted
+    /// (rounded down), each limit at the lease's time and stamp.
+    ReturnLast {
+        parts: u64,
+    },
     /// Reserves a slot for a waiting call, waiting at most this many parts
     /// per million of two periods of the first limit.
     Reserve {
@@ -158,6 +171,8 @@ fn step(limits: usize, keys: usize) -> impl Strategy<Value = Step> {
             .prop_map(|(key, limits, cost, wait_ppm)| Step::Reserve { key, limits, cost, wait_ppm }),
         2 => Just(Step::CancelLast),
         6 => advance().prop_map(Step::Advance),
+        3 => (0..keys, chosen(), cost(), 0u64..=4).prop_map(|(key, limits, cost, extra)| Step::Lease { key, limits, cost, extra }),
+        2 => (0u64..=1_000).prop_map(|parts| Step::ReturnLast { parts }),
     ]
 }
 
@@ -267,6 +282,7 @@ async fn run_case_on(
     let first = case.limits[0];
     let mut last: Option<Decisions> = None;
     let mut last_allowed: Option<(usize, Vec<usize>, u64, u64)> = None;
+    let mut last_lease: Option<(usize, Vec<usize>, Leased)> = None;
     let mut reservations: Vec<(usize, Vec<usize>, u64, Reservation)> = Vec::new();
     for (index, step) in case.steps.iter().enumerate() {
         let now = clock.now_micros();
@@ -343,6 +359,68 @@ async fn run_case_on(
                     m,
                     r
                 );
+            }
+            Step::Lease {
+                key,
+                limits,
+                cost,
+                extra,
+            } => {
+                let batch = requests(*key, limits, *cost);
+                let extras = vec![*extra; batch.len()];
+                let ttl = Duration::from_secs(1);
+                let m = memory.acquire_lease(&batch, &extras, ttl).await;
+                let r = redis.acquire_lease(&batch, &extras, ttl).await;
+                let agree = match (&m, &r) {
+                    (Ok(m), Ok(r)) => m == r,
+                    (Err(BackendError::Invalid(m)), Err(BackendError::Invalid(r))) => m == r,
+                    _ => false,
+                };
+                prop_assert!(
+                    agree,
+                    "step {} {:?} at {}:\n  memory: {:?}\n  redis:  {:?}",
+                    index,
+                    step,
+                    now,
+                    m,
+                    r
+                );
+                if let Ok(leased) = m {
+                    if leased.decisions.allowed() {
+                        let at = leased.decisions[0].at_micros;
+                        last_allowed = Some((*key, limits.clone(), *cost, at));
+                        last_lease = Some((*key, limits.clone(), leased.clone()));
+                    }
+                    last = Some(leased.decisions);
+                }
+            }
+            Step::ReturnLast { parts } => {
+                if let Some((key, limits, leased)) = &last_lease {
+                    let keys_of = requests(*key, limits, 1);
+                    let returns: Vec<LeaseReturn<'_>> = keys_of
+                        .iter()
+                        .zip(leased.decisions.iter())
+                        .zip(&leased.granted)
+                        .map(|((request, decision), &granted)| LeaseReturn {
+                            request: Request::new(
+                                request.key,
+                                request.limit,
+                                granted * parts / 1_000,
+                            ),
+                            at_micros: decision.at_micros,
+                            stamp: Leased::stamp(decision),
+                            granted,
+                        })
+                        .collect();
+                    memory
+                        .return_lease(&returns)
+                        .await
+                        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                    redis
+                        .return_lease(&returns)
+                        .await
+                        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                }
             }
             Step::Reserve {
                 key,

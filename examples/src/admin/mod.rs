@@ -388,12 +388,24 @@ pub async fn run(cli: &Cli) -> Result<Report, AdminError> {
                 .await
                 .map_err(deployment.failed_limiter("peeking at the identity's state"))?;
             let key = deployment.limiter.key(name, identity);
+            let mut leases = Vec::with_capacity(registered.limits.len());
+            for limit in &registered.limits {
+                leases.push(match limit.lease() {
+                    Some(_) => deployment
+                        .backend
+                        .leases(&key, limit)
+                        .await
+                        .map_err(deployment.failed("reading the lease records"))?,
+                    None => Vec::new(),
+                });
+            }
             Ok(Report::Inspect(InspectReport::new(
                 &deployment.prefix,
                 &registered,
                 identity,
                 &key,
                 &decisions,
+                &leases,
             )))
         }
         Command::Reset { name, identity } => {

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rl_core::{Decisions, Key, Limit};
-use rl_redis::{RedisBackend, RegisteredLimits};
+use rl_redis::{LeaseRecord, RedisBackend, RegisteredLimits};
 use serde::Serialize;
 
 /// The outcome of one command.
@@ -126,6 +126,8 @@ pub struct LimitDescription {
     pub capacity: u64,
     /// The storage-key suffix of this limit's state.
     pub suffix: String,
+    /// Units one process may lease at most (quota leasing); `null`: none.
+    pub lease: Option<u64>,
 }
 
 impl LimitDescription {
@@ -143,8 +145,21 @@ impl LimitDescription {
             slots: limit.slots(),
             capacity: limit.capacity(),
             suffix: limit.storage_suffix(),
+            lease: limit.lease(),
         }
     }
+}
+
+/// One lease Redis records for an identity's limit (quota leasing): units
+/// reserved by some process, some of which it may have used since.
+#[derive(Debug, Clone, Serialize)]
+pub struct LeaseRow {
+    /// Units reserved beyond the call that took them.
+    pub units: u64,
+    /// When it was taken, ms since the Unix epoch.
+    pub taken_at_ms: u64,
+    /// The last time its units can be used, ms since the Unix epoch.
+    pub until_ms: u64,
 }
 
 /// One limit name of the registry.
@@ -206,6 +221,8 @@ pub struct LimitState {
     pub retry_after_ms: u64,
     /// How long until the limit is back to its full quota.
     pub reset_after_ms: u64,
+    /// The leases taken on it that may still be in use (a leasing limit).
+    pub leases: Vec<LeaseRow>,
     /// For a concurrency limit (`max_in_flight`): the calls of the identity
     /// running now, over every instance (slots held with a live lease).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -228,13 +245,15 @@ pub struct InspectReport {
 }
 
 impl InspectReport {
-    /// The report of `decisions` (peeked for `registered`'s limits).
+    /// The report of `decisions` (peeked for `registered`'s limits) and
+    /// `leases` (each limit's lease records, in the same order).
     pub fn new(
         prefix: &str,
         registered: &RegisteredLimits,
         identity: &str,
         key: &Key,
         decisions: &Decisions,
+        leases: &[Vec<LeaseRecord>],
     ) -> Self {
         Self {
             prefix: prefix.to_owned(),
@@ -245,7 +264,8 @@ impl InspectReport {
                 .limits
                 .iter()
                 .zip(decisions.iter())
-                .map(|(limit, decision)| LimitState {
+                .enumerate()
+                .map(|(i, (limit, decision))| LimitState {
                     limit: LimitDescription::new(limit),
                     key: format!("{key}:{}", limit.storage_suffix()),
                     allowed: decision.allowed,
@@ -253,6 +273,16 @@ impl InspectReport {
                     remaining: decision.remaining,
                     retry_after_ms: millis(decision.retry_after),
                     reset_after_ms: millis(decision.reset_after),
+                    leases: leases
+                        .get(i)
+                        .into_iter()
+                        .flatten()
+                        .map(|lease| LeaseRow {
+                            units: lease.units,
+                            taken_at_ms: lease.taken_at_micros / 1_000,
+                            until_ms: lease.until_micros / 1_000,
+                        })
+                        .collect(),
                     in_flight: limit
                         .is_in_flight()
                         .then(|| decision.limit.saturating_sub(decision.remaining)),
@@ -428,6 +458,25 @@ fn inspect_table(report: &InspectReport) -> String {
         ],
         &rows,
     ));
+    let leases: Vec<Vec<String>> = report
+        .limits
+        .iter()
+        .flat_map(|state| {
+            state.leases.iter().map(move |lease| {
+                vec![
+                    state.limit.rate.clone(),
+                    lease.units.to_string(),
+                    human(Duration::from_millis(
+                        lease.until_ms.saturating_sub(lease.taken_at_ms),
+                    )),
+                ]
+            })
+        })
+        .collect();
+    if !leases.is_empty() {
+        text.push_str("\nquota leases taken by processes (units they may not have used yet):\n");
+        text.push_str(&table(&["RATE", "UNITS", "USABLE FOR AT MOST"], &leases));
+    }
     for state in &report.limits {
         if let Some(running) = state.in_flight {
             let _ = writeln!(

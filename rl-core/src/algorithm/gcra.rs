@@ -63,6 +63,12 @@ impl State for Tat {
         }
     }
 
+    fn release(&mut self, limit: &Limit, now: u64, units: u64, at: u64, stamp: u64) {
+        if self.0 == stamp {
+            self.refund(limit, now, units, at);
+        }
+    }
+
     fn unreserve(&mut self, limit: &Limit, now: u64, _at: u64, mark: u64, cost: u64) -> bool {
         if self.0 != mark {
             return false;

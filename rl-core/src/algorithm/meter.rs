@@ -112,6 +112,12 @@ impl State for Meter {
         self.store(limit, now, level);
     }
 
+    fn release(&mut self, limit: &Limit, now: u64, units: u64, at: u64, stamp: u64) {
+        if self.updated == at && self.expires == stamp && !self.is_idle(now) {
+            self.refund(limit, now, units, at);
+        }
+    }
+
     fn unreserve(&mut self, limit: &Limit, now: u64, at: u64, mark: u64, cost: u64) -> bool {
         if self.updated != at || self.expires != mark {
             return false;

@@ -58,6 +58,20 @@ pub(crate) trait State: Default + std::fmt::Debug + Send + 'static {
     /// Gives back `cost` units taken by a decision made at `at`.
     fn refund(&mut self, limit: &Limit, now: u64, cost: u64, at: u64);
 
+    /// Gives back `units` unused units of a lease taken at `at` that left
+    /// the state expiring at `stamp` ([`crate::Leased::stamp`]), only where
+    /// giving them back cannot let a later call pass outside the
+    /// algorithm's bound: the window algorithms count per window or slot,
+    /// so they refund as [`State::refund`] does (in the lease's window or
+    /// slot only); GCRA and the meters give units back only while the
+    /// state is the one the lease left (nothing written since), where the
+    /// unused units are exactly the last ones scheduled. Otherwise the
+    /// units stay taken and lapse as time passes them.
+    fn release(&mut self, limit: &Limit, now: u64, units: u64, at: u64, stamp: u64) {
+        let _ = stamp;
+        self.refund(limit, now, units, at);
+    }
+
     /// Takes back a reservation of `cost` units committed as of `at` (a
     /// waiting call's slot, possibly later than `now`) whose decision left
     /// the state at `mark` (the decision's `at + reset_after`), if the state

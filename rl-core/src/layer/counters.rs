@@ -75,6 +75,8 @@ pub(crate) struct Prebuilt {
     pub(crate) allowed: Key,
     /// `outcome="rejected", source="backend"`.
     pub(crate) rejected: Key,
+    /// `outcome="allowed", source="lease"`.
+    pub(crate) leased: Key,
 }
 
 impl Prebuilt {
@@ -82,6 +84,7 @@ impl Prebuilt {
         Self {
             allowed: key(name, "allowed", "backend"),
             rejected: key(name, "rejected", "backend"),
+            leased: key(name, "allowed", "lease"),
         }
     }
 }

@@ -516,6 +516,12 @@ impl Layer for DenyLayer {
             return;
         };
         match answer {
+            // A decision from a lease is this process's own: nothing the
+            // backend said to remember.
+            Answer::Decided {
+                source: Source::Lease,
+                ..
+            } => {}
             Answer::Decided { decisions, .. } => {
                 self.cache.learn(call.name, call.targets, decisions, since);
             }

@@ -63,6 +63,8 @@ impl Failure {
 /// is unchanged, so refunds and later calls find the same state.
 pub(crate) fn local_share(limit: &Limit, share: NonZeroU64) -> Limit {
     let share = share.get();
+    // The fallback decides every call in process: nothing to lease.
+    let limit = &limit.without_lease();
     limit
         .with_threshold((limit.threshold() / share).max(1))
         .and_then(|l| l.with_burst((limit.burst() / share).max(1)))

@@ -14,6 +14,8 @@
 //!   failure       applies the failure policy when the layers below fail
 //!   deny_cache    answers a remembered refusal in process     (remote by default)
 //!   shadow        turns a refusal of a name in shadow mode into an admission
+//!   lease         decides a hot identity's calls from units leased
+//!                 beforehand; asks for leases with the acquires it sends on
 //!   breaker       fails fast while the backend keeps failing  (remote only)
 //!   publish       tells the backend each name's limits        (remote only)
 //!        │                                                        ▲
@@ -39,6 +41,7 @@ pub(crate) mod breaker;
 pub(crate) mod counters;
 pub(crate) mod deny_cache;
 pub(crate) mod failure;
+pub(crate) mod lease;
 pub(crate) mod lists;
 pub(crate) mod observe;
 pub(crate) mod publish;
@@ -54,7 +57,7 @@ use crate::model::policy::FailurePolicy;
 use crate::model::reservation::Reservation;
 use crate::store::backend::BoxFuture;
 use crate::store::target::{Op, Target};
-use crate::store::{Store, Stored, run_remote};
+use crate::store::{Store, Stored, run_lease, run_remote};
 
 /// Where a call's answer was decided (the `source` label of
 /// `rl_decisions_total`).
@@ -72,6 +75,9 @@ pub enum Source {
     Policy,
     /// An allow or deny list.
     List,
+    /// A lease: units this process reserved in the backend beforehand
+    /// (see [`crate::Limit::with_lease`]).
+    Lease,
 }
 
 impl Source {
@@ -83,6 +89,7 @@ impl Source {
             Source::Local => "local",
             Source::Policy => "policy",
             Source::List => "list",
+            Source::Lease => "lease",
         }
     }
 }
@@ -170,6 +177,9 @@ pub(crate) struct Call<'a> {
     pub(crate) notes: Notes,
     /// Work to finish before the call returns (publishing limits).
     pub(crate) follow_up: Option<BoxFuture<'static, ()>>,
+    /// Units to lease with this acquire (set by the lease layer; the store
+    /// fills in what it granted).
+    pub(crate) lease: Option<lease::Ask>,
 }
 
 impl Call<'_> {
@@ -216,6 +226,7 @@ impl<'a> Call<'a> {
             counters: None,
             notes: Notes::default(),
             follow_up: None,
+            lease: None,
         }
     }
 }
@@ -444,7 +455,12 @@ impl Pipeline {
             Some(answer) => answer,
             None => {
                 let started = std::time::Instant::now();
-                let result = run_remote(&**backend, call.op, call.targets).await;
+                let result = match &mut call.lease {
+                    Some(ask) if call.op == Op::Acquire => {
+                        run_lease(&**backend, call.targets, ask).await
+                    }
+                    _ => run_remote(&**backend, call.op, call.targets).await,
+                };
                 call.notes.store_time = Some(started.elapsed());
                 stored(call, result)
             }

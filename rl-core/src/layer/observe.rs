@@ -3,12 +3,16 @@
 //!
 //! | metric | kind | labels |
 //! |---|---|---|
-//! | `rl_decisions_total` | counter | `limit` (the call's name), `outcome` (`allowed`, `rejected`, `shadow_rejected`, `denied`, `allow_listed`, `failed_open`, `unavailable`), `source` (`backend`, `cache`, `local`, `list`, `policy`) |
+//! | `rl_decisions_total` | counter | `limit` (the call's name), `outcome` (`allowed`, `rejected`, `shadow_rejected`, `denied`, `allow_listed`, `failed_open`, `unavailable`), `source` (`backend`, `cache`, `local`, `list`, `policy`, `lease`) |
 //! | `rl_operations_total` | counter | `limit`, `op` (`peek`, `refund`, `reset`, `cancel`), `result` (`ok`, `error`) |
 //! | `rl_backend_errors_total` | counter | `limit`, `op`, `error` (`timeout`, `unavailable`, `circuit_open`, `protocol`) |
 //! | `rl_backend_seconds` | histogram | `limit` |
 //! | `rl_wait_seconds` | histogram | `limit`: the wait of each admitted waiting call (recorded by the limiter's waiting calls) |
 //! | `rl_circuit_open` | gauge | (none): 1 while the breaker skips the backend |
+//! | `rl_leased_units` | gauge | `limit` (a group name): units held unused in this process's leases |
+//! | `rl_lease_takes_total` | counter | `limit`: leases taken |
+//! | `rl_lease_units_total` | counter | `limit`, `event` (`taken`, `returned`) |
+//! | `rl_lease_returns_total` | counter | `limit`, `result` (`returned`, `failed`) |
 //!
 //! Every refusal is `outcome="rejected"`, wherever it was decided: `source`
 //! says where (the backend, the deny cache, or the in-process fallback).
@@ -125,6 +129,7 @@ fn decided(call: &Call<'_>, answer: &Answer) {
     match (call.counters, outcome, source) {
         (Some(keys), "allowed", Source::Backend) => counters::count(&keys.allowed),
         (Some(keys), "rejected", Source::Backend) => counters::count(&keys.rejected),
+        (Some(keys), "allowed", Source::Lease) => counters::count(&keys.leased),
         _ => counters::decision(call.name, outcome, source.name()),
     }
 }
@@ -138,12 +143,13 @@ fn refused(call: &Call<'_>, index: usize, decision: &Decision, source: Source) {
     };
     let retry_after_ms = decision.retry_after.as_millis() as u64;
     let identity = Shown(key.identity);
-    if source == Source::Cache {
+    if matches!(source, Source::Cache | Source::Lease) {
         tracing::debug!(
             limit = name,
             identity = %identity,
             retry_after_ms,
-            "rate limited (remembered refusal)"
+            source = source.name(),
+            "rate limited (remembered refusal, or waiting for a lease)"
         );
     } else {
         tracing::info!(

@@ -10,6 +10,7 @@ use super::{GLOBAL, Limiter, NEXT_LIMITER};
 use crate::layer::breaker::{Breaker, BreakerConfig};
 use crate::layer::deny_cache::{DEFAULT_CAPACITY, DEFAULT_MAX_HOLD, DenyCache, DenyLayer};
 use crate::layer::failure::Failure;
+use crate::layer::lease::{DEFAULT_TTL as DEFAULT_LEASE_TTL, LeaseLayer, Leases};
 use crate::layer::lists::{DenyList, ListSync};
 use crate::layer::observe::Observe;
 use crate::layer::publish::Publish;
@@ -40,6 +41,7 @@ pub struct LimiterBuilder {
     deny_cache: Option<bool>,
     deny_cache_max_hold: Option<Duration>,
     lists_refresh: Option<Duration>,
+    lease_ttl: Option<Duration>,
 }
 
 /// How often, at most, a limiter reads the lists a remote backend shares.
@@ -71,6 +73,20 @@ impl LimiterBuilder {
     /// time to this limiter's next call that reaches the backend.
     pub fn lists_refresh(mut self, refresh: Duration) -> Self {
         self.lists_refresh = Some(refresh);
+        self
+    }
+
+    /// How long a lease is used at most (default 1 s; at least 1 ms), for
+    /// the limits that lease ([`crate::Limit::with_lease`]): unused units
+    /// go back to the backend when it ends. The rest of leasing's timing
+    /// follows from it: a lease is sized to last a tenth of it at the
+    /// identity's rate, given back after two tenths without a call, and an
+    /// identity at its limit waits at most a fortieth of it between takes.
+    /// A shorter TTL strands fewer units in a dead process (a bucket's
+    /// lease spans at most the TTL's worth of refill) but takes leases more
+    /// often.
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = Some(ttl);
         self
     }
 
@@ -151,8 +167,19 @@ impl LimiterBuilder {
         // Inside the deny cache: a shadowed refusal is never remembered.
         layers.push(Box::new(Shadow::new(registry.clone())));
         let mut breaker = None;
+        let mut leases = None;
         let store = match self.backend {
             Some(backend) => {
+                // Inside shadow mode (shadowed names do not lease) and the
+                // deny cache, above the breaker: a lease decides while the
+                // backend is down too.
+                let lease: LeaseLayer = Arc::new(Leases::new(
+                    backend.clone(),
+                    registry.clone(),
+                    self.lease_ttl.unwrap_or(DEFAULT_LEASE_TTL),
+                ));
+                layers.push(Box::new(lease.clone()));
+                leases = Some(lease);
                 let shared = Arc::new(Breaker::new(self.breaker));
                 layers.push(Box::new(shared.clone()));
                 breaker = Some(shared);
@@ -175,6 +202,7 @@ impl LimiterBuilder {
             registry,
             pipeline: Pipeline::new(layers, store),
             breaker,
+            leases,
             keeper,
         })
     }

@@ -67,6 +67,8 @@ pub struct Limiter {
     pub(crate) registry: Arc<Registry>,
     pub(crate) pipeline: Pipeline,
     breaker: Option<Arc<Breaker>>,
+    /// The leases of a remote backend's limiter.
+    leases: Option<Arc<crate::layer::lease::Leases>>,
     /// Lease ids and the way back to the store of in-flight slots.
     pub(crate) keeper: Arc<in_flight::Keeper>,
 }
@@ -124,6 +126,27 @@ impl Limiter {
     /// Whether the circuit breaker currently skips the backend.
     pub fn circuit_open(&self) -> bool {
         self.breaker.as_ref().is_some_and(|b| b.is_open())
+    }
+
+    /// Gives every unused leased unit back to the backend and stops
+    /// leasing: later calls are decided by the backend, one round trip
+    /// each (see [`Limit::with_lease`]). Call it before the process exits
+    /// (e.g. on `SIGTERM`, after the server stopped taking requests).
+    /// Dropping a limiter without it gives nothing back: like a process
+    /// that dies, its units count as used (a window's until it ends, a
+    /// bucket's until time passes them, within the lease TTL). Nothing to
+    /// do for a limiter without leases.
+    pub async fn shutdown(&self) {
+        if let Some(leases) = &self.leases {
+            leases.shutdown().await;
+        }
+    }
+
+    /// Units this process holds unused in its leases now, across
+    /// identities and limits (also the `rl_leased_units` gauge, per limit
+    /// name, refreshed every twentieth of the lease TTL).
+    pub fn leased_units(&self) -> u64 {
+        self.leases.as_ref().map_or(0, |l| l.outstanding())
     }
 
     // ---- the call API ----

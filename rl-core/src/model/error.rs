@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use rl_grammar::{BadDuration, BadRate, Problem, UnknownAlgorithm};
+use rl_grammar::{BadDuration, BadRate, LeaseProblem, Problem, UnknownAlgorithm};
 
 /// A limit that can never be built: the message names the bad value. The
 /// texts of the bounds are [`rl_grammar::Problem`]'s, shared with the macro.
@@ -83,6 +83,9 @@ pub enum LimitError {
     /// A call names no group, or more identities than groups (or fewer).
     #[error("{0}")]
     BadCall(String),
+    /// A lease that does not fit its limit ([`crate::Limit::with_lease`]).
+    #[error("{0}")]
+    Lease(LeaseProblem),
     /// A tier name that is not one, two tiers of a group with one name, or
     /// a tiered group whose name cannot carry tiers.
     #[error("{0}")]

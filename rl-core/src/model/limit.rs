@@ -5,7 +5,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 pub use rl_grammar::Algorithm;
-use rl_grammar::Problem;
+use rl_grammar::{LeaseProblem, Problem};
 
 use crate::model::error::LimitError;
 
@@ -33,6 +33,9 @@ pub struct Limit {
     slots: u64,
     /// GCRA's emission interval, `ceil(period / threshold)` (derived).
     interval_us: u64,
+    /// Units a process may lease at most (0: no leasing); see
+    /// [`Limit::with_lease`].
+    lease: u64,
 }
 
 impl Limit {
@@ -117,7 +120,8 @@ impl Limit {
         Self::new(threshold, Duration::from_secs(86_400))
     }
 
-    /// The same limit decided by another algorithm.
+    /// The same limit decided by another algorithm (an error if the limit
+    /// leases and `algorithm` cannot, see [`Limit::with_lease`]).
     pub fn with_algorithm(self, algorithm: Algorithm) -> Result<Self, LimitError> {
         Self::from_parts(
             self.threshold,
@@ -125,7 +129,8 @@ impl Limit {
             algorithm,
             self.burst,
             self.slots,
-        )
+        )?
+        .keep_lease(self.lease)
     }
 
     /// The same limit with another burst (capacity of token bucket, leaky bucket
@@ -137,7 +142,8 @@ impl Limit {
             self.algorithm,
             burst,
             self.slots,
-        )
+        )?
+        .keep_lease(self.lease)
     }
 
     /// The same limit with another number of sub-windows (sliding-window counter).
@@ -148,7 +154,8 @@ impl Limit {
             self.algorithm,
             self.burst,
             slots,
-        )
+        )?
+        .keep_lease(self.lease)
     }
 
     /// The same limit with another threshold.
@@ -158,7 +165,69 @@ impl Limit {
         } else {
             self.burst
         };
-        Self::from_parts(threshold, self.period_us, self.algorithm, burst, self.slots)
+        Self::from_parts(threshold, self.period_us, self.algorithm, burst, self.slots)?
+            .keep_lease(self.lease)
+    }
+
+    /// The same limit, leasing: a process may reserve up to `lease` units
+    /// of it in the store at once and admit calls from them without a
+    /// round trip (see the crate docs, "Quota leasing"). Leasing is used
+    /// for an identity only when its calls come fast enough to need it,
+    /// with leases sized to its observed rate; `lease` is the most one
+    /// process reserves. Refused (with the reason) for `0`, for a lease
+    /// of the whole capacity or more, and for the sliding log, whose
+    /// per-unit timestamps a reserved unit would falsify.
+    ///
+    /// ```
+    /// use rl_core::{Algorithm, Limit};
+    /// let hot = Limit::per_minute(1_000_000)?.with_lease(10_000)?;
+    /// assert_eq!(hot.lease(), Some(10_000));
+    /// assert!(Limit::per_minute(100)?.with_lease(100).is_err()); // the whole limit
+    /// assert!(Limit::per_minute(100)?.with_algorithm(Algorithm::SlidingLog)?.with_lease(10).is_err());
+    /// assert!(hot.with_algorithm(Algorithm::SlidingLog).is_err()); // a leasing limit stays leasable
+    /// assert!(Limit::in_flight(10)?.with_lease(2).is_err()); // slots are held, not spent
+    /// # Ok::<(), rl_core::LimitError>(())
+    /// ```
+    pub fn with_lease(self, lease: u64) -> Result<Self, LimitError> {
+        match rl_grammar::check_lease(self.threshold, self.algorithm, self.burst, lease) {
+            Ok(()) => Ok(Self { lease, ..self }),
+            Err(problem) => Err(LimitError::Lease(problem)),
+        }
+    }
+
+    /// [`Limit::with_lease`] for constants and statics (what `#[rate_limit(lease
+    /// = N)]` builds, after checking `N` itself).
+    ///
+    /// # Panics
+    /// When the lease does not fit the limit (at compile time in a constant).
+    pub const fn with_lease_const(self, lease: u64) -> Self {
+        match rl_grammar::check_lease(self.threshold, self.algorithm, self.burst, lease) {
+            Ok(()) => Self { lease, ..self },
+            Err(_) => panic!("invalid lease"),
+        }
+    }
+
+    /// The same limit without leasing.
+    pub const fn without_lease(self) -> Self {
+        Self { lease: 0, ..self }
+    }
+
+    /// The most units one process may lease, when the limit leases.
+    pub const fn lease(&self) -> Option<u64> {
+        if self.lease == 0 {
+            None
+        } else {
+            Some(self.lease)
+        }
+    }
+
+    /// This limit with `lease` (0: none) checked again after a change.
+    fn keep_lease(self, lease: u64) -> Result<Self, LimitError> {
+        if lease == 0 {
+            Ok(self)
+        } else {
+            self.with_lease(lease)
+        }
     }
 
     /// Builds a limit from raw parts, validating them all
@@ -218,6 +287,7 @@ impl Limit {
             burst,
             slots,
             interval_us: period_us.div_ceil(threshold),
+            lease: 0,
         }
     }
 
@@ -349,11 +419,15 @@ impl fmt::Display for Limit {
         }
         write!(
             f,
-            "{}/{} ({})",
+            "{}/{} ({}",
             self.threshold,
             rl_grammar::format_duration(self.period_us),
             self.algorithm
-        )
+        )?;
+        if self.lease > 0 {
+            write!(f, ", lease {}", self.lease)?;
+        }
+        f.write_str(")")
     }
 }
 
@@ -416,6 +490,12 @@ impl From<Problem> for LimitError {
             // `Problem` is non-exhaustive; a new bound keeps its message.
             other => LimitError::Other(other),
         }
+    }
+}
+
+impl From<LeaseProblem> for LimitError {
+    fn from(problem: LeaseProblem) -> Self {
+        LimitError::Lease(problem)
     }
 }
 
@@ -542,5 +622,32 @@ mod tests {
     #[test]
     fn display_round_trips_the_rate() {
         assert_eq!(Limit::per_hour(5).unwrap().to_string(), "5/1h (gcra)");
+        let leasing = Limit::per_hour(5).unwrap().with_lease(2).unwrap();
+        assert_eq!(leasing.to_string(), "5/1h (gcra, lease 2)");
+    }
+
+    #[test]
+    fn a_lease_survives_changes_that_keep_it_valid_and_fails_the_others() {
+        let limit = Limit::per_minute(100).unwrap().with_lease(10).unwrap();
+        assert_eq!(limit.with_threshold(50).unwrap().lease(), Some(10));
+        assert_eq!(limit.with_burst(20).unwrap().lease(), Some(10));
+        assert_eq!(
+            limit.with_burst(10),
+            Err(LimitError::Lease(LeaseProblem::TooLarge {
+                lease: 10,
+                capacity: 10,
+                burst: true
+            }))
+        );
+        assert!(matches!(
+            limit.with_algorithm(Algorithm::SlidingLog),
+            Err(LimitError::Lease(LeaseProblem::Algorithm(_)))
+        ));
+        assert_eq!(limit.without_lease().lease(), None);
+        assert_eq!(limit.state_id(), limit.without_lease().state_id());
+        assert_eq!(
+            Limit::per_minute(5).unwrap().with_lease(0),
+            Err(LimitError::Lease(LeaseProblem::Zero))
+        );
     }
 }

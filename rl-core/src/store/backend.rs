@@ -115,6 +115,65 @@ impl<'a> Request<'a> {
     }
 }
 
+/// What [`Backend::acquire_lease`] answers: the call's decisions (for each
+/// request's cost plus the units it leased), and the units each request
+/// leased beyond its cost (0 for all of them when the call was refused).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leased {
+    /// One decision per request, as [`Backend::acquire`] gives them, with
+    /// the leased units counted as taken.
+    pub decisions: Decisions,
+    /// Units leased per request, beyond its cost.
+    pub granted: Vec<u64>,
+}
+
+impl Leased {
+    /// A lease answer.
+    pub fn new(decisions: Decisions, granted: Vec<u64>) -> Self {
+        Self { decisions, granted }
+    }
+
+    /// The stamp a return of a lease is checked against: the time its state
+    /// was left to expire at (`at_micros + reset_after`, in µs), which
+    /// identifies the state the lease left as long as nothing else wrote.
+    pub fn stamp(decision: &crate::Decision) -> u64 {
+        decision
+            .at_micros
+            .saturating_add(u64::try_from(decision.reset_after.as_micros()).unwrap_or(u64::MAX))
+    }
+}
+
+/// Unused units of a lease, given back ([`Backend::return_lease`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseReturn<'a> {
+    /// The leased key and limit; `cost` is the number of units given back.
+    pub request: Request<'a>,
+    /// The lease's decision time ([`crate::Decision::at_micros`]).
+    pub at_micros: u64,
+    /// The lease's [`Leased::stamp`].
+    pub stamp: u64,
+    /// The units the lease was granted (names the lease in a store that
+    /// records leases for operators).
+    pub granted: u64,
+}
+
+/// Checks a lease batch as [`Request::check_batch`] does, with one extra
+/// count per request.
+pub(crate) fn check_lease_batch(
+    requests: &[Request<'_>],
+    extra: &[u64],
+) -> Result<(), BackendError> {
+    if extra.len() != requests.len() {
+        return Err(BackendError::protocol(format_args!(
+            "a lease call needs one extra count per request: {} for {} request(s)",
+            extra.len(),
+            requests.len()
+        )));
+    }
+    Request::check_batch(requests).map_err(BackendError::Invalid)
+}
+
 /// A store that decides rate-limit requests.
 ///
 /// Every method takes a batch: all requests of one call are decided together
@@ -190,6 +249,48 @@ pub trait Backend: Send + Sync + Debug + 'static {
 
     /// Forgets the state of each request's key and limit (the cost is ignored).
     fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>>;
+
+    /// Decides like [`Backend::acquire`] and, when every request is
+    /// allowed, also leases up to `extra[i]` more units of request `i` (one
+    /// count per request): the most that leaves at least half of what
+    /// remained after the request's own cost, so that processes asking for
+    /// the last units of a limit share them. Everything is decided and
+    /// taken in one atomic step; a refused call takes and grants nothing.
+    /// Leased units count as taken from then on; a limit whose algorithm
+    /// cannot lease ([`rl_grammar::can_lease`]) is granted nothing. `ttl`
+    /// is how long the caller uses the units at most: a store that records
+    /// leases for operators keeps the record that long at most.
+    ///
+    /// The default grants nothing (it is [`Backend::acquire`]): a backend
+    /// that does not implement leasing decides every call itself.
+    /// [`crate::MemoryBackend`] and `rl_redis::RedisBackend` implement it.
+    fn acquire_lease<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        extra: &'a [u64],
+        ttl: std::time::Duration,
+    ) -> BoxFuture<'a, Result<Leased, BackendError>> {
+        let _ = ttl;
+        Box::pin(async move {
+            check_lease_batch(requests, extra)?;
+            let decisions = self.acquire(requests).await?;
+            Ok(Leased::new(decisions, vec![0; requests.len()]))
+        })
+    }
+
+    /// Gives back unused leased units, each where that cannot let a later
+    /// call pass outside its algorithm's bound (see the crate docs, "Quota
+    /// leasing"): in the lease's window (fixed window) or slot (sliding
+    /// window), and for GCRA and the buckets only while the state is the
+    /// one the lease left ([`LeaseReturn::stamp`]). Units not given back
+    /// stay taken until time passes them. The default does nothing.
+    fn return_lease<'a>(
+        &'a self,
+        returns: &'a [LeaseReturn<'a>],
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        let _ = returns;
+        Box::pin(std::future::ready(Ok(())))
+    }
 
     /// Whether the backend implements [`Backend::reserve`] and
     /// [`Backend::cancel`]. Without them, a waiting call on GCRA or a bucket

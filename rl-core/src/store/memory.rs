@@ -38,7 +38,7 @@ use crate::model::key::IdentityRef;
 use crate::model::limit::{Algorithm, Limit};
 use crate::model::reservation::Reservation;
 use crate::store::Stored;
-use crate::store::backend::{Backend, BoxFuture, Request};
+use crate::store::backend::{Backend, BoxFuture, LeaseReturn, Leased, Request, check_lease_batch};
 use crate::store::reserve::{Freed, choose_slot};
 use crate::store::target::{KeyRef, Op, Slot, Target, reserves};
 
@@ -596,6 +596,55 @@ impl MemoryBackend {
         Ok(decisions)
     }
 
+    /// Decides `targets` all-or-nothing and, when all are allowed, leases
+    /// up to `extra[i]` more units of target `i` ([`Backend::acquire_lease`]).
+    pub(crate) fn lease_targets(
+        &self,
+        targets: &[Target<'_>],
+        extra: &[u64],
+    ) -> (Decisions, SmallVec<[u64; 4]>) {
+        self.with_locked(targets, |now, guards, located| {
+            let probe = decide_all(guards, targets, located, now, false);
+            let mut granted: SmallVec<[u64; 4]> = SmallVec::from_elem(0, targets.len());
+            if !probe.allowed() {
+                return (probe, granted);
+            }
+            let decisions = targets
+                .iter()
+                .zip(located)
+                .zip(probe.iter())
+                .enumerate()
+                .map(|(i, ((target, at), before))| {
+                    let want = if rl_grammar::can_lease(target.limit.algorithm()) {
+                        extra.get(i).copied().unwrap_or(0)
+                    } else {
+                        0
+                    };
+                    let extra = lease_size(want, before.remaining, target.cost);
+                    granted[i] = extra;
+                    let taking = Target {
+                        cost: target.cost + extra,
+                        ..*target
+                    };
+                    decide_in(guards.shard(at.shard), at, &taking, now, true, now)
+                })
+                .collect::<SmallVec<[Decision; 4]>>();
+            (Decisions::new(decisions), granted)
+        })
+    }
+
+    /// Gives back unused leased units ([`Backend::return_lease`]).
+    fn release_targets(&self, targets: &[Target<'_>], at_micros: u64, stamps: &[u64]) {
+        self.with_locked(targets, |now, guards, located| {
+            for ((target, at), stamp) in targets.iter().zip(located).zip(stamps) {
+                // Nothing to give back leaves the state as it is.
+                if target.cost > 0 {
+                    release_in(guards.shard(at.shard), at, target, now, at_micros, *stamp);
+                }
+            }
+        });
+    }
+
     /// Reserves the earliest slot every target allows within `max_wait` µs
     /// and commits each target as of it (see [`Backend::reserve`]).
     fn reserve_targets(&self, targets: &[Target<'_>], max_wait: u64) -> Reservation {
@@ -827,6 +876,40 @@ impl MemoryBackend {
     pub fn cancel_sync(&self, requests: &[Request<'_>], reservation: &Reservation) {
         self.cancel_targets(&targets(requests), reservation);
     }
+
+    /// Decides a batch and leases extra units synchronously, as
+    /// [`Backend::acquire_lease`] (not validated here).
+    ///
+    /// ```
+    /// use rl_core::{Key, Limit, MemoryBackend, Request};
+    /// let backend = MemoryBackend::new();
+    /// let limit = Limit::per_minute(100).unwrap().with_algorithm(rl_core::Algorithm::FixedWindow).unwrap();
+    /// let key = Key::new("rl", "api", "tenant-1");
+    /// let leased = backend.acquire_lease_sync(&[Request::new(&key, &limit, 1)], &[10]);
+    /// assert!(leased.decisions.allowed());
+    /// assert_eq!(leased.granted, [10]); // the call's unit and 10 more are taken
+    /// assert_eq!(leased.decisions.binding().remaining, 89);
+    /// ```
+    pub fn acquire_lease_sync(&self, requests: &[Request<'_>], extra: &[u64]) -> Leased {
+        let (decisions, granted) = self.lease_targets(&targets(requests), extra);
+        Leased::new(decisions, granted.into_vec())
+    }
+
+    /// Gives back unused leased units synchronously, as [`Backend::return_lease`].
+    pub fn return_lease_sync(&self, returns: &[LeaseReturn<'_>]) {
+        for back in returns {
+            let request = std::slice::from_ref(&back.request);
+            self.release_targets(&targets(request), back.at_micros, &[back.stamp]);
+        }
+    }
+}
+
+/// Extra units a lease takes: up to `want`, but at most half of what is left
+/// once the call's own `cost` is taken from `remaining`, so that the last
+/// units of a limit are shared between the processes asking for them
+/// rather than stranded in one lease (the same rule as `lease.lua`).
+pub(crate) fn lease_size(want: u64, remaining: u64, cost: u64) -> u64 {
+    want.min(remaining.saturating_sub(cost) / 2)
 }
 
 /// Decides every target against its state, in order.
@@ -988,6 +1071,71 @@ fn refund_in(shard: &mut Shard, at: &Located, target: &Target<'_>, now: u64, at_
         }
         Algorithm::InFlight => refund::<Flight>(shard, at, target, now, at_micros),
         _ => refund::<Tat>(shard, at, target, now, at_micros),
+    }
+}
+
+fn release_in(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    at_micros: u64,
+    stamp: u64,
+) {
+    let release = Release { at_micros, stamp };
+    match target.limit.algorithm() {
+        Algorithm::FixedWindow => release_state::<Window>(shard, at, target, now, release),
+        Algorithm::SlidingLog => {}
+        Algorithm::SlidingWindow => release_state::<Slots>(shard, at, target, now, release),
+        Algorithm::TokenBucket | Algorithm::LeakyBucket => {
+            release_state::<Meter>(shard, at, target, now, release)
+        }
+        _ => release_state::<Tat>(shard, at, target, now, release),
+    }
+}
+
+/// The lease a release gives units back to.
+#[derive(Clone, Copy)]
+struct Release {
+    at_micros: u64,
+    stamp: u64,
+}
+
+fn release_state<S: Tabled>(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    release: Release,
+) {
+    match target.key.identity {
+        IdentityRef::Number(_) | IdentityRef::Ipv4(_) => {
+            release_held::<S, u64>(shard, at, target, now, release)
+        }
+        IdentityRef::Text(_) => release_held::<S, CompactString>(shard, at, target, now, release),
+    }
+}
+
+fn release_held<S: Tabled, I: Side>(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    release: Release,
+) {
+    let table = S::table(I::tables(&mut shard.tables));
+    if let Ok(mut found) = table.find_entry(at.hash, matches::<S, I>(at, target.key.identity)) {
+        let entry = found.get_mut();
+        entry.state.release(
+            target.limit,
+            now,
+            target.cost,
+            release.at_micros,
+            release.stamp,
+        );
+        if entry.state.is_idle(now) {
+            found.remove();
+        }
     }
 }
 
@@ -1182,6 +1330,25 @@ impl Backend for MemoryBackend {
 
     fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>> {
         self.reset_sync(requests);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn acquire_lease<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        extra: &'a [u64],
+        _ttl: std::time::Duration,
+    ) -> BoxFuture<'a, Result<Leased, BackendError>> {
+        let result =
+            check_lease_batch(requests, extra).map(|()| self.acquire_lease_sync(requests, extra));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn return_lease<'a>(
+        &'a self,
+        returns: &'a [LeaseReturn<'a>],
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        self.return_lease_sync(returns);
         Box::pin(std::future::ready(Ok(())))
     }
 

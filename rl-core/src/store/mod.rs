@@ -57,22 +57,8 @@ pub(crate) async fn run_remote(
     op: Op<'_>,
     targets: &[Target<'_>],
 ) -> Result<Stored, BackendError> {
-    let mut keys: SmallVec<[Key; 4]> = SmallVec::new();
-    let mut index: SmallVec<[usize; 4]> = SmallVec::new();
-    for (i, target) in targets.iter().enumerate() {
-        match targets[..i].iter().position(|t| t.key == target.key) {
-            Some(same) => index.push(index[same]),
-            None => {
-                index.push(keys.len());
-                keys.push(target.key.render());
-            }
-        }
-    }
-    let requests: SmallVec<[Request<'_>; 4]> = targets
-        .iter()
-        .zip(&index)
-        .map(|(t, &k)| Request::new(&keys[k], t.limit, t.cost).with_lease(t.lease))
-        .collect();
+    let (keys, index) = render(targets);
+    let requests = requests(targets, &keys, &index);
     match op {
         Op::Acquire => backend.acquire(&requests).await.map(Stored::Decided),
         Op::AcquireOnce(id) => backend
@@ -94,4 +80,55 @@ pub(crate) async fn run_remote(
             .await
             .map(|()| Stored::Applied),
     }
+}
+
+/// Runs an acquire that leases quota ([`Backend::acquire_lease`]): the
+/// units granted go into `ask`.
+pub(crate) async fn run_lease(
+    backend: &dyn Backend,
+    targets: &[Target<'_>],
+    ask: &mut crate::layer::lease::Ask,
+) -> Result<Stored, BackendError> {
+    let (keys, index) = render(targets);
+    let requests = requests(targets, &keys, &index);
+    let leased = backend
+        .acquire_lease(&requests, &ask.extra, ask.ttl)
+        .await?;
+    if leased.granted.len() != targets.len() || leased.decisions.len() != targets.len() {
+        return Err(BackendError::protocol(
+            "a lease call answered for another number of limits",
+        ));
+    }
+    ask.granted = leased.granted.iter().copied().collect();
+    Ok(Stored::Decided(leased.decisions))
+}
+
+/// Each distinct key of `targets` rendered once, and each target's index
+/// into them.
+fn render(targets: &[Target<'_>]) -> (SmallVec<[Key; 4]>, SmallVec<[usize; 4]>) {
+    let mut keys: SmallVec<[Key; 4]> = SmallVec::new();
+    let mut index: SmallVec<[usize; 4]> = SmallVec::new();
+    for (i, target) in targets.iter().enumerate() {
+        match targets[..i].iter().position(|t| t.key == target.key) {
+            Some(same) => index.push(index[same]),
+            None => {
+                index.push(keys.len());
+                keys.push(target.key.render());
+            }
+        }
+    }
+    (keys, index)
+}
+
+/// The requests of `targets` over their rendered keys.
+fn requests<'k>(
+    targets: &[Target<'k>],
+    keys: &'k [Key],
+    index: &[usize],
+) -> SmallVec<[Request<'k>; 4]> {
+    targets
+        .iter()
+        .zip(index)
+        .map(|(t, &k)| Request::new(&keys[k], t.limit, t.cost).with_lease(t.lease))
+        .collect()
 }

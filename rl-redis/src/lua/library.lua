@@ -6,9 +6,10 @@
 --
 -- Per algorithm code (fw, sl, sw, tb, lb, gc): <prefix><code>_acquire,
 -- <prefix><code>_peek (no-writes: FCALL_RO), <prefix><code>_refund
--- (single.lua); and <prefix>batch, <prefix>batch_ro (no-writes, peeks only)
+-- (single.lua); <prefix>batch, <prefix>batch_ro (no-writes, peeks only)
 -- for everything else (batch.lua), in-flight limits (code 'if') included:
--- their module is loaded by the batch on first use.
+-- their module is loaded by the batch on first use; <prefix>lease for
+-- quota leasing of rate limits (lease.lua).
 
 -- (No `pairs` here: at load time Redis offers no global but `redis`.)
 local CODES = { 'fw', 'sl', 'sw', 'tb', 'lb', 'gc' }
@@ -30,3 +31,4 @@ redis.register_function{
   callback = batch_ro,
   flags = { 'no-writes' },
 }
+redis.register_function(RL_PREFIX .. 'lease', lease)

@@ -11,7 +11,8 @@
 -- prelude.lua, then the algorithms (fixed_window.lua, sliding_log.lua,
 -- sliding_window.lua, meter.lua, gcra.lua, and in_flight.lua, the
 -- concurrency limit, decided by the batch entry only), then the entry points
--- (single.lua: one limit, one algorithm; batch.lua: any batch), then
+-- (single.lua: one limit, one algorithm; batch.lua: any batch; lease.lua:
+-- quota leasing of rate limits), then
 -- either library.lua (Redis >= 7: a Functions library, loaded once, whose
 -- code above runs once at load time) or one `return <entry>(KEYS, ARGV)`
 -- line (a script, for EVALSHA: the code above runs on every call).
