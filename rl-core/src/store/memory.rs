@@ -257,7 +257,35 @@ impl Equivalent<(Box<str>, StateId)> for PartitionRef<'_> {
     }
 }
 
+/// The partition this thread looked up last: its store, name and id.
+/// Partitions are never removed, so a hit stays right; it spares the shared
+/// lock (whose reader count every core would write) on each call that comes
+/// without a prebuilt [`Slot`].
+type LastPartition = Option<(NonZeroU32, Box<str>, StateId, u32)>;
+
+thread_local! {
+    static LAST_PARTITION: std::cell::RefCell<LastPartition> = const { std::cell::RefCell::new(None) };
+}
+
 impl Partitions {
+    /// [`Partitions::get_or_insert`] of store `store`, through this
+    /// thread's last lookup.
+    fn get_cached(&self, store: NonZeroU32, head: &str, state: StateId) -> u32 {
+        LAST_PARTITION.with(|last| {
+            let mut last = last.borrow_mut();
+            if let Some((s, h, st, id)) = last.as_ref()
+                && *s == store
+                && *st == state
+                && **h == *head
+            {
+                return *id;
+            }
+            let id = self.get_or_insert(head, state);
+            *last = Some((store, head.into(), state, id));
+            id
+        })
+    }
+
     fn get_or_insert(&self, head: &str, state: StateId) -> u32 {
         let name = PartitionRef(head, state);
         if let Some(id) = self.ids.read().get(&name) {
@@ -470,7 +498,7 @@ impl MemoryBackend {
             Some(slot) if slot.store == self.id => slot.partition,
             _ => self
                 .partitions
-                .get_or_insert(target.key.head, target.limit.state_id()),
+                .get_cached(self.id, target.key.head, target.limit.state_id()),
         };
         let partition = match target.key.identity {
             IdentityRef::Ipv4(_) => partition | IPV4,
@@ -1468,5 +1496,25 @@ mod tests {
             assert!(store.acquire_one(&Request::new(key, limit, 1)).allowed);
         }
         assert_eq!(store.len(), 3);
+    }
+
+    #[test]
+    fn two_stores_used_in_turn_by_one_thread_keep_their_own_partitions() {
+        // Each store numbers its partitions from 0: a lookup cached for one
+        // store must never answer for the other.
+        let first = MemoryBackend::with_clock(ManualClock::new(1_000_000));
+        let second = MemoryBackend::with_clock(ManualClock::new(1_000_000));
+        let limit = Limit::per_minute(1).unwrap();
+        let a = Key::new("rl", "a", "x");
+        let b = Key::new("rl", "b", "x");
+        assert!(first.acquire_one(&Request::new(&a, &limit, 1)).allowed);
+        assert!(second.acquire_one(&Request::new(&b, &limit, 1)).allowed);
+        assert!(first.acquire_one(&Request::new(&b, &limit, 1)).allowed);
+        assert!(second.acquire_one(&Request::new(&a, &limit, 1)).allowed);
+        for store in [&first, &second] {
+            assert!(!store.acquire_one(&Request::new(&a, &limit, 1)).allowed);
+            assert!(!store.acquire_one(&Request::new(&b, &limit, 1)).allowed);
+            assert_eq!(store.len(), 2);
+        }
     }
 }
