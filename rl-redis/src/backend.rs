@@ -623,11 +623,11 @@ impl RedisBackend {
         validate(requests)?;
         if let Some(request) = requests
             .iter()
-            .find(|r| r.limit.is_in_flight() && r.lease == 0)
+            .find(|r| r.limit.is_in_flight() && r.holder == 0)
         {
             return Err(BackendError::Invalid(rl_core::LimitError::BadCall(
                 format!(
-                    "{} needs a lease id (`Request::with_lease`): each slot is one member named by it",
+                    "{} needs a lease id (`Request::with_holder`): each slot is one member named by it",
                     request.limit
                 ),
             )));

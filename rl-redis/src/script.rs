@@ -530,7 +530,7 @@ impl<'p, 'r> Plan<'p, 'r> {
         sink.number(limit.burst());
         if limit.is_in_flight() {
             // The slot's lease id, as the sorted set's member.
-            sink.text(&format!("{:016x}", request.lease));
+            sink.text(&format!("{:016x}", request.holder));
         } else {
             sink.number(limit.slots());
         }
@@ -980,7 +980,7 @@ mod tests {
     fn in_flight_requests_go_to_the_batch_with_their_lease_as_the_member() {
         let key = Key::new("rl", "jobs", "t7");
         let ten = Limit::in_flight(10).unwrap();
-        let one = [Request::new(&key, &ten, 1).with_lease(0xab)];
+        let one = [Request::new(&key, &ten, 1).with_holder(0xab)];
         let plan = Plan::new(Op::Acquire, Time::Server, 0, 0, &one, None);
         assert_eq!(plan.entry, Entry::Batch);
         let call = Call::of(&plan);

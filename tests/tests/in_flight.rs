@@ -622,7 +622,7 @@ fn metrics_count_the_calls_in_flight_per_name_their_releases_and_leases_found_ex
 
         // The second's lease disappears (as when renewals fail for longer
         // than the lease): the next renewal finds it expired.
-        let lease = format!("{:016x}", second.in_flight().expect("slots").lease());
+        let lease = format!("{:016x}", second.in_flight().expect("slots").holder());
         let removed: u64 = server
             .cmd(&["ZREM", "m:{m_jobs:t}:if:1000000", &lease])
             .await;

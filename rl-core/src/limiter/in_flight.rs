@@ -131,9 +131,9 @@ impl fmt::Debug for InFlight {
 }
 
 impl InFlight {
-    /// The lease id the slots are held under (a remote store's sorted-set
-    /// member, as 16 hex digits).
-    pub fn lease(&self) -> u64 {
+    /// The id of the admission holding the slots, under which their lease
+    /// is kept (a remote store's sorted-set member, as 16 hex digits).
+    pub fn holder(&self) -> u64 {
         self.held.lease
     }
 
@@ -378,7 +378,7 @@ impl Keeper {
                 .flat_map(|held| {
                     held.slots
                         .iter()
-                        .map(|slot| Request::new(&slot.key, &slot.limit, 1).with_lease(held.lease))
+                        .map(|slot| Request::new(&slot.key, &slot.limit, 1).with_holder(held.lease))
                 })
                 .collect();
             if let Err(error) = backend.refund(&requests, 0).await {
@@ -413,7 +413,7 @@ impl Keeper {
                 .flat_map(|held| {
                     held.slots
                         .iter()
-                        .map(|slot| Request::new(&slot.key, &slot.limit, 1).with_lease(held.lease))
+                        .map(|slot| Request::new(&slot.key, &slot.limit, 1).with_holder(held.lease))
                 })
                 .collect();
             match backend.renew(&requests).await {

@@ -1145,7 +1145,7 @@ fn named_targets<'a>(
                 limit: r.limit,
                 cost: r.cost,
                 slot: None,
-                lease: r.lease,
+                lease: r.holder,
             }
         })
         .collect()

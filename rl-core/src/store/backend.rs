@@ -30,12 +30,12 @@ pub struct Request<'a> {
     pub limit: &'a Limit,
     /// Units this call takes (validated by the limiter: `1 ..= capacity`).
     pub cost: u64,
-    /// For an in-flight limit ([`Limit::in_flight`]): the id of the lease
-    /// the slot is held under, unique per admission (a backend stores it,
+    /// For an in-flight limit ([`Limit::in_flight`]): the id of the
+    /// admission holding the slot (the id its lease is kept under), unique per admission (a backend stores it,
     /// renews it with [`Backend::renew`] and removes it with
     /// [`Backend::refund`]). 0 for every other limit; an acquire of an
     /// in-flight limit with 0 is refused as invalid.
-    pub lease: u64,
+    pub holder: u64,
 }
 
 impl<'a> Request<'a> {
@@ -45,13 +45,14 @@ impl<'a> Request<'a> {
             key,
             limit,
             cost,
-            lease: 0,
+            holder: 0,
         }
     }
 
-    /// The same request under lease `lease` (in-flight limits).
-    pub const fn with_lease(mut self, lease: u64) -> Self {
-        self.lease = lease;
+    /// The same request held by admission `holder` (in-flight limits; not
+    /// to be confused with quota leasing, [`Limit::with_lease`]).
+    pub const fn with_holder(mut self, holder: u64) -> Self {
+        self.holder = holder;
         self
     }
 
@@ -79,7 +80,7 @@ impl<'a> Request<'a> {
                 limit: r.limit,
                 cost: r.cost,
                 slot: None,
-                lease: r.lease,
+                lease: r.holder,
             })
             .collect();
         // (As for a peek: an acquire's in-flight limits also need a lease,
@@ -108,7 +109,7 @@ impl<'a> Request<'a> {
                 limit: r.limit,
                 cost: r.cost,
                 slot: None,
-                lease: r.lease,
+                lease: r.holder,
             })
             .collect();
         crate::store::target::validate(Op::Reserve(0), &targets)
@@ -235,7 +236,7 @@ pub trait Backend: Send + Sync + Debug + 'static {
     ) -> BoxFuture<'a, Result<(), BackendError>>;
 
     /// Renews the leases of in-flight slots: each request names one slot
-    /// (an in-flight limit, its key and [`Request::lease`]) that should now
+    /// (an in-flight limit, its key and [`Request::holder`]) that should now
     /// live a full lease again from the store's time. Answers, per request,
     /// whether the slot was still held (`false`: it had expired, and another
     /// call may have its place; it is not taken again). The default, for

@@ -826,7 +826,7 @@ fn targets<'a>(requests: &'a [Request<'a>]) -> SmallVec<[Target<'a>; 4]> {
             limit: r.limit,
             cost: r.cost,
             slot: None,
-            lease: r.lease,
+            lease: r.holder,
         })
         .collect()
 }

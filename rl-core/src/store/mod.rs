@@ -129,6 +129,6 @@ fn requests<'k>(
     targets
         .iter()
         .zip(index)
-        .map(|(t, &k)| Request::new(&keys[k], t.limit, t.cost).with_lease(t.lease))
+        .map(|(t, &k)| Request::new(&keys[k], t.limit, t.cost).with_holder(t.lease))
         .collect()
 }

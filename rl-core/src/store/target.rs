@@ -61,7 +61,7 @@ pub(crate) struct Target<'a> {
     pub(crate) cost: u64,
     pub(crate) slot: Option<Slot>,
     /// The lease id an in-flight limit's slot is held under (0: none; see
-    /// [`crate::Request::lease`]).
+    /// [`crate::Request::holder`]).
     pub(crate) lease: u64,
 }
 

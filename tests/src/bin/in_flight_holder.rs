@@ -37,7 +37,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let leases: Vec<String> = permits
         .iter()
-        .filter_map(|p| p.in_flight().map(|f| format!("{:016x}", f.lease())))
+        .filter_map(|p| p.in_flight().map(|f| format!("{:016x}", f.holder())))
         .collect();
     println!("ready {}", leases.join(" "));
     std::future::pending::<()>().await;
