@@ -21,7 +21,9 @@
 //!   our throughput at 256 callers as a share of it;
 //! - the floor: `--cpu-runs` alternating runs of `redis-benchmark -c 50 -P
 //!   16` with our single-limit call and with the minimal script, each
-//!   alone on the server, giving server CPU per call (medians) and the
+//!   alone on the server, each line on keys of its own under a limit no
+//!   run exhausts (every call admitted, so both take the same path),
+//!   giving server CPU per call (medians) and the
 //!   floor's saturation throughput; printed as ours ÷ floor (CPU) and our
 //!   throughput at 256 callers ÷ the floor's saturation;
 //! - our throughput and p99 at 64 callers against `redis-benchmark -c 64`'s
@@ -453,6 +455,35 @@ fn our_line(algorithm: Algorithm, mode: CallMode) -> Vec<String> {
     rl_redis::__private::acquire_command_line(&[Request::new(&key, &limit, 1)], mode)
 }
 
+/// The limit of the floor comparison: every call of every run admitted
+/// (at most a few hundred calls per identity and line), so that ours and
+/// the floor always take the same (admitting) path.
+fn cpu_limit(algorithm: Algorithm) -> Limit {
+    // (The sliding log's cap: 10 000 entries.)
+    Limit::per_minute(10_000)
+        .and_then(|l| l.with_algorithm(algorithm))
+        .expect("valid limit")
+}
+
+/// A key scope of its own for one line of one floor comparison: no line
+/// sees state another line (or an earlier comparison) left.
+fn fresh_scope(line: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros());
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{line}-{started:x}-{n}")
+}
+
+/// Our line in the floor comparison: the same call as [`our_line`] under
+/// [`cpu_limit`], on keys of its own.
+fn our_cpu_line(algorithm: Algorithm, mode: CallMode) -> Vec<String> {
+    let limit = cpu_limit(algorithm);
+    let key = Key::new("lg", &fresh_scope("cpu"), "__rand_int__");
+    rl_redis::__private::acquire_command_line(&[Request::new(&key, &limit, 1)], mode)
+}
+
 /// The minimal hand-written script of `algorithm` (the floor).
 fn floor_source(algorithm: Algorithm) -> &'static str {
     match algorithm {
@@ -484,8 +515,9 @@ fn floor_library() -> String {
 /// The floor's line for the same limit and keys as [`our_line`]: `EVALSHA`
 /// of the script, or `FCALL` of the same code in [`floor_library`].
 fn floor_line(algorithm: Algorithm, as_function: bool) -> Vec<String> {
-    let limit = limit(algorithm);
-    let key = Key::new("lg", "floor", "__rand_int__");
+    let limit = cpu_limit(algorithm);
+    let scope = fresh_scope(if as_function { "floor-fcall" } else { "floor" });
+    let key = Key::new("lg", &scope, "__rand_int__");
     let base = format!("{key}:{}", limit.storage_suffix());
     let sha = redis::Script::new(floor_source(algorithm))
         .get_hash()
@@ -686,7 +718,7 @@ async fn floor(
         .query_async::<String>(&mut connection)
         .await
         .is_ok();
-    let ours = our_line(algorithm, mode);
+    let ours = our_cpu_line(algorithm, mode);
     let theirs = floor_line(algorithm, false);
     let theirs_fcall = floor_line(algorithm, true);
     let (mut ours_us, mut floor_us, mut floor_fcall_us, mut ours_rps, mut floor_rps) =

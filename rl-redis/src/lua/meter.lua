@@ -57,10 +57,38 @@ local function meter_module(token)
     redis.call('SET', r.key, struct.pack('<ddd', scaled, now, expires_at), 'PX', ttl_ms(expires_at, now))
   end
 
+  -- (The read of meter_level and the write of meter_store are written out
+  -- here: this is every bucket decision's path, and a Lua call costs about
+  -- as much as what either does.)
   local function meter_decide(r, now, commit)
     local t, p, b = r.t, r.p, r.b
     local full = b * p
-    local level = meter_level(r, now)
+    local level = 0
+    local value = r.st
+    if value == nil then
+      value = redis.call('GET', r.key)
+      r.st = value
+    end
+    if value and #value == 24 then
+      local scaled, updated, e = struct.unpack('<ddd', value)
+      if now < e then
+        local held = scaled
+        if token then
+          held = full - scaled
+          if held < 0 then
+            held = 0
+          end
+        end
+        if now < updated then
+          level = held + (updated - now) * t
+        else
+          local drained = (now - updated) * t
+          if drained < held then
+            level = held - drained
+          end
+        end
+      end
+    end
     local need = r.cost * p
     if need > full - level then
       local remaining = idiv(math.max(full - level, 0), p)
@@ -68,7 +96,21 @@ local function meter_module(token)
     end
     if commit then
       level = level + need
-      meter_store(r, now, level)
+      local empty_in = cdiv(level, t)
+      -- level > 0: a cost is at least one unit.
+      local scaled = level
+      if token then
+        scaled = full - level
+        if scaled < 0 then
+          scaled = 0
+        end
+      end
+      local ms = 1
+      if empty_in > 1000 then
+        ms = cdiv(empty_in, 1000)
+      end
+      redis.call('SET', r.key, struct.pack('<ddd', scaled, now, now + empty_in), 'PX', ms + EXTRA_TTL_MS)
+      return 1, b, idiv(full - level, p), 0, empty_in
     end
     return 1, b, idiv(full - level, p), 0, cdiv(level, t)
   end
