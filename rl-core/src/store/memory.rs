@@ -1005,39 +1005,9 @@ fn unreserve<S: Tabled>(
     slot: u64,
     mark: u64,
 ) -> bool {
-    match target.key.identity {
-        IdentityRef::Number(_) | IdentityRef::Ipv4(_) => {
-            unreserve_held::<S, u64>(shard, at, target, now, slot, mark)
-        }
-        IdentityRef::Text(_) => {
-            unreserve_held::<S, CompactString>(shard, at, target, now, slot, mark)
-        }
-    }
-}
-
-fn unreserve_held<S: Tabled, I: Side>(
-    shard: &mut Shard,
-    at: &Located,
-    target: &Target<'_>,
-    now: u64,
-    slot: u64,
-    mark: u64,
-) -> bool {
-    let table = S::table(I::tables(&mut shard.tables));
-    let Ok(mut found) = table.find_entry(at.hash, matches::<S, I>(at, target.key.identity)) else {
-        return false;
-    };
-    let entry = found.get_mut();
-    if !entry
-        .state
-        .unreserve(target.limit, now, slot, mark, target.cost)
-    {
-        return false;
-    }
-    if entry.state.is_idle(now) {
-        found.remove();
-    }
-    true
+    change::<S>(shard, at, target, now, |state| {
+        state.unreserve(target.limit, now, slot, mark, target.cost)
+    })
 }
 
 /// The slots given back under a target's state that are still ahead (drops
@@ -1136,35 +1106,16 @@ fn release_state<S: Tabled>(
     now: u64,
     release: Release,
 ) {
-    match target.key.identity {
-        IdentityRef::Number(_) | IdentityRef::Ipv4(_) => {
-            release_held::<S, u64>(shard, at, target, now, release)
-        }
-        IdentityRef::Text(_) => release_held::<S, CompactString>(shard, at, target, now, release),
-    }
-}
-
-fn release_held<S: Tabled, I: Side>(
-    shard: &mut Shard,
-    at: &Located,
-    target: &Target<'_>,
-    now: u64,
-    release: Release,
-) {
-    let table = S::table(I::tables(&mut shard.tables));
-    if let Ok(mut found) = table.find_entry(at.hash, matches::<S, I>(at, target.key.identity)) {
-        let entry = found.get_mut();
-        entry.state.release(
+    change::<S>(shard, at, target, now, |state| {
+        state.release(
             target.limit,
             now,
             target.cost,
             release.at_micros,
             release.stamp,
         );
-        if entry.state.is_idle(now) {
-            found.remove();
-        }
-    }
+        true
+    });
 }
 
 fn reset_in(shard: &mut Shard, at: &Located, target: &Target<'_>) {
@@ -1274,31 +1225,49 @@ fn refund<S: Tabled>(
     now: u64,
     at_micros: u64,
 ) {
-    match target.key.identity {
-        IdentityRef::Number(_) | IdentityRef::Ipv4(_) => {
-            refund_held::<S, u64>(shard, at, target, now, at_micros)
-        }
-        IdentityRef::Text(_) => refund_held::<S, CompactString>(shard, at, target, now, at_micros),
-    }
+    change::<S>(shard, at, target, now, |state| {
+        state.refund(target.limit, now, target.cost, at_micros);
+        true
+    });
 }
 
-fn refund_held<S: Tabled, I: Side>(
+/// Applies `apply` to the state `target` names, when there is one, and
+/// drops that state when the change left it idle; whether `apply` said it
+/// changed it (a state it did not change is kept as it is).
+fn change<S: Tabled>(
     shard: &mut Shard,
     at: &Located,
     target: &Target<'_>,
     now: u64,
-    at_micros: u64,
-) {
-    let table = S::table(I::tables(&mut shard.tables));
-    if let Ok(mut found) = table.find_entry(at.hash, matches::<S, I>(at, target.key.identity)) {
-        let entry = found.get_mut();
-        entry
-            .state
-            .refund(target.limit, now, target.cost, at_micros);
-        if entry.state.is_idle(now) {
-            found.remove();
+    apply: impl FnOnce(&mut S) -> bool,
+) -> bool {
+    match target.key.identity {
+        IdentityRef::Number(_) | IdentityRef::Ipv4(_) => {
+            change_held::<S, u64>(shard, at, target, now, apply)
         }
+        IdentityRef::Text(_) => change_held::<S, CompactString>(shard, at, target, now, apply),
     }
+}
+
+fn change_held<S: Tabled, I: Side>(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    apply: impl FnOnce(&mut S) -> bool,
+) -> bool {
+    let table = S::table(I::tables(&mut shard.tables));
+    let Ok(mut found) = table.find_entry(at.hash, matches::<S, I>(at, target.key.identity)) else {
+        return false;
+    };
+    let entry = found.get_mut();
+    if !apply(&mut entry.state) {
+        return false;
+    }
+    if entry.state.is_idle(now) {
+        found.remove();
+    }
+    true
 }
 
 fn reset<S: Tabled>(shard: &mut Shard, at: &Located, target: &Target<'_>) {
