@@ -50,7 +50,6 @@ use axum::{Extension, Json, Router};
 use rl_core::http::IpPrefix;
 use rl_core::tower::{KeyFrom, RateLimitLayer};
 use rl_core::{Algorithm, FailurePolicy, Limiter, Rejection, rate_limit};
-use serde::Deserialize;
 
 use crate::{StartupError, json_error};
 
@@ -276,27 +275,18 @@ async fn show_lists(State(admin): State<Admin>, headers: HeaderMap) -> Response 
             serde_json::json!({
                 "list": e.kind.name(),
                 "client": e.identity,
-                "expires_in_s": e.expires_at.map(|at| {
-                    at.duration_since(std::time::SystemTime::now()).map_or(0, |d| d.as_secs())
-                }),
+                "expires_in_s": crate::expires_in_s(e),
             })
         })
         .collect();
     Json(serde_json::json!({ "entries": entries })).into_response()
 }
 
-/// `?for=1h`: how long a list entry lasts.
-#[derive(Debug, Deserialize)]
-struct ListFor {
-    #[serde(rename = "for")]
-    duration: Option<String>,
-}
-
 async fn list_client(
     State(admin): State<Admin>,
     headers: HeaderMap,
     Path((list, client)): Path<(String, String)>,
-    Query(query): Query<ListFor>,
+    Query(listed_for): Query<crate::ListFor>,
 ) -> Response {
     if let Some(refused) = refuse_unless_admin(&admin, &headers) {
         return refused;
@@ -308,35 +298,13 @@ async fn list_client(
             &format!("no client named {client:?}"),
         );
     }
-    let until = match query.duration.as_deref().map(rl_core::parse_duration) {
-        None => None,
-        Some(Ok(duration)) => Some(std::time::SystemTime::now() + duration),
-        Some(Err(error)) => {
-            return json_error(StatusCode::BAD_REQUEST, "bad_duration", &error.to_string());
-        }
-    };
-    let done = match list.as_str() {
-        "allow" => admin.limiter.allow(Some(KEY_LIMIT), &client, until).await,
-        "deny" => admin.limiter.deny(Some(KEY_LIMIT), &client, until).await,
-        other => {
-            return json_error(
-                StatusCode::NOT_FOUND,
-                "unknown_list",
-                &format!("no list {other:?}: expected allow or deny"),
-            );
-        }
-    };
-    match done {
-        Ok(()) => {
-            tracing::info!(client, list, "client listed by admin");
-            Json(serde_json::json!({ "listed": list, "client": client })).into_response()
-        }
-        Err(error) => json_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "limiter_unavailable",
-            &error.to_string(),
-        ),
+    if let Err(refused) =
+        crate::change_list(admin.limiter, &list, KEY_LIMIT, &client, &listed_for).await
+    {
+        return refused;
     }
+    tracing::info!(client, list, "client listed by admin");
+    Json(serde_json::json!({ "listed": list, "client": client })).into_response()
 }
 
 async fn unlist_client(
@@ -344,16 +312,9 @@ async fn unlist_client(
     headers: HeaderMap,
     Path(client): Path<String>,
 ) -> Response {
-    if let Some(refused) = refuse_unless_admin(&admin, &headers) {
-        return refused;
-    }
-    match admin.limiter.unlist(Some(KEY_LIMIT), &client).await {
-        Ok(removed) => Json(serde_json::json!({ "unlisted": removed })).into_response(),
-        Err(error) => json_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "limiter_unavailable",
-            &error.to_string(),
-        ),
+    match refuse_unless_admin(&admin, &headers) {
+        Some(refused) => refused,
+        None => crate::unlist(admin.limiter, KEY_LIMIT, &client).await,
     }
 }
 

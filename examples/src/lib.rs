@@ -314,6 +314,80 @@ pub fn json_error(status: StatusCode, code: &str, message: &str) -> Response {
         .into_response()
 }
 
+/// `?for=1h` on an admin route that lists an identity: how long the entry
+/// lasts (none: until removed).
+#[derive(Debug, serde::Deserialize)]
+pub struct ListFor {
+    /// A duration such as `90s` or `1h`.
+    #[serde(rename = "for")]
+    pub duration: Option<String>,
+}
+
+/// Puts `identity` on the list `list` (`allow` or `deny`) of the limit
+/// `name`, for as long as `listed_for` says. `Err` is the response to
+/// answer: `404 unknown_list` for another list, `400 bad_duration`, or
+/// `503 limiter_unavailable` when the limiter cannot store the entry.
+pub async fn change_list(
+    limiter: &rl_core::Limiter,
+    list: &str,
+    name: &str,
+    identity: &(dyn std::fmt::Display + Sync),
+    listed_for: &ListFor,
+) -> Result<(), Response> {
+    let until = match listed_for.duration.as_deref().map(rl_core::parse_duration) {
+        None => None,
+        Some(Ok(duration)) => Some(std::time::SystemTime::now() + duration),
+        Some(Err(error)) => {
+            return Err(json_error(
+                StatusCode::BAD_REQUEST,
+                "bad_duration",
+                &error.to_string(),
+            ));
+        }
+    };
+    let done = match list {
+        "allow" => limiter.allow(Some(name), identity, until).await,
+        "deny" => limiter.deny(Some(name), identity, until).await,
+        other => {
+            return Err(json_error(
+                StatusCode::NOT_FOUND,
+                "unknown_list",
+                &format!("no list {other:?}: expected allow or deny"),
+            ));
+        }
+    };
+    done.map_err(|error| limiter_unavailable(&error))
+}
+
+/// Takes `identity` off the lists of the limit `name`: `{"unlisted": bool}`,
+/// or `503 limiter_unavailable`.
+pub async fn unlist(
+    limiter: &rl_core::Limiter,
+    name: &str,
+    identity: &(dyn std::fmt::Display + Sync),
+) -> Response {
+    match limiter.unlist(Some(name), identity).await {
+        Ok(removed) => axum::Json(serde_json::json!({ "unlisted": removed })).into_response(),
+        Err(error) => limiter_unavailable(&error),
+    }
+}
+
+/// Seconds until a list entry expires, from now (`None`: it does not).
+pub fn expires_in_s(entry: &rl_core::ListEntry) -> Option<u64> {
+    entry.expires_at.map(|at| {
+        at.duration_since(std::time::SystemTime::now())
+            .map_or(0, |d| d.as_secs())
+    })
+}
+
+fn limiter_unavailable(error: &rl_core::Error) -> Response {
+    json_error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "limiter_unavailable",
+        &error.to_string(),
+    )
+}
+
 /// Checks `Authorization: Bearer <token>`: the scheme in any case (RFC 9110
 /// § 11.1), then the token compared in constant time.
 pub fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {

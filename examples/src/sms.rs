@@ -296,61 +296,30 @@ async fn show_lists(State(sms): State<Arc<Sms>>, headers: HeaderMap) -> Response
                 "list": e.kind.name(),
                 "name": e.name.as_deref().unwrap_or("*"),
                 "identity": e.identity,
-                "expires_in_s": e.expires_at.map(|at| {
-                    at.duration_since(std::time::SystemTime::now()).map_or(0, |d| d.as_secs())
-                }),
+                "expires_in_s": crate::expires_in_s(e),
             })
         })
         .collect();
     Json(serde_json::json!({ "entries": entries })).into_response()
 }
 
-/// `?for=1h`: how long a list entry lasts.
-#[derive(Debug, Deserialize)]
-struct ListFor {
-    #[serde(rename = "for")]
-    duration: Option<String>,
-}
-
 async fn list_phone(
     State(sms): State<Arc<Sms>>,
     headers: HeaderMap,
     Path((list, phone)): Path<(String, String)>,
-    Query(query): Query<ListFor>,
+    Query(listed_for): Query<crate::ListFor>,
 ) -> Response {
     let phone = match admin_phone(&sms, &headers, &phone) {
         Ok(phone) => phone,
         Err(refused) => return refused,
     };
-    let until = match query.duration.as_deref().map(rl_core::parse_duration) {
-        None => None,
-        Some(Ok(duration)) => Some(std::time::SystemTime::now() + duration),
-        Some(Err(error)) => {
-            return json_error(StatusCode::BAD_REQUEST, "bad_duration", &error.to_string());
-        }
-    };
-    let done = match list.as_str() {
-        "allow" => sms.limiter.allow(Some(PHONE_LIMITS), &phone, until).await,
-        "deny" => sms.limiter.deny(Some(PHONE_LIMITS), &phone, until).await,
-        other => {
-            return json_error(
-                StatusCode::NOT_FOUND,
-                "unknown_list",
-                &format!("no list {other:?}: expected allow or deny"),
-            );
-        }
-    };
-    match done {
-        Ok(()) => {
-            tracing::info!(phone = %Masked(phone.e164()), list, "phone listed by admin");
-            Json(serde_json::json!({ "listed": list, "phone": phone.e164() })).into_response()
-        }
-        Err(error) => json_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "limiter_unavailable",
-            &error.to_string(),
-        ),
+    if let Err(refused) =
+        crate::change_list(sms.limiter, &list, PHONE_LIMITS, &phone, &listed_for).await
+    {
+        return refused;
     }
+    tracing::info!(phone = %Masked(phone.e164()), list, "phone listed by admin");
+    Json(serde_json::json!({ "listed": list, "phone": phone.e164() })).into_response()
 }
 
 async fn unlist_phone(
@@ -358,17 +327,9 @@ async fn unlist_phone(
     headers: HeaderMap,
     Path(phone): Path<String>,
 ) -> Response {
-    let phone = match admin_phone(&sms, &headers, &phone) {
-        Ok(phone) => phone,
-        Err(refused) => return refused,
-    };
-    match sms.limiter.unlist(Some(PHONE_LIMITS), &phone).await {
-        Ok(removed) => Json(serde_json::json!({ "unlisted": removed })).into_response(),
-        Err(error) => json_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "limiter_unavailable",
-            &error.to_string(),
-        ),
+    match admin_phone(&sms, &headers, &phone) {
+        Ok(phone) => crate::unlist(sms.limiter, PHONE_LIMITS, &phone).await,
+        Err(refused) => refused,
     }
 }
 
