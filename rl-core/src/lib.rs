@@ -185,6 +185,10 @@ pub mod tower;
 #[path = "private.rs"]
 pub mod __private;
 
+// What the unit tests share (a metrics recorder).
+#[cfg(test)]
+mod testing;
+
 #[cfg(feature = "config")]
 pub use config::{ConfigError, LimitsEntry, LimitsFile};
 pub use layer::Source;

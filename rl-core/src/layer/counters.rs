@@ -109,57 +109,11 @@ fn key(name: &str, outcome: &'static str, source: &'static str) -> Key {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-    use std::sync::{Arc, Mutex};
-
-    #[derive(Default)]
-    struct Seen(Arc<Mutex<HashMap<Key, u64>>>);
-
-    struct Tally(Key, Arc<Mutex<HashMap<Key, u64>>>);
-
-    impl metrics::CounterFn for Tally {
-        fn increment(&self, value: u64) {
-            *self.1.lock().unwrap().entry(self.0.clone()).or_default() += value;
-        }
-        fn absolute(&self, _: u64) {}
-    }
-
-    impl metrics::Recorder for Seen {
-        fn describe_counter(
-            &self,
-            _: metrics::KeyName,
-            _: Option<metrics::Unit>,
-            _: metrics::SharedString,
-        ) {
-        }
-        fn describe_gauge(
-            &self,
-            _: metrics::KeyName,
-            _: Option<metrics::Unit>,
-            _: metrics::SharedString,
-        ) {
-        }
-        fn describe_histogram(
-            &self,
-            _: metrics::KeyName,
-            _: Option<metrics::Unit>,
-            _: metrics::SharedString,
-        ) {
-        }
-        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> metrics::Counter {
-            metrics::Counter::from_arc(Arc::new(Tally(key.clone(), self.0.clone())))
-        }
-        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> metrics::Gauge {
-            metrics::Gauge::noop()
-        }
-        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> metrics::Histogram {
-            metrics::Histogram::noop()
-        }
-    }
+    use crate::testing::Counters;
 
     #[test]
     fn counts_land_under_the_same_key_as_the_counter_macro_and_follow_the_recorder() {
-        let first = Seen::default();
+        let first = Counters::default();
         metrics::with_local_recorder(&first, || {
             decision("sms", "allowed", "backend");
             decision(&String::from("sms"), "allowed", "backend");
@@ -168,18 +122,10 @@ mod tests {
             metrics::counter!("rl_decisions_total", "limit" => name, "outcome" => "allowed", "source" => "backend")
                 .increment(1);
         });
-        let second = Seen::default();
+        let second = Counters::default();
         metrics::with_local_recorder(&second, || decision("sms", "allowed", "backend"));
-        let first = first.0.lock().unwrap();
-        assert_eq!(first.get(&key("sms", "allowed", "backend")), Some(&3));
-        assert_eq!(first.get(&key("login", "rejected", "cache")), Some(&1));
-        assert_eq!(
-            second
-                .0
-                .lock()
-                .unwrap()
-                .get(&key("sms", "allowed", "backend")),
-            Some(&1)
-        );
+        assert_eq!(first.get(&key("sms", "allowed", "backend")), Some(3));
+        assert_eq!(first.get(&key("login", "rejected", "cache")), Some(1));
+        assert_eq!(second.get(&key("sms", "allowed", "backend")), Some(1));
     }
 }

@@ -300,6 +300,14 @@ pub(crate) trait Layer: Send + Sync + Debug {
         true
     }
 
+    /// Whether this layer only counts and logs an acquire's answer, as
+    /// [`observe::Observe`] does: a call whose layers all say so may take
+    /// the limiter's direct lane (see [`Pipeline::direct`]), which counts
+    /// an admission itself and passes a refusal up through these layers.
+    fn only_observes(&self) -> bool {
+        false
+    }
+
     /// The limits, policy, shadow mode or deny-cache setting of `name`
     /// changed at run time: drop what depended on them.
     fn changed(&self, name: &str) {
@@ -331,6 +339,10 @@ impl<T: Layer> Layer for std::sync::Arc<T> {
     fn acts_after(&self) -> bool {
         (**self).acts_after()
     }
+
+    fn only_observes(&self) -> bool {
+        (**self).only_observes()
+    }
 }
 
 /// A store and the layers around it.
@@ -342,6 +354,8 @@ pub(crate) struct Pipeline {
     befores: Mask,
     /// The layers whose `after` does something ([`Layer::acts_after`]).
     afters: Mask,
+    /// The layers that only count and log ([`Layer::only_observes`]).
+    observers: Mask,
     pub(crate) store: Store,
 }
 
@@ -356,12 +370,29 @@ impl Pipeline {
         };
         let befores = bits(|layer| layer.acts_before());
         let afters = bits(|layer| layer.acts_after());
+        let observers = bits(|layer| layer.only_observes());
         Self {
             layers,
             befores,
             afters,
+            observers,
             store,
         }
+    }
+
+    /// Whether calls that pass the layers of `mask` may take the direct
+    /// lane on a memory store: every one of those layers only observes, so
+    /// an acquire the store allowed needs nothing from them but its count
+    /// (`rl_decisions_total{outcome="allowed", source="backend"}`), and
+    /// any other answer goes up through them with [`Pipeline::observe`].
+    pub(crate) fn direct(&self, mask: Mask) -> bool {
+        matches!(self.store, Store::Memory(_)) && mask & !self.observers == 0
+    }
+
+    /// Up through every layer of `mask` with an answer the store gave
+    /// (what [`Pipeline::run_memory`] does after the store answered).
+    pub(crate) fn observe(&self, call: &mut Call<'_>, mask: Mask, answer: &mut Answer) {
+        self.up(call, self.layers.len(), mask, answer);
     }
 
     /// Every layer, outermost first.

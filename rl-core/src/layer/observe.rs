@@ -33,6 +33,10 @@ impl Layer for Observe {
         false
     }
 
+    fn only_observes(&self) -> bool {
+        true
+    }
+
     fn after(&self, call: &mut Call<'_>, answer: &mut Answer) {
         if let Some(elapsed) = call.notes.store_time {
             let name = call.name.to_owned();

@@ -15,6 +15,9 @@ pub(crate) mod tier;
 pub(crate) mod timer;
 pub(crate) mod wait;
 
+#[cfg(test)]
+mod tests;
+
 use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
@@ -324,6 +327,11 @@ impl Limiter {
         if let ([part], [_], false) = (parts, spec.groups(), spec.waits()) {
             let identities = [Identity::of(*part)];
             return Some(resolve::with(self, spec, |resolved| {
+                if resolved.direct
+                    && let Some(decided) = self.decide_direct(spec, resolved, &identities[0])
+                {
+                    return then(decided.map(|decision| self.direct_permit(spec, decision)));
+                }
                 then(self.decide_now(spec, resolved, &identities))
             }));
         }
@@ -349,6 +357,11 @@ impl Limiter {
         ) {
             let identities = [Identity::of(*part)];
             return call::Admitted::ready(resolve::with(self, spec, |resolved| {
+                if resolved.direct
+                    && let Some(admission) = self.decide_direct(spec, resolved, &identities[0])
+                {
+                    return admission.map(drop);
+                }
                 self.decide_now(spec, resolved, &identities).map(drop)
             }));
         }
@@ -390,6 +403,12 @@ impl Limiter {
             return self.call_remote(spec, identities);
         }
         CallFuture::ready(resolve::with(self, spec, |resolved| {
+            if resolved.direct
+                && let [identity] = identities
+                && let Some(decided) = self.decide_direct(spec, resolved, identity)
+            {
+                return decided.map(|decision| self.direct_permit(spec, decision));
+            }
             self.decide_now(spec, resolved, identities)
         }))
     }
@@ -422,6 +441,99 @@ impl Limiter {
         };
         let answer = self.pipeline.run_memory(memory, &mut call, resolved.mask);
         self.permit(spec, resolved, identities, skipped, &targets, answer)
+    }
+
+    /// Decides a call on the direct lane ([`Resolved::direct`]): one rate
+    /// limit on the memory store, nothing around it but observation. The
+    /// store decides; an admission is counted here (all the observing
+    /// layers would do with it) and anything else goes up through them and
+    /// into a rejection as on the full path ([`Limiter::decide_now`]).
+    /// `None` when the call is not one for this lane after all.
+    #[inline(always)]
+    fn decide_direct(
+        &self,
+        spec: &CallSpec,
+        resolved: &Arc<Resolved>,
+        identity: &Identity,
+    ) -> Option<Result<Decision, Rejection>> {
+        let (crate::store::Store::Memory(memory), Some(target)) =
+            (&self.pipeline.store, resolved.direct_target(identity))
+        else {
+            return None;
+        };
+        let decision = memory.acquire_target(&target);
+        if decision.allowed {
+            crate::layer::counters::count(&resolved.counters.allowed);
+            return Some(Ok(decision));
+        }
+        Some(Err(self.refused_direct(spec, resolved, target, decision)))
+    }
+
+    /// The permit of a call the direct lane admitted with `decision`.
+    #[inline(always)]
+    fn direct_permit<'l>(&'l self, spec: &'l CallSpec, decision: Decision) -> Permit<'l> {
+        Permit {
+            limiter: self,
+            spec,
+            admission: Admission::Backend(Decisions::one(decision)),
+            skipped: 0,
+            settle: None,
+            waited: std::time::Duration::ZERO,
+            tiers: None,
+            in_flight: None,
+        }
+    }
+
+    /// A refusal on the direct lane, observed and turned into a rejection
+    /// as any refusal of the store is.
+    #[cold]
+    #[inline(never)]
+    fn refused_direct(
+        &self,
+        spec: &CallSpec,
+        resolved: &Arc<Resolved>,
+        target: Target<'_>,
+        decision: Decision,
+    ) -> Rejection {
+        let targets = [target];
+        let mut call = Call::new(Op::Acquire, &targets, spec.name(), resolved.policy);
+        call.counters = Some(&resolved.counters);
+        let mut answer = Answer::Decided {
+            decisions: Decisions::one(decision),
+            source: Source::Backend,
+        };
+        self.pipeline.observe(&mut call, resolved.mask, &mut answer);
+        // Observing layers leave the answer as it is: the store's refusal,
+        // named by the call's one group.
+        let group = resolved.groups.first().map(|g| g.name.clone());
+        limited(&targets, 0, decision, None, &|_| {
+            group.clone().unwrap_or_else(|| spec.name_cow().clone())
+        })
+    }
+
+    /// On the memory store, a call of `spec` on one key that takes the
+    /// direct lane ([`Resolved::direct`]), decided now: the store's
+    /// decision and the limit it applied, or the rejection. `None` for any
+    /// other call (decide it with [`Limiter::call_parts_now`]).
+    #[cfg(feature = "tower")]
+    #[inline]
+    pub(crate) fn decide_direct_part(
+        &self,
+        spec: &CallSpec,
+        part: Part<'_>,
+    ) -> Option<Result<(Decision, Limit), Rejection>> {
+        if spec.waits() || self.pipeline.store.is_remote() {
+            return None;
+        }
+        let identity = Identity::of(part);
+        resolve::with(self, spec, |resolved| {
+            let limit = *resolved.groups.first()?.limits.first()?;
+            if !resolved.direct {
+                return None;
+            }
+            let decided = self.decide_direct(spec, resolved, &identity)?;
+            Some(decided.map(|decision| (decision, limit)))
+        })
     }
 
     /// Decides a call on the remote store: the future of its round trip.

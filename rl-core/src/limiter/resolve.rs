@@ -14,7 +14,7 @@ use smallvec::SmallVec;
 use crate::layer::counters::Prebuilt;
 use crate::layer::{Mask, Plan};
 use crate::limiter::Limiter;
-use crate::limiter::call::{CallSpec, GroupSpec, check_group};
+use crate::limiter::call::{CallSpec, Counting, GroupSpec, check_group};
 use crate::limiter::lists::ListKind;
 use crate::limiter::registry::Registry;
 use crate::limiter::tier::TierSet;
@@ -64,6 +64,10 @@ pub(crate) struct Resolved {
     pub(crate) counters: Prebuilt,
     /// Whether any group has an in-flight limit (its calls take slots).
     pub(crate) in_flight: bool,
+    /// The call is one rate limit on a memory store, decided with nothing
+    /// around it but observation, kept and settled like any other: the
+    /// limiter's direct lane ([`Resolved::direct_target`]) decides it.
+    pub(crate) direct: bool,
 }
 
 impl Resolved {
@@ -116,6 +120,13 @@ impl Resolved {
             groups: &groups,
             remote: memory.is_none(),
         });
+        let direct = problem.is_none()
+            && first_tiered.is_none()
+            && !in_flight
+            && !spec.waits()
+            && spec.counting() == Counting::Every
+            && matches!(&*groups, [group] if group.limits.len() == 1 && !group.reset_on_success)
+            && limiter.pipeline.direct(mask);
         let mut resolved = Self {
             spec: spec.id(),
             limiter: limiter.id,
@@ -127,11 +138,35 @@ impl Resolved {
             mask,
             counters: Prebuilt::new(spec.name()),
             in_flight,
+            direct,
         };
         if first_tiered.is_some() {
             resolved.bind_tiers();
         }
         resolved
+    }
+
+    /// The one target of a call on the direct lane ([`Resolved::direct`]),
+    /// for identity `identity`.
+    #[inline(always)]
+    pub(crate) fn direct_target<'a>(&'a self, identity: &'a Identity) -> Option<Target<'a>> {
+        let [group] = &*self.groups else {
+            return None;
+        };
+        let ([limit], [slot]) = (&*group.limits, &*group.slots) else {
+            return None;
+        };
+        Some(Target {
+            name: &group.name,
+            key: KeyRef {
+                head: &group.head,
+                identity: identity.as_ref(),
+            },
+            limit,
+            cost: group.cost,
+            slot: *slot,
+            lease: 0,
+        })
     }
 
     /// The targets of a call whose group `i` has identity `identities[i]`,

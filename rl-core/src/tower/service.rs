@@ -557,6 +557,20 @@ impl Shared {
                 Ok(key) => key,
                 Err(problem) => return Some(self.no_key(&problem, head.headers)),
             };
+            // One rate limit with nothing around it: no permit to make.
+            if let Some(decided) = limiter.decide_direct_part(&self.spec, key.part()) {
+                return Some(match decided {
+                    Ok((decision, limit)) => {
+                        let fields = if self.headers {
+                            kept_fields(self.id, 0, group.name(), &decision, &limit)
+                        } else {
+                            None
+                        };
+                        Verdict::Admit(fields, None)
+                    }
+                    Err(rejection) => self.refused(rejection, head.headers),
+                });
+            }
             // The verdict is made where the permit is (not moved out first).
             return limiter.call_parts_now(&self.spec, &[key.part()], |decided| {
                 self.verdict(decided, head.headers)

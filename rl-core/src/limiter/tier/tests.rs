@@ -3,7 +3,8 @@
 //! and metrics.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+
+use crate::testing::NowOrNever;
 
 use crate::{
     Admission, Algorithm, CallSpec, Counting, FailurePolicy, GroupSpec, Limit, LimitError, Limiter,
@@ -88,22 +89,6 @@ fn each_tier_keeps_its_own_state() {
         .unwrap();
     assert_eq!(untouched.binding().remaining, 5);
 }
-
-/// Polls a future once (the memory store's futures are ready).
-trait NowOrNever: std::future::Future + Sized {
-    fn now_or_never(self) -> Option<Self::Output> {
-        let mut future = std::pin::pin!(self);
-        match future
-            .as_mut()
-            .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
-        {
-            std::task::Poll::Ready(out) => Some(out),
-            std::task::Poll::Pending => None,
-        }
-    }
-}
-
-impl<F: std::future::Future> NowOrNever for F {}
 
 #[test]
 fn a_tier_configured_at_run_time_applies_on_the_next_call() {
@@ -404,73 +389,17 @@ fn runtime_limits_that_break_one_tier_refuse_that_tier_only() {
     );
 }
 
-/// Counts `rl_decisions_total` by `limit` label.
-#[derive(Default, Clone)]
-struct Labels(Arc<Mutex<HashMap<String, u64>>>);
-
-struct Count(String, Arc<Mutex<HashMap<String, u64>>>);
-
-impl metrics::CounterFn for Count {
-    fn increment(&self, value: u64) {
-        *self.1.lock().unwrap().entry(self.0.clone()).or_default() += value;
-    }
-    fn absolute(&self, _: u64) {}
-}
-
-impl metrics::Recorder for Labels {
-    fn describe_counter(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-    fn describe_gauge(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-    fn describe_histogram(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-    fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
-        let label = |name: &str| {
-            key.labels()
-                .find(|l| l.key() == name)
-                .map_or(String::new(), |l| l.value().to_owned())
-        };
-        let shown = format!("{} {}", label("limit"), label("outcome"));
-        metrics::Counter::from_arc(Arc::new(Count(shown, self.0.clone())))
-    }
-    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
-        metrics::Gauge::noop()
-    }
-    fn register_histogram(
-        &self,
-        _: &metrics::Key,
-        _: &metrics::Metadata<'_>,
-    ) -> metrics::Histogram {
-        metrics::Histogram::noop()
-    }
-}
-
 #[test]
 fn the_limit_label_is_the_call_with_its_tier() {
     let limiter = limiter();
     let spec = api(FailurePolicy::FailClosed);
-    let labels = Labels::default();
+    let labels = crate::testing::Counters::default();
     metrics::with_local_recorder(&labels, || {
         admitted(&limiter, &spec, "pat", "free", 3);
         admitted(&limiter, &spec, "pat", "pro", 1);
         admitted(&limiter, &spec, "pat", "gold", 1);
     });
-    let seen = labels.0.lock().unwrap().clone();
+    let seen = labels.by("rl_decisions_total", &["limit", "outcome"]);
     let expected: HashMap<String, u64> = [
         ("api@free allowed", 2),
         ("api@free rejected", 1),

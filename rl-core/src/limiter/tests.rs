@@ -1,0 +1,153 @@
+//! The direct lane: a call of one rate limit on the memory store, with
+//! nothing around it but observation, is decided by the store straight
+//! away. It must answer exactly as the full pipeline does.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::Limiter;
+use super::resolve;
+use crate::testing::{Counters, NowOrNever};
+use crate::{Algorithm, CallSpec, GroupSpec, Limit, ManualClock};
+
+const ALGORITHMS: [Algorithm; 6] = [
+    Algorithm::FixedWindow,
+    Algorithm::SlidingLog,
+    Algorithm::SlidingWindow,
+    Algorithm::TokenBucket,
+    Algorithm::LeakyBucket,
+    Algorithm::Gcra,
+];
+
+/// `sms`: one group `sms_phone` of 3 per minute under `algorithm`.
+fn sms(algorithm: Algorithm) -> CallSpec {
+    let limit = Limit::per_minute(3)
+        .unwrap()
+        .with_algorithm(algorithm)
+        .unwrap();
+    CallSpec::owned("sms", vec![GroupSpec::owned("sms_phone", vec![limit])])
+}
+
+fn limiter(clock: &ManualClock) -> Limiter {
+    Limiter::builder()
+        .memory()
+        .prefix("t")
+        .clock(clock.clone())
+        .build()
+        .unwrap()
+}
+
+/// Whether calls of `spec` on `limiter` take the direct lane now.
+fn direct(limiter: &Limiter, spec: &CallSpec) -> bool {
+    resolve::with(limiter, spec, |resolved| resolved.direct)
+}
+
+/// One call of `spec` for `who`, told as text: the admission's binding
+/// decision or the rejection's name and reason.
+fn outcome(limiter: &Limiter, spec: &CallSpec, who: &str) -> String {
+    match limiter
+        .call(spec, &[&who])
+        .now()
+        .expect("memory answers now")
+    {
+        Ok(permit) => format!("admitted {:?}", permit.binding()),
+        Err(rejection) => format!("refused {} {:?}", rejection.name(), rejection.reason()),
+    }
+}
+
+/// The same calls on a limiter that takes the direct lane and on one whose
+/// calls pass the lists layer (an unrelated identity is deny-listed):
+/// the same answers, in the same order, and the same counts.
+#[test]
+fn the_direct_lane_answers_and_counts_as_the_full_pipeline() {
+    for algorithm in ALGORITHMS {
+        let spec = sms(algorithm);
+        let clock = ManualClock::new(1_700_000_000_000_000);
+        let (lane, full) = (limiter(&clock), limiter(&clock));
+        full.deny(Some("other"), &"mallory", None)
+            .now_or_never()
+            .unwrap()
+            .unwrap();
+        assert!(direct(&lane, &spec), "{algorithm:?}");
+        assert!(!direct(&full, &spec), "{algorithm:?}");
+
+        let (lane_counts, full_counts) = (Counters::default(), Counters::default());
+        for step in 0..30 {
+            let who = ["alice", "bob"][step % 2];
+            let lane_said =
+                metrics::with_local_recorder(&lane_counts, || outcome(&lane, &spec, who));
+            let full_said =
+                metrics::with_local_recorder(&full_counts, || outcome(&full, &spec, who));
+            assert_eq!(lane_said, full_said, "{algorithm:?}, step {step}");
+            clock.advance(Duration::from_secs(5));
+        }
+        let by = |counts: &Counters| -> HashMap<String, u64> {
+            counts.by("rl_decisions_total", &["limit", "outcome", "source"])
+        };
+        let counted = by(&lane_counts);
+        assert_eq!(counted, by(&full_counts), "{algorithm:?}");
+        assert!(
+            counted.get("sms rejected backend") > Some(&0),
+            "{algorithm:?}: {counted:?}"
+        );
+        assert!(
+            counted.get("sms allowed backend") > Some(&0),
+            "{algorithm:?}: {counted:?}"
+        );
+    }
+}
+
+#[test]
+fn a_call_leaves_the_direct_lane_while_something_else_must_see_it() {
+    let clock = ManualClock::new(1_700_000_000_000_000);
+    let limiter = limiter(&clock);
+    let spec = sms(Algorithm::Gcra);
+    assert!(direct(&limiter, &spec));
+
+    // Shadow mode turns refusals into admissions: a layer with work to do.
+    limiter.set_shadow("sms", true);
+    assert!(!direct(&limiter, &spec));
+    let admitted = (0..5)
+        .filter(|_| limiter.call(&spec, &[&"carol"]).now().unwrap().is_ok())
+        .count();
+    assert_eq!(admitted, 5, "shadowed refusals are admitted");
+    limiter.set_shadow("sms", false);
+    assert!(direct(&limiter, &spec));
+    assert!(limiter.call(&spec, &[&"carol"]).now().unwrap().is_err());
+
+    // An allow list bypasses the limit.
+    limiter
+        .allow(Some("sms_phone"), &"carol", None)
+        .now_or_never()
+        .unwrap()
+        .unwrap();
+    assert!(!direct(&limiter, &spec));
+    assert!(limiter.call(&spec, &[&"carol"]).now().unwrap().is_ok());
+    assert!(
+        limiter
+            .unlist(Some("sms_phone"), &"carol")
+            .now_or_never()
+            .unwrap()
+            .unwrap()
+    );
+    assert!(direct(&limiter, &spec));
+    assert!(limiter.call(&spec, &[&"carol"]).now().unwrap().is_err());
+
+    // Several limits, a cost settled after the call, an in-flight limit:
+    // the full pipeline.
+    let two = CallSpec::owned(
+        "two",
+        vec![GroupSpec::owned(
+            "two",
+            vec![Limit::per_minute(3).unwrap(), Limit::per_hour(10).unwrap()],
+        )],
+    );
+    assert!(!direct(&limiter, &two));
+    let settled = sms(Algorithm::Gcra).with_counting(crate::Counting::Settled);
+    assert!(!direct(&limiter, &settled));
+    let in_flight = CallSpec::owned(
+        "jobs",
+        vec![GroupSpec::owned("jobs", vec![Limit::in_flight(2).unwrap()])],
+    );
+    assert!(!direct(&limiter, &in_flight));
+}
