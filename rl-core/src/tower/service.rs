@@ -529,11 +529,31 @@ impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
 /// `RateLimit-Policy` and `RateLimit` for an admitted response.
 type Fields = (HeaderValue, HeaderValue);
 
+/// What an admitted request's response waits with besides the service's
+/// future: the fields to add and the in-flight slots to give back. Boxed,
+/// and absent when there is neither, so the response future (moved
+/// several times through a router) stays as small as the service's.
+#[derive(Default)]
+struct Extras {
+    fields: Option<Fields>,
+    in_flight: Option<InFlight>,
+}
+
+impl Extras {
+    #[inline]
+    fn boxed(fields: Option<Fields>, in_flight: Option<InFlight>) -> Option<Box<Self>> {
+        if fields.is_none() && in_flight.is_none() {
+            return None;
+        }
+        Some(Box::new(Self { fields, in_flight }))
+    }
+}
+
 /// A request's fate.
 enum Verdict {
-    /// Admitted, with the fields to add to its response, if any, and the
-    /// in-flight slots it holds until its response is ready.
-    Admit(Option<Fields>, Option<InFlight>),
+    /// Admitted, with the fields to add to its response and the in-flight
+    /// slots it holds until its response is ready, if any.
+    Admit(Option<Box<Extras>>),
     /// Answered without the service.
     Answer(Response<Body>),
 }
@@ -566,7 +586,7 @@ impl Shared {
                         } else {
                             None
                         };
-                        Verdict::Admit(fields, None)
+                        Verdict::Admit(Extras::boxed(fields, None))
                     }
                     Err(rejection) => self.refused(rejection, head.headers),
                 });
@@ -687,7 +707,7 @@ impl Shared {
     /// The verdict on a request (with these headers) without a key.
     fn no_key(&self, problem: &Problem, headers: &HeaderMap) -> Verdict {
         match self.missing {
-            MissingKey::Allow => Verdict::Admit(None, None),
+            MissingKey::Allow => Verdict::Admit(None),
             MissingKey::Reject => {
                 Verdict::Answer(response::no_key(problem, response::is_grpc(headers)))
             }
@@ -705,7 +725,7 @@ impl Shared {
                 } else {
                     None
                 };
-                Verdict::Admit(fields, permit.in_flight.take())
+                Verdict::Admit(Extras::boxed(fields, permit.in_flight.take()))
             }
             Err(rejection) => self.refused(rejection, headers),
         }
@@ -872,9 +892,9 @@ where
         None
     };
     match shared.decide_now(limiter, Head::of_parts(&parts), &params) {
-        Some(Verdict::Admit(fields, in_flight)) => {
+        Some(Verdict::Admit(extras)) => {
             let future = inner.call(Request::from_parts(parts, body));
-            Ok(ResponseFuture::admitted(future, fields, in_flight))
+            Ok(ResponseFuture::admitted(future, extras))
         }
         Some(Verdict::Answer(response)) => Ok(ResponseFuture::answered(response)),
         None => Err(Request::from_parts(parts, body)),
@@ -941,8 +961,8 @@ where
         let verdict = self
             .shared
             .decide_now(limiter, Head::of_request(&request), &None);
-        let (fields, in_flight) = match verdict {
-            Some(Verdict::Admit(fields, in_flight)) => (fields, in_flight),
+        let extras = match verdict {
+            Some(Verdict::Admit(extras)) => extras,
             Some(Verdict::Answer(response)) => return ResponseFuture::answered(response),
             None => return self.decide_remote(request),
         };
@@ -950,8 +970,7 @@ where
         ResponseFuture {
             state: State::Admitted {
                 future: self.inner.call(request),
-                fields,
-                in_flight,
+                extras,
             },
         }
     }
@@ -978,7 +997,7 @@ pin_project! {
         Answered { response: Option<Response<Body>> },
         // Admitted: the service's response, the fields to add to it, and
         // the in-flight slots held until it is ready.
-        Admitted { #[pin] future: S::Future, fields: Option<Fields>, in_flight: Option<InFlight> },
+        Admitted { #[pin] future: S::Future, extras: Option<Box<Extras>> },
         // Being decided by a remote store.
         Deciding { decision: Deciding, inner: Option<S>, body: Option<B> },
     }
@@ -1004,13 +1023,9 @@ impl<S: ::tower::Service<Request<B>>, B> ResponseFuture<S, B> {
         }
     }
 
-    fn admitted(future: S::Future, fields: Option<Fields>, in_flight: Option<InFlight>) -> Self {
+    fn admitted(future: S::Future, extras: Option<Box<Extras>>) -> Self {
         Self {
-            state: State::Admitted {
-                future,
-                fields,
-                in_flight,
-            },
+            state: State::Admitted { future, extras },
         }
     }
 }
@@ -1036,16 +1051,14 @@ where
                     });
                     return Poll::Ready(Ok(response));
                 }
-                StateProj::Admitted {
-                    future,
-                    fields,
-                    in_flight,
-                } => {
+                StateProj::Admitted { future, extras } => {
                     let response = ready!(future.poll(cx));
                     // The response is ready: its slots go back now.
-                    drop(in_flight.take());
+                    let extras = extras.take().map(|extras| *extras);
+                    let Extras { fields, in_flight } = extras.unwrap_or_default();
+                    drop(in_flight);
                     let mut response = response?.map(Body::new);
-                    if let Some((policy, current)) = fields.take() {
+                    if let Some((policy, current)) = fields {
                         let headers = response.headers_mut();
                         // A response with its own fields keeps them.
                         if let http::header::Entry::Vacant(vacant) = headers.entry(RATELIMIT) {
@@ -1062,13 +1075,10 @@ where
                 } => {
                     let (verdict, parts) = ready!(decision.as_mut().poll(cx));
                     let next = match (verdict, inner.take(), body.take()) {
-                        (Verdict::Admit(fields, in_flight), Some(mut inner), Some(body)) => {
-                            State::Admitted {
-                                future: inner.call(Request::from_parts(parts, body)),
-                                fields,
-                                in_flight,
-                            }
-                        }
+                        (Verdict::Admit(extras), Some(mut inner), Some(body)) => State::Admitted {
+                            future: inner.call(Request::from_parts(parts, body)),
+                            extras,
+                        },
                         (Verdict::Answer(response), _, _) => State::Answered {
                             response: Some(response),
                         },
