@@ -64,9 +64,11 @@ pub(crate) struct Resolved {
     pub(crate) counters: Prebuilt,
     /// Whether any group has an in-flight limit (its calls take slots).
     pub(crate) in_flight: bool,
-    /// The call is one rate limit on a memory store, decided with nothing
-    /// around it but observation, kept and settled like any other: the
-    /// limiter's direct lane ([`Resolved::direct_target`]) decides it.
+    /// The call is one rate limit (one group, one limit, counted on every
+    /// admission, not waiting, no tier, no in-flight slot) on a memory
+    /// store, and every layer it passes only observes: the limiter's
+    /// direct lane ([`Resolved::direct_target`]) decides it. Resolved again
+    /// (so re-checked) after any runtime change: lists, shadow mode, limits.
     pub(crate) direct: bool,
 }
 
