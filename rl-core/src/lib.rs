@@ -182,7 +182,7 @@ pub mod http;
 pub mod tower;
 
 #[doc(hidden)]
-#[path = "private.rs"]
+#[path = "private/mod.rs"]
 pub mod __private;
 
 // What the unit tests share (a metrics recorder).

@@ -2,9 +2,6 @@
 //! conversions it needs. No decision is made here; the expansion calls the
 //! public API ([`Limiter::call`], [`CallSpec`], [`Permit`]).
 
-use std::fmt::Display;
-use std::sync::Arc;
-
 pub use crate::limiter::Limiter;
 pub use crate::limiter::call::{Admitted, CallFuture, CallSpec, Counting, GroupSpec, Permit};
 pub use crate::limiter::tier::Tier;
@@ -15,38 +12,10 @@ pub use crate::model::policy::FailurePolicy;
 pub use crate::model::rejection::Rejection;
 pub use core;
 
-/// Anything the `limiter = ...` argument may name.
-#[diagnostic::on_unimplemented(
-    message = "`limiter = ...` must be a `Limiter`, `&Limiter`, `Arc<Limiter>` or `Box<Limiter>`, not `{Self}`"
-)]
-pub trait AsLimiter {
-    /// The limiter.
-    fn as_limiter(&self) -> &Limiter;
-}
-
-impl AsLimiter for Limiter {
-    fn as_limiter(&self) -> &Limiter {
-        self
-    }
-}
-
-impl<T: AsLimiter + ?Sized> AsLimiter for &T {
-    fn as_limiter(&self) -> &Limiter {
-        (**self).as_limiter()
-    }
-}
-
-impl<T: AsLimiter + ?Sized> AsLimiter for Arc<T> {
-    fn as_limiter(&self) -> &Limiter {
-        (**self).as_limiter()
-    }
-}
-
-impl<T: AsLimiter + ?Sized> AsLimiter for Box<T> {
-    fn as_limiter(&self) -> &Limiter {
-        (**self).as_limiter()
-    }
-}
+mod keys;
+mod limiter;
+pub use keys::{PartDisplay, PartFast, Probe};
+pub use limiter::AsLimiter;
 
 /// The global limiter, for generated code.
 #[inline]
@@ -113,72 +82,5 @@ pub fn call_tiered<'l>(
     match limiter {
         Ok(limiter) => limiter.call_parts_tiered(spec, identities, tiers),
         Err(_) => call(spec, limiter, identities),
-    }
-}
-
-/// A key expression's value, for [`PartFast`] / [`PartDisplay`] to turn
-/// into a [`Part`]: `(&&Probe(&key)).__rl_part()` picks an integer or
-/// string form when the key's type has one (method resolution tries the
-/// `&&Probe` receiver first), else its `Display`.
-pub struct Probe<'a, T>(pub &'a T);
-
-/// Keys with a fast form: integers and strings.
-pub trait PartFast<'a> {
-    /// The key's part.
-    fn __rl_part(&self) -> Part<'a>;
-}
-
-/// Every other key: through its `Display` (a key that is not `Display` is
-/// reported at the key, as "doesn't implement `Display`").
-pub trait PartDisplay<'a, T> {
-    /// The key's part.
-    fn __rl_part(&self) -> Part<'a>
-    where
-        T: Display;
-}
-
-impl<'a, T> PartDisplay<'a, T> for Probe<'a, T> {
-    fn __rl_part(&self) -> Part<'a>
-    where
-        T: Display,
-    {
-        Part::Display(self.0)
-    }
-}
-
-macro_rules! fast {
-    ($variant:ident as $wide:ty: $($int:ty),*) => {$(
-        impl<'a> PartFast<'a> for &Probe<'a, $int> {
-            fn __rl_part(&self) -> Part<'a> {
-                Part::$variant(*self.0 as $wide)
-            }
-        }
-    )*};
-}
-
-fast!(Unsigned as u64: u8, u16, u32, u64, usize);
-fast!(Signed as i64: i8, i16, i32, i64, isize);
-
-impl<'a> PartFast<'a> for &Probe<'a, std::net::IpAddr> {
-    fn __rl_part(&self) -> Part<'a> {
-        Part::Ip(*self.0)
-    }
-}
-
-impl<'a> PartFast<'a> for &Probe<'a, std::net::Ipv4Addr> {
-    fn __rl_part(&self) -> Part<'a> {
-        Part::Ip((*self.0).into())
-    }
-}
-
-impl<'a> PartFast<'a> for &Probe<'a, String> {
-    fn __rl_part(&self) -> Part<'a> {
-        Part::Text(self.0)
-    }
-}
-
-impl<'a, 'b: 'a> PartFast<'a> for &Probe<'a, &'b str> {
-    fn __rl_part(&self) -> Part<'a> {
-        Part::Text(self.0)
     }
 }
