@@ -1,5 +1,6 @@
-//! `rl_decisions_total{limit, outcome, source}`, counted without rebuilding
-//! the metric key on every decision.
+//! `rl_decisions_total{limit, outcome, source}` and
+//! `rl_backend_seconds{limit}`, recorded without rebuilding the metric key
+//! on every decision.
 //!
 //! `metrics::counter!` with runtime labels allocates the label vector and
 //! hashes the key on each call (about a third of an in-memory decision).
@@ -67,6 +68,50 @@ pub(crate) fn decision(name: &str, outcome: &'static str, source: &'static str) 
     }
 }
 
+/// Slots per thread for `rl_backend_seconds` keys (one per name).
+const TIMING_SLOTS: usize = 8;
+
+/// A name and its `rl_backend_seconds` key.
+type Timing = (Box<str>, Key);
+
+thread_local! {
+    static TIMINGS: RefCell<[Option<Timing>; TIMING_SLOTS]> =
+        const { RefCell::new([const { None }; TIMING_SLOTS]) };
+}
+
+/// Records `seconds` in `rl_backend_seconds{limit = name}`, with the key
+/// kept per thread as [`decision`]'s (a remote call otherwise allocates the
+/// name, the label vector and the key's hash on every decision).
+pub(crate) fn backend_seconds(name: &str, seconds: f64) {
+    let index = ((name.as_ptr() as usize >> 3) ^ name.len()) & (TIMING_SLOTS - 1);
+    let recorded = TIMINGS.try_with(|keys| {
+        let Ok(mut keys) = keys.try_borrow_mut() else {
+            return false;
+        };
+        let slot = &mut keys[index];
+        if slot.as_ref().is_none_or(|(held, _)| **held != *name) {
+            *slot = Some((name.into(), timing_key(name)));
+        }
+        let (_, key) = slot.as_ref().expect("filled above");
+        metrics::with_recorder(|recorder| recorder.register_histogram(key, &METADATA))
+            .record(seconds);
+        true
+    });
+    if recorded != Ok(true) {
+        metrics::with_recorder(|recorder| {
+            recorder.register_histogram(&timing_key(name), &METADATA)
+        })
+        .record(seconds);
+    }
+}
+
+fn timing_key(name: &str) -> Key {
+    Key::from_parts(
+        "rl_backend_seconds",
+        vec![Label::new("limit", name.to_owned())],
+    )
+}
+
 /// The keys of a call's commonest outcomes, built once when the call's spec
 /// is resolved: what the hot path counts without any lookup.
 #[derive(Debug)]
@@ -108,8 +153,56 @@ fn key(name: &str, outcome: &'static str, source: &'static str) -> Key {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+
+    use metrics::{KeyName, SharedString, Unit};
+
     use super::*;
     use crate::testing::Counters;
+
+    /// Every histogram's values so far, by key.
+    #[derive(Debug, Default)]
+    struct Histograms(Arc<Mutex<HashMap<Key, Vec<f64>>>>);
+
+    impl Histograms {
+        fn get(&self, key: &Key) -> Vec<f64> {
+            self.0.lock().unwrap().get(key).cloned().unwrap_or_default()
+        }
+    }
+
+    struct Values(Key, Arc<Mutex<HashMap<Key, Vec<f64>>>>);
+
+    impl metrics::HistogramFn for Values {
+        fn record(&self, value: f64) {
+            self.1
+                .lock()
+                .unwrap()
+                .entry(self.0.clone())
+                .or_default()
+                .push(value);
+        }
+    }
+
+    impl metrics::Recorder for Histograms {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+
+        fn register_counter(&self, _: &Key, _: &Metadata<'_>) -> metrics::Counter {
+            metrics::Counter::noop()
+        }
+
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> metrics::Gauge {
+            metrics::Gauge::noop()
+        }
+
+        fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> metrics::Histogram {
+            metrics::Histogram::from_arc(Arc::new(Values(key.clone(), self.0.clone())))
+        }
+    }
 
     #[test]
     fn counts_land_under_the_same_key_as_the_counter_macro_and_follow_the_recorder() {
@@ -127,5 +220,19 @@ mod tests {
         assert_eq!(first.get(&key("sms", "allowed", "backend")), Some(3));
         assert_eq!(first.get(&key("login", "rejected", "cache")), Some(1));
         assert_eq!(second.get(&key("sms", "allowed", "backend")), Some(1));
+    }
+
+    #[test]
+    fn backend_timings_land_under_the_same_key_as_the_histogram_macro() {
+        let recorder = Histograms::default();
+        metrics::with_local_recorder(&recorder, || {
+            backend_seconds("sms", 0.5);
+            backend_seconds(&String::from("sms"), 0.25);
+            backend_seconds("login", 1.0);
+            let name = "sms";
+            metrics::histogram!("rl_backend_seconds", "limit" => name).record(2.0);
+        });
+        assert_eq!(recorder.get(&timing_key("sms")), vec![0.5, 0.25, 2.0]);
+        assert_eq!(recorder.get(&timing_key("login")), vec![1.0]);
     }
 }

@@ -48,6 +48,7 @@ use super::{Answer, Call, Layer, Plan, Source};
 use crate::limiter::registry::Registry;
 use crate::model::decision::{Decision, Decisions};
 use crate::model::error::Error;
+use crate::model::key::Key;
 use crate::model::limit::Limit;
 use crate::store::target::{KeyRef, Op, Target};
 
@@ -97,8 +98,9 @@ struct Entry {
 #[derive(Debug)]
 struct Slot {
     hash: u64,
-    /// The rendered key.
-    key: Box<str>,
+    /// The key (compared by its parts: a number or an address identity is
+    /// never rendered to look a call up).
+    key: Key,
     /// The call's name and the key's group name (for
     /// [`DenyCache::forget_name`]).
     names: [Box<str>; 2],
@@ -111,11 +113,9 @@ impl Slot {
         self.entries.iter().map(|e| e.until).max().unwrap_or(0)
     }
 
+    #[inline]
     fn is(&self, key: &KeyRef<'_>) -> bool {
-        self.key
-            .strip_prefix(key.head)
-            .and_then(|rest| rest.strip_suffix('}'))
-            .is_some_and(|rest| key.identity.with_text(|identity| rest == identity))
+        KeyRef::of(&self.key) == *key
     }
 }
 
@@ -391,7 +391,7 @@ impl DenyCache {
             hash,
             Slot {
                 hash,
-                key: target.key.render().as_str().into(),
+                key: target.key.render(),
                 names: [name.into(), target.name.into()],
                 entries: smallvec::smallvec![entry],
             },

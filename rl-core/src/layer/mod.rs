@@ -180,6 +180,10 @@ pub(crate) struct Call<'a> {
     /// Units to lease with this acquire (set by the lease layer; the store
     /// fills in what it granted).
     pub(crate) lease: Option<lease::Ask>,
+    /// The caller's own requests, one per target in the same order, when
+    /// the call was given them ([`crate::Limiter::check`]): a remote store
+    /// sends them as they are instead of rendering each key again.
+    pub(crate) given: Option<&'a [crate::Request<'a>]>,
 }
 
 impl Call<'_> {
@@ -227,6 +231,7 @@ impl<'a> Call<'a> {
             notes: Notes::default(),
             follow_up: None,
             lease: None,
+            given: None,
         }
     }
 }
@@ -490,7 +495,7 @@ impl Pipeline {
                     Some(ask) if call.op == Op::Acquire => {
                         run_lease(&**backend, call.targets, ask).await
                     }
-                    _ => run_remote(&**backend, call.op, call.targets).await,
+                    _ => run_remote(&**backend, call.op, call.targets, call.given).await,
                 };
                 call.notes.store_time = Some(started.elapsed());
                 stored(call, result)

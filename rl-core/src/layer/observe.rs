@@ -39,9 +39,7 @@ impl Layer for Observe {
 
     fn after(&self, call: &mut Call<'_>, answer: &mut Answer) {
         if let Some(elapsed) = call.notes.store_time {
-            let name = call.name.to_owned();
-            metrics::histogram!("rl_backend_seconds", "limit" => name)
-                .record(elapsed.as_secs_f64());
+            counters::backend_seconds(call.name, elapsed.as_secs_f64());
         }
         // The commonest outcome first: an acquire the store allowed.
         if let (

@@ -806,6 +806,7 @@ impl Limiter {
         let policy = self.policy_for(name, policy);
         let mut call = Call::new(Op::Acquire, &targets, name, policy);
         call.allow_listed = allow_listed;
+        call.given = (targets.len() == requests.len()).then_some(requests);
         let answer = self.pipeline.run(&mut call, ALL).await;
         let owned = || Cow::Owned(name.to_owned());
         admit(owned, &targets, answer, policy, |_| owned())

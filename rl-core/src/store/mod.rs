@@ -50,33 +50,40 @@ pub(crate) enum Stored {
     Applied,
 }
 
-/// Runs `op` on a remote backend: renders each distinct key once and sends
-/// one batch.
+/// Runs `op` on a remote backend: sends `given` (the caller's requests of
+/// these targets, when it made them), or else renders each distinct key
+/// once; one batch either way.
 pub(crate) async fn run_remote(
     backend: &dyn Backend,
     op: Op<'_>,
     targets: &[Target<'_>],
+    given: Option<&[Request<'_>]>,
 ) -> Result<Stored, BackendError> {
-    let (keys, index) = render(targets);
-    let requests = requests(targets, &keys, &index);
+    let (keys, built);
+    let requests: &[Request<'_>] = match given {
+        Some(given) if given.len() == targets.len() => given,
+        _ => {
+            let index;
+            (keys, index) = render(targets);
+            built = requests(targets, &keys, &index);
+            &built
+        }
+    };
     match op {
-        Op::Acquire => backend.acquire(&requests).await.map(Stored::Decided),
+        Op::Acquire => backend.acquire(requests).await.map(Stored::Decided),
         Op::AcquireOnce(id) => backend
-            .acquire_once(&requests, id)
+            .acquire_once(requests, id)
             .await
             .map(Stored::Decided),
-        Op::Peek => backend.peek(&requests).await.map(Stored::Decided),
-        Op::Refund(at) => backend
-            .refund(&requests, at)
-            .await
-            .map(|()| Stored::Applied),
-        Op::Reset => backend.reset(&requests).await.map(|()| Stored::Applied),
+        Op::Peek => backend.peek(requests).await.map(Stored::Decided),
+        Op::Refund(at) => backend.refund(requests, at).await.map(|()| Stored::Applied),
+        Op::Reset => backend.reset(requests).await.map(|()| Stored::Applied),
         Op::Reserve(max_wait) => backend
-            .reserve(&requests, std::time::Duration::from_micros(max_wait))
+            .reserve(requests, std::time::Duration::from_micros(max_wait))
             .await
             .map(|reservation| Stored::Reserved(Box::new(reservation))),
         Op::Cancel(reservation) => backend
-            .cancel(&requests, reservation)
+            .cancel(requests, reservation)
             .await
             .map(|()| Stored::Applied),
     }

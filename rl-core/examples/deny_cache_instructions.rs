@@ -1,0 +1,117 @@
+//! Instructions per `Limiter::check` refusal (and admission) in the cases of
+//! `benches/deny_cache.rs`, counted by callgrind (exact, unlike timings on
+//! a busy machine): the quota is used up (and the refusal remembered) first,
+//! then N measured calls.
+//!
+//! ```text
+//! cargo build --release -p rl-core --example deny_cache_instructions
+//! for case in cached_refusal remote_refusal_uncached memory_refusal \
+//!     memory_refusal_cached remote_allowed_with_cache remote_allowed_without_cache; do
+//!   valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+//!     --toggle-collect='deny_cache_instructions::measured' \
+//!     target/release/examples/deny_cache_instructions $case 100000 2>&1 | grep Collected
+//! done   # divide by 100000
+//! ```
+
+use std::future::Future;
+use std::hint::black_box;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use rl_core::{
+    Backend, BackendError, BoxFuture, Decisions, Limit, Limiter, MemoryBackend, Request,
+};
+
+/// The memory backend behind the trait: the limiter takes its remote path.
+#[derive(Debug, Default)]
+struct Remote(MemoryBackend);
+
+impl Backend for Remote {
+    fn acquire<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
+        self.0.acquire(requests)
+    }
+    fn peek<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
+        self.0.peek(requests)
+    }
+    fn refund<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        at_micros: u64,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        self.0.refund(requests, at_micros)
+    }
+    fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>> {
+        self.0.reset(requests)
+    }
+}
+
+/// Polls a future that completes without suspending.
+fn now<F: Future>(future: F) -> F::Output {
+    match pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(out) => out,
+        Poll::Pending => panic!("the decision suspended"),
+    }
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let (Some(case), Some(n)) = (args.next(), args.next().and_then(|n| n.parse::<u64>().ok()))
+    else {
+        eprintln!("usage: deny_cache_instructions CASE N");
+        std::process::exit(2);
+    };
+    let limit = Limit::per_hour(1).unwrap();
+    let generous = Limit::new(1_000_000_000, Duration::from_secs(1)).unwrap();
+    let (builder, limit) = match case.as_str() {
+        "cached_refusal" => (Limiter::builder().backend(Remote::default()), &limit),
+        "remote_refusal_uncached" => (
+            Limiter::builder()
+                .backend(Remote::default())
+                .deny_cache(false),
+            &limit,
+        ),
+        "memory_refusal" => (Limiter::builder().memory(), &limit),
+        "memory_refusal_cached" => (Limiter::builder().memory().deny_cache(true), &limit),
+        "remote_allowed_with_cache" => (Limiter::builder().backend(Remote::default()), &generous),
+        "remote_allowed_without_cache" => (
+            Limiter::builder()
+                .backend(Remote::default())
+                .deny_cache(false),
+            &generous,
+        ),
+        other => {
+            eprintln!("unknown case `{other}`");
+            std::process::exit(2);
+        }
+    };
+    let limiter = builder.build().unwrap();
+    let key = limiter.key("bench", &42u64);
+    let call = [Request::new(&key, limit, 1)];
+    // Use the quota up (and get the refusal remembered), and warm up.
+    warm(&limiter, &call, 1_000);
+    measured(&limiter, &call, n);
+}
+
+#[inline(never)]
+fn warm(limiter: &Limiter, call: &[Request<'_>], n: u64) {
+    decisions(limiter, call, n)
+}
+
+#[inline(never)]
+fn measured(limiter: &Limiter, call: &[Request<'_>], n: u64) {
+    // Not `warm`'s body, so the two are not merged into one symbol.
+    decisions(limiter, call, black_box(n))
+}
+
+fn decisions(limiter: &Limiter, call: &[Request<'_>], n: u64) {
+    for _ in 0..n {
+        let _ = black_box(now(limiter.check("bench", black_box(call), None)));
+    }
+}
