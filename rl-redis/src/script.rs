@@ -237,8 +237,11 @@ static CODE: LazyLock<Code> = LazyLock::new(|| {
                 Entry::Single(op, algorithm) => {
                     let code = algorithm.code();
                     let call = match op {
-                        Op::Refund => format!("single_refund(LOADERS.{code}())"),
-                        _ => format!("single_decide(LOADERS.{code}(), {})", op == Op::Acquire),
+                        Op::Refund => format!("single_refund(LOADERS.{code}(), '{code}')"),
+                        _ => format!(
+                            "single_decide(LOADERS.{code}(), '{code}', {})",
+                            op == Op::Acquire
+                        ),
                     };
                     (
                         [SCRIPT_HEADER, PRELUDE, algorithm_source(code), SINGLE].concat(),
@@ -540,11 +543,28 @@ impl<'p, 'r> Plan<'p, 'r> {
     fn write_args(&self, sink: &mut impl Sink) {
         match self.entry {
             Entry::Single(op, _) => {
-                self.write_time(sink);
-                sink.number(self.extra_ttl_ms);
-                Self::write_limit(sink, &self.requests[0]);
+                // Only what the algorithm reads; the time and the extra
+                // TTL only when they differ from their defaults (the
+                // server's TIME, 0): every argument costs the server about
+                // as much as a line of Lua (`lua/single.lua`).
+                let request = &self.requests[0];
+                let limit = request.limit;
+                sink.number(limit.threshold());
+                sink.number(limit.period_micros());
+                if limit.algorithm().uses_slots() {
+                    sink.number(limit.slots());
+                } else if limit.algorithm().uses_burst() {
+                    sink.number(limit.burst());
+                }
+                sink.number(request.cost.min(EXACT_LIMIT));
                 if op == Op::Refund {
                     sink.number(self.at_micros);
+                }
+                if self.time != Time::Server || self.extra_ttl_ms != 0 {
+                    self.write_time(sink);
+                }
+                if self.extra_ttl_ms != 0 {
+                    sink.number(self.extra_ttl_ms);
                 }
             }
             Entry::Batch | Entry::BatchReadOnly => {
@@ -853,7 +873,7 @@ mod tests {
         assert!(!gcra.script.contains("local function batch"));
         assert!(
             gcra.script
-                .ends_with("return single_decide(LOADERS.gc(), true)(KEYS, ARGV)\n")
+                .ends_with("return single_decide(LOADERS.gc(), 'gc', true)(KEYS, ARGV)\n")
         );
         assert!(batch_script_source().contains("LOADERS.sw ="));
         assert_eq!(
@@ -926,7 +946,7 @@ mod tests {
         let refund = Plan::new(Op::Refund, Time::Client(42), 7, 1000, &one, None);
         assert_eq!(
             Call::of(&refund).args,
-            ["42", "1000", "5", "3600000000", "5", "10", "1", "7"]
+            ["5", "3600000000", "5", "1", "7", "42", "1000"]
         );
         let line = refund.command_line(Via::Function);
         assert_eq!(line[0], "FCALL");
@@ -938,6 +958,60 @@ mod tests {
         assert_eq!(
             peek.command_line(Via::ScriptSha)[1],
             entry_code(Entry::Single(Op::Peek, Algorithm::Gcra)).sha
+        );
+    }
+
+    #[test]
+    fn single_limit_calls_send_only_what_their_algorithm_reads() {
+        let key = Key::new("rl", "sms", "+33 6");
+        let limit = |algorithm| {
+            Limit::per_minute(3)
+                .unwrap()
+                .with_algorithm(algorithm)
+                .unwrap()
+        };
+        let args = |limit: &Limit, op, time, at, extra_ttl_ms| {
+            let one = [Request::new(&key, limit, 2)];
+            Call::of(&Plan::new(op, time, at, extra_ttl_ms, &one, None)).args
+        };
+        let (fixed, log, window) = (
+            limit(Algorithm::FixedWindow),
+            limit(Algorithm::SlidingLog),
+            limit(Algorithm::SlidingWindow),
+        );
+        let bucket = limit(Algorithm::TokenBucket).with_burst(7).unwrap();
+        // Threshold, period, (burst or slots,) cost: the server's clock and
+        // no extra TTL are the defaults, left out.
+        assert_eq!(
+            args(&fixed, Op::Acquire, Time::Server, 0, 0),
+            ["3", "60000000", "2"]
+        );
+        assert_eq!(
+            args(&log, Op::Peek, Time::Server, 0, 0),
+            ["3", "60000000", "2"]
+        );
+        assert_eq!(
+            args(&window, Op::Acquire, Time::Server, 0, 0),
+            ["3", "60000000", "10", "2"]
+        );
+        assert_eq!(
+            args(&bucket, Op::Acquire, Time::Server, 0, 0),
+            ["3", "60000000", "7", "2"]
+        );
+        // A client's time alone; an extra TTL after the time, `s` for the
+        // server's.
+        assert_eq!(
+            args(&fixed, Op::Acquire, Time::Client(42), 0, 0),
+            ["3", "60000000", "2", "42"]
+        );
+        assert_eq!(
+            args(&fixed, Op::Acquire, Time::Server, 0, 500),
+            ["3", "60000000", "2", "s", "500"]
+        );
+        // A refund's `at` follows the cost.
+        assert_eq!(
+            args(&bucket, Op::Refund, Time::Server, 9, 0),
+            ["3", "60000000", "7", "2", "9"]
         );
     }
 

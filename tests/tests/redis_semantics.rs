@@ -86,6 +86,40 @@ async fn every_key_written_expires_exactly_when_the_decision_says_the_limit_is_b
 }
 
 #[tokio::test]
+async fn an_extra_ttl_lengthens_the_keys_of_the_backend_that_sets_it_and_no_other() {
+    let server = RedisServer::start();
+    // Both on the server's clock: the single-limit calls of `plain` send
+    // neither a time nor an extra TTL, those of `kept` send both.
+    let kept = RedisBackend::builder(server.url())
+        .extra_ttl(Duration::from_secs(3_600))
+        .connect()
+        .await
+        .expect("connect");
+    let plain = RedisBackend::connect(server.url()).await.expect("connect");
+    for algorithm in Algorithm::ALL {
+        let limit = limit(algorithm, 4, Duration::from_secs(30));
+        // `kept` first, so that `plain` follows a call that set an extra TTL.
+        for (backend, name) in [(&kept, "kept"), (&plain, "plain"), (&kept, "kept-again")] {
+            let key = Key::new("ttl", algorithm.name(), name);
+            let decision = backend
+                .acquire(&[Request::new(&key, &limit, 3)])
+                .await
+                .expect("acquire")[0];
+            assert!(decision.allowed);
+            let expected_ms = decision.reset_after.as_micros().div_ceil(1_000) as i64;
+            let extra_ms = if name == "plain" { 0 } else { 3_600_000 };
+            for storage in storage_keys(&key, &limit) {
+                let pttl: i64 = server.cmd(&["PTTL", &storage]).await;
+                assert!(
+                    pttl <= expected_ms + extra_ms && pttl > expected_ms + extra_ms - 1_000,
+                    "{algorithm}, {name}: {storage} has PTTL {pttl} ms, expected {expected_ms} + {extra_ms} ms"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test]
 async fn after_ten_thousand_distinct_identities_every_key_has_a_ttl() {
     let server = RedisServer::start();
     let backend = Arc::new(RedisBackend::connect(server.url()).await.expect("connect"));

@@ -26,18 +26,15 @@ LOADERS.fw = function()
     redis.call('SET', r.key, struct.pack('<dd', window, count), 'PX', ttl_ms((window + 1) * p, now))
   end
 
-  -- (The read and the write of fw_count and fw_store are written out
-  -- here: this is every fixed-window decision's path, and a Lua call costs
-  -- about as much as what either does.)
-  function M.decide(r, now, commit)
-    local t, p = r.t, r.p
+  -- Decides on the state `value` (the key's GET, false when missing) for
+  -- a cost of `cost` under threshold `t` and period `p` (no burst: the
+  -- last argument is unused); commits to `key`. (The read and the write of
+  -- fw_count and fw_store are written out here, everything in locals: this
+  -- is every fixed-window decision's path, and a Lua call or a table access
+  -- costs about as much as what either does.)
+  function M.decide_at(key, value, now, cost, t, p, _, commit)
     local window = idiv(now, p)
     local window_end_in = p - (now - window * p)
-    local value = r.st
-    if value == nil then
-      value = redis.call('GET', r.key)
-      r.st = value
-    end
     local count = 0
     if value and #value == 16 then
       local w, n = struct.unpack('<dd', value)
@@ -45,22 +42,34 @@ LOADERS.fw = function()
         count = n
       end
     end
-    if r.cost > t - count then
+    if cost > t - count then
       return 0, t, t - count, window_end_in, window_end_in
     end
     if commit then
-      count = count + r.cost
+      count = count + cost
       local ms = 1
       if window_end_in > 1000 then
         ms = cdiv(window_end_in, 1000)
       end
-      redis.call('SET', r.key, struct.pack('<dd', window, count), 'PX', ms + EXTRA_TTL_MS)
+      redis.call('SET', key, struct.pack('<dd', window, count), 'PX', ms + EXTRA_TTL_MS)
     end
     local reset = 0
     if count > 0 then
       reset = window_end_in
     end
     return 1, t, t - count, 0, reset
+  end
+
+  -- The same for a request (batch.lua, lease.lua), its read cached
+  -- (get_cached, written out).
+  local decide_at = M.decide_at
+  function M.decide(r, now, commit)
+    local value = r.st
+    if value == nil then
+      value = redis.call('GET', r.key)
+      r.st = value
+    end
+    return decide_at(r.key, value, now, r.cost, r.t, r.p, nil, commit)
   end
 
   function M.refund(r, now, at)

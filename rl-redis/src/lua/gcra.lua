@@ -14,23 +14,20 @@ LOADERS.gc = function()
     return 0
   end
 
-  -- (gc_ahead and the TTL are written out here: this is every GCRA
-  -- decision's path, and a Lua call costs about as much as either.)
-  function M.decide(r, now, commit)
-    local b = r.b
-    local interval = cdiv(r.p, r.t)
+  -- Decides on the state `value` (the key's GET, false when missing) for
+  -- a cost of `cost` under threshold `t`, period `p` and burst `b`; commits
+  -- to `key`. (gc_ahead and the TTL are written out here, everything in
+  -- locals: this is every GCRA decision's path, and a Lua call or a table
+  -- access costs about as much as either.)
+  function M.decide_at(key, value, now, cost, t, p, b, commit)
+    local interval = cdiv(p, t)
     local tau = interval * b
-    local st = r.st
-    if st == nil then
-      st = redis.call('GET', r.key)
-      r.st = st
-    end
     local d = 0
-    local tat = tonumber(st)
+    local tat = tonumber(value)
     if tat and tat > now then
       d = tat - now
     end
-    local nd = d + r.cost * interval
+    local nd = d + cost * interval
     if nd > tau then
       return 0, b, idiv(math.max(tau - d, 0), interval), nd - tau, d
     end
@@ -41,8 +38,20 @@ LOADERS.gc = function()
     if nd > 1000 then
       ms = cdiv(nd, 1000)
     end
-    redis.call('SET', r.key, now + nd, 'PX', ms + EXTRA_TTL_MS)
+    redis.call('SET', key, now + nd, 'PX', ms + EXTRA_TTL_MS)
     return 1, b, idiv(tau - nd, interval), 0, nd
+  end
+
+  -- The same for a request (batch.lua, lease.lua), its read cached
+  -- (get_cached, written out).
+  local decide_at = M.decide_at
+  function M.decide(r, now, commit)
+    local value = r.st
+    if value == nil then
+      value = redis.call('GET', r.key)
+      r.st = value
+    end
+    return decide_at(r.key, value, now, r.cost, r.t, r.p, r.b, commit)
   end
 
   function M.refund(r, now, _)

@@ -17,13 +17,13 @@ for i = 1, #CODES do
   local code = CODES[i]
   local M = LOADERS[code]()
   ALG[code] = M
-  redis.register_function(RL_PREFIX .. code .. '_acquire', single_decide(M, true))
+  redis.register_function(RL_PREFIX .. code .. '_acquire', single_decide(M, code, true))
   redis.register_function{
     function_name = RL_PREFIX .. code .. '_peek',
-    callback = single_decide(M, false),
+    callback = single_decide(M, code, false),
     flags = { 'no-writes' },
   }
-  redis.register_function(RL_PREFIX .. code .. '_refund', single_refund(M))
+  redis.register_function(RL_PREFIX .. code .. '_refund', single_refund(M, code))
 end
 redis.register_function(RL_PREFIX .. 'batch', batch)
 redis.register_function{

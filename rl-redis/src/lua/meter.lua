@@ -57,18 +57,15 @@ local function meter_module(token)
     redis.call('SET', r.key, struct.pack('<ddd', scaled, now, expires_at), 'PX', ttl_ms(expires_at, now))
   end
 
-  -- (The read of meter_level and the write of meter_store are written out
-  -- here: this is every bucket decision's path, and a Lua call costs about
-  -- as much as what either does.)
-  local function meter_decide(r, now, commit)
-    local t, p, b = r.t, r.p, r.b
+  -- Decides on the state `value` (the key's GET, false when missing) for
+  -- a cost of `cost` under threshold `t`, period `p` and burst `b`; commits
+  -- to `key`. (The read of meter_level and the write of meter_store are
+  -- written out here, everything in locals: this is every bucket decision's
+  -- path, and a Lua call or a table access costs about as much as what
+  -- either does.)
+  local function meter_decide_at(key, value, now, cost, t, p, b, commit)
     local full = b * p
     local level = 0
-    local value = r.st
-    if value == nil then
-      value = redis.call('GET', r.key)
-      r.st = value
-    end
     if value and #value == 24 then
       local scaled, updated, e = struct.unpack('<ddd', value)
       if now < e then
@@ -89,7 +86,7 @@ local function meter_module(token)
         end
       end
     end
-    local need = r.cost * p
+    local need = cost * p
     if need > full - level then
       local remaining = idiv(math.max(full - level, 0), p)
       return 0, b, remaining, cdiv(need - (full - level), t), cdiv(level, t)
@@ -109,10 +106,21 @@ local function meter_module(token)
       if empty_in > 1000 then
         ms = cdiv(empty_in, 1000)
       end
-      redis.call('SET', r.key, struct.pack('<ddd', scaled, now, now + empty_in), 'PX', ms + EXTRA_TTL_MS)
+      redis.call('SET', key, struct.pack('<ddd', scaled, now, now + empty_in), 'PX', ms + EXTRA_TTL_MS)
       return 1, b, idiv(full - level, p), 0, empty_in
     end
     return 1, b, idiv(full - level, p), 0, cdiv(level, t)
+  end
+
+  -- The same for a request (batch.lua, lease.lua), its read cached
+  -- (get_cached, written out).
+  local function meter_decide(r, now, commit)
+    local value = r.st
+    if value == nil then
+      value = redis.call('GET', r.key)
+      r.st = value
+    end
+    return meter_decide_at(r.key, value, now, r.cost, r.t, r.p, r.b, commit)
   end
 
   local function meter_refund(r, now, _)
@@ -168,6 +176,7 @@ local function meter_module(token)
   -- `token` is an upvalue of every function here: one module per flavour.
   return {
     decide = meter_decide,
+    decide_at = meter_decide_at,
     refund = meter_refund,
     unreserve = meter_unreserve,
   }

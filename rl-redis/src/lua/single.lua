@@ -1,65 +1,123 @@
 -- Single-limit entry points: one request, one algorithm, decided with no
 -- batch decoding and no first pass. Built once per algorithm module
--- (`single_acquire(M)` etc.): in the library at load time, in a script on
--- each call.
+-- (`single_decide(M, code, commit)`, `single_refund(M, code)`): in the
+-- library at load time, in a script on each call.
 --
 -- keys: the state key `<key>:<algorithm>:<period>` (plus `...:seq` for the
 -- sliding log).
--- args: time ('s' = server TIME, or the client's now in us), extra TTL
--- (ms), threshold, period (us), burst, slots, cost; a refund adds at (us).
+-- args: only what the algorithm reads, each argument costing the server
+-- about as much as a line of Lua: the limit's numbers (threshold, period,
+-- then the burst for the buckets and GCRA, the slots for the sliding
+-- window), the cost; a refund adds at (us); then, both optional, the time
+-- ('s' or none: server TIME; else the client's now in us) and the extra
+-- TTL (ms; none: 0).
 --
 -- Reply: allowed (1/0), limit, remaining, retry_after_us, reset_after_us,
 -- then the now used (acquire, peek); the now alone (refund).
 
-local SINGLE_ARGS = 7
-
--- Fills `r` (a request table) from one call's keys and arguments. A
--- library reuses one table per entry point (calls never overlap, and every
--- field is set again, the cached read cleared); a script makes one per
--- call.
-local function single_request(r, keys, args)
-  r.key = keys[1]
-  r.seq = keys[2]
-  r.t = tonumber(args[3])
-  r.p = tonumber(args[4])
-  r.b = tonumber(args[5])
-  r.slots = tonumber(args[6])
-  r.cost = tonumber(args[7])
-  r.st = nil
-  return r
-end
+-- Per algorithm code, the request field its third limit number fills (the
+-- fixed window and the sliding log take threshold and period only).
+local SINGLE_THIRD = { sw = 'slots', tb = 'b', lb = 'b', gc = 'b' }
 
 local function malformed(args)
   return redis.error_reply('ERR rl-redis: malformed arguments (' .. #args .. ')')
 end
 
+-- How many limit numbers `code` takes.
+local function single_width(code)
+  if SINGLE_THIRD[code] then
+    return 3
+  end
+  return 2
+end
+
+-- Fills `r` (a request table) from one call's keys and arguments (numbers
+-- converted as below, in single_decide). A
+-- library reuses one table per entry point (calls never overlap, and every
+-- field is set again, the cached read cleared); a script makes one per
+-- call.
+local function single_request(r, third, keys, args)
+  r.key = keys[1]
+  r.seq = keys[2]
+  r.t = args[1] + 0
+  r.p = args[2] + 0
+  if third then
+    r[third] = args[3] + 0
+    r.cost = args[4] + 0
+  else
+    r.cost = args[3] + 0
+  end
+  r.st = nil
+  return r
+end
+
 -- Decides and commits (acquire) or only decides (peek).
--- (The hottest path: the request is filled and the clock read here,
--- written out, as a Lua call costs about as much as either.)
-local function single_decide(M, commit)
+--
+-- The algorithms whose state is one string (fixed window, buckets, GCRA)
+-- decide with their decide_at, straight from the arguments: no request
+-- table. The hottest path, so written for the Lua VM: the clock is read
+-- here, written out (a Lua call costs about as much), and numbers are
+-- converted from their text by arithmetic (`x + 0`, `time[1] * 1000000`):
+-- `tonumber` is a global looked up, a C call, and converts its text twice,
+-- together about as much as the whole GET.
+local function single_decide(M, code, commit)
+  local third = SINGLE_THIRD[code]
+  local width = single_width(code)
+  local at_cost, at_time, at_ttl = width + 1, width + 2, width + 3
+  local decide_at = M.decide_at
+  if decide_at then
+    return function(keys, args)
+      local n = #args
+      if n < at_cost or n > at_ttl then
+        return malformed(args)
+      end
+      local now = args[at_time]
+      if now == nil or now == 's' then
+        local time = redis.call('TIME')
+        now = time[1] * 1000000 + time[2]
+      else
+        now = now + 0
+      end
+      local extra = args[at_ttl]
+      if extra then
+        EXTRA_TTL_MS = extra + 0
+      else
+        EXTRA_TTL_MS = 0
+      end
+      local key = keys[1]
+      local b
+      if third then
+        b = args[3] + 0
+      end
+      local allowed, limit, remaining, retry_after, reset_after = decide_at(
+        key, redis.call('GET', key), now, args[at_cost] + 0, args[1] + 0, args[2] + 0, b, commit)
+      if remaining < 0 then
+        remaining = 0
+      end
+      return { allowed, limit, remaining, retry_after, reset_after, now }
+    end
+  end
   local decide = M.decide
   local r = {}
   return function(keys, args)
-    if #args ~= SINGLE_ARGS then
+    local n = #args
+    if n < at_cost or n > at_ttl then
       return malformed(args)
     end
-    local now
-    if args[1] == 's' then
+    local now = args[at_time]
+    if now == nil or now == 's' then
       local time = redis.call('TIME')
-      now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+      now = time[1] * 1000000 + time[2]
     else
-      now = tonumber(args[1])
+      now = now + 0
     end
-    EXTRA_TTL_MS = tonumber(args[2])
-    r.key = keys[1]
-    r.seq = keys[2]
-    r.t = tonumber(args[3])
-    r.p = tonumber(args[4])
-    r.b = tonumber(args[5])
-    r.slots = tonumber(args[6])
-    r.cost = tonumber(args[7])
-    r.st = nil
-    local allowed, limit, remaining, retry_after, reset_after = decide(r, now, commit)
+    local extra = args[at_ttl]
+    if extra then
+      EXTRA_TTL_MS = extra + 0
+    else
+      EXTRA_TTL_MS = 0
+    end
+    local allowed, limit, remaining, retry_after, reset_after = decide(single_request(r, third, keys, args), now, commit)
     if remaining < 0 then
       remaining = 0
     end
@@ -67,16 +125,20 @@ local function single_decide(M, commit)
   end
 end
 
-local function single_refund(M)
+local function single_refund(M, code)
+  local third = SINGLE_THIRD[code]
+  local width = single_width(code)
+  local at_at, at_time, at_ttl = width + 2, width + 3, width + 4
   local refund = M.refund
   local r = {}
   return function(keys, args)
-    if #args ~= SINGLE_ARGS + 1 then
+    local n = #args
+    if n < at_at or n > at_ttl then
       return malformed(args)
     end
-    local now = clock(args[1])
-    EXTRA_TTL_MS = tonumber(args[2])
-    refund(single_request(r, keys, args), now, tonumber(args[8]))
+    local now = clock(args[at_time] or 's')
+    EXTRA_TTL_MS = (args[at_ttl] or 0) + 0
+    refund(single_request(r, third, keys, args), now, args[at_at] + 0)
     return { now }
   end
 end
