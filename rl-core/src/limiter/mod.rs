@@ -790,22 +790,61 @@ impl Limiter {
         requests: &[Request<'_>],
         policy: Option<FailurePolicy>,
     ) -> Result<Admission, Rejection> {
-        let mut targets = named_targets(requests, Some(name));
+        // One request (the commonest check): its one target on the stack.
+        if let [request] = requests {
+            let targets = [target_of(request, name)];
+            return self.check_targets(name, requests, &targets, policy).await;
+        }
+        let targets = named_targets(requests, Some(name));
+        self.check_targets(name, requests, &targets, policy).await
+    }
+
+    /// [`Limiter::check`] of `requests` as `targets` (one per request, in
+    /// order).
+    #[inline(always)]
+    async fn check_targets(
+        &self,
+        name: &str,
+        requests: &[Request<'_>],
+        targets: &[Target<'_>],
+        policy: Option<FailurePolicy>,
+    ) -> Result<Admission, Rejection> {
         // Allow-listed keys are not decided (see `Limiter::allow`).
-        let mut allow_listed = false;
         if self.registry.any_listed(ListKind::Allow) {
-            let before = targets.len();
-            targets.retain(|t| {
+            return self.check_listed(name, requests, targets, policy).await;
+        }
+        let policy = self.policy_for(name, policy);
+        let mut call = Call::new(Op::Acquire, targets, name, policy);
+        call.given = Some(requests);
+        let answer = self.pipeline.run(&mut call, ALL).await;
+        let owned = || Cow::Owned(name.to_owned());
+        admit(owned, targets, answer, policy, |_| owned())
+    }
+
+    /// [`Limiter::check`] while the allow list holds an entry: the targets
+    /// of allow-listed keys are left out.
+    #[cold]
+    #[inline(never)]
+    async fn check_listed(
+        &self,
+        name: &str,
+        requests: &[Request<'_>],
+        given: &[Target<'_>],
+        policy: Option<FailurePolicy>,
+    ) -> Result<Admission, Rejection> {
+        let targets: SmallVec<[Target<'_>; 4]> = given
+            .iter()
+            .filter(|t| {
                 t.key
                     .identity
                     .with_text(|id| self.registry.listed(ListKind::Allow, name, id))
                     .is_none()
-            });
-            allow_listed = before > 0 && targets.is_empty();
-        }
+            })
+            .copied()
+            .collect();
         let policy = self.policy_for(name, policy);
         let mut call = Call::new(Op::Acquire, &targets, name, policy);
-        call.allow_listed = allow_listed;
+        call.allow_listed = !given.is_empty() && targets.is_empty();
         call.given = (targets.len() == requests.len()).then_some(requests);
         let answer = self.pipeline.run(&mut call, ALL).await;
         let owned = || Cow::Owned(name.to_owned());
@@ -994,8 +1033,7 @@ impl Limiter {
     /// The policy applied to `name`: runtime override, else `given`, else the default.
     pub fn policy_for(&self, name: &str, given: Option<FailurePolicy>) -> FailurePolicy {
         self.registry
-            .get(name)
-            .policy
+            .policy(name)
             .or(given)
             .unwrap_or(self.policy)
     }
@@ -1250,18 +1288,24 @@ fn named_targets<'a>(
 ) -> SmallVec<[Target<'a>; 4]> {
     requests
         .iter()
-        .map(|r| {
-            let key = KeyRef::of(r.key);
-            Target {
-                name: name.unwrap_or_else(|| scope_of(key.head)),
-                key,
-                limit: r.limit,
-                cost: r.cost,
-                slot: None,
-                lease: r.holder,
-            }
+        .map(|r| match name {
+            Some(name) => target_of(r, name),
+            None => target_of(r, scope_of(r.key.head())),
         })
         .collect()
+}
+
+/// The target of `request`, named `name`.
+#[inline(always)]
+fn target_of<'a>(request: &'a Request<'a>, name: &'a str) -> Target<'a> {
+    Target {
+        name,
+        key: KeyRef::of(request.key),
+        limit: request.limit,
+        cost: request.cost,
+        slot: None,
+        lease: request.holder,
+    }
 }
 
 /// The (escaped) scope of a key head `prefix:{scope:`.
