@@ -18,7 +18,6 @@ pub(crate) mod wait;
 #[cfg(test)]
 mod tests;
 
-use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::AtomicU64;
@@ -33,7 +32,7 @@ use crate::model::error::{Error, LimitError};
 use crate::model::key::{Identities, Identity, Key, Part};
 use crate::model::limit::Limit;
 use crate::model::policy::FailurePolicy;
-use crate::model::rejection::Rejection;
+use crate::model::rejection::{Name, Rejection};
 use crate::store::backend::Request;
 use crate::store::target::{KeyRef, Op, Target};
 use builder::LimiterBuilder;
@@ -817,8 +816,14 @@ impl Limiter {
         let mut call = Call::new(Op::Acquire, targets, name, policy);
         call.given = Some(requests);
         let answer = self.pipeline.run(&mut call, ALL).await;
-        let owned = || Cow::Owned(name.to_owned());
-        admit(owned, targets, answer, policy, |_| owned())
+        // The caller's name, copied only into a rejection.
+        admit(
+            || Name::copied(name),
+            targets,
+            answer,
+            policy,
+            |_| Name::copied(name),
+        )
     }
 
     /// [`Limiter::check`] while the allow list holds an entry: the targets
@@ -847,8 +852,13 @@ impl Limiter {
         call.allow_listed = !given.is_empty() && targets.is_empty();
         call.given = (targets.len() == requests.len()).then_some(requests);
         let answer = self.pipeline.run(&mut call, ALL).await;
-        let owned = || Cow::Owned(name.to_owned());
-        admit(owned, &targets, answer, policy, |_| owned())
+        admit(
+            || Name::copied(name),
+            &targets,
+            answer,
+            policy,
+            |_| Name::copied(name),
+        )
     }
 
     /// Decides one limit for one key, consuming `cost` units when allowed.
@@ -1316,12 +1326,12 @@ fn scope_of(head: &str) -> &str {
 
 /// An acquire's answer as an admission or a rejection; `name_of(i)` names
 /// target `i`'s group (the name a rejection carries).
-fn admit(
-    name: impl Fn() -> Cow<'static, str>,
+fn admit<N: Into<Name>, M: Into<Name>>(
+    name: impl Fn() -> N,
     targets: &[Target<'_>],
     answer: Answer,
     policy: FailurePolicy,
-    name_of: impl Fn(usize) -> Cow<'static, str>,
+    name_of: impl Fn(usize) -> M,
 ) -> Result<Admission, Rejection> {
     match answer {
         Answer::Decided { decisions, source } if decisions.allowed() => Ok(match source {
@@ -1353,14 +1363,14 @@ fn admit(
             index, decision, ..
         } => Err(limited(targets, index, decision, None, &name_of)),
         Answer::Shadowed { decisions, .. } => Ok(Admission::Shadowed(decisions)),
-        Answer::Denied { index, until } => Err(Rejection::denied(name_of(index), until)),
+        Answer::Denied { index, until } => Err(Rejection::denied_as(name_of(index).into(), until)),
         Answer::AllowListed => Ok(Admission::AllowListed),
         Answer::FailedOpen(_) => Ok(Admission::FailedOpen),
         Answer::Unavailable(error) | Answer::Failed(error) => {
-            Err(Rejection::unavailable(name(), error))
+            Err(Rejection::unavailable_as(name().into(), error))
         }
-        Answer::Applied { .. } => Err(Rejection::unavailable(
-            name(),
+        Answer::Applied { .. } => Err(Rejection::unavailable_as(
+            name().into(),
             Error::Backend(crate::BackendError::protocol("no decision for an acquire")),
         )),
     }
@@ -1368,20 +1378,20 @@ fn admit(
 
 /// The rejection of a call refused by target `index` (under the in-process
 /// fallback's `share` of its limit, when it decided).
-fn limited(
+fn limited<N: Into<Name>>(
     targets: &[Target<'_>],
     index: usize,
     decision: Decision,
     share: Option<std::num::NonZeroU64>,
-    name_of: &impl Fn(usize) -> Cow<'static, str>,
+    name_of: &impl Fn(usize) -> N,
 ) -> Rejection {
     let Some(target) = targets.get(index) else {
         let error = LimitError::BadCall("a refusal of no limit".into());
-        return Rejection::unavailable(name_of(index), Error::Limit(error));
+        return Rejection::unavailable_as(name_of(index).into(), Error::Limit(error));
     };
     let limit = match share {
         Some(share) => crate::layer::failure::local_share(target.limit, share),
         None => *target.limit,
     };
-    Rejection::limited(name_of(index), decision, limit)
+    Rejection::limited_as(name_of(index).into(), decision, limit)
 }
