@@ -62,7 +62,7 @@ impl fmt::Debug for Rejection {
 }
 
 /// Bytes of a name a rejection holds in place (no allocation).
-const INLINE_NAME: usize = 30;
+const INLINE_NAME: usize = 28;
 
 /// A rejection's name: given (`'static`, or owned), or a copy of a short
 /// borrowed name held in place, so a refusal named by the caller's `&str`
@@ -70,32 +70,23 @@ const INLINE_NAME: usize = 30;
 #[derive(Clone)]
 pub(crate) enum Name {
     Given(Cow<'static, str>),
-    Inline { len: u8, bytes: [u8; INLINE_NAME] },
+    Inline(arrayvec::ArrayString<INLINE_NAME>),
 }
 
 impl Name {
     /// `name`, copied: in place when short, else into a `String`.
     #[inline]
     pub(crate) fn copied(name: &str) -> Self {
-        let len = name.len();
-        if len > INLINE_NAME {
-            return Name::Given(Cow::Owned(name.to_owned()));
-        }
-        let mut bytes = [0; INLINE_NAME];
-        bytes[..len].copy_from_slice(name.as_bytes());
-        Name::Inline {
-            len: len as u8,
-            bytes,
+        match arrayvec::ArrayString::from(name) {
+            Ok(inline) => Name::Inline(inline),
+            Err(_) => Name::Given(Cow::Owned(name.to_owned())),
         }
     }
 
     fn as_str(&self) -> &str {
         match self {
             Name::Given(name) => name,
-            // A whole `&str` was copied: always valid UTF-8.
-            Name::Inline { len, bytes } => {
-                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
-            }
+            Name::Inline(name) => name,
         }
     }
 }
@@ -247,6 +238,25 @@ impl std::error::Error for Rejection {
         match &*self.reason {
             RejectionReason::Unavailable(error) => Some(error),
             _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copied_name_reads_back_whole_whether_held_in_place_or_not() {
+        let long = "a::name::longer::than::what::a::rejection::holds::in::place";
+        for name in ["", "sms", "é€", &"x".repeat(INLINE_NAME), long] {
+            let rejection = Rejection::denied_as(Name::copied(name), None);
+            assert_eq!(rejection.name(), name);
+            assert_eq!(
+                rejection.to_string(),
+                format!("denied by the deny list of `{name}`")
+            );
+            assert!(format!("{rejection:?}").contains(&format!("name: {name:?}")));
         }
     }
 }
