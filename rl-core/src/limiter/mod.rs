@@ -504,9 +504,9 @@ impl Limiter {
         self.pipeline.observe(&mut call, resolved.mask, &mut answer);
         // Observing layers leave the answer as it is: the store's refusal,
         // named by the call's one group.
-        let group = resolved.groups.first().map(|g| g.name.clone());
+        let group = resolved.groups.first().map(|g| &g.name);
         limited(&targets, 0, decision, None, &|_| {
-            group.clone().unwrap_or_else(|| spec.name_cow().clone())
+            Name::from(group.unwrap_or(spec.name_cow()))
         })
     }
 
@@ -646,16 +646,19 @@ impl Limiter {
         targets: &[Target<'_>],
         answer: Answer,
     ) -> Result<Admission, Rejection> {
+        // An owned spec's (or group's) name is copied, not cloned: in place
+        // when short.
         let name_of = |index: usize| {
-            resolved
-                .target_origin(index, skipped)
-                .map_or(spec.name_cow(), |(group, _)| {
-                    spec.groups()[group].name_cow()
-                })
-                .clone()
+            Name::from(
+                resolved
+                    .target_origin(index, skipped)
+                    .map_or(spec.name_cow(), |(group, _)| {
+                        spec.groups()[group].name_cow()
+                    }),
+            )
         };
         admit(
-            || spec.name_cow().clone(),
+            || Name::from(spec.name_cow()),
             targets,
             answer,
             resolved.policy,

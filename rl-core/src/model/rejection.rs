@@ -91,6 +91,17 @@ impl Name {
     }
 }
 
+impl From<&Cow<'static, str>> for Name {
+    /// A `'static` name as it is, an owned one copied (in place when short).
+    #[inline]
+    fn from(name: &Cow<'static, str>) -> Self {
+        match name {
+            Cow::Borrowed(name) => Name::Given(Cow::Borrowed(name)),
+            Cow::Owned(name) => Name::copied(name),
+        }
+    }
+}
+
 impl From<Cow<'static, str>> for Name {
     #[inline]
     fn from(name: Cow<'static, str>) -> Self {
