@@ -2,7 +2,7 @@
 //! `benches/deny_cache.rs`, counted by callgrind (exact, unlike timings on
 //! a busy machine): the quota is used up (and the refusal remembered) first,
 //! then N measured calls. The `call_*` cases decide the same through
-//! `Limiter::call` on the remote store: `call_static_*` with a static spec
+//! `Limiter::call` on the remote store (as `#[rate_limit]` calls it): `call_static_*` with a static spec
 //! (what `#[rate_limit]` makes), `call_owned_*` with an owned one (what the
 //! tower layer makes).
 //!
@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use rl_core::{
     Backend, BackendError, BoxFuture, CallSpec, Decisions, GroupSpec, Limit, Limiter,
-    MemoryBackend, Request,
+    MemoryBackend, Part, Request,
 };
 
 /// The memory backend behind the trait: the limiter takes its remote path.
@@ -151,7 +151,9 @@ fn calls_measured(limiter: &Limiter, spec: &CallSpec, n: u64) {
 
 fn call_decisions(limiter: &Limiter, spec: &CallSpec, n: u64) {
     for _ in 0..n {
-        let _ = black_box(now(limiter.call(spec, &[black_box(&42u64)])));
+        // What `#[rate_limit]` expands to for a `u64` key.
+        let parts = [Part::Unsigned(black_box(42))];
+        let _ = black_box(now(rl_core::__private::call(spec, Ok(limiter), &parts)));
     }
 }
 
