@@ -117,9 +117,8 @@ fn calls(shape: &str, n: u64) {
         let limits: &'static [Limit] = Box::leak(Box::new([limit]));
         Box::leak(Box::new([GroupSpec::new("bench", limits)]))
     };
-    let owned = |limit: Limit| {
-        CallSpec::owned("bench_call", vec![GroupSpec::owned("bench", vec![limit])])
-    };
+    let owned =
+        |limit: Limit| CallSpec::owned("bench_call", vec![GroupSpec::owned("bench", vec![limit])]);
     let spec = match shape {
         "static_refusal" => CallSpec::new("bench_call", leaked(one)),
         "static_allowed" => CallSpec::new("bench_call", leaked(many)),

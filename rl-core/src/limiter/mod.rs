@@ -1045,10 +1045,7 @@ impl Limiter {
 
     /// The policy applied to `name`: runtime override, else `given`, else the default.
     pub fn policy_for(&self, name: &str, given: Option<FailurePolicy>) -> FailurePolicy {
-        self.registry
-            .policy(name)
-            .or(given)
-            .unwrap_or(self.policy)
+        self.registry.policy(name).or(given).unwrap_or(self.policy)
     }
 
     /// Puts `name` (a function's or a group's limit name) in shadow mode:

@@ -231,7 +231,8 @@ impl fmt::Display for Rejection {
                 write!(
                     f,
                     "rate limited by `{}`: retry after {:?}",
-                    self.name(), decision.retry_after
+                    self.name(),
+                    decision.retry_after
                 )
             }
             RejectionReason::Unavailable(error) => {
