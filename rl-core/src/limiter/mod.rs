@@ -18,7 +18,6 @@ pub(crate) mod wait;
 #[cfg(test)]
 mod tests;
 
-use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::AtomicU64;
@@ -33,7 +32,7 @@ use crate::model::error::{Error, LimitError};
 use crate::model::key::{Identities, Identity, Key, Part};
 use crate::model::limit::Limit;
 use crate::model::policy::FailurePolicy;
-use crate::model::rejection::Rejection;
+use crate::model::rejection::{Name, Rejection};
 use crate::store::backend::Request;
 use crate::store::target::{KeyRef, Op, Target};
 use builder::LimiterBuilder;
@@ -505,9 +504,9 @@ impl Limiter {
         self.pipeline.observe(&mut call, resolved.mask, &mut answer);
         // Observing layers leave the answer as it is: the store's refusal,
         // named by the call's one group.
-        let group = resolved.groups.first().map(|g| g.name.clone());
+        let group = resolved.groups.first().map(|g| &g.name);
         limited(&targets, 0, decision, None, &|_| {
-            group.clone().unwrap_or_else(|| spec.name_cow().clone())
+            Name::from(group.unwrap_or(spec.name_cow()))
         })
     }
 
@@ -647,16 +646,19 @@ impl Limiter {
         targets: &[Target<'_>],
         answer: Answer,
     ) -> Result<Admission, Rejection> {
+        // An owned spec's (or group's) name is copied, not cloned: in place
+        // when short.
         let name_of = |index: usize| {
-            resolved
-                .target_origin(index, skipped)
-                .map_or(spec.name_cow(), |(group, _)| {
-                    spec.groups()[group].name_cow()
-                })
-                .clone()
+            Name::from(
+                resolved
+                    .target_origin(index, skipped)
+                    .map_or(spec.name_cow(), |(group, _)| {
+                        spec.groups()[group].name_cow()
+                    }),
+            )
         };
         admit(
-            || spec.name_cow().clone(),
+            || Name::from(spec.name_cow()),
             targets,
             answer,
             resolved.policy,
@@ -790,26 +792,76 @@ impl Limiter {
         requests: &[Request<'_>],
         policy: Option<FailurePolicy>,
     ) -> Result<Admission, Rejection> {
-        let mut targets = named_targets(requests, Some(name));
+        // One request (the commonest check): its one target on the stack.
+        if let [request] = requests {
+            let targets = [target_of(request, name)];
+            return self.check_targets(name, requests, &targets, policy).await;
+        }
+        let targets = named_targets(requests, Some(name));
+        self.check_targets(name, requests, &targets, policy).await
+    }
+
+    /// [`Limiter::check`] of `requests` as `targets` (one per request, in
+    /// order).
+    #[inline(always)]
+    async fn check_targets(
+        &self,
+        name: &str,
+        requests: &[Request<'_>],
+        targets: &[Target<'_>],
+        policy: Option<FailurePolicy>,
+    ) -> Result<Admission, Rejection> {
         // Allow-listed keys are not decided (see `Limiter::allow`).
-        let mut allow_listed = false;
         if self.registry.any_listed(ListKind::Allow) {
-            let before = targets.len();
-            targets.retain(|t| {
+            return self.check_listed(name, requests, targets, policy).await;
+        }
+        let policy = self.policy_for(name, policy);
+        let mut call = Call::new(Op::Acquire, targets, name, policy);
+        call.given = Some(requests);
+        let answer = self.pipeline.run(&mut call, ALL).await;
+        // The caller's name, copied only into a rejection.
+        admit(
+            || Name::copied(name),
+            targets,
+            answer,
+            policy,
+            |_| Name::copied(name),
+        )
+    }
+
+    /// [`Limiter::check`] while the allow list holds an entry: the targets
+    /// of allow-listed keys are left out.
+    #[cold]
+    #[inline(never)]
+    async fn check_listed(
+        &self,
+        name: &str,
+        requests: &[Request<'_>],
+        given: &[Target<'_>],
+        policy: Option<FailurePolicy>,
+    ) -> Result<Admission, Rejection> {
+        let targets: SmallVec<[Target<'_>; 4]> = given
+            .iter()
+            .filter(|t| {
                 t.key
                     .identity
                     .with_text(|id| self.registry.listed(ListKind::Allow, name, id))
                     .is_none()
-            });
-            allow_listed = before > 0 && targets.is_empty();
-        }
+            })
+            .copied()
+            .collect();
         let policy = self.policy_for(name, policy);
         let mut call = Call::new(Op::Acquire, &targets, name, policy);
-        call.allow_listed = allow_listed;
+        call.allow_listed = !given.is_empty() && targets.is_empty();
         call.given = (targets.len() == requests.len()).then_some(requests);
         let answer = self.pipeline.run(&mut call, ALL).await;
-        let owned = || Cow::Owned(name.to_owned());
-        admit(owned, &targets, answer, policy, |_| owned())
+        admit(
+            || Name::copied(name),
+            &targets,
+            answer,
+            policy,
+            |_| Name::copied(name),
+        )
     }
 
     /// Decides one limit for one key, consuming `cost` units when allowed.
@@ -993,11 +1045,7 @@ impl Limiter {
 
     /// The policy applied to `name`: runtime override, else `given`, else the default.
     pub fn policy_for(&self, name: &str, given: Option<FailurePolicy>) -> FailurePolicy {
-        self.registry
-            .get(name)
-            .policy
-            .or(given)
-            .unwrap_or(self.policy)
+        self.registry.policy(name).or(given).unwrap_or(self.policy)
     }
 
     /// Puts `name` (a function's or a group's limit name) in shadow mode:
@@ -1250,18 +1298,24 @@ fn named_targets<'a>(
 ) -> SmallVec<[Target<'a>; 4]> {
     requests
         .iter()
-        .map(|r| {
-            let key = KeyRef::of(r.key);
-            Target {
-                name: name.unwrap_or_else(|| scope_of(key.head)),
-                key,
-                limit: r.limit,
-                cost: r.cost,
-                slot: None,
-                lease: r.holder,
-            }
+        .map(|r| match name {
+            Some(name) => target_of(r, name),
+            None => target_of(r, scope_of(r.key.head())),
         })
         .collect()
+}
+
+/// The target of `request`, named `name`.
+#[inline(always)]
+fn target_of<'a>(request: &'a Request<'a>, name: &'a str) -> Target<'a> {
+    Target {
+        name,
+        key: KeyRef::of(request.key),
+        limit: request.limit,
+        cost: request.cost,
+        slot: None,
+        lease: request.holder,
+    }
 }
 
 /// The (escaped) scope of a key head `prefix:{scope:`.
@@ -1272,12 +1326,12 @@ fn scope_of(head: &str) -> &str {
 
 /// An acquire's answer as an admission or a rejection; `name_of(i)` names
 /// target `i`'s group (the name a rejection carries).
-fn admit(
-    name: impl Fn() -> Cow<'static, str>,
+fn admit<N: Into<Name>, M: Into<Name>>(
+    name: impl Fn() -> N,
     targets: &[Target<'_>],
     answer: Answer,
     policy: FailurePolicy,
-    name_of: impl Fn(usize) -> Cow<'static, str>,
+    name_of: impl Fn(usize) -> M,
 ) -> Result<Admission, Rejection> {
     match answer {
         Answer::Decided { decisions, source } if decisions.allowed() => Ok(match source {
@@ -1309,14 +1363,14 @@ fn admit(
             index, decision, ..
         } => Err(limited(targets, index, decision, None, &name_of)),
         Answer::Shadowed { decisions, .. } => Ok(Admission::Shadowed(decisions)),
-        Answer::Denied { index, until } => Err(Rejection::denied(name_of(index), until)),
+        Answer::Denied { index, until } => Err(Rejection::denied_as(name_of(index).into(), until)),
         Answer::AllowListed => Ok(Admission::AllowListed),
         Answer::FailedOpen(_) => Ok(Admission::FailedOpen),
         Answer::Unavailable(error) | Answer::Failed(error) => {
-            Err(Rejection::unavailable(name(), error))
+            Err(Rejection::unavailable_as(name().into(), error))
         }
-        Answer::Applied { .. } => Err(Rejection::unavailable(
-            name(),
+        Answer::Applied { .. } => Err(Rejection::unavailable_as(
+            name().into(),
             Error::Backend(crate::BackendError::protocol("no decision for an acquire")),
         )),
     }
@@ -1324,20 +1378,20 @@ fn admit(
 
 /// The rejection of a call refused by target `index` (under the in-process
 /// fallback's `share` of its limit, when it decided).
-fn limited(
+fn limited<N: Into<Name>>(
     targets: &[Target<'_>],
     index: usize,
     decision: Decision,
     share: Option<std::num::NonZeroU64>,
-    name_of: &impl Fn(usize) -> Cow<'static, str>,
+    name_of: &impl Fn(usize) -> N,
 ) -> Rejection {
     let Some(target) = targets.get(index) else {
         let error = LimitError::BadCall("a refusal of no limit".into());
-        return Rejection::unavailable(name_of(index), Error::Limit(error));
+        return Rejection::unavailable_as(name_of(index).into(), Error::Limit(error));
     };
     let limit = match share {
         Some(share) => crate::layer::failure::local_share(target.limit, share),
         None => *target.limit,
     };
-    Rejection::limited(name_of(index), decision, limit)
+    Rejection::limited_as(name_of(index).into(), decision, limit)
 }

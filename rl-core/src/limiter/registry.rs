@@ -94,6 +94,16 @@ impl Registry {
         self.names.read().get(name).cloned().unwrap_or_default()
     }
 
+    /// The runtime failure policy of `name` (what [`Registry::get`] would
+    /// say of it, without copying the rest of its settings).
+    #[inline]
+    pub(crate) fn policy(&self, name: &str) -> Option<FailurePolicy> {
+        if self.generation() == 0 {
+            return None;
+        }
+        self.names.read().get(name).and_then(|s| s.policy)
+    }
+
     /// The runtime limits of `name`.
     pub(crate) fn limits(&self, name: &str) -> Option<Arc<[Limit]>> {
         if self.generation() == 0 {

@@ -45,26 +45,94 @@ pub enum RejectionReason {
 /// assert_eq!(rejection.retry_after(), Some(std::time::Duration::from_millis(1500)));
 /// assert_eq!(rejection.to_string(), "rate limited by `send_sms`: retry after 1.5s");
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Rejection {
-    name: Cow<'static, str>,
+    name: Name,
     /// Boxed: keeps `Result<_, Rejection>` small on the allowed path.
     reason: Box<RejectionReason>,
+}
+
+impl fmt::Debug for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rejection")
+            .field("name", &self.name())
+            .field("reason", &self.reason)
+            .finish()
+    }
+}
+
+/// Bytes of a name a rejection holds in place (no allocation).
+const INLINE_NAME: usize = 28;
+
+/// A rejection's name: given (`'static`, or owned), or a copy of a short
+/// borrowed name held in place, so a refusal named by the caller's `&str`
+/// (e.g. [`crate::Limiter::check`]) allocates no string.
+#[derive(Clone)]
+pub(crate) enum Name {
+    Given(Cow<'static, str>),
+    Inline(arrayvec::ArrayString<INLINE_NAME>),
+}
+
+impl Name {
+    /// `name`, copied: in place when short, else into a `String`.
+    #[inline]
+    pub(crate) fn copied(name: &str) -> Self {
+        match arrayvec::ArrayString::from(name) {
+            Ok(inline) => Name::Inline(inline),
+            Err(_) => Name::Given(Cow::Owned(name.to_owned())),
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            Name::Given(name) => name,
+            Name::Inline(name) => name,
+        }
+    }
+}
+
+impl From<&Cow<'static, str>> for Name {
+    /// A `'static` name as it is, an owned one copied (in place when short).
+    #[inline]
+    fn from(name: &Cow<'static, str>) -> Self {
+        match name {
+            Cow::Borrowed(name) => Name::Given(Cow::Borrowed(name)),
+            Cow::Owned(name) => Name::copied(name),
+        }
+    }
+}
+
+impl From<Cow<'static, str>> for Name {
+    #[inline]
+    fn from(name: Cow<'static, str>) -> Self {
+        Name::Given(name)
+    }
 }
 
 impl Rejection {
     /// A rejection for being over `limit`.
     pub fn limited(name: impl Into<Cow<'static, str>>, decision: Decision, limit: Limit) -> Self {
+        Self::limited_as(Name::Given(name.into()), decision, limit)
+    }
+
+    /// [`Rejection::limited`] with a crate-made [`Name`].
+    #[inline]
+    pub(crate) fn limited_as(name: Name, decision: Decision, limit: Limit) -> Self {
         Self {
-            name: name.into(),
+            name,
             reason: Box::new(RejectionReason::Limited { decision, limit }),
         }
     }
 
     /// A rejection because the limiter could not decide.
     pub fn unavailable(name: impl Into<Cow<'static, str>>, error: Error) -> Self {
+        Self::unavailable_as(Name::Given(name.into()), error)
+    }
+
+    /// [`Rejection::unavailable`] with a crate-made [`Name`].
+    pub(crate) fn unavailable_as(name: Name, error: Error) -> Self {
         Self {
-            name: name.into(),
+            name,
             reason: Box::new(RejectionReason::Unavailable(error)),
         }
     }
@@ -74,15 +142,20 @@ impl Rejection {
         name: impl Into<Cow<'static, str>>,
         until: Option<std::time::SystemTime>,
     ) -> Self {
+        Self::denied_as(Name::Given(name.into()), until)
+    }
+
+    /// [`Rejection::denied`] with a crate-made [`Name`].
+    pub(crate) fn denied_as(name: Name, until: Option<std::time::SystemTime>) -> Self {
         Self {
-            name: name.into(),
+            name,
             reason: Box::new(RejectionReason::Denied { until }),
         }
     }
 
     /// The name of the limit (by default `module::function`).
     pub fn name(&self) -> &str {
-        &self.name
+        self.name.as_str()
     }
 
     /// Why the call was refused.
@@ -150,7 +223,7 @@ impl fmt::Display for Rejection {
                 write!(
                     f,
                     "too many calls in flight for `{}` (at most {})",
-                    self.name,
+                    self.name(),
                     limit.threshold()
                 )
             }
@@ -158,14 +231,15 @@ impl fmt::Display for Rejection {
                 write!(
                     f,
                     "rate limited by `{}`: retry after {:?}",
-                    self.name, decision.retry_after
+                    self.name(),
+                    decision.retry_after
                 )
             }
             RejectionReason::Unavailable(error) => {
-                write!(f, "rate limiter for `{}` unavailable: {error}", self.name)
+                write!(f, "rate limiter for `{}` unavailable: {error}", self.name())
             }
             RejectionReason::Denied { .. } => {
-                write!(f, "denied by the deny list of `{}`", self.name)
+                write!(f, "denied by the deny list of `{}`", self.name())
             }
         }
     }
@@ -176,6 +250,25 @@ impl std::error::Error for Rejection {
         match &*self.reason {
             RejectionReason::Unavailable(error) => Some(error),
             _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copied_name_reads_back_whole_whether_held_in_place_or_not() {
+        let long = "a::name::longer::than::what::a::rejection::holds::in::place";
+        for name in ["", "sms", "é€", &"x".repeat(INLINE_NAME), long] {
+            let rejection = Rejection::denied_as(Name::copied(name), None);
+            assert_eq!(rejection.name(), name);
+            assert_eq!(
+                rejection.to_string(),
+                format!("denied by the deny list of `{name}`")
+            );
+            assert!(format!("{rejection:?}").contains(&format!("name: {name:?}")));
         }
     }
 }

@@ -163,8 +163,13 @@ pub(crate) fn validate(op: Op<'_>, targets: &[Target<'_>]) -> Result<(), LimitEr
                 a.limit
             )));
         }
+        // (A lone target names no state twice: nothing to compare.)
+        let rest = &targets[i + 1..];
+        if rest.is_empty() {
+            break;
+        }
         let id = a.limit.state_id();
-        if let Some(b) = targets[i + 1..]
+        if let Some(b) = rest
             .iter()
             .find(|b| b.limit.state_id() == id && b.key == a.key)
         {
