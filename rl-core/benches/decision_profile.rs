@@ -22,40 +22,12 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use rl_core::{
-    Backend, BackendError, BoxFuture, Decisions, Key, Limit, Limiter, MemoryBackend, Rejection,
-    Request, rate_limit,
-};
+use rl_core::{Key, Limit, Limiter, MemoryBackend, Rejection, Request, rate_limit};
 
-/// A remote backend in all but name: the memory backend behind the trait,
-/// so the limiter takes its remote path (breaker, publishing, deny cache).
-#[derive(Debug, Default)]
-struct Remote(MemoryBackend);
+#[path = "support/remote.rs"]
+mod remote;
 
-impl Backend for Remote {
-    fn acquire<'a>(
-        &'a self,
-        requests: &'a [Request<'a>],
-    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
-        self.0.acquire(requests)
-    }
-    fn peek<'a>(
-        &'a self,
-        requests: &'a [Request<'a>],
-    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
-        self.0.peek(requests)
-    }
-    fn refund<'a>(
-        &'a self,
-        requests: &'a [Request<'a>],
-        at_micros: u64,
-    ) -> BoxFuture<'a, Result<(), BackendError>> {
-        self.0.refund(requests, at_micros)
-    }
-    fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>> {
-        self.0.reset(requests)
-    }
-}
+use remote::Remote;
 
 const KINDS: [&str; 8] = [
     "backend",

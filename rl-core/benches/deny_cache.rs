@@ -6,38 +6,12 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use rl_core::{
-    Backend, BackendError, BoxFuture, Decisions, Limit, Limiter, MemoryBackend, Request,
-};
+use rl_core::{Limit, Limiter, Request};
 
-/// The memory backend behind the trait: the limiter takes its remote path.
-#[derive(Debug, Default)]
-struct Remote(MemoryBackend);
+#[path = "support/remote.rs"]
+mod remote;
 
-impl Backend for Remote {
-    fn acquire<'a>(
-        &'a self,
-        requests: &'a [Request<'a>],
-    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
-        self.0.acquire(requests)
-    }
-    fn peek<'a>(
-        &'a self,
-        requests: &'a [Request<'a>],
-    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
-        self.0.peek(requests)
-    }
-    fn refund<'a>(
-        &'a self,
-        requests: &'a [Request<'a>],
-        at_micros: u64,
-    ) -> BoxFuture<'a, Result<(), BackendError>> {
-        self.0.refund(requests, at_micros)
-    }
-    fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>> {
-        self.0.reset(requests)
-    }
-}
+use remote::Remote;
 
 fn refusals(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread()

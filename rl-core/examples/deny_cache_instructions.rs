@@ -23,39 +23,12 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use rl_core::{
-    Backend, BackendError, BoxFuture, CallSpec, Decisions, GroupSpec, Limit, Limiter,
-    MemoryBackend, Part, Request,
-};
+use rl_core::{CallSpec, GroupSpec, Limit, Limiter, Part, Request};
 
-/// The memory backend behind the trait: the limiter takes its remote path.
-#[derive(Debug, Default)]
-struct Remote(MemoryBackend);
+#[path = "../benches/support/remote.rs"]
+mod remote;
 
-impl Backend for Remote {
-    fn acquire<'a>(
-        &'a self,
-        requests: &'a [Request<'a>],
-    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
-        self.0.acquire(requests)
-    }
-    fn peek<'a>(
-        &'a self,
-        requests: &'a [Request<'a>],
-    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
-        self.0.peek(requests)
-    }
-    fn refund<'a>(
-        &'a self,
-        requests: &'a [Request<'a>],
-        at_micros: u64,
-    ) -> BoxFuture<'a, Result<(), BackendError>> {
-        self.0.refund(requests, at_micros)
-    }
-    fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>> {
-        self.0.reset(requests)
-    }
-}
+use remote::Remote;
 
 /// Polls a future that completes without suspending.
 fn now<F: Future>(future: F) -> F::Output {
