@@ -56,7 +56,8 @@ end
 -- The algorithms whose state is one string (fixed window, buckets, GCRA)
 -- decide with their decide_at, straight from the arguments: no request
 -- table. The hottest path, so written for the Lua VM: the clock is read
--- here, written out (a Lua call costs about as much), and numbers are
+-- here, written out rather than through `clock` (a Lua call costs about
+-- as much); the others, and refunds, call `clock`. Numbers are
 -- converted from their text by arithmetic (`x + 0`, `time[1] * 1000000`):
 -- `tonumber` is a global looked up, a C call, and converts its text twice,
 -- together about as much as the whole GET.
@@ -78,12 +79,7 @@ local function single_decide(M, code, commit)
       else
         now = now + 0
       end
-      local extra = args[at_ttl]
-      if extra then
-        EXTRA_TTL_MS = extra + 0
-      else
-        EXTRA_TTL_MS = 0
-      end
+      EXTRA_TTL_MS = (args[at_ttl] or 0) + 0
       local key = keys[1]
       local b
       if third then
@@ -104,19 +100,8 @@ local function single_decide(M, code, commit)
     if n < at_cost or n > at_ttl then
       return malformed(args)
     end
-    local now = args[at_time]
-    if now == nil or now == 's' then
-      local time = redis.call('TIME')
-      now = time[1] * 1000000 + time[2]
-    else
-      now = now + 0
-    end
-    local extra = args[at_ttl]
-    if extra then
-      EXTRA_TTL_MS = extra + 0
-    else
-      EXTRA_TTL_MS = 0
-    end
+    local now = clock(args[at_time] or 's')
+    EXTRA_TTL_MS = (args[at_ttl] or 0) + 0
     local allowed, limit, remaining, retry_after, reset_after = decide(single_request(r, third, keys, args), now, commit)
     if remaining < 0 then
       remaining = 0
