@@ -19,7 +19,7 @@ use crate::limiter::lists::ListKind;
 use crate::limiter::registry::Registry;
 use crate::limiter::tier::TierSet;
 use crate::model::error::LimitError;
-use crate::model::key::{self, Identity};
+use crate::model::key::{self, Identity, IdentityRef};
 use crate::model::limit::Limit;
 use crate::model::policy::FailurePolicy;
 use crate::store::Store;
@@ -42,6 +42,31 @@ pub(crate) struct Group {
     pub(crate) slots: Box<[Option<Slot>]>,
     /// A tiered group's tiers (its own `limits` are then empty).
     pub(crate) tiers: Option<Box<TierSet>>,
+}
+
+impl Group {
+    /// This group's target for `identity` under `limit` (one of its
+    /// limits, with its `slot`).
+    #[inline(always)]
+    fn target<'a>(
+        &'a self,
+        identity: IdentityRef<'a>,
+        limit: &'a Limit,
+        slot: Option<Slot>,
+    ) -> Target<'a> {
+        Target {
+            name: &self.name,
+            key: KeyRef {
+                head: &self.head,
+                identity,
+            },
+            limit,
+            // An in-flight slot is one per call, whatever the cost.
+            cost: if limit.is_in_flight() { 1 } else { self.cost },
+            slot,
+            lease: 0,
+        }
+    }
 }
 
 /// A spec resolved against one limiter at one registry generation.
@@ -158,17 +183,7 @@ impl Resolved {
         let ([limit], [slot]) = (&*group.limits, &*group.slots) else {
             return None;
         };
-        Some(Target {
-            name: &group.name,
-            key: KeyRef {
-                head: &group.head,
-                identity: identity.as_ref(),
-            },
-            limit,
-            cost: group.cost,
-            slot: *slot,
-            lease: 0,
-        })
+        Some(group.target(identity.as_ref(), limit, *slot))
     }
 
     /// The targets of a call whose group `i` has identity `identities[i]`,
@@ -193,18 +208,7 @@ impl Resolved {
             && let ([limit], [slot]) = (&*group.limits, &*group.slots)
         {
             if keep(0, group) {
-                targets.push(Target {
-                    name: &group.name,
-                    key: KeyRef {
-                        head: &group.head,
-                        identity: identity.as_ref(),
-                    },
-                    limit,
-                    // An in-flight slot is one per call, whatever the cost.
-                    cost: if limit.is_in_flight() { 1 } else { group.cost },
-                    slot: *slot,
-                    lease: 0,
-                });
+                targets.push(group.target(identity.as_ref(), limit, *slot));
             }
             return;
         }
@@ -212,21 +216,9 @@ impl Resolved {
             if !keep(index, group) {
                 continue;
             }
-            let name: &str = &group.name;
-            let key = KeyRef {
-                head: &group.head,
-                identity: identity.as_ref(),
-            };
+            let identity = identity.as_ref();
             for (limit, slot) in group.limits.iter().zip(&*group.slots) {
-                targets.push(Target {
-                    name,
-                    key,
-                    limit,
-                    // An in-flight slot is one per call, whatever the cost.
-                    cost: if limit.is_in_flight() { 1 } else { group.cost },
-                    slot: *slot,
-                    lease: 0,
-                });
+                targets.push(group.target(identity, limit, *slot));
             }
         }
     }
