@@ -452,13 +452,20 @@ impl ClientIp {
     /// trusted proxies (keyed under the default [`IpPrefix`]).
     pub fn resolve(peer: IpAddr, headers: &HeaderMap, trusted: Option<&TrustedProxies>) -> Self {
         let peer = peer.to_canonical();
-        let Some(trusted) = trusted.filter(|t| t.contains(peer)) else {
+        match trusted {
+            Some(trusted) if trusted.contains(peer) => Self::forwarded(peer, headers, trusted),
             // Already canonical.
-            return Self {
+            _ => Self {
                 ip: peer,
                 prefix: IpPrefix::DEFAULT,
-            };
-        };
+            },
+        }
+    }
+
+    /// The client of a request from trusted proxy `peer`: the right-most
+    /// `X-Forwarded-For` hop that is not trusted.
+    #[inline(never)]
+    fn forwarded(peer: IpAddr, headers: &HeaderMap, trusted: &TrustedProxies) -> Self {
         // Right to left over every `X-Forwarded-For` line, without collecting.
         let hops = headers
             .get_all("x-forwarded-for")

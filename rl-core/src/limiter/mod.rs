@@ -455,6 +455,20 @@ impl Limiter {
         resolved: &Arc<Resolved>,
         identity: &Identity,
     ) -> Option<Result<Decision, Rejection>> {
+        self.decide_direct_with(spec, resolved, identity, |decision, _| *decision)
+    }
+
+    /// [`Limiter::decide_direct`], with an admission handed to `admitted`
+    /// (with its limit) where it is made: a caller that keeps only part of
+    /// it (the tower layer) moves neither the decision nor the limit.
+    #[inline(always)]
+    fn decide_direct_with<T>(
+        &self,
+        spec: &CallSpec,
+        resolved: &Arc<Resolved>,
+        identity: &Identity,
+        admitted: impl FnOnce(&Decision, &Limit) -> T,
+    ) -> Option<Result<T, Rejection>> {
         let (crate::store::Store::Memory(memory), Some(target)) =
             (&self.pipeline.store, resolved.direct_target(identity))
         else {
@@ -463,7 +477,7 @@ impl Limiter {
         let decision = memory.acquire_target(&target);
         if decision.allowed {
             crate::layer::counters::count(&resolved.counters.allowed);
-            return Some(Ok(decision));
+            return Some(Ok(admitted(&decision, target.limit)));
         }
         Some(Err(self.refused_direct(spec, resolved, target, decision)))
     }
@@ -511,27 +525,32 @@ impl Limiter {
     }
 
     /// On the memory store, a call of `spec` on one key that takes the
-    /// direct lane ([`Resolved::direct`]), decided now: the store's
-    /// decision and the limit it applied, or the rejection. `None` for any
-    /// other call (decide it with [`Limiter::call_parts_now`]).
+    /// direct lane ([`Resolved::direct`]), decided now: what `admitted`
+    /// makes of an admission (the store's decision and the limit it
+    /// applied), or what `refused` makes of the rejection, made where they
+    /// are. `None` for any other call (decide it with
+    /// [`Limiter::call_parts_now`]).
     #[cfg(feature = "tower")]
     #[inline]
-    pub(crate) fn decide_direct_part(
+    pub(crate) fn decide_direct_part<T>(
         &self,
         spec: &CallSpec,
         part: Part<'_>,
-    ) -> Option<Result<(Decision, Limit), Rejection>> {
+        admitted: impl FnOnce(&Decision, &Limit) -> T,
+        refused: impl FnOnce(Rejection) -> T,
+    ) -> Option<T> {
         if spec.waits() || self.pipeline.store.is_remote() {
             return None;
         }
         let identity = Identity::of(part);
         resolve::with(self, spec, |resolved| {
-            let limit = *resolved.groups.first()?.limits.first()?;
             if !resolved.direct {
                 return None;
             }
-            let decided = self.decide_direct(spec, resolved, &identity)?;
-            Some(decided.map(|decision| (decision, limit)))
+            match self.decide_direct_with(spec, resolved, &identity, admitted)? {
+                Ok(admitted) => Some(admitted),
+                Err(rejection) => Some(refused(rejection)),
+            }
         })
     }
 

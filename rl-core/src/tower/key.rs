@@ -320,12 +320,18 @@ pub(crate) struct Client(Option<Option<IpAddr>>);
 
 impl Client {
     fn ip(&mut self, head: Head<'_>, trusted: Option<&TrustedProxies>) -> Option<IpAddr> {
-        *self.0.get_or_insert_with(|| {
-            let peer = peer(head.extensions)?;
-            let trusted = trusted.or_else(|| head.extensions.get::<TrustedProxies>());
-            Some(ClientIp::resolve(peer, head.headers, trusted).ip())
-        })
+        *self.0.get_or_insert_with(|| client_address(head, trusted))
     }
+}
+
+/// The client address of a request by the rules of [`ClientIp`], trusting
+/// `trusted`, else the request's [`TrustedProxies`] extension; `None` when
+/// the server gives no peer address.
+#[inline]
+pub(crate) fn client_address(head: Head<'_>, trusted: Option<&TrustedProxies>) -> Option<IpAddr> {
+    let peer = peer(head.extensions)?;
+    let trusted = trusted.or_else(|| head.extensions.get::<TrustedProxies>());
+    Some(ClientIp::resolve(peer, head.headers, trusted).ip())
 }
 
 /// The socket peer, as the server put it in the request's extensions.
@@ -356,22 +362,35 @@ pub(crate) fn extract<'p>(
             let Some(ip) = client.ip(head, trusted) else {
                 return Err(no_client_address());
             };
-            let prefix = prefix
-                .or_else(|| head.extensions.get::<IpPrefix>().copied())
-                .unwrap_or_default();
-            let key = prefix.key(ip);
-            Ok(match key.network() {
-                // Keyed as its `Display` form would be, without rendering.
-                IpAddr::V4(_) if key.prefix_len() == 32 => Extracted::Address(key.network()),
-                _ => Extracted::Ip(key.render()),
-            })
+            Ok(client_ip(*prefix, head, ip))
         }
         _ => extract_other(source, group, head, params),
     }
 }
 
+/// The key of a request from client address `ip`: its network under
+/// `prefix`, else under the request's [`IpPrefix`] extension, else the
+/// default.
+#[inline]
+pub(crate) fn client_ip(
+    prefix: Option<IpPrefix>,
+    head: Head<'_>,
+    ip: IpAddr,
+) -> Extracted<'static> {
+    let prefix = prefix
+        .or_else(|| head.extensions.get::<IpPrefix>().copied())
+        .unwrap_or_default();
+    let key = prefix.key(ip);
+    match key.network() {
+        // Keyed as its `Display` form would be, without rendering.
+        IpAddr::V4(_) if key.prefix_len() == 32 => Extracted::Address(key.network()),
+        _ => Extracted::Ip(key.render()),
+    }
+}
+
+/// Why a request from a server that gives no client address has no key.
 #[cold]
-fn no_client_address() -> Problem {
+pub(crate) fn no_client_address() -> Problem {
     Problem::server(
         "no client address for the rate limit: serve the router with \
          into_make_service_with_connect_info::<SocketAddr>()"

@@ -50,6 +50,8 @@
 mod key;
 mod response;
 mod service;
+#[cfg(test)]
+mod tests;
 
 pub use key::KeyFrom;
 pub use service::{

@@ -15,7 +15,7 @@ use http::{HeaderMap, HeaderValue, Request, Response};
 use pin_project_lite::pin_project;
 use smallvec::SmallVec;
 
-use super::key::{self, Client, Extracted, Head, KeyFrom, Keys, PathParams, Problem};
+use super::key::{self, Client, Extracted, Head, KeyFrom, Keys, PathParams, Problem, Source};
 use super::response;
 use crate::http::{RATELIMIT, RATELIMIT_POLICY, TrustedProxies};
 use crate::limiter::Limiter;
@@ -533,7 +533,6 @@ type Fields = (HeaderValue, HeaderValue);
 /// future: the fields to add and the in-flight slots to give back. Boxed,
 /// and absent when there is neither, so the response future (moved
 /// several times through a router) stays as small as the service's.
-#[derive(Default)]
 struct Extras {
     fields: Option<Fields>,
     in_flight: Option<InFlight>,
@@ -547,6 +546,31 @@ impl Extras {
         }
         Some(Box::new(Self { fields, in_flight }))
     }
+
+    /// Gives back the slots of an admitted request whose response is
+    /// ready, and adds the fields to the response unless it has its own.
+    fn finish(self, response: &mut Response<Body>) {
+        let Self { fields, in_flight } = self;
+        drop(in_flight);
+        if let Some((policy, current)) = fields {
+            let headers = response.headers_mut();
+            if let http::header::Entry::Vacant(vacant) = headers.entry(RATELIMIT) {
+                vacant.insert(current);
+                headers.insert(RATELIMIT_POLICY, policy);
+            }
+        }
+    }
+
+    /// [`Extras::boxed`] without in-flight slots.
+    #[inline]
+    fn fields(fields: Option<Fields>) -> Option<Box<Self>> {
+        fields.map(|fields| {
+            Box::new(Self {
+                fields: Some(fields),
+                in_flight: None,
+            })
+        })
+    }
 }
 
 /// A request's fate.
@@ -554,8 +578,15 @@ enum Verdict {
     /// Admitted, with the fields to add to its response and the in-flight
     /// slots it holds until its response is ready, if any.
     Admit(Option<Box<Extras>>),
-    /// Answered without the service.
-    Answer(Response<Body>),
+    /// Answered without the service (boxed: a verdict moves through the
+    /// deciding calls, and an admission is the common case).
+    Answer(Box<Response<Body>>),
+}
+
+impl Verdict {
+    fn answer(response: Response<Body>) -> Self {
+        Self::Answer(Box::new(response))
+    }
 }
 
 /// The deciding half of a request on a remote store.
@@ -573,28 +604,20 @@ impl Shared {
     ) -> Option<Verdict> {
         // One untiered key (the common case): no vectors.
         if let (false, [from], [group]) = (self.tiered, &*self.keys, self.spec.groups()) {
+            // The client's address (the commonest key), made here: only the
+            // address moves, not a key that could have been text.
+            if let Source::ClientIp(prefix) = &from.source {
+                let Some(ip) = key::client_address(head, self.trusted.as_ref()) else {
+                    return Some(self.no_client(group.name(), head.headers));
+                };
+                let key = key::client_ip(*prefix, head, ip);
+                return self.decide_one(limiter, group, key.part(), head.headers);
+            }
             let key = match self.key(from, group.name(), head, params, &mut Client::default()) {
                 Ok(key) => key,
                 Err(problem) => return Some(self.no_key(&problem, head.headers)),
             };
-            // One rate limit with nothing around it: no permit to make.
-            if let Some(decided) = limiter.decide_direct_part(&self.spec, key.part()) {
-                return Some(match decided {
-                    Ok((decision, limit)) => {
-                        let fields = if self.headers {
-                            kept_fields(self.id, 0, group.name(), &decision, &limit)
-                        } else {
-                            None
-                        };
-                        Verdict::Admit(Extras::boxed(fields, None))
-                    }
-                    Err(rejection) => self.refused(rejection, head.headers),
-                });
-            }
-            // The verdict is made where the permit is (not moved out first).
-            return limiter.call_parts_now(&self.spec, &[key.part()], |decided| {
-                self.verdict(decided, head.headers)
-            });
+            return self.decide_one(limiter, group, key.part(), head.headers);
         }
         let mut keys = Keys::new();
         if let Err(problem) = self.keys(head, params, &mut keys) {
@@ -602,6 +625,40 @@ impl Shared {
         }
         let decided = self.call(limiter, head, &keys).now()?;
         Some(self.verdict(decided, head.headers))
+    }
+
+    /// Decides the call of a request (with these headers) on its one key,
+    /// untiered: on the direct lane when the call takes it (no permit to
+    /// make; the verdict is made where the admission is), else with a
+    /// permit.
+    #[inline(always)]
+    fn decide_one(
+        &self,
+        limiter: &Limiter,
+        group: &GroupSpec,
+        part: Part<'_>,
+        headers: &HeaderMap,
+    ) -> Option<Verdict> {
+        let admitted = |decision: &Decision, limit: &Limit| {
+            if !self.headers {
+                return Verdict::Admit(None);
+            }
+            Verdict::Admit(Extras::fields(kept_fields(
+                self.id,
+                0,
+                group.name(),
+                decision,
+                limit,
+            )))
+        };
+        let refused = |rejection| self.refused(rejection, headers);
+        if let Some(verdict) = limiter.decide_direct_part(&self.spec, part, admitted, refused) {
+            return Some(verdict);
+        }
+        // The verdict is made where the permit is (not moved out first).
+        limiter.call_parts_now(&self.spec, &[part], |decided| {
+            self.verdict(decided, headers)
+        })
     }
 
     /// The call of a request with this head and these keys (and its tiers).
@@ -628,7 +685,7 @@ impl Shared {
             Ok(limiter) => limiter,
             Err(rejection) => {
                 let grpc = response::is_grpc(&parts.headers);
-                return (Verdict::Answer(response::refused(rejection, grpc)), parts);
+                return (Verdict::answer(response::refused(rejection, grpc)), parts);
             }
         };
         let params: PathParams = if self.params {
@@ -704,12 +761,22 @@ impl Shared {
         key
     }
 
+    /// The verdict on a request (with these headers) whose client address
+    /// the server did not give (logged: the server is at fault).
+    #[cold]
+    #[inline(never)]
+    fn no_client(&self, group: &str, headers: &HeaderMap) -> Verdict {
+        let problem = key::no_client_address();
+        misconfigured(group, &problem);
+        self.no_key(&problem, headers)
+    }
+
     /// The verdict on a request (with these headers) without a key.
     fn no_key(&self, problem: &Problem, headers: &HeaderMap) -> Verdict {
         match self.missing {
             MissingKey::Allow => Verdict::Admit(None),
             MissingKey::Reject => {
-                Verdict::Answer(response::no_key(problem, response::is_grpc(headers)))
+                Verdict::answer(response::no_key(problem, response::is_grpc(headers)))
             }
         }
     }
@@ -734,7 +801,7 @@ impl Shared {
     /// The answer to a refused request (with these headers).
     #[inline(never)]
     fn refused(&self, rejection: Rejection, headers: &HeaderMap) -> Verdict {
-        Verdict::Answer(response::refused(rejection, response::is_grpc(headers)))
+        Verdict::answer(response::refused(rejection, response::is_grpc(headers)))
     }
 
     /// The `RateLimit` fields of an admitted call's binding limit: the
@@ -896,7 +963,7 @@ where
             let future = inner.call(Request::from_parts(parts, body));
             Ok(ResponseFuture::admitted(future, extras))
         }
-        Some(Verdict::Answer(response)) => Ok(ResponseFuture::answered(response)),
+        Some(Verdict::Answer(response)) => Ok(ResponseFuture::answered(*response)),
         None => Err(Request::from_parts(parts, body)),
     }
 }
@@ -963,7 +1030,7 @@ where
             .decide_now(limiter, Head::of_request(&request), &None);
         let extras = match verdict {
             Some(Verdict::Admit(extras)) => extras,
-            Some(Verdict::Answer(response)) => return ResponseFuture::answered(response),
+            Some(Verdict::Answer(response)) => return ResponseFuture::answered(*response),
             None => return self.decide_remote(request),
         };
         // Built in place (the service's future is large).
@@ -1052,21 +1119,17 @@ where
                     return Poll::Ready(Ok(response));
                 }
                 StateProj::Admitted { future, extras } => {
-                    let response = ready!(future.poll(cx));
-                    // The response is ready: its slots go back now.
-                    let extras = extras.take().map(|extras| *extras);
-                    let Extras { fields, in_flight } = extras.unwrap_or_default();
-                    drop(in_flight);
-                    let mut response = response?.map(Body::new);
-                    if let Some((policy, current)) = fields {
-                        let headers = response.headers_mut();
-                        // A response with its own fields keeps them.
-                        if let http::header::Entry::Vacant(vacant) = headers.entry(RATELIMIT) {
-                            vacant.insert(current);
-                            headers.insert(RATELIMIT_POLICY, policy);
+                    let output = ready!(future.poll(cx));
+                    // The response is ready: its slots go back now (on an
+                    // error too).
+                    let extras = extras.take();
+                    return Poll::Ready(output.map(|response| {
+                        let mut response = response.map(Body::new);
+                        if let Some(extras) = extras {
+                            (*extras).finish(&mut response);
                         }
-                    }
-                    return Poll::Ready(Ok(response));
+                        response
+                    }));
                 }
                 StateProj::Deciding {
                     decision,
@@ -1080,7 +1143,7 @@ where
                             extras,
                         },
                         (Verdict::Answer(response), _, _) => State::Answered {
-                            response: Some(response),
+                            response: Some(*response),
                         },
                         // Polled again after completion.
                         _ => State::Answered { response: None },
