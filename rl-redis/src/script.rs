@@ -24,6 +24,7 @@ use rl_core::{Algorithm, BackendError, Decision, Decisions, Figures, Request, Re
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 const SINGLE: &str = include_str!("lua/single.lua");
+const REQUESTS: &str = include_str!("lua/requests.lua");
 const BATCH: &str = include_str!("lua/batch.lua");
 const LEASE: &str = include_str!("lua/lease.lua");
 const LIBRARY: &str = include_str!("lua/library.lua");
@@ -223,7 +224,7 @@ fn sha1(text: &str) -> String {
 
 static CODE: LazyLock<Code> = LazyLock::new(|| {
     let algorithms: String = ALGORITHM_SOURCES.iter().map(|(_, s)| *s).collect();
-    let body = [PRELUDE, &algorithms, SINGLE, BATCH].concat();
+    let body = [PRELUDE, &algorithms, SINGLE, REQUESTS, BATCH].concat();
     // The library's name carries a hash of everything it runs, so another
     // version of this crate on the same server has other function names.
     let tag = &sha1(&[body.as_str(), LEASE, LIBRARY].concat())[..12];
@@ -253,7 +254,7 @@ static CODE: LazyLock<Code> = LazyLock::new(|| {
                     "return batch(KEYS, ARGV)\n".to_owned(),
                 ),
                 Entry::Lease => (
-                    [SCRIPT_HEADER, PRELUDE, &algorithms, LEASE].concat(),
+                    [SCRIPT_HEADER, PRELUDE, &algorithms, REQUESTS, LEASE].concat(),
                     "return lease(KEYS, ARGV)\n".to_owned(),
                 ),
             };

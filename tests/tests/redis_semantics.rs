@@ -474,6 +474,78 @@ async fn a_batch_naming_one_state_twice_is_invalid_and_writes_nothing() {
     assert_eq!(keys, 0);
 }
 
+/// Every text in a reply, nested or not.
+fn texts(value: &redis::Value, out: &mut Vec<String>) {
+    match value {
+        redis::Value::BulkString(bytes) => out.push(String::from_utf8_lossy(bytes).into_owned()),
+        redis::Value::SimpleString(text) => out.push(text.clone()),
+        redis::Value::Array(items) | redis::Value::Set(items) => {
+            items.iter().for_each(|item| texts(item, out));
+        }
+        redis::Value::Map(pairs) => pairs.iter().for_each(|(k, v)| {
+            texts(k, out);
+            texts(v, out);
+        }),
+        _ => {}
+    }
+}
+
+#[tokio::test]
+async fn a_batch_or_a_lease_naming_an_unknown_algorithm_is_an_error_and_writes_nothing() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(server.url()).await.expect("connect");
+    // One call, so the library is loaded.
+    let key = Key::new("known", "api", "u1");
+    let known = limit(Algorithm::Gcra, 1, Duration::from_secs(60));
+    backend
+        .acquire(&[Request::new(&key, &known, 1)])
+        .await
+        .expect("a known algorithm");
+    let (): () = server.cmd(&["FLUSHALL"]).await;
+    let list: redis::Value = server.cmd(&["FUNCTION", "LIST"]).await;
+    let mut names = Vec::new();
+    texts(&list, &mut names);
+    let function = |suffix: &str| {
+        names
+            .iter()
+            .find(|name| name.starts_with("rl_") && name.ends_with(suffix))
+            .unwrap_or_else(|| panic!("no `*{suffix}` function in {names:?}"))
+            .clone()
+    };
+    // Header, then one request: algorithm `zz`, threshold, period, burst,
+    // slots, cost (and, for a lease, its three numbers).
+    let batch = function("_batch");
+    let lease = function("_lease");
+    let calls: [(&str, Vec<&str>); 2] = [
+        (
+            &batch,
+            vec![
+                "acquire", "s", "0", "0", "zz", "1", "60000000", "1", "0", "1",
+            ],
+        ),
+        (
+            &lease,
+            vec![
+                "lease", "s", "0", "0", "zz", "1", "60000000", "1", "0", "1", "1", "0", "0",
+            ],
+        ),
+    ];
+    for (function, args) in calls {
+        let mut call = vec!["FCALL", function, "2", "{t}:a", "{t}:b"];
+        call.extend(args);
+        let error = server
+            .try_cmd::<redis::Value>(&call)
+            .await
+            .expect_err("an unknown algorithm");
+        assert!(
+            error.to_string().contains("unknown algorithm zz"),
+            "{function}: {error}"
+        );
+    }
+    let keys: i64 = server.cmd(&["DBSIZE"]).await;
+    assert_eq!(keys, 0);
+}
+
 #[tokio::test]
 async fn sms_limits_over_two_identities_are_one_call_and_all_or_nothing_on_standalone() {
     let server = RedisServer::start();

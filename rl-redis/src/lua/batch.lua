@@ -183,23 +183,9 @@ local function batch(keys, args)
   local next_key = 1
   for i = 1, count do
     local a = BATCH_HEADER + (i - 1) * fields
-    local r = {
-      alg = args[a + 1],
-      t = tonumber(args[a + 2]),
-      p = tonumber(args[a + 3]),
-      b = tonumber(args[a + 4]),
-      slots = tonumber(args[a + 5]),
-      cost = tonumber(args[a + 6]),
-      x = tonumber(args[a + 7]),
-      y = tonumber(args[a + 8]),
-      key = keys[next_key],
-    }
-    if ALG[r.alg] == nil then
-      local loader = LOADERS[r.alg]
-      if loader == nil then
-        return redis.error_reply('ERR rl-redis: unknown algorithm ' .. tostring(r.alg))
-      end
-      ALG[r.alg] = loader()
+    local r, unknown = request_at(args, a, fields, keys[next_key])
+    if r == nil then
+      return unknown
     end
     next_key = next_key + 1
     if r.alg == 'if' then

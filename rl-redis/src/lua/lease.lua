@@ -75,24 +75,9 @@ local function lease(keys, args)
   local next_key = 1
   for i = 1, count do
     local a = LEASE_HEADER + (i - 1) * LEASE_FIELDS
-    local r = {
-      alg = args[a + 1],
-      t = tonumber(args[a + 2]),
-      p = tonumber(args[a + 3]),
-      b = tonumber(args[a + 4]),
-      slots = tonumber(args[a + 5]),
-      cost = tonumber(args[a + 6]),
-      x = tonumber(args[a + 7]),
-      y = tonumber(args[a + 8]),
-      z = tonumber(args[a + 9]),
-      key = keys[next_key],
-    }
-    if ALG[r.alg] == nil then
-      local loader = LOADERS[r.alg]
-      if loader == nil then
-        return redis.error_reply('ERR rl-redis: unknown algorithm ' .. tostring(r.alg))
-      end
-      ALG[r.alg] = loader()
+    local r, unknown = request_at(args, a, LEASE_FIELDS, keys[next_key])
+    if r == nil then
+      return unknown
     end
     next_key = next_key + 1
     if r.alg == 'sl' then
