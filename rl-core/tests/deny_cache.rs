@@ -4,9 +4,8 @@
 //! The backend is the in-memory one behind a counting wrapper, which the
 //! limiter treats as remote (the deny cache is on by default there).
 
-use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -14,6 +13,10 @@ use rl_core::{
     Algorithm, Backend, BackendError, BoxFuture, Decisions, Key, Limit, Limiter, ManualClock,
     MemoryBackend, Rejection, Request, rate_limit,
 };
+
+#[path = "support/ledger.rs"]
+mod ledger;
+use ledger::Ledger;
 
 /// The in-memory backend, counting the calls that reach it.
 #[derive(Debug, Default)]
@@ -268,89 +271,14 @@ async fn shadowed_refusals_are_never_remembered() {
     assert_eq!(calls(&backend), 7, "every shadowed call is decided");
 }
 
-/// Counts `rl_decisions_total` per `outcome/source`.
-#[derive(Default)]
-struct Outcomes(Arc<Mutex<HashMap<String, u64>>>);
-
-struct Tally {
-    outcome: String,
-    counts: Arc<Mutex<HashMap<String, u64>>>,
-}
-
-impl metrics::CounterFn for Tally {
-    fn increment(&self, value: u64) {
-        *self
-            .counts
-            .lock()
-            .unwrap()
-            .entry(self.outcome.clone())
-            .or_default() += value;
-    }
-
-    fn absolute(&self, _value: u64) {}
-}
-
-impl metrics::Recorder for Outcomes {
-    fn describe_counter(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-    fn describe_gauge(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-    fn describe_histogram(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-
-    fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
-        if key.name() != "rl_decisions_total" {
-            return metrics::Counter::noop();
-        }
-        let label = |name: &str| {
-            key.labels()
-                .find(|l| l.key() == name)
-                .map_or_else(String::new, |l| l.value().to_owned())
-        };
-        let outcome = format!("{}/{}", label("outcome"), label("source"));
-        metrics::Counter::from_arc(Arc::new(Tally {
-            outcome,
-            counts: self.0.clone(),
-        }))
-    }
-
-    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
-        metrics::Gauge::noop()
-    }
-
-    fn register_histogram(
-        &self,
-        _: &metrics::Key,
-        _: &metrics::Metadata<'_>,
-    ) -> metrics::Histogram {
-        metrics::Histogram::noop()
-    }
-}
-
 #[test]
 fn every_refusal_is_counted_as_rejected_with_where_it_was_decided_and_memory_limiters_do_not_remember()
  {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let recorder = Outcomes::default();
-    let counts = recorder.0.clone();
-    let _guard = metrics::set_default_local_recorder(&recorder);
+    let ledger = Ledger::default();
+    let _guard = metrics::set_default_local_recorder(&ledger);
     let limit = Limit::per_hour(1).unwrap();
     runtime.block_on(async {
         let (remote, _) = counted(None);
@@ -363,15 +291,25 @@ fn every_refusal_is_counted_as_rejected_with_where_it_was_decided_and_memory_lim
             }
         }
     });
-    let counts = counts.lock().unwrap();
-    assert_eq!(counts.get("allowed/backend"), Some(&2), "{counts:?}");
+    let decisions = ledger.counters("rl_decisions_total");
+    let count = |outcome, source| {
+        ledger.counter(
+            "rl_decisions_total",
+            &[("outcome", outcome), ("source", source)],
+        )
+    };
+    assert_eq!(count("allowed", "backend"), 2, "{decisions:?}");
     assert_eq!(
-        counts.get("rejected/backend"),
-        Some(&(1 + 4)),
-        "the remote limiter's first refusal, and every refusal in memory: {counts:?}"
+        count("rejected", "backend"),
+        1 + 4,
+        "the remote limiter's first refusal, and every refusal in memory: {decisions:?}"
     );
-    assert_eq!(counts.get("rejected/cache"), Some(&3), "{counts:?}");
-    assert_eq!(counts.len(), 3, "no other outcome: {counts:?}");
+    assert_eq!(count("rejected", "cache"), 3, "{decisions:?}");
+    assert_eq!(
+        ledger.counter("rl_decisions_total", &[]),
+        2 + 5 + 3,
+        "no other outcome: {decisions:?}"
+    );
 }
 
 fn limit(algorithm: Algorithm, threshold: u64, period_us: u64) -> Limit {

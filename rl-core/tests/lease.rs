@@ -4,16 +4,18 @@
 //! lease, shadow mode, shutdown, and the `source="lease"` count. The Redis
 //! side is tested in `tests/tests/redis_lease.rs`.
 
-use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use metrics::{Key, Label, Metadata};
 use rl_core::{
     Algorithm, Backend, BackendError, BoxFuture, CallSpec, Counting, Decisions, GroupSpec,
     LeaseReturn, Leased, Limit, Limiter, MemoryBackend, Request,
 };
+
+#[path = "support/ledger.rs"]
+mod ledger;
+use ledger::Ledger;
 
 /// The memory store, counting the calls that reach it.
 #[derive(Debug, Clone, Default)]
@@ -322,87 +324,10 @@ async fn new_limits_for_a_name_give_its_leases_back() {
     panic!("the retired lease was not given back");
 }
 
-/// A metric's name and labels, as `(label, value)` pairs.
-type Labels = Vec<(String, String)>;
-
-/// Counts every counter by its name and labels (and keeps each gauge's
-/// last value).
-#[derive(Default)]
-struct Seen(Arc<Mutex<HashMap<Labels, u64>>>, Gauges);
-
-/// Each gauge's last value, by its name and labels.
-type Gauges = Arc<Mutex<HashMap<Labels, f64>>>;
-
-struct Level(Labels, Gauges);
-
-impl metrics::GaugeFn for Level {
-    fn increment(&self, value: f64) {
-        *self.1.lock().unwrap().entry(self.0.clone()).or_default() += value;
-    }
-    fn decrement(&self, value: f64) {
-        *self.1.lock().unwrap().entry(self.0.clone()).or_default() -= value;
-    }
-    fn set(&self, value: f64) {
-        self.1.lock().unwrap().insert(self.0.clone(), value);
-    }
-}
-
-/// A metric's name followed by its labels.
-fn labels(key: &Key) -> Labels {
-    std::iter::once(("name".to_owned(), key.name().to_owned()))
-        .chain(
-            key.labels()
-                .map(|l: &Label| (l.key().to_owned(), l.value().to_owned())),
-        )
-        .collect()
-}
-
-struct Tally(Labels, Arc<Mutex<HashMap<Labels, u64>>>);
-
-impl metrics::CounterFn for Tally {
-    fn increment(&self, value: u64) {
-        *self.1.lock().unwrap().entry(self.0.clone()).or_default() += value;
-    }
-    fn absolute(&self, _: u64) {}
-}
-
-impl metrics::Recorder for Seen {
-    fn describe_counter(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-    fn describe_gauge(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-    fn describe_histogram(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> metrics::Counter {
-        metrics::Counter::from_arc(Arc::new(Tally(labels(key), self.0.clone())))
-    }
-    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> metrics::Gauge {
-        metrics::Gauge::from_arc(Arc::new(Level(labels(key), self.1.clone())))
-    }
-    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> metrics::Histogram {
-        metrics::Histogram::noop()
-    }
-}
-
 #[test]
 fn decisions_from_leases_are_counted_with_source_lease_and_takes_are_counted() {
-    let seen = Seen::default();
-    metrics::with_local_recorder(&seen, || {
+    let ledger = Ledger::default();
+    metrics::with_local_recorder(&ledger, || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -420,38 +345,24 @@ fn decisions_from_leases_are_counted_with_source_lease_and_takes_are_counted() {
             }
         });
     });
-    let seen = seen.0.lock().unwrap();
-    let count = |labels: &[(&str, &str)]| {
-        seen.iter()
-            .filter(|(k, _)| {
-                labels
-                    .iter()
-                    .all(|(name, value)| k.iter().any(|(n, v)| n == name && v == value))
-            })
-            .map(|(_, n)| *n)
-            .sum::<u64>()
-    };
-    let local = count(&[
-        ("name", "rl_decisions_total"),
-        ("source", "lease"),
-        ("outcome", "allowed"),
-    ]);
-    assert!(local >= 100, "{local} local decisions counted: {seen:?}");
-    assert!(count(&[("name", "rl_decisions_total"), ("source", "backend")]) > 0);
-    assert!(count(&[("name", "rl_lease_takes_total"), ("limit", "api")]) >= 1);
+    let decisions = ledger.counters("rl_decisions_total");
+    let local = ledger.counter(
+        "rl_decisions_total",
+        &[("source", "lease"), ("outcome", "allowed")],
+    );
+    assert!(
+        local >= 100,
+        "{local} local decisions counted: {decisions:?}"
+    );
+    assert!(ledger.counter("rl_decisions_total", &[("source", "backend")]) > 0);
+    assert!(ledger.counter("rl_lease_takes_total", &[("limit", "api")]) >= 1);
 }
 
 #[test]
 fn the_leased_units_gauge_shows_what_a_name_holds_and_drops_to_zero_on_shutdown() {
-    let seen = Seen::default();
-    let gauge = |seen: &Seen| {
-        let key = vec![
-            ("name".to_owned(), "rl_leased_units".to_owned()),
-            ("limit".to_owned(), "api".to_owned()),
-        ];
-        seen.1.lock().unwrap().get(&key).copied()
-    };
-    metrics::with_local_recorder(&seen, || {
+    let ledger = Ledger::default();
+    let gauge = |ledger: &Ledger| ledger.gauge("rl_leased_units", &[("limit", "api")]);
+    metrics::with_local_recorder(&ledger, || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -469,7 +380,7 @@ fn the_leased_units_gauge_shows_what_a_name_holds_and_drops_to_zero_on_shutdown(
             let mut shown = None;
             for _ in 0..1_000 {
                 assert!(limiter.call(&spec, &[&"tenant"]).await.is_ok());
-                shown = gauge(&seen).filter(|&units| units > 0.0);
+                shown = gauge(&ledger).filter(|&units| units > 0.0);
                 if shown.is_some() {
                     break;
                 }
@@ -482,5 +393,5 @@ fn the_leased_units_gauge_shows_what_a_name_holds_and_drops_to_zero_on_shutdown(
             assert_eq!(limiter.leased_units(), 0);
         });
     });
-    assert_eq!(gauge(&seen), Some(0.0));
+    assert_eq!(gauge(&ledger), Some(0.0));
 }

@@ -14,6 +14,10 @@ use rl_core::{
     Reservation,
 };
 
+#[path = "support/ledger.rs"]
+mod ledger;
+use ledger::Ledger;
+
 const T0: u64 = 1_700_000_000_000_000;
 const MS: u64 = 1_000;
 
@@ -332,92 +336,11 @@ proptest! {
 
 // ---- metrics ----
 
-/// Records every counter increment and histogram value, by name and labels.
-#[derive(Default, Clone)]
-struct Recorded(std::sync::Arc<std::sync::Mutex<Vec<(String, f64)>>>);
-
-struct Sample(String, Recorded);
-
-impl metrics::CounterFn for Sample {
-    fn increment(&self, value: u64) {
-        self.1
-            .0
-            .lock()
-            .unwrap()
-            .push((self.0.clone(), value as f64));
-    }
-    fn absolute(&self, _: u64) {}
-}
-
-impl metrics::HistogramFn for Sample {
-    fn record(&self, value: f64) {
-        self.1.0.lock().unwrap().push((self.0.clone(), value));
-    }
-}
-
-impl Recorded {
-    fn named(key: &metrics::Key) -> String {
-        let mut labels: Vec<String> = key
-            .labels()
-            .map(|l| format!("{}={}", l.key(), l.value()))
-            .collect();
-        labels.sort();
-        format!("{}{{{}}}", key.name(), labels.join(","))
-    }
-
-    fn values(&self, name: &str) -> Vec<f64> {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(n, _)| n == name)
-            .map(|(_, v)| *v)
-            .collect()
-    }
-}
-
-impl metrics::Recorder for Recorded {
-    fn describe_counter(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-    fn describe_gauge(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-    fn describe_histogram(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-    fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
-        metrics::Counter::from_arc(std::sync::Arc::new(Sample(Self::named(key), self.clone())))
-    }
-    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
-        metrics::Gauge::noop()
-    }
-    fn register_histogram(
-        &self,
-        key: &metrics::Key,
-        _: &metrics::Metadata<'_>,
-    ) -> metrics::Histogram {
-        metrics::Histogram::from_arc(std::sync::Arc::new(Sample(Self::named(key), self.clone())))
-    }
-}
-
 #[test]
 fn waits_are_recorded_and_a_slot_given_back_is_counted() {
     use rl_core::{CallSpec, GroupSpec, Limiter};
-    let recorded = Recorded::default();
-    let _guard = metrics::set_default_local_recorder(&recorded);
+    let ledger = Ledger::default();
+    let _guard = metrics::set_default_local_recorder(&ledger);
     let clock = ManualClock::new(T0);
     let limiter = Limiter::builder().clock(clock).prefix("m").build().unwrap();
     let spec = CallSpec::owned(
@@ -451,23 +374,26 @@ fn waits_are_recorded_and_a_slot_given_back_is_counted() {
         );
     });
     assert_eq!(
-        recorded.values("rl_wait_seconds{limit=metered}"),
+        ledger.histogram("rl_wait_seconds", &[("limit", "metered")]),
         [0.0, 0.1]
     );
     assert_eq!(
-        recorded.values("rl_operations_total{limit=metered,op=cancel,result=ok}"),
-        [1.0]
-    );
-    assert_eq!(
-        recorded
-            .values("rl_decisions_total{limit=metered,outcome=allowed,source=backend}")
-            .len(),
-        3
-    );
-    assert_eq!(
-        recorded
-            .values("rl_decisions_total{limit=metered,outcome=rejected,source=backend}")
-            .len(),
+        ledger.counter(
+            "rl_operations_total",
+            &[("limit", "metered"), ("op", "cancel"), ("result", "ok")]
+        ),
         1
     );
+    let decisions = |outcome| {
+        ledger.counter(
+            "rl_decisions_total",
+            &[
+                ("limit", "metered"),
+                ("outcome", outcome),
+                ("source", "backend"),
+            ],
+        )
+    };
+    assert_eq!(decisions("allowed"), 3);
+    assert_eq!(decisions("rejected"), 1);
 }

@@ -13,6 +13,11 @@ use rl_core::{Algorithm, CallSpec, GroupSpec, Limit, Limiter};
 use rl_redis::RedisBackend;
 use rl_tests::harness::{RedisCluster, RedisServer};
 
+// The recorder rl-core's own integration tests read metrics with.
+#[path = "../../rl-core/tests/support/ledger.rs"]
+mod ledger;
+use ledger::Ledger;
+
 const CALLERS: usize = 1_000;
 const MAX: u64 = 10;
 
@@ -501,102 +506,13 @@ async fn with_the_macro_on_redis_never_more_than_max_in_flight_of_1000_slow_call
     assert_eq!(left, 0, "every slot was given back");
 }
 
-/// Records counters and gauges as `name{limit}` → value.
-#[derive(Default, Clone)]
-struct Figures(Arc<std::sync::Mutex<std::collections::HashMap<String, f64>>>);
-
-struct Series {
-    name: String,
-    figures: Figures,
-}
-
-impl Series {
-    fn add(&self, value: f64) {
-        *self
-            .figures
-            .0
-            .lock()
-            .unwrap()
-            .entry(self.name.clone())
-            .or_default() += value;
-    }
-}
-
-impl metrics::CounterFn for Series {
-    fn increment(&self, value: u64) {
-        self.add(value as f64);
-    }
-    fn absolute(&self, _: u64) {}
-}
-
-impl metrics::GaugeFn for Series {
-    fn increment(&self, value: f64) {
-        self.add(value);
-    }
-    fn decrement(&self, value: f64) {
-        self.add(-value);
-    }
-    fn set(&self, _: f64) {}
-}
-
-impl Figures {
-    fn series(&self, key: &metrics::Key) -> Arc<Series> {
-        let limit = key
-            .labels()
-            .find(|l| l.key() == "limit")
-            .map_or("", |l| l.value());
-        Arc::new(Series {
-            name: format!("{}{{{limit}}}", key.name()),
-            figures: self.clone(),
-        })
-    }
-
-    fn get(&self, name: &str) -> f64 {
-        self.0.lock().unwrap().get(name).copied().unwrap_or(0.0)
-    }
-}
-
-impl metrics::Recorder for Figures {
-    fn describe_counter(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-    fn describe_gauge(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-    fn describe_histogram(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-    fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
-        metrics::Counter::from_arc(self.series(key))
-    }
-    fn register_gauge(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
-        metrics::Gauge::from_arc(self.series(key))
-    }
-    fn register_histogram(
-        &self,
-        _: &metrics::Key,
-        _: &metrics::Metadata<'_>,
-    ) -> metrics::Histogram {
-        metrics::Histogram::noop()
-    }
-}
-
 #[test]
 fn metrics_count_the_calls_in_flight_per_name_their_releases_and_leases_found_expired() {
-    let figures = Figures::default();
-    let _recorder = metrics::set_default_local_recorder(&figures);
+    let ledger = Ledger::default();
+    let _recorder = metrics::set_default_local_recorder(&ledger);
+    let in_flight = || ledger.gauge("rl_in_flight", &[("limit", "m_jobs")]);
+    let releases = || ledger.counter("rl_in_flight_releases_total", &[("limit", "m_jobs")]);
+    let expired = || ledger.counter("rl_in_flight_expired_total", &[("limit", "m_jobs")]);
     // One thread: the keeper task records through this thread's recorder.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -614,11 +530,11 @@ fn metrics_count_the_calls_in_flight_per_name_their_releases_and_leases_found_ex
         let spec = CallSpec::owned("metered", vec![GroupSpec::owned("m_jobs", vec![limit])]);
         let first = limiter.call(&spec, &[&"t"]).await.expect("first");
         let second = limiter.call(&spec, &[&"t"]).await.expect("second");
-        assert_eq!(figures.get("rl_in_flight{m_jobs}"), 2.0);
+        assert_eq!(in_flight(), Some(2.0));
         drop(first);
         limiter.flush_in_flight().await;
-        assert_eq!(figures.get("rl_in_flight{m_jobs}"), 1.0);
-        assert_eq!(figures.get("rl_in_flight_releases_total{m_jobs}"), 1.0);
+        assert_eq!(in_flight(), Some(1.0));
+        assert_eq!(releases(), 1);
 
         // The second's lease disappears (as when renewals fail for longer
         // than the lease): the next renewal finds it expired.
@@ -628,17 +544,17 @@ fn metrics_count_the_calls_in_flight_per_name_their_releases_and_leases_found_ex
             .await;
         assert_eq!(removed, 1);
         let deadline = Instant::now() + Duration::from_secs(3);
-        while figures.get("rl_in_flight_expired_total{m_jobs}") == 0.0 {
+        while expired() == 0 {
             assert!(
                 Instant::now() < deadline,
                 "no renewal found the lease expired"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        assert_eq!(figures.get("rl_in_flight_expired_total{m_jobs}"), 1.0);
+        assert_eq!(expired(), 1);
         drop(second);
         limiter.flush_in_flight().await;
-        assert_eq!(figures.get("rl_in_flight{m_jobs}"), 0.0);
-        assert_eq!(figures.get("rl_in_flight_releases_total{m_jobs}"), 2.0);
+        assert_eq!(in_flight(), Some(0.0));
+        assert_eq!(releases(), 2);
     });
 }
