@@ -2,11 +2,13 @@
 //! and of `governor` (keyed, `u64` keys), counted by callgrind (exact,
 //! unlike timings on a busy machine): the shapes of `benches/peer.rs`, one
 //! hot key or 100 000 keys in a scattered order, every key warmed first,
-//! then N measured decisions.
+//! then N measured decisions. `annotated_prometheus` is the annotated fn
+//! with the Prometheus exporter installed as the global recorder (what a
+//! service exporting metrics pays for the per-decision counter).
 //!
 //! ```text
 //! cargo build --release -p rl-core --example peer_instructions
-//! for v in governor annotated; do for k in 1 100000; do
+//! for v in governor annotated annotated_prometheus; do for k in 1 100000; do
 //!   valgrind --tool=callgrind --callgrind-out-file=/dev/null \
 //!     --toggle-collect='peer_instructions::measured' \
 //!     target/release/examples/peer_instructions $v $k 200000 2>&1 | grep Collected
@@ -44,7 +46,7 @@ fn main() {
         args.next().and_then(|k| k.parse::<u64>().ok()),
         args.next().and_then(|n| n.parse::<u64>().ok()),
     ) else {
-        eprintln!("usage: peer_instructions governor|annotated KEYS N");
+        eprintln!("usage: peer_instructions governor|annotated|annotated_prometheus KEYS N");
         std::process::exit(2);
     };
     Limiter::builder().memory().install().unwrap();
@@ -52,6 +54,13 @@ fn main() {
     let rl = match variant.as_str() {
         "governor" => false,
         "annotated" => true,
+        "annotated_prometheus" => {
+            // No HTTP listener: only the recorder.
+            metrics_exporter_prometheus::PrometheusBuilder::new()
+                .install_recorder()
+                .expect("the first global recorder");
+            true
+        }
         other => {
             eprintln!("unknown variant `{other}`");
             std::process::exit(2);

@@ -105,11 +105,18 @@ pub(crate) fn backend_seconds(name: &str, seconds: f64) {
     }
 }
 
+/// A key built once and kept: made cheap to retain up front, so a
+/// recorder that retains the keys it is given (the Prometheus exporter, on
+/// every registration) clones reference counts instead of allocating.
+fn kept(key: Key) -> Key {
+    key.to_retained()
+}
+
 fn timing_key(name: &str) -> Key {
-    Key::from_parts(
+    kept(Key::from_parts(
         "rl_backend_seconds",
         vec![Label::new("limit", name.to_owned())],
-    )
+    ))
 }
 
 /// The keys of a call's commonest outcomes, built once when the call's spec
@@ -141,14 +148,14 @@ pub(crate) fn count(key: &Key) {
 }
 
 fn key(name: &str, outcome: &'static str, source: &'static str) -> Key {
-    Key::from_parts(
+    kept(Key::from_parts(
         "rl_decisions_total",
         vec![
             Label::new("limit", name.to_owned()),
             Label::new("outcome", outcome),
             Label::new("source", source),
         ],
-    )
+    ))
 }
 
 #[cfg(test)]
