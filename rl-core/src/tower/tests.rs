@@ -43,26 +43,33 @@ fn request(peer: Option<&str>) -> Request<Body> {
     request
 }
 
-/// The status of `request` answered by `app` (in memory: at once).
-fn status(app: &Router, request: Request<Body>) -> StatusCode {
-    let response = app.clone().oneshot(request).now_or_never();
-    response.expect("answered at once").unwrap().status()
+/// The statuses `app` answers `requests` with, in order (in memory: each
+/// at once).
+fn statuses(app: &Router, requests: impl IntoIterator<Item = Request<Body>>) -> Vec<StatusCode> {
+    let answer = |request: Request<Body>| {
+        let response = app.clone().oneshot(request).now_or_never();
+        response.expect("answered at once").unwrap().status()
+    };
+    requests.into_iter().map(answer).collect()
 }
+
+const OK: StatusCode = StatusCode::OK;
+const LIMITED: StatusCode = StatusCode::TOO_MANY_REQUESTS;
 
 #[test]
 fn each_ipv4_client_has_its_own_limit() {
     let app = app(MissingKey::Reject);
-    assert_eq!(status(&app, request(Some("192.0.2.1"))), StatusCode::OK);
-    assert_eq!(status(&app, request(Some("192.0.2.2"))), StatusCode::OK);
-    assert_eq!(
-        status(&app, request(Some("192.0.2.1"))),
-        StatusCode::TOO_MANY_REQUESTS
+    let answered = statuses(
+        &app,
+        [
+            request(Some("192.0.2.1")),
+            request(Some("192.0.2.2")),
+            request(Some("192.0.2.1")),
+            // The IPv4-mapped form of an address is the same client.
+            request(Some("::ffff:192.0.2.2")),
+        ],
     );
-    // The IPv4-mapped form of an address is the same client.
-    assert_eq!(
-        status(&app, request(Some("::ffff:192.0.2.2"))),
-        StatusCode::TOO_MANY_REQUESTS
-    );
+    assert_eq!(answered, [OK, OK, LIMITED, LIMITED]);
 }
 
 #[test]
@@ -73,61 +80,54 @@ fn an_ipv6_client_is_keyed_by_the_request_prefix_else_by_its_64() {
         request.extensions_mut().insert(IpPrefix::V6_48);
         request
     };
-    // Under /48, two /64s of one /48 are one client.
-    assert_eq!(status(&app, wide("2001:db8:1:2::1")), StatusCode::OK);
-    assert_eq!(
-        status(&app, wide("2001:db8:1:3::1")),
-        StatusCode::TOO_MANY_REQUESTS
+    let answered = statuses(
+        &app,
+        [
+            // Under /48, two /64s of one /48 are one client.
+            wide("2001:db8:1:2::1"),
+            wide("2001:db8:1:3::1"),
+            // Under the default /64, another /64 of that /48 is its own
+            // client, and an address of a spent /64 is not.
+            request(Some("2001:db8:1:4::1")),
+            request(Some("2001:db8:1:4::99")),
+        ],
     );
-    // Under the default /64, another /64 of that /48 is its own client, and
-    // an address of a spent /64 is not.
-    assert_eq!(
-        status(&app, request(Some("2001:db8:1:4::1"))),
-        StatusCode::OK
-    );
-    assert_eq!(
-        status(&app, request(Some("2001:db8:1:4::99"))),
-        StatusCode::TOO_MANY_REQUESTS
-    );
+    assert_eq!(answered, [OK, LIMITED, OK, LIMITED]);
 }
 
 #[test]
 fn behind_a_proxy_the_request_trusts_the_client_is_its_forwarded_address() {
     let app = app(MissingKey::Reject);
-    let proxied = |client| {
+    let proxied = |client: &'static str| {
         let mut request = request(Some("10.0.0.1"));
         request
             .extensions_mut()
             .insert("10.0.0.0/8".parse::<TrustedProxies>().unwrap());
-        request.headers_mut().insert("x-forwarded-for", client);
+        request
+            .headers_mut()
+            .insert("x-forwarded-for", http::HeaderValue::from_static(client));
         request
     };
-    assert_eq!(
-        status(&app, proxied("198.51.100.7".parse().unwrap())),
-        StatusCode::OK
+    let answered = statuses(
+        &app,
+        [
+            proxied("198.51.100.7"),
+            // The same client without the proxy: already counted.
+            request(Some("198.51.100.7")),
+            // Another client through the same proxy: its own limit.
+            proxied("198.51.100.8"),
+            // The proxy itself, untrusted by a request that says nothing: a
+            // client.
+            request(Some("10.0.0.1")),
+        ],
     );
-    // The same client without the proxy: already counted.
-    assert_eq!(
-        status(&app, request(Some("198.51.100.7"))),
-        StatusCode::TOO_MANY_REQUESTS
-    );
-    // Another client through the same proxy: its own limit.
-    assert_eq!(
-        status(&app, proxied("198.51.100.8".parse().unwrap())),
-        StatusCode::OK
-    );
-    // The proxy itself, untrusted by a request that says nothing: a client.
-    assert_eq!(status(&app, request(Some("10.0.0.1"))), StatusCode::OK);
+    assert_eq!(answered, [OK, LIMITED, OK, OK]);
 }
 
 #[test]
 fn without_a_peer_address_the_request_gets_500_unless_the_layer_lets_it_through() {
-    let strict = app(MissingKey::Reject);
-    assert_eq!(
-        status(&strict, request(None)),
-        StatusCode::INTERNAL_SERVER_ERROR
-    );
-    let lenient = app(MissingKey::Allow);
-    assert_eq!(status(&lenient, request(None)), StatusCode::OK);
-    assert_eq!(status(&lenient, request(None)), StatusCode::OK);
+    let strict = statuses(&app(MissingKey::Reject), [request(None)]);
+    assert_eq!(strict, [StatusCode::INTERNAL_SERVER_ERROR]);
+    let lenient = statuses(&app(MissingKey::Allow), [request(None), request(None)]);
+    assert_eq!(lenient, [OK, OK]);
 }
