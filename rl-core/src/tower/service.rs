@@ -560,17 +560,6 @@ impl Extras {
             }
         }
     }
-
-    /// [`Extras::boxed`] without in-flight slots.
-    #[inline]
-    fn fields(fields: Option<Fields>) -> Option<Box<Self>> {
-        fields.map(|fields| {
-            Box::new(Self {
-                fields: Some(fields),
-                in_flight: None,
-            })
-        })
-    }
 }
 
 /// A request's fate.
@@ -643,13 +632,8 @@ impl Shared {
             if !self.headers {
                 return Verdict::Admit(None);
             }
-            Verdict::Admit(Extras::fields(kept_fields(
-                self.id,
-                0,
-                group.name(),
-                decision,
-                limit,
-            )))
+            let fields = kept_fields(self.id, 0, group.name(), decision, limit);
+            Verdict::Admit(Extras::boxed(fields, None))
         };
         let refused = |rejection| self.refused(rejection, headers);
         if let Some(verdict) = limiter.decide_direct_part(&self.spec, part, admitted, refused) {
