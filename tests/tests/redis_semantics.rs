@@ -60,6 +60,17 @@ async fn code_calls(server: &RedisServer) -> u64 {
         .sum()
 }
 
+/// Takes 3 units of `limit` for `key` (allowed), and gives how long until
+/// the limit is back to full, in whole milliseconds rounded up.
+async fn take_three(backend: &RedisBackend, key: &Key, limit: &Limit) -> i64 {
+    let decision = backend
+        .acquire(&[Request::new(key, limit, 3)])
+        .await
+        .expect("acquire")[0];
+    assert!(decision.allowed, "{decision:?}");
+    decision.reset_after.as_micros().div_ceil(1_000) as i64
+}
+
 #[tokio::test]
 async fn every_key_written_expires_exactly_when_the_decision_says_the_limit_is_back_to_full() {
     let server = RedisServer::start();
@@ -68,18 +79,12 @@ async fn every_key_written_expires_exactly_when_the_decision_says_the_limit_is_b
     for algorithm in Algorithm::ALL {
         let limit = limit(algorithm, 4, Duration::from_secs(30));
         let key = Key::new("ttl", algorithm.name(), "alice");
-        let decision = backend
-            .acquire(&[Request::new(&key, &limit, 3)])
-            .await
-            .expect("acquire")[0];
-        assert!(decision.allowed);
-        let expected_ms = decision.reset_after.as_micros().div_ceil(1_000) as i64;
+        let expected_ms = take_three(&backend, &key, &limit).await;
         for storage in storage_keys(&key, &limit) {
             let pttl: i64 = server.cmd(&["PTTL", &storage]).await;
             assert!(
                 pttl <= expected_ms && pttl > expected_ms - 1_000,
-                "{algorithm}: {storage} has PTTL {pttl} ms, expected {expected_ms} ms (reset_after {:?})",
-                decision.reset_after
+                "{algorithm}: {storage} has PTTL {pttl} ms, expected {expected_ms} ms (the decision's reset_after)"
             );
         }
     }
@@ -101,12 +106,7 @@ async fn an_extra_ttl_lengthens_the_keys_of_the_backend_that_sets_it_and_no_othe
         // `kept` first, so that `plain` follows a call that set an extra TTL.
         for (backend, name) in [(&kept, "kept"), (&plain, "plain"), (&kept, "kept-again")] {
             let key = Key::new("ttl", algorithm.name(), name);
-            let decision = backend
-                .acquire(&[Request::new(&key, &limit, 3)])
-                .await
-                .expect("acquire")[0];
-            assert!(decision.allowed);
-            let expected_ms = decision.reset_after.as_micros().div_ceil(1_000) as i64;
+            let expected_ms = take_three(backend, &key, &limit).await;
             let extra_ms = if name == "plain" { 0 } else { 3_600_000 };
             for storage in storage_keys(&key, &limit) {
                 let pttl: i64 = server.cmd(&["PTTL", &storage]).await;

@@ -10,15 +10,6 @@ use super::resolve;
 use crate::testing::{Counters, NowOrNever};
 use crate::{Algorithm, CallSpec, GroupSpec, Limit, ManualClock};
 
-const ALGORITHMS: [Algorithm; 6] = [
-    Algorithm::FixedWindow,
-    Algorithm::SlidingLog,
-    Algorithm::SlidingWindow,
-    Algorithm::TokenBucket,
-    Algorithm::LeakyBucket,
-    Algorithm::Gcra,
-];
-
 /// `sms`: one group `sms_phone` of 3 per minute under `algorithm`.
 fn sms(algorithm: Algorithm) -> CallSpec {
     let limit = Limit::per_minute(3)
@@ -60,7 +51,7 @@ fn outcome(limiter: &Limiter, spec: &CallSpec, who: &str) -> String {
 /// the same answers, in the same order, and the same counts.
 #[test]
 fn the_direct_lane_answers_and_counts_as_the_full_pipeline() {
-    for algorithm in ALGORITHMS {
+    for algorithm in Algorithm::ALL {
         let spec = sms(algorithm);
         let clock = ManualClock::new(1_700_000_000_000_000);
         let (lane, full) = (limiter(&clock), limiter(&clock));
