@@ -1,9 +1,9 @@
 //! The accuracy tables of `docs/accuracy.md`: every algorithm driven on the
-//! in-memory backend under a manual clock (see `rl_examples::accuracy`).
+//! in-memory backend under a manual clock (see `ratewall_examples::accuracy`).
 //!
 //! ```text
-//! cargo run --release -p rl-examples --example accuracy            # full: docs/accuracy/
-//! cargo run --release -p rl-examples --example accuracy -- --quick # smaller: target/accuracy-quick/
+//! cargo run --release -p ratewall-examples --example accuracy            # full: docs/accuracy/
+//! cargo run --release -p ratewall-examples --example accuracy -- --quick # smaller: target/accuracy-quick/
 //! ```
 //!
 //! `--out DIR` writes elsewhere. Every table is printed and written as
@@ -13,8 +13,8 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use rl_core::{Algorithm, Limit};
-use rl_examples::accuracy::{
+use ratewall::{Algorithm, Limit};
+use ratewall_examples::accuracy::{
     Arrivals, Tally, adversarial_worst, judge, limit, random_search, saturating_rate,
 };
 
@@ -409,7 +409,7 @@ fn main() -> std::io::Result<()> {
     std::fs::create_dir_all(&out)?;
     let mode = if settings.quick { "--quick" } else { "full" };
     let command = format!(
-        "cargo run --release -p rl-examples --example accuracy{}",
+        "cargo run --release -p ratewall-examples --example accuracy{}",
         if settings.quick { " -- --quick" } else { "" }
     );
     let mut markdown = format!(

@@ -6,7 +6,7 @@
 //! Everything here drives [`MemoryBackend::acquire_sync`] through the public
 //! API, one identity per [`Run`], cost 1 per call. Randomness comes from
 //! `rand`'s portable `Xoshiro256PlusPlus` with fixed seeds, so a run is
-//! reproducible. `cargo run --release -p rl-examples --example accuracy`
+//! reproducible. `cargo run --release -p ratewall-examples --example accuracy`
 //! writes the tables of `docs/accuracy.md`.
 //!
 //! A "window of length `P`" is the half-open `[t, t + P)`: `P` microseconds.
@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
-use rl_core::{Algorithm, Decision, Key, Limit, ManualClock, MemoryBackend, Request};
+use ratewall::{Algorithm, Decision, Key, Limit, ManualClock, MemoryBackend, Request};
 
 /// Where every run starts (µs): a multiple of every period used here, so
 /// fixed windows and sliding-window slots start at the origin.

@@ -26,7 +26,7 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(300);
 /// Captcha tokens: issued for a username, redeemed once, expiring.
 ///
 /// ```
-/// use rl_examples::captcha::Captchas;
+/// use ratewall_examples::captcha::Captchas;
 /// let captchas = Captchas::default();
 /// let token = captchas.issue("alice");
 /// assert!(!captchas.redeem(&token, "bob"), "bound to alice");

@@ -1,5 +1,5 @@
 //! An API gateway in front of a small JSON API, limited with the tower
-//! layer ([`rl_core::tower::RateLimitLayer`]) rather than per function:
+//! layer ([`ratewall::tower::RateLimitLayer`]) rather than per function:
 //!
 //! - **Every route, per client IP**: 300 requests per minute per address
 //!   (an IPv6 client per /64), and 3 000 per minute per IPv6 /48 (IPv4: per
@@ -47,9 +47,9 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use axum::{Extension, Json, Router};
-use rl_core::http::IpPrefix;
-use rl_core::tower::{KeyFrom, RateLimitLayer};
-use rl_core::{Algorithm, FailurePolicy, Limiter, Rejection, rate_limit};
+use ratewall::http::IpPrefix;
+use ratewall::tower::{KeyFrom, RateLimitLayer};
+use ratewall::{Algorithm, FailurePolicy, Limiter, Rejection, rate_limit};
 
 use crate::{StartupError, json_error};
 
@@ -320,7 +320,7 @@ async fn unlist_client(
 
 /// The per-IP layer of every route: per address (IPv6: per /64) and per
 /// IPv6 /48, all-or-nothing.
-pub fn ip_layer() -> Result<RateLimitLayer, rl_core::tower::LayerError> {
+pub fn ip_layer() -> Result<RateLimitLayer, ratewall::tower::LayerError> {
     RateLimitLayer::builder(IP_LIMIT)
         .key(IP_LIMIT, ["300/1m"], KeyFrom::client_ip())
         .key(
@@ -332,7 +332,7 @@ pub fn ip_layer() -> Result<RateLimitLayer, rl_core::tower::LayerError> {
 }
 
 /// The per-API-key layer of `/api/*`: the client's plan picks the tier.
-pub fn key_layer() -> Result<RateLimitLayer, rl_core::tower::LayerError> {
+pub fn key_layer() -> Result<RateLimitLayer, ratewall::tower::LayerError> {
     RateLimitLayer::builder(KEY_LIMIT)
         .tiered_key(KEY_LIMIT, KeyFrom::extension::<ApiClient>(), |parts| {
             parts

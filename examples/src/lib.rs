@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 use axum::Router;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use rl_core::LimiterBuilder;
+use ratewall::LimiterBuilder;
 
 /// Logs to stderr; `RUST_LOG` filters (default `info`).
 pub fn init_tracing() {
@@ -48,7 +48,7 @@ pub fn sentinel_url(url: &str) -> Option<(Vec<String>, String)> {
 
 /// Why a program could not start: one sentence naming what failed and
 /// where, with no secret in it (Redis URLs go through
-/// [`rl_redis::redact_url`]). Its `Debug` is its message too, so it reads
+/// [`ratewall_redis::redact_url`]). Its `Debug` is its message too, so it reads
 /// the same however it is printed.
 pub struct StartupError(String);
 
@@ -86,7 +86,7 @@ pub fn exit_code(program: &str, result: Result<(), StartupError>) -> std::proces
 }
 
 /// How long start-up waits for Redis to answer.
-const REDIS_STARTUP_TIMEOUT: std::time::Duration = rl_redis::RedisBackend::DEFAULT_CONNECT_TIMEOUT;
+const REDIS_STARTUP_TIMEOUT: std::time::Duration = ratewall_redis::RedisBackend::DEFAULT_CONNECT_TIMEOUT;
 
 /// The Redis backend `REDIS_URL` names — a comma-separated list of node URLs
 /// selects Redis Cluster, `redis+sentinel://h1:26379,h2:26379/master` Redis
@@ -94,7 +94,7 @@ const REDIS_STARTUP_TIMEOUT: std::time::Duration = rl_redis::RedisBackend::DEFAU
 /// which, URLs masked. Each Redis node is asked `PING` first, so a failure
 /// is reported as what it is (authentication required or refused, no
 /// answer, connection refused) and where.
-pub async fn backend_from_env() -> Result<Option<rl_redis::RedisBackend>, StartupError> {
+pub async fn backend_from_env() -> Result<Option<ratewall_redis::RedisBackend>, StartupError> {
     let url = match std::env::var("REDIS_URL") {
         Ok(url) if !url.trim().is_empty() => url,
         _ => {
@@ -104,27 +104,27 @@ pub async fn backend_from_env() -> Result<Option<rl_redis::RedisBackend>, Startu
     };
     let urls: Vec<&str> = url.split(',').map(str::trim).collect();
     let backend = if let Some((sentinels, master)) = sentinel_url(&url) {
-        let shown: Vec<String> = sentinels.iter().map(|u| rl_redis::redact_url(u)).collect();
+        let shown: Vec<String> = sentinels.iter().map(|u| ratewall_redis::redact_url(u)).collect();
         tracing::info!(sentinels = %shown.join(","), master = %master, "rate limiter backend: Redis Sentinel");
         let target = format!(
             "the master `{master}` of the sentinels {}",
             shown.join(", ")
         );
-        rl_redis::RedisBackend::connect_sentinel(sentinels, master)
+        ratewall_redis::RedisBackend::connect_sentinel(sentinels, master)
             .await
             .map_err(|error| backend_failed(&target, &error))?
     } else {
         for url in &urls {
             ping(url).await?;
         }
-        let shown: Vec<String> = urls.iter().map(|u| rl_redis::redact_url(u)).collect();
+        let shown: Vec<String> = urls.iter().map(|u| ratewall_redis::redact_url(u)).collect();
         let target = shown.join(", ");
         if urls.len() > 1 {
             tracing::info!(nodes = %target, "rate limiter backend: Redis Cluster");
-            rl_redis::RedisBackend::connect_cluster(urls).await
+            ratewall_redis::RedisBackend::connect_cluster(urls).await
         } else {
             tracing::info!(url = %target, "rate limiter backend: Redis");
-            rl_redis::RedisBackend::connect(url.trim()).await
+            ratewall_redis::RedisBackend::connect(url.trim()).await
         }
         .map_err(|error| backend_failed(&format!("Redis at {target}"), &error))?
     };
@@ -132,9 +132,9 @@ pub async fn backend_from_env() -> Result<Option<rl_redis::RedisBackend>, Startu
 }
 
 /// A backend that did not connect, as a sentence naming `target`.
-fn backend_failed(target: &str, error: &rl_core::BackendError) -> StartupError {
+fn backend_failed(target: &str, error: &ratewall::BackendError) -> StartupError {
     match error {
-        rl_core::BackendError::Timeout(after) => StartupError::new(format!(
+        ratewall::BackendError::Timeout(after) => StartupError::new(format!(
             "{target} did not answer within {} s",
             after.as_secs_f64()
         )),
@@ -145,7 +145,7 @@ fn backend_failed(target: &str, error: &rl_core::BackendError) -> StartupError {
 /// Connects to one Redis node and asks `PING`, turning what goes wrong into
 /// a sentence that names the node (credentials masked).
 async fn ping(url: &str) -> Result<(), StartupError> {
-    let shown = rl_redis::redact_url(url);
+    let shown = ratewall_redis::redact_url(url);
     let client = redis::Client::open(url).map_err(|error| {
         StartupError::new(format!(
             "REDIS_URL is not a valid Redis URL ({shown}): {error}; expected e.g. redis://:PASSWORD@127.0.0.1:6379/"
@@ -201,7 +201,7 @@ pub async fn builder_from_env(builder: LimiterBuilder) -> Result<LimiterBuilder,
 }
 
 /// Installs `builder`'s limiter as the global one.
-pub fn install(builder: LimiterBuilder) -> Result<&'static rl_core::Limiter, StartupError> {
+pub fn install(builder: LimiterBuilder) -> Result<&'static ratewall::Limiter, StartupError> {
     builder
         .install()
         .map_err(|error| StartupError::new(format!("cannot set up the rate limiter: {error}")))
@@ -222,13 +222,13 @@ pub fn metrics_router<S: Clone + Send + Sync + 'static>() -> Router<S> {
 }
 
 /// Serves `router` on `BIND` (or `default_bind`) with the peer address
-/// available to [`rl_core::http::ClientIp`], until Ctrl-C / SIGTERM.
+/// available to [`ratewall::http::ClientIp`], until Ctrl-C / SIGTERM.
 /// `TRUSTED_PROXIES` (comma-separated CIDRs) makes `X-Forwarded-For` from
 /// those proxies count.
 pub async fn serve(router: Router, default_bind: &str) -> Result<(), StartupError> {
     let router = match std::env::var("TRUSTED_PROXIES") {
         Ok(list) => {
-            let proxies: rl_core::http::TrustedProxies = list.parse().map_err(|e| {
+            let proxies: ratewall::http::TrustedProxies = list.parse().map_err(|e| {
                 StartupError::new(format!("TRUSTED_PROXIES is not a list of CIDRs: {e}"))
             })?;
             tracing::info!(?proxies, "X-Forwarded-For trusted from these proxies");
@@ -271,13 +271,13 @@ async fn shutdown() {
 /// Parses rates such as `"5/1h"` with `algorithm`; the error names the bad rate.
 pub fn parse_rates<'a>(
     rates: impl IntoIterator<Item = &'a str>,
-    algorithm: rl_core::Algorithm,
-) -> Result<Vec<rl_core::Limit>, String> {
+    algorithm: ratewall::Algorithm,
+) -> Result<Vec<ratewall::Limit>, String> {
     let limits = rates
         .into_iter()
         .map(str::trim)
         .map(|rate| {
-            rate.parse::<rl_core::Limit>()
+            rate.parse::<ratewall::Limit>()
                 .and_then(|limit| limit.with_algorithm(algorithm))
                 .map_err(|e| format!("{rate:?}: {e}"))
         })
@@ -328,13 +328,13 @@ pub struct ListFor {
 /// answer: `404 unknown_list` for another list, `400 bad_duration`, or
 /// `503 limiter_unavailable` when the limiter cannot store the entry.
 pub async fn change_list(
-    limiter: &rl_core::Limiter,
+    limiter: &ratewall::Limiter,
     list: &str,
     name: &str,
     identity: &(dyn std::fmt::Display + Sync),
     listed_for: &ListFor,
 ) -> Result<(), Response> {
-    let until = match listed_for.duration.as_deref().map(rl_core::parse_duration) {
+    let until = match listed_for.duration.as_deref().map(ratewall::parse_duration) {
         None => None,
         Some(Ok(duration)) => Some(std::time::SystemTime::now() + duration),
         Some(Err(error)) => {
@@ -362,7 +362,7 @@ pub async fn change_list(
 /// Takes `identity` off the lists of the limit `name`: `{"unlisted": bool}`,
 /// or `503 limiter_unavailable`.
 pub async fn unlist(
-    limiter: &rl_core::Limiter,
+    limiter: &ratewall::Limiter,
     name: &str,
     identity: &(dyn std::fmt::Display + Sync),
 ) -> Response {
@@ -373,14 +373,14 @@ pub async fn unlist(
 }
 
 /// Seconds until a list entry expires, from now (`None`: it does not).
-pub fn expires_in_s(entry: &rl_core::ListEntry) -> Option<u64> {
+pub fn expires_in_s(entry: &ratewall::ListEntry) -> Option<u64> {
     entry.expires_at.map(|at| {
         at.duration_since(std::time::SystemTime::now())
             .map_or(0, |d| d.as_secs())
     })
 }
 
-fn limiter_unavailable(error: &rl_core::Error) -> Response {
+fn limiter_unavailable(error: &ratewall::Error) -> Response {
     json_error(
         StatusCode::SERVICE_UNAVAILABLE,
         "limiter_unavailable",
@@ -407,7 +407,7 @@ pub fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
         })
 }
 
-/// Applies the limits file at `path` ([`rl_core::LimitsFile`]: per limit
+/// Applies the limits file at `path` ([`ratewall::LimitsFile`]: per limit
 /// name its rates, algorithm, burst, `on_error` and `shadow`) to `limiter`
 /// now, and again on every SIGHUP (Unix). A file that cannot be read or is
 /// invalid on reload is logged and the limits in force are kept; names
@@ -418,14 +418,14 @@ pub fn watch_limits_file<L>(
     path: impl Into<std::path::PathBuf>,
 ) -> Result<(), StartupError>
 where
-    L: std::ops::Deref<Target = rl_core::Limiter> + Send + Sync + 'static,
+    L: std::ops::Deref<Target = ratewall::Limiter> + Send + Sync + 'static,
 {
     let path = path.into();
-    let in_file = |error: rl_core::ConfigError| match error {
-        rl_core::ConfigError::Read { .. } => StartupError::new(error.to_string()),
+    let in_file = |error: ratewall::ConfigError| match error {
+        ratewall::ConfigError::Read { .. } => StartupError::new(error.to_string()),
         _ => StartupError::new(format!("limits file {}: {error}", path.display())),
     };
-    let file = rl_core::LimitsFile::load(&path).map_err(in_file)?;
+    let file = ratewall::LimitsFile::load(&path).map_err(in_file)?;
     file.apply(&limiter).map_err(in_file)?;
     tracing::info!(path = %path.display(), names = ?file.names().collect::<Vec<_>>(), "limits file applied");
     #[cfg(unix)]
@@ -434,7 +434,7 @@ where
         tokio::spawn(async move {
             let mut current = file;
             while hangups.recv().await.is_some() {
-                let reloaded = rl_core::LimitsFile::load(&path)
+                let reloaded = ratewall::LimitsFile::load(&path)
                     .and_then(|next| next.apply_over(&current, &limiter).map(|()| next));
                 match reloaded {
                     Ok(next) => {

@@ -25,8 +25,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use rl_core::http::ClientIp;
-use rl_core::{Algorithm, FailurePolicy, Limit, Limiter, Rejection, rate_limit};
+use ratewall::http::ClientIp;
+use ratewall::{Algorithm, FailurePolicy, Limit, Limiter, Rejection, rate_limit};
 use serde::{Deserialize, Serialize};
 
 pub use crate::captcha::Captchas;
@@ -277,7 +277,7 @@ pub fn router(captchas: Captchas) -> Router {
 pub fn captchas_from_env() -> Result<Captchas, String> {
     let ttl = match std::env::var("LOGIN_CAPTCHA_TTL") {
         Ok(text) => {
-            rl_core::parse_duration(text.trim()).map_err(|e| format!("LOGIN_CAPTCHA_TTL: {e}"))?
+            ratewall::parse_duration(text.trim()).map_err(|e| format!("LOGIN_CAPTCHA_TTL: {e}"))?
         }
         Err(_) => crate::captcha::DEFAULT_TTL,
     };
@@ -322,7 +322,7 @@ pub async fn main() -> Result<(), StartupError> {
     apply_env_limits(limiter)
         .map_err(|e| StartupError::new(format!("invalid login limits: {e}")))?;
     if let Ok(path) = std::env::var("LIMITS_FILE") {
-        crate::watch_limits_file(limiter, path)?; // rl_core::LimitsFile, reloaded on SIGHUP
+        crate::watch_limits_file(limiter, path)?; // ratewall::LimitsFile, reloaded on SIGHUP
     }
     tracing::info!("demo users: alice (wonderland), bob (builder)");
     crate::serve(router(captchas), "127.0.0.1:3001").await

@@ -26,7 +26,7 @@ const MAX_INPUT: usize = 64;
 /// an unallocated range), an extension.
 ///
 /// ```
-/// use rl_examples::phone::Phone;
+/// use ratewall_examples::phone::Phone;
 /// let real = Phone::parse("+8613800000000").unwrap();
 /// for variant in ["+008613800000000", "+86 0 13800000000", "0086 138 0000 0000", "tel:+86-138-0000-0000"] {
 ///     assert_eq!(Phone::parse(variant).unwrap(), real);

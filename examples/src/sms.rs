@@ -38,8 +38,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
-use rl_core::http::ClientIp;
-use rl_core::{Algorithm, FailurePolicy, Limit, Limiter, Masked, Rejection, rate_limit};
+use ratewall::http::ClientIp;
+use ratewall::{Algorithm, FailurePolicy, Limit, Limiter, Masked, Rejection, rate_limit};
 use serde::{Deserialize, Serialize};
 
 use crate::phone::{BadPhone, Phone};

@@ -1,9 +1,9 @@
 //! The worst cases and rates that `docs/accuracy.md` publishes, held exactly
 //! on small deterministic schedules (the simulation itself is
-//! `cargo run --release -p rl-examples --example accuracy`).
+//! `cargo run --release -p ratewall-examples --example accuracy`).
 
-use rl_core::Algorithm;
-use rl_examples::accuracy::{
+use ratewall::Algorithm;
+use ratewall_examples::accuracy::{
     Adversary, Arrivals, ORIGIN, Run, adversarial_worst, judge, limit, max_in_window,
     saturating_rate,
 };

@@ -7,9 +7,9 @@ use std::net::TcpListener;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use rl_core::{Algorithm, Limit, Limiter, Request};
-use rl_redis::RedisBackend;
-use rl_tests::harness::{RedisCluster, RedisSentinel, RedisServer};
+use ratewall::{Algorithm, Limit, Limiter, Request};
+use ratewall_redis::RedisBackend;
+use ratewall_tests::harness::{RedisCluster, RedisSentinel, RedisServer};
 use serde_json::Value;
 
 const ADMIN: &str = env!("CARGO_BIN_EXE_rl-admin");
@@ -199,9 +199,9 @@ async fn inspect_shows_the_leases_a_hot_identity_holds() {
         .and_then(|l| l.with_algorithm(Algorithm::FixedWindow))
         .and_then(|l| l.with_lease(1_000))
         .unwrap();
-    let spec = rl_core::CallSpec::owned(
+    let spec = ratewall::CallSpec::owned(
         "api_key",
-        vec![rl_core::GroupSpec::owned("api_key", vec![limit])],
+        vec![ratewall::GroupSpec::owned("api_key", vec![limit])],
     );
     // Hot: calls in a tight loop until the limiter holds a lease.
     let started = Instant::now();
@@ -509,9 +509,9 @@ async fn deny_lists_and_unlist_change_what_every_instance_decides() {
 async fn inspect_shows_the_calls_in_flight_of_a_concurrency_limit() {
     let server = RedisServer::start();
     let limiter = limiter_on(RedisBackend::connect(server.url()).await.unwrap()).await;
-    let exports = rl_core::CallSpec::owned(
+    let exports = ratewall::CallSpec::owned(
         "export",
-        vec![rl_core::GroupSpec::owned(
+        vec![ratewall::GroupSpec::owned(
             "exports",
             vec![Limit::per_hour(100).unwrap(), Limit::in_flight(4).unwrap()],
         )],

@@ -6,9 +6,9 @@
 use std::process::Command;
 use std::time::Duration;
 
-use rl_core::{CallSpec, FailurePolicy, GroupSpec, Limiter, Tier};
-use rl_redis::RedisBackend;
-use rl_tests::harness::RedisServer;
+use ratewall::{CallSpec, FailurePolicy, GroupSpec, Limiter, Tier};
+use ratewall_redis::RedisBackend;
+use ratewall_tests::harness::RedisServer;
 use serde_json::Value;
 
 const ADMIN: &str = env!("CARGO_BIN_EXE_rl-admin");

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{BACKENDS, Service};
-use rl_tests::harness::TempDir;
+use ratewall_tests::harness::TempDir;
 use serde_json::json;
 
 const LOGIN: &str = env!("CARGO_BIN_EXE_login");

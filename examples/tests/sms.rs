@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use common::{BACKENDS, Backend, Service, json};
 use futures::future::join_all;
-use rl_tests::RedisServer;
+use ratewall_tests::RedisServer;
 use serde_json::json;
 
 const SMS: &str = env!("CARGO_BIN_EXE_sms");

@@ -7,7 +7,7 @@ use std::net::TcpListener;
 use std::time::Duration;
 
 use common::run_to_exit;
-use rl_tests::RedisServer;
+use ratewall_tests::RedisServer;
 
 const SMS: &str = env!("CARGO_BIN_EXE_sms");
 const LOGIN: &str = env!("CARGO_BIN_EXE_login");

@@ -3,7 +3,7 @@
 //! which are repeatable where wall-clock benches are not:
 //!
 //! ```text
-//! cargo bench -p rl-core --bench decision_profile --no-run
+//! cargo bench -p ratewall --bench decision_profile --no-run
 //! valgrind --tool=callgrind --callgrind-out-file=cg.out \
 //!     target/release/deps/decision_profile-<hash> backend 200000
 //! callgrind_annotate cg.out | head -40
@@ -22,7 +22,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use rl_core::{Key, Limit, Limiter, MemoryBackend, Rejection, Request, rate_limit};
+use ratewall::{Key, Limit, Limiter, MemoryBackend, Rejection, Request, rate_limit};
 
 #[path = "support/remote.rs"]
 mod remote;

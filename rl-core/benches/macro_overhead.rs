@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use rl_core::{Limit, Limiter, Rejection, Request, rate_limit};
+use ratewall::{Limit, Limiter, Rejection, Request, rate_limit};
 
 /// A limit high enough that every call in the bench is allowed.
 static LIMIT: LazyLock<Limit> =
@@ -31,7 +31,7 @@ async fn by_hand(user: u64) -> Result<u64, Rejection> {
 
 /// What the macro expands to, written by hand with the public call API.
 async fn via_call_api(user: u64) -> Result<u64, Rejection> {
-    use rl_core::{Algorithm, CallSpec, GroupSpec};
+    use ratewall::{Algorithm, CallSpec, GroupSpec};
     static LIMITS: [Limit; 1] = [Limit::from_parts_const(
         1_000_000_000,
         1_000_000,

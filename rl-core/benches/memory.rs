@@ -1,11 +1,11 @@
 //! In-memory decisions on an existing key, per algorithm, and through the limiter.
-//! Thread scaling: `cargo run --release -p rl-core --example memory_scaling`.
+//! Thread scaling: `cargo run --release -p ratewall --example memory_scaling`.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use rl_core::{Algorithm, Key, Limit, Limiter, MemoryBackend, Request};
+use ratewall::{Algorithm, Key, Limit, Limiter, MemoryBackend, Request};
 
 fn limit(algorithm: Algorithm) -> Limit {
     // A generous limit so most decisions are "allowed" and write state.

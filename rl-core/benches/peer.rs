@@ -3,7 +3,7 @@
 //! single thread, GCRA, every call allowed; one hot key, and 100 000 keys
 //! visited in a scattered order (so most lookups miss the CPU caches).
 //!
-//! `cargo bench -p rl-core --bench peer`
+//! `cargo bench -p ratewall --bench peer`
 //!
 //! Each `rl` figure is a whole decision: `annotated_fn` is a
 //! `#[rate_limit(key = user)] async fn(user: u64)` on the global in-memory
@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use governor::{Quota, RateLimiter};
-use rl_core::{Key, Limit, Limiter, MemoryBackend, Rejection, Request, rate_limit};
+use ratewall::{Key, Limit, Limiter, MemoryBackend, Rejection, Request, rate_limit};
 
 /// Keys of the "many keys" variant.
 const KEYS: u64 = 100_000;

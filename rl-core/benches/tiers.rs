@@ -4,7 +4,7 @@
 //! order. The tiered one is decided by its `pro` tier (`tier = plan`, a
 //! `&str`), on the state of `peer@pro`.
 //!
-//! `cargo bench -p rl-core --bench tiers`; for instruction counts, which
+//! `cargo bench -p ratewall --bench tiers`; for instruction counts, which
 //! are repeatable where timings on a busy machine are not, see
 //! `examples/tier_instructions.rs`.
 
@@ -14,7 +14,7 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use rl_core::{Limiter, Rejection, rate_limit};
+use ratewall::{Limiter, Rejection, rate_limit};
 
 const KEYS: u64 = 100_000;
 

@@ -4,7 +4,7 @@
 //! `ServiceExt::oneshot` (everything completes without suspending, so a
 //! request is polled once), keyed by the peer IP of `ConnectInfo`.
 //!
-//! `cargo bench -p rl-core --features tower --bench tower`
+//! `cargo bench -p ratewall --features tower --bench tower`
 //!
 //! - `allowed`: 1 024 client IPs in turn, every request admitted (GCRA on
 //!   both sides); `rl_layer` adds the `RateLimit` fields to each response
@@ -32,8 +32,8 @@ use axum::extract::ConnectInfo;
 use axum::http::{Request, StatusCode};
 use axum::routing::get;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use rl_core::tower::{KeyFrom, RateLimitLayer};
-use rl_core::{Limit, Limiter};
+use ratewall::tower::{KeyFrom, RateLimitLayer};
+use ratewall::{Limit, Limiter};
 use tower::ServiceExt;
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;

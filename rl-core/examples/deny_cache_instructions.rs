@@ -7,7 +7,7 @@
 //! tower layer makes).
 //!
 //! ```text
-//! cargo build --release -p rl-core --example deny_cache_instructions
+//! cargo build --release -p ratewall --example deny_cache_instructions
 //! for case in cached_refusal remote_refusal_uncached memory_refusal \
 //!     memory_refusal_cached remote_allowed_with_cache remote_allowed_without_cache \
 //!     call_static_refusal call_static_allowed call_owned_refusal call_owned_allowed; do
@@ -23,7 +23,7 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use rl_core::{CallSpec, GroupSpec, Limit, Limiter, Part, Request};
+use ratewall::{CallSpec, GroupSpec, Limit, Limiter, Part, Request};
 
 #[path = "../benches/support/remote.rs"]
 mod remote;
@@ -125,7 +125,7 @@ fn call_decisions(limiter: &Limiter, spec: &CallSpec, n: u64) {
     for _ in 0..n {
         // What `#[rate_limit]` expands to for a `u64` key.
         let parts = [Part::Unsigned(black_box(42))];
-        let _ = black_box(now(rl_core::__private::call(spec, Ok(limiter), &parts)));
+        let _ = black_box(now(ratewall::__private::call(spec, Ok(limiter), &parts)));
     }
 }
 

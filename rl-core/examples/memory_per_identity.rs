@@ -4,7 +4,7 @@
 //! side runs in its own process (this binary, re-run with an argument), so
 //! neither sees memory the other freed.
 //!
-//! `cargo run --release -p rl-core --example memory_per_identity`
+//! `cargo run --release -p ratewall --example memory_per_identity`
 //!
 //! Prints, per side: the resident set before and after (from
 //! `/proc/self/statm`), and the difference divided by the identities.
@@ -19,7 +19,7 @@ use std::process::Command;
 use std::task::{Context, Poll, Waker};
 
 use governor::{Quota, RateLimiter};
-use rl_core::{Limiter, Rejection, rate_limit};
+use ratewall::{Limiter, Rejection, rate_limit};
 
 /// Ten per hour: every identity's state lives six minutes after its call,
 /// so none expires (and is swept) during the run.

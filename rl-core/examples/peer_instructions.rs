@@ -7,7 +7,7 @@
 //! service exporting metrics pays for the per-decision counter).
 //!
 //! ```text
-//! cargo build --release -p rl-core --example peer_instructions
+//! cargo build --release -p ratewall --example peer_instructions
 //! for v in governor annotated annotated_prometheus; do for k in 1 100000; do
 //!   valgrind --tool=callgrind --callgrind-out-file=/dev/null \
 //!     --toggle-collect='peer_instructions::measured' \
@@ -22,7 +22,7 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
 use governor::{Quota, RateLimiter};
-use rl_core::{Limiter, Rejection, rate_limit};
+use ratewall::{Limiter, Rejection, rate_limit};
 
 #[rate_limit(period = 1, threshold = 1_000_000_000, key = user, name = "peer")]
 async fn annotated(user: u64) -> Result<u64, Rejection> {

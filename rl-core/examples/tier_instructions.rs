@@ -4,7 +4,7 @@
 //! N calls are measured over them.
 //!
 //! ```text
-//! cargo build --release -p rl-core --example tier_instructions
+//! cargo build --release -p ratewall --example tier_instructions
 //! for v in plain tiered; do
 //!   valgrind --tool=callgrind --callgrind-out-file=/dev/null \
 //!     --toggle-collect='tier_instructions::measured' \
@@ -17,7 +17,7 @@ use std::hint::black_box;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
-use rl_core::{Limiter, Rejection, rate_limit};
+use ratewall::{Limiter, Rejection, rate_limit};
 
 #[rate_limit(period = 1, threshold = 1_000_000_000, key = user, name = "plain")]
 async fn plain(user: u64) -> Result<u64, Rejection> {

@@ -4,7 +4,7 @@
 //! over 1 024 client IPs, then N measured ones.
 //!
 //! ```text
-//! cargo build --release -p rl-core --features tower --example tower_instructions
+//! cargo build --release -p ratewall --features tower --example tower_instructions
 //! for v in bare rl rl_no_headers tower_governor tower_governor_headers; do
 //!   valgrind --tool=callgrind --callgrind-out-file=/dev/null \
 //!     --toggle-collect='tower_instructions::measured' \
@@ -24,8 +24,8 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Request, StatusCode};
 use axum::routing::get;
-use rl_core::tower::{KeyFrom, RateLimitLayer};
-use rl_core::{Limit, Limiter};
+use ratewall::tower::{KeyFrom, RateLimitLayer};
+use ratewall::{Limit, Limiter};
 use tower::ServiceExt;
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;

@@ -162,7 +162,7 @@ impl LimitsEntry {
 /// written as their `Display` form; an entry from a file does not expire).
 ///
 /// ```
-/// use rl_core::{FailurePolicy, Limiter, LimitsFile};
+/// use ratewall::{FailurePolicy, Limiter, LimitsFile};
 ///
 /// let file = LimitsFile::parse(r#"
 ///     [limits.sms_phone]

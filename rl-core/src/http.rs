@@ -38,7 +38,7 @@ pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 /// an allowed response.
 ///
 /// ```
-/// use rl_core::{Decision, Figures, Limit, http::insert_rate_limit_headers};
+/// use ratewall::{Decision, Figures, Limit, http::insert_rate_limit_headers};
 /// let mut headers = http::HeaderMap::new();
 /// let decision = Decision::new(Figures {
 ///     allowed: true,
@@ -117,7 +117,7 @@ impl IntoResponse for Rejection {
 /// `Extension`; without it [`ClientIp`] uses the socket's address only.
 ///
 /// ```
-/// use rl_core::http::TrustedProxies;
+/// use ratewall::http::TrustedProxies;
 /// let proxies: TrustedProxies = "10.0.0.0/8, 127.0.0.1/32".parse().unwrap();
 /// assert!(proxies.contains("10.1.2.3".parse().unwrap()));
 /// assert!("10.0.0.0/33".parse::<TrustedProxies>().is_err());
@@ -162,10 +162,10 @@ impl std::str::FromStr for TrustedProxies {
 ///
 /// Set it for [`ClientIp`] as an axum `Extension` (like
 /// [`TrustedProxies`]), or per key of the tower layer
-/// (`rl_core::tower::KeyFrom::client_network`, feature `tower`).
+/// (`ratewall::tower::KeyFrom::client_network`, feature `tower`).
 ///
 /// ```
-/// use rl_core::http::IpPrefix;
+/// use ratewall::http::IpPrefix;
 /// use std::net::IpAddr;
 /// let ip: IpAddr = "2001:db8:1:2:3:4:5:6".parse().unwrap();
 /// assert_eq!(IpPrefix::default().key(ip).to_string(), "2001:db8:1:2::/64");
@@ -176,7 +176,7 @@ impl std::str::FromStr for TrustedProxies {
 /// assert_eq!(IpPrefix::new(24, 64)?.key(v4).to_string(), "192.0.2.0/24");
 /// assert_eq!("v4=24, v6=56".parse::<IpPrefix>()?, IpPrefix::new(24, 56)?);
 /// assert!(IpPrefix::new(32, 129).is_err());
-/// # Ok::<(), rl_core::http::IpPrefixError>(())
+/// # Ok::<(), ratewall::http::IpPrefixError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct IpPrefix {
@@ -369,8 +369,8 @@ impl std::fmt::Display for IpKey {
 /// Hierarchical per-IP limits, each `/64` and each `/48`, decided together:
 ///
 /// ```
-/// use rl_core::http::{ClientIp, IpPrefix};
-/// use rl_core::{Limiter, Rejection, rate_limit};
+/// use ratewall::http::{ClientIp, IpPrefix};
+/// use ratewall::{Limiter, Rejection, rate_limit};
 ///
 /// #[rate_limit(name = "api_net", key = ip, limits = ["5/1m"],
 ///              also(name = "api_site", key = ip.network(IpPrefix::V6_48), limits = ["8/1m"]))]

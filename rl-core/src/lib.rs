@@ -2,7 +2,7 @@
 //! configured at startup, decisions made in memory or in Redis.
 //!
 //! ```
-//! use rl_core::{rate_limit, Limiter, Rejection};
+//! use ratewall::{rate_limit, Limiter, Rejection};
 //!
 //! #[rate_limit(period = 30, threshold = 2, key = user_id)]
 //! async fn say_hi(user_id: u64) -> Result<String, Rejection> {
@@ -50,15 +50,15 @@
 //!   decided by the backend as before. [`Limiter::shutdown`] gives unused
 //!   units back.
 //! - [`MemoryBackend`]: the embedded default, sharded, bounded memory.
-//!   `rl-redis` provides the Redis and Redis Cluster backend.
+//!   `ratewall-redis` provides the Redis and Redis Cluster backend.
 //! - Six [`Algorithm`]s with one contract; being limited is a [`Decision`],
 //!   not an error, and a refused call becomes a [`Rejection`].
 //! - `LimitsFile` (feature `config`): limits, failure policies and shadow
 //!   mode per name from a TOML file, applied to a running limiter.
-//! - `rl_core::http` (feature `axum`): a [`Rejection`] as a `429` with
+//! - `ratewall::http` (feature `axum`): a [`Rejection`] as a `429` with
 //!   `Retry-After` and the IETF `RateLimit` fields, the client's IP behind
 //!   trusted proxies, keyed by network (IPv6 by `/64` by default).
-//! - `rl_core::tower` (feature `tower`): a `tower::Layer` limiting routes, routers
+//! - `ratewall::tower` (feature `tower`): a `tower::Layer` limiting routes, routers
 //!   and gRPC servers by client IP or network, header, path parameter,
 //!   request extension or function, several keys all-or-nothing; gRPC
 //!   requests are refused with `RESOURCE_EXHAUSTED`.
@@ -213,4 +213,4 @@ pub use store::backend::{Backend, BoxFuture, LeaseReturn, Leased, Request, Share
 pub use store::memory::MemoryBackend;
 
 #[cfg(feature = "macros")]
-pub use rl_macros::rate_limit;
+pub use ratewall_macros::rate_limit;

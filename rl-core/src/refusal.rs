@@ -232,7 +232,7 @@ impl From<Rejection> for tonic::Status {
     /// entry expires); `UNAVAILABLE` when the limiter could not decide.
     ///
     /// ```
-    /// use rl_core::{Decision, Figures, Limit, Rejection};
+    /// use ratewall::{Decision, Figures, Limit, Rejection};
     /// let decision = Decision::new(Figures { allowed: false, limit: 1, retry_after_us: 1_500_000, ..Figures::default() });
     /// let status = tonic::Status::from(Rejection::limited("api", decision, Limit::per_minute(1).unwrap()));
     /// assert_eq!(status.code(), tonic::Code::ResourceExhausted);

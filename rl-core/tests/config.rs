@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use rl_core::{
+use ratewall::{
     Admission, Algorithm, ConfigError, FailurePolicy, Limit, Limiter, LimitsFile, Request,
 };
 

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use rl_core::{
+use ratewall::{
     Algorithm, Backend, BackendError, BoxFuture, Decisions, Key, Limit, Limiter, ManualClock,
     MemoryBackend, Rejection, Request, rate_limit,
 };
@@ -456,7 +456,7 @@ impl Backend for Switchable {
 
 #[tokio::test]
 async fn while_the_backend_fails_what_it_refused_or_left_without_room_stays_refused() {
-    use rl_core::{Admission, BreakerConfig, CallSpec, FailurePolicy, GroupSpec, RejectionReason};
+    use ratewall::{Admission, BreakerConfig, CallSpec, FailurePolicy, GroupSpec, RejectionReason};
     let backend = Arc::new(Switchable::default());
     let limiter = Limiter::builder()
         .shared_backend(backend.clone())
@@ -504,7 +504,7 @@ async fn while_the_backend_fails_what_it_refused_or_left_without_room_stays_refu
     let local = limiter.call(&sms, &[&"fresh"]).await.unwrap();
     assert!(matches!(
         local.admission(),
-        rl_core::Admission::Local { .. }
+        ratewall::Admission::Local { .. }
     ));
     assert!(limiter.call(&sms, &[&"fresh"]).await.is_err());
 

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use rl_core::{Algorithm, Key, Limit, ManualClock, MemoryBackend, Request};
+use ratewall::{Algorithm, Key, Limit, ManualClock, MemoryBackend, Request};
 
 const T0: u64 = 1_700_000_000_000_000;
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use rl_core::{
+use ratewall::{
     Algorithm, Backend, BackendError, BoxFuture, CallSpec, Counting, Decisions, GroupSpec,
     LeaseReturn, Leased, Limit, Limiter, MemoryBackend, Request,
 };
@@ -119,7 +119,7 @@ async fn until_leased(limiter: &Limiter, spec: &CallSpec, identities: &[&str]) -
 
 /// What the store counts for `identity` under `name` and `limit`.
 async fn taken(backend: &Counted, name: &str, identity: &str, limit: &Limit) -> u64 {
-    let key = rl_core::Key::new("lease", name, identity);
+    let key = ratewall::Key::new("lease", name, identity);
     let decision = backend
         .store
         .peek(&[Request::new(&key, limit, 1)])

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
-use rl_core::{
+use ratewall::{
     Backend, BackendError, BoxFuture, CallSpec, Decisions, GroupSpec, Limit, Limiter,
     MemoryBackend, RejectionReason, Request,
 };
@@ -163,13 +163,13 @@ async fn a_deny_listed_identity_is_refused_by_the_raw_api_too() {
     let key = limiter.key("anything", &"bob");
     let limit = Limit::per_minute(1).unwrap();
     let error = limiter.acquire(&key, &limit, 1).await.unwrap_err();
-    assert!(matches!(error, rl_core::Error::Denied(_)), "{error}");
+    assert!(matches!(error, ratewall::Error::Denied(_)), "{error}");
 }
 
 #[cfg(feature = "config")]
 #[tokio::test]
 async fn lists_come_from_a_limits_file_and_a_reload_removes_what_it_no_longer_lists() {
-    use rl_core::{LimitsFile, ListKind};
+    use ratewall::{LimitsFile, ListKind};
     let first = LimitsFile::parse(
         r#"
         [lists]
@@ -246,7 +246,7 @@ async fn an_allow_listed_identity_bypasses_its_limit_but_not_the_others() {
             GroupSpec::owned("sms_ip", vec![Limit::per_hour(3).unwrap()]),
         ],
     )
-    .with_counting(rl_core::Counting::Settled);
+    .with_counting(ratewall::Counting::Settled);
     limiter
         .allow(Some("sms_phone"), &"+15550100", None)
         .await
@@ -298,7 +298,7 @@ async fn an_allow_listed_identity_bypasses_its_limit_but_not_the_others() {
             .unwrap();
         assert!(matches!(
             permit.admission(),
-            rl_core::Admission::AllowListed
+            ratewall::Admission::AllowListed
         ));
         assert!(permit.binding().is_none());
         permit.settle(false).await;
@@ -328,5 +328,5 @@ async fn an_allow_listed_identity_bypasses_its_limit_but_not_the_others() {
         .check("sms_ip", &[Request::new(&key, &limit, 1)], None)
         .await
         .unwrap();
-    assert!(matches!(admitted, rl_core::Admission::AllowListed));
+    assert!(matches!(admitted, ratewall::Admission::AllowListed));
 }

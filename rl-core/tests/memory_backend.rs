@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use rl_core::{
+use ratewall::{
     Algorithm, Backend, CallSpec, Counting, GroupSpec, Key, Limit, Limiter, ManualClock,
     MemoryBackend, Request,
 };
@@ -350,34 +350,34 @@ impl Backend for Broken {
     fn acquire<'a>(
         &'a self,
         _: &'a [Request<'a>],
-    ) -> rl_core::BoxFuture<'a, Result<rl_core::Decisions, rl_core::BackendError>> {
+    ) -> ratewall::BoxFuture<'a, Result<ratewall::Decisions, ratewall::BackendError>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        Box::pin(async { Err(rl_core::BackendError::unavailable("connection refused")) })
+        Box::pin(async { Err(ratewall::BackendError::unavailable("connection refused")) })
     }
     fn peek<'a>(
         &'a self,
         r: &'a [Request<'a>],
-    ) -> rl_core::BoxFuture<'a, Result<rl_core::Decisions, rl_core::BackendError>> {
+    ) -> ratewall::BoxFuture<'a, Result<ratewall::Decisions, ratewall::BackendError>> {
         self.acquire(r)
     }
     fn refund<'a>(
         &'a self,
         _: &'a [Request<'a>],
         _: u64,
-    ) -> rl_core::BoxFuture<'a, Result<(), rl_core::BackendError>> {
-        Box::pin(async { Err(rl_core::BackendError::unavailable("connection refused")) })
+    ) -> ratewall::BoxFuture<'a, Result<(), ratewall::BackendError>> {
+        Box::pin(async { Err(ratewall::BackendError::unavailable("connection refused")) })
     }
     fn reset<'a>(
         &'a self,
         _: &'a [Request<'a>],
-    ) -> rl_core::BoxFuture<'a, Result<(), rl_core::BackendError>> {
-        Box::pin(async { Err(rl_core::BackendError::unavailable("connection refused")) })
+    ) -> ratewall::BoxFuture<'a, Result<(), ratewall::BackendError>> {
+        Box::pin(async { Err(ratewall::BackendError::unavailable("connection refused")) })
     }
 }
 
 #[tokio::test]
 async fn each_failure_policy_is_honoured_and_the_circuit_stops_calling_a_failing_backend() {
-    use rl_core::{BreakerConfig, FailurePolicy};
+    use ratewall::{BreakerConfig, FailurePolicy};
     let limit = Limit::per_minute(4).unwrap();
     for (policy, expected_allowed) in [
         (FailurePolicy::FailOpen, 10),
@@ -433,10 +433,10 @@ async fn shadow_mode_decides_and_counts_but_never_refuses() {
     limiter.set_shadow("shadowed", true);
     assert!(matches!(
         limiter.check("shadowed", &requests, None).await,
-        Ok(rl_core::Admission::Backend(_))
+        Ok(ratewall::Admission::Backend(_))
     ));
     let shadowed = limiter.check("shadowed", &requests, None).await.unwrap();
-    let rl_core::Admission::Shadowed(decisions) = shadowed else {
+    let ratewall::Admission::Shadowed(decisions) = shadowed else {
         panic!("expected a shadowed admission: {shadowed:?}")
     };
     assert!(!decisions.allowed());
@@ -467,7 +467,7 @@ async fn a_wall_clock_stepping_back_never_makes_state_look_older() {
 
 #[tokio::test]
 async fn a_runtime_policy_overrides_the_given_one_and_the_default() {
-    use rl_core::FailurePolicy;
+    use ratewall::FailurePolicy;
     let limiter = Limiter::builder()
         .shared_backend(Arc::new(Broken::default()))
         .build()

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use rl_core::{
+use ratewall::{
     Algorithm, Backend, BackendError, Decision, Key, Limit, ManualClock, MemoryBackend, Request,
     Reservation,
 };
@@ -338,7 +338,7 @@ proptest! {
 
 #[test]
 fn waits_are_recorded_and_a_slot_given_back_is_counted() {
-    use rl_core::{CallSpec, GroupSpec, Limiter};
+    use ratewall::{CallSpec, GroupSpec, Limiter};
     let ledger = Ledger::default();
     let _guard = metrics::set_default_local_recorder(&ledger);
     let clock = ManualClock::new(T0);

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// The limiting algorithm. See `rl_core`'s docs for which one to pick.
+/// The limiting algorithm. See `ratewall`'s docs for which one to pick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 #[non_exhaustive]
 pub enum Algorithm {

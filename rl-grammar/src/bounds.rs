@@ -140,7 +140,7 @@ pub const fn capacity(threshold: u64, algorithm: Algorithm, burst: u64) -> u64 {
 /// first problem found is returned).
 ///
 /// ```
-/// use rl_grammar::{Algorithm, Problem, check_limit};
+/// use ratewall_grammar::{Algorithm, Problem, check_limit};
 /// assert_eq!(check_limit(5, 60_000_000, Algorithm::Gcra, 5, 10), Ok(()));
 /// assert_eq!(check_limit(0, 60_000_000, Algorithm::Gcra, 5, 10), Err(Problem::ZeroThreshold));
 /// assert_eq!(
@@ -205,7 +205,7 @@ pub const fn check_limit(
 /// other bounds are meaningless without them.
 ///
 /// ```
-/// use rl_grammar::{Algorithm, Problem, problems};
+/// use ratewall_grammar::{Algorithm, Problem, problems};
 /// let all = problems(20_000, 1_001 * 86_400_000_000, Algorithm::SlidingLog, 20_000, 10);
 /// assert!(matches!(all[..], [Problem::TooLarge { .. }, Problem::SlidingLogTooLarge { .. }]));
 /// ```

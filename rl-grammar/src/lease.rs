@@ -31,7 +31,7 @@ use crate::bounds::capacity;
 /// the sliding log; see the module docs for why).
 ///
 /// ```
-/// use rl_grammar::{Algorithm, can_lease};
+/// use ratewall_grammar::{Algorithm, can_lease};
 /// assert!(can_lease(Algorithm::Gcra) && can_lease(Algorithm::FixedWindow));
 /// assert!(!can_lease(Algorithm::SlidingLog));
 /// assert!(!can_lease(Algorithm::InFlight));
@@ -98,7 +98,7 @@ impl std::error::Error for LeaseProblem {}
 /// below the capacity, and an algorithm that can lease ([`can_lease`]).
 ///
 /// ```
-/// use rl_grammar::{Algorithm, LeaseProblem, check_lease};
+/// use ratewall_grammar::{Algorithm, LeaseProblem, check_lease};
 /// assert_eq!(check_lease(1_000, Algorithm::Gcra, 1_000, 100), Ok(()));
 /// assert_eq!(check_lease(1_000, Algorithm::Gcra, 1_000, 0), Err(LeaseProblem::Zero));
 /// assert!(check_lease(1_000, Algorithm::FixedWindow, 1, 1_000).is_err());

@@ -1,5 +1,5 @@
 //! The limit grammar, in one place: what the `#[rate_limit]` macro checks at
-//! compile time, what `rl-core` checks at run time, and what `rl-redis`
+//! compile time, what `ratewall` checks at run time, and what `ratewall-redis`
 //! writes into keys and scripts.
 //!
 //! - [`Algorithm`]: the six algorithms, their names (as written in the macro,
@@ -16,11 +16,11 @@
 //!   registry names of tiers (`api@pro`).
 //!
 //! A proc-macro crate cannot depend on a crate that depends on it, so this
-//! crate sits below both `rl-macros` and `rl-core` and depends on nothing.
-//! Users do not need it directly: `rl-core` re-exports what they see.
+//! crate sits below both `ratewall-macros` and `ratewall` and depends on nothing.
+//! Users do not need it directly: `ratewall` re-exports what they see.
 //!
 //! ```
-//! use rl_grammar::{Algorithm, Problem, check_limit, parse_rate};
+//! use ratewall_grammar::{Algorithm, Problem, check_limit, parse_rate};
 //! let rate = parse_rate("5/1h").unwrap();
 //! assert_eq!((rate.threshold, rate.period_us), (5, 3_600_000_000));
 //! assert_eq!("sliding_log".parse::<Algorithm>(), Ok(Algorithm::SlidingLog));

@@ -55,7 +55,7 @@ impl std::error::Error for BadRate {}
 /// allowed is [`crate::check_limit`]'s business).
 ///
 /// ```
-/// use rl_grammar::parse_duration_micros;
+/// use ratewall_grammar::parse_duration_micros;
 /// assert_eq!(parse_duration_micros("1m"), Ok(60_000_000));
 /// assert_eq!(parse_duration_micros(" 30 "), Ok(30_000_000));
 /// assert!(parse_duration_micros("1.5s").is_err());
@@ -95,7 +95,7 @@ pub struct Rate {
 /// duration, or a bare unit meaning one of it).
 ///
 /// ```
-/// use rl_grammar::{Rate, parse_rate};
+/// use ratewall_grammar::{Rate, parse_rate};
 /// assert_eq!(parse_rate("10/d"), Ok(Rate { threshold: 10, period_us: 86_400_000_000 }));
 /// assert_eq!(parse_rate(" 3 / 500ms ").unwrap().period_us, 500_000);
 /// assert!(parse_rate("5 per hour").is_err());
@@ -128,8 +128,8 @@ pub fn parse_rate(text: &str) -> Result<Rate, BadRate> {
 /// `"1500ms"`, `"7us"`.
 ///
 /// ```
-/// assert_eq!(rl_grammar::format_duration(3_600_000_000), "1h");
-/// assert_eq!(rl_grammar::format_duration(1_500_000), "1500ms");
+/// assert_eq!(ratewall_grammar::format_duration(3_600_000_000), "1h");
+/// assert_eq!(ratewall_grammar::format_duration(1_500_000), "1500ms");
 /// ```
 pub fn format_duration(us: u64) -> String {
     const UNITS: [(u64, &str); 5] = [

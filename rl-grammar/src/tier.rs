@@ -36,7 +36,7 @@ impl std::error::Error for BadTierName {}
 /// and a tier name needs no escaping anywhere).
 ///
 /// ```
-/// use rl_grammar::check_tier_name;
+/// use ratewall_grammar::check_tier_name;
 /// assert!(check_tier_name("pro").is_ok());
 /// assert!(check_tier_name("team-2.eu").is_ok());
 /// assert!(check_tier_name("").is_err());
@@ -61,7 +61,7 @@ pub fn check_tier_name(name: &str) -> Result<(), BadTierName> {
 /// what precedes is not empty.
 ///
 /// ```
-/// use rl_grammar::split_tier;
+/// use ratewall_grammar::split_tier;
 /// assert_eq!(split_tier("api@pro"), Some(("api", "pro")));
 /// assert_eq!(split_tier("app::api@free"), Some(("app::api", "free")));
 /// assert_eq!(split_tier("api"), None);

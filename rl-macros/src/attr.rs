@@ -102,10 +102,10 @@ impl<T> Arg<T> {
     }
 }
 
-/// The algorithms: the grammar's, shared with `rl_core`.
-pub(crate) use rl_grammar::Algorithm;
+/// The algorithms: the grammar's, shared with `ratewall`.
+pub(crate) use ratewall_grammar::Algorithm;
 
-/// The `on_error` values, mirroring `rl_core::FailurePolicy`.
+/// The `on_error` values, mirroring `ratewall::FailurePolicy`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum OnError {
     FailOpen,
@@ -609,11 +609,11 @@ fn parse_rate_list(input: ParseStream, what: &str, assign: &str) -> Result<Arg<V
     Ok(Arg::new(rates, span))
 }
 
-/// `"5/1h"`, `"100/30s"`, `"10/d"`: [`rl_grammar::parse_rate`], the grammar
-/// of `rl_core::Limit`'s `FromStr`. `None` when unreadable. Zero values are
+/// `"5/1h"`, `"100/30s"`, `"10/d"`: [`ratewall_grammar::parse_rate`], the grammar
+/// of `ratewall::Limit`'s `FromStr`. `None` when unreadable. Zero values are
 /// read and left to validation.
 pub(crate) fn parse_rate(text: &str) -> Option<Rate> {
-    let rate = rl_grammar::parse_rate(text).ok()?;
+    let rate = ratewall_grammar::parse_rate(text).ok()?;
     Some(Rate {
         threshold: rate.threshold,
         period_us: rate.period_us,
@@ -622,7 +622,7 @@ pub(crate) fn parse_rate(text: &str) -> Option<Rate> {
 }
 
 fn bad_rate_message(text: &str) -> String {
-    rl_grammar::BadRate(text.to_owned()).to_string()
+    ratewall_grammar::BadRate(text.to_owned()).to_string()
 }
 
 /// The one place that refuses an argument written twice, at the second
@@ -743,7 +743,7 @@ fn parse_duration(input: ParseStream, name: &str) -> Result<Arg<u64>> {
         Ok(Arg::new(micros, seconds.span))
     } else if lookahead.peek(LitStr) {
         let text: LitStr = input.parse()?;
-        let micros = rl_grammar::parse_duration_micros(&text.value())
+        let micros = ratewall_grammar::parse_duration_micros(&text.value())
             .map_err(|error| Error::new(text.span(), error))?;
         Ok(Arg::new(micros, text.span()))
     } else if input.peek(LitFloat) {
@@ -831,14 +831,14 @@ fn parse_word(input: ParseStream) -> Result<(String, Span)> {
     }
 }
 
-/// `crate = "path"`: where the generated code finds `rl_core`.
+/// `crate = "path"`: where the generated code finds `ratewall`.
 fn parse_crate_path(input: ParseStream) -> Result<Arg<Path>> {
     let text: LitStr = input.parse()?;
     let path = text.parse::<Path>().map_err(|_| {
         Error::new(
             text.span(),
             format!(
-                "`crate` must be a path to `rl_core` or a re-export of it, e.g. `crate = \"my_crate::rl\"`; got {:?}",
+                "`crate` must be a path to `ratewall` or a re-export of it, e.g. `crate = \"my_crate::rl\"`; got {:?}",
                 text.value()
             ),
         )

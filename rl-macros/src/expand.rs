@@ -12,10 +12,10 @@
 //!     #![inner attributes of the original body]
 //!     {
 //!         let __rl_limiter = <the global limiter, or Ok(&limiter)>;
-//!         static __RL_SPEC: ::rl_core::__private::CallSpec =
-//!             ::rl_core::__private::CallSpec::new(<name>, &[GroupSpec::new(<group>, &[<limits>]).with_cost(..), ..])
+//!         static __RL_SPEC: ::ratewall::__private::CallSpec =
+//!             ::ratewall::__private::CallSpec::new(<name>, &[GroupSpec::new(<group>, &[<limits>]).with_cost(..), ..])
 //!                 .with_policy(..);                                // `on_error`
-//!         let __rl_call = ::rl_core::__private::admit(&__RL_SPEC, __rl_limiter, &[&(<key>), ..]);
+//!         let __rl_call = ::ratewall::__private::admit(&__RL_SPEC, __rl_limiter, &[&(<key>), ..]);
 //!         match __rl_call.await {               // the admission only: no permit kept
 //!             Ok(()) => {}
 //!             Err(__rl_rejection) => return <Err(From::from(..)) or (on_reject)(..)>,
@@ -50,7 +50,7 @@
 //!     let __rl_limiter = <limiter>;
 //!     let __rl_permit = {
 //!         static __RL_SPEC: .. = CallSpec::new(..).with_counting(Counting::Settled);
-//!         let __rl_call = ::rl_core::__private::call(&__RL_SPEC, __rl_limiter, &[&(<key>), ..]);
+//!         let __rl_call = ::ratewall::__private::call(&__RL_SPEC, __rl_limiter, &[&(<key>), ..]);
 //!         match __rl_call.await {
 //!             Ok(__rl_permit) => __rl_permit,
 //!             Err(__rl_rejection) => return <Err(From::from(..)) or (on_reject)(..)>,
@@ -63,8 +63,8 @@
 //!     }
 //!     .await;
 //!     let __rl_counted: bool = <is_err(&__rl_out) or (count_if)(&__rl_out)>;
-//!     ::rl_core::__private::Permit::add_headers(&__rl_permit, &mut __rl_out);   // `headers`
-//!     ::rl_core::__private::Permit::settle(__rl_permit, __rl_counted).await;     // `count`
+//!     ::ratewall::__private::Permit::add_headers(&__rl_permit, &mut __rl_out);   // `headers`
+//!     ::ratewall::__private::Permit::settle(__rl_permit, __rl_counted).await;     // `count`
 //!     __rl_out
 //! }
 //! ```
@@ -99,7 +99,7 @@ pub(crate) fn expand(config: Config, function: Function) -> TokenStream {
     } = function;
     let private = match &config.krate {
         Some(path) => quote!(#path::__private),
-        None => quote!(::rl_core::__private),
+        None => quote!(::ratewall::__private),
     };
     let default_name = {
         let function_name = sig.ident.unraw().to_string();
@@ -464,32 +464,32 @@ mod tests {
             pub async fn f(user: User) -> Result<u8, E> {
                 #![allow(unused)]
                 {
-                    let __rl_limiter = ::rl_core::__private::global();
-                    static __RL_LIMITS_0: [::rl_core::__private::Limit; 1usize] = [
-                        ::rl_core::__private::Limit::from_parts_const(5, 60000000, ::rl_core::__private::Algorithm::TokenBucket, 8, 10)
+                    let __rl_limiter = ::ratewall::__private::global();
+                    static __RL_LIMITS_0: [::ratewall::__private::Limit; 1usize] = [
+                        ::ratewall::__private::Limit::from_parts_const(5, 60000000, ::ratewall::__private::Algorithm::TokenBucket, 8, 10)
                     ];
-                    static __RL_GROUPS: [::rl_core::__private::GroupSpec; 1usize] = [
-                        ::rl_core::__private::GroupSpec::new(
-                            ::rl_core::__private::core::concat!(::rl_core::__private::core::module_path!(), "::", "f"),
+                    static __RL_GROUPS: [::ratewall::__private::GroupSpec; 1usize] = [
+                        ::ratewall::__private::GroupSpec::new(
+                            ::ratewall::__private::core::concat!(::ratewall::__private::core::module_path!(), "::", "f"),
                             &__RL_LIMITS_0
                         ).with_cost(2)
                     ];
-                    static __RL_SPEC: ::rl_core::__private::CallSpec = ::rl_core::__private::CallSpec::new(
-                        ::rl_core::__private::core::concat!(::rl_core::__private::core::module_path!(), "::", "f"),
+                    static __RL_SPEC: ::ratewall::__private::CallSpec = ::ratewall::__private::CallSpec::new(
+                        ::ratewall::__private::core::concat!(::ratewall::__private::core::module_path!(), "::", "f"),
                         &__RL_GROUPS
                     );
                     #[allow(unused_imports)]
-                    use ::rl_core::__private::{PartDisplay as _, PartFast as _};
-                    let __rl_call = ::rl_core::__private::admit(
+                    use ::ratewall::__private::{PartDisplay as _, PartFast as _};
+                    let __rl_call = ::ratewall::__private::admit(
                         &__RL_SPEC,
                         __rl_limiter,
-                        &[(&&::rl_core::__private::Probe(&(user.id))).__rl_part()]
+                        &[(&&::ratewall::__private::Probe(&(user.id))).__rl_part()]
                     );
                     match __rl_call.await {
-                        ::rl_core::__private::core::result::Result::Ok(()) => {}
-                        ::rl_core::__private::core::result::Result::Err(__rl_rejection) => {
-                            return ::rl_core::__private::core::result::Result::Err(
-                                ::rl_core::__private::core::convert::From::from(__rl_rejection)
+                        ::ratewall::__private::core::result::Result::Ok(()) => {}
+                        ::ratewall::__private::core::result::Result::Err(__rl_rejection) => {
+                            return ::ratewall::__private::core::result::Result::Err(
+                                ::ratewall::__private::core::convert::From::from(__rl_rejection)
                             );
                         }
                     }
@@ -534,7 +534,7 @@ mod tests {
             code.contains("& [my :: rl :: __private :: Part :: Text (\"\")])"),
             "no key: the empty identity; {code}"
         );
-        assert!(!code.contains("rl_core"), "{code}");
+        assert!(!code.contains("ratewall"), "{code}");
     }
 
     #[test]
@@ -549,7 +549,7 @@ mod tests {
             function.clone(),
         );
         let plain = expand(quote!(period = 1, threshold = 5, key = id), function);
-        let setting = ". with_wait (:: rl_core :: __private :: core :: time :: Duration :: from_micros (2000000))";
+        let setting = ". with_wait (:: ratewall :: __private :: core :: time :: Duration :: from_micros (2000000))";
         assert!(
             waiting.contains(&format!("& __RL_GROUPS) {setting} ;")),
             "{waiting}"
@@ -574,16 +574,16 @@ mod tests {
             ),
         );
         for part in [
-            "static __RL_LIMITS_0_0 : [:: rl_core :: __private :: Limit ; 1usize]",
-            "static __RL_LIMITS_0_1 : [:: rl_core :: __private :: Limit ; 2usize]",
-            "static __RL_LIMITS_0 : [:: rl_core :: __private :: Tier ; 2usize] = [:: rl_core :: __private :: Tier \
-             :: new (\"free\" , & __RL_LIMITS_0_0) , :: rl_core :: __private :: Tier :: new (\"pro-2\" , & \
+            "static __RL_LIMITS_0_0 : [:: ratewall :: __private :: Limit ; 1usize]",
+            "static __RL_LIMITS_0_1 : [:: ratewall :: __private :: Limit ; 2usize]",
+            "static __RL_LIMITS_0 : [:: ratewall :: __private :: Tier ; 2usize] = [:: ratewall :: __private :: Tier \
+             :: new (\"free\" , & __RL_LIMITS_0_0) , :: ratewall :: __private :: Tier :: new (\"pro-2\" , & \
              __RL_LIMITS_0_1)] ;",
-            ":: rl_core :: __private :: GroupSpec :: tiered (\"api\" , & __RL_LIMITS_0)",
-            ":: rl_core :: __private :: GroupSpec :: new (\"ip\" , & __RL_LIMITS_1)",
-            ":: rl_core :: __private :: call_tiered (& __RL_SPEC , __rl_limiter , & [(&& :: rl_core :: __private :: \
-             Probe (& (user))) . __rl_part () , (&& :: rl_core :: __private :: Probe (& (ip))) . __rl_part ()] , & \
-             [(&& :: rl_core :: __private :: Probe (& (plan))) . __rl_part ()])",
+            ":: ratewall :: __private :: GroupSpec :: tiered (\"api\" , & __RL_LIMITS_0)",
+            ":: ratewall :: __private :: GroupSpec :: new (\"ip\" , & __RL_LIMITS_1)",
+            ":: ratewall :: __private :: call_tiered (& __RL_SPEC , __rl_limiter , & [(&& :: ratewall :: __private :: \
+             Probe (& (user))) . __rl_part () , (&& :: ratewall :: __private :: Probe (& (ip))) . __rl_part ()] , & \
+             [(&& :: ratewall :: __private :: Probe (& (plan))) . __rl_part ()])",
         ] {
             assert!(code.contains(part), "{part}\nin\n{code}");
         }
@@ -614,7 +614,7 @@ mod tests {
         );
         assert!(
             code.contains(
-                ":: rl_core :: __private :: Limit :: from_parts_const (1000 , 60000000 , :: rl_core :: __private :: \
+                ":: ratewall :: __private :: Limit :: from_parts_const (1000 , 60000000 , :: ratewall :: __private :: \
                  Algorithm :: Gcra , 1000 , 10) . with_lease_const (50)"
             ),
             "{code}"
@@ -637,15 +637,15 @@ mod tests {
         );
         assert!(
             code.contains(
-                "static __RL_LIMITS_0 : [:: rl_core :: __private :: Limit ; 2usize] = [:: rl_core :: __private :: \
-                 Limit :: from_parts_const (1 , 60000000 , :: rl_core :: __private :: Algorithm :: SlidingLog , 1 , \
-                 10) , :: rl_core :: __private :: Limit :: from_parts_const (5 , 3600000000 , :: rl_core :: \
+                "static __RL_LIMITS_0 : [:: ratewall :: __private :: Limit ; 2usize] = [:: ratewall :: __private :: \
+                 Limit :: from_parts_const (1 , 60000000 , :: ratewall :: __private :: Algorithm :: SlidingLog , 1 , \
+                 10) , :: ratewall :: __private :: Limit :: from_parts_const (5 , 3600000000 , :: ratewall :: \
                  __private :: Algorithm :: SlidingLog , 5 , 10)] ;"
             ),
             "one group with both limits: {code}"
         );
         assert!(
-            code.contains("[:: rl_core :: __private :: GroupSpec ; 1usize]"),
+            code.contains("[:: ratewall :: __private :: GroupSpec ; 1usize]"),
             "{code}"
         );
         assert!(
@@ -674,40 +674,40 @@ mod tests {
             async fn f(&self, ip: Ip, phone: &str) -> Reply {
                 {
                     let __rl_limiter = &(self.limiter.clone());
-                    let __rl_limiter = ::rl_core::__private::core::result::Result::Ok(
-                        ::rl_core::__private::AsLimiter::as_limiter(__rl_limiter)
+                    let __rl_limiter = ::ratewall::__private::core::result::Result::Ok(
+                        ::ratewall::__private::AsLimiter::as_limiter(__rl_limiter)
                     );
-                    static __RL_LIMITS_0: [::rl_core::__private::Limit; 1usize] = [
-                        ::rl_core::__private::Limit::from_parts_const(1, 60000000, ::rl_core::__private::Algorithm::Gcra, 1, 10)
+                    static __RL_LIMITS_0: [::ratewall::__private::Limit; 1usize] = [
+                        ::ratewall::__private::Limit::from_parts_const(1, 60000000, ::ratewall::__private::Algorithm::Gcra, 1, 10)
                     ];
-                    static __RL_LIMITS_1: [::rl_core::__private::Limit; 1usize] = [
-                        ::rl_core::__private::Limit::from_parts_const(20, 3600000000, ::rl_core::__private::Algorithm::Gcra, 20, 10)
+                    static __RL_LIMITS_1: [::ratewall::__private::Limit; 1usize] = [
+                        ::ratewall::__private::Limit::from_parts_const(20, 3600000000, ::ratewall::__private::Algorithm::Gcra, 20, 10)
                     ];
-                    static __RL_GROUPS: [::rl_core::__private::GroupSpec; 2usize] = [
-                        ::rl_core::__private::GroupSpec::new("sms", &__RL_LIMITS_0),
-                        ::rl_core::__private::GroupSpec::new("sms_ip", &__RL_LIMITS_1).with_cost(2)
+                    static __RL_GROUPS: [::ratewall::__private::GroupSpec; 2usize] = [
+                        ::ratewall::__private::GroupSpec::new("sms", &__RL_LIMITS_0),
+                        ::ratewall::__private::GroupSpec::new("sms_ip", &__RL_LIMITS_1).with_cost(2)
                     ];
-                    static __RL_SPEC: ::rl_core::__private::CallSpec =
-                        ::rl_core::__private::CallSpec::new("sms", &__RL_GROUPS);
+                    static __RL_SPEC: ::ratewall::__private::CallSpec =
+                        ::ratewall::__private::CallSpec::new("sms", &__RL_GROUPS);
                     #[allow(unused_imports)]
-                    use ::rl_core::__private::{PartDisplay as _, PartFast as _};
-                    let __rl_call = ::rl_core::__private::admit(
+                    use ::ratewall::__private::{PartDisplay as _, PartFast as _};
+                    let __rl_call = ::ratewall::__private::admit(
                         &__RL_SPEC,
                         __rl_limiter,
                         &[
-                            (&&::rl_core::__private::Probe(&(phone))).__rl_part(),
-                            (&&::rl_core::__private::Probe(&(ip))).__rl_part()
+                            (&&::ratewall::__private::Probe(&(phone))).__rl_part(),
+                            (&&::ratewall::__private::Probe(&(ip))).__rl_part()
                         ]
                     );
                     match __rl_call.await {
-                        ::rl_core::__private::core::result::Result::Ok(()) => {}
-                        ::rl_core::__private::core::result::Result::Err(__rl_rejection) => {
+                        ::ratewall::__private::core::result::Result::Ok(()) => {}
+                        ::ratewall::__private::core::result::Result::Err(__rl_rejection) => {
                             fn __rl_on_reject<__RlOut, __RlOnReject>(
                                 on_reject: __RlOnReject,
-                                rejection: ::rl_core::__private::Rejection,
+                                rejection: ::ratewall::__private::Rejection,
                             ) -> __RlOut
                             where
-                                __RlOnReject: ::rl_core::__private::core::ops::FnOnce(::rl_core::__private::Rejection) -> __RlOut,
+                                __RlOnReject: ::ratewall::__private::core::ops::FnOnce(::ratewall::__private::Rejection) -> __RlOut,
                             {
                                 on_reject(rejection)
                             }
@@ -752,9 +752,9 @@ mod tests {
                 { let x = id; Ok(x) }
             }
             .await;
-            let __rl_counted: bool = ::rl_core::__private::core::result::Result::is_err(&__rl_out);
-            ::rl_core::__private::Permit::add_headers(&__rl_permit, &mut __rl_out);
-            ::rl_core::__private::Permit::settle(__rl_permit, __rl_counted).await;
+            let __rl_counted: bool = ::ratewall::__private::core::result::Result::is_err(&__rl_out);
+            ::ratewall::__private::Permit::add_headers(&__rl_permit, &mut __rl_out);
+            ::ratewall::__private::Permit::settle(__rl_permit, __rl_counted).await;
             __rl_out
         };
         assert!(code.ends_with(&format!("{expected_tail} }}")), "{code}");
@@ -763,12 +763,12 @@ mod tests {
             "{code}"
         );
         assert!(
-            code.contains(". with_counting (:: rl_core :: __private :: Counting :: Settled) ;"),
+            code.contains(". with_counting (:: ratewall :: __private :: Counting :: Settled) ;"),
             "{code}"
         );
         assert!(
             code.contains(
-                "let __rl_limiter = :: rl_core :: __private :: global () ; let __rl_permit = { static __RL_LIMITS_0"
+                "let __rl_limiter = :: ratewall :: __private :: global () ; let __rl_permit = { static __RL_LIMITS_0"
             ),
             "{code}"
         );

@@ -1,13 +1,13 @@
-//! The `#[rate_limit]` attribute. Use it through `rl-core`, which re-exports
-//! it as `rl_core::rate_limit` and documents it with compiled examples; this
-//! crate cannot depend on `rl-core`, so its own examples are not compiled.
+//! The `#[rate_limit]` attribute. Use it through `ratewall`, which re-exports
+//! it as `ratewall::rate_limit` and documents it with compiled examples; this
+//! crate cannot depend on `ratewall`, so its own examples are not compiled.
 //!
 //! The macro is split the way `tracing-attributes` and `tokio-macros` are:
 //! this file converts to `proc_macro2` and dispatches, `attr` parses,
 //! `validate` checks arguments against each other and against the function,
 //! and `expand` only generates. The limit grammar (algorithm names,
-//! durations, rates and every numeric bound) is `rl-grammar`'s, shared with
-//! `rl-core`.
+//! durations, rates and every numeric bound) is `ratewall-grammar`'s, shared with
+//! `ratewall`.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -25,7 +25,7 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// headers are options below.
 ///
 /// ```text
-/// use rl_core::{rate_limit, Limiter, Rejection};
+/// use ratewall::{rate_limit, Limiter, Rejection};
 ///
 /// #[rate_limit(period = 30, threshold = 2, key = user_id)]
 /// async fn say_hi(user_id: u64) -> Result<String, Rejection> {
@@ -53,7 +53,7 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// | `cost` | integer ≥ 1 | `1` | units each call takes (from each limit) |
 /// | `burst` | integer ≥ 1 | `threshold` (of each limit) | capacity of `token_bucket`, `leaky_bucket` and `gcra`; refused for the others |
 /// | `slots` | integer ≥ 1 | `10` | sub-windows of `sliding_window`; refused for the others |
-/// | `lease` | integer ≥ 1, below the capacity | no leasing | quota leasing: a process may reserve up to this many units of each rate limit for a hot key and admit its calls from them without a round trip (`rl_core::Limit::with_lease`); refused for `sliding_log` (not the in-flight slots of `max_in_flight`) |
+/// | `lease` | integer ≥ 1, below the capacity | no leasing | quota leasing: a process may reserve up to this many units of each rate limit for a hot key and admit its calls from them without a round trip (`ratewall::Limit::with_lease`); refused for `sliding_log` (not the in-flight slots of `max_in_flight`) |
 /// | `max_in_flight` | integer, 1 to 100 000 | none | at most this many calls of the key running at once (a concurrency limit): a call holds a slot from admission until its body returns or its future is dropped; alone or beside rate limits (decided together, all-or-nothing) |
 /// | `in_flight_ttl` | integer (seconds) or duration string, `1s` to `1h` | `"10s"` | with `max_in_flight`: the lease of a slot in a remote store, renewed every third of it while the call runs; a dead instance's slots come back after it |
 /// | `name` | string | `"<module path>::<fn name>"` | metrics label, log field and key scope |
@@ -64,10 +64,10 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// | `count` | `failures` | every admitted call counts | only calls returning `Err` keep what they took; the others are given back (the function must return a `Result`) |
 /// | `count_if` | expression callable as `FnOnce(&ReturnType) -> bool`: a closure (`\|r: &Response\| r.status() == 401`) or a function path | every admitted call counts | `true`: the call keeps what it took; `false`: it is given back |
 /// | `reset_on_success` | flag, on the function or in an `also(...)` | off | with `count`/`count_if`: a call that does not count forgets this group's state for its key (consecutive-failure counting) instead of giving back its own units |
-/// | `on_reject` | expression callable as `FnOnce(rl_core::Rejection) -> ReturnType` (closure or path, e.g. `IntoResponse::into_response`) | `Err(From::from(rejection))` | the value a refused call returns; with it the function may return any type |
-/// | `headers` | flag (needs `rl-core`'s `axum` feature) | off | adds `RateLimit-Policy` and `RateLimit` (the binding limit) to a successful response; the return type must implement `WithHeaders`: `http::Response<B>` or `Result<Response<B>, E>` |
+/// | `on_reject` | expression callable as `FnOnce(ratewall::Rejection) -> ReturnType` (closure or path, e.g. `IntoResponse::into_response`) | `Err(From::from(rejection))` | the value a refused call returns; with it the function may return any type |
+/// | `headers` | flag (needs `ratewall`'s `axum` feature) | off | adds `RateLimit-Policy` and `RateLimit` (the binding limit) to a successful response; the return type must implement `WithHeaders`: `http::Response<B>` or `Result<Response<B>, E>` |
 /// | `wait` | integer (seconds) or duration string, > 0 | refuse at once | wait up to this long for room instead of being refused: on `gcra`, `token_bucket` and `leaky_bucket` the call reserves the earliest slot every limit allows and sleeps until it (callers queue); on the window algorithms it retries after each `retry_after` until the deadline (see `Limiter::call_waiting`); not with `tier` or `max_in_flight` |
-/// | `crate` | string path to `rl_core` | `"::rl_core"` | for crates that re-export `rl_core` |
+/// | `crate` | string path to `ratewall` | `"::ratewall"` | for crates that re-export `ratewall` |
 ///
 /// Every argument is checked at compile time, at the offending token:
 /// unknown or repeated arguments, zero or negative numbers, unreadable
@@ -200,7 +200,7 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 ///
 /// It must be an `async fn` (free function or method, with `self`, `&self`
 /// or `&mut self`) returning `Result<T, E>` where
-/// `E: From<rl_core::Rejection>`. Aliases are accepted when their name is or
+/// `E: From<ratewall::Rejection>`. Aliases are accepted when their name is or
 /// ends in `Result` (`io::Result<T>`, `anyhow::Result<T>`, `AppResult<T>`);
 /// the compiler then checks the conversion. The attributes, visibility and
 /// signature are kept; the body runs unchanged after the check, so `return`
@@ -264,7 +264,7 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 ///
 /// # What it expands to
 ///
-/// Public API: a `static` `rl_core::CallSpec` and one `Limiter::call`
+/// Public API: a `static` `ratewall::CallSpec` and one `Limiter::call`
 /// (through `__private::call`, which only adds "no global limiter installed"
 /// as a rejection). The key goes in as an integer or string when its type
 /// is one (rendered without `core::fmt`), else through its `Display`:
@@ -272,11 +272,11 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// ```text
 /// async fn say_hi(user_id: u64) -> Result<String, Rejection> {
 ///     {
-///         let __rl_limiter = ::rl_core::__private::global();
+///         let __rl_limiter = ::ratewall::__private::global();
 ///         static __RL_LIMITS_0: [Limit; 1] = [Limit::from_parts_const(2, 30000000, Algorithm::Gcra, 2, 10)];
 ///         static __RL_GROUPS: [GroupSpec; 1] = [GroupSpec::new(concat!(module_path!(), "::", "say_hi"), &__RL_LIMITS_0)];
 ///         static __RL_SPEC: CallSpec = CallSpec::new(concat!(module_path!(), "::", "say_hi"), &__RL_GROUPS);
-///         let __rl_call = ::rl_core::__private::call(&__RL_SPEC, __rl_limiter, &[(&&Probe(&(user_id))).__rl_part()]);
+///         let __rl_call = ::ratewall::__private::call(&__RL_SPEC, __rl_limiter, &[(&&Probe(&(user_id))).__rl_part()]);
 ///         match __rl_call.await {
 ///             Ok(_) => {}
 ///             Err(__rl_rejection) => return Err(From::from(__rl_rejection)),
@@ -291,7 +291,7 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 ///
 /// ```text
 /// async fn login(ip: IpAddr, user: String) -> Result<Response, LoginError> {
-///     let __rl_limiter = ::rl_core::__private::global();
+///     let __rl_limiter = ::ratewall::__private::global();
 ///     let __rl_permit = {
 ///         static __RL_LIMITS_0: [Limit; 1] = [..];
 ///         static __RL_LIMITS_1: [Limit; 1] = [..];
@@ -300,7 +300,7 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 ///             GroupSpec::new("login_ip", &__RL_LIMITS_1),
 ///         ];
 ///         static __RL_SPEC: CallSpec = CallSpec::new(.., &__RL_GROUPS).with_counting(Counting::Settled);
-///         let __rl_call = ::rl_core::__private::call(&__RL_SPEC, __rl_limiter, &[<user>, <ip>]);
+///         let __rl_call = ::ratewall::__private::call(&__RL_SPEC, __rl_limiter, &[<user>, <ip>]);
 ///         match __rl_call.await {
 ///             Ok(__rl_permit) => __rl_permit,
 ///             Err(__rl_rejection) => return Err(From::from(__rl_rejection)), // or on_reject's value
@@ -313,8 +313,8 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 ///     }
 ///     .await;
 ///     let __rl_counted: bool = Result::is_err(&__rl_out);
-///     ::rl_core::__private::Permit::add_headers(&__rl_permit, &mut __rl_out);
-///     ::rl_core::__private::Permit::settle(__rl_permit, __rl_counted).await;
+///     ::ratewall::__private::Permit::add_headers(&__rl_permit, &mut __rl_out);
+///     ::ratewall::__private::Permit::settle(__rl_permit, __rl_counted).await;
 ///     __rl_out
 /// }
 /// ```

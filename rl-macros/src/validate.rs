@@ -1,7 +1,7 @@
 //! Validation after parsing: the function's shape and every rule that
 //! relates two arguments, each reported at the span parsing stored.
 //!
-//! The limit rules are `rl_grammar::problems`, the ones `rl_core::Limit`
+//! The limit rules are `ratewall_grammar::problems`, the ones `ratewall::Limit`
 //! checks (its const constructor fails compilation on anything this module
 //! lets through), reported here at the argument that breaks them, plus
 //! `Limit::check_cost`, which the limiter would otherwise only apply at run
@@ -18,7 +18,7 @@ use syn::{
 
 use crate::attr::{Algorithm, Arg, Args, Count, GroupArgs, OnError, Rate};
 
-use rl_grammar::{DEFAULT_SLOTS, LeaseProblem, Problem};
+use ratewall_grammar::{DEFAULT_SLOTS, LeaseProblem, Problem};
 
 /// Everything expansion needs, defaults filled in and all rules checked.
 pub(crate) struct Config {
@@ -84,7 +84,7 @@ pub(crate) struct TierConfig {
     pub(crate) limits: Vec<LimitConfig>,
 }
 
-/// The parts of one `rl_core::Limit`.
+/// The parts of one `ratewall::Limit`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LimitConfig {
     pub(crate) threshold: u64,
@@ -429,7 +429,7 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
     if let Some(arg) = &args.lease {
         let problem = if arg.value == 0 {
             Some(LeaseProblem::Zero)
-        } else if !rl_grammar::can_lease(algorithm) {
+        } else if !ratewall_grammar::can_lease(algorithm) {
             Some(LeaseProblem::Algorithm(algorithm))
         } else {
             None
@@ -643,7 +643,7 @@ fn validate_tiers<'a>(
         }
     }
     if let Some(name) = &args.name
-        && name.value.value().contains(rl_grammar::TIER_SEPARATOR)
+        && name.value.value().contains(ratewall_grammar::TIER_SEPARATOR)
     {
         errors.push(
             name.span,
@@ -655,7 +655,7 @@ fn validate_tiers<'a>(
     let mut checked = Vec::with_capacity(tiers.value.len());
     for tier in &tiers.value {
         let name = tier.name.value.as_str();
-        if let Err(bad) = rl_grammar::check_tier_name(name) {
+        if let Err(bad) = ratewall_grammar::check_tier_name(name) {
             errors.push(tier.name.span, bad);
         } else if seen.contains(&name) {
             errors.push(
@@ -742,7 +742,7 @@ fn check_limits(
         };
 
         // Zero values were reported at their argument above.
-        for problem in rl_grammar::problems(threshold, period_us, algorithm, burst, slots) {
+        for problem in ratewall_grammar::problems(threshold, period_us, algorithm, burst, slots) {
             match problem {
                 Problem::UnevenSlots { .. } => {
                     let span = match (source, &args.slots) {
@@ -769,7 +769,7 @@ fn check_limits(
 
         if let Some(arg) = &args.lease
             && lease > 0
-            && let Err(problem) = rl_grammar::check_lease(threshold, algorithm, burst, lease)
+            && let Err(problem) = ratewall_grammar::check_lease(threshold, algorithm, burst, lease)
         {
             errors.push(arg.span, format!("{prefix}{problem}"));
         }
@@ -873,9 +873,9 @@ fn check_in_flight(
     let ttl = args
         .in_flight_ttl
         .as_ref()
-        .map_or(rl_grammar::DEFAULT_LEASE_TTL_US, |t| t.value);
+        .map_or(ratewall_grammar::DEFAULT_LEASE_TTL_US, |t| t.value);
     if max.value > 0 {
-        for problem in rl_grammar::problems(
+        for problem in ratewall_grammar::problems(
             max.value,
             ttl,
             Algorithm::InFlight,
@@ -916,7 +916,7 @@ fn impl_trait_span(tokens: TokenStream) -> Option<Span> {
 }
 
 const MUST_RETURN: &str = "`#[rate_limit]` functions must return `Result<T, E>` with \
-    `E: From<rl_core::Rejection>`, so that a refused call can return an error";
+    `E: From<ratewall::Rejection>`, so that a refused call can return an error";
 
 /// Whether the function returns a `Result` (or an alias named like one).
 fn returns_result(sig: &Signature) -> bool {
@@ -943,7 +943,7 @@ fn check_signature(sig: &Signature, needs_result: bool, errors: &mut Errors) -> 
                 errors.push(
                     span,
                     format!(
-                        "{MUST_RETURN}; add e.g. `-> Result<(), rl_core::Rejection>`, or build the refused call's \
+                        "{MUST_RETURN}; add e.g. `-> Result<(), ratewall::Rejection>`, or build the refused call's \
                          value with `on_reject = ...`"
                     ),
                 );

@@ -5,7 +5,7 @@
 //! (`examples/floor/*.lua`, same reply), run at saturation in the same run.
 //!
 //! ```text
-//! cargo run --release -p rl-redis --example loadgen -- \
+//! cargo run --release -p ratewall-redis --example loadgen -- \
 //!     --url redis://127.0.0.1:6379/ --secs 1 --out target/loadgen
 //! ```
 //!
@@ -70,8 +70,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use plotters::prelude::*;
-use rl_core::{Algorithm, Backend, Key, Limit, Limiter, Request};
-use rl_redis::{CallMode, RedisBackend};
+use ratewall::{Algorithm, Backend, Key, Limit, Limiter, Request};
+use ratewall_redis::{CallMode, RedisBackend};
 use serde::Serialize;
 
 const IDENTITIES: u64 = 10_000;
@@ -452,7 +452,7 @@ struct BenchRun {
 fn our_line(algorithm: Algorithm, mode: CallMode) -> Vec<String> {
     let limit = limit(algorithm);
     let key = Key::new("lg", algorithm.name(), "__rand_int__");
-    rl_redis::__private::acquire_command_line(&[Request::new(&key, &limit, 1)], mode)
+    ratewall_redis::__private::acquire_command_line(&[Request::new(&key, &limit, 1)], mode)
 }
 
 /// The limit of the floor comparison: every call of every run admitted
@@ -481,7 +481,7 @@ fn fresh_scope(line: &str) -> String {
 fn our_cpu_line(algorithm: Algorithm, mode: CallMode) -> Vec<String> {
     let limit = cpu_limit(algorithm);
     let key = Key::new("lg", &fresh_scope("cpu"), "__rand_int__");
-    rl_redis::__private::acquire_command_line(&[Request::new(&key, &limit, 1)], mode)
+    ratewall_redis::__private::acquire_command_line(&[Request::new(&key, &limit, 1)], mode)
 }
 
 /// The minimal hand-written script of `algorithm` (the floor).
@@ -1082,7 +1082,7 @@ fn plot(report: &Report, path: &Path) -> Result<(), Box<dyn std::error::Error>> 
     root.fill(&WHITE)?;
     let root = root.titled(
         &format!(
-            "rl-redis, one connection, {} s per point; dashed: Redis' saturation for the same EVALSHA",
+            "ratewall-redis, one connection, {} s per point; dashed: Redis' saturation for the same EVALSHA",
             report.secs_per_cell
         ),
         ("sans-serif", 22),
@@ -1297,9 +1297,9 @@ async fn hot_run(options: &Options, limit: Limit, run: usize) -> Option<HotRun> 
                 .ok()?,
         ));
     }
-    let spec = Arc::new(rl_core::CallSpec::owned(
+    let spec = Arc::new(ratewall::CallSpec::owned(
         "hot",
-        vec![rl_core::GroupSpec::owned("hot", vec![limit])],
+        vec![ratewall::GroupSpec::owned("hot", vec![limit])],
     ));
     let identity = Arc::new(format!(
         "hot-{}-{run}-{}",
@@ -1467,7 +1467,7 @@ async fn main() {
         return;
     }
     eprintln!(
-        "rl-redis load generator: {}, {} s per cell, {:?} (library {}, batch script {})",
+        "ratewall-redis load generator: {}, {} s per cell, {:?} (library {}, batch script {})",
         options.url,
         options.secs,
         backend.call_mode(),
@@ -1484,7 +1484,7 @@ async fn main() {
         floods.extend(flood(&options, deny_cache).await);
     }
     let report = Report {
-        url: rl_redis::redact_url(&options.url),
+        url: ratewall_redis::redact_url(&options.url),
         mode: format!("{:?}", backend.call_mode()).to_lowercase(),
         library: RedisBackend::library_name(),
         script_sha: RedisBackend::script_sha(),

@@ -1,4 +1,4 @@
-//! [`RedisBackend`]: rl-core's [`Backend`] on Redis, Redis Cluster or the
+//! [`RedisBackend`]: ratewall's [`Backend`] on Redis, Redis Cluster or the
 //! master of a Redis Sentinel deployment.
 
 use std::fmt;
@@ -10,7 +10,7 @@ use redis::aio::ConnectionManager;
 #[cfg(feature = "cluster")]
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, FromRedisValue, RedisResult};
-use rl_core::{Backend, BackendError, BoxFuture, Clock, Decision, Decisions, Request};
+use ratewall::{Backend, BackendError, BoxFuture, Clock, Decision, Decisions, Request};
 use tokio::time::Instant;
 
 use crate::builder::{CallMode, RedisBackendBuilder};
@@ -95,7 +95,7 @@ pub(crate) struct Reloader {
 }
 
 /// Decides rate limits in Redis or Redis Cluster, with the exact semantics of
-/// [`rl_core::MemoryBackend`].
+/// [`ratewall::MemoryBackend`].
 ///
 /// - **One round trip, atomic.** Every call (any number of limits, any mix
 ///   of algorithms) is one command that reads, decides and writes in Lua:
@@ -142,8 +142,8 @@ pub(crate) struct Reloader {
 /// runs, so a master never decides at a time earlier than one it already
 /// decided at: a group is never refused for lack of room that it has.
 /// The decisions of one call may therefore carry different
-/// [`rl_core::Decision::at_micros`] (one per group); a refund gives back
-/// each group at its own time, as [`rl_core::Limiter`] does. With a
+/// [`ratewall::Decision::at_micros`] (one per group); a refund gives back
+/// each group at its own time, as [`ratewall::Limiter`] does. With a
 /// client clock, every group is decided at the client's time.
 ///
 /// That is the one case that takes more than one round trip (the forward
@@ -169,8 +169,8 @@ pub(crate) struct Reloader {
 /// the same call as the decision.
 ///
 /// ```no_run
-/// use rl_core::{Backend, Key, Limit, Limiter, Request};
-/// use rl_redis::RedisBackend;
+/// use ratewall::{Backend, Key, Limit, Limiter, Request};
+/// use ratewall_redis::RedisBackend;
 /// use std::time::Duration;
 ///
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -310,8 +310,8 @@ impl RedisBackend {
     /// backend is dropped).
     ///
     /// ```no_run
-    /// use rl_redis::RedisBackend;
-    /// # async fn demo() -> Result<(), rl_core::BackendError> {
+    /// use ratewall_redis::RedisBackend;
+    /// # async fn demo() -> Result<(), ratewall::BackendError> {
     /// let backend = RedisBackend::connect_sentinel(
     ///     ["redis://10.0.0.1:26379/", "redis://10.0.0.2:26379/"],
     ///     "mymaster",
@@ -625,7 +625,7 @@ impl RedisBackend {
             .iter()
             .find(|r| r.limit.is_in_flight() && r.holder == 0)
         {
-            return Err(BackendError::Invalid(rl_core::LimitError::BadCall(
+            return Err(BackendError::Invalid(ratewall::LimitError::BadCall(
                 format!(
                     "{} needs a lease id (`Request::with_holder`): each slot is one member named by it",
                     request.limit
@@ -840,14 +840,14 @@ impl Backend for RedisBackend {
         &'a self,
         requests: &'a [Request<'a>],
         max_wait: Duration,
-    ) -> BoxFuture<'a, Result<rl_core::Reservation, BackendError>> {
+    ) -> BoxFuture<'a, Result<ratewall::Reservation, BackendError>> {
         Box::pin(self.reserve_batch(requests, max_wait))
     }
 
     fn cancel<'a>(
         &'a self,
         requests: &'a [Request<'a>],
-        reservation: &'a rl_core::Reservation,
+        reservation: &'a ratewall::Reservation,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(self.cancel_batch(requests, reservation))
     }
@@ -867,7 +867,7 @@ impl Backend for RedisBackend {
         &'a self,
         prefix: &'a str,
         name: &'a str,
-        limits: &'a [rl_core::Limit],
+        limits: &'a [ratewall::Limit],
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(self.publish(prefix, name, limits))
     }
@@ -876,7 +876,7 @@ impl Backend for RedisBackend {
     fn save_list_entry<'a>(
         &'a self,
         prefix: &'a str,
-        entry: &'a rl_core::ListEntry,
+        entry: &'a ratewall::ListEntry,
         removed: bool,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(self.save_list(prefix, entry, removed))
@@ -890,14 +890,14 @@ impl Backend for RedisBackend {
         requests: &'a [Request<'a>],
         extra: &'a [u64],
         ttl: Duration,
-    ) -> BoxFuture<'a, Result<rl_core::Leased, BackendError>> {
+    ) -> BoxFuture<'a, Result<ratewall::Leased, BackendError>> {
         Box::pin(self.lease_batch(requests, extra, ttl))
     }
 
     /// Gives each lease back with one call on its own key.
     fn return_lease<'a>(
         &'a self,
-        returns: &'a [rl_core::LeaseReturn<'a>],
+        returns: &'a [ratewall::LeaseReturn<'a>],
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(self.release_batch(returns))
     }
@@ -907,7 +907,7 @@ impl Backend for RedisBackend {
         &'a self,
         prefix: &'a str,
         known: u64,
-    ) -> BoxFuture<'a, Result<Option<rl_core::SharedLists>, BackendError>> {
+    ) -> BoxFuture<'a, Result<Option<ratewall::SharedLists>, BackendError>> {
         Box::pin(self.load_list(prefix, known))
     }
 }
@@ -915,7 +915,7 @@ impl Backend for RedisBackend {
 impl RedisBackend {
     async fn renew_leases(&self, requests: &[Request<'_>]) -> Result<Vec<bool>, BackendError> {
         if let Some(request) = requests.iter().find(|r| !r.limit.is_in_flight()) {
-            return Err(BackendError::Invalid(rl_core::LimitError::BadCall(
+            return Err(BackendError::Invalid(ratewall::LimitError::BadCall(
                 format!(
                     "only in-flight slots have leases to renew, not {}",
                     request.limit

@@ -9,7 +9,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 #[cfg(feature = "sentinel")]
 use redis::{AsyncConnectionConfig, RedisConnectionInfo};
-use rl_core::{BackendError, Clock};
+use ratewall::{BackendError, Clock};
 use tokio::time::Instant;
 
 use crate::backend::{Connection, RedisBackend, Settings};
@@ -30,7 +30,7 @@ const MAX_EXTRA_TTL_MS: u64 = 100 * 365 * 86_400 * 1_000;
 /// How a backend calls its Lua code (see [`RedisBackendBuilder::call_mode`]).
 ///
 /// ```
-/// use rl_redis::CallMode;
+/// use ratewall_redis::CallMode;
 /// assert_eq!(CallMode::default(), CallMode::Auto);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -79,11 +79,11 @@ struct MasterAuth {
 /// [`RedisBackend::cluster_builder`] or [`RedisBackend::sentinel_builder`].
 ///
 /// ```no_run
-/// use rl_core::ManualClock;
-/// use rl_redis::RedisBackend;
+/// use ratewall::ManualClock;
+/// use ratewall_redis::RedisBackend;
 /// use std::time::Duration;
 ///
-/// # async fn demo() -> Result<(), rl_core::BackendError> {
+/// # async fn demo() -> Result<(), ratewall::BackendError> {
 /// let clock = ManualClock::new(1_700_000_000_000_000);
 /// let backend = RedisBackend::builder("redis://127.0.0.1:6379/")
 ///     .timeout(Duration::from_millis(200))
@@ -243,7 +243,7 @@ impl RedisBackendBuilder {
     ///
     /// Every app instance should then see the same time: client clocks drift
     /// and are skewed across machines, which is why the server's time is the
-    /// default. Meant for deterministic tests with a [`rl_core::ManualClock`].
+    /// default. Meant for deterministic tests with a [`ratewall::ManualClock`].
     pub fn client_clock(self, clock: impl Clock) -> Self {
         self.shared_client_clock(Arc::new(clock))
     }
@@ -259,7 +259,7 @@ impl RedisBackendBuilder {
     /// not depend on it: a state past its time is treated as fresh.
     ///
     /// Only useful with a client clock that does not advance with real time
-    /// (a [`rl_core::ManualClock`] in tests), because Redis expires keys in
+    /// (a [`ratewall::ManualClock`] in tests), because Redis expires keys in
     /// real time.
     pub fn extra_ttl(mut self, extra: Duration) -> Self {
         self.extra_ttl = extra;

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use redis::{ErrorKind, RedisError, ServerErrorKind};
-use rl_core::BackendError;
+use ratewall::BackendError;
 
 /// Maps a Redis error met while doing `what` to the limiter's error kinds:
 /// timeouts to [`BackendError::Timeout`], anything that says the store cannot

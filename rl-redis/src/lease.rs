@@ -1,5 +1,5 @@
 //! Quota leasing on Redis: taking and giving back leases
-//! ([`rl_core::Backend::acquire_lease`], [`rl_core::Backend::return_lease`])
+//! ([`ratewall::Backend::acquire_lease`], [`ratewall::Backend::return_lease`])
 //! with `lua/lease.lua`, and reading the lease records operators see.
 //!
 //! Each take that grants units also records the lease in a sorted set next
@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use rl_core::{BackendError, Decisions, Key, LeaseReturn, Leased, Limit, Request};
+use ratewall::{BackendError, Decisions, Key, LeaseReturn, Leased, Limit, Request};
 
 use crate::backend::RedisBackend;
 use crate::script::{LEASES_SUFFIX, Op, Plan, parse_reply};
@@ -53,7 +53,7 @@ impl RedisBackend {
         }
         if self.groups(requests).is_some() {
             // Several hash tags on a cluster: one call per tag, no lease.
-            let decisions = rl_core::Backend::acquire(self, requests).await?;
+            let decisions = ratewall::Backend::acquire(self, requests).await?;
             return Ok(Leased::new(decisions, vec![0; requests.len()]));
         }
         let numbers: Vec<[u64; 3]> = extra.iter().map(|&n| [n, 0, 0]).collect();
@@ -103,8 +103,8 @@ impl RedisBackend {
     /// in use (taken by any process; see the module docs), oldest first.
     ///
     /// ```no_run
-    /// # async fn demo(backend: rl_redis::RedisBackend) -> Result<(), Box<dyn std::error::Error>> {
-    /// use rl_core::{Key, Limit};
+    /// # async fn demo(backend: ratewall_redis::RedisBackend) -> Result<(), Box<dyn std::error::Error>> {
+    /// use ratewall::{Key, Limit};
     /// let limit = Limit::per_minute(1_000_000)?.with_lease(10_000)?;
     /// for lease in backend.leases(&Key::new("app", "api", "tenant-1"), &limit).await? {
     ///     println!("{} units until {} µs", lease.units, lease.until_micros);

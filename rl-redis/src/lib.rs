@@ -1,9 +1,9 @@
-//! Redis, Redis Cluster and Redis Sentinel backend for [`rl_core`]: every
+//! Redis, Redis Cluster and Redis Sentinel backend for [`ratewall`]: every
 //! algorithm in Lua inside Redis, one atomic call per decision.
 //!
 //! ```no_run
-//! use rl_core::{Limiter, Rejection, rate_limit};
-//! use rl_redis::RedisBackend;
+//! use ratewall::{Limiter, Rejection, rate_limit};
+//! use ratewall_redis::RedisBackend;
 //!
 //! #[rate_limit(period = 60, threshold = 1, key = phone, algorithm = sliding_log)]
 //! async fn send_code(phone: &str) -> Result<(), Rejection> {
@@ -22,8 +22,8 @@
 //! ```
 //!
 //! # Features
-//! - [`RedisBackend`] implements [`rl_core::Backend`] with the same decisions
-//!   as [`rl_core::MemoryBackend`] (held to it by differential tests): fixed
+//! - [`RedisBackend`] implements [`ratewall::Backend`] with the same decisions
+//!   as [`ratewall::MemoryBackend`] (held to it by differential tests): fixed
 //!   window, sliding log, sliding-window counter, token bucket, leaky bucket
 //!   and GCRA, all state in integer microseconds.
 //! - **A Redis Functions library** on Redis ≥ 7: loaded once per server
@@ -57,7 +57,7 @@
 //! - TLS: `rediss://` URLs, for standalone, cluster and Sentinel, through
 //!   rustls; a private CA (`RedisBackendBuilder::tls_root_certificates`)
 //!   and client certificates (`RedisBackendBuilder::tls_client_certificate`).
-//! - Idempotent decisions ([`rl_core::Backend::acquire_once`]): a retry with
+//! - Idempotent decisions ([`ratewall::Backend::acquire_once`]): a retry with
 //!   the same request id after a lost reply returns the kept reply instead
 //!   of charging again, decided and kept in the same call.
 //! - A per-call timeout ([`RedisBackendBuilder::timeout`], 1 s by default).
@@ -81,7 +81,7 @@
 //! ```no_run
 //! # #[cfg(feature = "tls")]
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use rl_redis::{CallMode, RedisBackend};
+//! use ratewall_redis::{CallMode, RedisBackend};
 //!
 //! let ca = std::fs::read("/etc/redis/ca.crt")?;
 //! let backend = RedisBackend::builder("rediss://redis.internal:6380/")
@@ -104,7 +104,7 @@
 //! | `token_bucket`, `leaky_bucket` | 24-byte string: three packed doubles (scaled level, updated, fresh at) | 120 B |
 //! | `gcra` | string (the TAT) | 72 B |
 //!
-//! An allowed [`rl_core::Backend::acquire_once`] also keeps its reply, as a
+//! An allowed [`ratewall::Backend::acquire_once`] also keeps its reply, as a
 //! comma-separated string, under `<first key>:req:<escaped id>` for the
 //! longest period of the call.
 //!
@@ -138,7 +138,7 @@ pub use registry::RegisteredLimits;
 /// Support for this crate's tools (the load generator). Not a public API.
 #[doc(hidden)]
 pub mod __private {
-    use rl_core::Request;
+    use ratewall::Request;
 
     use crate::CallMode;
     use crate::script::{Op, Plan, Time, Via};

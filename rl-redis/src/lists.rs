@@ -1,5 +1,5 @@
 //! The allow and deny lists every instance of one key prefix shares
-//! ([`rl_core::Backend::save_list_entry`], [`rl_core::Backend::load_lists`]).
+//! ([`ratewall::Backend::save_list_entry`], [`ratewall::Backend::load_lists`]).
 //!
 //! - key `<prefix>:{lists}`: a hash; field the JSON array `[name, identity]`
 //!   (`name` empty for every limit, `identity` in key form), value the JSON
@@ -15,7 +15,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rl_core::{BackendError, ListEntry, ListKind, SharedLists};
+use ratewall::{BackendError, ListEntry, ListKind, SharedLists};
 use serde_json::{Value, json};
 
 use crate::backend::RedisBackend;
@@ -28,7 +28,7 @@ impl RedisBackend {
     /// The lists hash of `prefix`: `<prefix>:{lists}`.
     ///
     /// ```
-    /// assert_eq!(rl_redis::RedisBackend::lists_key("app"), "app:{lists}");
+    /// assert_eq!(ratewall_redis::RedisBackend::lists_key("app"), "app:{lists}");
     /// ```
     pub fn lists_key(prefix: &str) -> String {
         format!("{prefix}:{{lists}}")

@@ -13,7 +13,7 @@ const SECRET_PARAMS: [&str; 4] = ["pass", "password", "user", "username"];
 /// query) more is masked, never less.
 ///
 /// ```
-/// use rl_redis::redact_url;
+/// use ratewall_redis::redact_url;
 /// assert_eq!(redact_url("redis://:hunter2@10.0.0.1:6379/0"), "redis://***@10.0.0.1:6379/0");
 /// assert_eq!(redact_url("rediss://app:s3cr%40t@host/"), "rediss://***@host/");
 /// assert_eq!(redact_url("redis+unix:///run/redis.sock?db=1&pass=x"), "redis+unix:///run/redis.sock?db=1&pass=***");

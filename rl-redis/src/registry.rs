@@ -3,7 +3,7 @@
 //!
 //! The limiter publishes a name's limits on its first remote decision for
 //! that name, again every hour and after `Limiter::set_limits`
-//! ([`rl_core::Backend::publish_limits`]). [`RedisBackend`] keeps them in one
+//! ([`ratewall::Backend::publish_limits`]). [`RedisBackend`] keeps them in one
 //! hash per key prefix:
 //!
 //! - key `<prefix>:{limits}`: its own hash tag, so it is a single key on Redis
@@ -15,7 +15,7 @@
 //!   `{"v":1,"published_at_ms":1700000000000,"limits":[{"rate":"1/1m","algorithm":"sliding_log","threshold":1,"period_us":60000000,"burst":1,"slots":10,"capacity":1,"suffix":"sl:60000000","suffixes":["sl:60000000","sl:60000000:seq"]}]}`
 //!   (a leasing limit also has `"lease"`: units one process may lease).
 //!   The state of identity `id` under limit name `name` and one of its limits
-//!   is at `<rl_core::Key::new(prefix, name, id)>:<suffix>` (every key in
+//!   is at `<ratewall::Key::new(prefix, name, id)>:<suffix>` (every key in
 //!   `suffixes` for the limits that use more than one).
 //! - TTL: [`RedisBackend::REGISTRY_TTL`] (7 days), set again on every
 //!   publish: a deployment that stops deciding leaves nothing behind.
@@ -25,7 +25,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::{Cmd, FromRedisValue};
-use rl_core::{Algorithm, BackendError, Limit};
+use ratewall::{Algorithm, BackendError, Limit};
 use serde_json::{Value, json};
 
 use crate::backend::RedisBackend;
@@ -38,14 +38,14 @@ const FORMAT_VERSION: u64 = 1;
 /// One limit name as the registry holds it.
 ///
 /// ```
-/// use rl_core::Limit;
-/// use rl_redis::RegisteredLimits;
+/// use ratewall::Limit;
+/// use ratewall_redis::RegisteredLimits;
 /// use std::time::UNIX_EPOCH;
 ///
 /// let registered = RegisteredLimits::new("sms", vec![Limit::per_minute(1)?], UNIX_EPOCH);
 /// assert_eq!(registered.name, "sms");
 /// assert_eq!(registered.limits[0].threshold(), 1);
-/// # Ok::<(), rl_core::LimitError>(())
+/// # Ok::<(), ratewall::LimitError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -130,7 +130,7 @@ impl RedisBackend {
     /// The registry key of `prefix`: `<prefix>:{limits}`.
     ///
     /// ```
-    /// assert_eq!(rl_redis::RedisBackend::registry_key("app"), "app:{limits}");
+    /// assert_eq!(ratewall_redis::RedisBackend::registry_key("app"), "app:{limits}");
     /// ```
     pub fn registry_key(prefix: &str) -> String {
         format!("{prefix}:{{limits}}")
@@ -177,7 +177,7 @@ impl RedisBackend {
     }
 
     /// Records `limits` as those of `name` under `prefix` and sets the
-    /// registry's TTL again ([`rl_core::Backend::publish_limits`]).
+    /// registry's TTL again ([`ratewall::Backend::publish_limits`]).
     pub(crate) async fn publish(
         &self,
         prefix: &str,

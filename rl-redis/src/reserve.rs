@@ -1,5 +1,5 @@
-//! Waiting calls on Redis: [`RedisBackend`]'s [`rl_core::Backend::reserve`]
-//! and [`rl_core::Backend::cancel`], each one call of the batch entry point
+//! Waiting calls on Redis: [`RedisBackend`]'s [`ratewall::Backend::reserve`]
+//! and [`ratewall::Backend::cancel`], each one call of the batch entry point
 //! (`lua/batch.lua`, ops `reserve` and `cancel`).
 //!
 //! On Redis Cluster a call whose limits span several hash tags cannot be
@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use rl_core::{BackendError, Decision, Decisions, Request, Reservation};
+use ratewall::{BackendError, Decision, Decisions, Request, Reservation};
 
 use crate::backend::{Group, RedisBackend};
 use crate::script::{Op, Plan, Time, parse_reservation};
@@ -228,10 +228,10 @@ fn gathered(count: usize, groups: &[Group<'_>], taken: &[Option<Reservation>]) -
 fn refused(count: usize, groups: &[Group<'_>], index: usize, reply: &Reservation) -> Reservation {
     let now = reply.now_micros();
     let mut decisions: Vec<Decision> = vec![
-        Decision::new(rl_core::Figures {
+        Decision::new(ratewall::Figures {
             allowed: true,
             at_micros: now,
-            ..rl_core::Figures::default()
+            ..ratewall::Figures::default()
         });
         count
     ];

@@ -20,7 +20,7 @@
 use std::sync::LazyLock;
 
 use redis::Cmd;
-use rl_core::{Algorithm, BackendError, Decision, Decisions, Figures, Request, Reservation};
+use ratewall::{Algorithm, BackendError, Decision, Decisions, Figures, Request, Reservation};
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 const SINGLE: &str = include_str!("lua/single.lua");
@@ -49,7 +49,7 @@ fn algorithm_source(code: &str) -> &'static str {
 }
 
 /// Lua numbers are doubles: integers are exact below 2^53.
-const EXACT_LIMIT: u64 = rl_grammar::DOUBLE_EXACT;
+const EXACT_LIMIT: u64 = ratewall_grammar::DOUBLE_EXACT;
 
 /// Integers per decision in a reply.
 const DECISION_WIDTH: usize = 5;
@@ -317,7 +317,7 @@ pub(crate) fn load_library_command() -> Cmd {
 /// `key`: `<key>:req:<id>`, the id escaped like identities (`%`, `{`, `}`
 /// and `:` become `%25`, `%7B`, `%7D` and `%3A`), so it shares the key's
 /// hash slot and two ids never share a key.
-pub(crate) fn request_id_key(key: &rl_core::Key, request_id: &str) -> String {
+pub(crate) fn request_id_key(key: &ratewall::Key, request_id: &str) -> String {
     let mut out = String::with_capacity(key.as_str().len() + 5 + request_id.len());
     out.push_str(key.as_str());
     out.push_str(":req:");
@@ -346,7 +346,7 @@ pub(crate) enum Time {
 }
 
 /// The storage key of one request: `<key>:<suffix>` with the limit's
-/// [`rl_core::Limit::write_storage_suffix`] (`<algorithm>:<period_us>`, and
+/// [`ratewall::Limit::write_storage_suffix`] (`<algorithm>:<period_us>`, and
 /// the slot count for the sliding-window counter).
 fn state_key(request: &Request<'_>) -> String {
     let mut key = String::with_capacity(request.key.as_str().len() + 32);
@@ -853,7 +853,7 @@ pub(crate) fn parse_reservation(count: usize, values: &[i64]) -> Result<Reservat
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rl_core::{Key, Limit};
+    use ratewall::{Key, Limit};
 
     #[test]
     fn the_library_registers_every_entry_and_each_script_holds_only_what_it_runs() {

@@ -1,12 +1,12 @@
-//! Every public future of rl-redis is `Send`, so a backend can be built and
+//! Every public future of ratewall-redis is `Send`, so a backend can be built and
 //! used inside `tokio::spawn` or an axum handler. Checked at compile time:
 //! this file does not build if one of them is not. The futures are created
 //! and dropped, never polled, so no Redis server is needed.
 
 use std::future::Future;
 
-use rl_core::{Backend, Key, Limit, Request};
-use rl_redis::{CallMode, RedisBackend};
+use ratewall::{Backend, Key, Limit, Request};
+use ratewall_redis::{CallMode, RedisBackend};
 
 /// Compiles only for a `Send` future; returns it unpolled.
 fn send<F: Future + Send>(future: F) -> F {

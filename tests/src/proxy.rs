@@ -13,8 +13,8 @@
 //! reply to the wrong request.
 //!
 //! ```no_run
-//! # async fn demo(server: &rl_tests::RedisServer) {
-//! use rl_tests::proxy::Proxy;
+//! # async fn demo(server: &ratewall_tests::RedisServer) {
+//! use ratewall_tests::proxy::Proxy;
 //!
 //! let proxy = Proxy::start(server.port()).await;
 //! let client = redis::Client::open(proxy.url()).unwrap();

@@ -8,8 +8,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::Value;
-use rl_tests::harness::{MASTERS, SLOTS, find_redis_server, pid_is_alive};
-use rl_tests::{RedisCluster, RedisSentinel, RedisServer};
+use ratewall_tests::harness::{MASTERS, SLOTS, find_redis_server, pid_is_alive};
+use ratewall_tests::{RedisCluster, RedisSentinel, RedisServer};
 
 fn port_accepts_connections(port: u16) -> bool {
     TcpStream::connect_timeout(
@@ -36,7 +36,7 @@ fn redis_server_is_installed() {
     assert!(
         find_redis_server().is_some(),
         "{}",
-        rl_tests::harness::NOT_FOUND_MESSAGE
+        ratewall_tests::harness::NOT_FOUND_MESSAGE
     );
 }
 

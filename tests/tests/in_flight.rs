@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use rl_core::{Algorithm, CallSpec, GroupSpec, Limit, Limiter};
-use rl_redis::RedisBackend;
-use rl_tests::harness::{RedisCluster, RedisServer};
+use ratewall::{Algorithm, CallSpec, GroupSpec, Limit, Limiter};
+use ratewall_redis::RedisBackend;
+use ratewall_tests::harness::{RedisCluster, RedisServer};
 
-// The recorder rl-core's own integration tests read metrics with.
+// The recorder ratewall's own integration tests read metrics with.
 #[path = "../../rl-core/tests/support/ledger.rs"]
 mod ledger;
 use ledger::Ledger;
@@ -446,8 +446,8 @@ static MACRO_RUNNING: AtomicU64 = AtomicU64::new(0);
 static MACRO_MOST: AtomicU64 = AtomicU64::new(0);
 
 /// The body runs while the slot is held: counted inside it.
-#[rl_core::rate_limit(name = "macro_jobs", key = tenant, max_in_flight = 10, limiter = limiter)]
-async fn slow_job(limiter: &Limiter, tenant: &str, body_ms: u64) -> Result<(), rl_core::Rejection> {
+#[ratewall::rate_limit(name = "macro_jobs", key = tenant, max_in_flight = 10, limiter = limiter)]
+async fn slow_job(limiter: &Limiter, tenant: &str, body_ms: u64) -> Result<(), ratewall::Rejection> {
     let now = MACRO_RUNNING.fetch_add(1, Ordering::SeqCst) + 1;
     MACRO_MOST.fetch_max(now, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(body_ms)).await;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
-use rl_core::{
+use ratewall::{
     Algorithm, Backend, BackendError, BoxFuture, Decisions, Limit, Limiter, ManualClock, Rejection,
     Request, rate_limit,
 };
@@ -795,7 +795,7 @@ async fn status_result(limiter: &Limiter, fail: bool) -> Result<Response, Reject
     if fail {
         return Err(Rejection::unavailable(
             "status_result",
-            rl_core::Error::NotInstalled,
+            ratewall::Error::NotInstalled,
         ));
     }
     Ok("up".into_response())

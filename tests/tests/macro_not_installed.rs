@@ -3,7 +3,7 @@
 //! Its own test binary: the global limiter is process-wide, and every other
 //! binary may install it.
 
-use rl_core::{Error, Rejection, RejectionReason, rate_limit};
+use ratewall::{Error, Rejection, RejectionReason, rate_limit};
 
 #[rate_limit(period = 60, threshold = 5, key = user_id)]
 async fn needs_the_global_limiter(user_id: u64) -> Result<u64, Rejection> {

@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use rl_core::{
+use ratewall::{
     Admission, Algorithm, Backend, BackendError, BreakerConfig, CallSpec, Counting, Error,
     FailurePolicy, GroupSpec, Key, Limit, LimitError, Limiter, MemoryBackend, Rejection, Request,
     rate_limit,
 };
-use rl_redis::RedisBackend;
-use rl_tests::harness::RedisServer;
+use ratewall_redis::RedisBackend;
+use ratewall_tests::harness::RedisServer;
 
 /// Calls of the decision scripts or functions in `INFO commandstats`.
 async fn decision_calls(server: &RedisServer) -> u64 {
@@ -270,7 +270,7 @@ async fn memory_and_redis_refuse_exactly_the_same_invalid_batches() {
             .collect();
         for (store, backend, limiter) in &stores {
             let at = format!("{what}, {store}");
-            let limit_error = |result: Result<rl_core::Decisions, Error>| match result {
+            let limit_error = |result: Result<ratewall::Decisions, Error>| match result {
                 Err(Error::Limit(error)) => error,
                 other => panic!("{at}: {other:?}"),
             };
@@ -291,7 +291,7 @@ async fn memory_and_redis_refuse_exactly_the_same_invalid_batches() {
             );
             match limiter.check("invalid", &requests, None).await {
                 Err(rejection) => assert!(
-                    matches!(rejection.reason(), rl_core::RejectionReason::Unavailable(Error::Limit(e)) if *e == expected),
+                    matches!(rejection.reason(), ratewall::RejectionReason::Unavailable(Error::Limit(e)) if *e == expected),
                     "{at}: {rejection:?}"
                 ),
                 Ok(admission) => panic!("{at}: admitted {admission:?}"),

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use rl_core::{Algorithm, Backend, Decisions, Key, Limit, ManualClock, MemoryBackend, Request};
-use rl_redis::RedisBackend;
-use rl_tests::harness::RedisCluster;
+use ratewall::{Algorithm, Backend, Decisions, Key, Limit, ManualClock, MemoryBackend, Request};
+use ratewall_redis::RedisBackend;
+use ratewall_tests::harness::RedisCluster;
 
 const EPOCH_US: u64 = 1_700_000_000_000_000;
 

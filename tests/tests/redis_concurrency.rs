@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rl_core::{Algorithm, Backend, Decision, Key, Limit, Request};
-use rl_redis::RedisBackend;
-use rl_tests::harness::{RedisCluster, RedisServer};
+use ratewall::{Algorithm, Backend, Decision, Key, Limit, Request};
+use ratewall_redis::RedisBackend;
+use ratewall_tests::harness::{RedisCluster, RedisServer};
 
 const INSTANCES: usize = 16;
 const CALLERS: usize = 1_000;

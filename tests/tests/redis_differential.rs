@@ -17,12 +17,12 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use rl_core::{
+use ratewall::{
     Algorithm, Backend, BackendError, Clock, Decisions, Key, LeaseReturn, Leased, Limit,
     ManualClock, MemoryBackend, Request, Reservation,
 };
-use rl_redis::{CallMode, RedisBackend};
-use rl_tests::harness::RedisServer;
+use ratewall_redis::{CallMode, RedisBackend};
+use ratewall_tests::harness::RedisServer;
 
 /// Cases per property (`PROPTEST_CASES` overrides).
 const CASES: u32 = 200;

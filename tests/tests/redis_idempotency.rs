@@ -1,18 +1,18 @@
 //! Idempotent decisions (`Backend::acquire_once`): a client that retries a
 //! call whose reply was lost (the script ran, the reply never arrived) is
 //! charged once. Replies are lost for real, by a TCP proxy in front of a real
-//! Redis ([`rl_tests::proxy::Proxy`]).
+//! Redis ([`ratewall_tests::proxy::Proxy`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rl_core::{
+use ratewall::{
     Algorithm, Backend, BackendError, BoxFuture, Decisions, Key, Limit, ManualClock, MemoryBackend,
     Request,
 };
-use rl_redis::RedisBackend;
-use rl_tests::harness::{RedisCluster, RedisServer};
-use rl_tests::proxy::Proxy;
+use ratewall_redis::RedisBackend;
+use ratewall_tests::harness::{RedisCluster, RedisServer};
+use ratewall_tests::proxy::Proxy;
 
 /// The per-call timeout of backends behind the proxy.
 const TIMEOUT: Duration = Duration::from_millis(300);

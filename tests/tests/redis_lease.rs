@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use rl_core::{Algorithm, Backend, CallSpec, GroupSpec, Key, Limit, Limiter, Request};
-use rl_redis::RedisBackend;
-use rl_tests::harness::RedisServer;
+use ratewall::{Algorithm, Backend, CallSpec, GroupSpec, Key, Limit, Limiter, Request};
+use ratewall_redis::RedisBackend;
+use ratewall_tests::harness::RedisServer;
 
 /// Calls of our code (`FCALL`, `FCALL_RO`, `EVALSHA`, `EVAL`) in `INFO
 /// commandstats`: decisions, lease takes and returns alike.

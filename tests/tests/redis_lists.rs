@@ -4,9 +4,9 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use rl_core::{CallSpec, GroupSpec, Limit, Limiter};
-use rl_redis::RedisBackend;
-use rl_tests::harness::RedisServer;
+use ratewall::{CallSpec, GroupSpec, Limit, Limiter};
+use ratewall_redis::RedisBackend;
+use ratewall_tests::harness::RedisServer;
 
 const REFRESH: Duration = Duration::from_millis(200);
 

@@ -14,11 +14,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rl_core::{
+use ratewall::{
     Admission, Algorithm, BreakerConfig, FailurePolicy, Key, Limit, Limiter, Rejection, Request,
 };
-use rl_redis::RedisBackend;
-use rl_tests::harness::{RedisCluster, RedisServer};
+use ratewall_redis::RedisBackend;
+use ratewall_tests::harness::{RedisCluster, RedisServer};
 use tokio::time::MissedTickBehavior;
 
 /// The backends' per-call timeout.

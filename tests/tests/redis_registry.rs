@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rl_core::{Algorithm, Limit, Limiter, Rejection, Request, rate_limit};
-use rl_redis::RedisBackend;
-use rl_tests::harness::{RedisCluster, RedisSentinel, RedisServer};
+use ratewall::{Algorithm, Limit, Limiter, Rejection, Request, rate_limit};
+use ratewall_redis::RedisBackend;
+use ratewall_tests::harness::{RedisCluster, RedisSentinel, RedisServer};
 use serde_json::Value;
 
 const SEVEN_DAYS_MS: i64 = 7 * 86_400 * 1_000;

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use rl_core::{Algorithm, Backend, BackendError, Key, Limit, Request};
-use rl_redis::{CallMode, RedisBackend};
-use rl_tests::harness::{RedisCluster, RedisServer};
+use ratewall::{Algorithm, Backend, BackendError, Key, Limit, Request};
+use ratewall_redis::{CallMode, RedisBackend};
+use ratewall_tests::harness::{RedisCluster, RedisServer};
 
 /// How long the flushing goes on.
 const RUN: Duration = Duration::from_millis(1_500);

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use rl_core::{Algorithm, Backend, BackendError, Key, Limit, Request};
-use rl_redis::RedisBackend;
-use rl_tests::harness::RedisServer;
+use ratewall::{Algorithm, Backend, BackendError, Key, Limit, Request};
+use ratewall_redis::RedisBackend;
+use ratewall_tests::harness::RedisServer;
 
 /// Slack allowed beyond the configured timeout (scheduling on a loaded machine).
 const SLACK: Duration = Duration::from_millis(250);

@@ -6,12 +6,12 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rl_core::{
+use ratewall::{
     Algorithm, Backend, BackendError, Clock, Decisions, Key, Limit, Limiter, ManualClock,
     MemoryBackend, Request, SystemClock,
 };
-use rl_redis::RedisBackend;
-use rl_tests::harness::RedisServer;
+use ratewall_redis::RedisBackend;
+use ratewall_tests::harness::RedisServer;
 
 const EPOCH_US: u64 = 1_700_000_000_123_456;
 

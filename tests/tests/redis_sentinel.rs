@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use rl_core::{Backend, BackendError, Key, Limit, Request};
-use rl_redis::RedisBackend;
-use rl_tests::harness::{PortReservation, RedisSentinel, RedisServer};
+use ratewall::{Backend, BackendError, Key, Limit, Request};
+use ratewall_redis::RedisBackend;
+use ratewall_tests::harness::{PortReservation, RedisSentinel, RedisServer};
 
 const MASTER_NAME: &str = "rl-master";
 /// Short sentinel timings: the master is down after 500 ms of silence.

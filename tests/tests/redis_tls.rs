@@ -1,4 +1,4 @@
-//! TLS (`rediss://`, the `tls` feature of rl-redis) against real
+//! TLS (`rediss://`, the `tls` feature of ratewall-redis) against real
 //! `redis-server` processes started with `--tls-port` and a certificate
 //! chain this test generates (rcgen: a private CA, a server certificate for
 //! 127.0.0.1, a client certificate): standalone, mutual TLS, a cluster
@@ -12,9 +12,9 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose,
 };
-use rl_core::{Algorithm, Backend, BackendError, Key, Limit, Request};
-use rl_redis::{CallMode, RedisBackend};
-use rl_tests::harness::{PortReservation, RedisCluster, RedisSentinel, RedisServer, TempDir};
+use ratewall::{Algorithm, Backend, BackendError, Key, Limit, Request};
+use ratewall_redis::{CallMode, RedisBackend};
+use ratewall_tests::harness::{PortReservation, RedisCluster, RedisSentinel, RedisServer, TempDir};
 
 /// A private CA with a server and a client certificate, written as PEM
 /// files for redis-server.
@@ -30,7 +30,7 @@ impl Pki {
         let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
         ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         ca.distinguished_name
-            .push(DnType::CommonName, "rl-redis test CA");
+            .push(DnType::CommonName, "ratewall-redis test CA");
         ca.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,
             KeyUsagePurpose::CrlSign,
@@ -59,7 +59,7 @@ impl Pki {
             ],
         );
         let (client_cert_pem, client_key_pem) =
-            leaf("rl-redis client", vec![ExtendedKeyUsagePurpose::ClientAuth]);
+            leaf("ratewall-redis client", vec![ExtendedKeyUsagePurpose::ClientAuth]);
 
         let dir = TempDir::new("tls-pki");
         let pki = Self {

@@ -5,11 +5,11 @@
 
 use std::sync::Arc;
 
-use rl_core::{
+use ratewall::{
     CallSpec, FailurePolicy, GroupSpec, Limiter, LimitsFile, Rejection, Tier, rate_limit,
 };
-use rl_redis::RedisBackend;
-use rl_tests::harness::{RedisCluster, RedisServer};
+use ratewall_redis::RedisBackend;
+use ratewall_tests::harness::{RedisCluster, RedisServer};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Backend {
@@ -220,8 +220,8 @@ static TIERS: std::sync::LazyLock<CallSpec> = std::sync::LazyLock::new(|| {
                     "pro",
                     vec![
                         format!("{THRESHOLD}/1m")
-                            .parse::<rl_core::Limit>()
-                            .and_then(|l| l.with_algorithm(rl_core::Algorithm::SlidingLog))
+                            .parse::<ratewall::Limit>()
+                            .and_then(|l| l.with_algorithm(ratewall::Algorithm::SlidingLog))
                             .unwrap(),
                     ],
                 ),

@@ -14,11 +14,11 @@ use axum::response::Response;
 use axum::routing::get;
 use axum::{Extension, Router};
 use bytes::{Buf, BufMut};
-use rl_core::http::{IpPrefix, TrustedProxies};
-use rl_core::tower::{KeyFrom, MissingKey, RateLimitLayer};
-use rl_core::{Algorithm, FailurePolicy, Limit, Limiter};
-use rl_redis::RedisBackend;
-use rl_tests::harness::RedisServer;
+use ratewall::http::{IpPrefix, TrustedProxies};
+use ratewall::tower::{KeyFrom, MissingKey, RateLimitLayer};
+use ratewall::{Algorithm, FailurePolicy, Limit, Limiter};
+use ratewall_redis::RedisBackend;
+use ratewall_tests::harness::RedisServer;
 use tokio::net::TcpListener;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,8 +145,8 @@ async fn a_per_ip_limit_refuses_with_429_retry_after_ietf_fields_and_json() {
 
 /// An annotated function limited under the layer's name, keyed by the
 /// client's address.
-#[rl_core::rate_limit(name = "shared_ip", key = ip, limits = ["3/1m"], limiter = limiter)]
-async fn shared_ip(limiter: &Limiter, ip: std::net::IpAddr) -> Result<(), rl_core::Rejection> {
+#[ratewall::rate_limit(name = "shared_ip", key = ip, limits = ["3/1m"], limiter = limiter)]
+async fn shared_ip(limiter: &Limiter, ip: std::net::IpAddr) -> Result<(), ratewall::Rejection> {
     Ok(())
 }
 
@@ -172,9 +172,9 @@ async fn a_layer_and_a_function_under_one_name_share_each_client_ips_counter() {
             "{backend:?}"
         );
         assert!(shared_ip(&limiter, ip).await.is_ok(), "{backend:?}");
-        let spec = rl_core::CallSpec::owned(
+        let spec = ratewall::CallSpec::owned(
             "shared_ip",
-            vec![rl_core::GroupSpec::owned(
+            vec![ratewall::GroupSpec::owned(
                 "shared_ip",
                 vec!["3/1m".parse().unwrap()],
             )],

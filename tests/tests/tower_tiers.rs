@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::routing::get;
-use rl_core::tower::{KeyFrom, RateLimitLayer};
-use rl_core::{FailurePolicy, Limiter};
-use rl_redis::RedisBackend;
-use rl_tests::harness::RedisServer;
+use ratewall::tower::{KeyFrom, RateLimitLayer};
+use ratewall::{FailurePolicy, Limiter};
+use ratewall_redis::RedisBackend;
+use ratewall_tests::harness::RedisServer;
 use tokio::net::TcpListener;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,12 +10,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rl_core::{
+use ratewall::{
     Algorithm, Backend, CallSpec, GroupSpec, Key, Limit, Limiter, ManualClock, MemoryBackend,
     Permit, Rejection, Request, rate_limit,
 };
-use rl_redis::RedisBackend;
-use rl_tests::harness::{RedisCluster, RedisServer};
+use ratewall_redis::RedisBackend;
+use ratewall_tests::harness::{RedisCluster, RedisServer};
 
 const T0: u64 = 1_700_000_000_000_000;
 
@@ -685,7 +685,7 @@ async fn a_call_mixing_a_window_and_a_bucket_cannot_wait_and_says_why() {
 async fn a_call_counting_only_some_calls_cannot_wait() {
     let limiter = memory();
     let settled = spec("settled", vec![limit(Algorithm::Gcra, 10, 1)])
-        .with_counting(rl_core::Counting::Settled);
+        .with_counting(ratewall::Counting::Settled);
     let refused = limiter
         .call_waiting(&settled, &[&"u"], Duration::from_secs(1))
         .await
@@ -700,7 +700,7 @@ async fn a_tiered_call_cannot_wait_and_says_why() {
         "tiered",
         vec![GroupSpec::owned_tiered(
             "tiered",
-            vec![rl_core::Tier::owned(
+            vec![ratewall::Tier::owned(
                 "free",
                 vec![limit(Algorithm::LeakyBucket, 10, 1)],
             )],
@@ -793,7 +793,7 @@ async fn redis_never_reserves_an_in_flight_limit() {
     let req = [Request::new(&key, &rate, 1), Request::new(&key, &slots, 1)];
     let refused = backend.reserve(&req, Duration::from_secs(1)).await;
     assert!(
-        matches!(&refused, Err(rl_core::BackendError::Invalid(e)) if e.to_string().contains("in-flight")),
+        matches!(&refused, Err(ratewall::BackendError::Invalid(e)) if e.to_string().contains("in-flight")),
         "{refused:?}"
     );
 }
@@ -864,7 +864,7 @@ async fn reserve_n(
     backend: &RedisBackend,
     req: &[Request<'_>],
     n: usize,
-) -> Vec<rl_core::Reservation> {
+) -> Vec<ratewall::Reservation> {
     let mut held = Vec::new();
     for _ in 0..n {
         held.push(backend.reserve(req, Duration::from_secs(10)).await.unwrap());

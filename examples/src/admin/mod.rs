@@ -10,7 +10,7 @@
 //! ```
 //!
 //! The limits of each name come from the limits registry the limiter keeps
-//! in Redis (`<prefix>:{limits}`, see [`rl_redis::RegisteredLimits`]): a name
+//! in Redis (`<prefix>:{limits}`, see [`ratewall_redis::RegisteredLimits`]): a name
 //! is listed once a service has decided a call for it, and `inspect` and
 //! `reset` use exactly the limits that service decides with. `inspect` peeks
 //! through [`Limiter::peek_identity`] and never consumes; `reset` forgets the
@@ -33,8 +33,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use rl_core::{BackendError, Limiter};
-use rl_redis::{RedisBackend, RegisteredLimits, redact_url};
+use ratewall::{BackendError, Limiter};
+use ratewall_redis::{RedisBackend, RegisteredLimits, redact_url};
 
 pub use report::{
     InspectReport, LimitDescription, LimitState, LimitsReport, ListRow, ListsReport, NameReport,
@@ -125,7 +125,7 @@ pub struct ListChange {
 }
 
 fn parse_timeout(text: &str) -> Result<Duration, String> {
-    match rl_core::parse_duration(text) {
+    match ratewall::parse_duration(text) {
         Ok(timeout) if !timeout.is_zero() => Ok(timeout),
         Ok(_) => Err("the timeout must be above zero".to_owned()),
         Err(error) => Err(error.to_string()),
@@ -270,9 +270,9 @@ impl Deployment {
     fn failed_limiter(
         &self,
         doing: &'static str,
-    ) -> impl FnOnce(rl_core::Error) -> AdminError + '_ {
+    ) -> impl FnOnce(ratewall::Error) -> AdminError + '_ {
         move |error| match error {
-            rl_core::Error::Backend(source) => (self.failed(doing))(source),
+            ratewall::Error::Backend(source) => (self.failed(doing))(source),
             other => AdminError::Usage(other.to_string()),
         }
     }
@@ -309,7 +309,7 @@ async fn lists_report(
     deployment: &Deployment,
     changed: Option<String>,
 ) -> Result<Report, AdminError> {
-    use rl_core::Backend as _;
+    use ratewall::Backend as _;
     let entries = deployment
         .backend
         .load_lists(&deployment.prefix, u64::MAX)

@@ -3,8 +3,8 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rl_core::{Decisions, Key, Limit};
-use rl_redis::{LeaseRecord, RedisBackend, RegisteredLimits};
+use ratewall::{Decisions, Key, Limit};
+use ratewall_redis::{LeaseRecord, RedisBackend, RegisteredLimits};
 use serde::Serialize;
 
 /// The outcome of one command.
@@ -49,7 +49,7 @@ pub struct ListRow {
 
 impl ListsReport {
     /// The report of `entries` under `prefix`.
-    pub fn new(prefix: &str, changed: Option<String>, entries: &[rl_core::ListEntry]) -> Self {
+    pub fn new(prefix: &str, changed: Option<String>, entries: &[ratewall::ListEntry]) -> Self {
         Self {
             prefix: prefix.to_owned(),
             changed,
@@ -382,7 +382,7 @@ fn limits_table(report: &LimitsReport) -> String {
                 },
                 limit.rate.clone(),
                 limit.algorithm.to_owned(),
-                if rl_core::Algorithm::ALL
+                if ratewall::Algorithm::ALL
                     .iter()
                     .find(|a| a.name() == limit.algorithm)
                     .is_some_and(|a| a.uses_burst())

@@ -1,6 +1,6 @@
-//! The API gateway showcase: see `rl_examples::gateway`.
+//! The API gateway showcase: see `ratewall_examples::gateway`.
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    rl_examples::exit_code("gateway", rl_examples::gateway::main().await)
+    ratewall_examples::exit_code("gateway", ratewall_examples::gateway::main().await)
 }

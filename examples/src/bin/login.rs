@@ -1,6 +1,6 @@
-//! The login-failure protection service: see `rl_examples::login`.
+//! The login-failure protection service: see `ratewall_examples::login`.
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    rl_examples::exit_code("login", rl_examples::login::main().await)
+    ratewall_examples::exit_code("login", ratewall_examples::login::main().await)
 }

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use rl_core::{Limiter, Rejection, rate_limit};
-use rl_examples::StartupError;
+use ratewall::{Limiter, Rejection, rate_limit};
+use ratewall_examples::StartupError;
 
 /// Two greetings per user every 30 seconds.
 #[rate_limit(period = 30, threshold = 2, key = user_id)]
@@ -15,13 +15,13 @@ async fn say_hi(user_id: u64) -> Result<String, Rejection> {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    rl_examples::exit_code("quickstart", run().await)
+    ratewall_examples::exit_code("quickstart", run().await)
 }
 
 async fn run() -> Result<(), StartupError> {
-    rl_examples::init_tracing();
-    let builder = rl_examples::builder_from_env(Limiter::builder()).await?;
-    rl_examples::install(builder.prefix("demo"))?;
+    ratewall_examples::init_tracing();
+    let builder = ratewall_examples::builder_from_env(Limiter::builder()).await?;
+    ratewall_examples::install(builder.prefix("demo"))?;
 
     for attempt in 1..=3 {
         match say_hi(7).await {

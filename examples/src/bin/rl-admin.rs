@@ -1,6 +1,6 @@
 //! `rl-admin`: list, inspect and reset rate limits in a running deployment's
-//! Redis; see `rl_examples::admin`.
+//! Redis; see `ratewall_examples::admin`.
 
 fn main() -> std::process::ExitCode {
-    rl_examples::admin::main()
+    ratewall_examples::admin::main()
 }

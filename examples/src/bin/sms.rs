@@ -1,6 +1,6 @@
-//! The SMS anti-abuse service: see `rl_examples::sms`.
+//! The SMS anti-abuse service: see `ratewall_examples::sms`.
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    rl_examples::exit_code("sms", rl_examples::sms::main().await)
+    ratewall_examples::exit_code("sms", ratewall_examples::sms::main().await)
 }

@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rl_tests::harness::{RedisServer, TempDir};
+use ratewall_tests::harness::{RedisServer, TempDir};
 
 /// Which backend the service runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

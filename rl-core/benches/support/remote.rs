@@ -1,7 +1,7 @@
 //! A remote backend in all but name, shared by the benches and the
 //! instruction-count examples that measure the limiter's remote path.
 
-use rl_core::{Backend, BackendError, BoxFuture, Decisions, MemoryBackend, Request};
+use ratewall::{Backend, BackendError, BoxFuture, Decisions, MemoryBackend, Request};
 
 /// The memory backend behind the `Backend` trait (only the required
 /// methods), so a limiter built on it takes its remote path: breaker,

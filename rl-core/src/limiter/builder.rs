@@ -103,7 +103,7 @@ impl LimiterBuilder {
         self
     }
 
-    /// Use a backend such as `rl_redis::RedisBackend`.
+    /// Use a backend such as `ratewall_redis::RedisBackend`.
     pub fn backend(mut self, backend: impl Backend) -> Self {
         self.backend = Some(Arc::new(backend));
         self

@@ -42,7 +42,7 @@ pub enum Counting {
 /// One key of a call and the limits decided on it.
 ///
 /// ```
-/// use rl_core::{Algorithm, GroupSpec, Limit};
+/// use ratewall::{Algorithm, GroupSpec, Limit};
 /// const PER_MINUTE: Limit = Limit::from_parts_const(3, 60_000_000, Algorithm::SlidingLog, 3, 10);
 /// static USER: GroupSpec = GroupSpec::new("login_user", &[PER_MINUTE]).reset_on_success();
 /// assert_eq!(USER.name(), "login_user");
@@ -133,8 +133,8 @@ impl GroupSpec {
     /// decided and the failure policy answers it (see [`Tier`]).
     ///
     /// ```
-    /// use rl_core::{CallSpec, GroupSpec, Limit, Limiter, Tier};
-    /// static FREE: [Limit; 1] = [Limit::from_parts_const(2, 60_000_000, rl_core::Algorithm::Gcra, 2, 10)];
+    /// use ratewall::{CallSpec, GroupSpec, Limit, Limiter, Tier};
+    /// static FREE: [Limit; 1] = [Limit::from_parts_const(2, 60_000_000, ratewall::Algorithm::Gcra, 2, 10)];
     /// static TIERS: [Tier; 1] = [Tier::new("free", &FREE)];
     /// static API: [GroupSpec; 1] = [GroupSpec::tiered("api", &TIERS)];
     /// static SPEC: CallSpec = CallSpec::new("api", &API);
@@ -200,7 +200,7 @@ impl GroupSpec {
 /// minute; a success gives its unit back):
 ///
 /// ```
-/// use rl_core::{CallSpec, Counting, GroupSpec, Limit, Limiter};
+/// use ratewall::{CallSpec, Counting, GroupSpec, Limit, Limiter};
 ///
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let limiter = Limiter::builder().memory().build()?;
@@ -301,7 +301,7 @@ impl CallSpec {
     /// algorithm and what it cannot be combined with.
     ///
     /// ```
-    /// use rl_core::{CallSpec, GroupSpec, Limit};
+    /// use ratewall::{CallSpec, GroupSpec, Limit};
     /// use std::time::Duration;
     /// let spec = CallSpec::owned("jobs", vec![GroupSpec::owned("jobs", vec![Limit::per_second(10).unwrap()])])
     ///     .with_wait(Duration::from_secs(2));
@@ -359,7 +359,7 @@ impl CallSpec {
     /// tier names, and a group name without `@`.
     ///
     /// ```
-    /// use rl_core::{CallSpec, GroupSpec, Limit};
+    /// use ratewall::{CallSpec, GroupSpec, Limit};
     /// let ok = CallSpec::owned("sms", vec![GroupSpec::owned("sms", vec![Limit::per_minute(1).unwrap()])]);
     /// assert!(ok.check().is_ok());
     /// let too_costly = CallSpec::owned("sms", vec![GroupSpec::owned("sms", vec![Limit::per_minute(1).unwrap()]).with_cost(2)]);

@@ -105,7 +105,7 @@ enum Place {
 }
 
 /// The slots held by a running call; dropping it gives them back (see the
-/// module docs of `rl_core::limiter::in_flight`, summarised in
+/// module docs of `ratewall::limiter::in_flight`, summarised in
 /// [`Limit::in_flight`]).
 ///
 /// A [`Permit`](crate::Permit) holds it; [`Permit::into_in_flight`](crate::Permit::into_in_flight)
@@ -450,7 +450,7 @@ impl Keeper {
 /// seen yet).
 fn renew_every(shortest_us: u64) -> Duration {
     let lease = if shortest_us == 0 {
-        rl_grammar::DEFAULT_LEASE_TTL_US
+        ratewall_grammar::DEFAULT_LEASE_TTL_US
     } else {
         shortest_us
     };

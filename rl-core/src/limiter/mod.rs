@@ -48,7 +48,7 @@ static NEXT_LIMITER: AtomicU64 = AtomicU64::new(1);
 /// Decides calls against limits; see the crate docs for the tour.
 ///
 /// ```
-/// use rl_core::{Limit, Limiter};
+/// use ratewall::{Limit, Limiter};
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let limiter = Limiter::builder().memory().prefix("demo").build()?;
 /// let limit = Limit::per_minute(2)?;
@@ -165,7 +165,7 @@ impl Limiter {
     /// it then behaves as [`Limiter::call_waiting`].
     ///
     /// ```
-    /// use rl_core::{CallSpec, GroupSpec, Limit, Limiter};
+    /// use ratewall::{CallSpec, GroupSpec, Limit, Limiter};
     /// let limiter = Limiter::builder().memory().build().unwrap();
     /// let sms = CallSpec::owned("sms", vec![
     ///     GroupSpec::owned("sms_phone", vec![Limit::per_minute(1).unwrap(), Limit::per_hour(5).unwrap()]),
@@ -240,7 +240,7 @@ impl Limiter {
     /// of every admitted waiting call is recorded in `rl_wait_seconds`.
     ///
     /// ```
-    /// use rl_core::{Algorithm, CallSpec, GroupSpec, Limit, Limiter};
+    /// use ratewall::{Algorithm, CallSpec, GroupSpec, Limit, Limiter};
     /// use std::time::{Duration, Instant};
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
     /// let limiter = Limiter::builder().memory().build()?;
@@ -277,7 +277,7 @@ impl Limiter {
     /// below decide on the same state.
     ///
     /// ```
-    /// use rl_core::{CallSpec, GroupSpec, Limit, Limiter, Part};
+    /// use ratewall::{CallSpec, GroupSpec, Limit, Limiter, Part};
     /// let limiter = Limiter::builder().memory().build().unwrap();
     /// let sms = CallSpec::owned("sms", vec![
     ///     GroupSpec::owned("sms_user", vec![Limit::per_minute(1).unwrap()]),
@@ -594,7 +594,7 @@ impl Limiter {
     /// shutdown).
     ///
     /// ```
-    /// use rl_core::{CallSpec, GroupSpec, Limit, Limiter};
+    /// use ratewall::{CallSpec, GroupSpec, Limit, Limiter};
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
     /// let limiter = Limiter::builder().memory().build()?;
     /// let jobs = CallSpec::owned("jobs", vec![GroupSpec::owned("jobs", vec![Limit::in_flight(1)?])]);
@@ -1023,7 +1023,7 @@ impl Limiter {
     /// algorithm and period keeps its own key), never a mis-read of the old.
     ///
     /// ```
-    /// use rl_core::{Limit, Limiter};
+    /// use ratewall::{Limit, Limiter};
     /// let limiter = Limiter::builder().build().unwrap();
     /// limiter.set_limits("sms", vec![Limit::per_minute(2).unwrap()]).unwrap();
     /// assert!(limiter.set_limits("sms", vec![]).is_err());
@@ -1094,7 +1094,7 @@ impl Limiter {
     /// store's default) ignores this setting.
     ///
     /// ```
-    /// use rl_core::{Limit, Limiter, Request};
+    /// use ratewall::{Limit, Limiter, Request};
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
     /// let limiter = Limiter::builder().deny_cache(true).build()?;
     /// let limit = Limit::per_hour(1)?;
@@ -1137,7 +1137,7 @@ impl Limiter {
     /// [`Limiter::allow`] is.
     ///
     /// ```
-    /// use rl_core::{CallSpec, GroupSpec, Limit, Limiter};
+    /// use ratewall::{CallSpec, GroupSpec, Limit, Limiter};
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
     /// let limiter = Limiter::builder().memory().build()?;
     /// let sms = CallSpec::owned("sms", vec![GroupSpec::owned("sms_phone", vec![Limit::per_hour(5)?])]);

@@ -137,7 +137,7 @@ impl Registry {
             .read()
             .iter()
             .filter_map(|(name, settings)| {
-                let (of, tier) = rl_grammar::split_tier(name)?;
+                let (of, tier) = ratewall_grammar::split_tier(name)?;
                 (of == group).then(|| Some((tier.to_owned(), settings.limits.clone()?)))?
             })
             .collect();

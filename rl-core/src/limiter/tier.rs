@@ -33,7 +33,7 @@ use std::borrow::Cow;
 use std::fmt::{self, Write as _};
 use std::sync::Arc;
 
-use rl_grammar::{DEFAULT_TIER, TIER_NAME_MAX, TIER_SEPARATOR, check_tier_name, split_tier};
+use ratewall_grammar::{DEFAULT_TIER, TIER_NAME_MAX, TIER_SEPARATOR, check_tier_name, split_tier};
 use smallvec::SmallVec;
 
 use super::call::{
@@ -73,10 +73,10 @@ use crate::store::target::{KeyRef, Op, Slot, Target};
 /// name. Give a `default` tier when the tier comes from the client.
 ///
 /// ```
-/// use rl_core::{Limit, Tier};
+/// use ratewall::{Limit, Tier};
 /// let pro = Tier::owned("pro", vec![Limit::per_minute(1000)?, "20/1s".parse()?]);
 /// assert_eq!((pro.name(), pro.limits().len()), ("pro", 2));
-/// # Ok::<(), rl_core::LimitError>(())
+/// # Ok::<(), ratewall::LimitError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct Tier {
@@ -534,7 +534,7 @@ impl Limiter {
     /// no tier: each tiered group is decided by its `default` tier.
     ///
     /// ```
-    /// use rl_core::{CallSpec, FailurePolicy, GroupSpec, Limiter, Tier};
+    /// use ratewall::{CallSpec, FailurePolicy, GroupSpec, Limiter, Tier};
     /// let limiter = Limiter::builder().memory().build().unwrap();
     /// let api = CallSpec::owned("api", vec![GroupSpec::owned_tiered("api", vec![
     ///     Tier::owned("free", vec!["1/1m".parse().unwrap()]),

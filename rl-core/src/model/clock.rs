@@ -26,7 +26,7 @@ pub trait Clock: Send + Sync + Debug + 'static {
 /// of microseconds. A remote backend keeps its own time (Redis `TIME`).
 ///
 /// ```
-/// use rl_core::{Clock, SystemClock};
+/// use ratewall::{Clock, SystemClock};
 /// let (a, b) = (SystemClock.now_micros(), SystemClock.now_micros());
 /// assert!(b >= a);
 /// let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
@@ -68,7 +68,7 @@ impl Clock for SystemClock {
 /// A clock that only moves when told to; clones share the same time.
 ///
 /// ```
-/// use rl_core::{Clock, ManualClock};
+/// use ratewall::{Clock, ManualClock};
 /// use std::time::Duration;
 /// let clock = ManualClock::new(1_000);
 /// clock.advance(Duration::from_millis(2));

@@ -28,7 +28,7 @@ pub struct Decision {
 /// and [`Decision::new`] turns into a [`Decision`].
 ///
 /// ```
-/// use rl_core::{Decision, Figures};
+/// use ratewall::{Decision, Figures};
 /// let refused = Decision::new(Figures {
 ///     allowed: false,
 ///     limit: 5,

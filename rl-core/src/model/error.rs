@@ -3,10 +3,10 @@
 use std::fmt;
 use std::sync::Arc;
 
-use rl_grammar::{BadDuration, BadRate, LeaseProblem, Problem, UnknownAlgorithm};
+use ratewall_grammar::{BadDuration, BadRate, LeaseProblem, Problem, UnknownAlgorithm};
 
 /// A limit that can never be built: the message names the bad value. The
-/// texts of the bounds are [`rl_grammar::Problem`]'s, shared with the macro.
+/// texts of the bounds are [`ratewall_grammar::Problem`]'s, shared with the macro.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LimitError {
@@ -57,7 +57,7 @@ pub enum LimitError {
         /// The cap ([`crate::Limit::SLIDING_LOG_CAP`]).
         cap: u64,
     },
-    /// Another bound of [`rl_grammar::check_limit`].
+    /// Another bound of [`ratewall_grammar::check_limit`].
     #[error("{0}")]
     Other(Problem),
     /// A duration string such as `"1m"` could not be read.

@@ -13,7 +13,7 @@ use std::fmt::{self, Write};
 /// The storage key of one identity under one scope.
 ///
 /// ```
-/// use rl_core::Key;
+/// use ratewall::Key;
 /// let a = Key::new("rl", "login", "al{ice}");
 /// let b = Key::new("rl", "login", "al:ice");
 /// assert_eq!(a.as_str(), "rl:{login:al%7Bice%7D}");

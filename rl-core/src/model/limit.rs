@@ -4,8 +4,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-pub use rl_grammar::Algorithm;
-use rl_grammar::{LeaseProblem, Problem};
+pub use ratewall_grammar::Algorithm;
+use ratewall_grammar::{LeaseProblem, Problem};
 
 use crate::model::error::LimitError;
 
@@ -15,14 +15,14 @@ use crate::model::error::LimitError;
 /// values too large to compute exactly are refused with a [`LimitError`].
 ///
 /// ```
-/// use rl_core::{Algorithm, Limit};
+/// use ratewall::{Algorithm, Limit};
 /// use std::time::Duration;
 ///
 /// let limit = Limit::per_minute(5)?.with_algorithm(Algorithm::SlidingLog)?;
 /// assert_eq!(limit.threshold(), 5);
 /// assert_eq!(limit.period(), Duration::from_secs(60));
 /// assert!(Limit::new(0, Duration::from_secs(1)).is_err());
-/// # Ok::<(), rl_core::LimitError>(())
+/// # Ok::<(), ratewall::LimitError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Limit {
@@ -41,10 +41,10 @@ pub struct Limit {
 impl Limit {
     /// The largest threshold a sliding log accepts: each admitted unit is one
     /// stored entry, and every decision trims and counts them.
-    pub const SLIDING_LOG_CAP: u64 = rl_grammar::SLIDING_LOG_CAP;
+    pub const SLIDING_LOG_CAP: u64 = ratewall_grammar::SLIDING_LOG_CAP;
 
     /// The default number of sub-windows of the sliding-window counter.
-    pub const DEFAULT_SLOTS: u64 = rl_grammar::DEFAULT_SLOTS;
+    pub const DEFAULT_SLOTS: u64 = ratewall_grammar::DEFAULT_SLOTS;
 
     /// `threshold` units per `period`, with the default algorithm ([`Algorithm::Gcra`])
     /// and a burst equal to the threshold.
@@ -63,13 +63,13 @@ impl Limit {
     /// (10 s) and renewed while it runs; see [`Limit::in_flight_with_ttl`].
     ///
     /// ```
-    /// use rl_core::Limit;
+    /// use ratewall::Limit;
     /// let ten = Limit::in_flight(10)?;
     /// assert!(ten.is_in_flight());
     /// assert_eq!(ten.threshold(), 10);
     /// assert_eq!(ten.to_string(), "max_in_flight=10 (lease 10s)");
     /// assert!(Limit::in_flight(0).is_err());
-    /// # Ok::<(), rl_core::LimitError>(())
+    /// # Ok::<(), ratewall::LimitError>(())
     /// ```
     pub fn in_flight(max: u64) -> Result<Self, LimitError> {
         Self::in_flight_with_ttl(max, Self::DEFAULT_LEASE_TTL)
@@ -93,7 +93,7 @@ impl Limit {
     /// The lease of an in-flight slot unless told otherwise: 10 s. Renewed
     /// every ~3.3 s, a running call keeps its slot through two failed
     /// renewals; a dead instance's slots come back within 10 s.
-    pub const DEFAULT_LEASE_TTL: Duration = Duration::from_micros(rl_grammar::DEFAULT_LEASE_TTL_US);
+    pub const DEFAULT_LEASE_TTL: Duration = Duration::from_micros(ratewall_grammar::DEFAULT_LEASE_TTL_US);
 
     /// Whether this is a concurrency limit ([`Limit::in_flight`]).
     pub const fn is_in_flight(&self) -> bool {
@@ -179,17 +179,17 @@ impl Limit {
     /// per-unit timestamps a reserved unit would falsify.
     ///
     /// ```
-    /// use rl_core::{Algorithm, Limit};
+    /// use ratewall::{Algorithm, Limit};
     /// let hot = Limit::per_minute(1_000_000)?.with_lease(10_000)?;
     /// assert_eq!(hot.lease(), Some(10_000));
     /// assert!(Limit::per_minute(100)?.with_lease(100).is_err()); // the whole limit
     /// assert!(Limit::per_minute(100)?.with_algorithm(Algorithm::SlidingLog)?.with_lease(10).is_err());
     /// assert!(hot.with_algorithm(Algorithm::SlidingLog).is_err()); // a leasing limit stays leasable
     /// assert!(Limit::in_flight(10)?.with_lease(2).is_err()); // slots are held, not spent
-    /// # Ok::<(), rl_core::LimitError>(())
+    /// # Ok::<(), ratewall::LimitError>(())
     /// ```
     pub fn with_lease(self, lease: u64) -> Result<Self, LimitError> {
-        match rl_grammar::check_lease(self.threshold, self.algorithm, self.burst, lease) {
+        match ratewall_grammar::check_lease(self.threshold, self.algorithm, self.burst, lease) {
             Ok(()) => Ok(Self { lease, ..self }),
             Err(problem) => Err(LimitError::Lease(problem)),
         }
@@ -201,7 +201,7 @@ impl Limit {
     /// # Panics
     /// When the lease does not fit the limit (at compile time in a constant).
     pub const fn with_lease_const(self, lease: u64) -> Self {
-        match rl_grammar::check_lease(self.threshold, self.algorithm, self.burst, lease) {
+        match ratewall_grammar::check_lease(self.threshold, self.algorithm, self.burst, lease) {
             Ok(()) => Self { lease, ..self },
             Err(_) => panic!("invalid lease"),
         }
@@ -231,7 +231,7 @@ impl Limit {
     }
 
     /// Builds a limit from raw parts, validating them all
-    /// ([`rl_grammar::check_limit`]).
+    /// ([`ratewall_grammar::check_limit`]).
     pub fn from_parts(
         threshold: u64,
         period_us: u64,
@@ -239,7 +239,7 @@ impl Limit {
         burst: u64,
         slots: u64,
     ) -> Result<Self, LimitError> {
-        match rl_grammar::check_limit(threshold, period_us, algorithm, burst, slots) {
+        match ratewall_grammar::check_limit(threshold, period_us, algorithm, burst, slots) {
             Ok(()) => Ok(Self::assemble(
                 threshold, period_us, algorithm, burst, slots,
             )),
@@ -249,11 +249,11 @@ impl Limit {
 
     /// [`Limit::from_parts`] for constants and statics: invalid parts fail
     /// compilation (const evaluation panics), with the rules of
-    /// [`rl_grammar::check_limit`]. `#[rate_limit]` builds its limits with
+    /// [`ratewall_grammar::check_limit`]. `#[rate_limit]` builds its limits with
     /// it after checking them itself, so its errors point at the argument.
     ///
     /// ```
-    /// use rl_core::{Algorithm, Limit};
+    /// use ratewall::{Algorithm, Limit};
     /// const SMS: Limit = Limit::from_parts_const(1, 60_000_000, Algorithm::SlidingLog, 1, 10);
     /// assert_eq!(SMS, "1/1m".parse::<Limit>().unwrap().with_algorithm(Algorithm::SlidingLog).unwrap());
     /// ```
@@ -267,7 +267,7 @@ impl Limit {
         burst: u64,
         slots: u64,
     ) -> Self {
-        match rl_grammar::check_limit(threshold, period_us, algorithm, burst, slots) {
+        match ratewall_grammar::check_limit(threshold, period_us, algorithm, burst, slots) {
             Ok(()) => Self::assemble(threshold, period_us, algorithm, burst, slots),
             Err(_) => panic!("invalid rate limit"),
         }
@@ -325,7 +325,7 @@ impl Limit {
     /// leaky bucket and GCRA, `threshold` for the window algorithms. This is
     /// the `limit` a [`crate::Decision`] reports.
     pub const fn capacity(&self) -> u64 {
-        rl_grammar::capacity(self.threshold, self.algorithm, self.burst)
+        ratewall_grammar::capacity(self.threshold, self.algorithm, self.burst)
     }
 
     /// Checks that a call of `cost` units could ever be allowed.
@@ -363,7 +363,7 @@ impl Limit {
     /// Appends [`Limit::storage_suffix`] to `out` (no intermediate string).
     ///
     /// ```
-    /// use rl_core::{Algorithm, Limit};
+    /// use ratewall::{Algorithm, Limit};
     /// let mut key = String::from("rl:{sms:+33}:");
     /// Limit::per_minute(5).unwrap().with_algorithm(Algorithm::SlidingWindow).unwrap().write_storage_suffix(&mut key);
     /// assert_eq!(key, "rl:{sms:+33}:sw:60000000:10");
@@ -414,14 +414,14 @@ impl fmt::Display for Limit {
                 f,
                 "max_in_flight={} (lease {})",
                 self.threshold,
-                rl_grammar::format_duration(self.period_us)
+                ratewall_grammar::format_duration(self.period_us)
             );
         }
         write!(
             f,
             "{}/{} ({}",
             self.threshold,
-            rl_grammar::format_duration(self.period_us),
+            ratewall_grammar::format_duration(self.period_us),
             self.algorithm
         )?;
         if self.lease > 0 {
@@ -432,12 +432,12 @@ impl fmt::Display for Limit {
 }
 
 /// Parses `"5/1h"`, `"100/30s"` or `"10/d"` into a limit with the default
-/// algorithm (the grammar of [`rl_grammar::parse_rate`]).
+/// algorithm (the grammar of [`ratewall_grammar::parse_rate`]).
 impl FromStr for Limit {
     type Err = LimitError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let rate = rl_grammar::parse_rate(s).map_err(|e| LimitError::BadRate(e.0))?;
+        let rate = ratewall_grammar::parse_rate(s).map_err(|e| LimitError::BadRate(e.0))?;
         Limit::from_parts(
             rate.threshold,
             rate.period_us,
@@ -450,18 +450,18 @@ impl FromStr for Limit {
 
 /// Parses a duration such as `"250us"`, `"500ms"`, `"30s"`, `"1m"`, `"1h"` or
 /// `"1d"`; a bare integer is seconds (the grammar of
-/// [`rl_grammar::parse_duration_micros`]).
+/// [`ratewall_grammar::parse_duration_micros`]).
 ///
 /// ```
-/// use rl_core::parse_duration;
+/// use ratewall::parse_duration;
 /// use std::time::Duration;
 /// assert_eq!(parse_duration("1m")?, Duration::from_secs(60));
 /// assert_eq!(parse_duration("500ms")?, Duration::from_millis(500));
 /// assert!(parse_duration("soon").is_err());
-/// # Ok::<(), rl_core::LimitError>(())
+/// # Ok::<(), ratewall::LimitError>(())
 /// ```
 pub fn parse_duration(text: &str) -> Result<Duration, LimitError> {
-    rl_grammar::parse_duration_micros(text)
+    ratewall_grammar::parse_duration_micros(text)
         .map(Duration::from_micros)
         .map_err(|e| LimitError::BadDuration(e.0))
 }

@@ -13,7 +13,7 @@ use std::num::NonZeroU64;
 /// limiting approximately with an in-process limiter.
 ///
 /// ```
-/// use rl_core::FailurePolicy;
+/// use ratewall::FailurePolicy;
 /// let local = FailurePolicy::local(4).unwrap();
 /// assert!(matches!(local, FailurePolicy::Local { share } if share.get() == 4));
 /// assert!(FailurePolicy::local(0).is_none(), "a share of zero is not representable");

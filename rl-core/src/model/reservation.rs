@@ -21,7 +21,7 @@ use crate::model::decision::Decisions;
 /// cancelled call had given back ([`Reservation::took_freed_slot`]).
 ///
 /// ```
-/// use rl_core::{Decision, Decisions, Figures, Reservation};
+/// use ratewall::{Decision, Decisions, Figures, Reservation};
 /// use std::time::Duration;
 /// let slot = Decision::new(Figures { allowed: true, limit: 1, at_micros: 1_250_000, ..Figures::default() });
 /// let reserved = Reservation::new(Decisions::one(slot), 1_000_000, [false]);

@@ -64,7 +64,7 @@ impl<'a> Request<'a> {
     /// both would be judged against the state before either wrote.
     ///
     /// ```
-    /// use rl_core::{Key, Limit, Request};
+    /// use ratewall::{Key, Limit, Request};
     /// let key = Key::new("app", "sms", "+33600000000");
     /// let (minute, hour) = (Limit::per_minute(1).unwrap(), Limit::per_hour(5).unwrap());
     /// assert!(Request::check_batch(&[Request::new(&key, &minute, 1), Request::new(&key, &hour, 1)]).is_ok());
@@ -93,7 +93,7 @@ impl<'a> Request<'a> {
     /// one that queues waiting calls (GCRA, token bucket, leaky bucket).
     ///
     /// ```
-    /// use rl_core::{Algorithm, Key, Limit, Request};
+    /// use ratewall::{Algorithm, Key, Limit, Request};
     /// let key = Key::new("app", "jobs", "tenant-1");
     /// let gcra = Limit::per_second(10).unwrap();
     /// assert!(Request::check_reservation(&[Request::new(&key, &gcra, 1)]).is_ok());
@@ -187,7 +187,7 @@ pub(crate) fn check_lease_batch(
 /// decided ([`Request::check_batch`]).
 ///
 /// Implementations must give the semantics of the in-memory reference
-/// ([`crate::MemoryBackend`]); `rl-redis` is held to it by differential tests.
+/// ([`crate::MemoryBackend`]); `ratewall-redis` is held to it by differential tests.
 pub trait Backend: Send + Sync + Debug + 'static {
     /// Decides and, when every request is allowed, consumes.
     fn acquire<'a>(
@@ -211,7 +211,7 @@ pub trait Backend: Send + Sync + Debug + 'static {
     ///
     /// The default implementation ignores the id and calls
     /// [`Backend::acquire`] (not idempotent); [`crate::MemoryBackend`] and
-    /// `rl_redis::RedisBackend` override it.
+    /// `ratewall_redis::RedisBackend` override it.
     fn acquire_once<'a>(
         &'a self,
         requests: &'a [Request<'a>],
@@ -258,13 +258,13 @@ pub trait Backend: Send + Sync + Debug + 'static {
     /// the last units of a limit share them. Everything is decided and
     /// taken in one atomic step; a refused call takes and grants nothing.
     /// Leased units count as taken from then on; a limit whose algorithm
-    /// cannot lease ([`rl_grammar::can_lease`]) is granted nothing. `ttl`
+    /// cannot lease ([`ratewall_grammar::can_lease`]) is granted nothing. `ttl`
     /// is how long the caller uses the units at most: a store that records
     /// leases for operators keeps the record that long at most.
     ///
     /// The default grants nothing (it is [`Backend::acquire`]): a backend
     /// that does not implement leasing decides every call itself.
-    /// [`crate::MemoryBackend`] and `rl_redis::RedisBackend` implement it.
+    /// [`crate::MemoryBackend`] and `ratewall_redis::RedisBackend` implement it.
     fn acquire_lease<'a>(
         &'a self,
         requests: &'a [Request<'a>],

@@ -317,7 +317,7 @@ impl Partitions {
 /// - Allocation-free on the hot path once an identity exists.
 ///
 /// ```
-/// use rl_core::{Backend, Key, Limit, ManualClock, MemoryBackend, Request};
+/// use ratewall::{Backend, Key, Limit, ManualClock, MemoryBackend, Request};
 ///
 /// # tokio_test_block_on(async {
 /// let clock = ManualClock::new(0);
@@ -643,7 +643,7 @@ impl MemoryBackend {
                 .zip(probe.iter())
                 .enumerate()
                 .map(|(i, ((target, at), before))| {
-                    let want = if rl_grammar::can_lease(target.limit.algorithm()) {
+                    let want = if ratewall_grammar::can_lease(target.limit.algorithm()) {
                         extra.get(i).copied().unwrap_or(0)
                     } else {
                         0
@@ -850,7 +850,7 @@ impl MemoryBackend {
     /// period of the batch, and swept like expired state.
     ///
     /// ```
-    /// use rl_core::{Key, Limit, MemoryBackend, Request};
+    /// use ratewall::{Key, Limit, MemoryBackend, Request};
     /// let backend = MemoryBackend::new();
     /// let limit = Limit::per_minute(5).unwrap();
     /// let key = Key::new("rl", "pay", "alice");
@@ -888,7 +888,7 @@ impl MemoryBackend {
     /// here ([`Backend::reserve`] does).
     ///
     /// ```
-    /// use rl_core::{Algorithm, Key, Limit, ManualClock, MemoryBackend, Request};
+    /// use ratewall::{Algorithm, Key, Limit, ManualClock, MemoryBackend, Request};
     /// let backend = MemoryBackend::with_clock(ManualClock::new(1_000_000));
     /// let limit = Limit::per_second(10).unwrap().with_algorithm(Algorithm::LeakyBucket).unwrap().with_burst(1).unwrap();
     /// let key = Key::new("rl", "jobs", "queue");
@@ -909,9 +909,9 @@ impl MemoryBackend {
     /// [`Backend::acquire_lease`] (not validated here).
     ///
     /// ```
-    /// use rl_core::{Key, Limit, MemoryBackend, Request};
+    /// use ratewall::{Key, Limit, MemoryBackend, Request};
     /// let backend = MemoryBackend::new();
-    /// let limit = Limit::per_minute(100).unwrap().with_algorithm(rl_core::Algorithm::FixedWindow).unwrap();
+    /// let limit = Limit::per_minute(100).unwrap().with_algorithm(ratewall::Algorithm::FixedWindow).unwrap();
     /// let key = Key::new("rl", "api", "tenant-1");
     /// let leased = backend.acquire_lease_sync(&[Request::new(&key, &limit, 1)], &[10]);
     /// assert!(leased.decisions.allowed());

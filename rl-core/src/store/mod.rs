@@ -1,6 +1,6 @@
 //! Stores: where decisions are made. The in-memory store (the embedded
 //! default, synchronous) and remote backends behind the [`Backend`] trait
-//! (`rl-redis`).
+//! (`ratewall-redis`).
 //!
 //! A store only decides: every concern around a decision (breaker, deny
 //! cache, failure policy, metrics) is a layer in [`crate::layer`].

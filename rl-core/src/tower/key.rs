@@ -140,7 +140,7 @@ impl KeyFrom {
     /// rendered without allocating.
     ///
     /// ```
-    /// use rl_core::tower::KeyFrom;
+    /// use ratewall::tower::KeyFrom;
     /// // The tenant: the first label of the host name.
     /// let tenant = KeyFrom::from_fn(|parts| {
     ///     let host = parts.headers.get(http::header::HOST)?.to_str().ok()?;

@@ -15,8 +15,8 @@
 //!
 //! ```
 //! use axum::{Router, routing::get};
-//! use rl_core::Limiter;
-//! use rl_core::tower::{KeyFrom, RateLimitLayer};
+//! use ratewall::Limiter;
+//! use ratewall::tower::{KeyFrom, RateLimitLayer};
 //! use tower::ServiceExt;
 //!
 //! # #[tokio::main(flavor = "current_thread")]

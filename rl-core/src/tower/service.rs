@@ -162,8 +162,8 @@ impl IntoLimit for String {
 ///
 /// ```
 /// use axum::{Router, routing::get};
-/// use rl_core::tower::{KeyFrom, RateLimitLayer};
-/// use rl_core::{Limiter, http::IpPrefix};
+/// use ratewall::tower::{KeyFrom, RateLimitLayer};
+/// use ratewall::{Limiter, http::IpPrefix};
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let limiter = std::sync::Arc::new(Limiter::builder().memory().build()?);
 /// // Per client /64 and per /48 (IPv4: per address), and per API key: all-or-nothing.
@@ -325,7 +325,7 @@ impl RateLimitLayerBuilder {
     /// (gRPC: `RESOURCE_EXHAUSTED`).
     ///
     /// ```
-    /// use rl_core::tower::{KeyFrom, RateLimitLayer};
+    /// use ratewall::tower::{KeyFrom, RateLimitLayer};
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let reports = RateLimitLayer::builder("reports")
     ///     .key("reports_ip", ["60/1m"], KeyFrom::client_ip())
@@ -369,7 +369,7 @@ impl RateLimitLayerBuilder {
     /// `default` when the tier comes from the client.
     ///
     /// ```
-    /// use rl_core::tower::{KeyFrom, RateLimitLayer};
+    /// use ratewall::tower::{KeyFrom, RateLimitLayer};
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let layer = RateLimitLayer::builder("api")
     ///     .tiered_key("api_key", KeyFrom::header("x-api-key"), |parts| {

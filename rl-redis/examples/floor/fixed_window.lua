@@ -1,4 +1,4 @@
--- Minimal fixed window, written by hand: the loadgen's floor for rl-redis'
+-- Minimal fixed window, written by hand: the loadgen's floor for ratewall-redis'
 -- own. Same reply: allowed, limit, remaining, retry_after_us,
 -- reset_after_us, now.
 -- KEYS[1] the (window, count) pair; ARGV threshold, period (us), cost.

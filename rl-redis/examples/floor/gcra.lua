@@ -1,4 +1,4 @@
--- Minimal GCRA, written by hand: the loadgen's floor for rl-redis' own.
+-- Minimal GCRA, written by hand: the loadgen's floor for ratewall-redis' own.
 -- Same reply: allowed, limit, remaining, retry_after_us, reset_after_us, now.
 -- KEYS[1] the TAT; ARGV threshold, period (us), burst, cost.
 local time = redis.call('TIME')

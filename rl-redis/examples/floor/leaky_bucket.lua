@@ -1,4 +1,4 @@
--- Minimal leaky bucket, written by hand: the loadgen's floor for rl-redis'
+-- Minimal leaky bucket, written by hand: the loadgen's floor for ratewall-redis'
 -- own. Same reply: allowed, limit, remaining, retry_after_us,
 -- reset_after_us, now.
 -- KEYS[1] (level x period, updated at); ARGV threshold (drain per period),

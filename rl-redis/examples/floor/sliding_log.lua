@@ -1,4 +1,4 @@
--- Minimal sliding log, written by hand: the loadgen's floor for rl-redis'
+-- Minimal sliding log, written by hand: the loadgen's floor for ratewall-redis'
 -- own. Same reply: allowed, limit, remaining, retry_after_us,
 -- reset_after_us, now.
 -- KEYS[1] the log (ZSET), KEYS[2] its id sequence; ARGV threshold,

@@ -1,5 +1,5 @@
 -- Minimal sliding-window counter, written by hand: the loadgen's floor for
--- rl-redis' own. Same reply: allowed, limit, remaining, retry_after_us
+-- ratewall-redis' own. Same reply: allowed, limit, remaining, retry_after_us
 -- (to the next slot: an estimate), reset_after_us, now.
 -- KEYS[1] the slot counts (HASH); ARGV threshold, period (us), slots, cost.
 local time = redis.call('TIME')

@@ -1,4 +1,4 @@
--- Minimal token bucket, written by hand: the loadgen's floor for rl-redis'
+-- Minimal token bucket, written by hand: the loadgen's floor for ratewall-redis'
 -- own. Same reply: allowed, limit, remaining, retry_after_us,
 -- reset_after_us, now.
 -- KEYS[1] (tokens x period, updated at); ARGV threshold (refill per

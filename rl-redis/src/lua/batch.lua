@@ -29,14 +29,14 @@
 -- writing; only if all are allowed is each committed, in order. The commit
 -- pass reuses the first pass's reads (prelude.lua, `cached`), except for a
 -- key that an earlier request of this call has used (the client refuses
--- a batch naming one state twice, rl-core Request::check_batch; the code
+-- a batch naming one state twice, ratewall Request::check_batch; the code
 -- stays exact for one all the same).
 -- acquire_once returns the reply kept under the request-id key if there is
 -- one; otherwise it decides like acquire and, when allowed, keeps the reply
 -- there for the longest period of the call. refund_once refunds and drops
 -- the request-id key.
 --
--- reserve (a waiting call; rl-core store/reserve.rs, the same rules): each
+-- reserve (a waiting call; rl-core/src/store/reserve.rs, the same rules): each
 -- limit's earliest time is now plus its retry_after (given the slots
 -- already reserved), or a slot given back to it; the slot is the latest
 -- earliest time, or an earlier given-back time every limit can serve. A
@@ -170,7 +170,7 @@ local function batch(keys, args)
     fields = 8
   end
   if #args < BATCH_HEADER or (#args - BATCH_HEADER) % fields ~= 0 then
-    return redis.error_reply('ERR rl-redis: malformed arguments (' .. #args .. ')')
+    return redis.error_reply('ERR ratewall-redis: malformed arguments (' .. #args .. ')')
   end
 
   local now = clock(args[2])
@@ -199,7 +199,7 @@ local function batch(keys, args)
       next_key = next_key + 1
     end
     if (op == 'reserve' or op == 'cancel') and not RESERVES[r.alg] then
-      return redis.error_reply('ERR rl-redis: ' .. tostring(r.alg) .. ' cannot reserve a slot')
+      return redis.error_reply('ERR ratewall-redis: ' .. tostring(r.alg) .. ' cannot reserve a slot')
     end
     requests[i] = r
   end
@@ -210,7 +210,7 @@ local function batch(keys, args)
     next_key = next_key + 1
   end
   if next_key - 1 ~= #keys then
-    return redis.error_reply('ERR rl-redis: expected ' .. (next_key - 1) .. ' keys, got ' .. #keys)
+    return redis.error_reply('ERR ratewall-redis: expected ' .. (next_key - 1) .. ' keys, got ' .. #keys)
   end
 
   -- Five values per request, at the request's place.
@@ -265,7 +265,7 @@ local function batch(keys, args)
         values[#values + 1] = tonumber(v)
       end
       if #values ~= count * 5 + 1 then
-        return redis.error_reply('ERR rl-redis: request id reused for a call with ' .. count
+        return redis.error_reply('ERR ratewall-redis: request id reused for a call with ' .. count
           .. ' limit(s); it was first used with ' .. math.floor((#values - 1) / 5))
       end
       values[#values + 1] = 1
@@ -331,7 +331,7 @@ local function batch(keys, args)
   elseif op == 'cancel' then
     cancel(requests, count, now, at)
   else
-    return redis.error_reply('ERR rl-redis: unknown operation ' .. tostring(op))
+    return redis.error_reply('ERR ratewall-redis: unknown operation ' .. tostring(op))
   end
 
   out[#out + 1] = now
@@ -341,7 +341,7 @@ end
 -- The read-only batch (FCALL_RO, a function flagged no-writes): peeks only.
 local function batch_ro(keys, args)
   if args[1] ~= 'peek' then
-    return redis.error_reply('ERR rl-redis: ' .. tostring(args[1]) .. ' is not read-only')
+    return redis.error_reply('ERR ratewall-redis: ' .. tostring(args[1]) .. ' is not read-only')
   end
   return batch(keys, args)
 end

@@ -1,4 +1,4 @@
--- Fixed window (rl-core algorithm/fixed_window.rs).
+-- Fixed window (rl-core/src/algorithm/fixed_window.rs).
 -- State: one 16-byte string, two little-endian doubles packed with Redis'
 -- `struct` library: the window index w and the count n in that window (both
 -- integers below 2^53, so exact). One GET to read and one SET ... PX to

@@ -1,4 +1,4 @@
--- GCRA (rl-core algorithm/gcra.rs): one STRING holding the theoretical
+-- GCRA (rl-core/src/algorithm/gcra.rs): one STRING holding the theoretical
 -- arrival time (TAT, us), expiring at the TAT.
 -- I = ceil(P / T), tau = I * B. Computed relative to now (d = TAT - now) so
 -- that no intermediate holds an absolute time plus tau.
@@ -69,7 +69,7 @@ LOADERS.gc = function()
 
   -- Takes back the reservation that left the TAT at `mark` if it is still
   -- the last one made (the TAT unchanged since): the TAT goes back by
-  -- cost * I. rl-core Tat::unreserve.
+  -- cost * I. ratewall Tat::unreserve.
   function M.unreserve(r, now, _, mark)
     local tat = tonumber(get_cached(r))
     if tat ~= mark then

@@ -1,4 +1,4 @@
--- In flight (rl-core algorithm/in_flight.rs): at most t slots held at once;
+-- In flight (rl-core/src/algorithm/in_flight.rs): at most t slots held at once;
 -- p is a slot's lease (us). Not a rate: a slot is taken by an admission and
 -- given back (refund) when its call ends.
 -- State: a sorted set, one member per held slot, named by the admission's

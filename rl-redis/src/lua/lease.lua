@@ -1,4 +1,4 @@
--- Quota leasing (rl-core layer/lease.rs): one call decides a batch's costs
+-- Quota leasing (rl-core/src/layer/lease.rs): one call decides a batch's costs
 -- all-or-nothing, as an acquire does, and when every request is allowed
 -- takes up to `extra` more units per request in the same step (the lease);
 -- another gives a lease's unused units back.
@@ -21,7 +21,7 @@
 -- (release): the now used.
 --
 -- How many units a lease takes: up to `extra`, at most half of what is
--- left after the call's own cost (rl-core MemoryBackend::lease_size), so
+-- left after the call's own cost (ratewall MemoryBackend::lease_size), so
 -- processes asking for a limit's last units share them. A limit whose
 -- algorithm cannot lease (the sliding log) is granted nothing.
 --
@@ -63,7 +63,7 @@ end
 
 local function lease(keys, args)
   if #args < LEASE_HEADER or (#args - LEASE_HEADER) % LEASE_FIELDS ~= 0 then
-    return redis.error_reply('ERR rl-redis: malformed arguments (' .. #args .. ')')
+    return redis.error_reply('ERR ratewall-redis: malformed arguments (' .. #args .. ')')
   end
   local op = args[1]
   local now = clock(args[2])
@@ -89,7 +89,7 @@ local function lease(keys, args)
     requests[i] = r
   end
   if next_key - 1 ~= #keys then
-    return redis.error_reply('ERR rl-redis: expected ' .. (next_key - 1) .. ' keys, got ' .. #keys)
+    return redis.error_reply('ERR ratewall-redis: expected ' .. (next_key - 1) .. ' keys, got ' .. #keys)
   end
 
   if op == 'lease' then
@@ -162,5 +162,5 @@ local function lease(keys, args)
     end
     return { now }
   end
-  return redis.error_reply('ERR rl-redis: unknown lease operation ' .. tostring(op))
+  return redis.error_reply('ERR ratewall-redis: unknown lease operation ' .. tostring(op))
 end

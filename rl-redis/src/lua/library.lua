@@ -1,7 +1,7 @@
 -- The Redis Functions library (Redis >= 7): everything above runs once,
 -- at FUNCTION LOAD; a call runs only its entry point. rl-redis/src/script.rs
 -- puts `#!lua name=<library>` and `local RL_PREFIX = '<library>_'` first:
--- the names carry a hash of the code, so two versions of rl-redis can share
+-- the names carry a hash of the code, so two versions of ratewall-redis can share
 -- a server.
 --
 -- Per algorithm code (fw, sl, sw, tb, lb, gc): <prefix><code>_acquire,

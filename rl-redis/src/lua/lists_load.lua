@@ -1,4 +1,4 @@
--- rl-redis: reads the allow and deny lists of a key prefix when they changed.
+-- ratewall-redis: reads the allow and deny lists of a key prefix when they changed.
 --
 -- KEYS[1]  the lists hash, `<prefix>:{lists}`
 -- KEYS[2]  its version, `<prefix>:{lists}:version`

@@ -1,4 +1,4 @@
--- rl-redis: records one change of the allow and deny lists of a key prefix.
+-- ratewall-redis: records one change of the allow and deny lists of a key prefix.
 --
 -- KEYS[1]  the lists hash, `<prefix>:{lists}`
 -- KEYS[2]  its version, `<prefix>:{lists}:version` (same hash tag: one slot)

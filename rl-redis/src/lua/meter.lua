@@ -1,4 +1,4 @@
--- Token bucket and leaky bucket (rl-core algorithm/meter.rs): one meter
+-- Token bucket and leaky bucket (rl-core/src/algorithm/meter.rs): one meter
 -- scaled by P so refill and drain stay integers (T scaled units per us, one
 -- unit = P scaled units, capacity B * P).
 -- State: one 24-byte string, three little-endian doubles packed with Redis'
@@ -133,7 +133,7 @@ local function meter_module(token)
 
   -- Takes back the reservation written as of `at` that left the meter
   -- fresh again at `mark`, if it is still the last write: its cost * P
-  -- comes off the level as of `at`. rl-core Meter::unreserve.
+  -- comes off the level as of `at`. ratewall Meter::unreserve.
   local function meter_unreserve(r, now, at, mark)
     local value = get_cached(r)
     if not value or #value ~= 24 then

@@ -1,7 +1,7 @@
--- rl-redis: the rate-limit algorithms, run atomically inside Redis.
+-- ratewall-redis: the rate-limit algorithms, run atomically inside Redis.
 --
 -- Shared helpers. Every quantity is an integer (microseconds or units) kept
--- below 2^53, where Lua's doubles are exact; rl-core's Limit refuses limits
+-- below 2^53, where Lua's doubles are exact; ratewall's Limit refuses limits
 -- whose capacity x period would go beyond. Values are written with '%.0f'
 -- only where they become text inside the script (a kept reply): numbers
 -- passed to redis.call are formatted by Redis itself with '%.17g' (or as

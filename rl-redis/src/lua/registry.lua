@@ -1,4 +1,4 @@
--- rl-redis: records one limit name's limits in the limits registry.
+-- ratewall-redis: records one limit name's limits in the limits registry.
 --
 -- KEYS[1]  the registry hash, `<prefix>:{limits}` (its own hash tag)
 -- ARGV[1]  the limit name (the hash field)

@@ -23,7 +23,7 @@ local function request_at(args, a, fields, key)
   if ALG[r.alg] == nil then
     local loader = LOADERS[r.alg]
     if loader == nil then
-      return nil, redis.error_reply('ERR rl-redis: unknown algorithm ' .. tostring(r.alg))
+      return nil, redis.error_reply('ERR ratewall-redis: unknown algorithm ' .. tostring(r.alg))
     end
     ALG[r.alg] = loader()
   end

@@ -20,7 +20,7 @@
 local SINGLE_THIRD = { sw = 'slots', tb = 'b', lb = 'b', gc = 'b' }
 
 local function malformed(args)
-  return redis.error_reply('ERR rl-redis: malformed arguments (' .. #args .. ')')
+  return redis.error_reply('ERR ratewall-redis: malformed arguments (' .. #args .. ')')
 end
 
 -- How many limit numbers `code` takes.

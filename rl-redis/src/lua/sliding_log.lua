@@ -1,4 +1,4 @@
--- Sliding log (rl-core algorithm/sliding_log.rs).
+-- Sliding log (rl-core/src/algorithm/sliding_log.rs).
 -- State: ZSET, score = admission time (us), member = a unique id taken from
 -- the sequence key (INCRBY), so calls in the same microsecond never collide.
 -- Entries with score + P <= now are gone. Both keys expire when the newest

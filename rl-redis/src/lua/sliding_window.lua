@@ -1,4 +1,4 @@
--- Sliding-window counter (rl-core algorithm/sliding_window.rs).
+-- Sliding-window counter (rl-core/src/algorithm/sliding_window.rs).
 -- State: HASH { slot index = count }, N slots of S = P / N us. Slots older
 -- than s - N are left out of every computation and deleted on every write,
 -- so the hash holds at most N + 2 fields. Expires at (m + N + 1) * S for the

@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
-use rl_core::{CallSpec, GroupSpec, Limit, Limiter};
-use rl_redis::RedisBackend;
+use ratewall::{CallSpec, GroupSpec, Limit, Limiter};
+use ratewall_redis::RedisBackend;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

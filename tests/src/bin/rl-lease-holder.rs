@@ -11,8 +11,8 @@
 use std::io::Write;
 use std::time::Duration;
 
-use rl_core::{CallSpec, GroupSpec, Limit, Limiter};
-use rl_redis::RedisBackend;
+use ratewall::{CallSpec, GroupSpec, Limit, Limiter};
+use ratewall_redis::RedisBackend;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {

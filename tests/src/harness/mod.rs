@@ -21,7 +21,7 @@
 //!
 //! ```no_run
 //! # async fn demo() {
-//! use rl_tests::harness::RedisServer;
+//! use ratewall_tests::harness::RedisServer;
 //!
 //! let server = RedisServer::start();
 //! let pong: String = server.cmd(&["PING"]).await;

@@ -22,7 +22,7 @@ pub(crate) const STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// Marker written to the log before every start attempt; log tails shown in
 /// panic messages only contain what follows the last marker.
-const ATTEMPT_MARKER: &str = "=== rl-tests harness: starting";
+const ATTEMPT_MARKER: &str = "=== ratewall-tests harness: starting";
 
 /// Number of log lines included in panic messages.
 const TAIL_LINES: usize = 40;

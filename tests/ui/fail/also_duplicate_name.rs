@@ -1,4 +1,4 @@
-use rl_core::{Rejection, rate_limit};
+use ratewall::{Rejection, rate_limit};
 
 #[rate_limit(name = "sms", period = 60, threshold = 3, also(name = "sms", key = ip, limits = ["20/1h"]))]
 async fn same_as_main(ip: &str) -> Result<usize, Rejection> {

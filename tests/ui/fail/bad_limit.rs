@@ -1,4 +1,4 @@
-use rl_core::{Rejection, rate_limit};
+use ratewall::{Rejection, rate_limit};
 
 #[rate_limit(limits = ["1/1m", "5 per hour"], key = phone)]
 async fn send(phone: &str) -> Result<usize, Rejection> {

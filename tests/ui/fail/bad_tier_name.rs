@@ -1,4 +1,4 @@
-use rl_core::{Rejection, rate_limit};
+use ratewall::{Rejection, rate_limit};
 
 #[rate_limit(key = user, tier = plan, tiers("pro plan" = ["1/1m"], "a@b" = ["1/1m"], "" = ["1/1m"]))]
 async fn api(user: u64, plan: &str) -> Result<u64, Rejection> {

@@ -1,4 +1,4 @@
-use rl_core::rate_limit;
+use ratewall::rate_limit;
 
 #[derive(Debug)]
 #[allow(dead_code)]

@@ -1,4 +1,4 @@
-use rl_core::{Rejection, rate_limit};
+use ratewall::{Rejection, rate_limit};
 
 #[rate_limit(key = tenant, max_in_flight = 200000)]
 async fn export(tenant: u64) -> Result<u64, Rejection> {

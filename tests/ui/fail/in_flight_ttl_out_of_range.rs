@@ -1,4 +1,4 @@
-use rl_core::{Rejection, rate_limit};
+use ratewall::{Rejection, rate_limit};
 
 #[rate_limit(key = tenant, max_in_flight = 4, in_flight_ttl = "500ms")]
 async fn short(tenant: u64) -> Result<u64, Rejection> {

@@ -1,6 +1,6 @@
 use std::fmt::Display;
 
-use rl_core::{Rejection, rate_limit};
+use ratewall::{Rejection, rate_limit};
 
 #[rate_limit(max_in_flight = 4)]
 async fn export() -> Result<impl Display, Rejection> {

@@ -1,4 +1,4 @@
-use rl_core::{Rejection, rate_limit};
+use ratewall::{Rejection, rate_limit};
 
 // Without a rate limit, the rate limits' arguments have nothing to apply to.
 #[rate_limit(key = tenant, max_in_flight = 4, algorithm = sliding_log)]

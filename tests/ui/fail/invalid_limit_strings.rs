@@ -1,7 +1,7 @@
 //! Each string of `limits` gets the checks `period` and `threshold` get,
 //! reported at the string.
 
-use rl_core::{Rejection, rate_limit};
+use ratewall::{Rejection, rate_limit};
 
 #[rate_limit(limits = ["1/1m", "0/1h"])]
 async fn zero_threshold() -> Result<(), Rejection> {

@@ -1,4 +1,4 @@
-use rl_core::{Rejection, rate_limit};
+use ratewall::{Rejection, rate_limit};
 
 #[rate_limit(period = 60, threshold = 1000, key = tenant, algorithm = sliding_log, lease = 10)]
 async fn handler(tenant: u64) -> Result<u64, Rejection> {

@@ -1,4 +1,4 @@
-use rl_core::{Rejection, rate_limit};
+use ratewall::{Rejection, rate_limit};
 
 // A lease must leave part of the limit to other processes: at most the
 // capacity minus one, for every limit of the group.

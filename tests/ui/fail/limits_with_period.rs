@@ -1,4 +1,4 @@
-use rl_core::{Rejection, rate_limit};
+use ratewall::{Rejection, rate_limit};
 
 #[rate_limit(limits = ["5/1m", "100/1d"], period = 60, threshold = 5)]
 async fn send() -> Result<(), Rejection> {

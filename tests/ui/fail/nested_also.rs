@@ -1,4 +1,4 @@
-use rl_core::{Rejection, rate_limit};
+use ratewall::{Rejection, rate_limit};
 
 #[rate_limit(period = 60, threshold = 3, also(name = "ip", key = ip, period = 60, threshold = 10,
                                               also(name = "all", period = 60, threshold = 100)))]

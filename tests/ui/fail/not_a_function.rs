@@ -1,4 +1,4 @@
-use rl_core::rate_limit;
+use ratewall::rate_limit;
 
 #[rate_limit(period = 60, threshold = 5)]
 struct Handler;

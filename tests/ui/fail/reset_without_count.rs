@@ -1,4 +1,4 @@
-use rl_core::{Rejection, rate_limit};
+use ratewall::{Rejection, rate_limit};
 
 #[rate_limit(period = 60, threshold = 3, key = user, reset_on_success,
              also(name = "ip", key = ip, period = 60, threshold = 10, reset_on_success))]

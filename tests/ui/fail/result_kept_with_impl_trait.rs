@@ -1,6 +1,6 @@
 use std::fmt::Display;
 
-use rl_core::{Rejection, rate_limit};
+use ratewall::{Rejection, rate_limit};
 
 #[rate_limit(period = 60, threshold = 3, count = failures)]
 async fn counted() -> Result<impl Display, Rejection> {

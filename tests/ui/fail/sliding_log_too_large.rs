@@ -1,4 +1,4 @@
-use rl_core::{Rejection, rate_limit};
+use ratewall::{Rejection, rate_limit};
 
 #[rate_limit(period = 60, threshold = 20_000, algorithm = sliding_log)]
 async fn handler(user_id: u64) -> Result<u64, Rejection> {

@@ -1,4 +1,4 @@
-use rl_core::{Rejection, rate_limit};
+use ratewall::{Rejection, rate_limit};
 
 #[rate_limit(period = 60, threshold = 5, slots = 6)]
 async fn handler(user_id: u64) -> Result<u64, Rejection> {

@@ -1,4 +1,4 @@
-use rl_core::{Rejection, rate_limit};
+use ratewall::{Rejection, rate_limit};
 
 #[rate_limit(key = user, tiers(free = ["1/1m"], pro = ["10/1m"]))]
 async fn api(user: u64) -> Result<u64, Rejection> {

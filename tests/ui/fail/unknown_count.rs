@@ -1,4 +1,4 @@
-use rl_core::{Rejection, rate_limit};
+use ratewall::{Rejection, rate_limit};
 
 #[rate_limit(period = 60, threshold = 3, count = errors)]
 async fn login() -> Result<(), Rejection> {

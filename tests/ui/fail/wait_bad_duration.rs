@@ -1,4 +1,4 @@
-use rl_core::{Rejection, rate_limit};
+use ratewall::{Rejection, rate_limit};
 
 #[rate_limit(period = 1, threshold = 10, wait = "a while")]
 async fn export() -> Result<(), Rejection> {

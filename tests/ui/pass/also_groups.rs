@@ -1,7 +1,7 @@
 //! `also(...)`: more keys decided with the function's own in one call, each
 //! with its own limits, algorithm, cost and key.
 
-use rl_core::{Limiter, Rejection, rate_limit};
+use ratewall::{Limiter, Rejection, rate_limit};
 
 #[rate_limit(
     name = "sms_phone",

@@ -8,8 +8,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use rl_core::http::ClientIp;
-use rl_core::{Limiter, Rejection, rate_limit};
+use ratewall::http::ClientIp;
+use ratewall::{Limiter, Rejection, rate_limit};
 
 #[rate_limit(
     name = "sms_phone",

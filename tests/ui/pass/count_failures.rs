@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use rl_core::{Limiter, Rejection, rate_limit};
+use ratewall::{Limiter, Rejection, rate_limit};
 
 #[derive(Debug)]
 enum LoginError {
@@ -56,7 +56,7 @@ where
     if text.is_empty() {
         return Err(Rejection::unavailable(
             "empty",
-            rl_core::Error::NotInstalled,
+            ratewall::Error::NotInstalled,
         ));
     }
     Ok(text)

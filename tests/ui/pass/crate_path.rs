@@ -1,8 +1,8 @@
-//! `crate = "..."` for crates that re-export `rl_core` under another path.
+//! `crate = "..."` for crates that re-export `ratewall` under another path.
 
 mod my_framework {
     pub mod limits {
-        pub use rl_core::*;
+        pub use ratewall::*;
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, LazyLock};
 
-use rl_core::{Limiter, Rejection, rate_limit};
+use ratewall::{Limiter, Rejection, rate_limit};
 
 static LIMITER: LazyLock<Limiter> =
     LazyLock::new(|| Limiter::builder().prefix("static").build().unwrap());

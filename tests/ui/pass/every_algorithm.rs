@@ -1,7 +1,7 @@
 //! Every algorithm, as an identifier and as a string, with the arguments
 //! each one takes.
 
-use rl_core::{Algorithm, Limiter, Rejection, rate_limit};
+use ratewall::{Algorithm, Limiter, Rejection, rate_limit};
 
 #[rate_limit(period = 60, threshold = 2, algorithm = fixed_window)]
 async fn fixed_window() -> Result<(), Rejection> {

@@ -1,6 +1,6 @@
 //! A free function limited per user, with the key taken from an argument.
 
-use rl_core::{Limiter, Rejection, rate_limit};
+use ratewall::{Limiter, Rejection, rate_limit};
 
 #[rate_limit(period = 30, threshold = 2, key = user_id)]
 async fn say_hi(user_id: u64) -> Result<String, Rejection> {

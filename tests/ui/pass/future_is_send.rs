@@ -2,7 +2,7 @@
 //! the first await, so no `&dyn Display` is held across it): it can be
 //! spawned on a multi-threaded runtime and used as an axum handler.
 
-use rl_core::{Limiter, Rejection, rate_limit};
+use ratewall::{Limiter, Rejection, rate_limit};
 
 #[rate_limit(period = 60, threshold = 5, key = user_id)]
 async fn handler(user_id: u64) -> Result<u64, Rejection> {

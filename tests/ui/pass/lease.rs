@@ -1,6 +1,6 @@
 //! `lease = N` on the function's limits and on an `also(...)` group.
 
-use rl_core::{Limiter, Rejection, rate_limit};
+use ratewall::{Limiter, Rejection, rate_limit};
 
 #[rate_limit(period = 60, threshold = 1_000_000, key = tenant, algorithm = fixed_window, lease = 10_000)]
 async fn hot(tenant: u64) -> Result<u64, Rejection> {

@@ -1,7 +1,7 @@
 //! `limits = [...]`: several limits on one key, decided together; with the
 //! other arguments applying to each limit.
 
-use rl_core::{Algorithm, Limiter, Rejection, rate_limit};
+use ratewall::{Algorithm, Limiter, Rejection, rate_limit};
 
 #[rate_limit(limits = ["1/1m", "5/1h", "10/1d"], key = phone)]
 async fn sms(phone: &str) -> Result<(), Rejection> {

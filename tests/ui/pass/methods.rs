@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use rl_core::{Limiter, Rejection, rate_limit};
+use ratewall::{Limiter, Rejection, rate_limit};
 
 struct Service {
     tenant: String,

@@ -1,7 +1,7 @@
 //! `name = ...` sets the rejection's name and the key scope: two functions
 //! with one name share one counter.
 
-use rl_core::{Limiter, Rejection, rate_limit};
+use ratewall::{Limiter, Rejection, rate_limit};
 
 #[rate_limit(period = 60, threshold = 1, key = phone, name = "sms")]
 async fn send_code(phone: &str) -> Result<(), Rejection> {

@@ -1,6 +1,6 @@
 //! Without `key`, every call shares one limit.
 
-use rl_core::{Limiter, Rejection, rate_limit};
+use ratewall::{Limiter, Rejection, rate_limit};
 
 #[rate_limit(period = 60, threshold = 1)]
 async fn ping() -> Result<(), Rejection> {

@@ -2,7 +2,7 @@
 //! rejection, so the function may return any type, and a `Result` whose
 //! error has no `From<Rejection>`.
 
-use rl_core::{Limiter, Rejection, rate_limit};
+use ratewall::{Limiter, Rejection, rate_limit};
 
 #[derive(Debug, PartialEq)]
 enum Reply {

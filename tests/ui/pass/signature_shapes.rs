@@ -7,7 +7,7 @@
 
 use std::fmt::Display;
 
-use rl_core::{Limiter, Rejection, rate_limit};
+use ratewall::{Limiter, Rejection, rate_limit};
 
 #[derive(Debug)]
 struct AppError;

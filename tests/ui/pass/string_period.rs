@@ -1,6 +1,6 @@
 //! Periods written as duration strings in every unit.
 
-use rl_core::{Limiter, Rejection, rate_limit};
+use ratewall::{Limiter, Rejection, rate_limit};
 
 #[rate_limit(period = "250us", threshold = 1)]
 async fn micros() -> Result<(), Rejection> {

@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use rl_core::{Limiter, Rejection, rate_limit};
+use ratewall::{Limiter, Rejection, rate_limit};
 
 #[derive(Clone, Copy)]
 enum Plan {

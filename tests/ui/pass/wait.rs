@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use rl_core::{Limiter, Rejection, rate_limit};
+use ratewall::{Limiter, Rejection, rate_limit};
 
 // A bucket (reserves a slot), a window (retries), several keys of one kind.
 #[rate_limit(period = 1, threshold = 10, burst = 1, algorithm = leaky_bucket, key = id, wait = "2s")]
