@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::limiter::Limiter;
-use crate::limiter::lists::{ListEntry, ListKind, key_form};
 use crate::model::error::LimitError;
 use crate::model::limit::{Algorithm, Limit};
+use crate::model::lists::{ListEntry, ListKind, key_form};
 use crate::model::policy::FailurePolicy;
 
 /// The keys a limit's table may hold.

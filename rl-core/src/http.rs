@@ -505,6 +505,19 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientIp {
     }
 }
 
+/// What a successful response says of the call's binding limit.
+impl crate::limiter::call::Permit<'_> {
+    /// Adds `RateLimit-Policy` and `RateLimit` for the binding limit to a
+    /// successful response (feature `axum`).
+    pub fn add_headers<R: WithHeaders>(&self, response: &mut R) {
+        if let (Some((name, decision, limit)), Some(headers)) =
+            (self.binding(), response.headers_mut())
+        {
+            insert_rate_limit_headers(headers, name, &decision, &limit);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -48,5 +48,6 @@ pub use text::{
     BadDuration, BadRate, DURATION_UNITS, Rate, format_duration, parse_duration_micros, parse_rate,
 };
 pub use tier::{
-    BadTierName, DEFAULT_TIER, TIER_NAME_MAX, TIER_SEPARATOR, check_tier_name, split_tier,
+    BadTierName, DEFAULT_TIER, TIER_NAME_MAX, TIER_SEPARATOR, check_tier_name, inherited,
+    split_tier,
 };

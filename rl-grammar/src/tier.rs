@@ -72,3 +72,16 @@ pub fn split_tier(name: &str) -> Option<(&str, &str)> {
     let (group, tier) = name.rsplit_once(TIER_SEPARATOR)?;
     (!group.is_empty() && check_tier_name(tier).is_ok()).then_some((group, tier))
 }
+
+/// The names a setting of `name` is looked up under: `name`, then, for a
+/// tier's registry name (`api@pro`), its group's (`api`): what a tier does
+/// not set for itself it takes from its group.
+///
+/// ```
+/// use ratewall_grammar::inherited;
+/// assert_eq!(inherited("api@pro").collect::<Vec<_>>(), ["api@pro", "api"]);
+/// assert_eq!(inherited("api").collect::<Vec<_>>(), ["api"]);
+/// ```
+pub fn inherited(name: &str) -> impl Iterator<Item = &str> {
+    std::iter::once(name).chain(split_tier(name).map(|(group, _)| group))
+}

@@ -45,11 +45,11 @@ use parking_lot::RwLock;
 use smallvec::SmallVec;
 
 use super::{Answer, Call, Layer, Plan, Source};
-use crate::limiter::registry::Registry;
 use crate::model::decision::{Decision, Decisions};
 use crate::model::error::Error;
 use crate::model::key::Key;
 use crate::model::limit::Limit;
+use crate::model::settings::Registry;
 use crate::store::target::{KeyRef, Op, Target};
 
 /// How many keys the cache holds at most, by default.

@@ -65,10 +65,11 @@ use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
 use super::{Answer, Call, Layer, Plan, Source};
-use crate::limiter::registry::Registry;
 use crate::model::decision::{Decision, Decisions, Figures};
 use crate::model::key::Key;
 use crate::model::limit::{Algorithm, Limit};
+use crate::model::settings::Registry;
+use crate::store::Ask;
 use crate::store::backend::{Backend, LeaseReturn, Leased, Request};
 use crate::store::target::{KeyRef, Op, Target};
 
@@ -421,20 +422,6 @@ struct Shard {
     /// shards without).
     leases: bool,
     sweep_at: usize,
-}
-
-/// Units leased per call target, asked for by [`LeaseLayer::before`] and
-/// filled in by the store.
-#[derive(Debug, Default)]
-pub(crate) struct Ask {
-    /// Extra units asked for, per target.
-    pub(crate) extra: SmallVec<[u64; 2]>,
-    /// Extra units the store granted, per target.
-    pub(crate) granted: SmallVec<[u64; 2]>,
-    /// When the take was sent (ns on the layer's clock).
-    sent: u64,
-    /// The lease TTL (for the store's record of the lease).
-    pub(crate) ttl: Duration,
 }
 
 /// A take for one target, sent ahead while its lease still serves.
@@ -1153,7 +1140,7 @@ impl Layer for LeaseLayer {
                 .all(|g| !g.limits.is_empty() && g.limits.iter().all(|l| l.lease().is_some()))
             && !(self.registry.any_shadow()
                 && std::iter::once(plan.name)
-                    .chain(plan.groups.iter().map(|g| &*g.name))
+                    .chain(plan.groups.iter().map(|g| g.name))
                     .any(|name| self.registry.shadowed(name)))
     }
 

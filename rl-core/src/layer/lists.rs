@@ -9,8 +9,8 @@
 use std::sync::Arc;
 
 use super::{Answer, Call, Layer, Plan};
-use crate::limiter::lists::ListKind;
-use crate::limiter::registry::Registry;
+use crate::model::lists::ListKind;
+use crate::model::settings::Registry;
 use crate::store::target::Op;
 
 /// Refuses deny-listed identities, admits allow-listed calls.
@@ -67,7 +67,7 @@ pub(crate) struct ListSync {
 
 #[derive(Debug)]
 struct SyncInner {
-    backend: Arc<dyn crate::Backend>,
+    backend: Arc<dyn crate::store::backend::Backend>,
     prefix: Box<str>,
     registry: Arc<Registry>,
     refresh: u64,
@@ -80,7 +80,7 @@ struct SyncInner {
 
 impl ListSync {
     pub(crate) fn new(
-        backend: Arc<dyn crate::Backend>,
+        backend: Arc<dyn crate::store::backend::Backend>,
         prefix: &str,
         registry: Arc<Registry>,
         refresh: std::time::Duration,

@@ -53,6 +53,7 @@ use std::time::Duration;
 
 use crate::model::decision::Decisions;
 use crate::model::error::Error;
+use crate::model::limit::Limit;
 use crate::model::policy::FailurePolicy;
 use crate::model::reservation::Reservation;
 use crate::store::backend::BoxFuture;
@@ -179,11 +180,11 @@ pub(crate) struct Call<'a> {
     pub(crate) follow_up: Option<BoxFuture<'static, ()>>,
     /// Units to lease with this acquire (set by the lease layer; the store
     /// fills in what it granted).
-    pub(crate) lease: Option<lease::Ask>,
+    pub(crate) lease: Option<crate::store::Ask>,
     /// The caller's own requests, one per target in the same order, when
     /// the call was given them ([`crate::Limiter::check`]): a remote store
     /// sends them as they are instead of rendering each key again.
-    pub(crate) given: Option<&'a [crate::Request<'a>]>,
+    pub(crate) given: Option<&'a [crate::store::backend::Request<'a>]>,
 }
 
 impl Call<'_> {
@@ -236,17 +237,45 @@ impl<'a> Call<'a> {
     }
 }
 
-/// What every call of one resolved [`crate::CallSpec`] will be: enough for a
-/// layer to tell, once per resolution, whether it has anything to do with
-/// such calls ([`Layer::applies`]).
+/// What every call of one resolved call spec will be: enough for a layer
+/// to tell, once per resolution, whether it has anything to do with such
+/// calls ([`Layer::applies`]). The limiter builds it; it is the layers' own
+/// view of a call, so no layer reads the limiter's types.
 #[derive(Debug)]
 pub(crate) struct Plan<'a> {
     /// The call's name.
     pub(crate) name: &'a str,
     /// Its groups, as resolved (names, key heads, limits after overrides).
-    pub(crate) groups: &'a [crate::limiter::resolve::Group],
+    pub(crate) groups: Vec<PlanGroup<'a>>,
     /// Whether the store is remote.
     pub(crate) remote: bool,
+}
+
+/// One group of a planned call.
+#[derive(Debug)]
+pub(crate) struct PlanGroup<'a> {
+    /// The group's name.
+    pub(crate) name: &'a str,
+    /// The group's own limits (empty for a tiered group: each call's tier
+    /// decides).
+    pub(crate) limits: &'a [Limit],
+    /// Where its calls may decide: the group's own key head and limits, or
+    /// each tier's.
+    pub(crate) scopes: Vec<PlanScope<'a>>,
+}
+
+/// One name a group's calls may decide under, with its key head and
+/// limits: the group's own, or one tier's (`api@pro`).
+#[derive(Debug)]
+pub(crate) struct PlanScope<'a> {
+    /// The name (the group's, or `<group>@<tier>`).
+    pub(crate) name: &'a str,
+    /// `prefix:{name:` (escaped).
+    pub(crate) head: &'a str,
+    pub(crate) limits: &'a [Limit],
+    /// For a tier of the call's first tiered group: the call's name with
+    /// the tier (`<call>@<tier>`).
+    pub(crate) call: Option<&'a str>,
 }
 
 impl Plan<'_> {
@@ -254,10 +283,13 @@ impl Plan<'_> {
     /// a tiered group each tier's (`api@pro`) and the call's with the tier.
     pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
         std::iter::once(self.name).chain(self.groups.iter().flat_map(|group| {
-            let tiers = group.tiers.iter().flat_map(|set| set.tiers.iter());
-            std::iter::once(&*group.name).chain(tiers.flat_map(|tier| {
-                std::iter::once(&*tier.name).chain(tier.call.as_ref().map(|(name, _)| &**name))
-            }))
+            std::iter::once(group.name).chain(
+                group
+                    .scopes
+                    .iter()
+                    .filter(move |scope| scope.name != group.name)
+                    .flat_map(|scope| std::iter::once(scope.name).chain(scope.call)),
+            )
         }))
     }
 }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::{Answer, Call, Layer, Plan};
-use crate::limiter::registry::Registry;
+use crate::model::settings::Registry;
 
 /// Lets refusals of shadowed names through.
 #[derive(Debug)]
@@ -42,7 +42,7 @@ impl Layer for Shadow {
         let group = call.targets.get(refusing).map_or(call.name, |t| t.name);
         if self.registry.shadowed(call.name) || self.registry.shadowed(group) {
             *answer = Answer::Shadowed {
-                decisions: std::mem::replace(decisions, crate::Decisions::new([])),
+                decisions: std::mem::replace(decisions, crate::model::decision::Decisions::new([])),
                 source: *source,
             };
         }

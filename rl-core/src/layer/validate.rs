@@ -1,12 +1,10 @@
 //! The validation layer: a batch that could never be decided (a cost above
 //! a limit's capacity, one state named twice, no limit at all) is refused
-//! here, once, whatever the store. Calls of a resolved [`crate::CallSpec`]
+//! here, once, whatever the store. Calls of a resolved call spec
 //! were checked when it was resolved, and skip it when that suffices.
 
 use super::{Answer, Call, Layer, Plan};
-use crate::limiter::resolve::Group;
 use crate::model::error::Error;
-use crate::model::limit::Limit;
 use crate::store::target::validate;
 
 /// Refuses invalid batches before any store sees them.
@@ -25,12 +23,12 @@ impl Layer for Validate {
     fn applies(&self, plan: &Plan<'_>) -> bool {
         plan.groups.iter().enumerate().any(|(i, a)| {
             plan.groups[i + 1..].iter().any(|b| {
-                decides(a).any(|(head_a, limits_a)| {
-                    decides(b).any(|(head_b, limits_b)| {
-                        head_a == head_b
-                            && limits_a
+                a.scopes.iter().any(|x| {
+                    b.scopes.iter().any(|y| {
+                        x.head == y.head
+                            && x.limits
                                 .iter()
-                                .any(|x| limits_b.iter().any(|y| x.state_id() == y.state_id()))
+                                .any(|l| y.limits.iter().any(|m| l.state_id() == m.state_id()))
                     })
                 })
             })
@@ -42,19 +40,4 @@ impl Layer for Validate {
             .err()
             .map(|error| Answer::Unavailable(Error::Limit(error)))
     }
-}
-
-/// Each key head a group may decide on, with its limits there: its own,
-/// or each of its tiers'.
-fn decides(group: &Group) -> impl Iterator<Item = (&str, &[Limit])> {
-    let own = group
-        .tiers
-        .is_none()
-        .then_some((&*group.head, &*group.limits));
-    let tiers = group
-        .tiers
-        .iter()
-        .flat_map(|set| set.tiers.iter())
-        .map(|tier| (&*tier.head, &*tier.limits));
-    own.into_iter().chain(tiers)
 }

@@ -5,7 +5,6 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::in_flight::Keeper;
-use super::registry::Registry;
 use super::{GLOBAL, Limiter, NEXT_LIMITER};
 use crate::layer::breaker::{Breaker, BreakerConfig};
 use crate::layer::deny_cache::{DEFAULT_CAPACITY, DEFAULT_MAX_HOLD, DenyCache, DenyLayer};
@@ -21,6 +20,7 @@ use crate::model::clock::{Clock, SystemClock};
 use crate::model::error::Error;
 use crate::model::key::valid_prefix;
 use crate::model::policy::FailurePolicy;
+use crate::model::settings::Registry;
 use crate::store::Store;
 use crate::store::backend::Backend;
 use crate::store::memory::MemoryBackend;

@@ -602,17 +602,6 @@ impl Permit<'_> {
                 .await;
         }
     }
-
-    /// Adds `RateLimit-Policy` and `RateLimit` for the binding limit to a
-    /// successful response (feature `axum`).
-    #[cfg(feature = "axum")]
-    pub fn add_headers<R: crate::http::WithHeaders>(&self, response: &mut R) {
-        if let (Some((name, decision, limit)), Some(headers)) =
-            (self.binding(), response.headers_mut())
-        {
-            crate::http::insert_rate_limit_headers(headers, name, &decision, &limit);
-        }
-    }
 }
 
 /// The future of [`Limiter::call`]: already decided when the store is in

@@ -8,8 +8,6 @@
 pub(crate) mod builder;
 pub(crate) mod call;
 pub(crate) mod in_flight;
-pub(crate) mod lists;
-pub(crate) mod registry;
 pub(crate) mod resolve;
 pub(crate) mod tier;
 pub(crate) mod timer;
@@ -31,14 +29,14 @@ use crate::model::decision::{Decision, Decisions};
 use crate::model::error::{Error, LimitError};
 use crate::model::key::{Identities, Identity, Key, Part};
 use crate::model::limit::Limit;
+use crate::model::lists::{ListEntry, ListKind};
 use crate::model::policy::FailurePolicy;
 use crate::model::rejection::{Name, Rejection};
+use crate::model::settings::{Registry, Settings};
 use crate::store::backend::Request;
 use crate::store::target::{KeyRef, Op, Target};
 use builder::LimiterBuilder;
 use call::{Admission, CallFuture, CallSpec, Counting, Decided, Permit, Settle};
-use lists::{ListEntry, ListKind};
-use registry::{Registry, Settings};
 use resolve::{Resolved, Targets};
 
 static GLOBAL: OnceLock<Limiter> = OnceLock::new();
@@ -998,7 +996,7 @@ impl Limiter {
                     .map_or_else(String::new, |t| t.name.to_owned()),
             )),
             Answer::Refused { .. } | Answer::Applied { .. } | Answer::AllowListed => {
-                Err(Error::Backend(crate::BackendError::protocol(
+                Err(Error::Backend(crate::model::error::BackendError::protocol(
                     "no decision for a deciding operation",
                 )))
             }
@@ -1165,13 +1163,18 @@ impl Limiter {
         identity: &dyn fmt::Display,
         expires_at: Option<std::time::SystemTime>,
     ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
-        let entry = ListEntry::new(kind, name, lists::key_form(identity), expires_at);
+        let entry = ListEntry::new(
+            kind,
+            name,
+            crate::model::lists::key_form(identity),
+            expires_at,
+        );
         async move {
             self.save_list(&entry, false).await?;
             tracing::info!(
                 list = kind.name(),
                 limit = entry.name.as_deref().unwrap_or("*"),
-                identity = %crate::Masked(&entry.identity),
+                identity = %crate::model::mask::Masked(&entry.identity),
                 "list entry set"
             );
             self.registry.update_lists(|lists| {
@@ -1190,7 +1193,12 @@ impl Limiter {
         name: Option<&str>,
         identity: &dyn fmt::Display,
     ) -> impl Future<Output = Result<bool, Error>> + Send + 'a {
-        let entry = ListEntry::new(ListKind::Deny, name, lists::key_form(identity), None);
+        let entry = ListEntry::new(
+            ListKind::Deny,
+            name,
+            crate::model::lists::key_form(identity),
+            None,
+        );
         async move {
             self.save_list(&entry, true).await?;
             let removed = self
@@ -1390,7 +1398,9 @@ fn admit<N: Into<Name>, M: Into<Name>>(
         }
         Answer::Applied { .. } => Err(Rejection::unavailable_as(
             name().into(),
-            Error::Backend(crate::BackendError::protocol("no decision for an acquire")),
+            Error::Backend(crate::model::error::BackendError::protocol(
+                "no decision for an acquire",
+            )),
         )),
     }
 }

@@ -12,16 +12,16 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use crate::layer::counters::Prebuilt;
-use crate::layer::{Mask, Plan};
+use crate::layer::{Mask, Plan, PlanGroup, PlanScope};
 use crate::limiter::Limiter;
 use crate::limiter::call::{CallSpec, Counting, GroupSpec, check_group};
-use crate::limiter::lists::ListKind;
-use crate::limiter::registry::Registry;
 use crate::limiter::tier::TierSet;
 use crate::model::error::LimitError;
 use crate::model::key::{self, Identity, IdentityRef};
 use crate::model::limit::Limit;
+use crate::model::lists::ListKind;
 use crate::model::policy::FailurePolicy;
+use crate::model::settings::Registry;
 use crate::store::Store;
 use crate::store::target::{KeyRef, Slot, Target};
 
@@ -45,6 +45,33 @@ pub(crate) struct Group {
 }
 
 impl Group {
+    /// The layers' view of this group ([`PlanGroup`]).
+    fn plan(&self) -> PlanGroup<'_> {
+        let scopes = match &self.tiers {
+            None => vec![PlanScope {
+                name: &self.name,
+                head: &self.head,
+                limits: &self.limits,
+                call: None,
+            }],
+            Some(set) => set
+                .tiers
+                .iter()
+                .map(|tier| PlanScope {
+                    name: &tier.name,
+                    head: &tier.head,
+                    limits: &tier.limits,
+                    call: tier.call.as_ref().map(|(name, _)| &**name),
+                })
+                .collect(),
+        };
+        PlanGroup {
+            name: &self.name,
+            limits: &self.limits,
+            scopes,
+        }
+    }
+
     /// This group's target for `identity` under `limit` (one of its
     /// limits, with its `slot`).
     #[inline(always)]
@@ -144,7 +171,7 @@ impl Resolved {
             .any(|g| g.limits.iter().any(Limit::is_in_flight));
         let mask = limiter.pipeline.mask(&Plan {
             name: spec.name(),
-            groups: &groups,
+            groups: groups.iter().map(Group::plan).collect(),
             remote: memory.is_none(),
         });
         let direct = problem.is_none()

@@ -33,7 +33,7 @@ use std::borrow::Cow;
 use std::fmt::{self, Write as _};
 use std::sync::Arc;
 
-use ratewall_grammar::{DEFAULT_TIER, TIER_NAME_MAX, TIER_SEPARATOR, check_tier_name, split_tier};
+use ratewall_grammar::{DEFAULT_TIER, TIER_NAME_MAX, TIER_SEPARATOR, check_tier_name};
 use smallvec::SmallVec;
 
 use super::call::{
@@ -365,11 +365,11 @@ impl Resolved {
     /// The groups allow-listed for their identity under their (tier's) name.
     fn allow_listed_tiered(
         &self,
-        registry: &super::registry::Registry,
+        registry: &crate::model::settings::Registry,
         identities: &[Identity],
         chosen: &[u32],
     ) -> u64 {
-        use super::lists::ListKind;
+        use crate::model::lists::ListKind;
         if !registry.any_listed(ListKind::Allow) {
             return 0;
         }
@@ -822,12 +822,6 @@ fn bad_call(spec: &CallSpec, identities: usize, tiers: usize, tiered: usize) -> 
     ));
     tracing::error!(call = spec.name(), %error, "rate limit misconfigured");
     Rejection::unavailable(spec.name_cow().clone(), Error::Limit(error))
-}
-
-/// The names a registry setting of `name` is looked up under: `name`, then,
-/// for a tier's name (`api@pro`), its group's (`api`).
-pub(crate) fn inherited(name: &str) -> impl Iterator<Item = &str> {
-    std::iter::once(name).chain(split_tier(name).map(|(group, _)| group))
 }
 
 #[cfg(test)]

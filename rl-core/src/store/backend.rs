@@ -5,11 +5,11 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::limiter::lists::ListEntry;
 use crate::model::decision::Decisions;
 use crate::model::error::{BackendError, LimitError};
 use crate::model::key::Key;
 use crate::model::limit::Limit;
+use crate::model::lists::ListEntry;
 use crate::model::reservation::Reservation;
 use crate::store::target::{KeyRef, Op, Target};
 
@@ -138,7 +138,7 @@ impl Leased {
     /// The stamp a return of a lease is checked against: the time its state
     /// was left to expire at (`at_micros + reset_after`, in µs), which
     /// identifies the state the lease left as long as nothing else wrote.
-    pub fn stamp(decision: &crate::Decision) -> u64 {
+    pub fn stamp(decision: &crate::model::decision::Decision) -> u64 {
         decision
             .at_micros
             .saturating_add(u64::try_from(decision.reset_after.as_micros()).unwrap_or(u64::MAX))

@@ -3,7 +3,8 @@
 //! (`ratewall-redis`).
 //!
 //! A store only decides: every concern around a decision (breaker, deny
-//! cache, failure policy, metrics) is a layer in [`crate::layer`].
+//! cache, failure policy, metrics) is a layer above it (`layer/`), which
+//! the store never sees.
 
 pub(crate) mod backend;
 pub(crate) mod memory;
@@ -11,6 +12,7 @@ pub(crate) mod reserve;
 pub(crate) mod target;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use smallvec::SmallVec;
 
@@ -89,12 +91,26 @@ pub(crate) async fn run_remote(
     }
 }
 
+/// Units leased per call target, asked for by the lease layer
+/// (`layer/lease.rs`) and filled in by the store ([`run_lease`]).
+#[derive(Debug, Default)]
+pub(crate) struct Ask {
+    /// Extra units asked for, per target.
+    pub(crate) extra: SmallVec<[u64; 2]>,
+    /// Extra units the store granted, per target.
+    pub(crate) granted: SmallVec<[u64; 2]>,
+    /// When the take was sent (ns on the layer's clock).
+    pub(crate) sent: u64,
+    /// The lease TTL (for the store's record of the lease).
+    pub(crate) ttl: Duration,
+}
+
 /// Runs an acquire that leases quota ([`Backend::acquire_lease`]): the
 /// units granted go into `ask`.
 pub(crate) async fn run_lease(
     backend: &dyn Backend,
     targets: &[Target<'_>],
-    ask: &mut crate::layer::lease::Ask,
+    ask: &mut Ask,
 ) -> Result<Stored, BackendError> {
     let (keys, index) = render(targets);
     let requests = requests(targets, &keys, &index);

@@ -106,10 +106,10 @@ pub trait IntoLimit: sealed::Sealed {
 
 mod sealed {
     pub trait Sealed {}
-    impl Sealed for crate::Limit {}
+    impl Sealed for crate::model::limit::Limit {}
     impl Sealed for &str {}
     impl Sealed for String {}
-    impl Sealed for Result<crate::Limit, crate::LimitError> {}
+    impl Sealed for Result<crate::model::limit::Limit, crate::model::error::LimitError> {}
 }
 
 impl IntoLimit for Limit {
@@ -422,7 +422,7 @@ impl RateLimitLayerBuilder {
         match (self.groups.pop(), limits) {
             (Some(group), Ok(limits)) if tiered => {
                 self.groups
-                    .push(group.with_tier(crate::Tier::owned(tier, limits)));
+                    .push(group.with_tier(crate::limiter::tier::Tier::owned(tier, limits)));
             }
             (Some(group), Err(source)) if tiered => {
                 self.error.get_or_insert(LayerError::Limit {
@@ -707,7 +707,7 @@ impl Shared {
     /// The rejection (logged) of a request when no limiter is installed.
     #[cold]
     #[inline(never)]
-    fn no_limiter(&self, error: crate::Error) -> Rejection {
+    fn no_limiter(&self, error: crate::model::error::Error) -> Rejection {
         tracing::error!(limit = self.spec.name(), %error, "rate limit layer without a limiter");
         Rejection::unavailable(self.spec.name().to_owned(), error)
     }

@@ -158,10 +158,9 @@ fn an_unknown_tier_without_a_default_is_answered_by_the_failure_policy() {
         assert!(refused.is_unavailable(), "{policy:?}");
         assert_eq!(refused.name(), "api");
         match refused.reason() {
-            RejectionReason::Unavailable(crate::Error::Limit(LimitError::UnknownTier {
-                group,
-                tier,
-            })) => assert_eq!((group.as_str(), tier.as_str()), ("api", "gold")),
+            RejectionReason::Unavailable(crate::model::error::Error::Limit(
+                LimitError::UnknownTier { group, tier },
+            )) => assert_eq!((group.as_str(), tier.as_str()), ("api", "gold")),
             other => panic!("{other:?}"),
         }
     }
@@ -172,8 +171,10 @@ fn an_unknown_tier_without_a_default_is_answered_by_the_failure_policy() {
         .now()
         .unwrap()
         .unwrap_err();
-    let RejectionReason::Unavailable(crate::Error::Limit(LimitError::UnknownTier { tier, .. })) =
-        refused.reason()
+    let RejectionReason::Unavailable(crate::model::error::Error::Limit(LimitError::UnknownTier {
+        tier,
+        ..
+    })) = refused.reason()
     else {
         panic!("{refused:?}");
     };

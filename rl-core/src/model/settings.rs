@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::RwLock;
+use ratewall_grammar::inherited;
 
-use crate::limiter::lists::{ListEntry, ListKind, Listed, Lists};
-use crate::limiter::tier::inherited;
 use crate::model::limit::Limit;
+use crate::model::lists::{ListEntry, ListKind, Listed, Lists};
 use crate::model::policy::FailurePolicy;
 
 /// What is set at run time for one name (a function's, a group's or a

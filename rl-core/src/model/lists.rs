@@ -147,7 +147,7 @@ impl Lists {
     /// name's own, else (for a tier `api@pro`) its group's, else the one
     /// for every name.
     pub(crate) fn check(&self, name: &str, identity: &str, now: SystemTime) -> Option<Listed> {
-        crate::limiter::tier::inherited(name)
+        ratewall_grammar::inherited(name)
             .chain([""])
             .filter_map(|n| self.entries.get(&EntryRef(n, identity)))
             .find(|listed| listed.expires_at.is_none_or(|at| at > now))

@@ -1,0 +1,213 @@
+//! The crate's structure, held by a test: imports point down.
+//!
+//! `rl-core/src` is built in floors, each allowed to name only its own
+//! floor and the ones below it:
+//!
+//! ```text
+//! face        lib.rs, private/            the public surface, the macro's glue
+//! wire        http.rs, tower/, refusal.rs, config.rs
+//! limiter     limiter/                    the façade: resolve, target, run, permit
+//! layer       layer/                      one concern each around the store
+//! store       store/                      targets, memory tables, the Backend trait
+//! algorithm   algorithm/                  pure State impls
+//! model       model/                      limits, keys, decisions, errors, settings
+//! ```
+//!
+//! and the integrations (wire) speak only through the limiter: they never
+//! name a layer or a store. No file below the face names a type through the
+//! crate root (`crate::Limiter`): that would hide an upward arrow behind a
+//! re-export. The test reads the code (comments and doc comments are not
+//! code; unit-test modules may reach anywhere), so a `use` that points up
+//! fails it with the file, the line and the rule.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// A floor of the crate, lowest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Floor {
+    Model,
+    Algorithm,
+    Store,
+    Layer,
+    Limiter,
+    Wire,
+    Face,
+}
+
+/// The floor of the top-level module `name` (`crate::name`).
+fn floor_of_module(name: &str) -> Option<Floor> {
+    Some(match name {
+        "model" => Floor::Model,
+        "algorithm" => Floor::Algorithm,
+        "store" => Floor::Store,
+        "layer" => Floor::Layer,
+        "limiter" => Floor::Limiter,
+        "http" | "tower" | "refusal" | "config" => Floor::Wire,
+        "__private" | "private" => Floor::Face,
+        // Test support, compiled only into the unit tests.
+        "testing" => return None,
+        _ => return None,
+    })
+}
+
+/// The floor of a source file, by its path under `src/`.
+fn floor_of_file(relative: &Path) -> Floor {
+    let first = relative
+        .components()
+        .next()
+        .and_then(|c| c.as_os_str().to_str())
+        .unwrap_or("");
+    let module = first.strip_suffix(".rs").unwrap_or(first);
+    match module {
+        "lib" => Floor::Face,
+        other => floor_of_module(other).unwrap_or(Floor::Face),
+    }
+}
+
+/// Every `.rs` file under `dir`.
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in fs::read_dir(dir).expect("read src") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The code lines of a file: without comments, and without its unit-test
+/// module (everything from `#[cfg(test)]` followed by `mod tests`).
+fn code_lines(text: &str) -> Vec<(usize, String)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("#[cfg(test)]")
+            && lines
+                .get(i + 1)
+                .is_some_and(|next| next.trim_start().starts_with("mod tests"))
+        {
+            break;
+        }
+        if trimmed.starts_with("//") {
+            continue;
+        }
+        let code = match line.find("//") {
+            // A `//` inside a string literal (a URL) is rare in this crate;
+            // cutting there only hides text, never adds a path.
+            Some(at) => &line[..at],
+            None => line,
+        };
+        out.push((i + 1, code.to_owned()));
+    }
+    out
+}
+
+/// Each top-level module a line names through `crate::`, or through the
+/// crate root (`None` for a root re-export such as `crate::Limiter`).
+fn named_modules(code: &str) -> Vec<Option<String>> {
+    let mut out = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("crate::") {
+        let before = rest[..at].chars().next_back();
+        rest = &rest[at + "crate::".len()..];
+        // `$crate::`, `ratewall::crate::` and the like are other crates'.
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$') {
+            continue;
+        }
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '{')
+            .collect();
+        if name.starts_with('{') {
+            // `use crate::{a, b}`: every name of the group.
+            let end = rest.find('}').unwrap_or(rest.len());
+            for item in rest[1..end].split(',') {
+                let item = item.trim().split("::").next().unwrap_or("").to_owned();
+                out.push(module_or_root(&item));
+            }
+        } else {
+            out.push(module_or_root(&name));
+        }
+    }
+    out
+}
+
+fn module_or_root(name: &str) -> Option<String> {
+    let lower = name.chars().next().is_some_and(|c| c.is_lowercase());
+    lower.then(|| name.to_owned())
+}
+
+#[test]
+fn imports_point_down_and_integrations_speak_only_through_the_limiter() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    files.sort();
+    assert!(files.len() > 20, "found only {} source files", files.len());
+    let mut broken = Vec::new();
+    for file in &files {
+        let relative = file.strip_prefix(&src).expect("under src");
+        if relative.file_name().is_some_and(|n| n == "tests.rs")
+            || relative.components().any(|c| c.as_os_str() == "tests")
+            || relative == Path::new("testing.rs")
+        {
+            continue;
+        }
+        let floor = floor_of_file(relative);
+        let text = fs::read_to_string(file).expect("read");
+        for (line, code) in code_lines(&text) {
+            for named in named_modules(&code) {
+                let shown = format!("{}:{line}: {}", relative.display(), code.trim());
+                match named {
+                    None if floor != Floor::Face => broken.push(format!(
+                        "{shown}\n    names a type through the crate root: name its module instead"
+                    )),
+                    None => {}
+                    Some(module) => {
+                        let Some(target) = floor_of_module(&module) else {
+                            continue;
+                        };
+                        if target > floor {
+                            broken.push(format!(
+                                "{shown}\n    {floor:?} names {module} ({target:?}), a floor above it"
+                            ));
+                        }
+                        if floor == Floor::Wire && matches!(target, Floor::Layer | Floor::Store) {
+                            broken.push(format!(
+                                "{shown}\n    an integration names {module} ({target:?}): it speaks only through the limiter"
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "{} import(s) point the wrong way:\n{}",
+        broken.len(),
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn the_checker_sees_an_upward_import_a_root_path_and_a_grouped_use() {
+    assert_eq!(
+        named_modules("use crate::limiter::registry::Registry;"),
+        [Some("limiter".to_owned())]
+    );
+    assert_eq!(named_modules("fn f(x: crate::Limiter) {}"), [None]);
+    assert_eq!(
+        named_modules("use crate::{model::key::Key, store::Store};"),
+        [Some("model".to_owned()), Some("store".to_owned())]
+    );
+    assert!(named_modules("$crate::x; ratewall::y").is_empty());
+    let lines = code_lines(
+        "use a;\n/// crate::limiter\n// crate::x\nuse b; // crate::y\n#[cfg(test)]\nmod tests {\nuse crate::z;\n}",
+    );
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(floor_of_file(Path::new("layer/lease.rs")) < floor_of_module("limiter").unwrap());
+}
