@@ -211,3 +211,69 @@ fn the_checker_sees_an_upward_import_a_root_path_and_a_grouped_use() {
     assert_eq!(lines.len(), 2, "{lines:?}");
     assert!(floor_of_file(Path::new("layer/lease.rs")) < floor_of_module("limiter").unwrap());
 }
+
+/// The `_ =>` arms of every `match` on an algorithm in `text`, as
+/// `(line, code)`: such an arm would let a new algorithm compile and
+/// silently take another's path.
+fn wildcard_algorithm_arms(text: &str) -> Vec<(usize, String)> {
+    let lines = code_lines(text);
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let (_, code) = &lines[i];
+        let scrutinee = code
+            .find("match ")
+            .map(|at| &code[at + "match ".len()..])
+            .map(|rest| rest.split('{').next().unwrap_or(rest));
+        if !scrutinee.is_some_and(|s| s.to_lowercase().contains("algorithm")) {
+            i += 1;
+            continue;
+        }
+        // Inside the match: arms sit one brace deeper than its opening line.
+        let open = code.matches('{').count() as i64 - code.matches('}').count() as i64;
+        let mut depth = open;
+        let mut j = i + 1;
+        while j < lines.len() && depth > 0 {
+            let (line, arm) = &lines[j];
+            if depth == 1 && arm.trim_start().starts_with("_ =>") {
+                found.push((*line, arm.trim().to_owned()));
+            }
+            depth += arm.matches('{').count() as i64 - arm.matches('}').count() as i64;
+            j += 1;
+        }
+        i += 1;
+    }
+    found
+}
+
+#[test]
+fn every_dispatch_on_an_algorithm_names_every_algorithm() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    for krate in ["rl-core", "rl-redis", "rl-macros", "rl-grammar"] {
+        sources(&root.join(krate).join("src"), &mut files);
+    }
+    files.sort();
+    let mut broken = Vec::new();
+    for file in &files {
+        let text = fs::read_to_string(file).expect("read");
+        for (line, arm) in wildcard_algorithm_arms(&text) {
+            broken.push(format!("{}:{line}: {arm}", file.display()));
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "a `match` on an algorithm has a wildcard arm (name each algorithm instead):\n{}",
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn the_dispatch_checker_sees_a_wildcard_arm_and_only_at_the_match_s_own_depth() {
+    let wildcard = "match limit.algorithm() {\n    Algorithm::Gcra => 1,\n    _ => 2,\n}";
+    assert_eq!(wildcard_algorithm_arms(wildcard).len(), 1);
+    let nested = "match algorithm {\n    Algorithm::Gcra => match x {\n        _ => 1,\n    },\n    Algorithm::SlidingLog => 2,\n}";
+    assert!(wildcard_algorithm_arms(nested).is_empty());
+    let other = "match op {\n    _ => 1,\n}";
+    assert!(wildcard_algorithm_arms(other).is_empty());
+}

@@ -5,7 +5,6 @@ use std::str::FromStr;
 
 /// The limiting algorithm. See `ratewall`'s docs for which one to pick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-#[non_exhaustive]
 pub enum Algorithm {
     /// Counts per aligned window of length `period`. O(1), but up to 2×threshold
     /// can pass around a window boundary.
@@ -46,57 +45,139 @@ impl Algorithm {
         Algorithm::Gcra,
     ];
 
+    /// Every algorithm: the rate algorithms ([`Algorithm::ALL`]), then the
+    /// concurrency limit.
+    pub const EVERY: [Algorithm; 7] = [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+        Algorithm::SlidingWindow,
+        Algorithm::TokenBucket,
+        Algorithm::LeakyBucket,
+        Algorithm::Gcra,
+        Algorithm::InFlight,
+    ];
+
+    /// Everything other code dispatches on, for this algorithm: its row of
+    /// the one table of algorithms. A new algorithm is a variant and a row
+    /// here (see the repository's CONTRIBUTING.md for the rest of the
+    /// checklist); every `match` on an algorithm elsewhere is exhaustive, so
+    /// a place that forgets it does not compile.
+    pub const fn traits(self) -> Traits {
+        match self {
+            Algorithm::FixedWindow => Traits {
+                name: "fixed_window",
+                code: "fw",
+                variant: "FixedWindow",
+                capacity: Capacity::Threshold,
+                reserves: false,
+                leases: true,
+                sequence_key: false,
+                lua_module: "fixed_window",
+            },
+            Algorithm::SlidingLog => Traits {
+                name: "sliding_log",
+                code: "sl",
+                variant: "SlidingLog",
+                capacity: Capacity::Threshold,
+                reserves: false,
+                // A unit reserved at `t` but used later would leave the log
+                // early (each entry is its own unit's time).
+                leases: false,
+                sequence_key: true,
+                lua_module: "sliding_log",
+            },
+            Algorithm::SlidingWindow => Traits {
+                name: "sliding_window",
+                code: "sw",
+                variant: "SlidingWindow",
+                capacity: Capacity::Slots,
+                reserves: false,
+                leases: true,
+                sequence_key: false,
+                lua_module: "sliding_window",
+            },
+            Algorithm::TokenBucket => Traits {
+                name: "token_bucket",
+                code: "tb",
+                variant: "TokenBucket",
+                capacity: Capacity::Burst,
+                reserves: true,
+                leases: true,
+                sequence_key: false,
+                lua_module: "meter",
+            },
+            Algorithm::LeakyBucket => Traits {
+                name: "leaky_bucket",
+                code: "lb",
+                variant: "LeakyBucket",
+                capacity: Capacity::Burst,
+                reserves: true,
+                leases: true,
+                sequence_key: false,
+                lua_module: "meter",
+            },
+            Algorithm::Gcra => Traits {
+                name: "gcra",
+                code: "gc",
+                variant: "Gcra",
+                capacity: Capacity::Burst,
+                reserves: true,
+                leases: true,
+                sequence_key: false,
+                lua_module: "gcra",
+            },
+            Algorithm::InFlight => Traits {
+                name: "in_flight",
+                code: "if",
+                variant: "InFlight",
+                capacity: Capacity::Threshold,
+                reserves: false,
+                // Slots are held while a call runs, not spent.
+                leases: false,
+                sequence_key: false,
+                lua_module: "in_flight",
+            },
+        }
+    }
+
     /// The snake_case name used in the macro, configuration and metrics.
     pub const fn name(self) -> &'static str {
-        match self {
-            Algorithm::FixedWindow => "fixed_window",
-            Algorithm::SlidingLog => "sliding_log",
-            Algorithm::SlidingWindow => "sliding_window",
-            Algorithm::TokenBucket => "token_bucket",
-            Algorithm::LeakyBucket => "leaky_bucket",
-            Algorithm::Gcra => "gcra",
-            Algorithm::InFlight => "in_flight",
-        }
+        self.traits().name
     }
 
     /// The two-letter code used in storage keys and in the Redis scripts.
     pub const fn code(self) -> &'static str {
-        match self {
-            Algorithm::FixedWindow => "fw",
-            Algorithm::SlidingLog => "sl",
-            Algorithm::SlidingWindow => "sw",
-            Algorithm::TokenBucket => "tb",
-            Algorithm::LeakyBucket => "lb",
-            Algorithm::Gcra => "gc",
-            Algorithm::InFlight => "if",
-        }
+        self.traits().code
     }
 
     /// The Rust variant's name (what the macro writes into generated code).
     pub const fn variant(self) -> &'static str {
-        match self {
-            Algorithm::FixedWindow => "FixedWindow",
-            Algorithm::SlidingLog => "SlidingLog",
-            Algorithm::SlidingWindow => "SlidingWindow",
-            Algorithm::TokenBucket => "TokenBucket",
-            Algorithm::LeakyBucket => "LeakyBucket",
-            Algorithm::Gcra => "Gcra",
-            Algorithm::InFlight => "InFlight",
-        }
+        self.traits().variant
     }
 
     /// Whether `burst` sets the capacity for this algorithm (token bucket,
     /// leaky bucket, GCRA); the window algorithms hold `threshold`.
     pub const fn uses_burst(self) -> bool {
-        matches!(
-            self,
-            Algorithm::TokenBucket | Algorithm::LeakyBucket | Algorithm::Gcra
-        )
+        matches!(self.traits().capacity, Capacity::Burst)
     }
 
     /// Whether `slots` applies (the sliding-window counter).
     pub const fn uses_slots(self) -> bool {
-        matches!(self, Algorithm::SlidingWindow)
+        matches!(self.traits().capacity, Capacity::Slots)
+    }
+
+    /// Whether a waiting call can reserve a slot ahead of time, a queue it
+    /// joins (GCRA and the buckets: their state is a time to schedule
+    /// against). The window algorithms have no such queue; a waiting call
+    /// retries them after their `retry_after`.
+    pub const fn reserves(self) -> bool {
+        self.traits().reserves
+    }
+
+    /// Whether units of this algorithm's limits can be leased (quota
+    /// leasing; see [`crate::can_lease`]).
+    pub const fn leases(self) -> bool {
+        self.traits().leases
     }
 
     /// Whether this is the concurrency limit ([`Algorithm::InFlight`]).
@@ -107,18 +188,12 @@ impl Algorithm {
     /// The algorithm named `name` (see [`Algorithm::name`]; `in_flight`
     /// included, as limits registries and tools write it).
     pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL
-            .into_iter()
-            .chain([Algorithm::InFlight])
-            .find(|a| a.name() == name)
+        Self::EVERY.into_iter().find(|a| a.name() == name)
     }
 
     /// The algorithm with storage code `code` (see [`Algorithm::code`]).
     pub fn from_code(code: &str) -> Option<Self> {
-        Self::ALL
-            .into_iter()
-            .chain([Algorithm::InFlight])
-            .find(|a| a.code() == code)
+        Self::EVERY.into_iter().find(|a| a.code() == code)
     }
 
     /// Every name, comma-separated, for messages.
@@ -131,6 +206,42 @@ impl fmt::Display for Algorithm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
+}
+
+/// One algorithm's row of the table of algorithms ([`Algorithm::traits`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Traits {
+    /// The snake_case name (macro, configuration, metrics).
+    pub name: &'static str,
+    /// The two-letter code (storage keys, Lua).
+    pub code: &'static str,
+    /// The Rust variant's name (what the macro writes).
+    pub variant: &'static str,
+    /// What bounds how many units one identity can take at once, and so
+    /// which third number a limit carries.
+    pub capacity: Capacity,
+    /// Whether a waiting call can reserve a slot ([`Algorithm::reserves`]).
+    pub reserves: bool,
+    /// Whether units can be leased ([`Algorithm::leases`]).
+    pub leases: bool,
+    /// Whether its state has a second key beside the state key (the
+    /// sliding log's sequence counter, `<state key>:seq`).
+    pub sequence_key: bool,
+    /// Its Lua module in `ratewall-redis` (`src/lua/<module>.lua`).
+    pub lua_module: &'static str,
+}
+
+/// What holds an algorithm's capacity: the third number of its limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Capacity {
+    /// `threshold` itself (the window algorithms; no third number).
+    Threshold,
+    /// `threshold`, spread over `slots` sub-windows (the sliding window).
+    Slots,
+    /// `burst` (GCRA and the buckets).
+    Burst,
 }
 
 /// A name that is not an algorithm's.

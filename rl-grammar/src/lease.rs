@@ -37,7 +37,7 @@ use crate::bounds::capacity;
 /// assert!(!can_lease(Algorithm::InFlight));
 /// ```
 pub const fn can_lease(algorithm: Algorithm) -> bool {
-    !matches!(algorithm, Algorithm::SlidingLog | Algorithm::InFlight)
+    algorithm.leases()
 }
 
 /// Why a lease size does not fit a limit. The message says how to fix it.

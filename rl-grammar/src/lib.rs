@@ -38,7 +38,7 @@ mod lease;
 mod text;
 mod tier;
 
-pub use algorithm::{Algorithm, UnknownAlgorithm};
+pub use algorithm::{Algorithm, Capacity, Traits, UnknownAlgorithm};
 pub use bounds::{
     DEFAULT_LEASE_TTL_US, DEFAULT_SLOTS, DOUBLE_EXACT, MAX_CAPACITY_PERIOD, MAX_IN_FLIGHT,
     MAX_LEASE_TTL_US, MIN_LEASE_TTL_US, Problem, SLIDING_LOG_CAP, capacity, check_limit, problems,

@@ -339,8 +339,8 @@ fn check_wait(
             .filter(|l| !l.algorithm.is_in_flight())
             .map(move |l| (g, l))
     });
-    let queued = limits.clone().find(|(_, l)| l.algorithm.uses_burst());
-    let windowed = limits.clone().find(|(_, l)| !l.algorithm.uses_burst());
+    let queued = limits.clone().find(|(_, l)| l.algorithm.reserves());
+    let windowed = limits.clone().find(|(_, l)| !l.algorithm.reserves());
     if let (Some((qg, ql)), Some((wg, wl))) = (queued, windowed) {
         let group = |g: &GroupConfig| match &g.name {
             Some(name) => format!("group {:?}", name.value()),
@@ -453,7 +453,7 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
         );
     }
     if let Some(slots) = &args.slots
-        && algorithm != Algorithm::SlidingWindow
+        && !algorithm.uses_slots()
         && rate_arguments_apply
     {
         errors.push(

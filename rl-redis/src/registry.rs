@@ -259,7 +259,7 @@ fn rate(limit: &Limit) -> String {
 /// Every storage-key suffix one identity's state of `limit` may use.
 fn suffixes(limit: &Limit) -> Vec<String> {
     let suffix = limit.storage_suffix();
-    if limit.algorithm() == Algorithm::SlidingLog {
+    if limit.algorithm().traits().sequence_key {
         vec![suffix.clone(), format!("{suffix}:seq")]
     } else {
         vec![suffix]

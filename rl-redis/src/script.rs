@@ -29,23 +29,98 @@ const BATCH: &str = include_str!("lua/batch.lua");
 const LEASE: &str = include_str!("lua/lease.lua");
 const LIBRARY: &str = include_str!("lua/library.lua");
 
-/// The algorithms' sources, in [`Algorithm::ALL`] order of their codes,
-/// then the in-flight limit's (decided by the batch entry only).
-const ALGORITHM_SOURCES: [(&str, &str); 6] = [
-    ("fw", include_str!("lua/fixed_window.lua")),
-    ("sl", include_str!("lua/sliding_log.lua")),
-    ("sw", include_str!("lua/sliding_window.lua")),
-    ("tb lb", include_str!("lua/meter.lua")),
-    ("gc", include_str!("lua/gcra.lua")),
-    ("if", include_str!("lua/in_flight.lua")),
-];
+/// The source of the Lua module named `module` (an algorithm's
+/// [`lua_module`](ratewall_grammar::Traits::lua_module): `lua/<module>.lua`).
+fn module_source(module: &str) -> Option<&'static str> {
+    Some(match module {
+        "fixed_window" => include_str!("lua/fixed_window.lua"),
+        "sliding_log" => include_str!("lua/sliding_log.lua"),
+        "sliding_window" => include_str!("lua/sliding_window.lua"),
+        "meter" => include_str!("lua/meter.lua"),
+        "gcra" => include_str!("lua/gcra.lua"),
+        "in_flight" => include_str!("lua/in_flight.lua"),
+        _ => return None,
+    })
+}
 
-/// The algorithm source that defines `code`'s module.
-fn algorithm_source(code: &str) -> &'static str {
-    ALGORITHM_SOURCES
-        .iter()
-        .find(|(codes, _)| codes.split(' ').any(|c| c == code))
-        .map_or("", |(_, source)| source)
+/// The Lua modules of every algorithm, each once, in [`Algorithm::EVERY`]
+/// order (a module may define several algorithms: `meter` holds both
+/// buckets). An algorithm whose module has no source is an error at the
+/// first use of the code (and in this crate's tests).
+fn modules() -> Vec<&'static str> {
+    let mut modules: Vec<&'static str> = Vec::new();
+    for algorithm in Algorithm::EVERY {
+        let module = algorithm.traits().lua_module;
+        if !modules.contains(&module) {
+            modules.push(module);
+        }
+    }
+    modules
+}
+
+/// The source of `algorithm`'s module.
+fn algorithm_source(algorithm: Algorithm) -> &'static str {
+    module_source(algorithm.traits().lua_module).unwrap_or("")
+}
+
+/// A Lua table generated from the grammar's table of algorithms
+/// ([`Algorithm::traits`]), so no `.lua` file restates a property.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Table {
+    /// `CODES`: the rate algorithms' codes, in order (the library registers
+    /// one function per code and operation).
+    Codes,
+    /// `SINGLE_THIRD`: per code, the request field its third limit number
+    /// fills (`b`: burst, `slots`), for the codes that take one.
+    SingleThird,
+    /// `RESERVES`: the codes that reserve slots for waiting calls.
+    Reserves,
+    /// `LEASES`: the codes whose units can be leased.
+    Leases,
+    /// `SEQUENCE`: the codes whose state has a sequence key (`:seq`).
+    Sequence,
+}
+
+/// The Lua source defining `tables` as locals.
+fn lua_tables(tables: &[Table]) -> String {
+    let codes = |keep: fn(&Algorithm) -> bool, value: fn(Algorithm) -> &'static str| {
+        Algorithm::EVERY
+            .into_iter()
+            .filter(keep)
+            .map(|a| format!("['{}'] = {}", a.code(), value(a)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut out = String::from(
+        "-- Generated from the grammar's table of algorithms (rl-redis/src/script.rs).\n",
+    );
+    for table in tables {
+        let line = match table {
+            Table::Codes => format!(
+                "local CODES = {{ {} }}",
+                Algorithm::ALL.map(|a| format!("'{}'", a.code())).join(", ")
+            ),
+            Table::SingleThird => format!(
+                "local SINGLE_THIRD = {{ {} }}",
+                codes(
+                    |a| a.uses_burst() || a.uses_slots(),
+                    |a| if a.uses_slots() { "'slots'" } else { "'b'" }
+                )
+            ),
+            Table::Reserves => format!(
+                "local RESERVES = {{ {} }}",
+                codes(|a| a.reserves(), |_| "true")
+            ),
+            Table::Leases => format!("local LEASES = {{ {} }}", codes(|a| a.leases(), |_| "true")),
+            Table::Sequence => format!(
+                "local SEQUENCE = {{ {} }}",
+                codes(|a| a.traits().sequence_key, |_| "true")
+            ),
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
 }
 
 /// Lua numbers are doubles: integers are exact below 2^53.
@@ -223,14 +298,25 @@ fn sha1(text: &str) -> String {
 }
 
 static CODE: LazyLock<Code> = LazyLock::new(|| {
-    let algorithms: String = ALGORITHM_SOURCES.iter().map(|(_, s)| *s).collect();
+    let algorithms: String = modules()
+        .into_iter()
+        .map(|m| module_source(m).unwrap_or(""))
+        .collect();
     let body = [PRELUDE, &algorithms, SINGLE, REQUESTS, BATCH].concat();
+    let every = [
+        Table::Codes,
+        Table::SingleThird,
+        Table::Reserves,
+        Table::Leases,
+        Table::Sequence,
+    ];
     // The library's name carries a hash of everything it runs, so another
     // version of this crate on the same server has other function names.
-    let tag = &sha1(&[body.as_str(), LEASE, LIBRARY].concat())[..12];
+    let tables = lua_tables(&every);
+    let tag = &sha1(&[tables.as_str(), body.as_str(), LEASE, LIBRARY].concat())[..12];
     let library_name = format!("rl_{tag}");
     let library = format!(
-        "#!lua name={library_name}\nlocal RL_PREFIX = '{library_name}_'\n{body}{LEASE}{LIBRARY}"
+        "#!lua name={library_name}\nlocal RL_PREFIX = '{library_name}_'\n{tables}{body}{LEASE}{LIBRARY}"
     );
     let entries = Entry::every()
         .map(|entry| {
@@ -245,16 +331,31 @@ static CODE: LazyLock<Code> = LazyLock::new(|| {
                         ),
                     };
                     (
-                        [SCRIPT_HEADER, PRELUDE, algorithm_source(code), SINGLE].concat(),
+                        [
+                            SCRIPT_HEADER,
+                            &lua_tables(&[Table::SingleThird]),
+                            PRELUDE,
+                            algorithm_source(algorithm),
+                            SINGLE,
+                        ]
+                        .concat(),
                         format!("return {call}(KEYS, ARGV)\n"),
                     )
                 }
                 Entry::Batch | Entry::BatchReadOnly => (
-                    [SCRIPT_HEADER, body.as_str()].concat(),
+                    [SCRIPT_HEADER, &tables, body.as_str()].concat(),
                     "return batch(KEYS, ARGV)\n".to_owned(),
                 ),
                 Entry::Lease => (
-                    [SCRIPT_HEADER, PRELUDE, &algorithms, REQUESTS, LEASE].concat(),
+                    [
+                        SCRIPT_HEADER,
+                        &tables,
+                        PRELUDE,
+                        &algorithms,
+                        REQUESTS,
+                        LEASE,
+                    ]
+                    .concat(),
                     "return lease(KEYS, ARGV)\n".to_owned(),
                 ),
             };
@@ -380,15 +481,6 @@ impl Sink for CmdSink<'_> {
     }
 }
 
-/// Whether `algorithm` keeps slots given back by cancelled reservations
-/// (the algorithms that reserve).
-fn reserves(algorithm: Algorithm) -> bool {
-    matches!(
-        algorithm,
-        Algorithm::Gcra | Algorithm::TokenBucket | Algorithm::LeakyBucket
-    )
-}
-
 /// One call: the operation, its time and requests, and how to write it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Plan<'p, 'r> {
@@ -486,8 +578,8 @@ impl<'p, 'r> Plan<'p, 'r> {
             .iter()
             .map(|r| {
                 let algorithm = r.limit.algorithm();
-                1 + usize::from(algorithm == Algorithm::SlidingLog)
-                    + usize::from(freed && reserves(algorithm))
+                1 + usize::from(algorithm.traits().sequence_key)
+                    + usize::from(freed && algorithm.reserves())
                     + usize::from(self.entry == Entry::Lease)
             })
             .sum::<usize>()
@@ -500,10 +592,10 @@ impl<'p, 'r> Plan<'p, 'r> {
             let mut key = state_key(request);
             sink.key(&key);
             let state = key.len();
-            if request.limit.algorithm() == Algorithm::SlidingLog {
+            if request.limit.algorithm().traits().sequence_key {
                 key.push_str(":seq");
                 sink.key(&key);
-            } else if freed && reserves(request.limit.algorithm()) {
+            } else if freed && request.limit.algorithm().reserves() {
                 key.push_str(":freed");
                 sink.key(&key);
             }
@@ -853,6 +945,46 @@ pub(crate) fn parse_reservation(count: usize, values: &[i64]) -> Result<Reservat
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_algorithm_has_a_lua_module_that_defines_its_loader() {
+        for algorithm in Algorithm::EVERY {
+            let module = algorithm.traits().lua_module;
+            let source = module_source(module)
+                .unwrap_or_else(|| panic!("{algorithm}: no source for Lua module `{module}`"));
+            let code = algorithm.code();
+            assert!(
+                source.contains(&format!("LOADERS.{code} ="))
+                    || source.contains(&format!("LOADERS['{code}'] =")),
+                "{algorithm}: lua/{module}.lua defines no LOADERS.{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_generated_tables_follow_the_grammar() {
+        let tables = lua_tables(&[
+            Table::Codes,
+            Table::SingleThird,
+            Table::Reserves,
+            Table::Leases,
+            Table::Sequence,
+        ]);
+        assert!(
+            tables.contains("local CODES = { 'fw', 'sl', 'sw', 'tb', 'lb', 'gc' }"),
+            "{tables}"
+        );
+        assert!(tables.contains("local SINGLE_THIRD = { ['sw'] = 'slots', ['tb'] = 'b', ['lb'] = 'b', ['gc'] = 'b' }"), "{tables}");
+        assert!(
+            tables.contains("local RESERVES = { ['tb'] = true, ['lb'] = true, ['gc'] = true }"),
+            "{tables}"
+        );
+        assert!(tables.contains("local LEASES = { ['fw'] = true, ['sw'] = true, ['tb'] = true, ['lb'] = true, ['gc'] = true }"), "{tables}");
+        assert!(
+            tables.contains("local SEQUENCE = { ['sl'] = true }"),
+            "{tables}"
+        );
+    }
     use ratewall::{Key, Limit};
 
     #[test]

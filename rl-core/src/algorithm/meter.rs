@@ -43,9 +43,10 @@ impl Meter {
             return 0;
         }
         let (t, full) = (limit.threshold(), limit.burst() * limit.period_micros());
-        let at_update = match limit.algorithm() {
-            Algorithm::TokenBucket => full.saturating_sub(self.scaled),
-            _ => self.scaled,
+        let at_update = if keeps_tokens(limit) {
+            full.saturating_sub(self.scaled)
+        } else {
+            self.scaled
         };
         if now >= self.updated {
             at_update.saturating_sub((now - self.updated).saturating_mul(t))
@@ -60,9 +61,10 @@ impl Meter {
             return;
         }
         let full = limit.burst() * limit.period_micros();
-        self.scaled = match limit.algorithm() {
-            Algorithm::TokenBucket => full.saturating_sub(level),
-            _ => level,
+        self.scaled = if keeps_tokens(limit) {
+            full.saturating_sub(level)
+        } else {
+            level
         };
         self.updated = now;
         self.expires = now + level.div_ceil(limit.threshold());
@@ -128,9 +130,10 @@ impl State for Meter {
         if level == 0 && at > now {
             // Empty as of `at`, still draining until then: the state the
             // queue had before this reservation.
-            self.scaled = match limit.algorithm() {
-                Algorithm::TokenBucket => limit.burst() * limit.period_micros(),
-                _ => 0,
+            self.scaled = if keeps_tokens(limit) {
+                limit.burst() * limit.period_micros()
+            } else {
+                0
             };
             self.expires = at;
             return true;
@@ -144,5 +147,20 @@ impl State for Meter {
 
     fn expires_at(&self) -> u64 {
         self.expires
+    }
+}
+
+/// Whether a meter of `limit` keeps its tokens (the token bucket) rather
+/// than its level (the leaky bucket).
+fn keeps_tokens(limit: &Limit) -> bool {
+    match limit.algorithm() {
+        Algorithm::TokenBucket => true,
+        Algorithm::LeakyBucket => false,
+        // Not meters: their limits never reach a meter's state.
+        Algorithm::FixedWindow
+        | Algorithm::SlidingLog
+        | Algorithm::SlidingWindow
+        | Algorithm::Gcra
+        | Algorithm::InFlight => false,
     }
 }

@@ -1,6 +1,6 @@
 //! Exact boundary behaviour of every algorithm, on a manual timeline.
 
-use super::{Log, Meter, Slots, State, Tat, Window};
+use super::{Flight, Log, Meter, Slots, State, Tat, Window};
 use crate::model::decision::Decision;
 use crate::model::limit::{Algorithm, Limit};
 use std::time::Duration;
@@ -13,6 +13,7 @@ struct Cell {
     slots: Slots,
     meter: Meter,
     tat: Tat,
+    flight: Flight,
 }
 
 impl Cell {
@@ -22,7 +23,8 @@ impl Cell {
             Algorithm::SlidingLog => &mut self.log,
             Algorithm::SlidingWindow => &mut self.slots,
             Algorithm::TokenBucket | Algorithm::LeakyBucket => &mut self.meter,
-            _ => &mut self.tat,
+            Algorithm::Gcra => &mut self.tat,
+            Algorithm::InFlight => &mut self.flight,
         }
     }
 

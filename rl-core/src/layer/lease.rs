@@ -177,8 +177,13 @@ impl Held {
             }
             // The last unit's theoretical arrival time is the state's new
             // expiry (1 µs early: the meters round it up); unit `k` below
-            // it is due `k` intervals (rounded up) earlier.
-            _ => (
+            // it is due `k` intervals (rounded up) earlier. (The sliding log
+            // and in-flight limits never lease.)
+            Algorithm::Gcra
+            | Algorithm::TokenBucket
+            | Algorithm::LeakyBucket
+            | Algorithm::SlidingLog
+            | Algorithm::InFlight => (
                 micros(reset_after.saturating_sub(1)),
                 limit.emission_interval_micros().saturating_mul(1_000),
             ),

@@ -28,7 +28,7 @@ use crate::model::rejection::{Rejection, RejectionReason};
 use crate::model::reservation::Reservation;
 use crate::store::Store;
 use crate::store::backend::Request;
-use crate::store::target::{Op, reserves};
+use crate::store::target::Op;
 
 /// How the calls of a resolved spec wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,8 +71,8 @@ fn how(limiter: &Limiter, spec: &CallSpec, resolved: &Resolved) -> Result<How, L
         )));
     }
     let limits = || resolved.groups.iter().flat_map(|g| g.limits.iter());
-    let queued = limits().find(|l| reserves(l.algorithm()));
-    let windowed = limits().find(|l| !reserves(l.algorithm()));
+    let queued = limits().find(|l| l.algorithm().reserves());
+    let windowed = limits().find(|l| !l.algorithm().reserves());
     let how = match (queued, windowed) {
         (Some(queue), Some(window)) => {
             return Err(LimitError::BadCall(format!(

@@ -40,7 +40,7 @@ use crate::model::reservation::Reservation;
 use crate::store::Stored;
 use crate::store::backend::{Backend, BoxFuture, LeaseReturn, Leased, Request, check_lease_batch};
 use crate::store::reserve::{Freed, choose_slot};
-use crate::store::target::{KeyRef, Op, Slot, Target, reserves};
+use crate::store::target::{KeyRef, Op, Slot, Target};
 
 /// What identifies a limit's state under a key ([`Limit::state_id`]).
 type StateId = (Algorithm, u64, u64);
@@ -643,7 +643,7 @@ impl MemoryBackend {
                 .zip(probe.iter())
                 .enumerate()
                 .map(|(i, ((target, at), before))| {
-                    let want = if ratewall_grammar::can_lease(target.limit.algorithm()) {
+                    let want = if target.limit.algorithm().leases() {
                         extra.get(i).copied().unwrap_or(0)
                     } else {
                         0
@@ -746,7 +746,7 @@ impl MemoryBackend {
         };
         self.with_locked(targets, |now, guards, located| {
             for (index, (target, at)) in targets.iter().zip(located).enumerate() {
-                if !reserves(target.limit.algorithm()) {
+                if !target.limit.algorithm().reserves() {
                     // Never reserved (an in-flight limit, a window).
                     continue;
                 }
@@ -956,6 +956,40 @@ fn decide_all(
     )
 }
 
+/// Runs `$body` with `$state` the memory store's state type of
+/// `$algorithm`: the store's one table of algorithms. Exhaustive: a new
+/// algorithm does not compile until it has a row here.
+macro_rules! with_state {
+    ($algorithm:expr, $state:ident => $body:expr) => {
+        match $algorithm {
+            Algorithm::FixedWindow => {
+                type $state = Window;
+                $body
+            }
+            Algorithm::SlidingLog => {
+                type $state = Log;
+                $body
+            }
+            Algorithm::SlidingWindow => {
+                type $state = Slots;
+                $body
+            }
+            Algorithm::TokenBucket | Algorithm::LeakyBucket => {
+                type $state = Meter;
+                $body
+            }
+            Algorithm::Gcra => {
+                type $state = Tat;
+                $body
+            }
+            Algorithm::InFlight => {
+                type $state = Flight;
+                $body
+            }
+        }
+    };
+}
+
 /// Decides one target in its (locked) shard at `now` (a reservation's slot
 /// may be later than the shard's time, `clock`, which a new identity's
 /// insertion sweeps by).
@@ -967,16 +1001,7 @@ fn decide_in(
     commit: bool,
     clock: u64,
 ) -> Decision {
-    match target.limit.algorithm() {
-        Algorithm::FixedWindow => decide::<Window>(shard, at, target, now, commit, clock),
-        Algorithm::SlidingLog => decide::<Log>(shard, at, target, now, commit, clock),
-        Algorithm::SlidingWindow => decide::<Slots>(shard, at, target, now, commit, clock),
-        Algorithm::TokenBucket | Algorithm::LeakyBucket => {
-            decide::<Meter>(shard, at, target, now, commit, clock)
-        }
-        Algorithm::InFlight => decide::<Flight>(shard, at, target, now, commit, clock),
-        _ => decide::<Tat>(shard, at, target, now, commit, clock),
-    }
+    with_state!(target.limit.algorithm(), S => decide::<S>(shard, at, target, now, commit, clock))
 }
 
 /// Takes back a reservation if it is still the last one of its queue.
@@ -988,13 +1013,10 @@ fn unreserve_in(
     slot: u64,
     mark: u64,
 ) -> bool {
-    match target.limit.algorithm() {
-        Algorithm::TokenBucket | Algorithm::LeakyBucket => {
-            unreserve::<Meter>(shard, at, target, now, slot, mark)
-        }
-        Algorithm::Gcra => unreserve::<Tat>(shard, at, target, now, slot, mark),
-        _ => false,
+    if !target.limit.algorithm().reserves() {
+        return false;
     }
+    with_state!(target.limit.algorithm(), S => unreserve::<S>(shard, at, target, now, slot, mark))
 }
 
 fn unreserve<S: Tabled>(
@@ -1060,16 +1082,7 @@ fn sweep_freed(freed: &mut HashMap<(u32, Owned), Freed>, now: u64) {
 }
 
 fn refund_in(shard: &mut Shard, at: &Located, target: &Target<'_>, now: u64, at_micros: u64) {
-    match target.limit.algorithm() {
-        Algorithm::FixedWindow => refund::<Window>(shard, at, target, now, at_micros),
-        Algorithm::SlidingLog => refund::<Log>(shard, at, target, now, at_micros),
-        Algorithm::SlidingWindow => refund::<Slots>(shard, at, target, now, at_micros),
-        Algorithm::TokenBucket | Algorithm::LeakyBucket => {
-            refund::<Meter>(shard, at, target, now, at_micros)
-        }
-        Algorithm::InFlight => refund::<Flight>(shard, at, target, now, at_micros),
-        _ => refund::<Tat>(shard, at, target, now, at_micros),
-    }
+    with_state!(target.limit.algorithm(), S => refund::<S>(shard, at, target, now, at_micros))
 }
 
 fn release_in(
@@ -1081,15 +1094,12 @@ fn release_in(
     stamp: u64,
 ) {
     let release = Release { at_micros, stamp };
-    match target.limit.algorithm() {
-        Algorithm::FixedWindow => release_state::<Window>(shard, at, target, now, release),
-        Algorithm::SlidingLog => {}
-        Algorithm::SlidingWindow => release_state::<Slots>(shard, at, target, now, release),
-        Algorithm::TokenBucket | Algorithm::LeakyBucket => {
-            release_state::<Meter>(shard, at, target, now, release)
-        }
-        _ => release_state::<Tat>(shard, at, target, now, release),
+    // Only leased units are released; an algorithm that cannot lease has
+    // none.
+    if !target.limit.algorithm().leases() {
+        return;
     }
+    with_state!(target.limit.algorithm(), S => release_state::<S>(shard, at, target, now, release))
 }
 
 /// The lease a release gives units back to.
@@ -1119,14 +1129,7 @@ fn release_state<S: Tabled>(
 }
 
 fn reset_in(shard: &mut Shard, at: &Located, target: &Target<'_>) {
-    match target.limit.algorithm() {
-        Algorithm::FixedWindow => reset::<Window>(shard, at, target),
-        Algorithm::SlidingLog => reset::<Log>(shard, at, target),
-        Algorithm::SlidingWindow => reset::<Slots>(shard, at, target),
-        Algorithm::TokenBucket | Algorithm::LeakyBucket => reset::<Meter>(shard, at, target),
-        Algorithm::InFlight => reset::<Flight>(shard, at, target),
-        _ => reset::<Tat>(shard, at, target),
-    }
+    with_state!(target.limit.algorithm(), S => reset::<S>(shard, at, target))
 }
 
 fn matches<S, I: Held>(at: &Located, identity: IdentityRef<'_>) -> impl Fn(&Entry<S, I>) -> bool {

@@ -6,7 +6,7 @@ use std::fmt;
 
 use crate::model::error::LimitError;
 use crate::model::key::{IdentityRef, Key};
-use crate::model::limit::{Algorithm, Limit};
+use crate::model::limit::Limit;
 use crate::model::reservation::Reservation;
 
 /// A key as two borrowed parts: its head (`prefix:{scope:`, escaped) and its
@@ -115,16 +115,6 @@ impl Op<'_> {
     }
 }
 
-/// Whether `algorithm` can reserve a slot ahead of time (a queue that a
-/// waiting call joins): GCRA and the buckets. The window algorithms have no
-/// such queue; a waiting call retries them after their `retry_after`.
-pub(crate) const fn reserves(algorithm: Algorithm) -> bool {
-    matches!(
-        algorithm,
-        Algorithm::Gcra | Algorithm::TokenBucket | Algorithm::LeakyBucket
-    )
-}
-
 /// Checks a batch before any store decides it: at least one target, every
 /// cost `1 ..= capacity` ([`Limit::check_cost`]; refunds and resets ignore
 /// the cost), and no two targets naming one state (the same key with the
@@ -145,7 +135,7 @@ pub(crate) fn validate(op: Op<'_>, targets: &[Target<'_>]) -> Result<(), LimitEr
                 a.limit
             )));
         }
-        if matches!(op, Op::Reserve(_)) && !reserves(a.limit.algorithm()) {
+        if matches!(op, Op::Reserve(_)) && !a.limit.algorithm().reserves() {
             return Err(LimitError::BadCall(format!(
                 "limit {} cannot reserve a slot: only gcra, token_bucket and leaky_bucket queue waiting calls \
                  (a call waiting on a window algorithm retries after its retry_after)",

@@ -160,8 +160,8 @@ local function cancel(requests, count, now, slot)
   end
 end
 
--- The algorithms that reserve, and so keep given-back slots.
-local RESERVES = { gc = true, tb = true, lb = true }
+-- RESERVES (generated, see script.rs): the algorithms that reserve, and so
+-- keep given-back slots; SEQUENCE: those whose state has a sequence key.
 
 local function batch(keys, args)
   local op = args[1]
@@ -191,7 +191,7 @@ local function batch(keys, args)
     if r.alg == 'if' then
       r.lease = args[a + 5]
     end
-    if r.alg == 'sl' then
+    if SEQUENCE[r.alg] then
       r.seq = keys[next_key]
       next_key = next_key + 1
     elseif freed_keys and RESERVES[r.alg] then

@@ -80,7 +80,7 @@ local function lease(keys, args)
       return unknown
     end
     next_key = next_key + 1
-    if r.alg == 'sl' then
+    if SEQUENCE[r.alg] then
       r.seq = keys[next_key]
       next_key = next_key + 1
     end
@@ -119,7 +119,7 @@ local function lease(keys, args)
       for i = 1, count do
         local r = requests[i]
         local granted = 0
-        if r.alg ~= 'sl' and r.x > 0 then
+        if LEASES[r.alg] and r.x > 0 then
           granted = math.min(r.x, idiv(math.max(room[i] - r.cost, 0), 2))
         end
         for j = 1, i - 1 do

@@ -12,7 +12,7 @@
 -- quota leasing of rate limits (lease.lua).
 
 -- (No `pairs` here: at load time Redis offers no global but `redis`.)
-local CODES = { 'fw', 'sl', 'sw', 'tb', 'lb', 'gc' }
+-- CODES: the rate algorithms' codes (generated, see script.rs).
 for i = 1, #CODES do
   local code = CODES[i]
   local M = LOADERS[code]()

@@ -15,9 +15,9 @@
 -- Reply: allowed (1/0), limit, remaining, retry_after_us, reset_after_us,
 -- then the now used (acquire, peek); the now alone (refund).
 
--- Per algorithm code, the request field its third limit number fills (the
--- fixed window and the sliding log take threshold and period only).
-local SINGLE_THIRD = { sw = 'slots', tb = 'b', lb = 'b', gc = 'b' }
+-- SINGLE_THIRD (generated, see script.rs): per algorithm code, the request
+-- field its third limit number fills (the fixed window and the sliding log
+-- take threshold and period only).
 
 local function malformed(args)
   return redis.error_reply('ERR ratewall-redis: malformed arguments (' .. #args .. ')')
