@@ -34,12 +34,10 @@
 //! Time is passed in (nanoseconds on [`DenyCache::now`]'s clock), so the
 //! cache's logic is tested without any clock.
 
-use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 use parking_lot::RwLock;
 use smallvec::SmallVec;
@@ -50,6 +48,7 @@ use crate::model::error::Error;
 use crate::model::key::Key;
 use crate::model::limit::Limit;
 use crate::model::settings::Registry;
+use crate::store::sharded::Sharded;
 use crate::store::target::{KeyRef, Op, Target};
 
 /// How many keys the cache holds at most, by default.
@@ -139,8 +138,7 @@ impl Shard {
 /// The remembered refusals of one [`crate::Limiter`].
 #[derive(Debug)]
 pub(crate) struct DenyCache {
-    shards: Box<[CachePadded<RwLock<Shard>>]>,
-    hasher: hashbrown::DefaultHashBuilder,
+    shards: Sharded<RwLock<Shard>>,
     /// Keys per shard at most.
     shard_capacity: usize,
     /// Keys held, across shards (lets refunds skip the lookup when empty).
@@ -179,17 +177,14 @@ impl DenyCache {
         let count = (std::thread::available_parallelism().map_or(4, |n| n.get()) * 8)
             .next_power_of_two()
             .min(capacity.max(1).next_power_of_two());
-        let shards = (0..count)
-            .map(|_| {
-                CachePadded::new(RwLock::new(Shard {
-                    table: HashTable::new(),
-                    sweep_at: MIN_SWEEP,
-                }))
+        let shards = Sharded::new(count, |_| {
+            RwLock::new(Shard {
+                table: HashTable::new(),
+                sweep_at: MIN_SWEEP,
             })
-            .collect();
+        });
         Self {
             shards,
-            hasher: hashbrown::DefaultHashBuilder::default(),
             shard_capacity: capacity.div_ceil(count).max(1),
             held: AtomicUsize::new(0),
             epoch: Instant::now(),
@@ -205,13 +200,12 @@ impl DenyCache {
     }
 
     fn hash(&self, key: &KeyRef<'_>) -> u64 {
-        self.hasher.hash_one((key.head, key.identity))
+        self.shards.hash((key.head, key.identity))
     }
 
-    /// The shard of a hash: bits the table's own bucket index (low bits)
-    /// and control byte (top 7 bits) do not use.
+    /// The shard of a hash.
     fn shard(&self, hash: u64) -> &RwLock<Shard> {
-        &self.shards[((hash >> 32) as usize) & (self.shards.len() - 1)]
+        self.shards.of(hash)
     }
 
     /// What applies to this call at `now`: the remembered refusal ending

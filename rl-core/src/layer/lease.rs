@@ -59,9 +59,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::Mutex;
 use smallvec::SmallVec;
 
 use super::{Answer, Call, Layer, Plan, Source};
@@ -71,6 +70,7 @@ use crate::model::limit::{Algorithm, Limit};
 use crate::model::settings::Registry;
 use crate::store::Ask;
 use crate::store::backend::{Backend, LeaseReturn, Leased, Request};
+use crate::store::sharded::{Hasher, Locked, Sharded};
 use crate::store::target::{KeyRef, Op, Target};
 
 /// The default lease TTL: 1 s.
@@ -429,6 +429,14 @@ struct Shard {
     sweep_at: usize,
 }
 
+impl Shard {
+    /// The entry of `target`, found by its hash.
+    fn get(&mut self, hash: u64, target: &Target<'_>) -> Option<&mut Entry> {
+        self.table
+            .find_mut(hash, |e| e.is(&target.key, target.limit))
+    }
+}
+
 /// A take for one target, sent ahead while its lease still serves.
 #[derive(Debug)]
 struct Ahead {
@@ -444,8 +452,7 @@ pub(crate) struct Leases {
     backend: Arc<dyn Backend>,
     registry: Arc<Registry>,
     timing: Timing,
-    shards: Box<[CachePadded<Mutex<Shard>>]>,
-    hasher: hashbrown::DefaultHashBuilder,
+    shards: Sharded<Mutex<Shard>>,
     shard_capacity: usize,
     epoch: Instant,
     pending: Mutex<Vec<Pending>>,
@@ -490,17 +497,13 @@ struct Take<'d> {
 
 impl Leases {
     pub(crate) fn new(backend: Arc<dyn Backend>, registry: Arc<Registry>, ttl: Duration) -> Self {
-        let count =
-            (std::thread::available_parallelism().map_or(4, |n| n.get()) * 16).next_power_of_two();
-        let shards = (0..count)
-            .map(|_| CachePadded::new(Mutex::new(Shard::default())))
-            .collect();
+        let shards = Sharded::per_core(16, |_| Mutex::new(Shard::default()));
+        let count = shards.len();
         Self {
             backend,
             registry,
             timing: Timing::new(ttl),
             shards,
-            hasher: hashbrown::DefaultHashBuilder::default(),
             shard_capacity: CAPACITY.div_ceil(count).max(1),
             epoch: Instant::now(),
             pending: Mutex::new(Vec::new()),
@@ -516,9 +519,9 @@ impl Leases {
     }
 
     fn locate_key(&self, key: KeyRef<'_>, limit: &Limit) -> Found {
-        let hash = self.hasher.hash_one((key, limit.state_id()));
+        let hash = self.shards.hash((key, limit.state_id()));
         Found {
-            shard: ((hash >> 32) as usize) & (self.shards.len() - 1),
+            shard: self.shards.index(hash),
             hash,
         }
     }
@@ -565,14 +568,8 @@ impl Leases {
     }
 
     /// The locked shards of `found`, in shard order.
-    fn lock(&self, found: &[Found]) -> Guards<'_> {
-        let mut order: SmallVec<[usize; 2]> = found.iter().map(|f| f.shard).collect();
-        order.sort_unstable();
-        order.dedup();
-        Guards {
-            guards: order.iter().map(|&i| self.shards[i].lock()).collect(),
-            order,
-        }
+    fn lock(&self, found: &[Found]) -> Locked<'_, Shard> {
+        self.shards.lock(found.iter().map(|f| f.shard))
     }
 
     /// An acquire on the way down: decided from leases, refused while
@@ -598,7 +595,7 @@ impl Leases {
                 target,
                 now,
                 self.shard_capacity,
-                &self.hasher,
+                self.shards.hasher(),
             ) {
                 Some(entry) => {
                     entry.seen(now, target.cost);
@@ -613,7 +610,10 @@ impl Leases {
             let mut decisions: SmallVec<[Decision; 2]> = SmallVec::new();
             let mut ahead: SmallVec<[Ahead; 1]> = SmallVec::new();
             for (target, at) in targets.iter().zip(&found) {
-                let entry = guards.get(at, target).expect("served above");
+                let entry = guards
+                    .shard(at.shard)
+                    .get(at.hash, target)
+                    .expect("served above");
                 let held = entry.lease.as_mut().expect("served above");
                 held.units -= target.cost;
                 decisions.push(held.admitted(now));
@@ -647,7 +647,7 @@ impl Leases {
             .zip(&usable)
             .enumerate()
             .find_map(|(index, ((target, at), &units))| {
-                let entry = guards.get(at, target)?;
+                let entry = guards.shard(at.shard).get(at.hash, target)?;
                 (units < target.cost && entry.waits(now, &self.timing))
                     .then(|| (index, entry.waiting(now)))
             })
@@ -665,17 +665,19 @@ impl Leases {
                 .iter()
                 .zip(&found)
                 .zip(&usable)
-                .map(|((target, at), &units)| match guards.get(at, target) {
-                    Some(e) if units < target.cost => e.want(now, &self.timing, target.limit),
-                    _ => 0,
-                })
+                .map(
+                    |((target, at), &units)| match guards.shard(at.shard).get(at.hash, target) {
+                        Some(e) if units < target.cost => e.want(now, &self.timing, target.limit),
+                        _ => 0,
+                    },
+                )
                 .collect();
             drop(guards);
             if extra.iter().any(|&n| n > 0) && self.can_take() {
                 let mut guards = self.lock(&found);
                 for ((target, at), &n) in targets.iter().zip(&found).zip(&extra) {
                     if n > 0
-                        && let Some(entry) = guards.get(at, target)
+                        && let Some(entry) = guards.shard(at.shard).get(at.hash, target)
                     {
                         entry.taking = now.max(1);
                     }
@@ -722,7 +724,7 @@ impl Leases {
     /// A take sent ahead came back (`None`: it failed).
     fn took(&self, take: &Ahead, sent: u64, leased: Option<Leased>) {
         let found = self.locate_key(KeyRef::of(&take.key), &take.limit);
-        let mut shard = self.shards[found.shard].lock();
+        let mut shard = self.shards.at(found.shard).lock();
         let mut retired = Retired::new();
         let key = KeyRef::of(&take.key);
         let entry = shard
@@ -836,7 +838,7 @@ impl Leases {
         for (i, (target, at)) in targets.iter().zip(&found).enumerate() {
             let extra = ask.extra.get(i).copied().unwrap_or(0);
             let granted = ask.granted.get(i).copied().unwrap_or(0);
-            let Some(entry) = guards.get(at, target) else {
+            let Some(entry) = guards.shard(at.shard).get(at.hash, target) else {
                 continue;
             };
             if extra > 0 {
@@ -894,7 +896,7 @@ impl Leases {
         let found: SmallVec<[Found; 2]> = call.targets.iter().map(|t| self.locate(t)).collect();
         let mut guards = self.lock(&found);
         let all = call.targets.iter().zip(&found).all(|(target, f)| {
-            guards.get(f, target).is_some_and(|e| {
+            guards.shard(f.shard).get(f.hash, target).is_some_and(|e| {
                 e.lease
                     .as_ref()
                     .is_some_and(|h| h.at == at && h.usable(now) > 0)
@@ -904,7 +906,11 @@ impl Leases {
             return None;
         }
         for (target, f) in call.targets.iter().zip(&found) {
-            if let Some(held) = guards.get(f, target).and_then(|e| e.lease.as_mut()) {
+            if let Some(held) = guards
+                .shard(f.shard)
+                .get(f.hash, target)
+                .and_then(|e| e.lease.as_mut())
+            {
                 held.units = held.units.saturating_add(target.cost);
             }
         }
@@ -918,7 +924,7 @@ impl Leases {
     fn reset(&self, call: &Call<'_>) {
         for target in call.targets {
             let f = self.locate(target);
-            let mut shard = self.shards[f.shard].lock();
+            let mut shard = self.shards.at(f.shard).lock();
             if let Some(entry) = shard
                 .table
                 .find_mut(f.hash, |e| e.is(&target.key, target.limit))
@@ -1072,7 +1078,7 @@ fn entry<'s>(
     target: &Target<'_>,
     now: u64,
     capacity: usize,
-    hasher: &hashbrown::DefaultHashBuilder,
+    hasher: &Hasher,
 ) -> Option<&'s mut Entry> {
     let is = |e: &Entry| e.is(&target.key, target.limit);
     if shard.table.find(hash, is).is_none() {
@@ -1093,25 +1099,6 @@ fn entry<'s>(
     let entry = shard.table.find_mut(hash, is)?;
     entry.limit = *target.limit;
     Some(entry)
-}
-
-/// Locked shards of one call, in shard order.
-struct Guards<'a> {
-    order: SmallVec<[usize; 2]>,
-    guards: SmallVec<[MutexGuard<'a, Shard>; 2]>,
-}
-
-impl Guards<'_> {
-    fn shard(&mut self, index: usize) -> &mut Shard {
-        let at = self.order.binary_search(&index).unwrap_or_default();
-        &mut self.guards[at]
-    }
-
-    fn get(&mut self, found: &Found, target: &Target<'_>) -> Option<&mut Entry> {
-        self.shard(found.shard)
-            .table
-            .find_mut(found.hash, |e| e.is(&target.key, target.limit))
-    }
 }
 
 /// Gives back due leases every tick, until the limiter is dropped or shut

@@ -25,9 +25,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use compact_str::CompactString;
-use crossbeam_utils::CachePadded;
 use hashbrown::{Equivalent, HashMap, HashTable};
-use parking_lot::{Mutex, MutexGuard, RwLock};
+use parking_lot::{Mutex, RwLock};
 use smallvec::SmallVec;
 
 use crate::algorithm::{Flight, Log, Meter, Slots, State, Tat, Window};
@@ -40,6 +39,7 @@ use crate::model::reservation::Reservation;
 use crate::store::Stored;
 use crate::store::backend::{Backend, BoxFuture, LeaseReturn, Leased, Request, check_lease_batch};
 use crate::store::reserve::{Freed, choose_slot};
+use crate::store::sharded::{Hasher, Locked, Sharded};
 use crate::store::target::{KeyRef, Op, Slot, Target};
 
 /// What identifies a limit's state under a key ([`Limit::state_id`]).
@@ -110,11 +110,7 @@ impl Held for CompactString {
 /// The hash of an identity under a partition (what locates it, and what
 /// its table rehashes it by).
 #[inline]
-fn hash_of(
-    hasher: &hashbrown::DefaultHashBuilder,
-    partition: u32,
-    identity: IdentityRef<'_>,
-) -> u64 {
+fn hash_of(hasher: &Hasher, partition: u32, identity: IdentityRef<'_>) -> u64 {
     match identity {
         IdentityRef::Number(n) => hasher.hash_one((u64::from(partition) << 32) ^ n.rotate_left(32)),
         // The partition is tagged with `IPV4` (see `MemoryBackend::locate`).
@@ -193,7 +189,7 @@ impl AllTables {
 struct Shard {
     tables: AllTables,
     /// The store's hasher, to rehash entries when a table grows.
-    hasher: hashbrown::DefaultHashBuilder,
+    hasher: Hasher,
     /// Sweep idle states when the shard grows past this size.
     sweep_at: usize,
     /// The latest time this shard decided at: a clock stepping back never
@@ -334,15 +330,14 @@ impl Partitions {
 /// # }
 /// ```
 pub struct MemoryBackend {
-    shards: Box<[CachePadded<Mutex<Shard>>]>,
-    hasher: hashbrown::DefaultHashBuilder,
+    shards: Sharded<Mutex<Shard>>,
     clock: Arc<dyn Clock>,
     partitions: Partitions,
     /// Tells this store's [`Slot`]s from another's.
     id: NonZeroU32,
     /// Kept replies of idempotent acquires ([`Backend::acquire_once`]),
-    /// sharded like `shards` by the first request's key.
-    replies: Box<[Mutex<Replies>]>,
+    /// sharded by the first request's key.
+    replies: Sharded<Mutex<Replies>>,
 }
 
 /// The allowed replies of [`MemoryBackend::acquire_once_sync`], by
@@ -388,19 +383,6 @@ const MIN_SWEEP: usize = 1024;
 
 static NEXT_STORE: AtomicU32 = AtomicU32::new(1);
 
-/// Locked shards of one decision, in shard order.
-struct Guards<'a> {
-    order: SmallVec<[usize; 4]>,
-    guards: SmallVec<[MutexGuard<'a, Shard>; 4]>,
-}
-
-impl Guards<'_> {
-    fn shard(&mut self, index: usize) -> &mut Shard {
-        let at = self.order.binary_search(&index).unwrap_or_default();
-        &mut self.guards[at]
-    }
-}
-
 impl MemoryBackend {
     /// A backend on the system clock.
     pub fn new() -> Self {
@@ -414,31 +396,23 @@ impl MemoryBackend {
 
     /// A backend on a shared clock.
     pub fn with_shared_clock(clock: Arc<dyn Clock>) -> Self {
-        let count =
-            (std::thread::available_parallelism().map_or(4, |n| n.get()) * 64).next_power_of_two();
-        let hasher = hashbrown::DefaultHashBuilder::default();
-        let shards = (0..count)
-            .map(|_| {
-                CachePadded::new(Mutex::new(Shard {
-                    tables: AllTables::default(),
-                    hasher: hasher.clone(),
-                    sweep_at: MIN_SWEEP,
-                    last_now: 0,
-                    freed: HashMap::new(),
-                }))
+        let shards = Sharded::per_core(64, |hasher| {
+            Mutex::new(Shard {
+                tables: AllTables::default(),
+                hasher: hasher.clone(),
+                sweep_at: MIN_SWEEP,
+                last_now: 0,
+                freed: HashMap::new(),
             })
-            .collect();
-        let replies = (0..count)
-            .map(|_| {
-                Mutex::new(Replies {
-                    map: HashMap::new(),
-                    sweep_at: MIN_SWEEP,
-                })
+        });
+        let replies = Sharded::per_core(64, |_| {
+            Mutex::new(Replies {
+                map: HashMap::new(),
+                sweep_at: MIN_SWEEP,
             })
-            .collect();
+        });
         Self {
             shards,
-            hasher,
             clock,
             partitions: Partitions::default(),
             // Wraps after 4 billion stores: then at worst a stale slot of a
@@ -504,19 +478,12 @@ impl MemoryBackend {
             IdentityRef::Ipv4(_) => partition | IPV4,
             _ => partition,
         };
-        let hash = hash_of(&self.hasher, partition, target.key.identity);
+        let hash = hash_of(self.shards.hasher(), partition, target.key.identity);
         Located {
             partition,
             hash,
-            shard: self.shard_of_hash(hash),
+            shard: self.shards.index(hash),
         }
-    }
-
-    /// The shard of a hash: bits that the tables use neither for their
-    /// bucket index (low bits) nor for their control bytes (top 7 bits).
-    #[inline]
-    fn shard_of_hash(&self, hash: u64) -> usize {
-        ((hash >> 32) as usize) & (self.shards.len() - 1)
     }
 
     /// Runs `op` on a batch the pipeline has validated.
@@ -549,7 +516,7 @@ impl MemoryBackend {
     pub(crate) fn acquire_target(&self, target: &Target<'_>) -> Decision {
         let at = self.locate(target);
         let clock = self.clock.now_micros();
-        let mut shard = self.shards[at.shard].lock();
+        let mut shard = self.shards.at(at.shard).lock();
         let now = shard.now(clock);
         decide_in(&mut shard, &at, target, now, true, now)
     }
@@ -586,8 +553,7 @@ impl MemoryBackend {
         id.push_str(":req:");
         id.push_str(request_id);
         // Held while deciding: two calls with one id never both consume.
-        let mut replies =
-            self.replies[self.shard_of_hash(self.hasher.hash_one(id.as_str()))].lock();
+        let mut replies = self.replies.of(self.replies.hash(id.as_str())).lock();
         let now = self.clock.now_micros();
         if let Some(kept) = replies.map.get(id.as_str())
             && kept.expires_at > now
@@ -793,23 +759,16 @@ impl MemoryBackend {
     fn with_locked<R>(
         &self,
         targets: &[Target<'_>],
-        f: impl FnOnce(u64, &mut Guards<'_>, &[Located]) -> R,
+        f: impl FnOnce(u64, &mut Locked<'_, Shard>, &[Located]) -> R,
     ) -> R {
         let located: SmallVec<[Located; 4]> = targets.iter().map(|t| self.locate(t)).collect();
-        let mut order: SmallVec<[usize; 4]> = located.iter().map(|l| l.shard).collect();
-        order.sort_unstable();
-        order.dedup();
-        let mut guards = Guards {
-            guards: order.iter().map(|&i| self.shards[i].lock()).collect(),
-            order,
-        };
+        let mut guards = self.shards.lock(located.iter().map(|l| l.shard));
         let clock = self.clock.now_micros();
         let now = guards
-            .guards
-            .iter()
+            .iter_mut()
             .map(|shard| shard.last_now)
             .fold(clock, u64::max);
-        for shard in guards.guards.iter_mut() {
+        for shard in guards.iter_mut() {
             shard.last_now = now;
         }
         f(now, &mut guards, &located)
@@ -942,7 +901,7 @@ pub(crate) fn lease_size(want: u64, remaining: u64, cost: u64) -> u64 {
 
 /// Decides every target against its state, in order.
 fn decide_all(
-    guards: &mut Guards<'_>,
+    guards: &mut Locked<'_, Shard>,
     targets: &[Target<'_>],
     located: &[Located],
     now: u64,

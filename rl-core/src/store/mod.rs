@@ -9,6 +9,7 @@
 pub(crate) mod backend;
 pub(crate) mod memory;
 pub(crate) mod reserve;
+pub(crate) mod sharded;
 pub(crate) mod target;
 
 use std::sync::Arc;
