@@ -268,6 +268,7 @@ async fn show_lists(State(admin): State<Admin>, headers: HeaderMap) -> Response 
     }
     let entries: Vec<serde_json::Value> = admin
         .limiter
+        .settings()
         .list_entries()
         .iter()
         .filter(|e| e.name.as_deref() == Some(KEY_LIMIT))
@@ -399,6 +400,7 @@ pub fn apply_env_limits(limiter: &Limiter) -> Result<(), String> {
             let limits = crate::parse_rates(rates.split(','), algorithm)
                 .map_err(|e| format!("{var}: {e}"))?;
             limiter
+                .settings()
                 .set_limits(name, limits)
                 .map_err(|e| format!("{var}: {e}"))?;
         }
@@ -423,9 +425,15 @@ async fn apply_env_lists(limiter: &Limiter, keys: &Keys, demo: bool) -> Result<(
                 return Err(format!("{var}: no client named {client:?}"));
             }
             let listed = if allow {
-                limiter.allow(Some(KEY_LIMIT), &client, None).await
+                limiter
+                    .settings()
+                    .allow(Some(KEY_LIMIT), &client, None)
+                    .await
             } else {
-                limiter.deny(Some(KEY_LIMIT), &client, None).await
+                limiter
+                    .settings()
+                    .deny(Some(KEY_LIMIT), &client, None)
+                    .await
             };
             listed.map_err(|e| format!("{var}: cannot list {client:?}: {e}"))?;
         }

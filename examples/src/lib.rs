@@ -350,8 +350,8 @@ pub async fn change_list(
         }
     };
     let done = match list {
-        "allow" => limiter.allow(Some(name), identity, until).await,
-        "deny" => limiter.deny(Some(name), identity, until).await,
+        "allow" => limiter.settings().allow(Some(name), identity, until).await,
+        "deny" => limiter.settings().deny(Some(name), identity, until).await,
         other => {
             return Err(json_error(
                 StatusCode::NOT_FOUND,
@@ -370,7 +370,7 @@ pub async fn unlist(
     name: &str,
     identity: &(dyn std::fmt::Display + Sync),
 ) -> Response {
-    match limiter.unlist(Some(name), identity).await {
+    match limiter.settings().unlist(Some(name), identity).await {
         Ok(removed) => axum::Json(serde_json::json!({ "unlisted": removed })).into_response(),
         Err(error) => limiter_unavailable(&error),
     }

@@ -164,9 +164,11 @@ async fn attempt_with_captcha(
     let limiter = Limiter::global()
         .map_err(|e| LoginError::Limited(Rejection::unavailable(USER_FAILURES, e)))?;
     let user_limits = limiter
+        .settings()
         .limits(USER_FAILURES)
         .map_or_else(|| vec![*USER_LIMIT], |l| l.to_vec());
     if let Err(error) = limiter
+        .requests()
         .reset_identity(USER_FAILURES, &credentials.username, &user_limits)
         .await
     {
@@ -300,6 +302,7 @@ pub fn apply_env_limits(limiter: &Limiter) -> Result<(), String> {
             let limits = crate::parse_rates(rates.split(','), algorithm)
                 .map_err(|e| format!("{var}: {e}"))?;
             limiter
+                .settings()
                 .set_limits(name, limits)
                 .map_err(|e| format!("{var}: {e}"))?;
         }

@@ -132,9 +132,11 @@ impl Sms {
         let limits = config.parse()?;
         Limit::check_distinct(&limits.ip).map_err(|e| format!("ip: {e}"))?;
         self.limiter
+            .settings()
             .set_limits(PHONE_LIMITS, limits.phone.clone())
             .map_err(|e| format!("phone: {e}"))?;
         self.limiter
+            .settings()
             .set_limits(IP_LIMITS, limits.ip.clone())
             .map_err(|e| format!("ip: {e}"))?;
         *self.config.write().unwrap_or_else(|e| e.into_inner()) = (config, limits);
@@ -232,6 +234,7 @@ async fn show_limits(
     let limits = sms.limits().phone;
     match sms
         .limiter
+        .requests()
         .peek_identity(PHONE_LIMITS, &phone, &limits)
         .await
     {
@@ -268,6 +271,7 @@ async fn reset_limits(
     };
     match sms
         .limiter
+        .requests()
         .reset_identity(PHONE_LIMITS, &phone, &sms.limits().phone)
         .await
     {
@@ -289,6 +293,7 @@ async fn show_lists(State(sms): State<Arc<Sms>>, headers: HeaderMap) -> Response
     }
     let entries: Vec<serde_json::Value> = sms
         .limiter
+        .settings()
         .list_entries()
         .iter()
         .map(|e| {

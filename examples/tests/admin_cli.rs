@@ -42,7 +42,11 @@ async fn limiter_on(backend: RedisBackend) -> Limiter {
 async fn decide(limiter: &Limiter, name: &'static str, identity: &str, limits: &[Limit]) -> bool {
     let key = limiter.key(name, &identity);
     let requests: Vec<Request<'_>> = limits.iter().map(|l| Request::new(&key, l, 1)).collect();
-    limiter.check(name, &requests, None).await.is_ok()
+    limiter
+        .requests()
+        .check(name, &requests, None)
+        .await
+        .is_ok()
 }
 
 /// A limiter that sent one SMS to [`PHONE`] from one IP.
@@ -472,6 +476,7 @@ async fn deny_lists_and_unlist_change_what_every_instance_decides() {
         let limits = sms_limits();
         let requests: Vec<Request<'_>> = limits.iter().map(|l| Request::new(&key, l, 1)).collect();
         if instance
+            .requests()
             .check("sms_phone", &requests, None)
             .await
             .is_err_and(|r| r.is_denied())

@@ -52,7 +52,9 @@ async fn rl_admin_lists_inspects_resets_and_denies_by_tier() {
         .build()
         .unwrap();
     let spec = api();
-    let call = |tier: &'static str| limiter.call_tiered(&spec, &[&"alice"], &[tier]);
+    let call = |tier: &'static str| {
+        limiter.call_with(&spec, ratewall::Keys::new(&[&"alice"]).tiers(&[tier]))
+    };
     for _ in 0..2 {
         assert!(call("free").await.is_ok());
     }

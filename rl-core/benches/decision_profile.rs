@@ -52,6 +52,7 @@ async fn by_hand(user: u64) -> Result<u64, Rejection> {
     let limiter = Limiter::global().map_err(|e| Rejection::unavailable("profile_hand", e))?;
     let key = limiter.key("profile_hand", &user);
     limiter
+        .requests()
         .check("profile_hand", &[Request::new(&key, &LIMIT, 1)], None)
         .await?;
     Ok(user)
@@ -91,15 +92,25 @@ fn run(kind: &str, n: u64) -> Duration {
             let requests = [Request::new(&key, &limit, 1)];
             runtime.block_on(async {
                 // Use the quota up first, so that a refusal is what is measured.
-                let _ = limiter.check("profile", &requests, None).await;
-                let _ = limiter.check("profile", &requests, None).await;
+                let _ = limiter.requests().check("profile", &requests, None).await;
+                let _ = limiter.requests().check("profile", &requests, None).await;
                 let start = Instant::now();
                 for _ in 0..n {
                     if kind == "limiter" {
-                        black_box(limiter.acquire(black_box(&key), &limit, 1).await.ok());
+                        black_box(
+                            limiter
+                                .requests()
+                                .acquire(black_box(&key), &limit, 1)
+                                .await
+                                .ok(),
+                        );
                     } else {
-                        let _ =
-                            black_box(limiter.check("profile", black_box(&requests), None).await);
+                        let _ = black_box(
+                            limiter
+                                .requests()
+                                .check("profile", black_box(&requests), None)
+                                .await,
+                        );
                     }
                 }
                 start.elapsed()
@@ -116,10 +127,15 @@ fn run(kind: &str, n: u64) -> Duration {
                 Request::new(&ip, &generous, 1),
             ];
             runtime.block_on(async {
-                let _ = limiter.check("profile", &requests, None).await;
+                let _ = limiter.requests().check("profile", &requests, None).await;
                 let start = Instant::now();
                 for _ in 0..n {
-                    let _ = black_box(limiter.check("profile", black_box(&requests), None).await);
+                    let _ = black_box(
+                        limiter
+                            .requests()
+                            .check("profile", black_box(&requests), None)
+                            .await,
+                    );
                 }
                 start.elapsed()
             })

@@ -59,15 +59,20 @@ fn refusals(c: &mut Criterion) {
         let call = [Request::new(&key, limit, 1)];
         runtime.block_on(async {
             // Use the quota up (and get the refusal remembered).
-            let _ = limiter.check("bench", &call, None).await;
-            let _ = limiter.check("bench", &call, None).await;
+            let _ = limiter.requests().check("bench", &call, None).await;
+            let _ = limiter.requests().check("bench", &call, None).await;
         });
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 runtime.block_on(async {
                     let start = Instant::now();
                     for _ in 0..iters {
-                        let _ = black_box(limiter.check("bench", black_box(&call), None).await);
+                        let _ = black_box(
+                            limiter
+                                .requests()
+                                .check("bench", black_box(&call), None)
+                                .await,
+                        );
                     }
                     start.elapsed()
                 })

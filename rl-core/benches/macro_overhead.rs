@@ -24,6 +24,7 @@ async fn by_hand(user: u64) -> Result<u64, Rejection> {
     let limiter = Limiter::global().map_err(|e| Rejection::unavailable("bench_hand", e))?;
     let key = limiter.key("bench_hand", &user);
     limiter
+        .requests()
         .check("bench_hand", &[Request::new(&key, &LIMIT, 1)], None)
         .await?;
     Ok(user)

@@ -53,7 +53,13 @@ fn through_limiter(c: &mut Criterion) {
             runtime.block_on(async {
                 let start = Instant::now();
                 for _ in 0..iters {
-                    black_box(limiter.acquire(black_box(&key), &limit, 1).await.unwrap());
+                    black_box(
+                        limiter
+                            .requests()
+                            .acquire(black_box(&key), &limit, 1)
+                            .await
+                            .unwrap(),
+                    );
                 }
                 start.elapsed()
             })
@@ -65,7 +71,7 @@ fn through_limiter(c: &mut Criterion) {
                 let start = Instant::now();
                 for _ in 0..iters {
                     let key = limiter.key("bench", black_box(&42u64));
-                    black_box(limiter.acquire(&key, &limit, 1).await.unwrap());
+                    black_box(limiter.requests().acquire(&key, &limit, 1).await.unwrap());
                 }
                 start.elapsed()
             })

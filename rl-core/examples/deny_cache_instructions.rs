@@ -142,6 +142,10 @@ fn measured(limiter: &Limiter, call: &[Request<'_>], n: u64) {
 
 fn decisions(limiter: &Limiter, call: &[Request<'_>], n: u64) {
     for _ in 0..n {
-        let _ = black_box(now(limiter.check("bench", black_box(call), None)));
+        let _ = black_box(now(limiter.requests().check(
+            "bench",
+            black_box(call),
+            None,
+        )));
     }
 }

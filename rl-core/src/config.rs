@@ -172,8 +172,8 @@ impl LimitsEntry {
 /// "#)?;
 /// let limiter = Limiter::builder().build()?;
 /// file.apply(&limiter)?;
-/// assert_eq!(limiter.limits("sms_phone").unwrap().len(), 2);
-/// assert_eq!(limiter.policy_for("sms_phone", None), FailurePolicy::local(4).unwrap());
+/// assert_eq!(limiter.settings().limits("sms_phone").unwrap().len(), 2);
+/// assert_eq!(limiter.settings().policy_for("sms_phone", None), FailurePolicy::local(4).unwrap());
 ///
 /// let bad = LimitsFile::parse("[limits.sms_phone]\nrates = [\"5 per hour\"]").unwrap_err();
 /// assert!(bad.to_string().starts_with("limit `sms_phone`: rate \"5 per hour\""));
@@ -241,19 +241,20 @@ impl LimitsFile {
             })?;
         }
         for entry in &self.lists {
-            limiter.list_locally(entry.clone());
+            limiter.settings().list_locally(entry.clone());
         }
         for (name, entry) in &self.entries {
-            if limiter.limits(name).as_deref() != Some(entry.limits.as_slice()) {
+            if limiter.settings().limits(name).as_deref() != Some(entry.limits.as_slice()) {
                 limiter
+                    .settings()
                     .set_limits(name, entry.limits.clone())
                     .map_err(|source| ConfigError::Conflict {
                         name: name.clone(),
                         source,
                     })?;
             }
-            limiter.set_policy(name, entry.policy);
-            limiter.set_shadow(name, entry.shadow);
+            limiter.settings().set_policy(name, entry.policy);
+            limiter.settings().set_shadow(name, entry.shadow);
         }
         Ok(())
     }
@@ -264,9 +265,9 @@ impl LimitsFile {
     pub fn apply_over(&self, previous: &LimitsFile, limiter: &Limiter) -> Result<(), ConfigError> {
         self.apply(limiter)?;
         for name in previous.names().filter(|name| self.get(name).is_none()) {
-            limiter.clear_limits(name);
-            limiter.set_policy(name, None);
-            limiter.set_shadow(name, false);
+            limiter.settings().clear_limits(name);
+            limiter.settings().set_policy(name, None);
+            limiter.settings().set_shadow(name, false);
         }
         for gone in previous.lists.iter().filter(|old| {
             !self
@@ -274,7 +275,9 @@ impl LimitsFile {
                 .iter()
                 .any(|e| e.name == old.name && e.identity == old.identity)
         }) {
-            limiter.unlist_locally(gone.name.as_deref(), &gone.identity);
+            limiter
+                .settings()
+                .unlist_locally(gone.name.as_deref(), &gone.identity);
         }
         Ok(())
     }

@@ -195,8 +195,12 @@ pub use layer::Source;
 pub use layer::breaker::BreakerConfig;
 pub use limiter::Limiter;
 pub use limiter::builder::LimiterBuilder;
-pub use limiter::call::{Admission, CallFuture, CallSpec, Counting, GroupSpec, Permit};
+pub use limiter::call::{
+    Admission, Admitted, CallFuture, CallSpec, Counting, GroupSpec, Keys, MAX_GROUPS, Permit,
+};
 pub use limiter::in_flight::InFlight;
+pub use limiter::requests::Requests;
+pub use limiter::settings::Settings;
 pub use limiter::tier::Tier;
 pub use model::clock::{Clock, ManualClock, SystemClock};
 pub use model::decision::{Decision, Decisions, Figures};
@@ -208,7 +212,7 @@ pub use model::mask::Masked;
 pub use model::policy::FailurePolicy;
 pub use model::rejection::{Rejection, RejectionReason};
 pub use model::reservation::Reservation;
-pub use model::settings::Settings;
+pub use model::settings::NameSettings;
 pub use store::backend::{Backend, BoxFuture, LeaseReturn, Leased, Request, SharedLists};
 pub use store::memory::MemoryBackend;
 

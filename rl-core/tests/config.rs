@@ -81,7 +81,10 @@ fn a_lease_is_read_for_every_rate_and_refused_where_it_does_not_fit() {
     assert!(api.limits().iter().all(|l| l.lease() == Some(10_000)));
     let limiter = limiter();
     file.apply(&limiter).unwrap();
-    assert_eq!(limiter.limits("api").unwrap()[0].lease(), Some(10_000));
+    assert_eq!(
+        limiter.settings().limits("api").unwrap()[0].lease(),
+        Some(10_000)
+    );
     for (text, expected) in [
         ("lease = 0", "positive integer"),
         (
@@ -211,19 +214,24 @@ fn apply_sets_limits_policy_and_shadow_of_every_name() {
         .unwrap()
         .apply(&limiter)
         .unwrap();
-    let sms = limiter.limits("sms_phone").expect("set");
+    let sms = limiter.settings().limits("sms_phone").expect("set");
     assert_eq!(sms.len(), 3);
     assert_eq!(sms[0].algorithm(), Algorithm::SlidingLog);
     assert_eq!(
-        limiter.policy_for("sms_phone", None),
+        limiter.settings().policy_for("sms_phone", None),
         FailurePolicy::FailClosed
     );
     assert_eq!(
-        limiter.policy_for("login_ip", Some(FailurePolicy::FailClosed)),
+        limiter
+            .settings()
+            .policy_for("login_ip", Some(FailurePolicy::FailClosed)),
         FailurePolicy::FailClosed,
         "without on_error the macro's policy stays"
     );
-    assert_eq!(limiter.limits("login_ip").unwrap()[0].threshold(), 100);
+    assert_eq!(
+        limiter.settings().limits("login_ip").unwrap()[0].threshold(),
+        100
+    );
 }
 
 #[tokio::test]
@@ -233,15 +241,15 @@ async fn a_shadowed_name_is_decided_but_never_refused() {
         .unwrap()
         .apply(&limiter)
         .unwrap();
-    let limits = limiter.limits("sms_phone").unwrap();
+    let limits = limiter.settings().limits("sms_phone").unwrap();
     let key = limiter.key("sms_phone", &"+33612345678");
     let requests = [Request::new(&key, &limits[0], 1)];
     assert!(matches!(
-        limiter.check("sms_phone", &requests, None).await,
+        limiter.requests().check("sms_phone", &requests, None).await,
         Ok(Admission::Backend(_))
     ));
     assert!(matches!(
-        limiter.check("sms_phone", &requests, None).await,
+        limiter.requests().check("sms_phone", &requests, None).await,
         Ok(Admission::Shadowed(_))
     ));
     LimitsFile::parse("[limits.sms_phone]\nrates = [\"1/1m\"]")
@@ -249,7 +257,11 @@ async fn a_shadowed_name_is_decided_but_never_refused() {
         .apply(&limiter)
         .unwrap();
     assert!(
-        limiter.check("sms_phone", &requests, None).await.is_err(),
+        limiter
+            .requests()
+            .check("sms_phone", &requests, None)
+            .await
+            .is_err(),
         "shadow = false (the default) refuses again"
     );
 }
@@ -259,9 +271,12 @@ fn applying_unchanged_limits_again_keeps_them_as_they_are() {
     let limiter = limiter();
     let file = LimitsFile::parse(DOCUMENTED).unwrap();
     file.apply(&limiter).unwrap();
-    let before = limiter.limits("sms_phone").unwrap();
+    let before = limiter.settings().limits("sms_phone").unwrap();
     file.apply(&limiter).unwrap();
-    assert!(Arc::ptr_eq(&before, &limiter.limits("sms_phone").unwrap()));
+    assert!(Arc::ptr_eq(
+        &before,
+        &limiter.settings().limits("sms_phone").unwrap()
+    ));
 }
 
 #[test]
@@ -276,14 +291,17 @@ fn a_reload_returns_names_gone_from_the_file_to_their_defaults() {
         LimitsFile::parse("[limits.login_ip]\nrates = [\"50/1d\"]\non_error = \"fail_closed\"")
             .unwrap();
     second.apply_over(&first, &limiter).unwrap();
-    assert!(limiter.limits("sms_phone").is_none());
+    assert!(limiter.settings().limits("sms_phone").is_none());
     assert_eq!(
-        limiter.policy_for("sms_phone", None),
+        limiter.settings().policy_for("sms_phone", None),
         FailurePolicy::FailOpen
     );
-    assert_eq!(limiter.limits("login_ip").unwrap()[0].threshold(), 50);
     assert_eq!(
-        limiter.policy_for("login_ip", None),
+        limiter.settings().limits("login_ip").unwrap()[0].threshold(),
+        50
+    );
+    assert_eq!(
+        limiter.settings().policy_for("login_ip", None),
         FailurePolicy::FailClosed
     );
     // And a policy dropped from the file is dropped from the limiter.
@@ -292,7 +310,7 @@ fn a_reload_returns_names_gone_from_the_file_to_their_defaults() {
         .apply_over(&second, &limiter)
         .unwrap();
     assert_eq!(
-        limiter.policy_for("login_ip", None),
+        limiter.settings().policy_for("login_ip", None),
         FailurePolicy::FailOpen
     );
 }

@@ -80,7 +80,7 @@ async fn a_flood_of_a_million_calls_on_a_blocked_identity_makes_at_most_ten_back
     let call = [Request::new(&key, &limit, 1)];
     let mut admitted = 0;
     for _ in 0..1_000_000 {
-        if limiter.check("otp", &call, None).await.is_ok() {
+        if limiter.requests().check("otp", &call, None).await.is_ok() {
             admitted += 1;
         }
     }
@@ -90,6 +90,7 @@ async fn a_flood_of_a_million_calls_on_a_blocked_identity_makes_at_most_ten_back
     let other = limiter.key("otp", &"+1 555 0100");
     assert!(
         limiter
+            .requests()
             .check("otp", &[Request::new(&other, &limit, 1)], None)
             .await
             .is_ok()
@@ -102,11 +103,23 @@ async fn a_remembered_refusal_reports_the_backend_decision_with_the_wait_left() 
     let limit = Limit::per_minute(1).unwrap();
     let key = limiter.key("sms", &"alice");
     let call = [Request::new(&key, &limit, 1)];
-    limiter.check("sms", &call, None).await.expect("first call");
-    let from_backend = limiter.check("sms", &call, None).await.unwrap_err();
+    limiter
+        .requests()
+        .check("sms", &call, None)
+        .await
+        .expect("first call");
+    let from_backend = limiter
+        .requests()
+        .check("sms", &call, None)
+        .await
+        .unwrap_err();
     let before = calls(&backend);
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let remembered = limiter.check("sms", &call, None).await.unwrap_err();
+    let remembered = limiter
+        .requests()
+        .check("sms", &call, None)
+        .await
+        .unwrap_err();
     assert_eq!(calls(&backend), before, "answered in process");
     let (b, r) = (
         from_backend.decision().unwrap(),
@@ -133,13 +146,18 @@ async fn a_remembered_refusal_ends_at_its_retry_after() {
     let key = limiter.key("burst", &1);
     let call = [Request::new(&key, &limit, 1)];
     limiter
+        .requests()
         .check("burst", &call, None)
         .await
         .expect("first call");
-    let refused = limiter.check("burst", &call, None).await.unwrap_err();
+    let refused = limiter
+        .requests()
+        .check("burst", &call, None)
+        .await
+        .unwrap_err();
     tokio::time::sleep(refused.retry_after().unwrap()).await;
     let before = calls(&backend);
-    assert!(limiter.check("burst", &call, None).await.is_ok());
+    assert!(limiter.requests().check("burst", &call, None).await.is_ok());
     assert_eq!(calls(&backend), before + 1);
 }
 
@@ -149,18 +167,44 @@ async fn a_refund_forgets_the_refusal_so_the_freed_unit_can_be_used() {
     let limit = Limit::per_hour(1).unwrap();
     let key = limiter.key("login", &"bob");
     let call = [Request::new(&key, &limit, 1)];
-    let admission = limiter.check("login", &call, None).await.expect("first");
-    assert!(limiter.check("login", &call, None).await.is_err());
+    let admission = limiter
+        .requests()
+        .check("login", &call, None)
+        .await
+        .expect("first");
+    assert!(
+        limiter
+            .requests()
+            .check("login", &call, None)
+            .await
+            .is_err()
+    );
     let before = calls(&backend);
-    assert!(limiter.check("login", &call, None).await.is_err());
+    assert!(
+        limiter
+            .requests()
+            .check("login", &call, None)
+            .await
+            .is_err()
+    );
     assert_eq!(calls(&backend), before, "remembered");
     // Count-failures mode: the first call is not counted after all.
-    limiter.refund_admission(&call, &admission).await.unwrap();
-    assert!(limiter.check("login", &call, None).await.is_ok());
+    limiter
+        .requests()
+        .refund_admission(&call, &admission)
+        .await
+        .unwrap();
+    assert!(limiter.requests().check("login", &call, None).await.is_ok());
     // And a reset forgets too.
-    assert!(limiter.check("login", &call, None).await.is_err());
-    limiter.reset_everywhere(&call).await.unwrap();
-    assert!(limiter.check("login", &call, None).await.is_ok());
+    assert!(
+        limiter
+            .requests()
+            .check("login", &call, None)
+            .await
+            .is_err()
+    );
+    limiter.requests().reset_everywhere(&call).await.unwrap();
+    assert!(limiter.requests().check("login", &call, None).await.is_ok());
 }
 
 #[tokio::test]
@@ -174,15 +218,24 @@ async fn a_call_with_any_remembered_refusal_is_refused_and_consumes_nothing_else
         Request::new(&phone, &per_phone, 1),
         Request::new(&ip, &per_ip, 1),
     ];
-    limiter.check("send", &call, None).await.expect("first");
-    let refused = limiter.check("send", &call, None).await.unwrap_err();
+    limiter
+        .requests()
+        .check("send", &call, None)
+        .await
+        .expect("first");
+    let refused = limiter
+        .requests()
+        .check("send", &call, None)
+        .await
+        .unwrap_err();
     assert_eq!(refused.name(), "send");
     let before = calls(&backend);
     for _ in 0..50 {
-        assert!(limiter.check("send", &call, None).await.is_err());
+        assert!(limiter.requests().check("send", &call, None).await.is_err());
     }
     assert_eq!(calls(&backend), before);
     let ip_state = limiter
+        .requests()
         .peek_all(&[Request::new(&ip, &per_ip, 1)])
         .await
         .unwrap();
@@ -196,7 +249,13 @@ async fn a_call_with_any_remembered_refusal_is_refused_and_consumes_nothing_else
         Request::new(&other, &per_phone, 1),
         Request::new(&ip, &per_ip, 1),
     ];
-    assert!(limiter.check("send", &other_call, None).await.is_ok());
+    assert!(
+        limiter
+            .requests()
+            .check("send", &other_call, None)
+            .await
+            .is_ok()
+    );
 }
 
 #[rate_limit(period = "1h", threshold = 1, algorithm = fixed_window, key = user, name = "otp_macro", limiter = limiter)]
@@ -219,11 +278,17 @@ async fn new_limits_for_a_name_forget_its_remembered_refusals() {
     assert!(send_otp(&limiter, 7).await.is_err());
     assert_eq!(calls(&backend), before, "remembered");
     // The same limit set again still forgets: the next call asks the backend.
-    limiter.set_limits("otp_macro", vec![hourly(1)]).unwrap();
+    limiter
+        .settings()
+        .set_limits("otp_macro", vec![hourly(1)])
+        .unwrap();
     assert!(send_otp(&limiter, 7).await.is_err());
     assert_eq!(calls(&backend), before + 1);
     // A higher threshold applies to the existing state at once.
-    limiter.set_limits("otp_macro", vec![hourly(2)]).unwrap();
+    limiter
+        .settings()
+        .set_limits("otp_macro", vec![hourly(2)])
+        .unwrap();
     assert_eq!(send_otp(&limiter, 7).await.unwrap(), 7);
 }
 
@@ -238,12 +303,12 @@ async fn the_cache_can_be_turned_off_per_name_and_in_the_builder() {
     ] {
         let (limiter, backend) = counted(deny_cache);
         if per_name_off {
-            limiter.set_deny_cache("sms", false);
+            limiter.settings().set_deny_cache("sms", false);
         }
         let key = limiter.key("sms", &"carol");
         let call = [Request::new(&key, &limit, 1)];
         for _ in 0..11 {
-            let _ = limiter.check("sms", &call, None).await;
+            let _ = limiter.requests().check("sms", &call, None).await;
         }
         assert_eq!(
             calls(&backend),
@@ -260,13 +325,26 @@ async fn shadowed_refusals_are_never_remembered() {
     let key = limiter.key("new_limit", &"dave");
     let call = [Request::new(&key, &limit, 1)];
     limiter
+        .requests()
         .check("new_limit", &call, None)
         .await
         .expect("first");
-    assert!(limiter.check("new_limit", &call, None).await.is_err());
-    limiter.set_shadow("new_limit", true);
+    assert!(
+        limiter
+            .requests()
+            .check("new_limit", &call, None)
+            .await
+            .is_err()
+    );
+    limiter.settings().set_shadow("new_limit", true);
     for _ in 0..5 {
-        assert!(limiter.check("new_limit", &call, None).await.is_ok());
+        assert!(
+            limiter
+                .requests()
+                .check("new_limit", &call, None)
+                .await
+                .is_ok()
+        );
     }
     assert_eq!(calls(&backend), 7, "every shadowed call is decided");
 }
@@ -287,7 +365,7 @@ fn every_refusal_is_counted_as_rejected_with_where_it_was_decided_and_memory_lim
             let key = limiter.key("metered", &"erin");
             let call = [Request::new(&key, &limit, 1)];
             for _ in 0..5 {
-                let _ = limiter.check("metered", &call, None).await;
+                let _ = limiter.requests().check("metered", &call, None).await;
             }
         }
     });
@@ -380,20 +458,35 @@ async fn a_reset_made_by_another_process_is_seen_within_the_maximum_hold() {
     let key = service.key("unblock", &"user");
     let call = [Request::new(&key, &limit, 1)];
     service
+        .requests()
         .check("unblock", &call, None)
         .await
         .expect("first call");
-    assert!(service.check("unblock", &call, None).await.is_err());
+    assert!(
+        service
+            .requests()
+            .check("unblock", &call, None)
+            .await
+            .is_err()
+    );
     let before = calls(&backend);
     assert!(
-        service.check("unblock", &call, None).await.is_err(),
+        service
+            .requests()
+            .check("unblock", &call, None)
+            .await
+            .is_err(),
         "refused from the cache"
     );
     assert_eq!(calls(&backend), before);
-    operator.reset_all(&call).await.unwrap();
+    operator.requests().reset_all(&call).await.unwrap();
     tokio::time::sleep(Duration::from_millis(60)).await;
     assert!(
-        service.check("unblock", &call, None).await.is_ok(),
+        service
+            .requests()
+            .check("unblock", &call, None)
+            .await
+            .is_ok(),
         "the reset is seen after the hold"
     );
 }

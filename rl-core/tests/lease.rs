@@ -101,9 +101,9 @@ fn window(threshold: u64, lease: u64) -> Limit {
 /// Calls `spec` for `identities` until the limiter holds a lease; how many
 /// calls were admitted.
 async fn until_leased(limiter: &Limiter, spec: &CallSpec, identities: &[&str]) -> u64 {
-    let identities: Vec<&dyn std::fmt::Display> = identities
+    let identities: Vec<&(dyn std::fmt::Display + Sync)> = identities
         .iter()
-        .map(|i| i as &dyn std::fmt::Display)
+        .map(|i| i as &(dyn std::fmt::Display + Sync))
         .collect();
     let mut admitted = 0;
     for _ in 0..100_000 {
@@ -286,7 +286,7 @@ async fn shutdown_gives_back_every_unused_unit_so_the_store_counts_what_was_admi
 async fn a_shadowed_name_takes_no_lease() {
     let backend = Counted::default();
     let limiter = limiter(&backend);
-    limiter.set_shadow("api", true);
+    limiter.settings().set_shadow("api", true);
     let spec = CallSpec::owned(
         "api",
         vec![GroupSpec::owned("api", vec![window(100_000, 500)])],
@@ -311,6 +311,7 @@ async fn new_limits_for_a_name_give_its_leases_back() {
     let spec = CallSpec::owned("api", vec![GroupSpec::owned("api", vec![limit])]);
     let admitted = until_leased(&limiter, &spec, &["tenant"]).await;
     limiter
+        .settings()
         .set_limits("api", vec![limit.without_lease()])
         .unwrap();
     assert_eq!(limiter.leased_units(), 0, "the lease is retired");

@@ -74,6 +74,7 @@ async fn a_deny_listed_identity_is_refused_without_any_backend_call() {
     );
     let before = backend.calls.load(Ordering::SeqCst);
     limiter
+        .settings()
         .deny(Some("sms_phone"), &"+33600000001", None)
         .await
         .unwrap();
@@ -100,12 +101,14 @@ async fn a_deny_listed_identity_is_refused_without_any_backend_call() {
     );
     assert!(
         limiter
+            .settings()
             .unlist(Some("sms_phone"), &"+33600000001")
             .await
             .unwrap()
     );
     assert!(
         !limiter
+            .settings()
             .unlist(Some("sms_phone"), &"+33600000001")
             .await
             .unwrap()
@@ -123,7 +126,11 @@ async fn an_entry_for_every_name_applies_to_every_group_and_expires() {
     let limiter = Limiter::builder().memory().build().unwrap();
     let spec = sms();
     let until = SystemTime::now() + Duration::from_millis(300);
-    limiter.deny(None, &"10.6.6.6", Some(until)).await.unwrap();
+    limiter
+        .settings()
+        .deny(None, &"10.6.6.6", Some(until))
+        .await
+        .unwrap();
     let refused = limiter
         .call(&spec, &[&"+33600000003", &"10.6.6.6"])
         .await
@@ -152,17 +159,21 @@ async fn an_entry_for_every_name_applies_to_every_group_and_expires() {
             .is_ok(),
         "expired"
     );
-    let entries = limiter.list_entries();
+    let entries = limiter.settings().list_entries();
     assert!(entries.is_empty() || entries.iter().all(|e| e.expires_at.is_some()));
 }
 
 #[tokio::test]
 async fn a_deny_listed_identity_is_refused_by_the_raw_api_too() {
     let limiter = Limiter::builder().memory().build().unwrap();
-    limiter.deny(None, &"bob", None).await.unwrap();
+    limiter.settings().deny(None, &"bob", None).await.unwrap();
     let key = limiter.key("anything", &"bob");
     let limit = Limit::per_minute(1).unwrap();
-    let error = limiter.acquire(&key, &limit, 1).await.unwrap_err();
+    let error = limiter
+        .requests()
+        .acquire(&key, &limit, 1)
+        .await
+        .unwrap_err();
     assert!(matches!(error, ratewall::Error::Denied(_)), "{error}");
 }
 
@@ -181,7 +192,7 @@ async fn lists_come_from_a_limits_file_and_a_reload_removes_what_it_no_longer_li
     .unwrap();
     let limiter = Limiter::builder().memory().build().unwrap();
     first.apply(&limiter).unwrap();
-    let entries = limiter.list_entries();
+    let entries = limiter.settings().list_entries();
     assert_eq!(entries.len(), 2);
     assert!(entries.iter().all(|e| e.kind == ListKind::Deny));
     let spec = sms();
@@ -194,7 +205,7 @@ async fn lists_come_from_a_limits_file_and_a_reload_removes_what_it_no_longer_li
     );
     let second = LimitsFile::parse("[lists]\ndeny = [\"10.6.6.6\"]").unwrap();
     second.apply_over(&first, &limiter).unwrap();
-    assert_eq!(limiter.list_entries().len(), 1);
+    assert_eq!(limiter.settings().list_entries().len(), 1);
     assert!(
         limiter
             .call(&spec, &[&"+33 6 00", &"10.0.0.1"])
@@ -217,7 +228,7 @@ async fn a_number_and_its_text_are_one_listed_identity() {
         "user",
         vec![GroupSpec::owned("user", vec![Limit::per_hour(5).unwrap()])],
     );
-    limiter.deny(None, &42u64, None).await.unwrap();
+    limiter.settings().deny(None, &42u64, None).await.unwrap();
     assert!(
         limiter
             .call(&spec, &[&42u64])
@@ -248,6 +259,7 @@ async fn an_allow_listed_identity_bypasses_its_limit_but_not_the_others() {
     )
     .with_counting(ratewall::Counting::Settled);
     limiter
+        .settings()
         .allow(Some("sms_phone"), &"+15550100", None)
         .await
         .unwrap();
@@ -289,7 +301,11 @@ async fn an_allow_listed_identity_bypasses_its_limit_but_not_the_others() {
     );
 
     // Allow-listed everywhere: admitted without a decision, without the backend.
-    limiter.allow(None, &"10.0.0.1", None).await.unwrap();
+    limiter
+        .settings()
+        .allow(None, &"10.0.0.1", None)
+        .await
+        .unwrap();
     let before = backend.calls.load(Ordering::SeqCst);
     for _ in 0..10 {
         let permit = limiter
@@ -325,6 +341,7 @@ async fn an_allow_listed_identity_bypasses_its_limit_but_not_the_others() {
     let key = limiter.key("sms_ip", &"10.0.0.1");
     let limit = Limit::per_hour(3).unwrap();
     let admitted = limiter
+        .requests()
         .check("sms_ip", &[Request::new(&key, &limit, 1)], None)
         .await
         .unwrap();

@@ -23,7 +23,13 @@ async fn a_thousand_concurrent_tasks_on_one_key_admit_exactly_the_threshold() {
                 let (limiter, admitted) = (limiter.clone(), admitted.clone());
                 tokio::spawn(async move {
                     let key = limiter.key("concurrency", &"one-key");
-                    if limiter.acquire(&key, &limit, 1).await.unwrap().allowed {
+                    if limiter
+                        .requests()
+                        .acquire(&key, &limit, 1)
+                        .await
+                        .unwrap()
+                        .allowed
+                    {
                         admitted.fetch_add(1, Ordering::SeqCst);
                     }
                 })
@@ -132,6 +138,7 @@ async fn cost_above_capacity_is_an_error_not_a_refusal() {
     let limiter = Limiter::builder().build().unwrap();
     let key = limiter.key("cost", &1);
     let err = limiter
+        .requests()
         .acquire(&key, &Limit::per_minute(3).unwrap(), 4)
         .await
         .unwrap_err();
@@ -160,14 +167,29 @@ async fn reset_forgets_one_identity_only() {
     let limiter = Limiter::builder().build().unwrap();
     let limit = Limit::per_hour(1).unwrap();
     let (alice, bob) = (limiter.key("reset", &"alice"), limiter.key("reset", &"bob"));
-    limiter.acquire(&alice, &limit, 1).await.unwrap();
-    limiter.acquire(&bob, &limit, 1).await.unwrap();
+    limiter.requests().acquire(&alice, &limit, 1).await.unwrap();
+    limiter.requests().acquire(&bob, &limit, 1).await.unwrap();
     limiter
+        .requests()
         .reset_all(&[Request::new(&alice, &limit, 1)])
         .await
         .unwrap();
-    assert!(limiter.acquire(&alice, &limit, 1).await.unwrap().allowed);
-    assert!(!limiter.acquire(&bob, &limit, 1).await.unwrap().allowed);
+    assert!(
+        limiter
+            .requests()
+            .acquire(&alice, &limit, 1)
+            .await
+            .unwrap()
+            .allowed
+    );
+    assert!(
+        !limiter
+            .requests()
+            .acquire(&bob, &limit, 1)
+            .await
+            .unwrap()
+            .allowed
+    );
 }
 
 /// One group named `name` with `limits` (the public call API, as the macro
@@ -206,8 +228,14 @@ async fn the_call_future_is_send_even_for_identities_that_are_not_sync() {
         value
     }
     let limiter = Limiter::builder().build().unwrap();
+    // `Limiter::call` takes `Sync` identities (so a temporary list of them
+    // held across an `.await` keeps the caller's future `Send`); any other
+    // goes through `Keys::parts`, read before the call returns.
     let identity: std::rc::Rc<str> = "not-sync".into();
-    let first = assert_send(limiter.call(&SPEC, &[&identity]));
+    let first = assert_send(limiter.call_with(
+        &SPEC,
+        ratewall::Keys::parts(&[ratewall::Part::Display(&identity)]),
+    ));
     drop(identity);
     assert!(first.await.is_ok());
     assert!(
@@ -226,6 +254,7 @@ async fn runtime_limits_replace_the_compiled_ones_by_name() {
     assert!(limiter.call(&live, &[&"u"]).await.is_ok());
     assert!(limiter.call(&live, &[&"u"]).await.is_err());
     limiter
+        .settings()
         .set_limits(
             "live",
             vec![
@@ -242,7 +271,7 @@ async fn runtime_limits_replace_the_compiled_ones_by_name() {
     );
     assert!(limiter.call(&live, &[&"u"]).await.is_ok());
     assert!(limiter.call(&live, &[&"u"]).await.is_err());
-    limiter.clear_limits("live");
+    limiter.settings().clear_limits("live");
     assert!(limiter.call(&live, &[&"u"]).await.is_err());
 }
 
@@ -315,7 +344,7 @@ async fn settling_an_uncounted_call_resets_groups_that_ask_for_it_and_refunds_th
     )
     .with_counting(Counting::Settled);
     let limiter = Limiter::builder().build().unwrap();
-    let ids: [&dyn std::fmt::Display; 2] = [&"eve", &"10.9.9.9"];
+    let ids: [&(dyn std::fmt::Display + Sync); 2] = [&"eve", &"10.9.9.9"];
     // Two failures (counted), then a success (not counted).
     for counted in [true, true, false] {
         limiter
@@ -395,7 +424,7 @@ async fn each_failure_policy_is_honoured_and_the_circuit_stops_calling_a_failing
         let requests = [Request::new(&key, &limit, 1)];
         let mut allowed = 0;
         for _ in 0..10 {
-            match limiter.check("policy", &requests, None).await {
+            match limiter.requests().check("policy", &requests, None).await {
                 Ok(_) => allowed += 1,
                 Err(rejection) => {
                     if policy == FailurePolicy::FailClosed {
@@ -418,6 +447,7 @@ async fn each_failure_policy_is_honoured_and_the_circuit_stops_calling_a_failing
         assert!(limiter.circuit_open());
         // The per-call override wins over the limiter's policy.
         let overridden = limiter
+            .requests()
             .check("policy", &requests, Some(FailurePolicy::FailClosed))
             .await;
         assert!(overridden.unwrap_err().is_unavailable());
@@ -430,18 +460,28 @@ async fn shadow_mode_decides_and_counts_but_never_refuses() {
     let limit = Limit::per_minute(1).unwrap();
     let key = limiter.key("shadowed", &"id");
     let requests = [Request::new(&key, &limit, 1)];
-    limiter.set_shadow("shadowed", true);
+    limiter.settings().set_shadow("shadowed", true);
     assert!(matches!(
-        limiter.check("shadowed", &requests, None).await,
+        limiter.requests().check("shadowed", &requests, None).await,
         Ok(ratewall::Admission::Backend(_))
     ));
-    let shadowed = limiter.check("shadowed", &requests, None).await.unwrap();
+    let shadowed = limiter
+        .requests()
+        .check("shadowed", &requests, None)
+        .await
+        .unwrap();
     let ratewall::Admission::Shadowed(decisions) = shadowed else {
         panic!("expected a shadowed admission: {shadowed:?}")
     };
     assert!(!decisions.allowed());
-    limiter.set_shadow("shadowed", false);
-    assert!(limiter.check("shadowed", &requests, None).await.is_err());
+    limiter.settings().set_shadow("shadowed", false);
+    assert!(
+        limiter
+            .requests()
+            .check("shadowed", &requests, None)
+            .await
+            .is_err()
+    );
 }
 
 #[tokio::test]
@@ -477,6 +517,7 @@ async fn a_runtime_policy_overrides_the_given_one_and_the_default() {
     let requests = [Request::new(&key, &limit, 1)];
     assert!(
         limiter
+            .requests()
             .check("runtime_policy", &requests, None)
             .await
             .is_ok(),
@@ -484,20 +525,26 @@ async fn a_runtime_policy_overrides_the_given_one_and_the_default() {
     );
     assert!(
         limiter
+            .requests()
             .check("runtime_policy", &requests, Some(FailurePolicy::FailClosed))
             .await
             .is_err()
     );
-    limiter.set_policy("runtime_policy", Some(FailurePolicy::FailOpen));
+    limiter
+        .settings()
+        .set_policy("runtime_policy", Some(FailurePolicy::FailOpen));
     assert!(
         limiter
+            .requests()
             .check("runtime_policy", &requests, Some(FailurePolicy::FailClosed))
             .await
             .is_ok()
     );
-    limiter.set_policy("runtime_policy", None);
+    limiter.settings().set_policy("runtime_policy", None);
     assert_eq!(
-        limiter.policy_for("runtime_policy", Some(FailurePolicy::FailClosed)),
+        limiter
+            .settings()
+            .policy_for("runtime_policy", Some(FailurePolicy::FailClosed)),
         FailurePolicy::FailClosed
     );
 }
@@ -508,16 +555,25 @@ async fn a_retried_request_id_is_charged_once_through_the_limiter() {
     let limit = Limit::per_minute(2).unwrap();
     let key = limiter.key("once", &"id");
     let requests = [Request::new(&key, &limit, 1)];
-    let first = limiter.acquire_all_once(&requests, "req-1").await.unwrap();
-    let retried = limiter.acquire_all_once(&requests, "req-1").await.unwrap();
+    let first = limiter
+        .requests()
+        .acquire_all_once(&requests, "req-1")
+        .await
+        .unwrap();
+    let retried = limiter
+        .requests()
+        .acquire_all_once(&requests, "req-1")
+        .await
+        .unwrap();
     assert_eq!(first, retried, "the retry replays the first decision");
     assert_eq!(
-        limiter.peek_all(&requests).await.unwrap()[0].remaining,
+        limiter.requests().peek_all(&requests).await.unwrap()[0].remaining,
         1,
         "charged once"
     );
     assert!(
         limiter
+            .requests()
             .acquire_all_once(&requests, "req-2")
             .await
             .unwrap()
@@ -525,6 +581,7 @@ async fn a_retried_request_id_is_charged_once_through_the_limiter() {
     );
     assert!(
         !limiter
+            .requests()
             .acquire_all_once(&requests, "req-3")
             .await
             .unwrap()

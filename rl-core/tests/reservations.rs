@@ -368,7 +368,10 @@ fn waits_are_recorded_and_a_slot_given_back_is_counted() {
         // Too far for a 50 ms wait: refused at once.
         assert!(
             limiter
-                .call_waiting(&spec, &[&"q"], Duration::from_millis(50))
+                .call_with(
+                    &spec,
+                    ratewall::Keys::new(&[&"q"]).wait(Duration::from_millis(50))
+                )
                 .await
                 .is_err()
         );

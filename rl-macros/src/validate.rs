@@ -78,6 +78,16 @@ pub(crate) struct GroupConfig {
     pub(crate) tiers: Option<Vec<TierConfig>>,
 }
 
+impl GroupConfig {
+    /// Every limit the group's calls may be decided by: its own, or each
+    /// of its tiers'.
+    pub(crate) fn every_limit(&self) -> impl Iterator<Item = &LimitConfig> + Clone {
+        self.limits
+            .iter()
+            .chain(self.tiers.iter().flatten().flat_map(|t| t.limits.iter()))
+    }
+}
+
 /// One tier of a group, checked.
 pub(crate) struct TierConfig {
     pub(crate) name: String,
@@ -297,25 +307,11 @@ fn check_wait(
             ),
         );
     }
-    if let Some(tiered) = groups.iter().flatten().find(|g| g.tiers.is_some()) {
-        let group = match &tiered.name {
-            Some(name) => format!("group {:?}", name.value()),
-            None => "the function's own group".to_owned(),
-        };
-        errors.push(
-            wait.span,
-            format!(
-                "`wait` cannot be combined with `tier` and `tiers(...)` ({group}): a waiting call reserves its \
-                 slot on limits known before the call, and a tiered group's limits are chosen by each call; \
-                 remove `wait` or the tiers"
-            ),
-        );
-    }
     if in_flight {
         let group = groups
             .iter()
             .flatten()
-            .find(|g| g.limits.iter().any(|l| l.algorithm.is_in_flight()))
+            .find(|g| g.every_limit().any(|l| l.algorithm.is_in_flight()))
             .map_or_else(
                 || "in the function".to_owned(),
                 |g| match &g.name {
@@ -332,10 +328,10 @@ fn check_wait(
             ),
         );
     }
-    // Rate limits only: `max_in_flight` was reported above.
+    // Rate limits only: `max_in_flight` was reported above. A tiered
+    // group's every tier counts: any of them may decide a call.
     let limits = groups.iter().flatten().flat_map(|g| {
-        g.limits
-            .iter()
+        g.every_limit()
             .filter(|l| !l.algorithm.is_in_flight())
             .map(move |l| (g, l))
     });
@@ -482,26 +478,18 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
     let mut cost_reported = false;
 
     if args.tier.is_some() || args.tiers.is_some() {
-        if let Some(max) = &args.max_in_flight {
-            errors.push(
-                max.span,
-                format!(
-                    "{within}`max_in_flight` cannot be combined with `tiers`: a call holds one slot whatever \
-                     its tier; put it in its own group, e.g. `also(name = \"in_flight\", key = .., \
-                     max_in_flight = {})`",
-                    max.value
-                ),
-            );
-            return None;
-        }
         let tiers = validate_tiers(&args, within, errors)?;
+        // `max_in_flight` beside tiers: each tier holds its own slots (its
+        // own state, `<group>@<tier>`), that many at once.
+        let in_flight = in_flight?;
         let mut checked = Vec::with_capacity(tiers.len());
         let mut complete = valid_numbers;
         for (tier, limits) in tiers {
             match limits {
                 Some(limits) if valid_numbers => {
-                    let limits =
+                    let mut limits =
                         check_limits(&limits, &args, algorithm, lease, &mut cost_reported, errors);
+                    limits.extend(in_flight);
                     checked.push(TierConfig {
                         name: tier.to_owned(),
                         limits,

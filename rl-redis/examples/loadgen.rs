@@ -1223,6 +1223,7 @@ async fn flood(options: &Options, deny_cache: bool) -> Option<Flood> {
     // Use the quota up: the flood starts on a blocked identity.
     for _ in 0..2 {
         let _ = limiter
+            .requests()
             .check("flood", &[Request::new(&key, &limit, 1)], None)
             .await;
     }
@@ -1238,7 +1239,11 @@ async fn flood(options: &Options, deny_cache: bool) -> Option<Flood> {
             let mut calls = 0u64;
             while Instant::now() < deadline {
                 for _ in 0..64 {
-                    let refused = limiter.check("flood", &call, None).await.is_err();
+                    let refused = limiter
+                        .requests()
+                        .check("flood", &call, None)
+                        .await
+                        .is_err();
                     assert!(refused, "a blocked identity was admitted");
                     calls += 1;
                 }

@@ -256,6 +256,7 @@ async fn rate_and_in_flight_are_all_or_nothing(limiter: &Limiter, identities: [&
     let [user, tenant] = identities;
     let units_left = || async {
         limiter
+            .requests()
             .peek_identity("report_user", &user, &[rate])
             .await
             .expect("peek")[0]
@@ -263,6 +264,7 @@ async fn rate_and_in_flight_are_all_or_nothing(limiter: &Limiter, identities: [&
     };
     let slots_left = || async {
         limiter
+            .requests()
             .peek_identity("report_tenant", &tenant, &[slots])
             .await
             .expect("peek")[0]

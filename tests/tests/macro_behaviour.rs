@@ -487,6 +487,7 @@ fn fixed(limit: &str) -> Limit {
 /// What `identity` has left of `limit` under `name`, without consuming.
 async fn remaining(limiter: &Limiter, name: &str, identity: &str, limit: &str) -> u64 {
     limiter
+        .requests()
         .peek_identity(name, &identity, &[fixed(limit)])
         .await
         .unwrap()

@@ -133,7 +133,7 @@ async fn with_the_breaker_open_settling_peeking_and_resetting_return_at_once() {
         ],
     )
     .with_counting(Counting::Settled);
-    let ids: [&dyn std::fmt::Display; 2] = [&"alice", &"10.0.0.1"];
+    let ids: [&(dyn std::fmt::Display + Sync); 2] = [&"alice", &"10.0.0.1"];
     let ok_login = async || {
         let started = Instant::now();
         let permit = limiter.call(&login, &ids).await.expect("admitted");
@@ -159,12 +159,14 @@ async fn with_the_breaker_open_settling_peeking_and_resetting_return_at_once() {
     let key = limiter.key("login_user", &"alice");
     let limit = log_limit(3, "1m");
     let peeked = limiter
+        .requests()
         .peek_all(&[Request::new(&key, &limit, 1)])
         .await
         .expect("peeked in process");
     let peek = peek_started.elapsed();
     let reset_started = Instant::now();
     let reset = limiter
+        .requests()
         .reset_identity("login_user", &"alice", std::slice::from_ref(&limit))
         .await;
     let reset_took = reset_started.elapsed();
@@ -275,21 +277,21 @@ async fn memory_and_redis_refuse_exactly_the_same_invalid_batches() {
                 other => panic!("{at}: {other:?}"),
             };
             assert_eq!(
-                limit_error(limiter.acquire_all(&requests).await),
+                limit_error(limiter.requests().acquire_all(&requests).await),
                 expected,
                 "{at}"
             );
             assert_eq!(
-                limit_error(limiter.peek_all(&requests).await),
+                limit_error(limiter.requests().peek_all(&requests).await),
                 expected,
                 "{at}"
             );
             assert_eq!(
-                limit_error(limiter.acquire_all_once(&requests, "id-1").await),
+                limit_error(limiter.requests().acquire_all_once(&requests, "id-1").await),
                 expected,
                 "{at}"
             );
-            match limiter.check("invalid", &requests, None).await {
+            match limiter.requests().check("invalid", &requests, None).await {
                 Err(rejection) => assert!(
                     matches!(rejection.reason(), ratewall::RejectionReason::Unavailable(Error::Limit(e)) if *e == expected),
                     "{at}: {rejection:?}"

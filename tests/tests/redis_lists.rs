@@ -67,7 +67,8 @@ async fn a_list_change_on_one_instance_is_honoured_by_another_within_the_refresh
     );
     assert!(b.call(&sms, &[&"+33600000001"]).await.is_ok());
 
-    a.deny(Some("sms_phone"), &"+33600000001", None)
+    a.settings()
+        .deny(Some("sms_phone"), &"+33600000001", None)
         .await
         .unwrap();
     assert!(
@@ -93,7 +94,12 @@ async fn a_list_change_on_one_instance_is_honoured_by_another_within_the_refresh
     }
     assert_eq!(decision_calls(&server).await, before);
 
-    assert!(a.unlist(Some("sms_phone"), &"+33600000001").await.unwrap());
+    assert!(
+        a.settings()
+            .unlist(Some("sms_phone"), &"+33600000001")
+            .await
+            .unwrap()
+    );
     let seen = until_seen(&b, &sms, "+33600000001", false).await;
     eprintln!("unlist seen by the other instance after {seen:?}");
     assert!(seen <= REFRESH + Duration::from_millis(300), "{seen:?}");
@@ -111,7 +117,10 @@ async fn a_shared_entry_that_expired_no_longer_applies_anywhere() {
         )],
     );
     let until = SystemTime::now() + Duration::from_millis(600);
-    a.deny(None, &"+33600000002", Some(until)).await.unwrap();
+    a.settings()
+        .deny(None, &"+33600000002", Some(until))
+        .await
+        .unwrap();
     until_seen(&b, &sms, "+33600000002", true).await;
     let refused = b.call(&sms, &[&"+33600000002"]).await.unwrap_err();
     assert!(
@@ -122,7 +131,7 @@ async fn a_shared_entry_that_expired_no_longer_applies_anywhere() {
     tokio::time::sleep(Duration::from_millis(650)).await;
     assert!(b.call(&sms, &[&"+33600000002"]).await.is_ok());
     assert!(a.call(&sms, &[&"+33600000002"]).await.is_ok());
-    let entries = b.list_entries();
+    let entries = b.settings().list_entries();
     assert!(
         entries
             .iter()

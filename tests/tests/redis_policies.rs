@@ -162,7 +162,7 @@ impl Loops {
                     let requests = [Request::new(&key, &limit, 1)];
                     let started = run.elapsed();
                     let clock = Instant::now();
-                    let result = limiter.check(NAME, &requests, None).await;
+                    let result = limiter.requests().check(NAME, &requests, None).await;
                     let took = clock.elapsed();
                     let outcome = Outcome::from_check(result);
                     log.lock().expect("log").push(Call {

@@ -35,7 +35,11 @@ async fn limiter_on(server: &RedisServer) -> (Limiter, Arc<RedisBackend>) {
 async fn decide(limiter: &Limiter, name: &'static str, identity: &str, limits: &[Limit]) -> bool {
     let key = limiter.key(name, &identity);
     let requests: Vec<Request<'_>> = limits.iter().map(|l| Request::new(&key, l, 1)).collect();
-    limiter.check(name, &requests, None).await.is_ok()
+    limiter
+        .requests()
+        .check(name, &requests, None)
+        .await
+        .is_ok()
 }
 
 #[tokio::test]
@@ -124,7 +128,10 @@ async fn set_limits_is_published_on_the_next_decision() {
     let (limiter, backend) = limiter_on(&server).await;
     assert!(decide(&limiter, "otp", "alice", &otp_limits()).await);
     let stricter = vec![Limit::per_minute(2).unwrap()];
-    limiter.set_limits("otp", stricter.clone()).unwrap();
+    limiter
+        .settings()
+        .set_limits("otp", stricter.clone())
+        .unwrap();
     // The macro resolves the runtime limits; `check` is given them directly.
     decide(&limiter, "otp", "alice", &stricter).await;
     let registered = backend.registered("app", "otp").await.unwrap().unwrap();

@@ -319,7 +319,11 @@ async fn server_time_gives_one_timeline_to_clients_whose_clocks_differ_by_ten_se
             } else {
                 &limiter_behind
             };
-            let decisions: Decisions = limiter.acquire_all(&requests).await.expect("acquire");
+            let decisions: Decisions = limiter
+                .requests()
+                .acquire_all(&requests)
+                .await
+                .expect("acquire");
             let at = decisions[0].at_micros;
             let now = SystemClock.now_micros();
             assert!(

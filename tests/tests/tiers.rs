@@ -134,6 +134,7 @@ async fn a_tier_configured_at_run_time_applies_on_the_next_call() {
             "{unknown}"
         );
         limiter
+            .settings()
             .set_limits("api@gold", vec!["3/1m".parse().unwrap()])
             .unwrap();
         assert_eq!(
@@ -241,7 +242,7 @@ async fn race(limiters: Vec<Arc<Limiter>>) {
         let tier = if caller % 2 == 0 { "free" } else { "pro" };
         tasks.spawn(async move {
             let admitted = limiter
-                .call_tiered(&TIERS, &[&"hot"], &[tier])
+                .call_with(&TIERS, ratewall::Keys::new(&[&"hot"]).tiers(&[tier]))
                 .await
                 .map_err(|r| assert!(r.limit().is_some(), "refused by a limit: {r}"))
                 .is_ok();
@@ -293,4 +294,183 @@ async fn a_thousand_concurrent_callers_per_tier_admit_exactly_its_threshold_on_a
         ));
     }
     race(limiters).await;
+}
+
+// ---- tiers combined with the other call shapes ----
+
+#[rate_limit(
+    name = "reports",
+    key = tenant,
+    tier = plan,
+    tiers(free = ["4/1s"], pro = ["100/1s"]),
+    algorithm = leaky_bucket,
+    burst = 1,
+    wait = "3s",
+    limiter = limiter,
+)]
+async fn report(limiter: &Limiter, tenant: u64, plan: &str) -> Result<(), Rejection> {
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tiered_call_waits_for_room_on_its_own_tiers_limits() {
+    for backend in BACKENDS {
+        let (limiter, _server) = limiter(backend).await;
+        // The free tier lets one call through every 250 ms: four callers
+        // arriving together are all admitted (none refused), the last one
+        // about 750 ms after the first.
+        let start = std::time::Instant::now();
+        let call = || report(&limiter, 1, "free");
+        let results = tokio::join!(call(), call(), call(), call());
+        let results = [results.0, results.1, results.2, results.3];
+        assert!(
+            results.iter().all(Result::is_ok),
+            "{backend:?}: {results:?}"
+        );
+        let elapsed = start.elapsed();
+        assert!(
+            elapsed >= std::time::Duration::from_millis(700),
+            "{backend:?}: the free tier's four calls took {elapsed:?}: they did not queue"
+        );
+        // The pro tier's own, faster queue: four calls at once leave within
+        // about 30 ms of each other (one every 10 ms), whatever the free
+        // tier does.
+        let start = std::time::Instant::now();
+        let call = || report(&limiter, 1, "pro");
+        let results = tokio::join!(call(), call(), call(), call());
+        let results = [results.0, results.1, results.2, results.3];
+        assert!(
+            results.iter().all(Result::is_ok),
+            "{backend:?}: {results:?}"
+        );
+        assert!(
+            start.elapsed() < std::time::Duration::from_millis(700),
+            "{backend:?}: the pro tier waited on the free tier's queue: {:?}",
+            start.elapsed()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tiered_call_that_would_wait_past_its_deadline_is_refused_at_once() {
+    for backend in BACKENDS {
+        let (limiter, _server) = limiter(backend).await;
+        let spec = CallSpec::owned(
+            "exports",
+            vec![GroupSpec::owned_tiered(
+                "exports",
+                vec![Tier::owned(
+                    "free",
+                    vec![
+                        ratewall::Limit::per_second(1)
+                            .unwrap()
+                            .with_algorithm(ratewall::Algorithm::LeakyBucket)
+                            .unwrap()
+                            .with_burst(1)
+                            .unwrap(),
+                    ],
+                )],
+            )],
+        );
+        let wait = std::time::Duration::from_millis(100);
+        let keys = || ratewall::Keys::new(&[&"t"]).tiers(&["free"]).wait(wait);
+        let first = limiter.call_with(&spec, keys()).await;
+        assert!(first.is_ok(), "{backend:?}: {first:?}");
+        let start = std::time::Instant::now();
+        let refused = limiter.call_with(&spec, keys()).await.unwrap_err();
+        assert!(
+            refused.retry_after().unwrap() > wait,
+            "{backend:?}: {refused}"
+        );
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(1),
+            "{backend:?}: refused only after sleeping"
+        );
+    }
+}
+
+/// Runs 20 callers of `tier` at once, each holding its slot for 100 ms
+/// (counted inside), on a tiered spec with an in-flight limit of 2 in each
+/// tier; the most bodies ever running at once.
+async fn most_running(limiter: Arc<Limiter>, spec: Arc<CallSpec>, tier: &'static str) -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let running = Arc::new(AtomicU64::new(0));
+    let most = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let (limiter, spec) = (limiter.clone(), spec.clone());
+        let (running, most) = (running.clone(), most.clone());
+        tasks.push(tokio::spawn(async move {
+            let call = limiter.call_with(&spec, ratewall::Keys::new(&[&"tenant"]).tiers(&[tier]));
+            if let Ok(permit) = call.await {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                running.fetch_sub(1, Ordering::SeqCst);
+                drop(permit);
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    limiter.flush_in_flight().await;
+    most.load(Ordering::SeqCst)
+}
+
+fn in_flight_tiers() -> Arc<CallSpec> {
+    Arc::new(CallSpec::owned(
+        "jobs",
+        vec![GroupSpec::owned_tiered(
+            "jobs",
+            vec![
+                Tier::owned(
+                    "free",
+                    vec![
+                        "1000/1m".parse().unwrap(),
+                        ratewall::Limit::in_flight(2).unwrap(),
+                    ],
+                ),
+                Tier::owned("pro", vec![ratewall::Limit::in_flight(5).unwrap()]),
+            ],
+        )],
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_flight_limit_inside_a_tier_holds_in_memory_and_on_redis() {
+    for backend in BACKENDS {
+        let (limiter, _server) = limiter(backend).await;
+        let spec = in_flight_tiers();
+        let free = most_running(limiter.clone(), spec.clone(), "free").await;
+        assert_eq!(free, 2, "{backend:?}: the free tier's 2 slots");
+        let pro = most_running(limiter.clone(), spec.clone(), "pro").await;
+        assert_eq!(pro, 5, "{backend:?}: the pro tier's 5 slots, its own");
+        assert_eq!(limiter.in_flight_leases(), 0, "{backend:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_flight_limit_inside_a_tier_holds_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let backend = RedisBackend::connect_cluster(cluster.urls())
+        .await
+        .expect("connect");
+    let limiter = Arc::new(
+        Limiter::builder()
+            .backend(backend)
+            .prefix("tiers")
+            // A call the cluster does not answer in time is refused, never
+            // let through without its slot.
+            .failure_policy(FailurePolicy::FailClosed)
+            .build()
+            .unwrap(),
+    );
+    let spec = in_flight_tiers();
+    let free = most_running(limiter.clone(), spec.clone(), "free").await;
+    assert!(free <= 2, "the free tier's 2 slots: {free} ran at once");
+    assert!(free >= 1);
+    let pro = most_running(limiter.clone(), spec, "pro").await;
+    assert!(pro <= 5, "the pro tier's 5 slots: {pro} ran at once");
+    assert_eq!(limiter.in_flight_leases(), 0);
 }

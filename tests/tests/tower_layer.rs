@@ -347,19 +347,25 @@ async fn limits_set_at_run_time_apply_to_the_next_request() {
         assert_eq!(with_key().await.status(), 200);
         assert_eq!(with_key().await.status(), 429);
         // Raised: the one request made counts against the new threshold.
-        limiter.set_limits("live", vec![log(3, HOUR)]).unwrap();
+        limiter
+            .settings()
+            .set_limits("live", vec![log(3, HOUR)])
+            .unwrap();
         let raised = with_key().await;
         assert_eq!(raised.status(), 200, "{backend:?}");
         assert_eq!(header(&raised, "ratelimit-policy"), "\"live\";q=3;w=3600");
         assert_eq!(with_key().await.status(), 200, "{backend:?}");
         assert_eq!(with_key().await.status(), 429, "{backend:?}");
         // Lowered below what was made: refused at once.
-        limiter.set_limits("live", vec![log(2, HOUR)]).unwrap();
+        limiter
+            .settings()
+            .set_limits("live", vec![log(2, HOUR)])
+            .unwrap();
         let lowered = with_key().await;
         assert_eq!(lowered.status(), 429, "{backend:?}");
         assert_eq!(header(&lowered, "ratelimit-policy"), "\"live\";q=2;w=3600");
         // Back to the compiled-in limit.
-        limiter.clear_limits("live");
+        limiter.settings().clear_limits("live");
         assert_eq!(
             header(&with_key().await, "ratelimit-policy"),
             "\"live\";q=1;w=3600"

@@ -126,6 +126,7 @@ async fn a_tier_configured_at_run_time_applies_to_the_next_request() {
         let unknown = get_as(&url, "k3", Some("gold")).await;
         assert_eq!(unknown.status(), 503, "{backend:?}");
         limiter
+            .settings()
             .set_limits("api_key@gold", vec!["3/1m".parse().unwrap()])
             .unwrap();
         for _ in 0..3 {
@@ -137,6 +138,7 @@ async fn a_tier_configured_at_run_time_applies_to_the_next_request() {
         // A declared tier raised at run time.
         assert_eq!(get_as(&url, "k3", Some("free")).await.status(), 200);
         limiter
+            .settings()
             .set_limits("api_key@free", vec!["100/1m".parse().unwrap()])
             .unwrap();
         let raised = get_as(&url, "k3", Some("free")).await;

@@ -107,7 +107,7 @@ async fn departures(
             tokio::spawn(async move {
                 let called = Instant::now();
                 let result = limiter
-                    .call_waiting(&spec, &[&"queue"], deadline)
+                    .call_with(&spec, ratewall::Keys::new(&[&"queue"]).wait(deadline))
                     .await
                     .map(|permit| (permit.waited(), at_micros(&permit)));
                 Outcome {
@@ -255,6 +255,7 @@ async fn until_queue_wait(limiter: &Limiter, key: &Key, limit: &Limit, expected:
     let started = Instant::now();
     loop {
         let peek = limiter
+            .requests()
             .peek_all(&[Request::new(key, limit, 1)])
             .await
             .unwrap();
@@ -278,11 +279,11 @@ async fn a_dropped_waiter_returns_its_slot(limiter: Arc<Limiter>) {
     let key = limiter.key("dropped", &"queue");
     let wait = Duration::from_secs(5);
     let a = limiter
-        .call_waiting(&spec, &[&"queue"], wait)
+        .call_with(&spec, ratewall::Keys::new(&[&"queue"]).wait(wait))
         .await
         .unwrap();
     assert_eq!(a.waited(), Duration::ZERO);
-    let mut b = Box::pin(limiter.call_waiting(&spec, &[&"queue"], wait));
+    let mut b = Box::pin(limiter.call_with(&spec, ratewall::Keys::new(&[&"queue"]).wait(wait)));
     assert!(
         tokio::time::timeout(Duration::from_millis(50), &mut b)
             .await
@@ -293,7 +294,7 @@ async fn a_dropped_waiter_returns_its_slot(limiter: Arc<Limiter>) {
     drop(b);
     until_queue_wait(&limiter, &key, &limit, Duration::from_millis(200)).await;
     let c = limiter
-        .call_waiting(&spec, &[&"queue"], wait)
+        .call_with(&spec, ratewall::Keys::new(&[&"queue"]).wait(wait))
         .await
         .unwrap();
     assert_eq!(at_micros(&c), at_micros(&a) + 200_000, "C got B's slot");
@@ -313,11 +314,11 @@ async fn a_dropped_waiter_inside_the_queue_returns_its_slot(
     let key = limiter.key("inside", &"queue");
     let wait = Duration::from_secs(5);
     let a = limiter
-        .call_waiting(&spec, &[&"queue"], wait)
+        .call_with(&spec, ratewall::Keys::new(&[&"queue"]).wait(wait))
         .await
         .unwrap();
     let a_at = at_micros(&a);
-    let mut b = Box::pin(limiter.call_waiting(&spec, &[&"queue"], wait));
+    let mut b = Box::pin(limiter.call_with(&spec, ratewall::Keys::new(&[&"queue"]).wait(wait)));
     assert!(
         tokio::time::timeout(Duration::from_millis(20), &mut b)
             .await
@@ -328,7 +329,7 @@ async fn a_dropped_waiter_inside_the_queue_returns_its_slot(
         let (limiter, spec) = (limiter.clone(), spec.clone());
         tokio::spawn(async move {
             let permit = limiter
-                .call_waiting(&spec, &[&"queue"], wait)
+                .call_with(&spec, ratewall::Keys::new(&[&"queue"]).wait(wait))
                 .await
                 .unwrap();
             (at_micros(&permit), permit.waited())
@@ -348,12 +349,12 @@ async fn a_dropped_waiter_inside_the_queue_returns_its_slot(
         }
     }
     let d = limiter
-        .call_waiting(&spec, &[&"queue"], wait)
+        .call_with(&spec, ratewall::Keys::new(&[&"queue"]).wait(wait))
         .await
         .unwrap();
     assert_eq!(at_micros(&d), a_at + 200_000, "D got B's slot");
     let e = limiter
-        .call_waiting(&spec, &[&"queue"], wait)
+        .call_with(&spec, ratewall::Keys::new(&[&"queue"]).wait(wait))
         .await
         .unwrap();
     assert_eq!(
@@ -415,7 +416,7 @@ async fn window_waiters_retry_until_their_deadline(limiter: Arc<Limiter>, label:
             tokio::spawn(async move {
                 let called = Instant::now();
                 let result = limiter
-                    .call_waiting(&spec, &[&"w"], deadline)
+                    .call_with(&spec, ratewall::Keys::new(&[&"w"]).wait(deadline))
                     .await
                     .map(|p| (at_micros(&p), p.waited()));
                 (called.elapsed(), result)
@@ -469,12 +470,18 @@ async fn a_window_waiter_never_sleeps_past_its_deadline(limiter: Arc<Limiter>) {
         vec![window(Algorithm::FixedWindow, 1, Duration::from_secs(60))],
     );
     limiter
-        .call_waiting(&spec, &[&"x"], Duration::from_millis(300))
+        .call_with(
+            &spec,
+            ratewall::Keys::new(&[&"x"]).wait(Duration::from_millis(300)),
+        )
         .await
         .unwrap();
     let started = Instant::now();
     let refused = limiter
-        .call_waiting(&spec, &[&"x"], Duration::from_millis(300))
+        .call_with(
+            &spec,
+            ratewall::Keys::new(&[&"x"]).wait(Duration::from_millis(300)),
+        )
         .await
         .unwrap_err();
     assert!(started.elapsed() < Duration::from_millis(50));
@@ -616,7 +623,10 @@ async fn several_limits_in_real_time(limiter: Arc<Limiter>, label: &str) {
             let (limiter, spec) = (limiter.clone(), spec.clone());
             tokio::spawn(async move {
                 let permit = limiter
-                    .call_waiting(&spec, &[&"u1", &"10.0.0.1"], Duration::from_secs(3))
+                    .call_with(
+                        &spec,
+                        ratewall::Keys::new(&[&"u1", &"10.0.0.1"]).wait(Duration::from_secs(3)),
+                    )
                     .await
                     .unwrap();
                 let decisions = permit.admission().decisions().unwrap().clone();
@@ -668,7 +678,10 @@ async fn a_call_mixing_a_window_and_a_bucket_cannot_wait_and_says_why() {
         ],
     );
     let refused = limiter
-        .call_waiting(&mixed, &[&"u", &"ip"], Duration::from_secs(1))
+        .call_with(
+            &mixed,
+            ratewall::Keys::new(&[&"u", &"ip"]).wait(Duration::from_secs(1)),
+        )
         .await
         .unwrap_err();
     assert!(refused.is_unavailable());
@@ -687,43 +700,60 @@ async fn a_call_counting_only_some_calls_cannot_wait() {
     let settled = spec("settled", vec![limit(Algorithm::Gcra, 10, 1)])
         .with_counting(ratewall::Counting::Settled);
     let refused = limiter
-        .call_waiting(&settled, &[&"u"], Duration::from_secs(1))
+        .call_with(
+            &settled,
+            ratewall::Keys::new(&[&"u"]).wait(Duration::from_secs(1)),
+        )
         .await
         .unwrap_err();
     assert!(refused.is_unavailable() && refused.to_string().contains("Counting::Settled"));
 }
 
 #[tokio::test]
-async fn a_tiered_call_cannot_wait_and_says_why() {
+async fn a_tiered_call_waits_on_its_tiers_limits_and_a_tier_that_mixes_kinds_cannot_wait() {
     let limiter = memory();
     let tiered = CallSpec::owned(
         "tiered",
         vec![GroupSpec::owned_tiered(
             "tiered",
-            vec![ratewall::Tier::owned(
-                "free",
-                vec![limit(Algorithm::LeakyBucket, 10, 1)],
-            )],
+            vec![
+                // One call every 100 ms.
+                ratewall::Tier::owned("free", vec![limit(Algorithm::LeakyBucket, 10, 1)]),
+                // A bucket and a window in one tier: no single wait fits both.
+                ratewall::Tier::owned(
+                    "mixed",
+                    vec![
+                        limit(Algorithm::LeakyBucket, 10, 1),
+                        "100/1h"
+                            .parse::<Limit>()
+                            .unwrap()
+                            .with_algorithm(Algorithm::FixedWindow)
+                            .unwrap(),
+                    ],
+                ),
+            ],
         )],
+    )
+    .with_wait(Duration::from_secs(1));
+    let start = std::time::Instant::now();
+    for _ in 0..3 {
+        let permit = limiter
+            .call_with(&tiered, ratewall::Keys::new(&[&"u"]).tiers(&["free"]))
+            .await
+            .expect("admitted after waiting for its slot");
+        assert!(permit.waited() <= Duration::from_millis(200));
+    }
+    assert!(
+        start.elapsed() >= Duration::from_millis(150),
+        "the free tier's queue"
     );
     let refused = limiter
-        .call_waiting(&tiered, &[&"u"], Duration::from_secs(1))
+        .call_with(&tiered, ratewall::Keys::new(&[&"u"]).tiers(&["mixed"]))
         .await
         .unwrap_err();
-    assert!(refused.is_unavailable() && refused.to_string().contains("is tiered"));
-    // A spec that waits is refused the same through `call_tiered`.
-    let waiting = tiered.clone().with_wait(Duration::from_secs(1));
-    let refused = limiter
-        .call_tiered(&waiting, &[&"u"], &["free"])
-        .await
-        .unwrap_err();
-    assert!(refused.is_unavailable() && refused.to_string().contains("is tiered"));
-    // Without waiting, the same spec is decided by its tier.
     assert!(
-        limiter
-            .call_tiered(&tiered, &[&"u"], &["free"])
-            .await
-            .is_ok()
+        refused.is_unavailable() && refused.to_string().contains("mixes"),
+        "{refused}"
     );
 }
 
@@ -739,7 +769,10 @@ async fn a_call_with_an_in_flight_limit_cannot_wait_and_says_why() {
         ],
     );
     let refused = limiter
-        .call_waiting(&both, &[&"u", &"u"], Duration::from_secs(1))
+        .call_with(
+            &both,
+            ratewall::Keys::new(&[&"u", &"u"]).wait(Duration::from_secs(1)),
+        )
         .await
         .unwrap_err();
     assert!(refused.is_unavailable(), "{refused:?}");
@@ -769,15 +802,22 @@ async fn a_group_made_in_flight_at_run_time_stops_its_calls_from_waiting() {
     let queued = spec("queued", vec![limit(Algorithm::Gcra, 10, 1)]);
     assert!(
         limiter
-            .call_waiting(&queued, &[&"u"], Duration::from_secs(1))
+            .call_with(
+                &queued,
+                ratewall::Keys::new(&[&"u"]).wait(Duration::from_secs(1))
+            )
             .await
             .is_ok()
     );
     limiter
+        .settings()
         .set_limits("queued", vec![Limit::in_flight(3).unwrap()])
         .unwrap();
     let refused = limiter
-        .call_waiting(&queued, &[&"u"], Duration::from_secs(1))
+        .call_with(
+            &queued,
+            ratewall::Keys::new(&[&"u"]).wait(Duration::from_secs(1)),
+        )
         .await
         .unwrap_err();
     assert!(refused.is_unavailable() && refused.to_string().contains("in-flight"));

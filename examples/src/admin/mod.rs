@@ -338,12 +338,14 @@ pub async fn run(cli: &Cli) -> Result<Report, AdminError> {
             let (list, result) = if matches!(cli.command, Command::Allow(_)) {
                 let done = deployment
                     .limiter
+                    .settings()
                     .allow(change.name.as_deref(), &change.identity, until)
                     .await;
                 ("allow", done)
             } else {
                 let done = deployment
                     .limiter
+                    .settings()
                     .deny(change.name.as_deref(), &change.identity, until)
                     .await;
                 ("deny", done)
@@ -363,6 +365,7 @@ pub async fn run(cli: &Cli) -> Result<Report, AdminError> {
         Command::Unlist { identity, name } => {
             deployment
                 .limiter
+                .settings()
                 .unlist(name.as_deref(), identity)
                 .await
                 .map_err(deployment.failed_limiter("writing the allow and deny lists"))?;
@@ -384,6 +387,7 @@ pub async fn run(cli: &Cli) -> Result<Report, AdminError> {
             let registered = deployment.registered(name).await?;
             let decisions = deployment
                 .limiter
+                .requests()
                 .peek_identity(name, identity, &registered.limits)
                 .await
                 .map_err(deployment.failed_limiter("peeking at the identity's state"))?;
@@ -412,6 +416,7 @@ pub async fn run(cli: &Cli) -> Result<Report, AdminError> {
             let registered = deployment.registered(name).await?;
             deployment
                 .limiter
+                .requests()
                 .reset_identity(name, identity, &registered.limits)
                 .await
                 .map_err(deployment.failed_limiter("resetting the identity's state"))?;

@@ -166,9 +166,15 @@ impl Resolved {
                 }
             })
             .collect();
-        let in_flight = groups
-            .iter()
-            .any(|g| g.limits.iter().any(Limit::is_in_flight));
+        // In-flight limits of the groups, or of any of their tiers: such
+        // calls take slots under a lease id.
+        let in_flight = groups.iter().any(|g| {
+            g.limits.iter().any(Limit::is_in_flight)
+                || g.tiers
+                    .iter()
+                    .flat_map(|set| set.tiers.iter())
+                    .any(|tier| tier.limits.iter().any(Limit::is_in_flight))
+        });
         let mask = limiter.pipeline.mask(&Plan {
             name: spec.name(),
             groups: groups.iter().map(Group::plan).collect(),
@@ -211,14 +217,6 @@ impl Resolved {
             return None;
         };
         Some(group.target(identity.as_ref(), limit, *slot))
-    }
-
-    /// The targets of a call whose group `i` has identity `identities[i]`,
-    /// but for the groups in `skipped` (bit `i`: group `i`).
-    pub(crate) fn targets<'a>(&'a self, identities: &'a [Identity], skipped: u64) -> Targets<'a> {
-        let mut targets = Targets::new();
-        self.fill_targets(identities, |i, _| skipped & (1 << i) == 0, &mut targets);
-        targets
     }
 
     /// Adds the targets of the groups `keep` accepts (by index and group)

@@ -55,7 +55,8 @@ fn the_direct_lane_answers_and_counts_as_the_full_pipeline() {
         let spec = sms(algorithm);
         let clock = ManualClock::new(1_700_000_000_000_000);
         let (lane, full) = (limiter(&clock), limiter(&clock));
-        full.deny(Some("other"), &"mallory", None)
+        full.settings()
+            .deny(Some("other"), &"mallory", None)
             .now_or_never()
             .unwrap()
             .unwrap();
@@ -96,18 +97,19 @@ fn a_call_leaves_the_direct_lane_while_something_else_must_see_it() {
     assert!(direct(&limiter, &spec));
 
     // Shadow mode turns refusals into admissions: a layer with work to do.
-    limiter.set_shadow("sms", true);
+    limiter.settings().set_shadow("sms", true);
     assert!(!direct(&limiter, &spec));
     let admitted = (0..5)
         .filter(|_| limiter.call(&spec, &[&"carol"]).now().unwrap().is_ok())
         .count();
     assert_eq!(admitted, 5, "shadowed refusals are admitted");
-    limiter.set_shadow("sms", false);
+    limiter.settings().set_shadow("sms", false);
     assert!(direct(&limiter, &spec));
     assert!(limiter.call(&spec, &[&"carol"]).now().unwrap().is_err());
 
     // An allow list bypasses the limit.
     limiter
+        .settings()
         .allow(Some("sms_phone"), &"carol", None)
         .now_or_never()
         .unwrap()
@@ -116,6 +118,7 @@ fn a_call_leaves_the_direct_lane_while_something_else_must_see_it() {
     assert!(limiter.call(&spec, &[&"carol"]).now().unwrap().is_ok());
     assert!(
         limiter
+            .settings()
             .unlist(Some("sms_phone"), &"carol")
             .now_or_never()
             .unwrap()

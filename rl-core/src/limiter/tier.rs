@@ -36,21 +36,19 @@ use std::sync::Arc;
 use ratewall_grammar::{DEFAULT_TIER, TIER_NAME_MAX, TIER_SEPARATOR, check_tier_name};
 use smallvec::SmallVec;
 
-use super::call::{
-    Admission, CallFuture, CallSpec, Counting, Decided, GroupSpec, Permit, Settle, check_group,
-};
-use super::resolve::{self, Resolved, Targets};
-use super::{Limiter, admit, misconfigured};
+use super::Limiter;
+use super::call::{Admission, CallSpec, Counting, Decided, GroupSpec, Permit, Settle, check_group};
+use super::resolve::{Resolved, Targets};
+use crate::layer::Source;
 use crate::layer::counters::{self, Prebuilt};
-use crate::layer::{Answer, Call, Source};
 use crate::model::decision::Decision;
 use crate::model::error::{Error, LimitError};
-use crate::model::key::{self, Identities, Identity, Part};
+use crate::model::key::{self, Identity, Part};
 use crate::model::limit::Limit;
 use crate::model::policy::FailurePolicy;
 use crate::model::rejection::Rejection;
 use crate::store::Store;
-use crate::store::target::{KeyRef, Op, Slot, Target};
+use crate::store::target::{KeyRef, Slot, Target};
 
 /// One named set of limits of a tiered group ([`GroupSpec::tiered`]).
 ///
@@ -305,7 +303,7 @@ impl Resolved {
 
     /// Why calls with `chosen` tiers can never be decided, if a chosen tier
     /// says so.
-    fn tier_problem(&self, chosen: &[u32]) -> Option<&LimitError> {
+    pub(crate) fn tier_problem(&self, chosen: &[u32]) -> Option<&LimitError> {
         self.groups
             .iter()
             .zip(chosen)
@@ -317,7 +315,11 @@ impl Resolved {
 
     /// The call's name with `chosen` tiers (`<call>@<tier>` of its first
     /// tiered group) and its metric keys.
-    fn named<'a>(&'a self, spec: &'a CallSpec, chosen: &[u32]) -> (&'a str, &'a Prebuilt) {
+    pub(crate) fn named<'a>(
+        &'a self,
+        spec: &'a CallSpec,
+        chosen: &[u32],
+    ) -> (&'a str, &'a Prebuilt) {
         self.groups
             .iter()
             .zip(chosen)
@@ -363,7 +365,7 @@ impl Resolved {
     }
 
     /// The groups allow-listed for their identity under their (tier's) name.
-    fn allow_listed_tiered(
+    pub(crate) fn allow_listed_tiered(
         &self,
         registry: &crate::model::settings::Registry,
         identities: &[Identity],
@@ -471,7 +473,7 @@ impl Resolved {
     }
 
     /// What a permit of a call with `chosen` tiers keeps.
-    fn binding_of(&self, chosen: &[u32]) -> Arc<TierBinding> {
+    pub(crate) fn binding_of(&self, chosen: &[u32]) -> Arc<TierBinding> {
         let prebuilt =
             self.groups
                 .iter()
@@ -505,17 +507,18 @@ impl fmt::Write for Bounded {
     }
 }
 
-/// A tier that is not text, rendered (`None` for text, used as is).
-fn render(part: Part<'_>) -> Option<arrayvec::ArrayString<TIER_NAME_MAX>> {
+/// A tier as text, rendered into at most [`TIER_NAME_MAX`] bytes (a longer
+/// one, no tier's, is cut).
+pub(crate) fn tier_text(part: Part<'_>) -> arrayvec::ArrayString<TIER_NAME_MAX> {
     let mut out = Bounded(arrayvec::ArrayString::new(), false);
     let _ = match part {
-        Part::Text(_) => return None,
+        Part::Text(text) => out.write_str(text),
         Part::Unsigned(n) => out.write_str(itoa::Buffer::new().format(n)),
         Part::Signed(n) => out.write_str(itoa::Buffer::new().format(n)),
         Part::Display(value) => write!(out, "{value}"),
         Part::Ip(ip) => write!(out, "{ip}"),
     };
-    Some(out.0)
+    out.0
 }
 
 /// A tier as logs and errors show it: cut at [`TIER_NAME_MAX`] bytes.
@@ -526,247 +529,11 @@ fn shown(tier: &str) -> String {
 }
 
 impl Limiter {
-    /// Decides one call of `spec` like [`Limiter::call`], each tiered group
-    /// by the tier `tiers` gives it (one per tiered group, in the order of
-    /// the groups): its limits (declared, or set at run time for
-    /// `<group>@<tier>`), on its own state. See [`GroupSpec::tiered`] and
-    /// [`Tier`] for an unknown tier. [`Limiter::call`] on a tiered spec gives
-    /// no tier: each tiered group is decided by its `default` tier.
-    ///
-    /// ```
-    /// use ratewall::{CallSpec, FailurePolicy, GroupSpec, Limiter, Tier};
-    /// let limiter = Limiter::builder().memory().build().unwrap();
-    /// let api = CallSpec::owned("api", vec![GroupSpec::owned_tiered("api", vec![
-    ///     Tier::owned("free", vec!["1/1m".parse().unwrap()]),
-    ///     Tier::owned("pro", vec!["1000/1m".parse().unwrap(), "20/1s".parse().unwrap()]),
-    /// ])])
-    /// .with_policy(FailurePolicy::FailClosed);
-    /// assert!(limiter.call_tiered(&api, &[&7], &["free"]).now().unwrap().is_ok());
-    /// let refused = limiter.call_tiered(&api, &[&7], &["free"]).now().unwrap().unwrap_err();
-    /// assert_eq!(refused.name(), "api@free");
-    /// assert!(limiter.call_tiered(&api, &[&7], &["pro"]).now().unwrap().is_ok()); // pro's own state
-    /// // No such tier and no `default`: the failure policy (here: closed) answers.
-    /// let unknown = limiter.call_tiered(&api, &[&7], &["gold"]).now().unwrap().unwrap_err();
-    /// assert!(unknown.to_string().contains("tier \"gold\" of `api` is unknown"));
-    /// ```
-    pub fn call_tiered<'l>(
-        &'l self,
-        spec: &'l CallSpec,
-        identities: &[&dyn fmt::Display],
-        tiers: &[&str],
-    ) -> CallFuture<'l> {
-        let tiered = spec.groups().iter().filter(|g| g.is_tiered()).count();
-        if identities.len() != spec.groups().len() || tiers.len() != tiered {
-            return CallFuture::ready(Err(bad_call(spec, identities.len(), tiers.len(), tiered)));
-        }
-        let identities: Identities = identities.iter().map(|i| Identity::render(*i)).collect();
-        self.call_identities_tiered(spec, &identities, tiers)
-    }
-
-    /// [`Limiter::call_tiered`] with identities and tiers in the forms the
-    /// macro passes.
-    pub(crate) fn call_parts_tiered<'l>(
-        &'l self,
-        spec: &'l CallSpec,
-        parts: &[Part<'_>],
-        tiers: &[Part<'_>],
-    ) -> CallFuture<'l> {
-        let tiered = spec.groups().iter().filter(|g| g.is_tiered()).count();
-        if parts.len() != spec.groups().len() || tiers.len() != tiered {
-            return CallFuture::ready(Err(bad_call(spec, parts.len(), tiers.len(), tiered)));
-        }
-        let mut identities = Identities::new();
-        for part in parts {
-            identities.push(Identity::of(*part));
-        }
-        // The commonest call: one tiered group, its tier a string.
-        if let [Part::Text(tier)] = tiers {
-            return self.call_identities_tiered(spec, &identities, &[tier]);
-        }
-        // Tiers that are not text are rendered on the stack first.
-        let mut rendered: SmallVec<[arrayvec::ArrayString<TIER_NAME_MAX>; 1]> = SmallVec::new();
-        for tier in tiers {
-            if let Some(text) = render(*tier) {
-                rendered.push(text);
-            }
-        }
-        let mut texts: SmallVec<[&str; 2]> = SmallVec::new();
-        let mut next = rendered.iter();
-        for tier in tiers {
-            texts.push(match tier {
-                Part::Text(text) => text,
-                _ => next.next().map_or("", |t| t.as_str()),
-            });
-        }
-        self.call_identities_tiered(spec, &identities, &texts)
-    }
-
-    /// Decides a tiered call whose identities are rendered.
-    pub(crate) fn call_identities_tiered<'l>(
-        &'l self,
-        spec: &'l CallSpec,
-        identities: &[Identity],
-        tiers: &[&str],
-    ) -> CallFuture<'l> {
-        if spec.waits() {
-            // Refused as a call that cannot wait (see `wait::how`).
-            return super::wait::call(self, spec, identities, spec.wait().unwrap_or_default());
-        }
-        resolve::with(self, spec, |resolved| {
-            self.decide_tiered(spec, resolved, identities, tiers)
-        })
-    }
-
-    /// A call of a spec whose resolution is [`Resolved::special`]: one that
-    /// can never be decided, or a tiered one given no tier.
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn decide_special<'l>(
-        &'l self,
-        spec: &'l CallSpec,
-        resolved: &Arc<Resolved>,
-        identities: &[Identity],
-    ) -> CallFuture<'l> {
-        self.decide_tiered(spec, resolved, identities, &[])
-    }
-
-    /// Decides a call with `tiers`: now on the memory store, else the
-    /// future of its round trip.
-    fn decide_tiered<'l>(
-        &'l self,
-        spec: &'l CallSpec,
-        resolved: &Arc<Resolved>,
-        identities: &[Identity],
-        tiers: &[&str],
-    ) -> CallFuture<'l> {
-        if let Some(problem) = &resolved.problem {
-            return CallFuture::ready(Err(misconfigured(spec, problem)));
-        }
-        let chosen = match resolved.choose(tiers) {
-            Ok(chosen) => chosen,
-            Err(unknown) => {
-                return CallFuture::ready(self.unknown_tier(spec, resolved, identities, unknown));
-            }
-        };
-        if let Some(problem) = resolved.tier_problem(&chosen) {
-            return CallFuture::ready(Err(misconfigured(spec, problem)));
-        }
-        let skipped = resolved.allow_listed_tiered(&self.registry, identities, &chosen);
-        if !self.pipeline.store.is_remote() {
-            let mut targets = Targets::new();
-            resolved.fill_tiered(
-                identities,
-                &chosen,
-                |i| skipped & (1 << i) == 0,
-                &mut targets,
-            );
-            if resolved.in_flight {
-                self.lease(&mut targets);
-            }
-            let (name, counters) = resolved.named(spec, &chosen);
-            let mut call = Call::new(Op::Acquire, &targets, name, resolved.policy);
-            call.counters = Some(counters);
-            call.allow_listed = skipped != 0 && skipped == resolved.all_groups();
-            let answer = self
-                .pipeline
-                .run_now(&mut call, resolved.mask)
-                .expect("a memory store answers now");
-            return CallFuture::ready(self.permit_tiered(
-                spec, resolved, identities, skipped, chosen, &targets, answer,
-            ));
-        }
-        let resolved = resolved.clone();
-        let identities: Identities = identities.iter().cloned().collect();
-        CallFuture::remote(async move {
-            let mut targets = Targets::new();
-            resolved.fill_tiered(
-                &identities,
-                &chosen,
-                |i| skipped & (1 << i) == 0,
-                &mut targets,
-            );
-            if resolved.in_flight {
-                self.lease(&mut targets);
-            }
-            let (name, counters) = resolved.named(spec, &chosen);
-            let mut call = Call::new(Op::Acquire, &targets, name, resolved.policy);
-            call.counters = Some(counters);
-            call.allow_listed = skipped != 0 && skipped == resolved.all_groups();
-            let answer = self.pipeline.run(&mut call, resolved.mask).await;
-            self.permit_tiered(
-                spec,
-                &resolved,
-                &identities,
-                skipped,
-                chosen,
-                &targets,
-                answer,
-            )
-        })
-    }
-
-    /// The permit (or rejection) of a tiered call that got `answer`.
-    #[allow(clippy::too_many_arguments)]
-    fn permit_tiered<'l>(
-        &'l self,
-        spec: &'l CallSpec,
-        resolved: &Arc<Resolved>,
-        identities: &[Identity],
-        skipped: u64,
-        chosen: Chosen,
-        targets: &[Target<'_>],
-        answer: Answer,
-    ) -> Decided<'l> {
-        let name_of = |index: usize| {
-            resolved
-                .origin_name(index, skipped, &chosen)
-                .unwrap_or(spec.name_cow())
-                .clone()
-        };
-        let admission = match answer {
-            // The commonest answer first.
-            Answer::Decided {
-                decisions,
-                source: Source::Backend,
-            } if decisions.allowed() => Admission::Backend(decisions),
-            answer => admit(
-                || spec.name_cow().clone(),
-                targets,
-                answer,
-                resolved.policy,
-                name_of,
-            )?,
-        };
-        let settle = (spec.counting() == Counting::Settled).then(|| {
-            Box::new(Settle {
-                resolved: resolved.clone(),
-                identities: identities.iter().cloned().collect(),
-                skipped,
-                chosen: chosen.clone(),
-            })
-        });
-        let in_flight = if resolved.in_flight {
-            self.keeper.take(targets, &admission)
-        } else {
-            None
-        };
-        Ok(Permit {
-            limiter: self,
-            spec,
-            admission,
-            skipped,
-            settle,
-            waited: std::time::Duration::ZERO,
-            tiers: Some(resolved.binding_of(&chosen)),
-            in_flight,
-        })
-    }
-
     /// A call whose tier is unknown: logged, then what the failure policy
     /// makes of a call that cannot be decided.
     #[cold]
     #[inline(never)]
-    fn unknown_tier<'l>(
+    pub(crate) fn unknown_tier<'l>(
         &'l self,
         spec: &'l CallSpec,
         resolved: &Arc<Resolved>,
@@ -810,18 +577,6 @@ impl Limiter {
             Error::Limit(error),
         ))
     }
-}
-
-/// The rejection of a call given too many or too few identities or tiers.
-#[cold]
-fn bad_call(spec: &CallSpec, identities: usize, tiers: usize, tiered: usize) -> Rejection {
-    let error = LimitError::BadCall(format!(
-        "call `{}` has {} group(s), {tiered} of them tiered, but was given {identities} identities and {tiers} tier(s)",
-        spec.name(),
-        spec.groups().len(),
-    ));
-    tracing::error!(call = spec.name(), %error, "rate limit misconfigured");
-    Rejection::unavailable(spec.name_cow().clone(), Error::Limit(error))
 }
 
 #[cfg(test)]

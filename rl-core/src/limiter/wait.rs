@@ -14,13 +14,12 @@
 //! to both operations as to any other (deny lists, failure policy, shadow
 //! mode, metrics).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::layer::{ALL, Call};
+use crate::layer::ALL;
+use crate::limiter::attempt::{Attempt, OwnedAttempt, misconfigured};
 use crate::limiter::call::{Admission, CallFuture, CallSpec, Counting, Decided, Permit};
-use crate::limiter::resolve::{Resolved, Targets};
-use crate::limiter::{Limiter, misconfigured, timer};
+use crate::limiter::{Limiter, resolve, timer};
 use crate::model::error::LimitError;
 use crate::model::key::{Identities, Identity, Key};
 use crate::model::limit::Limit;
@@ -39,8 +38,8 @@ enum How {
     Retry,
 }
 
-/// How calls of `spec` wait, or why they cannot.
-fn how(limiter: &Limiter, spec: &CallSpec, resolved: &Resolved) -> Result<How, LimitError> {
+/// How the calls of `attempt` wait, or why they cannot.
+fn how(limiter: &Limiter, spec: &CallSpec, attempt: &Attempt<'_>) -> Result<How, LimitError> {
     if spec.counting() == Counting::Settled {
         return Err(LimitError::BadCall(format!(
             "call `{}` cannot wait: it counts only some calls (`Counting::Settled`, `count`, `count_if`), and \
@@ -49,28 +48,20 @@ fn how(limiter: &Limiter, spec: &CallSpec, resolved: &Resolved) -> Result<How, L
             spec.name()
         )));
     }
-    if let Some(tiered) = resolved.groups.iter().find(|g| g.tiers.is_some()) {
-        return Err(LimitError::BadCall(format!(
-            "call `{}` cannot wait: its group `{}` is tiered; a waiting call reserves its slot on limits known \
-             before the call, and a tiered group's limits are chosen by each call; remove the wait or the tiers",
-            spec.name(),
-            tiered.name,
-        )));
-    }
-    if let Some(group) = resolved
-        .groups
-        .iter()
-        .find(|g| g.limits.iter().any(Limit::is_in_flight))
+    // Each group's limits as this call is decided: its own, or its tier's.
+    let groups =
+        || (0..attempt.resolved.groups.len()).map(|g| attempt.resolved.part(g, &attempt.chosen));
+    if let Some((name, ..)) =
+        groups().find(|(_, _, limits, _)| limits.iter().any(Limit::is_in_flight))
     {
         return Err(LimitError::BadCall(format!(
-            "call `{}` cannot wait: its group `{}` has an in-flight limit; a slot of a concurrency limit frees \
+            "call `{}` cannot wait: its group `{name}` has an in-flight limit; a slot of a concurrency limit frees \
              when a running call ends, which no reserved time or retry can promise, and a waiting call would \
              hold its other groups' units meanwhile; remove the wait or the in-flight limit",
             spec.name(),
-            group.name,
         )));
     }
-    let limits = || resolved.groups.iter().flat_map(|g| g.limits.iter());
+    let limits = || groups().flat_map(|(_, _, limits, _)| limits.iter());
     let queued = limits().find(|l| l.algorithm().reserves());
     let windowed = limits().find(|l| !l.algorithm().reserves());
     let how = match (queued, windowed) {
@@ -94,18 +85,20 @@ fn how(limiter: &Limiter, spec: &CallSpec, resolved: &Resolved) -> Result<How, L
     Ok(if reserving { how } else { How::Retry })
 }
 
-/// Decides a call of `spec` that may wait up to `max_wait`.
+/// Decides a call of `spec` (with `tiers`) that may wait up to `max_wait`.
 pub(crate) fn call<'l>(
     limiter: &'l Limiter,
     spec: &'l CallSpec,
     identities: &[Identity],
+    tiers: &[&str],
     max_wait: Duration,
 ) -> CallFuture<'l> {
-    crate::limiter::resolve::with(limiter, spec, |resolved| {
-        if let Some(problem) = &resolved.problem {
-            return CallFuture::ready(Err(misconfigured(spec, problem)));
-        }
-        let how = match how(limiter, spec, resolved) {
+    resolve::with(limiter, spec, |resolved| {
+        let attempt = match Attempt::new(limiter, spec, resolved, identities, tiers) {
+            Ok(attempt) => attempt,
+            Err(decided) => return CallFuture::ready(*decided),
+        };
+        let how = match how(limiter, spec, &attempt) {
             Ok(how) => how,
             Err(problem) => return CallFuture::ready(Err(misconfigured(spec, &problem))),
         };
@@ -117,22 +110,20 @@ pub(crate) fn call<'l>(
             Duration::ZERO
         };
         match how {
-            How::Reserve => reserve(limiter, spec, resolved, identities, max_wait),
-            How::Retry => retry(limiter, spec, identities, max_wait),
+            How::Reserve => reserve(limiter, spec, &attempt, max_wait),
+            How::Retry => retry(limiter, spec, identities, tiers, max_wait),
         }
     })
 }
 
-/// The longest wait (µs) a reservation on `resolved`'s limits may ask for:
+/// The longest wait (µs) a reservation on `attempt`'s limits may ask for:
 /// `max_wait`, bounded so that a queue that long keeps every meter's level
 /// below 2^51 (exact in the Redis scripts' doubles; over half an hour for a
 /// threshold of a million per period).
-fn reservable(resolved: &Resolved, max_wait: Duration) -> u64 {
+fn reservable(attempt: &Attempt<'_>, max_wait: Duration) -> u64 {
     let asked = u64::try_from(max_wait.as_micros()).unwrap_or(u64::MAX);
-    resolved
-        .groups
-        .iter()
-        .flat_map(|g| g.limits.iter())
+    (0..attempt.resolved.groups.len())
+        .flat_map(|g| attempt.resolved.part(g, &attempt.chosen).2.iter())
         .map(|l| (1u64 << 51) / l.threshold())
         .fold(asked, u64::min)
 }
@@ -141,61 +132,25 @@ fn reservable(resolved: &Resolved, max_wait: Duration) -> u64 {
 fn reserve<'l>(
     limiter: &'l Limiter,
     spec: &'l CallSpec,
-    resolved: &Arc<Resolved>,
-    identities: &[Identity],
+    attempt: &Attempt<'_>,
     max_wait: Duration,
 ) -> CallFuture<'l> {
-    let op = Op::Reserve(reservable(resolved, max_wait));
-    let skipped = resolved.allow_listed(&limiter.registry, identities);
-    if !limiter.pipeline.store.is_remote() {
-        let mut targets = Targets::new();
-        resolved.fill_targets(identities, |i, _| skipped & (1 << i) == 0, &mut targets);
-        let mut call = Call::new(op, &targets, spec.name(), resolved.policy);
-        call.counters = Some(&resolved.counters);
-        call.allow_listed = skipped != 0 && skipped == resolved.all_groups();
-        let answer = limiter
-            .pipeline
-            .run_now(&mut call, resolved.mask)
-            .expect("a memory store answers now");
-        let reservation = call.notes.reservation.take();
-        let decided = limiter.permit(spec, resolved, identities, skipped, &targets, answer);
-        return match held(
-            limiter,
-            spec,
-            resolved,
-            identities,
-            skipped,
-            decided,
-            reservation,
-        ) {
+    let op = Op::Reserve(reservable(attempt, max_wait));
+    if let Store::Memory(memory) = &limiter.pipeline.store {
+        let mut reservation = None;
+        let decided = attempt.decide_now(limiter, spec, memory, op, &mut reservation);
+        return match held(limiter, spec, attempt, decided, reservation) {
             Ok((permit, None)) => CallFuture::ready(Ok(admitted(permit))),
             Ok((permit, Some(held))) => CallFuture::remote(sleep_for(permit, held)),
             Err(rejection) => CallFuture::ready(Err(rejection)),
         };
     }
-    let resolved = resolved.clone();
-    let identities: Identities = identities.iter().cloned().collect();
+    let owned = attempt.to_owned();
     CallFuture::remote(async move {
-        let decided;
-        let reservation;
-        {
-            let targets = resolved.targets(&identities, skipped);
-            let mut call = Call::new(op, &targets, spec.name(), resolved.policy);
-            call.counters = Some(&resolved.counters);
-            call.allow_listed = skipped != 0 && skipped == resolved.all_groups();
-            let answer = limiter.pipeline.run(&mut call, resolved.mask).await;
-            reservation = call.notes.reservation.take();
-            decided = limiter.permit(spec, &resolved, &identities, skipped, &targets, answer);
-        }
-        match held(
-            limiter,
-            spec,
-            &resolved,
-            &identities,
-            skipped,
-            decided,
-            reservation,
-        )? {
+        let attempt = owned.attempt();
+        let mut reservation = None;
+        let decided = attempt.decide(limiter, spec, op, &mut reservation).await;
+        match held(limiter, spec, &attempt, decided, reservation)? {
             (permit, None) => Ok(admitted(permit)),
             (permit, Some(held)) => sleep_for(permit, held).await,
         }
@@ -207,9 +162,7 @@ fn reserve<'l>(
 fn held<'l>(
     limiter: &'l Limiter,
     spec: &'l CallSpec,
-    resolved: &Arc<Resolved>,
-    identities: &[Identity],
-    skipped: u64,
+    attempt: &Attempt<'_>,
     decided: Decided<'l>,
     reservation: Option<Box<Reservation>>,
 ) -> Result<(Permit<'l>, Option<Held<'l>>), Rejection> {
@@ -237,10 +190,8 @@ fn held<'l>(
         permit,
         Some(Held {
             limiter,
-            name: spec.name(),
-            resolved: resolved.clone(),
-            identities: identities.iter().cloned().collect(),
-            skipped,
+            spec,
+            attempt: attempt.to_owned(),
             reservation: *reservation,
             local,
             until: Instant::now() + wait,
@@ -268,10 +219,8 @@ fn admitted(permit: Permit<'_>) -> Permit<'_> {
 /// is dropped first.
 struct Held<'l> {
     limiter: &'l Limiter,
-    name: &'l str,
-    resolved: Arc<Resolved>,
-    identities: Identities,
-    skipped: u64,
+    spec: &'l CallSpec,
+    attempt: OwnedAttempt,
     reservation: Reservation,
     /// Reserved in process by the failure policy's fallback.
     local: bool,
@@ -286,7 +235,9 @@ impl Drop for Held<'_> {
         if !self.armed {
             return;
         }
-        let targets = self.resolved.targets(&self.identities, self.skipped);
+        let attempt = self.attempt.attempt();
+        let targets = attempt.targets(self.limiter);
+        let name = self.spec.name();
         match &self.limiter.pipeline.store {
             Store::Remote(backend) if !self.local => {
                 let requests: Vec<(Key, Limit, u64)> = targets
@@ -294,7 +245,7 @@ impl Drop for Held<'_> {
                     .map(|t| (t.key.render(), *t.limit, t.cost))
                     .collect();
                 let reservation = self.reservation.clone();
-                let name = self.name.to_owned();
+                let owned = name.to_owned();
                 let backend = backend.clone();
                 let cancel = async move {
                     let requests: Vec<Request<'_>> = requests
@@ -305,11 +256,11 @@ impl Drop for Held<'_> {
                     let outcome = if result.is_ok() { "ok" } else { "error" };
                     metrics::counter!(
                         "rl_operations_total",
-                        "limit" => name.clone(), "op" => "cancel", "result" => outcome
+                        "limit" => owned.clone(), "op" => "cancel", "result" => outcome
                     )
                     .increment(1);
                     if let Err(error) = result {
-                        tracing::warn!(limit = name, %error, "could not give back the slot of a dropped waiting call; it stays taken");
+                        tracing::warn!(limit = owned, %error, "could not give back the slot of a dropped waiting call; it stays taken");
                     }
                 };
                 match self
@@ -319,18 +270,13 @@ impl Drop for Held<'_> {
                 {
                     Some(runtime) => drop(runtime.spawn(cancel)),
                     None => tracing::warn!(
-                        limit = self.name,
+                        limit = name,
                         "a waiting call was dropped outside a tokio runtime: its slot stays taken"
                     ),
                 }
             }
             _ => {
-                let mut call = Call::new(
-                    Op::Cancel(&self.reservation),
-                    &targets,
-                    self.name,
-                    self.resolved.policy,
-                );
+                let mut call = attempt.call(self.spec, Op::Cancel(&self.reservation), &targets);
                 call.local_only = self.local;
                 // In process (the memory store, or the fallback's own
                 // reservation): the pipeline answers without awaiting.
@@ -339,7 +285,7 @@ impl Drop for Held<'_> {
                 let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
                 if run.as_mut().poll(&mut cx).is_pending() {
                     tracing::warn!(
-                        limit = self.name,
+                        limit = name,
                         "could not give back the slot of a dropped waiting call"
                     );
                 }
@@ -349,17 +295,19 @@ impl Drop for Held<'_> {
 }
 
 /// Retries after each refusal's `retry_after` until admitted, or until the
-/// next try would come after `max_wait`.
+/// next try would come after `max_wait`. Each try is a call of its own
+/// (resolved again: a limit changed meanwhile applies).
 fn retry<'l>(
     limiter: &'l Limiter,
     spec: &'l CallSpec,
     identities: &[Identity],
+    tiers: &[&str],
     max_wait: Duration,
 ) -> CallFuture<'l> {
     let start = Instant::now();
     let mut first_retry = None;
     if !limiter.pipeline.store.is_remote() {
-        match limiter.call_now(spec, identities).now() {
+        match limiter.decide_once(spec, identities, tiers).now() {
             Some(Ok(permit)) => return CallFuture::ready(Ok(admitted(permit))),
             Some(Err(rejection)) => match next_try(&rejection, start, max_wait) {
                 None => return CallFuture::ready(Err(rejection)),
@@ -369,12 +317,14 @@ fn retry<'l>(
         }
     }
     let identities: Identities = identities.iter().cloned().collect();
+    let tiers: Vec<Box<str>> = tiers.iter().map(|t| Box::from(*t)).collect();
     CallFuture::remote(async move {
+        let tiers: Vec<&str> = tiers.iter().map(|t| &**t).collect();
         if let Some(at) = first_retry {
             timer::sleep_until(at).await;
         }
         loop {
-            match limiter.call_now(spec, &identities).await {
+            match limiter.decide_once(spec, &identities, &tiers).await {
                 Ok(mut permit) => {
                     permit.waited = start.elapsed();
                     return Ok(admitted(permit));

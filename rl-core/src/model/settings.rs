@@ -1,7 +1,7 @@
 //! The runtime overrides of one limiter, by name: limits, failure policy,
 //! shadow mode and the deny cache, in one map behind one lock.
 //!
-//! Writers take the lock, change one name's [`Settings`] and bump the
+//! Writers take the lock, change one name's [`NameSettings`] and bump the
 //! generation; readers on the hot path compare the generation with the one
 //! their cached resolution was made at, and take the lock only when it
 //! changed (see [`crate::limiter::resolve`]). Every reader sees either the
@@ -22,7 +22,7 @@ use crate::model::policy::FailurePolicy;
 /// route's limit name).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Settings {
+pub struct NameSettings {
     /// Limits replacing the compiled-in ones.
     pub limits: Option<Arc<[Limit]>>,
     /// The failure policy, over the call's and the limiter's.
@@ -33,16 +33,16 @@ pub struct Settings {
     pub deny_cache: Option<bool>,
 }
 
-impl Settings {
+impl NameSettings {
     fn is_empty(&self) -> bool {
-        *self == Settings::default()
+        *self == NameSettings::default()
     }
 }
 
-/// Every name's [`Settings`].
+/// Every name's [`NameSettings`].
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
-    names: RwLock<HashMap<Box<str>, Settings>>,
+    names: RwLock<HashMap<Box<str>, NameSettings>>,
     /// Bumped on every change.
     generation: AtomicU64,
     /// Whether any name is in shadow mode (skips the lock on refusals).
@@ -58,7 +58,7 @@ pub(crate) struct Registry {
 
 impl Registry {
     /// Changes one name's settings; returns whether anything changed.
-    pub(crate) fn update(&self, name: &str, change: impl FnOnce(&mut Settings)) -> bool {
+    pub(crate) fn update(&self, name: &str, change: impl FnOnce(&mut NameSettings)) -> bool {
         let mut names = self.names.write();
         let mut settings = names.get(name).cloned().unwrap_or_default();
         let before = settings.clone();
@@ -87,9 +87,9 @@ impl Registry {
     }
 
     /// The settings of `name`.
-    pub(crate) fn get(&self, name: &str) -> Settings {
+    pub(crate) fn get(&self, name: &str) -> NameSettings {
         if self.generation() == 0 {
-            return Settings::default();
+            return NameSettings::default();
         }
         self.names.read().get(name).cloned().unwrap_or_default()
     }
@@ -206,7 +206,7 @@ impl Registry {
     }
 
     /// Every name with settings.
-    pub(crate) fn snapshot(&self) -> Vec<(String, Settings)> {
+    pub(crate) fn snapshot(&self) -> Vec<(String, NameSettings)> {
         let mut all: Vec<_> = self
             .names
             .read()

@@ -3,7 +3,7 @@
 //! public API ([`Limiter::call`], [`CallSpec`], [`Permit`]).
 
 pub use crate::limiter::Limiter;
-pub use crate::limiter::call::{Admitted, CallFuture, CallSpec, Counting, GroupSpec, Permit};
+pub use crate::limiter::call::{Admitted, CallFuture, CallSpec, Counting, GroupSpec, Keys, Permit};
 pub use crate::limiter::tier::Tier;
 pub use crate::model::error::Error;
 pub use crate::model::key::Part;
@@ -40,7 +40,7 @@ pub fn call<'l>(
     identities: &[Part<'_>],
 ) -> CallFuture<'l> {
     match limiter {
-        Ok(limiter) => limiter.call_parts(spec, identities),
+        Ok(limiter) => limiter.call_with(spec, Keys::parts(identities)),
         Err(error) => {
             tracing::error!(limit = spec.name(), %error, "rate limited function called without a limiter");
             CallFuture::ready(Err(Rejection::unavailable(spec.name().to_owned(), error)))
@@ -55,8 +55,8 @@ pub fn admitted(call: CallFuture<'_>) -> Admitted<'_> {
     call.admitted()
 }
 
-/// [`call`] awaited for its admission only, as [`admitted`]; on the memory
-/// store the permit is dropped where it is made (nothing large is moved).
+/// [`call`] awaited for its admission only, as [`admitted`]; a call the
+/// direct lane admitted makes no permit at all.
 #[inline]
 pub fn admit<'l>(
     spec: &'l CallSpec,
@@ -64,12 +64,12 @@ pub fn admit<'l>(
     identities: &[Part<'_>],
 ) -> Admitted<'l> {
     match limiter {
-        Ok(limiter) => limiter.admit_parts(spec, identities),
+        Ok(limiter) => limiter.admit(spec, Keys::parts(identities)),
         Err(_) => call(spec, limiter, identities).admitted(),
     }
 }
 
-/// [`Limiter::call_tiered`] on the limiter the function names, each tiered
+/// [`Limiter::call_with`] with tiers on the limiter the function names, each tiered
 /// group decided by its tier in `tiers` (a `tier = ..` value in the forms
 /// keys take: a string as is, anything else through its `Display`).
 #[inline]
@@ -80,7 +80,7 @@ pub fn call_tiered<'l>(
     tiers: &[Part<'_>],
 ) -> CallFuture<'l> {
     match limiter {
-        Ok(limiter) => limiter.call_parts_tiered(spec, identities, tiers),
+        Ok(limiter) => limiter.call_with(spec, Keys::parts(identities).tier_parts(tiers)),
         Err(_) => call(spec, limiter, identities),
     }
 }

@@ -38,7 +38,7 @@
 //! assert_eq!(third.headers()["retry-after"], "30");
 //! // Limits by name: a new limit applies to the next request (a new period
 //! // starts from fresh state).
-//! limiter.set_limits("search_key", vec!["1000/1h".parse()?])?;
+//! limiter.settings().set_limits("search_key", vec!["1000/1h".parse()?])?;
 //! assert_eq!(app.clone().oneshot(request()?).await?.status(), 200);
 //! // No key: 400, naming it.
 //! let anonymous = http::Request::get("/search").body(axum::body::Body::empty())?;

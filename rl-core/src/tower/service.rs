@@ -19,7 +19,7 @@ use super::key::{self, Client, Extracted, Head, KeyFrom, Keys, PathParams, Probl
 use super::response;
 use crate::http::{RATELIMIT, RATELIMIT_POLICY, TrustedProxies};
 use crate::limiter::Limiter;
-use crate::limiter::call::{CallFuture, CallSpec, GroupSpec, Permit};
+use crate::limiter::call::{CallFuture, CallSpec, GroupSpec, Keys as CallKeys, Permit};
 use crate::limiter::in_flight::InFlight;
 use crate::model::decision::Decision;
 use crate::model::error::LimitError;
@@ -635,12 +635,8 @@ impl Shared {
             let fields = kept_fields(self.id, 0, group.name(), decision, limit);
             Verdict::Admit(Extras::boxed(fields, None))
         };
-        let refused = |rejection| self.refused(rejection, headers);
-        if let Some(verdict) = limiter.decide_direct_part(&self.spec, part, admitted, refused) {
-            return Some(verdict);
-        }
         // The verdict is made where the permit is (not moved out first).
-        limiter.call_parts_now(&self.spec, &[part], |decided| {
+        limiter.now_with(&self.spec, CallKeys::parts(&[part]), admitted, |decided| {
             self.verdict(decided, headers)
         })
     }
@@ -650,7 +646,7 @@ impl Shared {
         // Typed identities: text as is, no `core::fmt` per request.
         let parts: SmallVec<[Part<'_>; 2]> = keys.iter().map(Extracted::part).collect();
         if !self.tiered {
-            return limiter.call_parts(&self.spec, &parts);
+            return limiter.call_with(&self.spec, CallKeys::parts(&parts));
         }
         // A request without a tier gives "": its group's default tier.
         let tiers: SmallVec<[Part<'_>; 2]> = self
@@ -659,7 +655,7 @@ impl Shared {
             .flatten()
             .map(|tier| Part::Text(head.parts.and_then(|parts| (tier.0)(parts)).unwrap_or("")))
             .collect();
-        limiter.call_parts_tiered(&self.spec, &parts, &tiers)
+        limiter.call_with(&self.spec, CallKeys::parts(&parts).tier_parts(&tiers))
     }
 
     /// [`Shared::decide_now`] for a remote store: the request head is moved

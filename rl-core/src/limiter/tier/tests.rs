@@ -39,7 +39,7 @@ fn admitted(limiter: &Limiter, spec: &CallSpec, who: &str, tier: &str, n: usize)
     (0..n)
         .filter(|_| {
             limiter
-                .call_tiered(spec, &[&who], &[tier])
+                .call_with(spec, crate::Keys::new(&[&who]).tiers(&[tier]))
                 .now()
                 .unwrap()
                 .is_ok()
@@ -57,7 +57,7 @@ fn switching_an_identitys_tier_takes_effect_on_its_next_call() {
     assert_eq!(admitted(&limiter, &spec, "alice", "pro", 10), 4);
     // Downgraded: `free` again, whose state is still exhausted.
     let refused = limiter
-        .call_tiered(&spec, &[&"alice"], &["free"])
+        .call_with(&spec, crate::Keys::new(&[&"alice"]).tiers(&["free"]))
         .now()
         .unwrap()
         .unwrap_err();
@@ -77,12 +77,14 @@ fn each_tier_keeps_its_own_state() {
     // The states are the tiers' own keys.
     let pro = [limit("5/1m")];
     let peeked = limiter
+        .requests()
         .peek_identity("api@pro", &"carol", &pro)
         .now_or_never()
         .unwrap()
         .unwrap();
     assert_eq!(peeked.binding().remaining, 0);
     let untouched = limiter
+        .requests()
         .peek_identity("api@pro", &"dave", &pro)
         .now_or_never()
         .unwrap()
@@ -96,22 +98,27 @@ fn a_tier_configured_at_run_time_applies_on_the_next_call() {
     let spec = api(FailurePolicy::FailClosed);
     // Not declared: unknown until configured.
     assert!(admitted(&limiter, &spec, "erin", "gold", 1) == 0);
-    limiter.set_limits("api@gold", vec![limit("3/1m")]).unwrap();
+    limiter
+        .settings()
+        .set_limits("api@gold", vec![limit("3/1m")])
+        .unwrap();
     assert_eq!(admitted(&limiter, &spec, "erin", "gold", 5), 3);
     // A declared tier changed at run time: the next call uses the new limit
     // (a threshold change applies to the existing state).
     assert_eq!(admitted(&limiter, &spec, "erin", "free", 5), 2);
     let window = |t| Limit::per_minute(t).and_then(|l| l.with_algorithm(Algorithm::FixedWindow));
     limiter
+        .settings()
         .set_limits("api@free", vec![window(2).unwrap()])
         .unwrap();
     assert_eq!(admitted(&limiter, &spec, "erin", "free", 5), 2);
     limiter
+        .settings()
         .set_limits("api@free", vec![window(4).unwrap()])
         .unwrap();
     assert_eq!(admitted(&limiter, &spec, "erin", "free", 5), 2);
     // Cleared: gold is unknown again, free back to its declared limits.
-    limiter.clear_limits("api@gold");
+    limiter.settings().clear_limits("api@gold");
     assert_eq!(admitted(&limiter, &spec, "erin", "gold", 1), 0);
 }
 
@@ -142,7 +149,7 @@ fn an_unknown_tier_without_a_default_is_answered_by_the_failure_policy() {
     // Fail open: admitted, without a decision.
     let open = api(FailurePolicy::FailOpen);
     let permit = limiter
-        .call_tiered(&open, &[&"gina"], &["gold"])
+        .call_with(&open, crate::Keys::new(&[&"gina"]).tiers(&["gold"]))
         .now()
         .unwrap()
         .unwrap();
@@ -151,7 +158,7 @@ fn an_unknown_tier_without_a_default_is_answered_by_the_failure_policy() {
     // Fail closed and local(N): refused as unavailable, naming the tier.
     for policy in [FailurePolicy::FailClosed, FailurePolicy::local(2).unwrap()] {
         let refused = limiter
-            .call_tiered(&api(policy), &[&"gina"], &["gold"])
+            .call_with(&api(policy), crate::Keys::new(&[&"gina"]).tiers(&["gold"]))
             .now()
             .unwrap()
             .unwrap_err();
@@ -167,7 +174,10 @@ fn an_unknown_tier_without_a_default_is_answered_by_the_failure_policy() {
     // A tier too long to be one is cut in the error, never a panic.
     let long = "é".repeat(100);
     let refused = limiter
-        .call_tiered(&api(FailurePolicy::FailClosed), &[&"gina"], &[&long])
+        .call_with(
+            &api(FailurePolicy::FailClosed),
+            crate::Keys::new(&[&"gina"]).tiers(&[&long]),
+        )
         .now()
         .unwrap()
         .unwrap_err();
@@ -201,7 +211,7 @@ fn a_call_with_the_wrong_number_of_tiers_is_refused_as_misconfigured() {
     let spec = api(FailurePolicy::FailOpen);
     for tiers in [&[][..], &["free", "pro"][..]] {
         let refused = limiter
-            .call_tiered(&spec, &[&"ivan"], tiers)
+            .call_with(&spec, crate::Keys::new(&[&"ivan"]).tiers(tiers))
             .now()
             .unwrap()
             .unwrap_err();
@@ -230,7 +240,10 @@ fn tiered_and_plain_groups_are_decided_together_all_or_nothing() {
     );
     let call = |user: &str, tier: &str| {
         limiter
-            .call_tiered(&spec, &[&"10.0.0.1", &user], &[tier])
+            .call_with(
+                &spec,
+                crate::Keys::new(&[&"10.0.0.1", &user]).tiers(&[tier]),
+            )
             .now()
             .unwrap()
     };
@@ -247,7 +260,7 @@ fn the_binding_limit_of_a_tiered_call_is_its_tiers() {
     let limiter = limiter();
     let spec = api(FailurePolicy::FailClosed);
     let permit = limiter
-        .call_tiered(&spec, &[&"kim"], &["pro"])
+        .call_with(&spec, crate::Keys::new(&[&"kim"]).tiers(&["pro"]))
         .now()
         .unwrap()
         .unwrap();
@@ -263,7 +276,7 @@ fn a_settled_tiered_call_gives_back_to_its_tiers_state() {
     let spec = api(FailurePolicy::FailClosed).with_counting(Counting::Settled);
     for _ in 0..5 {
         let permit = limiter
-            .call_tiered(&spec, &[&"leo"], &["free"])
+            .call_with(&spec, crate::Keys::new(&[&"leo"]).tiers(&["free"]))
             .now()
             .unwrap()
             .unwrap();
@@ -277,12 +290,13 @@ fn a_tiers_name_inherits_its_groups_lists_and_shadow_mode() {
     let limiter = limiter();
     let spec = api(FailurePolicy::FailClosed);
     limiter
+        .settings()
         .deny(Some("api"), &"mia", None)
         .now_or_never()
         .unwrap()
         .unwrap();
     let denied = limiter
-        .call_tiered(&spec, &[&"mia"], &["pro"])
+        .call_with(&spec, crate::Keys::new(&[&"mia"]).tiers(&["pro"]))
         .now()
         .unwrap()
         .unwrap_err();
@@ -290,6 +304,7 @@ fn a_tiers_name_inherits_its_groups_lists_and_shadow_mode() {
     assert_eq!(denied.name(), "api@pro");
     // An allow entry of one tier bypasses that tier only.
     limiter
+        .settings()
         .allow(Some("api@free"), &"ned", None)
         .now_or_never()
         .unwrap()
@@ -297,10 +312,10 @@ fn a_tiers_name_inherits_its_groups_lists_and_shadow_mode() {
     assert_eq!(admitted(&limiter, &spec, "ned", "free", 10), 10);
     assert_eq!(admitted(&limiter, &spec, "ned", "pro", 10), 5);
     // Shadow mode of the group: every tier decides, none refuses.
-    limiter.set_shadow("api", true);
+    limiter.settings().set_shadow("api", true);
     assert_eq!(admitted(&limiter, &spec, "ned", "pro", 3), 3);
     let permit = limiter
-        .call_tiered(&spec, &[&"ned"], &["pro"])
+        .call_with(&spec, crate::Keys::new(&[&"ned"]).tiers(&["pro"]))
         .now()
         .unwrap()
         .unwrap();
@@ -342,15 +357,15 @@ fn invalid_tiers_are_refused_up_front() {
     let limiter = limiter();
     assert!(
         limiter
-            .call_tiered(&empty, &[&1], &["x"])
+            .call_with(&empty, crate::Keys::new(&[&1]).tiers(&["x"]))
             .now()
             .unwrap()
             .is_err()
     );
-    limiter.set_limits("api@x", one()).unwrap();
+    limiter.settings().set_limits("api@x", one()).unwrap();
     assert!(
         limiter
-            .call_tiered(&empty, &[&1], &["x"])
+            .call_with(&empty, crate::Keys::new(&[&1]).tiers(&["x"]))
             .now()
             .unwrap()
             .is_ok()
@@ -374,16 +389,19 @@ fn runtime_limits_that_break_one_tier_refuse_that_tier_only() {
         ],
     )
     .with_policy(FailurePolicy::FailOpen);
-    limiter.set_limits("api@free", vec![limit("1/1m")]).unwrap();
+    limiter
+        .settings()
+        .set_limits("api@free", vec![limit("1/1m")])
+        .unwrap();
     let refused = limiter
-        .call_tiered(&spec, &[&"oz"], &["free"])
+        .call_with(&spec, crate::Keys::new(&[&"oz"]).tiers(&["free"]))
         .now()
         .unwrap()
         .unwrap_err();
     assert!(refused.is_unavailable());
     assert!(
         limiter
-            .call_tiered(&spec, &[&"oz"], &["pro"])
+            .call_with(&spec, crate::Keys::new(&[&"oz"]).tiers(&["pro"]))
             .now()
             .unwrap()
             .is_ok()

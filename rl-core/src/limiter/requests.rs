@@ -1,0 +1,301 @@
+//! Decisions over raw requests ([`Requests`], `limiter.requests()`):
+//! keys and limits the caller builds, rather than a [`CallSpec`] resolved
+//! once. For tools, admin pages and hand-made batches; `#[rate_limit]`, the
+//! tower layer and [`Limiter::call`] take the call road instead.
+
+use std::fmt;
+use std::future::Future;
+
+use smallvec::SmallVec;
+
+use crate::layer::{ALL, Answer, Call};
+use crate::limiter::Limiter;
+use crate::limiter::attempt::admit;
+use crate::limiter::call::Admission;
+use crate::limiter::settle::applied;
+use crate::model::decision::{Decision, Decisions};
+use crate::model::error::{BackendError, Error};
+use crate::model::key::Key;
+use crate::model::limit::Limit;
+use crate::model::lists::ListKind;
+use crate::model::policy::FailurePolicy;
+use crate::model::rejection::{Name, Rejection};
+use crate::store::backend::Request;
+use crate::store::target::{KeyRef, Op, Target};
+
+#[cfg(doc)]
+use crate::limiter::call::CallSpec;
+
+/// Decisions over requests the caller builds (a [`Key`], a [`Limit`] and a
+/// cost each): `limiter.requests()`. Every operation passes the same layers
+/// as a call does (lists, deny cache, failure policy, breaker, metrics).
+///
+/// ```
+/// use ratewall::{Limit, Limiter};
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let limiter = Limiter::builder().memory().prefix("demo").build()?;
+/// let limit = Limit::per_minute(2)?;
+/// let key = limiter.key("say_hi", &7);
+/// let requests = limiter.requests();
+/// assert!(requests.acquire(&key, &limit, 1).await?.allowed);
+/// assert!(requests.acquire(&key, &limit, 1).await?.allowed);
+/// let third = requests.acquire(&key, &limit, 1).await?;
+/// assert!(!third.allowed);
+/// assert_eq!(third.retry_after_secs(), 30); // rounded up: waiting that long suffices
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # });
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct Requests<'l> {
+    pub(crate) limiter: &'l Limiter,
+}
+
+impl<'l> Requests<'l> {
+    /// Decides `requests` (named `name` in metrics, logs and rejections)
+    /// through every layer and applies the failure policy (`policy`
+    /// overrides the limiter's; a runtime [`Limiter::set_policy`] for
+    /// `name` wins over both): the call is admitted, or refused with a
+    /// [`Rejection`]. [`Limiter::call`] does the same from a [`CallSpec`].
+    pub async fn check(
+        &self,
+        name: &str,
+        requests: &[Request<'_>],
+        policy: Option<FailurePolicy>,
+    ) -> Result<Admission, Rejection> {
+        // One request (the commonest check): its one target on the stack.
+        if let [request] = requests {
+            let targets = [target_of(request, name)];
+            return self.check_targets(name, requests, &targets, policy).await;
+        }
+        let targets = named_targets(requests, Some(name));
+        self.check_targets(name, requests, &targets, policy).await
+    }
+
+    /// [`Limiter::check`] of `requests` as `targets` (one per request, in
+    /// order).
+    #[inline(always)]
+    async fn check_targets(
+        &self,
+        name: &str,
+        requests: &[Request<'_>],
+        targets: &[Target<'_>],
+        policy: Option<FailurePolicy>,
+    ) -> Result<Admission, Rejection> {
+        // Allow-listed keys are not decided (see `Limiter::allow`).
+        if self.limiter.registry.any_listed(ListKind::Allow) {
+            return self.check_listed(name, requests, targets, policy).await;
+        }
+        let policy = self.limiter.policy_for(name, policy);
+        let mut call = Call::new(Op::Acquire, targets, name, policy);
+        call.given = Some(requests);
+        let answer = self.limiter.pipeline.run(&mut call, ALL).await;
+        // The caller's name, copied only into a rejection.
+        admit(
+            || Name::copied(name),
+            targets,
+            answer,
+            policy,
+            |_| Name::copied(name),
+        )
+    }
+
+    /// [`Limiter::check`] while the allow list holds an entry: the targets
+    /// of allow-listed keys are left out.
+    #[cold]
+    #[inline(never)]
+    async fn check_listed(
+        &self,
+        name: &str,
+        requests: &[Request<'_>],
+        given: &[Target<'_>],
+        policy: Option<FailurePolicy>,
+    ) -> Result<Admission, Rejection> {
+        let targets: SmallVec<[Target<'_>; 4]> = given
+            .iter()
+            .filter(|t| {
+                t.key
+                    .identity
+                    .with_text(|id| self.limiter.registry.listed(ListKind::Allow, name, id))
+                    .is_none()
+            })
+            .copied()
+            .collect();
+        let policy = self.limiter.policy_for(name, policy);
+        let mut call = Call::new(Op::Acquire, &targets, name, policy);
+        call.allow_listed = !given.is_empty() && targets.is_empty();
+        call.given = (targets.len() == requests.len()).then_some(requests);
+        let answer = self.limiter.pipeline.run(&mut call, ALL).await;
+        admit(
+            || Name::copied(name),
+            &targets,
+            answer,
+            policy,
+            |_| Name::copied(name),
+        )
+    }
+
+    /// Decides one limit for one key, consuming `cost` units when allowed.
+    /// Passes every layer; a backend failure is returned as `Err` unless
+    /// the failure policy decides in process.
+    pub async fn acquire(&self, key: &Key, limit: &Limit, cost: u64) -> Result<Decision, Error> {
+        let requests = [Request::new(key, limit, cost)];
+        Ok(*self.acquire_all(&requests).await?.binding())
+    }
+
+    /// Decides several limits together, all-or-nothing, in one round trip,
+    /// and returns every decision (the deny cache, which knows only a
+    /// refusal's binding limit, does not answer these).
+    pub async fn acquire_all(&self, requests: &[Request<'_>]) -> Result<Decisions, Error> {
+        self.decide(Op::Acquire, requests).await
+    }
+
+    /// Like [`Limiter::acquire_all`], idempotent by `request_id`: a retry
+    /// with the same id (e.g. after a timeout whose reply was lost) gets the
+    /// first call's decisions back instead of being charged again. Needs a
+    /// backend that implements [`crate::Backend::acquire_once`] (memory and
+    /// Redis do).
+    pub async fn acquire_all_once(
+        &self,
+        requests: &[Request<'_>],
+        request_id: &str,
+    ) -> Result<Decisions, Error> {
+        self.decide(Op::AcquireOnce(request_id), requests).await
+    }
+
+    /// Evaluates limits without consuming anything.
+    pub async fn peek_all(&self, requests: &[Request<'_>]) -> Result<Decisions, Error> {
+        self.decide(Op::Peek, requests).await
+    }
+
+    /// Gives back what an allowed decision made at `at_micros` consumed.
+    pub async fn refund_all(&self, requests: &[Request<'_>], at_micros: u64) -> Result<(), Error> {
+        self.apply(Op::Refund(at_micros), requests, false).await
+    }
+
+    /// Forgets the state of the given keys and limits in the backend.
+    pub async fn reset_all(&self, requests: &[Request<'_>]) -> Result<(), Error> {
+        self.apply(Op::Reset, requests, false).await
+    }
+
+    /// Forgets the requests' state in the in-process fallback and in the
+    /// backend.
+    pub async fn reset_everywhere(&self, requests: &[Request<'_>]) -> Result<(), Error> {
+        self.apply(Op::Reset, requests, true).await?;
+        self.apply(Op::Reset, requests, false).await
+    }
+
+    /// Gives back what an admission took: from the backend, or from the
+    /// in-process fallback for [`Admission::Local`]; nothing for a
+    /// fail-open or shadowed one. Each decision is refunded at its own time.
+    pub async fn refund_admission(
+        &self,
+        requests: &[Request<'_>],
+        admission: &Admission,
+    ) -> Result<(), Error> {
+        let targets = named_targets(requests, None);
+        let name = targets.first().map_or("", |t| t.name);
+        let policy = self.limiter.policy_for(name, None);
+        self.limiter
+            .refund_targets(name, &targets, admission, 0..targets.len(), policy)
+            .await
+    }
+
+    /// The current state of `identity` under `name` for each of `limits`,
+    /// without consuming (e.g. an admin page: remaining and reset per limit).
+    /// The key is built before the returned future, which is `Send`.
+    pub fn peek_identity<'a>(
+        &'a self,
+        name: &str,
+        identity: &dyn fmt::Display,
+        limits: &'a [Limit],
+    ) -> impl Future<Output = Result<Decisions, Error>> + Send + 'a {
+        let key = self.limiter.key(name, identity);
+        async move {
+            let requests: SmallVec<[Request<'_>; 4]> =
+                limits.iter().map(|l| Request::new(&key, l, 1)).collect();
+            self.peek_all(&requests).await
+        }
+    }
+
+    /// Forgets `identity` under `name` for each of `limits` (e.g. support
+    /// staff unblocking a user), in the backend and in the local fallback.
+    pub fn reset_identity<'a>(
+        &'a self,
+        name: &str,
+        identity: &dyn fmt::Display,
+        limits: &'a [Limit],
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
+        let key = self.limiter.key(name, identity);
+        async move {
+            let requests: SmallVec<[Request<'_>; 4]> =
+                limits.iter().map(|l| Request::new(&key, l, 1)).collect();
+            self.reset_everywhere(&requests).await
+        }
+    }
+
+    /// Runs a deciding `op` on `requests`: every decision, or the error.
+    async fn decide(&self, op: Op<'_>, requests: &[Request<'_>]) -> Result<Decisions, Error> {
+        let targets = named_targets(requests, None);
+        let name = targets.first().map_or("", |t| t.name);
+        let mut call = Call::new(op, &targets, name, self.limiter.policy_for(name, None));
+        call.every_decision = true;
+        match self.limiter.pipeline.run(&mut call, ALL).await {
+            Answer::Decided { decisions, .. } | Answer::Shadowed { decisions, .. } => Ok(decisions),
+            Answer::Failed(error) | Answer::FailedOpen(error) | Answer::Unavailable(error) => {
+                Err(error)
+            }
+            Answer::Denied { index, .. } => Err(Error::Denied(
+                targets
+                    .get(index)
+                    .map_or_else(String::new, |t| t.name.to_owned()),
+            )),
+            Answer::Refused { .. } | Answer::Applied { .. } | Answer::AllowListed => {
+                Err(Error::Backend(BackendError::protocol(
+                    "no decision for a deciding operation",
+                )))
+            }
+        }
+    }
+
+    /// Runs a refund or reset on `requests`, in process only when `local`.
+    async fn apply(&self, op: Op<'_>, requests: &[Request<'_>], local: bool) -> Result<(), Error> {
+        let targets = named_targets(requests, None);
+        let name = targets.first().map_or("", |t| t.name);
+        let mut call = Call::new(op, &targets, name, self.limiter.policy_for(name, None));
+        call.local_only = local;
+        applied(self.limiter.pipeline.run(&mut call, ALL).await)
+    }
+}
+
+/// The targets of `requests`, each named `name`, or its key's scope.
+fn named_targets<'a>(
+    requests: &'a [Request<'a>],
+    name: Option<&'a str>,
+) -> SmallVec<[Target<'a>; 4]> {
+    requests
+        .iter()
+        .map(|r| match name {
+            Some(name) => target_of(r, name),
+            None => target_of(r, scope_of(r.key.head())),
+        })
+        .collect()
+}
+
+/// The target of `request`, named `name`.
+#[inline(always)]
+fn target_of<'a>(request: &'a Request<'a>, name: &'a str) -> Target<'a> {
+    Target {
+        name,
+        key: KeyRef::of(request.key),
+        limit: request.limit,
+        cost: request.cost,
+        slot: None,
+        lease: request.holder,
+    }
+}
+
+/// The (escaped) scope of a key head `prefix:{scope:`.
+fn scope_of(head: &str) -> &str {
+    let open = head.find('{').map_or(0, |i| i + 1);
+    head.get(open..head.len().saturating_sub(1)).unwrap_or("")
+}

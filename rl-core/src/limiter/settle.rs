@@ -1,0 +1,141 @@
+//! Settling an admitted call after it ran ([`Permit::settle`],
+//! [`Permit::refund`], [`Permit::reset`]): giving back what it took, or
+//! forgetting its identities, in the store that decided it.
+
+use smallvec::SmallVec;
+
+use crate::layer::{ALL, Answer, Call};
+use crate::limiter::Limiter;
+use crate::limiter::call::{Admission, CallSpec, Settle};
+use crate::limiter::resolve::Targets;
+use crate::model::error::Error;
+use crate::model::policy::FailurePolicy;
+use crate::store::target::{Op, Target};
+
+#[cfg(doc)]
+use crate::limiter::call::Permit;
+
+impl Limiter {
+    /// Gives back what a settled call took, or resets its identities: each
+    /// group by its `reset_on_success`, or all of them as `force` says
+    /// (`Some(true)`: reset, `Some(false)`: refund).
+    pub(crate) async fn settle(
+        &self,
+        spec: &CallSpec,
+        settle: &Settle,
+        admission: &Admission,
+        force: Option<bool>,
+    ) {
+        let resolved = &settle.resolved;
+        let mut offset = 0;
+        for (index, group) in resolved.groups.iter().enumerate() {
+            // An allow-listed group took nothing.
+            if settle.skipped & (1 << index) != 0 {
+                continue;
+            }
+            let mut targets = Targets::new();
+            if settle.chosen.is_empty() {
+                resolved.fill_targets(&settle.identities, |i, _| i == index, &mut targets);
+            } else {
+                resolved.fill_tiered(
+                    &settle.identities,
+                    &settle.chosen,
+                    |i| i == index,
+                    &mut targets,
+                );
+            }
+            let range = offset..offset + targets.len();
+            offset = range.end;
+            let result = if force.unwrap_or(group.reset_on_success) {
+                self.reset_targets(spec.name(), &targets, admission, resolved.policy)
+                    .await
+            } else {
+                self.refund_targets(spec.name(), &targets, admission, range, resolved.policy)
+                    .await
+            };
+            if let Err(error) = result {
+                tracing::warn!(limit = &*group.name, %error, "rate limit refund or reset failed");
+            }
+        }
+    }
+
+    /// Gives back what `admission` took from `targets` (decisions `range`
+    /// of the admission): from the backend, or from the in-process fallback
+    /// for a call it admitted (never asking a backend that just failed).
+    pub(super) async fn refund_targets(
+        &self,
+        name: &str,
+        targets: &[Target<'_>],
+        admission: &Admission,
+        range: std::ops::Range<usize>,
+        policy: FailurePolicy,
+    ) -> Result<(), Error> {
+        let (decisions, local) = match admission {
+            Admission::Backend(d) => (d, None),
+            Admission::Local { decisions, share } => (decisions, Some(*share)),
+            Admission::FailedOpen | Admission::Shadowed(_) | Admission::AllowListed => {
+                return Ok(());
+            }
+        };
+        let decisions = decisions.as_slice().get(range).unwrap_or_default();
+        let mut times: SmallVec<[u64; 2]> = decisions.iter().map(|d| d.at_micros).collect();
+        times.sort_unstable();
+        times.dedup();
+        for at in times {
+            // In-flight slots go back when the permit drops, not here.
+            let group: SmallVec<[Target<'_>; 4]> = targets
+                .iter()
+                .zip(decisions)
+                .filter(|(t, d)| d.at_micros == at && !t.limit.is_in_flight())
+                .map(|(t, _)| *t)
+                .collect();
+            if group.is_empty() {
+                continue;
+            }
+            let policy = local.map_or(policy, |share| FailurePolicy::Local { share });
+            let mut call = Call::new(Op::Refund(at), &group, name, policy);
+            call.local_only = local.is_some();
+            applied(self.pipeline.run(&mut call, ALL).await)?;
+        }
+        Ok(())
+    }
+
+    /// Forgets `targets`' state in process and, unless the backend just
+    /// failed this call (the admission did not come from it), in the backend.
+    async fn reset_targets(
+        &self,
+        name: &str,
+        targets: &[Target<'_>],
+        admission: &Admission,
+        policy: FailurePolicy,
+    ) -> Result<(), Error> {
+        // Resetting an in-flight limit would free every caller's slot.
+        let kept: SmallVec<[Target<'_>; 4]> = targets
+            .iter()
+            .filter(|t| !t.limit.is_in_flight())
+            .copied()
+            .collect();
+        if kept.is_empty() {
+            return Ok(());
+        }
+        let targets = &kept[..];
+        let mut local = Call::new(Op::Reset, targets, name, policy);
+        local.local_only = true;
+        applied(self.pipeline.run(&mut local, ALL).await)?;
+        if matches!(admission, Admission::Backend(_) | Admission::Shadowed(_)) {
+            let mut call = Call::new(Op::Reset, targets, name, policy);
+            applied(self.pipeline.run(&mut call, ALL).await)?;
+        }
+        Ok(())
+    }
+}
+
+/// A refund's or reset's answer as a result.
+pub(super) fn applied(answer: Answer) -> Result<(), Error> {
+    match answer {
+        Answer::Failed(error) | Answer::Unavailable(error) | Answer::FailedOpen(error) => {
+            Err(error)
+        }
+        _ => Ok(()),
+    }
+}
