@@ -335,9 +335,9 @@ impl RedisBackendBuilder {
             }
             Err(_) => {
                 // A TLS handshake with a plain server waits for an answer
-                // that never comes.
-                let tls: Vec<_> = addresses.into_iter().filter(probe::Address::tls).collect();
-                if let Some(sentence) = probe::explain(&tls, probe_timeout).await {
+                // that never comes; a client reconnecting after replies
+                // that are not RESP can run out of time as well.
+                if let Some(sentence) = probe::explain(&addresses, probe_timeout).await {
                     return Err(BackendError::protocol(format_args!("{what}: {sentence}")));
                 }
                 return Err(BackendError::Timeout(connect_timeout));

@@ -32,11 +32,6 @@ pub(crate) struct Address {
 }
 
 impl Address {
-    /// Whether the URL asked for TLS.
-    pub(crate) fn tls(&self) -> bool {
-        self.tls
-    }
-
     fn shown(&self) -> String {
         if self.host.contains(':') {
             format!("[{}]:{}", self.host, self.port)
@@ -89,14 +84,17 @@ pub(crate) fn worth_probing(error: &RedisError) -> bool {
 /// 127.0.0.1:8080: it answered "HTTP/1.1 400 Bad Request"`, `not a Redis
 /// server at 127.0.0.1:6380 without TLS: it speaks TLS; for TLS use
 /// rediss://`, `no TLS at 127.0.0.1:6379: it answers plain Redis; without
-/// TLS use redis://`.
+/// TLS use redis://`. All the looks together take at most `timeout`.
 pub(crate) async fn explain(addresses: &[Address], timeout: Duration) -> Option<String> {
-    for address in addresses {
-        if let Some(sentence) = explain_one(address, timeout).await {
-            return Some(sentence);
+    let looks = async {
+        for address in addresses {
+            if let Some(sentence) = explain_one(address, timeout).await {
+                return Some(sentence);
+            }
         }
-    }
-    None
+        None
+    };
+    tokio::time::timeout(timeout, looks).await.ok().flatten()
 }
 
 /// What a server sent back to `PING` on a plain connection.
