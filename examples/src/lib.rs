@@ -31,21 +31,6 @@ pub fn init_tracing() {
         .try_init();
 }
 
-/// Reads `redis+sentinel://host:26379[,host:26379...]/master-name` into the
-/// sentinels' URLs and the master's name.
-pub fn sentinel_url(url: &str) -> Option<(Vec<String>, String)> {
-    let rest = url.trim().strip_prefix("redis+sentinel://")?;
-    let (hosts, master) = rest.split_once('/')?;
-    let master = master.trim_matches('/');
-    let sentinels: Vec<String> = hosts
-        .split(',')
-        .map(str::trim)
-        .filter(|h| !h.is_empty())
-        .map(|h| format!("redis://{h}"))
-        .collect();
-    (!sentinels.is_empty() && !master.is_empty()).then(|| (sentinels, master.to_owned()))
-}
-
 /// Why a program could not start: one sentence naming what failed and
 /// where, with no secret in it (Redis URLs go through
 /// [`ratewall_redis::redact_url`]). Its `Debug` is its message too, so it reads
@@ -89,49 +74,58 @@ pub fn exit_code(program: &str, result: Result<(), StartupError>) -> std::proces
 const REDIS_STARTUP_TIMEOUT: std::time::Duration =
     ratewall_redis::RedisBackend::DEFAULT_CONNECT_TIMEOUT;
 
-/// The Redis backend `REDIS_URL` names — a comma-separated list of node URLs
-/// selects Redis Cluster, `redis+sentinel://h1:26379,h2:26379/master` Redis
-/// Sentinel — or `None` when it is unset (the in-memory backend); says
-/// which, URLs masked. Each Redis node is asked `PING` first, so a failure
-/// is reported as what it is (authentication required or refused, no
-/// answer, connection refused) and where.
+/// Reads a Redis URL in the one grammar of [`ratewall_redis::RedisUrl`] (a
+/// server, comma-separated cluster nodes, or
+/// `redis+sentinel://h1:26379,h2:26379/master`), as the services read
+/// `REDIS_URL`: a refusal names the variable, then what is wrong.
+pub fn redis_url(text: &str) -> Result<ratewall_redis::RedisUrl, StartupError> {
+    text.parse()
+        .map_err(|error| StartupError::new(format!("REDIS_URL: {error}")))
+}
+
+/// The Redis backend `REDIS_URL` names ([`redis_url`]: a server, a
+/// comma-separated list of node URLs for Redis Cluster,
+/// `redis+sentinel://h1:26379,h2:26379/master` for Redis Sentinel), or
+/// `None` when it is unset (the in-memory backend); says which, URLs
+/// masked. Each Redis node is asked `PING` first, so a failure is reported
+/// as what it is (authentication required or refused, no answer,
+/// connection refused, not a Redis server, TLS or not) and where.
 pub async fn backend_from_env() -> Result<Option<ratewall_redis::RedisBackend>, StartupError> {
-    let url = match std::env::var("REDIS_URL") {
-        Ok(url) if !url.trim().is_empty() => url,
+    let text = match std::env::var("REDIS_URL") {
+        Ok(text) if !text.trim().is_empty() => text,
         _ => {
             tracing::info!("rate limiter backend: in-memory (set REDIS_URL to use Redis)");
             return Ok(None);
         }
     };
-    let urls: Vec<&str> = url.split(',').map(str::trim).collect();
-    let backend = if let Some((sentinels, master)) = sentinel_url(&url) {
-        let shown: Vec<String> = sentinels
-            .iter()
-            .map(|u| ratewall_redis::redact_url(u))
-            .collect();
+    let url = redis_url(&text)?;
+    let shown: Vec<String> = url
+        .nodes()
+        .iter()
+        .map(|u| ratewall_redis::redact_url(u))
+        .collect();
+    let target = if let Some(master) = url.master_name() {
         tracing::info!(sentinels = %shown.join(","), master = %master, "rate limiter backend: Redis Sentinel");
-        let target = format!(
+        format!(
             "the master `{master}` of the sentinels {}",
             shown.join(", ")
-        );
-        ratewall_redis::RedisBackend::connect_sentinel(sentinels, master)
-            .await
-            .map_err(|error| backend_failed(&target, &error))?
+        )
     } else {
-        for url in &urls {
-            ping(url).await?;
+        for node in url.nodes() {
+            ping(node).await?;
         }
-        let shown: Vec<String> = urls.iter().map(|u| ratewall_redis::redact_url(u)).collect();
         let target = shown.join(", ");
-        if urls.len() > 1 {
+        if url.is_cluster() {
             tracing::info!(nodes = %target, "rate limiter backend: Redis Cluster");
-            ratewall_redis::RedisBackend::connect_cluster(urls).await
         } else {
             tracing::info!(url = %target, "rate limiter backend: Redis");
-            ratewall_redis::RedisBackend::connect(url.trim()).await
         }
-        .map_err(|error| backend_failed(&format!("Redis at {target}"), &error))?
+        format!("Redis at {target}")
     };
+    let backend = url
+        .connect()
+        .await
+        .map_err(|error| backend_failed(&target, &error))?;
     Ok(Some(backend))
 }
 
@@ -146,14 +140,18 @@ fn backend_failed(target: &str, error: &ratewall::BackendError) -> StartupError 
     }
 }
 
-/// Connects to one Redis node and asks `PING`, turning what goes wrong into
-/// a sentence that names the node (credentials masked).
+/// Connects to one Redis node (a URL [`redis_url`] accepted) and asks
+/// `PING`, turning what goes wrong into a sentence that names the node
+/// (credentials masked). What `PING` cannot tell apart (an answer that is
+/// not Redis, a reset, a TLS handshake left unanswered) is left to the
+/// backend's connect, which looks at the address and says what answers
+/// there.
 async fn ping(url: &str) -> Result<(), StartupError> {
     let shown = ratewall_redis::redact_url(url);
+    let tls = url.trim_start().to_ascii_lowercase().starts_with("rediss")
+        || url.trim_start().to_ascii_lowercase().starts_with("valkeys");
     let client = redis::Client::open(url).map_err(|error| {
-        StartupError::new(format!(
-            "REDIS_URL is not a valid Redis URL ({shown}): {error}; expected e.g. redis://:PASSWORD@127.0.0.1:6379/"
-        ))
+        StartupError::new(format!("REDIS_URL: invalid Redis URL `{shown}`: {error}"))
     })?;
     let config = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(REDIS_STARTUP_TIMEOUT))
@@ -167,29 +165,31 @@ async fn ping(url: &str) -> Result<(), StartupError> {
             .await
     })
     .await;
+    let no_answer = || {
+        StartupError::new(format!(
+            "Redis at {shown} did not answer within {} s",
+            REDIS_STARTUP_TIMEOUT.as_secs_f64()
+        ))
+    };
     let error = match answered {
         Ok(Ok(_)) => return Ok(()),
         Ok(Err(error)) => error,
-        Err(_) => {
-            return Err(StartupError::new(format!(
-                "Redis at {shown} did not answer within {} s",
-                REDIS_STARTUP_TIMEOUT.as_secs_f64()
-            )));
-        }
+        Err(_) if tls => return Ok(()),
+        Err(_) => return Err(no_answer()),
     };
     let reason = if error.is_timeout() {
-        format!(
-            "did not answer within {} s",
-            REDIS_STARTUP_TIMEOUT.as_secs_f64()
-        )
+        if tls {
+            return Ok(());
+        }
+        return Err(no_answer());
     } else if error.kind() == redis::ErrorKind::AuthenticationFailed {
         "refused the user name or password given in REDIS_URL (authentication failed)".to_owned()
     } else if error.code() == Some("NOAUTH") {
         "requires a password (authentication required): give it in REDIS_URL, e.g. redis://:PASSWORD@host:6379/".to_owned()
     } else if error.is_connection_refusal() {
         "refused the connection (is redis-server running there?)".to_owned()
-    } else if error.is_io_error() {
-        format!("could not be reached: {error}")
+    } else if error.is_io_error() || error.kind() == redis::ErrorKind::Parse {
+        return Ok(());
     } else {
         format!("answered PING with an error: {error}")
     };
@@ -462,20 +462,4 @@ where
 pub fn signal_hangup() -> Result<tokio::signal::unix::Signal, StartupError> {
     tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .map_err(|e| StartupError::new(format!("cannot listen for SIGHUP (limits reload): {e}")))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn sentinel_urls_name_the_sentinels_and_the_master() {
-        let (sentinels, master) =
-            super::sentinel_url("redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/mymaster").unwrap();
-        assert_eq!(
-            sentinels,
-            ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379"]
-        );
-        assert_eq!(master, "mymaster");
-        assert!(super::sentinel_url("redis://127.0.0.1:6379").is_none());
-        assert!(super::sentinel_url("redis+sentinel://10.0.0.1:26379/").is_none());
-    }
 }

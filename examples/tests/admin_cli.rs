@@ -12,7 +12,10 @@ use ratewall_redis::RedisBackend;
 use ratewall_tests::harness::{RedisCluster, RedisSentinel, RedisServer};
 use serde_json::Value;
 
+mod common;
+
 const ADMIN: &str = env!("CARGO_BIN_EXE_rl-admin");
+const GATEWAY: &str = env!("CARGO_BIN_EXE_gateway");
 const PHONE: &str = "+8613800000000";
 
 fn sms_limits() -> Vec<Limit> {
@@ -314,9 +317,57 @@ async fn an_unknown_name_exits_3_listing_the_known_ones() {
         "sms_phone",
         PHONE,
     ])
-    .assert_failed(3, "the registry `other:{limits}` is empty");
-    let empty = admin(&["--redis", &url, "--prefix", "other", "limits", "--json"]);
-    assert_eq!(empty.assert_ok().json()["names"], serde_json::json!([]));
+    .assert_failed(
+        3,
+        "the registry `other:{limits}` is empty (no service with this prefix decided a call \
+         in the last 7 days); prefixes with a registry in this Redis: `app` (pass one with --prefix)",
+    );
+    admin(&["--redis", &url, "--prefix", "other", "limits", "--json"])
+        .assert_failed(3, "no limits registered under prefix `other`");
+}
+
+#[tokio::test]
+async fn the_default_prefix_against_the_gateway_exits_3_naming_the_prefix_it_uses() {
+    let gateway = common::Service::start(GATEWAY, common::Backend::Redis, &[]);
+    let status = gateway
+        .http
+        .get(gateway.url("/health"))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 200);
+    let redis = gateway.redis();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redis.cmd::<i64>(&["EXISTS", "gateway:{limits}"]).await == 0 {
+        assert!(Instant::now() < deadline, "the gateway registered no limit");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let url = redis.url();
+    for args in [vec!["limits"], vec!["limits", "--json"]] {
+        let mut all = vec!["--redis", url.as_str()];
+        all.extend(args);
+        admin(&all).assert_failed(
+            3,
+            "no limits registered under prefix `rl`: the registry `rl:{limits}` is empty (no \
+             service with this prefix decided a call in the last 7 days); prefixes with a \
+             registry in this Redis: `gateway` (pass one with --prefix)",
+        );
+    }
+    let listed = admin(&["--redis", &url, "--prefix", "gateway", "--json", "limits"])
+        .assert_ok()
+        .json();
+    assert!(!listed["names"].as_array().unwrap().is_empty(), "{listed}");
+}
+
+#[tokio::test]
+async fn a_redis_without_any_registry_exits_3_and_says_so() {
+    let server = RedisServer::start();
+    let (): () = server.cmd(&["SET", "unrelated", "x"]).await;
+    admin(&["--redis", &server.url(), "limits"]).assert_failed(
+        3,
+        "no prefix has a registry in this Redis (is it the deployment's Redis?)",
+    );
 }
 
 #[test]
@@ -417,12 +468,15 @@ async fn comma_separated_urls_work_on_a_cluster() {
 async fn sentinel_deployments_are_reached_through_their_sentinels() {
     let (master, _limiter) = deployment().await;
     let sentinel = RedisSentinel::start(&master);
-    let url = sentinel.url();
+    // The services' own form: redis+sentinel://sentinels/master-name.
+    let url = format!(
+        "redis+sentinel://127.0.0.1:{}/{}",
+        sentinel.port(),
+        sentinel.master_name()
+    );
     let state = admin(&[
         "--redis",
         &url,
-        "--sentinel",
-        sentinel.master_name(),
         "--prefix",
         "app",
         "--json",
@@ -431,6 +485,21 @@ async fn sentinel_deployments_are_reached_through_their_sentinels() {
         PHONE,
     ]);
     assert_eq!(state.assert_ok().json()["limits"][0]["remaining"], 0);
+    // The old flag says how to write it now.
+    admin(&[
+        "--redis",
+        &sentinel.url(),
+        "--sentinel",
+        sentinel.master_name(),
+        "--prefix",
+        "app",
+        "limits",
+    ])
+    .assert_failed(
+        2,
+        "--sentinel is replaced by the sentinel URL form of --redis, the one the services \
+         read: --redis redis+sentinel://host:26379[,host:26379...]/mymaster",
+    );
 }
 
 #[tokio::test]

@@ -120,7 +120,7 @@ fn a_redis_that_never_answers_or_refuses_connections_is_named() {
     );
     let line = refusal(SMS, &[("REDIS_URL", "http://user:pw@host/")]);
     assert!(
-        line.contains("not a valid Redis URL (http://***@host/)"),
+        line.contains("REDIS_URL: invalid Redis URL `http://***@host/`: unknown scheme `http://`"),
         "{line}"
     );
 }

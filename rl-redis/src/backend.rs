@@ -62,6 +62,35 @@ impl Connection {
         }
     }
 
+    /// Sends `cmd` to the master holding `key`'s hash slot, even a command
+    /// naming no key (`SCAN`); elsewhere like [`Connection::query`]. `None`
+    /// when `deadline` passed first.
+    pub(crate) async fn query_at_key<T: FromRedisValue>(
+        &self,
+        deadline: Instant,
+        key: &str,
+        cmd: &Cmd,
+    ) -> Option<RedisResult<T>> {
+        match self {
+            #[cfg(feature = "cluster")]
+            Connection::Cluster(c) => {
+                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+                let mut c = c.clone();
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                    Route::with_key(key, SlotAddr::Master),
+                ));
+                tokio::time::timeout_at(deadline, c.route_command(cmd.clone(), routing))
+                    .await
+                    .ok()
+                    .map(|reply| reply.and_then(|value| Ok(T::from_redis_value(value)?)))
+            }
+            _ => {
+                let _ = key;
+                self.query(deadline, cmd).await
+            }
+        }
+    }
+
     fn kind(&self) -> &'static str {
         match self {
             Connection::Standalone(_) => "standalone",

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use crate::backend::{Connection, RedisBackend, Settings};
 use crate::error::from_redis;
+use crate::probe::{self, PROBE_TIMEOUT};
 use crate::redact::redact_url as redact;
 use crate::script;
 #[cfg(feature = "sentinel")]
@@ -290,11 +291,19 @@ impl RedisBackendBuilder {
     /// library) and builds the backend. The connection reconnects by itself
     /// afterwards; with sentinels, the master is looked up through them now
     /// and again whenever it fails (so fail-overs are followed).
+    ///
+    /// When the address does not speak Redis the way the URL asks (an HTTP
+    /// server, a TLS port reached with `redis://`, a plain one with
+    /// `rediss://`), the error says so in a sentence (`not a Redis server
+    /// at 127.0.0.1:8080: it answered "HTTP/1.1 400 Bad Request"`, `...: it
+    /// speaks TLS; for TLS use rediss://`), found by one more look at the
+    /// address (at most a second) after the failure.
     pub async fn connect(self) -> Result<RedisBackend, BackendError> {
         let target = self.describe();
         let timeout = self.connect_timeout;
         let connect_timeout = self.connect_timeout;
         let call_mode = self.call_mode;
+        let addresses = probe::addresses(self.urls());
         let settings = Settings {
             target: target.clone().into(),
             timeout: self.timeout,
@@ -306,13 +315,34 @@ impl RedisBackendBuilder {
         };
         let what = format!("connecting to {target}");
         let connecting = async {
-            let connection = self.open(&target, &what).await?;
-            let mode = resolve_mode(&connection, call_mode, &what, timeout).await?;
-            Ok::<_, BackendError>((connection, mode))
+            let connection = self.open(&target).await?;
+            let mode = resolve_mode(&connection, call_mode, &what, timeout)
+                .await
+                .map_err(OpenError::Backend)?;
+            Ok::<_, OpenError>((connection, mode))
         };
-        let (connection, mode) = tokio::time::timeout(connect_timeout, connecting)
-            .await
-            .map_err(|_| BackendError::Timeout(connect_timeout))??;
+        let probe_timeout = PROBE_TIMEOUT.min(connect_timeout);
+        let (connection, mode) = match tokio::time::timeout(connect_timeout, connecting).await {
+            Ok(Ok(connected)) => connected,
+            Ok(Err(OpenError::Backend(error))) => return Err(error),
+            Ok(Err(OpenError::Redis(error))) => {
+                if probe::worth_probing(&error)
+                    && let Some(sentence) = probe::explain(&addresses, probe_timeout).await
+                {
+                    return Err(BackendError::protocol(format_args!("{what}: {sentence}")));
+                }
+                return Err(from_redis(&what, &error, connect_timeout));
+            }
+            Err(_) => {
+                // A TLS handshake with a plain server waits for an answer
+                // that never comes; a client reconnecting after replies
+                // that are not RESP can run out of time as well.
+                if let Some(sentence) = probe::explain(&addresses, probe_timeout).await {
+                    return Err(BackendError::protocol(format_args!("{what}: {sentence}")));
+                }
+                return Err(BackendError::Timeout(connect_timeout));
+            }
+        };
         #[cfg(feature = "sentinel")]
         if let Connection::Sentinel(sentinel) = &connection {
             sentinel.watch_switches();
@@ -323,8 +353,20 @@ impl RedisBackendBuilder {
         ))
     }
 
+    /// The URLs of the servers named: the server, the cluster's seed nodes
+    /// or the sentinels.
+    fn urls(&self) -> Vec<&str> {
+        match &self.target {
+            Target::Standalone(url) => vec![url.as_str()],
+            #[cfg(feature = "cluster")]
+            Target::Cluster(urls) => urls.iter().map(String::as_str).collect(),
+            #[cfg(feature = "sentinel")]
+            Target::Sentinel { sentinels, .. } => sentinels.iter().map(String::as_str).collect(),
+        }
+    }
+
     /// Opens the connection (checking the server answers).
-    async fn open(self, target: &str, what: &str) -> Result<Connection, BackendError> {
+    async fn open(self, target: &str) -> Result<Connection, OpenError> {
         // redis-rs builds rustls configurations with the process' default
         // crypto provider: make it ring unless the application chose one
         // (which this leaves in place).
@@ -340,7 +382,9 @@ impl RedisBackendBuilder {
                 #[cfg(not(feature = "tls"))]
                 let client = redis::Client::open(url.as_str());
                 let client = client.map_err(|err| {
-                    BackendError::unavailable(format!("invalid Redis URL {target}: {err}"))
+                    OpenError::Backend(BackendError::unavailable(format!(
+                        "invalid Redis URL {target}: {err}"
+                    )))
                 })?;
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(self.timeout))
@@ -349,7 +393,7 @@ impl RedisBackendBuilder {
                     .set_max_delay(RECONNECT_MAX_DELAY);
                 let manager = ConnectionManager::new_with_config(client, config)
                     .await
-                    .map_err(|err| from_redis(&what, &err, self.connect_timeout))?;
+                    .map_err(OpenError::Redis)?;
                 Ok(Connection::Standalone(manager))
             }
             #[cfg(feature = "cluster")]
@@ -363,12 +407,14 @@ impl RedisBackendBuilder {
                     None => builder,
                 };
                 let client = builder.build().map_err(|err| {
-                    BackendError::unavailable(format!("invalid Redis Cluster URLs {target}: {err}"))
+                    OpenError::Backend(BackendError::unavailable(format!(
+                        "invalid Redis Cluster URLs {target}: {err}"
+                    )))
                 })?;
                 let connection = client
                     .get_async_connection()
                     .await
-                    .map_err(|err| from_redis(&what, &err, self.connect_timeout))?;
+                    .map_err(OpenError::Redis)?;
                 Ok(Connection::Cluster(connection))
             }
             #[cfg(feature = "sentinel")]
@@ -396,19 +442,23 @@ impl RedisBackendBuilder {
                 let connection =
                     SentinelConnection::new(&sentinels, master_name, redis, config, tls).map_err(
                         |err| {
-                            BackendError::unavailable(format!(
+                            OpenError::Backend(BackendError::unavailable(format!(
                                 "invalid sentinel URLs {target}: {err}"
-                            ))
+                            )))
                         },
                     )?;
-                connection
-                    .connection()
-                    .await
-                    .map_err(|err| from_redis(&what, &err, self.connect_timeout))?;
+                connection.connection().await.map_err(OpenError::Redis)?;
                 Ok(Connection::Sentinel(connection))
             }
         }
     }
+}
+
+/// Why opening a connection failed: a bad setting, or what the server (or
+/// the network) did, which may be worth a look at the address.
+enum OpenError {
+    Backend(BackendError),
+    Redis(redis::RedisError),
 }
 
 /// Decides how calls run their code: loads the Functions library for

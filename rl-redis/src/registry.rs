@@ -159,6 +159,57 @@ impl RedisBackend {
             .collect()
     }
 
+    /// Every prefix with a limits registry in this Redis, sorted: the
+    /// prefixes of the deployments that decided a call in the last
+    /// [`RedisBackend::REGISTRY_TTL`] (e.g. to tell an operator who asked for
+    /// the wrong prefix which ones exist).
+    ///
+    /// Found with `SCAN ... MATCH *:{limits} TYPE hash` (never `KEYS`), a
+    /// page of 1000 keys per call, each call within the per-call timeout. On
+    /// Redis Cluster every registry key has the hash tag `{limits}`, so one
+    /// master holds them all and only it is scanned.
+    pub async fn registered_prefixes(&self) -> Result<Vec<String>, BackendError> {
+        let (connection, settings) = self.parts();
+        let suffix = Self::registry_key("");
+        let pattern = format!("*{}", escape_glob(&suffix));
+        let mut prefixes = std::collections::BTreeSet::new();
+        let mut cursor = 0_u64;
+        loop {
+            let mut cmd = redis::cmd("SCAN");
+            cmd.arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .arg("TYPE")
+                .arg("hash");
+            let deadline = tokio::time::Instant::now() + settings.timeout;
+            let page: (u64, Vec<String>) =
+                match connection.query_at_key(deadline, &suffix, &cmd).await {
+                    None => return Err(BackendError::Timeout(settings.timeout)),
+                    Some(Err(err)) => {
+                        return Err(from_redis(
+                            &format_args!("scanning for limits registries on {}", settings.target),
+                            &err,
+                            settings.timeout,
+                        ));
+                    }
+                    Some(Ok(page)) => page,
+                };
+            prefixes.extend(
+                page.1
+                    .iter()
+                    .filter_map(|key| key.strip_suffix(suffix.as_str()))
+                    .filter(|prefix| !prefix.is_empty())
+                    .map(str::to_owned),
+            );
+            cursor = page.0;
+            if cursor == 0 {
+                return Ok(prefixes.into_iter().collect());
+            }
+        }
+    }
+
     /// The limits published under `prefix` for `name`, if any.
     pub async fn registered(
         &self,
@@ -239,6 +290,18 @@ impl RedisBackend {
             Some(Ok(value)) => Ok(value),
         }
     }
+}
+
+/// `text` as a `SCAN MATCH` pattern matching exactly itself.
+fn escape_glob(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len() + 4);
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
 }
 
 fn unreadable(key: &str, name: &str, reason: &str) -> BackendError {
@@ -397,6 +460,12 @@ mod tests {
         assert!(decode("x", zero).unwrap_err().contains("threshold"));
         let unknown = r#"{"v":1,"published_at_ms":0,"limits":[{"algorithm":"magic","threshold":1,"period_us":1,"burst":1,"slots":1}]}"#;
         assert!(decode("x", unknown).unwrap_err().contains("magic"));
+    }
+
+    #[test]
+    fn glob_characters_are_escaped_in_scan_patterns() {
+        assert_eq!(escape_glob(":{limits}"), ":{limits}");
+        assert_eq!(escape_glob("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
     }
 
     #[test]

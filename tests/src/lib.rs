@@ -6,4 +6,4 @@
 pub mod harness;
 pub mod proxy;
 
-pub use harness::{RedisCluster, RedisSentinel, RedisServer};
+pub use harness::{RedisCluster, RedisSentinel, RedisServer, ServerKind};

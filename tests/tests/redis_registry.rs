@@ -203,6 +203,74 @@ async fn the_registry_is_one_key_with_a_ttl_on_a_cluster() {
     assert_eq!(slot, tag_slot, "the registry key hashes on its own tag");
 }
 
+/// Calls of `command` the server counted.
+async fn calls(server: &RedisServer, command: &str) -> u64 {
+    let stats: String = server.cmd(&["INFO", "commandstats"]).await;
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn every_prefix_with_a_registry_is_found_with_scan_among_other_keys() {
+    let server = RedisServer::start();
+    let backend = Arc::new(RedisBackend::connect(server.url()).await.expect("connect"));
+    assert_eq!(
+        backend.registered_prefixes().await.expect("scan"),
+        Vec::<String>::new()
+    );
+    for prefix in ["gateway", "app", "team:a"] {
+        let limiter = Limiter::builder()
+            .shared_backend(backend.clone())
+            .prefix(prefix)
+            .build()
+            .unwrap();
+        assert!(decide(&limiter, "otp", "+33612345678", &otp_limits()).await);
+    }
+    // Several SCAN pages of other keys, and a key that looks like a
+    // registry but is not a hash.
+    let (): () = server
+        .cmd(&[
+            "EVAL",
+            "for i = 1, 3000 do redis.call('SET', 'filler:' .. i, 'x') end",
+            "0",
+        ])
+        .await;
+    let (): () = server.cmd(&["SET", "decoy:{limits}", "x"]).await;
+    let keys_before = calls(&server, "keys").await;
+    let prefixes = backend.registered_prefixes().await.expect("scan");
+    assert_eq!(prefixes, ["app", "gateway", "team:a"]);
+    assert!(calls(&server, "scan").await >= 3, "several SCAN pages");
+    assert_eq!(calls(&server, "keys").await, keys_before, "never KEYS");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_prefix_with_a_registry_is_found_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let backend = Arc::new(
+        RedisBackend::connect_cluster(cluster.urls())
+            .await
+            .expect("connect"),
+    );
+    for prefix in ["other", "app"] {
+        let limiter = Limiter::builder()
+            .shared_backend(backend.clone())
+            .prefix(prefix)
+            .build()
+            .unwrap();
+        assert!(decide(&limiter, "otp", "a", &otp_limits()).await);
+    }
+    // Every time: the master of the `{limits}` slot is scanned, not
+    // whichever node a command naming no key would go to.
+    for _ in 0..3 {
+        let prefixes = backend.registered_prefixes().await.expect("scan");
+        assert_eq!(prefixes, ["app", "other"]);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_registry_is_written_to_the_master_named_by_the_sentinels() {
     let master = RedisServer::start();

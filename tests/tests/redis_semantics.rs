@@ -10,8 +10,8 @@ use ratewall::{
     Algorithm, Backend, BackendError, Clock, Decisions, Key, Limit, Limiter, ManualClock,
     MemoryBackend, Request, SystemClock,
 };
-use ratewall_redis::RedisBackend;
-use ratewall_tests::harness::RedisServer;
+use ratewall_redis::{CallMode, RedisBackend};
+use ratewall_tests::harness::{RedisServer, ServerKind};
 
 const EPOCH_US: u64 = 1_700_000_000_123_456;
 
@@ -47,8 +47,13 @@ async fn changes(server: &RedisServer) -> u64 {
 }
 
 async fn code_calls(server: &RedisServer) -> u64 {
+    command_calls(server, &["fcall", "fcall_ro", "evalsha", "eval"]).await
+}
+
+/// Calls of `commands` (lower-case names) the server counted, added up.
+async fn command_calls(server: &RedisServer, commands: &[&str]) -> u64 {
     let info: String = server.cmd(&["INFO", "commandstats"]).await;
-    ["fcall", "fcall_ro", "evalsha", "eval"]
+    commands
         .iter()
         .map(|name| {
             info.lines()
@@ -69,6 +74,61 @@ async fn take_three(backend: &RedisBackend, key: &Key, limit: &Limit) -> i64 {
         .expect("acquire")[0];
     assert!(decision.allowed, "{decision:?}");
     decision.reset_after.as_micros().div_ceil(1_000) as i64
+}
+
+#[tokio::test]
+async fn the_backend_takes_functions_where_the_server_has_them_and_scripts_where_it_does_not() {
+    let server = RedisServer::start();
+    let kind = server.kind();
+    // The harness started the server it was asked for.
+    let info: String = server.cmd(&["INFO", "server"]).await;
+    let is_valkey = info.lines().any(|line| line.trim() == "server_name:valkey");
+    assert_eq!(is_valkey, kind == ServerKind::Valkey, "{kind}: {info}");
+    let functions = server.try_cmd::<redis::Value>(&["FUNCTION", "LIST"]).await;
+    assert_eq!(
+        functions.is_ok(),
+        kind.has_functions(),
+        "{kind}: {functions:?}"
+    );
+
+    let backend = RedisBackend::connect(server.url()).await.expect("connect");
+    let expected = if kind.has_functions() {
+        CallMode::Functions
+    } else {
+        CallMode::Scripts
+    };
+    assert_eq!(backend.call_mode(), expected, "{kind}");
+    // And the calls really go that way: single-limit, batch and peek.
+    let functions_before = command_calls(&server, &["fcall", "fcall_ro"]).await;
+    let scripts_before = command_calls(&server, &["evalsha", "eval"]).await;
+    let key = Key::new("mode", "api", "u1");
+    let minute = limit(Algorithm::Gcra, 5, Duration::from_secs(60));
+    let hour = limit(Algorithm::SlidingLog, 50, Duration::from_secs(3_600));
+    backend
+        .acquire(&[Request::new(&key, &minute, 1)])
+        .await
+        .expect("acquire");
+    let both = [Request::new(&key, &minute, 1), Request::new(&key, &hour, 1)];
+    backend.acquire(&both).await.expect("acquire a batch");
+    backend.peek(&both).await.expect("peek a batch");
+    let functions = command_calls(&server, &["fcall", "fcall_ro"]).await - functions_before;
+    let scripts = command_calls(&server, &["evalsha", "eval"]).await - scripts_before;
+    if kind.has_functions() {
+        assert_eq!((functions, scripts), (3, 0), "{kind}: FCALL only");
+    } else {
+        assert_eq!(functions, 0, "{kind}: no FCALL");
+        assert!(scripts >= 3, "{kind}: EVALSHA (and EVAL once per script)");
+        // Asking for functions where there are none fails, saying why.
+        let error = RedisBackend::builder(server.url())
+            .call_mode(CallMode::Functions)
+            .connect()
+            .await
+            .expect_err("no Functions library on this server");
+        assert!(
+            error.to_string().contains("loading the Functions library"),
+            "{error}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -506,44 +566,56 @@ async fn a_batch_or_a_lease_naming_an_unknown_algorithm_is_an_error_and_writes_n
         .await
         .expect("a known algorithm");
     let (): () = server.cmd(&["FLUSHALL"]).await;
-    let list: redis::Value = server.cmd(&["FUNCTION", "LIST"]).await;
-    let mut names = Vec::new();
-    texts(&list, &mut names);
-    let function = |suffix: &str| {
-        names
-            .iter()
-            .find(|name| name.starts_with("rl_") && name.ends_with(suffix))
-            .unwrap_or_else(|| panic!("no `*{suffix}` function in {names:?}"))
-            .clone()
-    };
     // Header, then one request: algorithm `zz`, threshold, period, burst,
     // slots, cost (and, for a lease, its three numbers).
-    let batch = function("_batch");
-    let lease = function("_lease");
-    let calls: [(&str, Vec<&str>); 2] = [
-        (
-            &batch,
-            vec![
-                "acquire", "s", "0", "0", "zz", "1", "60000000", "1", "0", "1",
-            ],
-        ),
-        (
-            &lease,
-            vec![
-                "lease", "s", "0", "0", "zz", "1", "60000000", "1", "0", "1", "1", "0", "0",
-            ],
-        ),
+    let batch_args = [
+        "acquire", "s", "0", "0", "zz", "1", "60000000", "1", "0", "1",
     ];
-    for (function, args) in calls {
-        let mut call = vec!["FCALL", function, "2", "{t}:a", "{t}:b"];
-        call.extend(args);
+    let lease_args = [
+        "lease", "s", "0", "0", "zz", "1", "60000000", "1", "0", "1", "1", "0", "0",
+    ];
+    let keys = ["2", "{t}:a", "{t}:b"];
+    // Each call: what it runs (for messages), then the command.
+    let mut calls: Vec<(String, Vec<String>)> = Vec::new();
+    if backend.call_mode() == CallMode::Functions {
+        let list: redis::Value = server.cmd(&["FUNCTION", "LIST"]).await;
+        let mut names = Vec::new();
+        texts(&list, &mut names);
+        for (suffix, args) in [("_batch", &batch_args[..]), ("_lease", &lease_args[..])] {
+            let function = names
+                .iter()
+                .find(|name| name.starts_with("rl_") && name.ends_with(suffix))
+                .unwrap_or_else(|| panic!("no `*{suffix}` function in {names:?}"));
+            let call = ["FCALL", function.as_str()]
+                .iter()
+                .chain(&keys)
+                .chain(args)
+                .map(|arg| arg.to_string())
+                .collect();
+            calls.push((function.clone(), call));
+        }
+    } else {
+        // The scripts path: the batch script, sent with its source. (Its
+        // lease entry point has no public source; it runs the same
+        // lua/lease.lua as the `_lease` function checked on the servers
+        // that have functions.)
+        let call = ["EVAL", RedisBackend::script_source()]
+            .iter()
+            .chain(&keys)
+            .chain(&batch_args)
+            .map(|arg| arg.to_string())
+            .collect();
+        calls.push(("the batch script".to_owned(), call));
+    }
+    for (what, call) in &calls {
+        let call: Vec<&str> = call.iter().map(String::as_str).collect();
         let error = server
             .try_cmd::<redis::Value>(&call)
             .await
             .expect_err("an unknown algorithm");
         assert!(
             error.to_string().contains("unknown algorithm zz"),
-            "{function}: {error}"
+            "{what}: {error}"
         );
     }
     let keys: i64 = server.cmd(&["DBSIZE"]).await;
@@ -562,6 +634,20 @@ async fn sms_limits_over_two_identities_are_one_call_and_all_or_nothing_on_stand
         .map(|i| Key::new("sms", "phone", &format!("+33 6 00 00 00 0{i}")))
         .collect();
     let ip = Key::new("sms", "ip", "203.0.113.7");
+    // On the scripts path the first call of a script is EVALSHA, refused
+    // (NOSCRIPT), then EVAL: decide once elsewhere so only steady-state
+    // calls are counted.
+    let warm_up = Key::new("sms", "phone", "warm-up");
+    let warm_up_ip = Key::new("sms", "ip", "198.51.100.1");
+    backend
+        .acquire(&[
+            Request::new(&warm_up, &per_minute, 1),
+            Request::new(&warm_up, &per_hour, 1),
+            Request::new(&warm_up, &per_day, 1),
+            Request::new(&warm_up_ip, &per_ip, 1),
+        ])
+        .await
+        .expect("warm-up");
     let calls_before = code_calls(&server).await;
     let mut outcomes = Vec::new();
     for phone in &phones {

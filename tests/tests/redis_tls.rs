@@ -9,7 +9,7 @@ use std::fs;
 use std::path::PathBuf;
 
 use ratewall::{Algorithm, Backend, BackendError, Key, Limit, Request};
-use ratewall_redis::{CallMode, RedisBackend};
+use ratewall_redis::{CallMode, RedisBackend, RedisUrl};
 use ratewall_tests::harness::{PortReservation, RedisCluster, RedisSentinel, RedisServer, TempDir};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
@@ -149,6 +149,56 @@ async fn rediss_with_a_private_ca_decides_on_a_tls_only_port_in_both_call_modes(
         .await;
     assert!(plain.is_err(), "plain text was answered on the TLS port");
     drop(server);
+}
+
+#[tokio::test]
+async fn a_url_asking_for_the_wrong_transport_says_which_scheme_to_use() {
+    let pki = Pki::generate();
+    let (server, tls_port) = start(&pki, false);
+    // redis:// to the TLS port: the server resets the connection.
+    let plain_to_tls = format!("redis://127.0.0.1:{}/", tls_port.port());
+    let error = RedisBackend::builder(plain_to_tls.as_str())
+        .connect_timeout(std::time::Duration::from_secs(2))
+        .connect()
+        .await
+        .expect_err("plain text on a TLS port");
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "backend protocol error: connecting to {plain_to_tls}: not a Redis server at \
+             127.0.0.1:{} without TLS: it speaks TLS; for TLS use rediss://",
+            tls_port.port()
+        )
+    );
+    // rediss:// to the plain port: the handshake waits for an answer that
+    // never comes, until the connect timeout.
+    let tls_to_plain = format!("rediss://127.0.0.1:{}/", server.port());
+    let error = RedisBackend::builder(tls_to_plain.as_str())
+        .tls_root_certificates(pki.ca_pem.as_bytes())
+        .connect_timeout(std::time::Duration::from_secs(1))
+        .connect()
+        .await
+        .expect_err("TLS on a plain port");
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "backend protocol error: connecting to {tls_to_plain}: no TLS at 127.0.0.1:{}: \
+             it answers plain Redis; without TLS use redis://",
+            server.port()
+        )
+    );
+    // The same through the one URL grammar, with valkey schemes.
+    let valkey = format!("valkey://127.0.0.1:{}/", tls_port.port())
+        .parse::<RedisUrl>()
+        .expect("a valkey:// URL");
+    let error = valkey
+        .connect()
+        .await
+        .expect_err("plain text on a TLS port");
+    assert!(
+        error.to_string().ends_with("for TLS use valkeys://"),
+        "{error}"
+    );
 }
 
 #[tokio::test]

@@ -6,8 +6,14 @@
 //! rl-admin --redis redis://127.0.0.1:6379/ --prefix sms reset sms_phone +8613800000000
 //! rl-admin --redis redis://127.0.0.1:6379/ --prefix sms deny +8613800000000 --name sms_phone --for 1h
 //! rl-admin --redis redis://127.0.0.1:6379/ --prefix sms lists
-//! rl-admin --redis redis://10.0.0.1:26379/,redis://10.0.0.2:26379/ --sentinel mymaster limits
+//! rl-admin --redis redis://10.0.0.1:7000/,redis://10.0.0.2:7000/ --prefix sms limits
+//! rl-admin --redis redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/mymaster --prefix sms limits
 //! ```
+//!
+//! `--redis` (or `REDIS_URL`) is read with [`ratewall_redis::RedisUrl`],
+//! the grammar the services read `REDIS_URL` with: one server, node URLs
+//! separated by commas for Redis Cluster, `redis+sentinel://...` for the
+//! master of a Sentinel deployment.
 //!
 //! The limits of each name come from the limits registry the limiter keeps
 //! in Redis (`<prefix>:{limits}`, see [`ratewall_redis::RegisteredLimits`]): a name
@@ -21,8 +27,10 @@
 //! instance (`in flight now: 3 of 10`; JSON `"in_flight": 3`).
 //!
 //! Output is a table, or JSON with `--json`. Exit codes: 0 done, 1 Redis
-//! failed (unreachable, timed out, unexpected reply), 2 bad usage (arguments,
-//! URL, prefix), 3 unknown limit name.
+//! failed (unreachable, timed out, not a Redis server, unexpected reply), 2
+//! bad usage (arguments, URL, prefix), 3 not in the registry: an unknown
+//! limit name, or no limit registered under the prefix (the message names
+//! the prefixes that have a registry in that Redis, found with `SCAN`).
 
 mod report;
 
@@ -34,7 +42,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use ratewall::{BackendError, Limiter};
-use ratewall_redis::{RedisBackend, RegisteredLimits, redact_url};
+use ratewall_redis::{RedisBackend, RedisUrl, RegisteredLimits};
 
 pub use report::{
     InspectReport, LimitDescription, LimitState, LimitsReport, ListRow, ListsReport, NameReport,
@@ -48,17 +56,22 @@ pub use report::{
     version,
     about = "Inspect and reset rate limits in a running deployment's Redis",
     after_help = "IDENTITY is written as the service formats it (e.g. the normalised \
-username, the phone number, the client IP).\n\nExit codes: 0 done, 1 Redis failed, \
-2 bad usage (arguments, URL, prefix), 3 unknown limit name."
+username, the phone number, the client IP).\n\nURL: redis://[[user]:password@]host[:port][/db] \
+(rediss:// for TLS; valkey://, valkeys://, redis+unix:///path also work), several node URLs \
+separated by commas for Redis Cluster, or \
+redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/MASTER_NAME[/db] for the master \
+of a Sentinel deployment: the same grammar as the services' REDIS_URL.\n\nExit codes: 0 done, \
+1 Redis failed, 2 bad usage (arguments, URL, prefix), 3 not in the registry (unknown limit \
+name, or nothing registered under the prefix)."
 )]
 pub struct Cli {
-    /// Redis URL, e.g. redis://127.0.0.1:6379/ (several comma-separated node
-    /// URLs select Redis Cluster)
+    /// Redis URL, e.g. redis://127.0.0.1:6379/; node URLs separated by commas
+    /// select Redis Cluster, redis+sentinel://host:26379,host:26379/MASTER_NAME
+    /// Redis Sentinel
     #[arg(long, env = "REDIS_URL", value_name = "URL", global = true)]
     pub redis: Option<String>,
-    /// Treat the --redis URLs as Redis Sentinels and use the master they
-    /// monitor under this name
-    #[arg(long, value_name = "MASTER_NAME", global = true)]
+    /// Replaced by the sentinel URL form of --redis (refused with how to write it)
+    #[arg(long, value_name = "MASTER_NAME", global = true, hide = true)]
     pub sentinel: Option<String>,
     /// The deployment's key prefix (the limiter's `prefix`)
     #[arg(long, default_value = "rl", global = true)]
@@ -150,7 +163,7 @@ pub enum AdminError {
         source: BackendError,
     },
     /// The registry has no such name (exit code 3).
-    #[error("{}", unknown_name(name, prefix, known))]
+    #[error("{}", unknown_name(name, prefix, known, prefixes))]
     UnknownName {
         /// The name asked for.
         name: String,
@@ -158,17 +171,54 @@ pub enum AdminError {
         prefix: String,
         /// The names the registry has.
         known: Vec<String>,
+        /// When the registry is empty: the prefixes that have one.
+        prefixes: Vec<String>,
+    },
+    /// Nothing is registered under the prefix (exit code 3).
+    #[error("{}", empty_prefix(prefix, prefixes))]
+    EmptyPrefix {
+        /// The prefix searched.
+        prefix: String,
+        /// The prefixes that have a registry in this Redis.
+        prefixes: Vec<String>,
     },
 }
 
-fn unknown_name(name: &str, prefix: &str, known: &[String]) -> String {
+/// Why the registry of `prefix` is empty, and which prefixes have one.
+fn empty_registry(prefix: &str, prefixes: &[String]) -> String {
+    let key = RedisBackend::registry_key(prefix);
+    let mut message = format!(
+        "the registry `{key}` is empty (no service with this prefix decided a call in the last 7 days)"
+    );
+    if prefixes.is_empty() {
+        message
+            .push_str("; no prefix has a registry in this Redis (is it the deployment's Redis?)");
+    } else {
+        let _ = write!(
+            message,
+            "; prefixes with a registry in this Redis: {} (pass one with --prefix)",
+            prefixes
+                .iter()
+                .map(|p| format!("`{p}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    message
+}
+
+fn empty_prefix(prefix: &str, prefixes: &[String]) -> String {
+    format!(
+        "no limits registered under prefix `{prefix}`: {}",
+        empty_registry(prefix, prefixes)
+    )
+}
+
+fn unknown_name(name: &str, prefix: &str, known: &[String], prefixes: &[String]) -> String {
     let key = RedisBackend::registry_key(prefix);
     let mut message = format!("unknown limit name `{name}` under prefix `{prefix}`: ");
     if known.is_empty() {
-        let _ = write!(
-            message,
-            "the registry `{key}` is empty (no service with this prefix decided a call in the last 7 days; check --prefix)"
-        );
+        message.push_str(&empty_registry(prefix, prefixes));
     } else {
         let _ = write!(
             message,
@@ -184,14 +234,23 @@ fn unknown_name(name: &str, prefix: &str, known: &[String]) -> String {
 }
 
 impl AdminError {
-    /// The process exit code: 1 Redis, 2 usage, 3 unknown name.
+    /// The process exit code: 1 Redis, 2 usage, 3 not in the registry
+    /// (unknown name, empty prefix).
     pub fn exit_code(&self) -> u8 {
         match self {
             AdminError::Redis { .. } => 1,
             AdminError::Usage(_) => 2,
-            AdminError::UnknownName { .. } => 3,
+            AdminError::UnknownName { .. } | AdminError::EmptyPrefix { .. } => 3,
         }
     }
+}
+
+/// Reads `--redis` with the grammar the services read `REDIS_URL` with
+/// ([`ratewall_redis::RedisUrl`]); a refusal is bad usage (exit code 2)
+/// and says what is wrong.
+pub fn redis_url(text: &str) -> Result<RedisUrl, AdminError> {
+    text.parse()
+        .map_err(|error: ratewall_redis::RedisUrlError| AdminError::Usage(error.to_string()))
 }
 
 /// A connected backend, the limiter over it, and where it points.
@@ -209,33 +268,21 @@ impl Deployment {
                 "no Redis given: pass --redis URL or set REDIS_URL".to_owned(),
             ));
         };
-        let urls: Vec<&str> = redis.split(',').map(str::trim).collect();
-        for url in &urls {
-            if let Err(error) = redis::Client::open(*url) {
-                return Err(AdminError::Usage(format!(
-                    "invalid Redis URL `{}`: {error}; expected e.g. redis://127.0.0.1:6379/",
-                    redact_url(url)
-                )));
-            }
+        let url = redis_url(redis)?;
+        if let Some(master) = &cli.sentinel {
+            return Err(AdminError::Usage(format!(
+                "--sentinel is replaced by the sentinel URL form of --redis, the one the \
+                 services read: --redis redis+sentinel://host:26379[,host:26379...]/{master}"
+            )));
         }
         // Checks the prefix before connecting.
         Limiter::builder()
             .prefix(cli.prefix.as_str())
             .build()
             .map_err(|error| AdminError::Usage(error.to_string()))?;
-        let target = urls
-            .iter()
-            .map(|u| redact_url(u))
-            .collect::<Vec<_>>()
-            .join(",");
-        let builder = if let Some(master) = &cli.sentinel {
-            RedisBackend::sentinel_builder(urls, master.as_str())
-        } else if urls.len() > 1 {
-            RedisBackend::cluster_builder(urls)
-        } else {
-            RedisBackend::builder(redis.trim())
-        };
-        let backend = builder
+        let target = url.to_string();
+        let backend = url
+            .builder()
             .timeout(cli.timeout)
             .connect_timeout(cli.timeout)
             .connect()
@@ -257,6 +304,14 @@ impl Deployment {
             prefix: cli.prefix.clone(),
             target,
         })
+    }
+
+    /// The prefixes with a registry in this Redis (for an empty one).
+    async fn prefixes(&self) -> Result<Vec<String>, AdminError> {
+        self.backend
+            .registered_prefixes()
+            .await
+            .map_err(self.failed("scanning for limits registries"))
     }
 
     fn failed(&self, doing: &'static str) -> impl FnOnce(BackendError) -> AdminError + '_ {
@@ -286,7 +341,7 @@ impl Deployment {
         match found {
             Some(registered) => Ok(registered),
             None => {
-                let known = self
+                let known: Vec<String> = self
                     .backend
                     .registered_limits(&self.prefix)
                     .await
@@ -294,10 +349,16 @@ impl Deployment {
                     .into_iter()
                     .map(|r| r.name)
                     .collect();
+                let prefixes = if known.is_empty() {
+                    self.prefixes().await?
+                } else {
+                    Vec::new()
+                };
                 Err(AdminError::UnknownName {
                     name: name.to_owned(),
                     prefix: self.prefix.clone(),
                     known,
+                    prefixes,
                 })
             }
         }
@@ -378,6 +439,12 @@ pub async fn run(cli: &Cli) -> Result<Report, AdminError> {
                 .registered_limits(&deployment.prefix)
                 .await
                 .map_err(deployment.failed("reading the limits registry"))?;
+            if registered.is_empty() {
+                return Err(AdminError::EmptyPrefix {
+                    prefix: deployment.prefix.clone(),
+                    prefixes: deployment.prefixes().await?,
+                });
+            }
             Ok(Report::Limits(LimitsReport::new(
                 &deployment.prefix,
                 &registered,

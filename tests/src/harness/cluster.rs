@@ -1,5 +1,6 @@
-//! [`RedisCluster`]: a real Redis Cluster made of `redis-server` processes,
-//! created with `CLUSTER` commands (no `redis-cli` needed).
+//! [`RedisCluster`]: a real Redis Cluster made of `redis-server` processes
+//! (`valkey-server` when Valkey is selected), created with `CLUSTER`
+//! commands (no `redis-cli` or `valkey-cli` needed).
 
 use std::collections::BTreeSet;
 use std::thread;

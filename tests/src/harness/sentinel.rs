@@ -1,5 +1,6 @@
-//! [`RedisSentinel`]: a real Redis Sentinel (`redis-server --sentinel`)
-//! monitoring a master started by the harness.
+//! [`RedisSentinel`]: a real Redis Sentinel (`redis-server --sentinel`, or
+//! `valkey-server --sentinel` when Valkey is selected) monitoring a master
+//! started by the harness.
 
 use std::fs;
 use std::thread;
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 use redis::{FromRedisValue, RedisResult};
 
 use super::process;
-use super::server::RedisServer;
+use super::server::{RedisServer, Role};
 
 /// Master name used by [`RedisSentinel::start`].
 pub const DEFAULT_MASTER_NAME: &str = "mymaster";
@@ -103,7 +104,7 @@ impl RedisSentinel {
         failover_timeout_ms: u32,
         extra: &str,
     ) -> Self {
-        let server = RedisServer::launch("redis-sentinel", false, |port, _, dir| {
+        let server = RedisServer::launch(Role::Sentinel, |port, _, dir| {
             let config = format!(
                 "port {port}\n\
                  bind 127.0.0.1\n\

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redis::{AsyncConnectionConfig, FromRedisValue, RedisResult};
 
-use super::binary::redis_server_path;
+use super::binary::{KIND_CONFIG_FILE, ServerKind};
 use super::port::PortReservation;
 use super::process::{self, LOG_FILE, STOP_GRACE, StartError};
 use super::tempdir::TempDir;
@@ -25,6 +25,9 @@ const BLOCKING_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A real `redis-server` process listening on `127.0.0.1`, with its own
 /// temporary working directory (holding `redis.log`, its stdout and stderr).
+/// The server is of the kind `RATEWALL_TEST_SERVER` selects
+/// ([`ServerKind::selected`]): Redis by default, Valkey, or Redis without
+/// `FUNCTION`.
 ///
 /// Persistence is disabled (`--save "" --appendonly no`), so every start and
 /// every [`restart`](Self::restart) begins with an empty dataset.
@@ -36,6 +39,8 @@ const BLOCKING_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug)]
 pub struct RedisServer {
     state: Mutex<State>,
+    kind: ServerKind,
+    binary: PathBuf,
     args: Vec<String>,
     port: PortReservation,
     cluster_bus_port: Option<PortReservation>,
@@ -47,6 +52,27 @@ struct State {
     /// `None` once the process has been stopped or killed and reaped.
     child: Option<Child>,
     pid: u32,
+}
+
+/// What a process is for: decides its kind's configuration and its bus port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// A standalone server or a replica.
+    Server,
+    /// A cluster node (gets a bus port).
+    ClusterNode,
+    /// A sentinel (its own configuration file; no data-node directives).
+    Sentinel,
+}
+
+impl Role {
+    fn label(self) -> &'static str {
+        match self {
+            Role::Server => "server",
+            Role::ClusterNode => "cluster",
+            Role::Sentinel => "sentinel",
+        }
+    }
 }
 
 /// Arguments used for every server, before the caller's own arguments.
@@ -112,7 +138,7 @@ impl RedisServer {
     /// See [`start`](Self::start); also panics if the arguments are rejected.
     pub fn start_with(args: &[&str]) -> Self {
         let extra: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
-        Self::launch("redis", false, move |port, _, dir| {
+        Self::launch(Role::Server, move |port, _, dir| {
             let mut all = base_args(port, dir);
             all.extend(extra.iter().cloned());
             all
@@ -158,12 +184,10 @@ impl RedisServer {
     }
 
     /// Starts a cluster-enabled node (`--cluster-enabled yes`, bus port
-    /// allocated like the client port) that knows no other node yet.
-    /// Starts a cluster-enabled node (`--cluster-enabled yes`, bus port
     /// allocated like the client port) that knows no other node yet, with
     /// `extra` arguments appended (e.g. TLS settings).
     pub(crate) fn start_cluster_node_with(extra: &[String]) -> Self {
-        Self::launch("redis-cluster", true, |port, bus, dir| {
+        Self::launch(Role::ClusterNode, |port, bus, dir| {
             let mut all = base_args(port, dir);
             all.extend(cluster_args(bus.expect("cluster nodes get a bus port")));
             all.extend(extra.iter().cloned());
@@ -172,24 +196,41 @@ impl RedisServer {
     }
 
     /// Picks ports, builds the argument list with `make_args(port, bus_port,
-    /// dir)` (which may also write files into `dir`) and starts the server,
-    /// retrying with new ports while they turn out to be taken.
+    /// dir)` (which may also write files into `dir`) and starts a server of
+    /// the selected kind, retrying with new ports while they turn out to be
+    /// taken. A data node of a kind with its own directives gets them in
+    /// a configuration file, given first.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the selected kind's executable is missing (with how to
+    /// install it), or as [`start`](Self::start) says.
     pub(crate) fn launch(
-        label: &str,
-        with_bus_port: bool,
+        role: Role,
         mut make_args: impl FnMut(u16, Option<u16>, &Path) -> Vec<String>,
     ) -> Self {
-        let binary = redis_server_path();
-        let dir = TempDir::new(label);
+        let kind = ServerKind::selected();
+        let binary = kind.binary();
+        let dir = TempDir::new(&format!("{kind}-{}", role.label()));
+        let kind_config = match role {
+            Role::Server | Role::ClusterNode if !kind.config().is_empty() => {
+                let path = dir.path().join(KIND_CONFIG_FILE);
+                fs::write(&path, kind.config())
+                    .unwrap_or_else(|err| panic!("cannot write {}: {err}", path.display()));
+                Some(path.display().to_string())
+            }
+            _ => None,
+        };
         let mut failures = Vec::new();
         for _ in 0..MAX_START_ATTEMPTS {
             let port = PortReservation::new();
-            let bus = with_bus_port.then(PortReservation::new);
-            let args = make_args(
+            let bus = (role == Role::ClusterNode).then(PortReservation::new);
+            let mut args: Vec<String> = kind_config.iter().cloned().collect();
+            args.extend(make_args(
                 port.port(),
                 bus.as_ref().map(PortReservation::port),
                 dir.path(),
-            );
+            ));
             match process::spawn_and_wait(&binary, dir.path(), &args, port.port()) {
                 Ok(child) => {
                     return Self {
@@ -197,6 +238,8 @@ impl RedisServer {
                             pid: child.id(),
                             child: Some(child),
                         }),
+                        kind,
+                        binary,
                         args,
                         port,
                         cluster_bus_port: bus,
@@ -208,7 +251,8 @@ impl RedisServer {
             }
         }
         panic!(
-            "could not start redis-server: {MAX_START_ATTEMPTS} ports in a row were already in use.\n{}",
+            "could not start {}: {MAX_START_ATTEMPTS} ports in a row were already in use.\n{}",
+            binary.display(),
             failures.join("\n\n")
         );
     }
@@ -218,6 +262,16 @@ impl RedisServer {
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The kind of server this process is (see [`ServerKind::selected`]).
+    pub fn kind(&self) -> ServerKind {
+        self.kind
+    }
+
+    /// The executable this process runs.
+    pub fn binary(&self) -> &Path {
+        &self.binary
     }
 
     /// The TCP port the server listens on (stable across restarts).
@@ -303,10 +357,9 @@ impl RedisServer {
             let _ = fs::remove_file(&path);
             let _ = fs::remove_dir_all(&path);
         }
-        let binary = redis_server_path();
         let mut failures = Vec::new();
         for attempt in 1..=MAX_START_ATTEMPTS {
-            match process::spawn_and_wait(&binary, self.dir.path(), &self.args, self.port()) {
+            match process::spawn_and_wait(&self.binary, self.dir.path(), &self.args, self.port()) {
                 Ok(child) => {
                     let mut state = self.state();
                     state.pid = child.id();
@@ -424,7 +477,8 @@ mod tests {
         let port = taken.local_addr().unwrap().port();
         let dir = TempDir::new("redis-test");
         let args = base_args(port, dir.path());
-        match process::spawn_and_wait(&redis_server_path(), dir.path(), &args, port) {
+        let binary = ServerKind::selected().binary();
+        match process::spawn_and_wait(&binary, dir.path(), &args, port) {
             Err(StartError::AddressInUse(message)) => {
                 assert!(message.contains("Address already in use"), "{message}");
             }
