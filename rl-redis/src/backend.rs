@@ -932,7 +932,7 @@ impl RedisBackend {
         // Hash tags are independent: renewed side by side (a few at a time).
         let deadline = self.deadline();
         let mut renewed = vec![false; requests.len()];
-        use futures::StreamExt as _;
+        use futures_util::StreamExt as _;
         let mut calls: Vec<BoxFuture<'_, Result<(&Group<'_>, Reply), BackendError>>> = Vec::new();
         for group in &groups {
             calls.push(Box::pin(async move {
@@ -941,7 +941,7 @@ impl RedisBackend {
                     .map(|reply| (group, reply))
             }));
         }
-        let mut replies = futures::stream::iter(calls).buffer_unordered(16);
+        let mut replies = futures_util::stream::iter(calls).buffer_unordered(16);
         while let Some(reply) = replies.next().await {
             let (group, reply) = reply?;
             for (&position, &flag) in group.positions.iter().zip(&reply.renewed) {
