@@ -150,6 +150,7 @@
 //! admits faster than configured.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The limit model: limits, keys, decisions, errors, time.
 mod model;
@@ -176,9 +177,11 @@ mod config;
 mod refusal;
 // axum integration: 429 responses, client IPs, headers.
 #[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub mod http;
 // Route-level limits: a tower layer.
 #[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;
 
 #[doc(hidden)]
@@ -190,6 +193,7 @@ pub mod __private;
 mod testing;
 
 #[cfg(feature = "config")]
+#[cfg_attr(docsrs, doc(cfg(feature = "config")))]
 pub use config::{ConfigError, LimitsEntry, LimitsFile};
 pub use layer::Source;
 pub use layer::breaker::BreakerConfig;
@@ -213,4 +217,5 @@ pub use store::backend::{Backend, BoxFuture, LeaseReturn, Leased, Request, Share
 pub use store::memory::MemoryBackend;
 
 #[cfg(feature = "macros")]
+#[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use ratewall_macros::rate_limit;

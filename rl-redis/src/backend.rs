@@ -268,6 +268,7 @@ impl RedisBackend {
 
     /// Configures a backend on a Redis Cluster, given the URLs of some of its nodes.
     #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub fn cluster_builder<I, S>(urls: I) -> RedisBackendBuilder
     where
         I: IntoIterator<Item = S>,
@@ -282,6 +283,7 @@ impl RedisBackend {
     /// `master_name` the name they monitor the master under (`sentinel
     /// monitor <name> ...`). See [`RedisBackend::connect_sentinel`].
     #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
     pub fn sentinel_builder<I, S>(
         sentinel_urls: I,
         master_name: impl Into<String>,
@@ -322,6 +324,7 @@ impl RedisBackend {
     /// # }
     /// ```
     #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
     pub async fn connect_sentinel<I, S>(
         sentinel_urls: I,
         master_name: impl Into<String>,
@@ -343,6 +346,7 @@ impl RedisBackend {
 
     /// Connects to a Redis Cluster with the default settings.
     #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub async fn connect_cluster<I, S>(urls: I) -> Result<Self, BackendError>
     where
         I: IntoIterator<Item = S>,

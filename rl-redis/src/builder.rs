@@ -176,6 +176,7 @@ impl RedisBackendBuilder {
     /// `rediss://` for TLS). Certificates are checked against the system's
     /// roots, or those given to [`RedisBackendBuilder::tls_root_certificates`].
     #[cfg(all(feature = "tls", feature = "sentinel"))]
+    #[cfg_attr(docsrs, doc(cfg(all(feature = "tls", feature = "sentinel"))))]
     pub fn master_tls(mut self, tls: bool) -> Self {
         self.master_auth.tls = tls;
         self
@@ -186,6 +187,7 @@ impl RedisBackendBuilder {
     /// `RedisBackendBuilder::master_tls`), e.g. a private CA. `tls`
     /// feature.
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
         let mut certs = self.tls.take().unwrap_or(redis::TlsCertificates {
             client_tls: None,
@@ -200,6 +202,7 @@ impl RedisBackendBuilder {
     /// on every TLS connection, for servers that require client
     /// certificates (`tls-auth-clients yes`). `tls` feature.
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_client_certificate(
         mut self,
         certificate_pem: impl Into<Vec<u8>>,

@@ -116,6 +116,7 @@
 //! the time driver enabled.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
 mod builder;
