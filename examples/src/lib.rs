@@ -86,7 +86,8 @@ pub fn exit_code(program: &str, result: Result<(), StartupError>) -> std::proces
 }
 
 /// How long start-up waits for Redis to answer.
-const REDIS_STARTUP_TIMEOUT: std::time::Duration = ratewall_redis::RedisBackend::DEFAULT_CONNECT_TIMEOUT;
+const REDIS_STARTUP_TIMEOUT: std::time::Duration =
+    ratewall_redis::RedisBackend::DEFAULT_CONNECT_TIMEOUT;
 
 /// The Redis backend `REDIS_URL` names — a comma-separated list of node URLs
 /// selects Redis Cluster, `redis+sentinel://h1:26379,h2:26379/master` Redis
@@ -104,7 +105,10 @@ pub async fn backend_from_env() -> Result<Option<ratewall_redis::RedisBackend>, 
     };
     let urls: Vec<&str> = url.split(',').map(str::trim).collect();
     let backend = if let Some((sentinels, master)) = sentinel_url(&url) {
-        let shown: Vec<String> = sentinels.iter().map(|u| ratewall_redis::redact_url(u)).collect();
+        let shown: Vec<String> = sentinels
+            .iter()
+            .map(|u| ratewall_redis::redact_url(u))
+            .collect();
         tracing::info!(sentinels = %shown.join(","), master = %master, "rate limiter backend: Redis Sentinel");
         let target = format!(
             "the master `{master}` of the sentinels {}",

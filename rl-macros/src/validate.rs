@@ -643,7 +643,10 @@ fn validate_tiers<'a>(
         }
     }
     if let Some(name) = &args.name
-        && name.value.value().contains(ratewall_grammar::TIER_SEPARATOR)
+        && name
+            .value
+            .value()
+            .contains(ratewall_grammar::TIER_SEPARATOR)
     {
         errors.push(
             name.span,

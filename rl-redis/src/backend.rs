@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use ratewall::{Backend, BackendError, BoxFuture, Clock, Decision, Decisions, Request};
 use redis::aio::ConnectionManager;
 #[cfg(feature = "cluster")]
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, FromRedisValue, RedisResult};
-use ratewall::{Backend, BackendError, BoxFuture, Clock, Decision, Decisions, Request};
 use tokio::time::Instant;
 
 use crate::builder::{CallMode, RedisBackendBuilder};

@@ -4,12 +4,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ratewall::{BackendError, Clock};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 #[cfg(feature = "cluster")]
 use redis::cluster::ClusterClientBuilder;
 #[cfg(feature = "sentinel")]
 use redis::{AsyncConnectionConfig, RedisConnectionInfo};
-use ratewall::{BackendError, Clock};
 use tokio::time::Instant;
 
 use crate::backend::{Connection, RedisBackend, Settings};

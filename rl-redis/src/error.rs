@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use redis::{ErrorKind, RedisError, ServerErrorKind};
 use ratewall::BackendError;
+use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 /// Maps a Redis error met while doing `what` to the limiter's error kinds:
 /// timeouts to [`BackendError::Timeout`], anything that says the store cannot

@@ -24,8 +24,8 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis::{Cmd, FromRedisValue};
 use ratewall::{Algorithm, BackendError, Limit};
+use redis::{Cmd, FromRedisValue};
 use serde_json::{Value, json};
 
 use crate::backend::RedisBackend;

@@ -19,8 +19,8 @@
 
 use std::sync::LazyLock;
 
-use redis::Cmd;
 use ratewall::{Algorithm, BackendError, Decision, Decisions, Figures, Request, Reservation};
+use redis::Cmd;
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 const SINGLE: &str = include_str!("lua/single.lua");

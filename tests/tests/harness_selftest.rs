@@ -7,9 +7,9 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redis::Value;
 use ratewall_tests::harness::{MASTERS, SLOTS, find_redis_server, pid_is_alive};
 use ratewall_tests::{RedisCluster, RedisSentinel, RedisServer};
+use redis::Value;
 
 fn port_accepts_connections(port: u16) -> bool {
     TcpStream::connect_timeout(

@@ -447,7 +447,11 @@ static MACRO_MOST: AtomicU64 = AtomicU64::new(0);
 
 /// The body runs while the slot is held: counted inside it.
 #[ratewall::rate_limit(name = "macro_jobs", key = tenant, max_in_flight = 10, limiter = limiter)]
-async fn slow_job(limiter: &Limiter, tenant: &str, body_ms: u64) -> Result<(), ratewall::Rejection> {
+async fn slow_job(
+    limiter: &Limiter,
+    tenant: &str,
+    body_ms: u64,
+) -> Result<(), ratewall::Rejection> {
     let now = MACRO_RUNNING.fetch_add(1, Ordering::SeqCst) + 1;
     MACRO_MOST.fetch_max(now, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(body_ms)).await;

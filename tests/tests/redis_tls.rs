@@ -8,13 +8,13 @@
 use std::fs;
 use std::path::PathBuf;
 
+use ratewall::{Algorithm, Backend, BackendError, Key, Limit, Request};
+use ratewall_redis::{CallMode, RedisBackend};
+use ratewall_tests::harness::{PortReservation, RedisCluster, RedisSentinel, RedisServer, TempDir};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose,
 };
-use ratewall::{Algorithm, Backend, BackendError, Key, Limit, Request};
-use ratewall_redis::{CallMode, RedisBackend};
-use ratewall_tests::harness::{PortReservation, RedisCluster, RedisSentinel, RedisServer, TempDir};
 
 /// A private CA with a server and a client certificate, written as PEM
 /// files for redis-server.
@@ -58,8 +58,10 @@ impl Pki {
                 ExtendedKeyUsagePurpose::ClientAuth,
             ],
         );
-        let (client_cert_pem, client_key_pem) =
-            leaf("ratewall-redis client", vec![ExtendedKeyUsagePurpose::ClientAuth]);
+        let (client_cert_pem, client_key_pem) = leaf(
+            "ratewall-redis client",
+            vec![ExtendedKeyUsagePurpose::ClientAuth],
+        );
 
         let dir = TempDir::new("tls-pki");
         let pki = Self {

@@ -93,7 +93,8 @@ impl Limit {
     /// The lease of an in-flight slot unless told otherwise: 10 s. Renewed
     /// every ~3.3 s, a running call keeps its slot through two failed
     /// renewals; a dead instance's slots come back within 10 s.
-    pub const DEFAULT_LEASE_TTL: Duration = Duration::from_micros(ratewall_grammar::DEFAULT_LEASE_TTL_US);
+    pub const DEFAULT_LEASE_TTL: Duration =
+        Duration::from_micros(ratewall_grammar::DEFAULT_LEASE_TTL_US);
 
     /// Whether this is a concurrency limit ([`Limit::in_flight`]).
     pub const fn is_in_flight(&self) -> bool {
