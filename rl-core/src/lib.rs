@@ -206,13 +206,15 @@ pub use limiter::registry::Settings;
 pub use limiter::tier::Tier;
 pub use model::clock::{Clock, ManualClock, SystemClock};
 pub use model::decision::{Decision, Decisions, Figures};
-pub use model::error::{BackendError, Error, LimitError};
+pub use model::error::{BackendError, Cause, Error, LimitError};
+// The grammar's types that `LimitError` carries.
 pub use model::key::{Key, Part};
 pub use model::limit::{Algorithm, Limit, parse_duration};
 pub use model::mask::Masked;
 pub use model::policy::FailurePolicy;
 pub use model::rejection::{Rejection, RejectionReason};
 pub use model::reservation::Reservation;
+pub use ratewall_grammar::{LeaseProblem, Problem};
 pub use store::backend::{Backend, BoxFuture, LeaseReturn, Leased, Request, SharedLists};
 pub use store::memory::MemoryBackend;
 

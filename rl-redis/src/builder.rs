@@ -94,6 +94,7 @@ struct MasterAuth {
 /// # Ok(())
 /// # }
 /// ```
+#[must_use = "a builder does nothing until `.connect()`"]
 pub struct RedisBackendBuilder {
     target: Target,
     timeout: Duration,
@@ -343,7 +344,10 @@ impl RedisBackendBuilder {
                 #[cfg(not(feature = "tls"))]
                 let client = redis::Client::open(url.as_str());
                 let client = client.map_err(|err| {
-                    BackendError::unavailable(format!("invalid Redis URL {target}: {err}"))
+                    BackendError::unavailable_with_source(
+                        format!("invalid Redis URL {target}: {err}"),
+                        err,
+                    )
                 })?;
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(self.timeout))
@@ -366,7 +370,10 @@ impl RedisBackendBuilder {
                     None => builder,
                 };
                 let client = builder.build().map_err(|err| {
-                    BackendError::unavailable(format!("invalid Redis Cluster URLs {target}: {err}"))
+                    BackendError::unavailable_with_source(
+                        format!("invalid Redis Cluster URLs {target}: {err}"),
+                        err,
+                    )
                 })?;
                 let connection = client
                     .get_async_connection()
@@ -399,9 +406,10 @@ impl RedisBackendBuilder {
                 let connection =
                     SentinelConnection::new(&sentinels, master_name, redis, config, tls).map_err(
                         |err| {
-                            BackendError::unavailable(format!(
-                                "invalid sentinel URLs {target}: {err}"
-                            ))
+                            BackendError::unavailable_with_source(
+                                format!("invalid sentinel URLs {target}: {err}"),
+                                err,
+                            )
                         },
                     )?;
                 connection
