@@ -156,3 +156,8 @@ pub mod __private {
         Plan::new(Op::Acquire, Time::Server, 0, 0, requests, None).command_line(via)
     }
 }
+
+// The README's example compiles (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
