@@ -43,7 +43,7 @@ async fn via_call_api(user: u64) -> Result<u64, Rejection> {
     static GROUPS: [GroupSpec; 1] = [GroupSpec::new("bench_api", &LIMITS)];
     static SPEC: CallSpec = CallSpec::new("bench_api", &GROUPS);
     let limiter = Limiter::global().map_err(|e| Rejection::unavailable("bench_api", e))?;
-    limiter.call(&SPEC, &[&user]).await?;
+    let _permit = limiter.call(&SPEC, &[&user]).await?;
     Ok(user)
 }
 

@@ -1,25 +1,30 @@
 //! Function-level rate limiting: one attribute on an async fn, one limiter
 //! configured at startup, decisions made in memory or in Redis.
 //!
+//! `cargo add ratewall` (features below), and for Redis `cargo add ratewall-redis`.
+//! The quick start (`cargo run --example quickstart` in the repository):
+//!
 //! ```
-//! use ratewall::{rate_limit, Limiter, Rejection};
+//! use ratewall::{Limiter, Rejection, rate_limit};
 //!
 //! #[rate_limit(period = 30, threshold = 2, key = user_id)]
 //! async fn say_hi(user_id: u64) -> Result<String, Rejection> {
 //!     Ok(format!("hi {user_id}"))
 //! }
 //!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! Limiter::builder().memory().prefix("demo").install()?; // once, at startup
-//! say_hi(7).await?;
-//! say_hi(7).await?;
-//! let refused = say_hi(7).await.unwrap_err(); // third call within 30 s: body not run
-//! // GCRA (the default) spaces 2 per 30 s as one every 15 s after the burst.
-//! assert_eq!(refused.decision().unwrap().retry_after_secs(), 15);
-//! assert!(say_hi(8).await.is_ok()); // another user has their own quota
-//! # Ok(())
-//! # }
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     Limiter::builder().memory().prefix("demo").install()?; // once, at startup
+//!     println!("{}", say_hi(7).await?);
+//!     println!("{}", say_hi(7).await?);
+//!     let refused = say_hi(7).await.unwrap_err(); // third call within 30 s: body not run
+//!     // GCRA (the default) spaces 2 per 30 s as one every 15 s after the burst.
+//!     let retry_after = refused.decision().unwrap().retry_after_secs();
+//!     println!("refused by {}, retry after {retry_after} s", refused.name());
+//!     assert_eq!(retry_after, 15);
+//!     assert!(say_hi(8).await.is_ok()); // another user has their own quota
+//!     Ok(())
+//! }
 //! ```
 //!
 //! # Features
@@ -150,6 +155,7 @@
 //! admits faster than configured.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The limit model: limits, keys, decisions, errors, time.
 mod model;
@@ -176,9 +182,11 @@ mod config;
 mod refusal;
 // axum integration: 429 responses, client IPs, headers.
 #[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub mod http;
 // Route-level limits: a tower layer.
 #[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;
 
 #[doc(hidden)]
@@ -190,6 +198,7 @@ pub mod __private;
 mod testing;
 
 #[cfg(feature = "config")]
+#[cfg_attr(docsrs, doc(cfg(feature = "config")))]
 pub use config::{ConfigError, LimitsEntry, LimitsFile};
 pub use layer::Source;
 pub use layer::breaker::BreakerConfig;
@@ -204,7 +213,8 @@ pub use limiter::settings::Settings;
 pub use limiter::tier::Tier;
 pub use model::clock::{Clock, ManualClock, SystemClock};
 pub use model::decision::{Decision, Decisions, Figures};
-pub use model::error::{BackendError, Error, LimitError};
+pub use model::error::{BackendError, Cause, Error, LimitError};
+// The grammar's types that `LimitError` carries.
 pub use model::key::{Key, Part};
 pub use model::limit::{Algorithm, Limit, parse_duration};
 pub use model::lists::{ListEntry, ListKind};
@@ -213,8 +223,10 @@ pub use model::policy::FailurePolicy;
 pub use model::rejection::{Rejection, RejectionReason};
 pub use model::reservation::Reservation;
 pub use model::settings::NameSettings;
+pub use ratewall_grammar::{LeaseProblem, Problem};
 pub use store::backend::{Backend, BoxFuture, LeaseReturn, Leased, Request, SharedLists};
 pub use store::memory::MemoryBackend;
 
 #[cfg(feature = "macros")]
+#[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use ratewall_macros::rate_limit;

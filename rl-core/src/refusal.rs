@@ -224,6 +224,7 @@ pub(crate) fn push_json_str(out: &mut String, text: &str) {
 }
 
 #[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
 impl From<Rejection> for tonic::Status {
     /// `RESOURCE_EXHAUSTED` with the rejection as message and, in the
     /// metadata, `grpc-retry-pushback-ms` (the retry delay, rounded up to a
@@ -257,6 +258,7 @@ impl From<Rejection> for tonic::Status {
 }
 
 #[cfg(feature = "actix")]
+#[cfg_attr(docsrs, doc(cfg(feature = "actix")))]
 impl actix_web::ResponseError for Rejection {
     /// `429 Too Many Requests`, `403 Forbidden` when deny-listed, or
     /// `503 Service Unavailable` when the limiter could not decide.

@@ -2,7 +2,7 @@
 //!
 //! The function keeps its attributes, visibility and signature. Its body
 //! asks the limiter through the public call API first: one `static`
-//! [`CallSpec`](https://docs.rs/rl-core) (the groups, their limits, the
+//! [`CallSpec`](https://docs.rs/ratewall) (the groups, their limits, the
 //! counting mode and the failure policy, all constant), one
 //! `Limiter::call` (one round trip, all-or-nothing). For calls that every
 //! admission counts, without `headers`, the body then follows unchanged:

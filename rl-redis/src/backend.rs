@@ -297,6 +297,7 @@ impl RedisBackend {
 
     /// Configures a backend on a Redis Cluster, given the URLs of some of its nodes.
     #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub fn cluster_builder<I, S>(urls: I) -> RedisBackendBuilder
     where
         I: IntoIterator<Item = S>,
@@ -311,6 +312,7 @@ impl RedisBackend {
     /// `master_name` the name they monitor the master under (`sentinel
     /// monitor <name> ...`). See [`RedisBackend::connect_sentinel`].
     #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
     pub fn sentinel_builder<I, S>(
         sentinel_urls: I,
         master_name: impl Into<String>,
@@ -351,6 +353,7 @@ impl RedisBackend {
     /// # }
     /// ```
     #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
     pub async fn connect_sentinel<I, S>(
         sentinel_urls: I,
         master_name: impl Into<String>,
@@ -372,6 +375,7 @@ impl RedisBackend {
 
     /// Connects to a Redis Cluster with the default settings.
     #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub async fn connect_cluster<I, S>(urls: I) -> Result<Self, BackendError>
     where
         I: IntoIterator<Item = S>,
@@ -961,7 +965,7 @@ impl RedisBackend {
         // Hash tags are independent: renewed side by side (a few at a time).
         let deadline = self.deadline();
         let mut renewed = vec![false; requests.len()];
-        use futures::StreamExt as _;
+        use futures_util::StreamExt as _;
         let mut calls: Vec<BoxFuture<'_, Result<(&Group<'_>, Reply), BackendError>>> = Vec::new();
         for group in &groups {
             calls.push(Box::pin(async move {
@@ -970,7 +974,7 @@ impl RedisBackend {
                     .map(|reply| (group, reply))
             }));
         }
-        let mut replies = futures::stream::iter(calls).buffer_unordered(16);
+        let mut replies = futures_util::stream::iter(calls).buffer_unordered(16);
         while let Some(reply) = replies.next().await {
             let (group, reply) = reply?;
             for (&position, &flag) in group.positions.iter().zip(&reply.renewed) {

@@ -95,6 +95,7 @@ struct MasterAuth {
 /// # Ok(())
 /// # }
 /// ```
+#[must_use = "a builder does nothing until `.connect()`"]
 pub struct RedisBackendBuilder {
     target: Target,
     timeout: Duration,
@@ -177,6 +178,7 @@ impl RedisBackendBuilder {
     /// `rediss://` for TLS). Certificates are checked against the system's
     /// roots, or those given to [`RedisBackendBuilder::tls_root_certificates`].
     #[cfg(all(feature = "tls", feature = "sentinel"))]
+    #[cfg_attr(docsrs, doc(cfg(all(feature = "tls", feature = "sentinel"))))]
     pub fn master_tls(mut self, tls: bool) -> Self {
         self.master_auth.tls = tls;
         self
@@ -187,6 +189,7 @@ impl RedisBackendBuilder {
     /// `RedisBackendBuilder::master_tls`), e.g. a private CA. `tls`
     /// feature.
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
         let mut certs = self.tls.take().unwrap_or(redis::TlsCertificates {
             client_tls: None,
@@ -201,6 +204,7 @@ impl RedisBackendBuilder {
     /// on every TLS connection, for servers that require client
     /// certificates (`tls-auth-clients yes`). `tls` feature.
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_client_certificate(
         mut self,
         certificate_pem: impl Into<Vec<u8>>,
@@ -382,9 +386,10 @@ impl RedisBackendBuilder {
                 #[cfg(not(feature = "tls"))]
                 let client = redis::Client::open(url.as_str());
                 let client = client.map_err(|err| {
-                    OpenError::Backend(BackendError::unavailable(format!(
-                        "invalid Redis URL {target}: {err}"
-                    )))
+                    OpenError::Backend(BackendError::unavailable_with_source(
+                        format!("invalid Redis URL {target}: {err}"),
+                        err,
+                    ))
                 })?;
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(self.timeout))
@@ -407,9 +412,10 @@ impl RedisBackendBuilder {
                     None => builder,
                 };
                 let client = builder.build().map_err(|err| {
-                    OpenError::Backend(BackendError::unavailable(format!(
-                        "invalid Redis Cluster URLs {target}: {err}"
-                    )))
+                    OpenError::Backend(BackendError::unavailable_with_source(
+                        format!("invalid Redis Cluster URLs {target}: {err}"),
+                        err,
+                    ))
                 })?;
                 let connection = client
                     .get_async_connection()
@@ -442,9 +448,10 @@ impl RedisBackendBuilder {
                 let connection =
                     SentinelConnection::new(&sentinels, master_name, redis, config, tls).map_err(
                         |err| {
-                            OpenError::Backend(BackendError::unavailable(format!(
-                                "invalid sentinel URLs {target}: {err}"
-                            )))
+                            OpenError::Backend(BackendError::unavailable_with_source(
+                                format!("invalid sentinel URLs {target}: {err}"),
+                                err,
+                            ))
                         },
                     )?;
                 connection.connection().await.map_err(OpenError::Redis)?;

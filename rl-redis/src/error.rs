@@ -10,7 +10,8 @@ use redis::{ErrorKind, RedisError, ServerErrorKind};
 /// answer right now (I/O, cluster down or moving, loading, busy, out of
 /// memory) to [`BackendError::Unavailable`], and answers the backend cannot
 /// use (script errors, wrong types, unexpected replies) to
-/// [`BackendError::Protocol`].
+/// [`BackendError::Protocol`]. The Redis error is kept as the
+/// [`BackendError`]'s `source()`.
 pub(crate) fn from_redis(
     what: &dyn std::fmt::Display,
     err: &RedisError,
@@ -44,9 +45,9 @@ pub(crate) fn from_redis(
         _ => false,
     };
     if unavailable {
-        BackendError::unavailable(format_args!("{what}: {err}"))
+        BackendError::unavailable_with_source(format_args!("{what}: {err}"), err.clone())
     } else {
-        BackendError::protocol(format_args!("{what}: {err}"))
+        BackendError::protocol_with_source(format_args!("{what}: {err}"), err.clone())
     }
 }
 
@@ -70,5 +71,21 @@ mod tests {
         let mapped = from_redis(&"EVALSHA acquire", &script, Duration::ZERO);
         assert!(matches!(mapped, BackendError::Protocol(_)));
         assert!(mapped.to_string().contains("EVALSHA acquire"), "{mapped}");
+    }
+
+    #[test]
+    fn the_redis_error_is_the_source() {
+        use std::error::Error as _;
+        let script = RedisError::from((ErrorKind::UnexpectedReturnType, "bad reply"));
+        let mapped = from_redis(&"EVALSHA acquire", &script, Duration::ZERO);
+        let source = mapped.source().and_then(|e| e.downcast_ref::<RedisError>());
+        assert_eq!(
+            source.map(RedisError::kind),
+            Some(ErrorKind::UnexpectedReturnType)
+        );
+        let io = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        let mapped = from_redis(&"x", &io, Duration::ZERO);
+        let source = mapped.source().and_then(|e| e.downcast_ref::<RedisError>());
+        assert_eq!(source.map(RedisError::kind), Some(ErrorKind::Io));
     }
 }

@@ -134,6 +134,7 @@
 //! enabled.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
 mod builder;
@@ -176,3 +177,8 @@ pub mod __private {
         Plan::new(Op::Acquire, Time::Server, 0, 0, requests, None).command_line(via)
     }
 }
+
+// The README's example compiles (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures_util::StreamExt;
 use redis::aio::MultiplexedConnection;
 use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
 use redis::{

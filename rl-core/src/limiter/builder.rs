@@ -32,6 +32,7 @@ use crate::store::memory::MemoryBackend;
 /// backend also gets a deny cache, a circuit breaker and limits
 /// publishing (the deny cache can be turned on for memory, or off).
 #[derive(Debug, Default)]
+#[must_use = "a builder does nothing until `.build()` or `.install()`"]
 pub struct LimiterBuilder {
     backend: Option<Arc<dyn Backend>>,
     prefix: Option<String>,

@@ -706,6 +706,7 @@ pub(crate) struct Settle {
 /// one slot of each while the permit lives: keep the permit until the call
 /// ends. Dropping it (the call returned, panicked or was cancelled) gives
 /// the slots back ([`InFlight`]); rate-limit units stay taken.
+#[must_use = "dropping the permit frees the in-flight slots it holds at once: keep it while the call runs (and settle it, with `Counting::Settled`)"]
 pub struct Permit<'l> {
     pub(crate) limiter: &'l Limiter,
     pub(crate) spec: &'l CallSpec,

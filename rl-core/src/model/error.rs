@@ -6,7 +6,8 @@ use std::sync::Arc;
 use ratewall_grammar::{BadDuration, BadRate, LeaseProblem, Problem, UnknownAlgorithm};
 
 /// A limit that can never be built: the message names the bad value. The
-/// texts of the bounds are [`ratewall_grammar::Problem`]'s, shared with the macro.
+/// texts of the bounds are [`Problem`]'s (`ratewall-grammar`'s, re-exported
+/// here), shared with the macro.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LimitError {
@@ -113,36 +114,138 @@ impl From<UnknownAlgorithm> for LimitError {
 
 /// A backend could not decide: the store is unreachable, timed out, or answered
 /// something unexpected.
-#[derive(Debug, Clone, thiserror::Error)]
+///
+/// [`BackendError::Unavailable`] and [`BackendError::Protocol`] carry a
+/// [`Cause`]: a message naming what failed, and the error behind it when
+/// there is one (a `redis::RedisError` from `ratewall-redis`), which is this
+/// error's [`source`](std::error::Error::source):
+///
+/// ```
+/// use ratewall::BackendError;
+/// use std::error::Error as _;
+///
+/// let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+/// let error = BackendError::unavailable_with_source("connect to 10.0.0.5:6379", io);
+/// assert_eq!(error.to_string(), "backend unavailable: connect to 10.0.0.5:6379");
+/// let source = error.source().unwrap().downcast_ref::<std::io::Error>().unwrap();
+/// assert_eq!(source.kind(), std::io::ErrorKind::ConnectionRefused);
+/// assert!(BackendError::unavailable("down").source().is_none());
+/// ```
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum BackendError {
     /// The call did not complete within the configured timeout.
-    #[error("backend call timed out after {0:?}")]
     Timeout(std::time::Duration),
     /// The store could not be reached or the connection broke.
-    #[error("backend unavailable: {0}")]
-    Unavailable(Arc<str>),
+    Unavailable(Cause),
     /// The request itself is invalid (e.g. a cost above the capacity).
-    #[error("invalid request: {0}")]
-    Invalid(#[from] LimitError),
+    Invalid(LimitError),
     /// The store answered something the backend cannot interpret.
-    #[error("backend protocol error: {0}")]
-    Protocol(Arc<str>),
+    Protocol(Cause),
     /// The limiter's circuit breaker is open after consecutive failures:
     /// the backend was not called.
-    #[error("backend not called: circuit open after consecutive failures")]
     CircuitOpen,
 }
 
 impl BackendError {
     /// A connection-level failure with a message.
     pub fn unavailable(message: impl fmt::Display) -> Self {
-        Self::Unavailable(message.to_string().into())
+        Self::Unavailable(Cause::new(message, None))
+    }
+
+    /// A connection-level failure with a message and the error behind it
+    /// (kept as [`source`](std::error::Error::source)).
+    pub fn unavailable_with_source(
+        message: impl fmt::Display,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::Unavailable(Cause::new(message, Some(Arc::new(source))))
     }
 
     /// An unexpected reply with a message.
     pub fn protocol(message: impl fmt::Display) -> Self {
-        Self::Protocol(message.to_string().into())
+        Self::Protocol(Cause::new(message, None))
+    }
+
+    /// An unexpected reply with a message and the error behind it (kept as
+    /// [`source`](std::error::Error::source)).
+    pub fn protocol_with_source(
+        message: impl fmt::Display,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::Protocol(Cause::new(message, Some(Arc::new(source))))
+    }
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Timeout(after) => write!(f, "backend call timed out after {after:?}"),
+            Self::Unavailable(cause) => write!(f, "backend unavailable: {cause}"),
+            Self::Invalid(error) => write!(f, "invalid request: {error}"),
+            Self::Protocol(cause) => write!(f, "backend protocol error: {cause}"),
+            Self::CircuitOpen => {
+                f.write_str("backend not called: circuit open after consecutive failures")
+            }
+        }
+    }
+}
+
+// By hand rather than with thiserror: `source` must be the error behind the
+// cause itself (so that it downcasts to, e.g., `redis::RedisError`), not the
+// `Arc` that shares it between clones.
+impl std::error::Error for BackendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Invalid(error) => Some(error),
+            Self::Unavailable(cause) | Self::Protocol(cause) => cause
+                .source()
+                .map(|source| source as &(dyn std::error::Error + 'static)),
+            Self::Timeout(_) | Self::CircuitOpen => None,
+        }
+    }
+}
+
+impl From<LimitError> for BackendError {
+    fn from(error: LimitError) -> Self {
+        Self::Invalid(error)
+    }
+}
+
+/// Why a backend could not decide: a message naming what failed (shown by
+/// [`BackendError`]'s `Display`), and the error behind it when there is one
+/// (its [`source`](std::error::Error::source)). Clones share the source.
+#[derive(Debug, Clone)]
+pub struct Cause {
+    message: Arc<str>,
+    source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+impl Cause {
+    fn new(
+        message: impl fmt::Display,
+        source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self {
+            message: message.to_string().into(),
+            source,
+        }
+    }
+
+    /// What failed, e.g. `EVALSHA acquire on redis://10.0.0.5:6379/: ...`.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The error behind the message, if the backend kept one.
+    pub fn source(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        self.source.as_deref()
+    }
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
     }
 }
 

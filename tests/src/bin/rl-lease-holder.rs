@@ -48,10 +48,12 @@ async fn main() {
         .expect("a rate such as 100000/10s and an algorithm name");
     let spec = CallSpec::owned("held", vec![GroupSpec::owned("held", vec![limit])]);
     while limiter.leased_units() < 1_000 {
-        limiter
-            .call(&spec, &[identity])
-            .await
-            .expect("admitted while far below the limit");
+        drop(
+            limiter
+                .call(&spec, &[identity])
+                .await
+                .expect("admitted while far below the limit"),
+        );
     }
     println!("ready {}", limiter.leased_units());
     std::io::stdout().flush().expect("flush");
