@@ -201,7 +201,14 @@ async fn inspect_shows_the_consumed_state_and_never_consumes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_shows_the_leases_a_hot_identity_holds() {
     let server = RedisServer::start();
-    let limiter = limiter_on(RedisBackend::connect(server.url()).await.unwrap()).await;
+    // A long lease TTL: an identity idle for a fifth of it gives its lease
+    // back, and starting the CLI twice on a busy machine can take seconds.
+    let limiter = Limiter::builder()
+        .backend(RedisBackend::connect(server.url()).await.unwrap())
+        .prefix("app")
+        .lease_ttl(Duration::from_secs(60))
+        .build()
+        .unwrap();
     let limit = Limit::per_minute(100_000)
         .and_then(|l| l.with_algorithm(Algorithm::FixedWindow))
         .and_then(|l| l.with_lease(1_000))

@@ -310,3 +310,104 @@ async fn captchas_are_issued_at_most_at_the_limit_per_client_ip() {
         );
     }
 }
+
+/// Redis frozen (`SIGSTOP`) for 3 s under streams of right-password
+/// logins: the calls sent during the freeze time out, are answered in
+/// process (the service's `local` policy), and run in Redis when it
+/// resumes. Each carried a request id and was cancelled by it once Redis
+/// answered again, so no right password is refused for a captcha, during
+/// the freeze or after it, and Redis ends with the counts the service
+/// settled: none, every login having succeeded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_redis_never_turns_right_passwords_into_captchas_and_ends_with_the_settled_counts()
+{
+    let service = Service::launch(
+        LOGIN,
+        Some(ratewall_tests::harness::RedisServer::start()),
+        &[],
+        true,
+    );
+    let service = std::sync::Arc::new(service);
+    let stop = std::time::Instant::now() + Duration::from_secs(9);
+    // Two concurrent streams of bob's right password (fewer than the 3
+    // failures a captcha takes: a login reserves its unit until it ran).
+    let streams: Vec<_> = (0..2)
+        .map(|_| {
+            let service = service.clone();
+            tokio::spawn(async move {
+                let mut statuses = Vec::new();
+                while std::time::Instant::now() < stop {
+                    let response = login(&service, "bob", "builder").await;
+                    let status = response.status().as_u16();
+                    let body = response.text().await.unwrap_or_default();
+                    statuses.push((status, body));
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                statuses
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    service.redis().pause();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    service.redis().resume();
+    let mut logins = 0;
+    for stream in streams {
+        for (status, body) in stream.await.unwrap() {
+            logins += 1;
+            assert_eq!(
+                status,
+                200,
+                "a right password was refused ({body}) around a 3 s freeze of Redis; the service said:\n{}",
+                service.log()
+            );
+        }
+    }
+    assert!(logins > 40, "only {logins} logins were made");
+    // What Redis counts once the service's cancels have landed: nothing for
+    // bob's failures, nothing for the IP's (read with a limiter of the
+    // service's prefix: a peek takes nothing).
+    let reader = ratewall::Limiter::builder()
+        .backend(
+            ratewall_redis::RedisBackend::connect(service.redis().url())
+                .await
+                .unwrap(),
+        )
+        .prefix("login")
+        .build()
+        .unwrap();
+    let user_limit = ratewall::Limit::per_minute(3)
+        .and_then(|l| l.with_algorithm(ratewall::Algorithm::SlidingLog))
+        .unwrap();
+    let ip_limit = ratewall::Limit::per_day(100)
+        .and_then(|l| l.with_algorithm(ratewall::Algorithm::FixedWindow))
+        .unwrap();
+    let settled = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = |name: &'static str, identity: &'static str, limit| {
+            let reader = &reader;
+            async move {
+                reader
+                    .requests()
+                    .peek_identity(name, &identity, &[limit])
+                    .await
+                    .unwrap()[0]
+                    .remaining
+            }
+        };
+        let user = left("login_user", "bob", user_limit).await;
+        let ip = left("login_ip", "127.0.0.1", ip_limit).await;
+        if user == 3 && ip == 100 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < settled,
+            "Redis still counts {} failure(s) of bob and {} of the IP after every login succeeded",
+            3 - user,
+            100 - ip
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // And the next right password is not asked for a captcha.
+    assert_eq!(login(&service, "bob", "builder").await.status(), 200);
+}

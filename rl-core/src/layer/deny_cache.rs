@@ -499,7 +499,9 @@ impl Layer for DenyLayer {
                     Lookup::Miss => {}
                 }
             }
-            Op::Refund(_) | Op::Reset | Op::Cancel(_) => self.cache.forget(call.targets),
+            Op::Refund(_) | Op::Reset | Op::Cancel(_) | Op::CancelOnce(_) => {
+                self.cache.forget(call.targets)
+            }
             _ => {}
         }
         None

@@ -37,6 +37,7 @@
 //! never remembered; publishing sits next to the store, so it runs only
 //! after the backend answered.
 
+pub(crate) mod abandon;
 pub(crate) mod breaker;
 pub(crate) mod counters;
 pub(crate) mod deny_cache;

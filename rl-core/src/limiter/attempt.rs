@@ -180,10 +180,12 @@ impl<'r> Attempt<'r> {
             .pipeline
             .run_memory(memory, &mut call, self.resolved.mask);
         *reservation = call.notes.reservation.take();
-        self.finish(limiter, spec, &targets, answer)
+        self.finish(limiter, spec, &targets, answer, None)
     }
 
-    /// Decides `op` on any store: one round trip on a remote one.
+    /// Decides `op` on any store: one round trip on a remote one. An
+    /// acquire that may have to be taken back carries a request id (the
+    /// abandon layer cancels it by that id should the store not answer).
     pub(crate) async fn decide<'l>(
         &self,
         limiter: &'l Limiter,
@@ -192,10 +194,31 @@ impl<'r> Attempt<'r> {
         reservation: &mut Option<Box<Reservation>>,
     ) -> Decided<'l> {
         let targets = self.targets(limiter);
+        let id = (op == Op::Acquire && self.cancellable(limiter, spec)).then(|| limiter.call_id());
+        let op = match &id {
+            Some(id) => Op::AcquireOnce(id),
+            None => op,
+        };
         let mut call = self.call(spec, op, &targets);
         let answer = limiter.pipeline.run(&mut call, self.resolved.mask).await;
         *reservation = call.notes.reservation.take();
-        self.finish(limiter, spec, &targets, answer)
+        drop(call);
+        self.finish(limiter, spec, &targets, answer, id)
+    }
+
+    /// Whether an acquire of this call carries a request id, to be taken
+    /// back should the store not answer in time: on a remote store, for a
+    /// call that counts selectively (its refund must not leak), or for any
+    /// call when the limiter says so; not for a call whose limits all lease
+    /// (it is decided from leases).
+    fn cancellable(&self, limiter: &Limiter, spec: &CallSpec) -> bool {
+        limiter.abandoned.as_ref().is_some_and(|a| a.cancels)
+            && (limiter.cancel_every_call || spec.counting() == Counting::Settled)
+            && !self
+                .resolved
+                .groups
+                .iter()
+                .all(|g| !g.limits.is_empty() && g.limits.iter().all(|l| l.lease().is_some()))
     }
 
     /// The permit (or rejection) of a call that got `answer`.
@@ -206,6 +229,7 @@ impl<'r> Attempt<'r> {
         spec: &'l CallSpec,
         targets: &[Target<'_>],
         answer: Answer,
+        id: Option<String>,
     ) -> Decided<'l> {
         let admission = match answer {
             // The commonest answer first.
@@ -215,7 +239,7 @@ impl<'r> Attempt<'r> {
             } if decisions.allowed() => Admission::Backend(decisions),
             answer => self.admission(spec, targets, answer)?,
         };
-        let settle = (spec.counting() == Counting::Settled).then(|| self.settle());
+        let settle = (spec.counting() == Counting::Settled).then(|| self.settle(id));
         let tiers = if self.chosen.is_empty() {
             None
         } else {
@@ -270,12 +294,13 @@ impl<'r> Attempt<'r> {
 
     /// What a settled call keeps to give back what it took.
     #[inline(never)]
-    fn settle(&self) -> Box<Settle> {
+    fn settle(&self, id: Option<String>) -> Box<Settle> {
         Box::new(Settle {
             resolved: self.resolved.clone(),
             identities: self.identities.iter().cloned().collect(),
             skipped: self.skipped,
             chosen: self.chosen.clone(),
+            id: id.map(String::into_boxed_str),
         })
     }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::in_flight::Keeper;
 use super::{GLOBAL, Limiter, NEXT_LIMITER};
+use crate::layer::abandon::Abandoned;
 use crate::layer::breaker::{Breaker, BreakerConfig};
 use crate::layer::deny_cache::{DEFAULT_CAPACITY, DEFAULT_MAX_HOLD, DenyCache, DenyLayer};
 use crate::layer::failure::Failure;
@@ -43,6 +44,7 @@ pub struct LimiterBuilder {
     deny_cache_max_hold: Option<Duration>,
     lists_refresh: Option<Duration>,
     lease_ttl: Option<Duration>,
+    cancel_abandoned: bool,
 }
 
 /// How often, at most, a limiter reads the lists a remote backend shares.
@@ -51,7 +53,7 @@ const DEFAULT_LISTS_REFRESH: Duration = Duration::from_secs(1);
 impl LimiterBuilder {
     /// Whether the limiter remembers the backend's refusals and refuses
     /// repeats in process until their `retry_after` (see
-    /// [`Limiter::set_deny_cache`]). Default: on for a remote backend, off
+    /// [`Settings::set_deny_cache`](crate::Settings::set_deny_cache)). Default: on for a remote backend, off
     /// for the in-memory one, whose decisions cost about as much as a
     /// remembered refusal and follow the limiter's [`Clock`].
     pub fn deny_cache(mut self, enabled: bool) -> Self {
@@ -135,6 +137,20 @@ impl LimiterBuilder {
         self
     }
 
+    /// Whether every call to a remote store carries a request id, so that
+    /// a call the limiter gave up on (a timeout, a broken connection) and
+    /// answered by its failure policy is taken back in the store once it
+    /// answers again (see [`Limiter::pending_cancels`]). Calls that count
+    /// selectively ([`Counting::Settled`](crate::Counting::Settled):
+    /// `count = failures`, `count_if`) always do, since their refunds must
+    /// not leak; with `true`, every other call does too, at the cost of one
+    /// more key written per decision in the store. Default `false`: a call
+    /// given up on then counts as used until its limit refills.
+    pub fn cancel_abandoned(mut self, every_call: bool) -> Self {
+        self.cancel_abandoned = every_call;
+        self
+    }
+
     /// Builds the limiter.
     pub fn build(self) -> Result<Limiter, Error> {
         let prefix = self.prefix.unwrap_or_else(|| "rl".to_owned());
@@ -169,6 +185,7 @@ impl LimiterBuilder {
         layers.push(Box::new(Shadow::new(registry.clone())));
         let mut breaker = None;
         let mut leases = None;
+        let mut abandoned = None;
         let store = match self.backend {
             Some(backend) => {
                 // Inside shadow mode (shadowed names do not lease) and the
@@ -181,6 +198,12 @@ impl LimiterBuilder {
                 ));
                 layers.push(Box::new(lease.clone()));
                 leases = Some(lease);
+                // Below the lease (a lease decides whatever the backend
+                // does) and above the breaker: calls given up on are taken
+                // back before the backend decides anything else.
+                let cancels = Arc::new(Abandoned::new(backend.clone()));
+                layers.push(Box::new(cancels.clone()));
+                abandoned = Some(cancels);
                 let shared = Arc::new(Breaker::new(self.breaker));
                 layers.push(Box::new(shared.clone()));
                 breaker = Some(shared);
@@ -205,6 +228,8 @@ impl LimiterBuilder {
             breaker,
             leases,
             keeper,
+            abandoned,
+            cancel_every_call: self.cancel_abandoned,
         })
     }
 

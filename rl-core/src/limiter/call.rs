@@ -694,6 +694,9 @@ pub(crate) struct Settle {
     pub(crate) skipped: u64,
     /// The tier of each group, for a tiered call (else empty).
     pub(crate) chosen: Chosen,
+    /// The request id the call was decided under, when it may be taken
+    /// back by it (a settled call on a remote store).
+    pub(crate) id: Option<Box<str>>,
 }
 
 /// An admitted call.

@@ -75,6 +75,11 @@ pub struct Limiter {
     leases: Option<Arc<crate::layer::lease::Leases>>,
     /// Lease ids and the way back to the store of in-flight slots.
     pub(crate) keeper: Arc<in_flight::Keeper>,
+    /// Calls given up on, taken back once a remote store answers again.
+    pub(crate) abandoned: Option<Arc<crate::layer::abandon::Abandoned>>,
+    /// Whether every remote call carries a request id (else only settled
+    /// ones).
+    pub(crate) cancel_every_call: bool,
 }
 
 impl fmt::Debug for Limiter {
@@ -524,12 +529,33 @@ impl Limiter {
     /// ```
     pub async fn flush_in_flight(&self) {
         self.keeper.flush().await;
+        if let Some(abandoned) = &self.abandoned {
+            abandoned.flush().await;
+        }
+    }
+
+    /// A fresh request id (128 random-looking bits, unique to this
+    /// process' calls), for a call that may have to be taken back.
+    pub(crate) fn call_id(&self) -> String {
+        format!(
+            "{:016x}{:016x}",
+            self.keeper.lease_id(),
+            self.keeper.lease_id()
+        )
     }
 
     /// In-flight leases this limiter holds in a remote store (calls running
     /// now with a slot there).
     pub fn in_flight_leases(&self) -> usize {
         self.keeper.live()
+    }
+
+    /// Calls this limiter gave up on (a remote store did not answer in time)
+    /// whose cancel has not reached the store yet: sent as soon as it
+    /// answers again (see [`LimiterBuilder::cancel_abandoned`]). Awaiting
+    /// [`Limiter::flush_in_flight`] also waits for them.
+    pub fn pending_cancels(&self) -> usize {
+        self.abandoned.as_ref().map_or(0, |a| a.pending())
     }
 
     /// The policy applied to `name`: runtime override, else `given`, else

@@ -27,26 +27,55 @@ impl Limiter {
         force: Option<bool>,
     ) {
         let resolved = &settle.resolved;
+        // The targets of the groups `keep` accepts, as the call decided them
+        // (its tiers').
+        let targets_of = |keep: &dyn Fn(usize) -> bool| {
+            let mut targets = Targets::new();
+            if settle.chosen.is_empty() {
+                resolved.fill_targets(&settle.identities, |i, _| keep(i), &mut targets);
+            } else {
+                resolved.fill_tiered(&settle.identities, &settle.chosen, keep, &mut targets);
+            }
+            targets
+        };
+        let decided = |index: usize| settle.skipped & (1 << index) == 0;
+        let resets = |index: usize| force.unwrap_or(resolved.groups[index].reset_on_success);
+        // A call the backend admitted under a request id is given back by
+        // that id: one cancel over the call's own requests, idempotent, and
+        // sent again once the backend answers should it fail now (the
+        // abandon layer). Groups that reset are then reset.
+        if let (Some(id), Admission::Backend(_)) = (&settle.id, admission) {
+            if (0..resolved.groups.len()).any(|g| decided(g) && !resets(g)) {
+                let targets = targets_of(&decided);
+                let mut call =
+                    Call::new(Op::CancelOnce(id), &targets, spec.name(), resolved.policy);
+                if let Err(error) = applied(self.pipeline.run(&mut call, ALL).await) {
+                    tracing::warn!(call = spec.name(), %error, "rate limit refund failed; sent again once the backend answers");
+                }
+            }
+            for (index, group) in resolved.groups.iter().enumerate() {
+                if decided(index) && resets(index) {
+                    let targets = targets_of(&|i| i == index);
+                    if let Err(error) = self
+                        .reset_targets(spec.name(), &targets, admission, resolved.policy)
+                        .await
+                    {
+                        tracing::warn!(limit = &*group.name, %error, "rate limit reset failed; sent again once the backend answers");
+                    }
+                }
+            }
+            return;
+        }
         let mut offset = 0;
         for (index, group) in resolved.groups.iter().enumerate() {
             // An allow-listed group took nothing.
-            if settle.skipped & (1 << index) != 0 {
+            if !decided(index) {
                 continue;
             }
-            let mut targets = Targets::new();
-            if settle.chosen.is_empty() {
-                resolved.fill_targets(&settle.identities, |i, _| i == index, &mut targets);
-            } else {
-                resolved.fill_tiered(
-                    &settle.identities,
-                    &settle.chosen,
-                    |i| i == index,
-                    &mut targets,
-                );
-            }
+            let targets = targets_of(&|i| i == index);
             let range = offset..offset + targets.len();
             offset = range.end;
-            let result = if force.unwrap_or(group.reset_on_success) {
+            let result = if resets(index) {
                 self.reset_targets(spec.name(), &targets, admission, resolved.policy)
                     .await
             } else {

@@ -557,6 +557,7 @@ impl Limiter {
                     identities: identities.iter().cloned().collect(),
                     skipped: all,
                     chosen: Chosen::new(),
+                    id: None,
                 })
             });
             return Ok(Permit {

@@ -201,7 +201,8 @@ pub trait Backend: Send + Sync + Debug + 'static {
     ///
     /// The first call with a given id under the first request's key decides
     /// as [`Backend::acquire`]; when it is allowed, its [`Decisions`] are
-    /// kept (for the longest period of the call's limits) and every later
+    /// kept (for the longest period of the call's limits, at most two
+    /// minutes: a retry comes within seconds) and every later
     /// call with the same id and first key returns them again, unchanged
     /// (same `remaining`, same [`crate::Decision::at_micros`]), consuming
     /// nothing. A refused call consumes nothing, so it is not kept: a retry
@@ -219,6 +220,31 @@ pub trait Backend: Send + Sync + Debug + 'static {
     ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
         let _ = request_id;
         self.acquire(requests)
+    }
+
+    /// Takes back a call made with [`Backend::acquire_once`] that the
+    /// client gave up on (its reply never came: a timeout, a dropped
+    /// connection), whether the call ran, will run later or never does: if
+    /// it ran and was allowed, what it took is given back (at its own
+    /// decision time); either way a tombstone is kept under the id (for the
+    /// longest period of the call's limits), and the call, should it arrive
+    /// afterwards, takes nothing. `requests` are the call's own, in its
+    /// order. Idempotent: cancelling twice gives back once.
+    ///
+    /// The default implementation answers that the store cannot
+    /// ([`BackendError::Protocol`]); [`crate::MemoryBackend`] and
+    /// `ratewall_redis::RedisBackend` implement it.
+    fn cancel_once<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        request_id: &'a str,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        let _ = (requests, request_id);
+        Box::pin(async {
+            Err(BackendError::protocol(
+                "this backend cannot cancel a call by its request id",
+            ))
+        })
     }
 
     /// Decides without consuming anything.
@@ -298,6 +324,15 @@ pub trait Backend: Send + Sync + Debug + 'static {
     /// retries after each refusal's `retry_after` (as it does on the window
     /// algorithms) instead of queueing. The default is `false`.
     fn reserves(&self) -> bool {
+        false
+    }
+
+    /// Whether the backend implements [`Backend::acquire_once`] and
+    /// [`Backend::cancel_once`]: a limiter then gives a call it may have to
+    /// take back a request id (see
+    /// [`LimiterBuilder::cancel_abandoned`](crate::LimiterBuilder::cancel_abandoned)).
+    /// The default is `false`.
+    fn cancels_once(&self) -> bool {
         false
     }
 

@@ -31,7 +31,7 @@ use smallvec::SmallVec;
 
 use crate::algorithm::{Flight, Log, Meter, Slots, State, Tat, Window};
 use crate::model::clock::{Clock, SystemClock};
-use crate::model::decision::{Decision, Decisions};
+use crate::model::decision::{Decision, Decisions, Figures};
 use crate::model::error::BackendError;
 use crate::model::key::IdentityRef;
 use crate::model::limit::{Algorithm, Limit};
@@ -352,6 +352,9 @@ struct Replies {
 struct Kept {
     expires_at: u64,
     decisions: Decisions,
+    /// A tombstone: the call was cancelled ([`Backend::cancel_once`]);
+    /// it takes nothing should it arrive.
+    cancelled: bool,
 }
 
 impl Replies {
@@ -380,6 +383,11 @@ impl Default for MemoryBackend {
 }
 
 const MIN_SWEEP: usize = 1024;
+
+/// How long a request id's kept reply or tombstone lives at most (µs): the
+/// longest period of the call, but no more than two minutes (the Redis
+/// scripts' `KEEP_ONCE_MS`).
+const KEEP_ONCE_US: u64 = 120_000_000;
 
 static NEXT_STORE: AtomicU32 = AtomicU32::new(1);
 
@@ -508,6 +516,10 @@ impl MemoryBackend {
                 self.cancel_targets(targets, reservation);
                 Stored::Applied
             }
+            Op::CancelOnce(id) => {
+                self.cancel_targets_once(targets, id);
+                Stored::Applied
+            }
         })
     }
 
@@ -558,6 +570,17 @@ impl MemoryBackend {
         if let Some(kept) = replies.map.get(id.as_str())
             && kept.expires_at > now
         {
+            if kept.cancelled {
+                // Cancelled before it arrived: nothing decided, nothing taken.
+                return Ok(Decisions::new(targets.iter().map(|t| {
+                    Decision::new(Figures {
+                        allowed: false,
+                        limit: t.limit.threshold(),
+                        at_micros: now,
+                        ..Figures::default()
+                    })
+                })));
+            }
             if kept.decisions.len() != targets.len() {
                 return Err(BackendError::protocol(format!(
                     "request id reused for a call with {} limit(s); it was first used with {}",
@@ -574,7 +597,8 @@ impl MemoryBackend {
                 .iter()
                 .map(|t| t.limit.period_micros())
                 .max()
-                .unwrap_or(0);
+                .unwrap_or(0)
+                .min(KEEP_ONCE_US);
             if replies.map.len() >= replies.sweep_at {
                 replies.sweep(now);
                 replies.sweep_at = (replies.map.len() * 2).max(MIN_SWEEP);
@@ -584,10 +608,59 @@ impl MemoryBackend {
                 Kept {
                     expires_at: at.saturating_add(longest),
                     decisions: decisions.clone(),
+                    cancelled: false,
                 },
             );
         }
         Ok(decisions)
+    }
+
+    /// Takes back an idempotent acquire the caller gave up on, by its id
+    /// ([`Backend::cancel_once`]): what it took is given back if it was
+    /// allowed, and a tombstone makes it take nothing should it arrive.
+    fn cancel_targets_once(&self, targets: &[Target<'_>], request_id: &str) {
+        let Some(first) = targets.first() else {
+            return;
+        };
+        let mut id = first.key.render().as_str().to_owned();
+        id.push_str(":req:");
+        id.push_str(request_id);
+        let mut replies = self.replies.of(self.replies.hash(id.as_str())).lock();
+        let now = self.clock.now_micros();
+        let longest = targets
+            .iter()
+            .map(|t| t.limit.period_micros())
+            .max()
+            .unwrap_or(0)
+            .min(KEEP_ONCE_US);
+        let taken = replies
+            .map
+            .get(id.as_str())
+            .filter(|kept| kept.expires_at > now && !kept.cancelled)
+            .map(|kept| {
+                kept.decisions
+                    .iter()
+                    .map(|d| d.at_micros)
+                    .max()
+                    .unwrap_or(now)
+            });
+        if let Some(at) = taken {
+            self.refund_targets(targets, at);
+        }
+        replies.map.insert(
+            id.into_boxed_str(),
+            Kept {
+                expires_at: now.saturating_add(longest),
+                decisions: Decisions::new([]),
+                cancelled: true,
+            },
+        );
+    }
+
+    /// Takes back a call given up on, synchronously, as
+    /// [`Backend::cancel_once`].
+    pub fn cancel_once_sync(&self, requests: &[Request<'_>], request_id: &str) {
+        self.cancel_targets_once(&targets(requests), request_id);
     }
 
     /// Decides `targets` all-or-nothing and, when all are allowed, leases
@@ -1268,6 +1341,15 @@ impl Backend for MemoryBackend {
         Box::pin(std::future::ready(result))
     }
 
+    fn cancel_once<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        request_id: &'a str,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        self.cancel_once_sync(requests, request_id);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
     fn peek<'a>(
         &'a self,
         requests: &'a [Request<'a>],
@@ -1309,6 +1391,10 @@ impl Backend for MemoryBackend {
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         self.return_lease_sync(returns);
         Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn cancels_once(&self) -> bool {
+        true
     }
 
     fn reserves(&self) -> bool {

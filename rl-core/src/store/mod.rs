@@ -89,6 +89,10 @@ pub(crate) async fn run_remote(
             .cancel(requests, reservation)
             .await
             .map(|()| Stored::Applied),
+        Op::CancelOnce(id) => backend
+            .cancel_once(requests, id)
+            .await
+            .map(|()| Stored::Applied),
     }
 }
 

@@ -84,6 +84,9 @@ pub(crate) enum Op<'a> {
     Reserve(u64),
     /// Give back a reservation ([`Op::Reserve`]).
     Cancel(&'a Reservation),
+    /// Take back an [`Op::AcquireOnce`] by its request id, whether it ran
+    /// or not ([`crate::store::backend::Backend::cancel_once`]): idempotent.
+    CancelOnce(&'a str),
 }
 
 impl Op<'_> {
@@ -97,6 +100,7 @@ impl Op<'_> {
             Op::Reset => "reset",
             Op::Reserve(_) => "reserve",
             Op::Cancel(_) => "cancel",
+            Op::CancelOnce(_) => "cancel_once",
         }
     }
 

@@ -2,8 +2,8 @@
 -- operation. Used for multi-limit calls, idempotent calls and resets (a
 -- single-limit acquire, peek or refund goes through single.lua).
 --
--- args: op (acquire | acquire_once | peek | refund | refund_once | reset |
--- reserve | cancel | renew), time ('s' = server TIME, or the client's now
+-- args: op (acquire | acquire_once | peek | refund | refund_once |
+-- cancel_once | reset | reserve | cancel | renew), time ('s' = server TIME, or the client's now
 -- in us), at (us: a refund's time, a reserve's longest wait, a cancel's
 -- slot), extra TTL (ms), then per request: algorithm code, threshold, period
 -- (us), burst, slots, cost; reserve and cancel add two fields per request
@@ -33,8 +33,17 @@
 -- stays exact for one all the same).
 -- acquire_once returns the reply kept under the request-id key if there is
 -- one; otherwise it decides like acquire and, when allowed, keeps the reply
--- there for the longest period of the call. refund_once refunds and drops
+-- there for the longest period of the call, at most KEEP_ONCE_MS. refund_once refunds and drops
 -- the request-id key.
+--
+-- cancel_once is how a client takes back a call it gave up on (a timeout:
+-- the call may have run, may run later, or never): if the request-id key
+-- holds the call's kept reply, what it took is given back (each request
+-- refunded at the reply's time); either way the key then holds a
+-- tombstone ('x') for the longest period of the call, and an acquire_once
+-- that finds a tombstone (the call arriving after its cancel) decides
+-- nothing and takes nothing: its reply is every request refused, with a
+-- retry_after of 0, marked as a replay.
 --
 -- reserve (a waiting call; rl-core/src/store/reserve.rs, the same rules): each
 -- limit's earliest time is now plus its retry_after (given the slots
@@ -160,6 +169,11 @@ local function cancel(requests, count, now, slot)
   end
 end
 
+-- How long a request id's kept reply or tombstone lives at most (ms): the
+-- longest period of the call, but no more than two minutes (a retry or a
+-- cancel comes within seconds of the call; ratewall-redis' KEEP_ONCE).
+local KEEP_ONCE_MS = 120000
+
 -- RESERVES (generated, see script.rs): the algorithms that reserve, and so
 -- keep given-back slots; SEQUENCE: those whose state has a sequence key.
 
@@ -203,7 +217,7 @@ local function batch(keys, args)
     end
     requests[i] = r
   end
-  local once = op == 'acquire_once' or op == 'refund_once'
+  local once = op == 'acquire_once' or op == 'refund_once' or op == 'cancel_once'
   local id_key
   if once then
     id_key = keys[next_key]
@@ -259,6 +273,17 @@ local function batch(keys, args)
     acquire()
   elseif op == 'acquire_once' then
     local kept = redis.call('GET', id_key)
+    if kept == 'x' then
+      -- Cancelled before it arrived: nothing is decided or taken.
+      for i = 1, count do
+        local r = requests[i]
+        emit(i, 0, r.t, 0, 0, 0)
+      end
+      out[#out + 1] = now
+      out[#out + 1] = 1
+      out[#out + 1] = now
+      return out
+    end
     if kept then
       local values = {}
       for v in string.gmatch(kept, '[^,]+') do
@@ -283,7 +308,7 @@ local function batch(keys, args)
         longest = math.max(longest, requests[i].p)
       end
       redis.call('SET', id_key, table.concat(parts, ','), 'PX',
-        fmt(math.max(cdiv(longest, 1000), 1) + EXTRA_TTL_MS))
+        fmt(math.min(math.max(cdiv(longest, 1000), 1), KEEP_ONCE_MS) + EXTRA_TTL_MS))
       out[#out + 1] = 0
       out[#out + 1] = now
       return out
@@ -297,6 +322,22 @@ local function batch(keys, args)
       local r = requests[i]
       emit(i, ALG[r.alg].decide(r, now, false))
     end
+  elseif op == 'cancel_once' then
+    local kept = redis.call('GET', id_key)
+    local longest = 0
+    for i = 1, count do
+      longest = math.max(longest, requests[i].p)
+    end
+    if kept and kept ~= 'x' then
+      -- The call ran and was allowed: give back what it took, at its time.
+      local taken_at = tonumber(string.match(kept, '([^,]+)$'))
+      for i = 1, count do
+        local r = requests[i]
+        ALG[r.alg].refund(r, now, taken_at)
+      end
+    end
+    redis.call('SET', id_key, 'x', 'PX',
+      fmt(math.min(math.max(cdiv(longest, 1000), 1), KEEP_ONCE_MS) + EXTRA_TTL_MS))
   elseif op == 'refund' or op == 'refund_once' then
     for i = 1, count do
       local r = requests[i]
