@@ -46,9 +46,21 @@ impl Connection {
         match self {
             Connection::Standalone(c) => {
                 let mut c = c.clone();
-                tokio::time::timeout_at(deadline, cmd.query_async(&mut c))
+                let reply = tokio::time::timeout_at(deadline, cmd.query_async(&mut c))
                     .await
-                    .ok()
+                    .ok();
+                match reply {
+                    // Refused: the command was never sent, and the manager
+                    // has just started one new connection attempt. Wait
+                    // for that attempt once: a server back up answers this
+                    // very call; one still down refuses again at once.
+                    Some(Err(error)) if error.is_connection_refusal() => {
+                        tokio::time::timeout_at(deadline, cmd.query_async(&mut c))
+                            .await
+                            .ok()
+                    }
+                    reply => reply,
+                }
             }
             #[cfg(feature = "cluster")]
             Connection::Cluster(c) => {

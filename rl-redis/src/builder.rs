@@ -20,10 +20,11 @@ use crate::script;
 #[cfg(feature = "sentinel")]
 use crate::sentinel::SentinelConnection;
 
-/// Shortest and longest wait between reconnection attempts: short enough
-/// that a restarted server is used again within a fraction of a second.
-const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(10);
-const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(250);
+/// Retries of one reconnection (after its first attempt): none, so a
+/// refused connection costs a call well under 50 ms, not a backoff series;
+/// the next call tries again (paced by the limiter's circuit breaker), so a
+/// restarted server is used again at the first call after it is up.
+const RECONNECT_ATTEMPTS: usize = 0;
 
 /// The longest extra TTL: about 100 years, far inside what `PEXPIRE` takes.
 const MAX_EXTRA_TTL_MS: u64 = 100 * 365 * 86_400 * 1_000;
@@ -394,8 +395,11 @@ impl RedisBackendBuilder {
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(self.timeout))
                     .set_response_timeout(Some(self.timeout))
-                    .set_min_delay(RECONNECT_MIN_DELAY)
-                    .set_max_delay(RECONNECT_MAX_DELAY);
+                    // One connection attempt per reconnect: a refused
+                    // connection fails the calls waiting on it at once (the
+                    // next call tries again) instead of holding them through
+                    // a backoff series; the breaker paces the tries.
+                    .set_number_of_retries(RECONNECT_ATTEMPTS);
                 let manager = ConnectionManager::new_with_config(client, config)
                     .await
                     .map_err(OpenError::Redis)?;

@@ -111,7 +111,7 @@
 //! | `sliding_log` | sorted set (one entry per admitted unit) + sequence string | 1456 B |
 //! | `sliding_window` | hash `{slot: count}`, at most `slots + 2` fields | 104 B |
 //! | `token_bucket`, `leaky_bucket` | 24-byte string: three packed doubles (scaled level, updated, fresh at) | 120 B |
-//! | `gcra` | string (the TAT) | 72 B |
+//! | `gcra` | 24-byte string: three packed doubles (the TAT, the interval it is measured in, written at) | 104 B (+32 B over the bare TAT, measured) |
 //!
 //! An allowed [`ratewall::Backend::acquire_once`] also keeps its reply, as a
 //! comma-separated string, under `<first key>:req:<escaped id>` for the

@@ -170,7 +170,40 @@ async fn with_the_breaker_open_settling_peeking_and_resetting_return_at_once() {
         .reset_identity("login_user", &"alice", std::slice::from_ref(&limit))
         .await;
     let reset_took = reset_started.elapsed();
+    // The call given up on is retried in the background; its failures open
+    // the breaker (two of them, each bounded by the timeout).
+    let opening = Instant::now();
+    while !limiter.circuit_open() && opening.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let open_after = opening.elapsed();
+    assert!(
+        limiter.circuit_open(),
+        "two failures open the breaker (waited {open_after:?})"
+    );
+    assert!(
+        limiter.pending_cancels() >= 2,
+        "the cancel and the reset wait"
+    );
     server.resume();
+    // Back on Redis as soon as it answers, long before the 60 s open time:
+    // the queued cancel and reset are sent and close the circuit.
+    let back = Instant::now();
+    while (limiter.circuit_open() || limiter.pending_cancels() > 0)
+        && back.elapsed() < Duration::from_secs(10)
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !limiter.circuit_open() && limiter.pending_cancels() == 0,
+        "the circuit closes once the queued work reached Redis ({:?})",
+        back.elapsed()
+    );
+    let (after, admission) = ok_login().await;
+    assert!(
+        matches!(admission, Admission::Backend(_)),
+        "decided by Redis again after {after:?}: {admission:?}"
+    );
     eprintln!(
         "logins with Redis frozen: {times:?}; peek {peek:?} ({} remaining), reset {reset_took:?} ({reset:?})",
         peeked[0].remaining
@@ -181,7 +214,6 @@ async fn with_the_breaker_open_settling_peeking_and_resetting_return_at_once() {
             "attempt {attempt} took {took:?}: at most one timeout"
         );
     }
-    assert!(limiter.circuit_open(), "two failures open the breaker");
     for (attempt, took) in times.iter().enumerate().skip(2) {
         assert!(
             *took < AT_ONCE,
@@ -191,8 +223,15 @@ async fn with_the_breaker_open_settling_peeking_and_resetting_return_at_once() {
     assert!(peek < AT_ONCE, "peek took {peek:?}");
     assert_eq!(peeked[0].remaining, 3, "every local failure was given back");
     assert!(reset_took < AT_ONCE, "reset took {reset_took:?}");
+    // The backend's part of a reset fails fast: refused by the open circuit,
+    // or queued behind the call given up on (sent once Redis answers).
     assert!(
-        matches!(reset, Err(Error::Backend(BackendError::CircuitOpen))),
+        matches!(
+            &reset,
+            Err(Error::Backend(
+                BackendError::CircuitOpen | BackendError::Unavailable(_)
+            ))
+        ),
         "the backend's part of a reset fails fast: {reset:?}"
     );
 }

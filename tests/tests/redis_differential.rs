@@ -115,11 +115,19 @@ enum Step {
     /// Cancels the last allowed reservation (the last one made, or one
     /// made earlier, whose slot is then given back).
     CancelLast,
+    /// Changes a limit at run time: switches it between its two versions
+    /// (same algorithm and period, another threshold and burst), so a
+    /// limit is raised, lowered, raised again over one identity's state.
+    Retune {
+        limit: usize,
+    },
 }
 
 #[derive(Debug, Clone)]
 struct Case {
     limits: Vec<Limit>,
+    /// Each limit's other version (see [`Step::Retune`]).
+    retuned: Vec<Limit>,
     keys: usize,
     start: u64,
     steps: Vec<Step>,
@@ -175,7 +183,28 @@ fn step(limits: usize, keys: usize) -> impl Strategy<Value = Step> {
         6 => advance().prop_map(Step::Advance),
         3 => (0..keys, chosen(), cost(), 0u64..=4).prop_map(|(key, limits, cost, extra)| Step::Lease { key, limits, cost, extra }),
         2 => (0u64..=1_000).prop_map(|parts| Step::ReturnLast { parts }),
+        1 => (0..limits).prop_map(|limit| Step::Retune { limit }),
     ]
+}
+
+/// `limit` with another threshold and burst (its algorithm, period and
+/// slots kept: the same state under a changed limit).
+fn retuned(limit: Limit) -> impl Strategy<Value = Limit> {
+    let algorithm = limit.algorithm();
+    (1u64..=6, 1u64..=6).prop_map(move |(threshold, burst)| {
+        Limit::from_parts(
+            threshold,
+            limit.period_micros(),
+            algorithm,
+            if algorithm.uses_burst() {
+                burst
+            } else {
+                threshold
+            },
+            limit.slots(),
+        )
+        .expect("valid limit parts")
+    })
 }
 
 /// Cases with 1 ..= `max_limits` limits drawn from `algorithms`, 1 ..= 3
@@ -191,14 +220,21 @@ fn case(algorithms: Vec<Algorithm>, max_limits: usize) -> impl Strategy<Value = 
     });
     (limits, 1usize..=3, 0u64..1_000_000_000).prop_flat_map(|(limits, keys, offset)| {
         let steps = prop::collection::vec(step(limits.len(), keys), 1..40);
-        (Just(limits), Just(keys), Just(EPOCH_US + offset), steps).prop_map(
-            |(limits, keys, start, steps)| Case {
+        let others: Vec<_> = limits.iter().map(|&l| retuned(l)).collect();
+        (
+            Just(limits),
+            others,
+            Just(keys),
+            Just(EPOCH_US + offset),
+            steps,
+        )
+            .prop_map(|(limits, retuned, keys, start, steps)| Case {
                 limits,
+                retuned,
                 keys,
                 start,
                 steps,
-            },
-        )
+            })
     })
 }
 
@@ -275,10 +311,20 @@ async fn run_case_on(
         .collect();
     clock.set_micros(case.start);
     let memory = MemoryBackend::with_clock(clock.clone());
+    // Which version of each limit is in force (see `Step::Retune`).
+    let retuned: Vec<std::cell::Cell<bool>> =
+        case.limits.iter().map(|_| Default::default()).collect();
     let requests = |key: usize, limits: &[usize], cost: u64| -> Vec<Request<'_>> {
         limits
             .iter()
-            .map(|&l| Request::new(&keys[key], &case.limits[l], cost))
+            .map(|&l| {
+                let limit = if retuned[l].get() {
+                    &case.retuned[l]
+                } else {
+                    &case.limits[l]
+                };
+                Request::new(&keys[key], limit, cost)
+            })
             .collect()
     };
     let first = case.limits[0];
@@ -462,6 +508,9 @@ async fn run_case_on(
                         .await
                         .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 }
+            }
+            Step::Retune { limit } => {
+                retuned[*limit].set(!retuned[*limit].get());
             }
             Step::Reset { key, limit } => {
                 let batch = requests(*key, &[*limit], 1);

@@ -331,89 +331,27 @@ async fn many_cold_identities_take_no_lease_and_cost_one_round_trip_per_decision
     assert!(records.is_empty(), "no lease was taken: {records:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_holders_units_are_back_within_the_lease_ttl() {
-    // The holder (src/bin/rl-lease-holder.rs) leases a GCRA limit of
-    // 100 000 per 10 s (one unit per 100 µs) with a 2 s lease TTL: a lease
-    // spans at most the TTL's worth of refill, so whatever it held is back
-    // within the TTL once its process is gone.
-    const TTL: Duration = Duration::from_secs(2);
-    let server = RedisServer::start();
-    let limit = Limit::new(100_000, Duration::from_secs(10))
-        .and_then(|l| l.with_lease(5_000))
-        .expect("limit");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rl-lease-holder"))
-        .args([server.url().as_str(), "held", "tenant-3", "2000"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("start the lease holder");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("read the holder's output");
-    child.kill().expect("SIGKILL the holder");
-    let killed = Instant::now();
-    child.wait().expect("reap the holder");
-    let held: u64 = line
-        .strip_prefix("ready ")
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("the holder said {line:?}"));
-    assert!(held >= 1_000, "the holder leased only {held} units");
+/// The lease size of the holder (src/bin/rl-lease-holder.rs).
+const LEASE: u64 = 5_000;
 
-    let backend = RedisBackend::connect(server.url()).await.expect("connect");
-    let key = Key::new("held", "held", "tenant-3");
-    let records = backend.leases(&key, &limit).await.expect("lease records");
-    assert!(!records.is_empty(), "Redis records the holder's lease");
-    let right_after = remaining(&backend, &key, &limit).await;
-    // Every recorded lease's units were taken from the state when it was
-    // taken; since the first of them, GCRA has refilled one unit per
-    // interval (the holder's own calls only took more).
-    let now = server_micros(&server).await;
-    let first = records
-        .iter()
-        .map(|r| r.taken_at_micros)
-        .min()
-        .expect("a record");
-    let refilled = now.saturating_sub(first) / limit.emission_interval_micros() + 1;
-    assert!(
-        right_after + held <= limit.burst() + refilled,
-        "the leased units were taken: {right_after} remaining with {held} leased, {refilled} refilled since"
-    );
-    loop {
-        if remaining(&backend, &key, &limit).await == limit.burst() {
-            break;
-        }
-        assert!(
-            killed.elapsed() < TTL + Duration::from_millis(500),
-            "the killed holder's units were not back within the TTL"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    eprintln!(
-        "a killed holder of {held} leased units: full capacity back {:?} after SIGKILL",
-        killed.elapsed()
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_holders_window_units_stay_counted_until_their_window_ends_and_no_longer() {
-    // A fixed window of 100 000 per 2 s: Redis cannot tell which of a dead
-    // holder's units were used, so they all count until the window ends
-    // (at most the lease size), and the next window starts whole.
-    const PERIOD: Duration = Duration::from_secs(2);
-    let server = RedisServer::start();
-    let limit = Limit::new(100_000, PERIOD)
-        .and_then(|l| l.with_algorithm(Algorithm::FixedWindow))
-        .and_then(|l| l.with_lease(5_000))
-        .expect("limit");
+/// Starts a lease holder for `rate` and `algorithm` with a lease TTL of
+/// `ttl`, kills it (SIGKILL) right after a take, and returns what it held
+/// and when it was killed.
+fn kill_a_holder(
+    server: &RedisServer,
+    identity: &str,
+    ttl: Duration,
+    rate: &str,
+    algorithm: Algorithm,
+) -> (u64, Instant) {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rl-lease-holder"))
         .args([
             server.url().as_str(),
             "held",
-            "tenant-4",
-            "1000",
-            "100000/2s",
-            "fixed_window",
+            identity,
+            &ttl.as_millis().to_string(),
+            rate,
+            &algorithm.to_string(),
         ])
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -429,33 +367,104 @@ async fn a_killed_holders_window_units_stay_counted_until_their_window_ends_and_
         .strip_prefix("ready ")
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or_else(|| panic!("the holder said {line:?}"));
-    assert!(
-        (1_000..=2 * 5_000).contains(&held),
-        "the holder leased {held} units"
-    );
+    (held, killed)
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_killed_at_its_peak_strands_at_most_one_lease_and_for_no_longer_than_stated() {
+    // Per algorithm that leases: the rate, the lease TTL, and how soon the
+    // README says a killed holder's units are back. GCRA and the buckets:
+    // within the lease TTL (what one holds never spans more than the TTL's
+    // worth of refill); the windows: when the window ends (the sliding
+    // window: when its last slot has left the window).
+    let cases: [(Algorithm, &str, Duration, Duration); 5] = [
+        (
+            Algorithm::Gcra,
+            "100000/10s",
+            Duration::from_secs(2),
+            Duration::from_secs(2),
+        ),
+        (
+            Algorithm::TokenBucket,
+            "100000/10s",
+            Duration::from_secs(2),
+            Duration::from_secs(2),
+        ),
+        (
+            Algorithm::LeakyBucket,
+            "100000/10s",
+            Duration::from_secs(2),
+            Duration::from_secs(2),
+        ),
+        (
+            Algorithm::FixedWindow,
+            "100000/2s",
+            Duration::from_secs(1),
+            Duration::from_secs(2),
+        ),
+        (
+            Algorithm::SlidingWindow,
+            "100000/2s",
+            Duration::from_secs(1),
+            Duration::from_millis(2_200),
+        ),
+    ];
+    let server = RedisServer::start();
     let backend = RedisBackend::connect(server.url()).await.expect("connect");
-    let key = Key::new("held", "held", "tenant-4");
-    let right_after = remaining(&backend, &key, &limit).await;
-    if right_after < limit.threshold() {
-        // Still the holder's window: its units count as used.
+    let mut table = Vec::new();
+    for (number, (algorithm, rate, ttl, back_within)) in cases.into_iter().enumerate() {
+        let identity = format!("tenant-{number}");
+        let limit = rate
+            .parse::<Limit>()
+            .and_then(|l| l.with_algorithm(algorithm))
+            .and_then(|l| l.with_lease(LEASE))
+            .expect("limit");
+        let (held, killed) = kill_a_holder(&server, &identity, ttl, rate, algorithm);
+        // The bound: at most one lease per instance, the take ahead
+        // included.
         assert!(
-            right_after + held <= limit.threshold(),
-            "the leased units were taken: {right_after} remaining with {held} leased"
+            (1_000..=LEASE).contains(&held),
+            "{algorithm}: the holder held {held} units at its peak (lease {LEASE})"
         );
-    }
-    loop {
-        if remaining(&backend, &key, &limit).await == limit.threshold() {
-            break;
+        let key = Key::new("held", "held", &identity);
+        let records = backend.leases(&key, &limit).await.expect("lease records");
+        assert!(!records.is_empty(), "{algorithm}: Redis records the lease");
+        let right_after = remaining(&backend, &key, &limit).await;
+        // The held units were taken in Redis (nothing over-admits): since
+        // the first lease, at most what refilled came back.
+        let now = server_micros(&server).await;
+        let first = records
+            .iter()
+            .map(|r| r.taken_at_micros)
+            .min()
+            .expect("a record");
+        if algorithm.uses_burst() {
+            let refilled = now.saturating_sub(first) / limit.emission_interval_micros() + 1;
+            assert!(
+                right_after + held <= limit.burst() + refilled,
+                "{algorithm}: the leased units were taken: {right_after} remaining with {held} leased, {refilled} refilled since"
+            );
+        } else if right_after < limit.burst() {
+            // Still the holder's window: its units count as used.
+            assert!(
+                right_after + held <= limit.burst(),
+                "{algorithm}: the leased units were taken: {right_after} remaining with {held} leased"
+            );
         }
-        assert!(
-            killed.elapsed() < PERIOD + Duration::from_millis(500),
-            "the killed holder's units outlived their window"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        loop {
+            if remaining(&backend, &key, &limit).await == limit.burst() {
+                break;
+            }
+            assert!(
+                killed.elapsed() < back_within + Duration::from_millis(500),
+                "{algorithm}: the killed holder's {held} units were not back within {back_within:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        table.push(format!(
+            "{algorithm:14} held {held:5} of a {LEASE} lease at its peak; full capacity back {:?} after SIGKILL (stated: {back_within:?})",
+            killed.elapsed()
+        ));
     }
-    eprintln!(
-        "a killed holder of {held} leased window units: full capacity back {:?} after SIGKILL (window {PERIOD:?})",
-        killed.elapsed()
-    );
+    eprintln!("{}", table.join("\n"));
 }

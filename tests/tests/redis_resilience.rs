@@ -291,3 +291,95 @@ async fn calls_time_out_while_redis_is_frozen_and_succeed_once_it_resumes() {
         );
     }
 }
+
+/// Issue 24 (5): a refused connection fails fast, and a restarted server
+/// decides again within the breaker's open time (+ 250 ms).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_redis_fails_each_call_fast_and_a_restarted_one_decides_again_within_the_open_time()
+ {
+    use ratewall::{Admission, BreakerConfig, CallSpec, FailurePolicy, GroupSpec, Limiter};
+    /// The issue's bound on a call once the connection is refused.
+    const FAST: Duration = Duration::from_millis(50);
+    let open_for = BreakerConfig::default().open_for;
+    let server = Arc::new(RedisServer::start());
+    let backend = RedisBackend::builder(server.url())
+        .timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .expect("connect");
+    let limiter = Limiter::builder()
+        .backend(backend)
+        .failure_policy(FailurePolicy::local(1).expect("policy"))
+        .build()
+        .expect("limiter");
+    let spec = CallSpec::owned(
+        "api",
+        vec![GroupSpec::owned(
+            "api_user",
+            vec![Limit::per_second(1_000_000).expect("limit")],
+        )],
+    );
+    // One caller every 10 ms; each call: when it ended, how long it took,
+    // whether Redis decided it.
+    let call = async |n: u64| {
+        let started = Instant::now();
+        let permit = limiter.call(&spec, &[&n]).await.expect("admitted");
+        let by_redis = matches!(permit.admission(), Admission::Backend(_));
+        (Instant::now(), started.elapsed(), by_redis)
+    };
+    assert!(call(0).await.2, "decided by Redis while it runs");
+
+    let killed = {
+        let server = server.clone();
+        tokio::task::spawn_blocking(move || server.kill())
+            .await
+            .expect("kill");
+        Instant::now()
+    };
+    let mut down = Vec::new();
+    while killed.elapsed() < Duration::from_secs(1) {
+        down.push(call(1).await);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    {
+        let server = server.clone();
+        tokio::task::spawn_blocking(move || server.restart())
+            .await
+            .expect("restart");
+    }
+    let restarted = Instant::now();
+    let back = loop {
+        let (ended, took, by_redis) = call(2).await;
+        if by_redis {
+            break ended - restarted;
+        }
+        assert!(
+            took < FAST,
+            "a call took {took:?} with the breaker open or the connection refused"
+        );
+        assert!(
+            restarted.elapsed() < open_for + Duration::from_secs(5),
+            "Redis never decided again"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let slowest = down.iter().map(|(_, took, _)| *took).max().expect("calls");
+    eprintln!(
+        "{} calls while Redis was down, the slowest {slowest:?}; decided by Redis again {back:?} after the restart (open time {open_for:?})",
+        down.len()
+    );
+    assert!(
+        down.iter().all(|(_, _, by_redis)| !by_redis),
+        "Redis was down"
+    );
+    for (i, (_, took, _)) in down.iter().enumerate() {
+        assert!(
+            *took < FAST,
+            "call {i} after the kill took {took:?} (connection refused)"
+        );
+    }
+    assert!(
+        back <= open_for + Duration::from_millis(250),
+        "decided by Redis again {back:?} after the restart (open time {open_for:?})"
+    );
+}

@@ -10,21 +10,48 @@
 //!
 //! A reservation at slot `s` (a waiting call) stores `max(tat, s) + c·I`;
 //! taking back the last one made stores `tat - c·I` again.
+//!
+//! The state remembers the interval it was measured in and when it was
+//! written. Under a limit whose interval differs (changed at run time) the
+//! time the last write left ahead is converted, `tat' = w + ceil((tat - w)
+//! · I_new / I_old)` (in `f64`, exactly as the Lua script computes it): the
+//! calls made still count, as units of the new limit, draining at the new
+//! rate from the last write, until the expiry that write set (a state never
+//! outlives its key). The conversion depends on the state alone, so
+//! `retry_after` stays exact.
 
 use super::State;
 use crate::model::decision::{Decision, Figures};
 use crate::model::limit::Limit;
 
-/// The TAT; any value `<= now` (0 included) is a fresh state.
+/// The TAT (any value `<= now`, 0 included, is a fresh state), the
+/// emission interval it was measured in, and when it was written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Tat(pub(crate) u64);
+pub(crate) struct Tat {
+    tat: u64,
+    interval: u64,
+    written: u64,
+}
+
+impl Tat {
+    /// The TAT measured in `interval` (see the module docs), or the stored
+    /// one when it is fresh at `now` or measured in `interval` already.
+    #[inline]
+    fn measured_in(&self, interval: u64, now: u64) -> u64 {
+        if self.interval == interval || self.tat <= now || self.tat <= self.written {
+            return self.tat;
+        }
+        let ahead = (self.tat - self.written) as f64 * interval as f64 / self.interval as f64;
+        self.written + ahead.ceil() as u64
+    }
+}
 
 impl State for Tat {
     fn decide(&mut self, limit: &Limit, now: u64, cost: u64, commit: bool) -> Decision {
         let interval = limit.emission_interval_micros();
+        let tat = self.measured_in(interval, now).max(now);
         let burst = limit.burst();
         let tau = interval * burst;
-        let tat = self.0.max(now);
         let new_tat = tat + cost * interval;
         if new_tat > now + tau {
             return Decision::new(Figures {
@@ -37,7 +64,11 @@ impl State for Tat {
             });
         }
         let kept = if commit {
-            self.0 = new_tat;
+            *self = Tat {
+                tat: new_tat,
+                interval,
+                written: now,
+            };
             new_tat
         } else {
             tat
@@ -53,34 +84,39 @@ impl State for Tat {
     }
 
     fn refund(&mut self, limit: &Limit, now: u64, cost: u64, _at: u64) {
-        if self.0 > now {
-            let back = self
-                .0
-                .saturating_sub(cost.saturating_mul(limit.emission_interval_micros()));
-            self.0 = if back <= now { 0 } else { back };
+        let interval = limit.emission_interval_micros();
+        let back = self
+            .measured_in(interval, now)
+            .saturating_sub(cost.saturating_mul(interval));
+        *self = if back <= now {
+            Tat::default()
         } else {
-            self.0 = 0;
-        }
+            Tat {
+                tat: back,
+                interval,
+                written: now,
+            }
+        };
     }
 
     fn release(&mut self, limit: &Limit, now: u64, units: u64, at: u64, stamp: u64) {
-        if self.0 == stamp {
+        if self.tat == stamp {
             self.refund(limit, now, units, at);
         }
     }
 
     fn unreserve(&mut self, limit: &Limit, now: u64, _at: u64, mark: u64, cost: u64) -> bool {
-        if self.0 != mark {
+        if self.tat != mark {
             return false;
         }
         let back = self
-            .0
+            .tat
             .saturating_sub(cost.saturating_mul(limit.emission_interval_micros()));
-        self.0 = if back <= now { 0 } else { back };
+        self.tat = if back <= now { 0 } else { back };
         true
     }
 
     fn expires_at(&self) -> u64 {
-        self.0
+        self.tat
     }
 }

@@ -1,6 +1,7 @@
 //! Token bucket and leaky bucket: a meter scaled by `P` so that refill and
 //! drain stay exact integers (`T` scaled units per µs; one unit is `P` scaled
-//! units). Capacity `B·P`.
+//! units). Capacity `B·P`. The state is the level (what is in use), for
+//! both: a token bucket's tokens are `B·P - level`.
 //!
 //! Token bucket: `tokens = min(B·P, tokens + elapsed·T)` (fresh: full);
 //! allowed iff `tokens >= c·P`; `remaining = floor(tokens / P)`;
@@ -19,14 +20,18 @@
 //! slots count as taken. Taking back the last reservation made removes its
 //! `c·P` as of its slot. With `level = B·P - tokens` the two are the same meter
 //! seen from either side; both are kept because users ask for them by name.
+//!
+//! A limit changed at run time (its period is the key's, so a new threshold
+//! or burst) reads the same level: the units in use still count, as units
+//! of the new limit, draining at the new rate from the last write, until
+//! the expiry that write set (a state never outlives its key).
 
 use super::State;
 use crate::model::decision::{Decision, Figures};
-use crate::model::limit::{Algorithm, Limit};
+use crate::model::limit::Limit;
 
-/// A token or leaky bucket: the scaled meter (tokens × P for a token bucket,
-/// level × P for a leaky bucket) at `updated`, and when it is back to its
-/// fresh value.
+/// A token or leaky bucket: the scaled level (units in use × P) at
+/// `updated`, and when it is back to its fresh value.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Meter {
     scaled: u64,
@@ -42,12 +47,7 @@ impl Meter {
         if self.expires <= now {
             return 0;
         }
-        let (t, full) = (limit.threshold(), limit.burst() * limit.period_micros());
-        let at_update = if keeps_tokens(limit) {
-            full.saturating_sub(self.scaled)
-        } else {
-            self.scaled
-        };
+        let (t, at_update) = (limit.threshold(), self.scaled);
         if now >= self.updated {
             at_update.saturating_sub((now - self.updated).saturating_mul(t))
         } else {
@@ -60,12 +60,7 @@ impl Meter {
             *self = Meter::default();
             return;
         }
-        let full = limit.burst() * limit.period_micros();
-        self.scaled = if keeps_tokens(limit) {
-            full.saturating_sub(level)
-        } else {
-            level
-        };
+        self.scaled = level;
         self.updated = now;
         self.expires = now + level.div_ceil(limit.threshold());
     }
@@ -130,11 +125,7 @@ impl State for Meter {
         if level == 0 && at > now {
             // Empty as of `at`, still draining until then: the state the
             // queue had before this reservation.
-            self.scaled = if keeps_tokens(limit) {
-                limit.burst() * limit.period_micros()
-            } else {
-                0
-            };
+            self.scaled = 0;
             self.expires = at;
             return true;
         }
@@ -147,20 +138,5 @@ impl State for Meter {
 
     fn expires_at(&self) -> u64 {
         self.expires
-    }
-}
-
-/// Whether a meter of `limit` keeps its tokens (the token bucket) rather
-/// than its level (the leaky bucket).
-fn keeps_tokens(limit: &Limit) -> bool {
-    match limit.algorithm() {
-        Algorithm::TokenBucket => true,
-        Algorithm::LeakyBucket => false,
-        // Not meters: their limits never reach a meter's state.
-        Algorithm::FixedWindow
-        | Algorithm::SlidingLog
-        | Algorithm::SlidingWindow
-        | Algorithm::Gcra
-        | Algorithm::InFlight => false,
     }
 }

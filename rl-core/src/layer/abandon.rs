@@ -13,7 +13,12 @@
 //! call ran before (its units are given back) or runs after (a tombstone
 //! makes it take nothing). While cancels wait, this layer answers every
 //! decision as a backend failure (the failure policy above decides it), so
-//! no call is decided on state a cancel is about to change.
+//! no call is decided on state a cancel is about to change, and queues a
+//! reset or cancel behind them (answered at once as not yet applied: it is
+//! sent in order once the backend answers). What the sending task learns
+//! feeds the circuit breaker: its failures open it, its success closes it,
+//! so a limiter whose backend is away fails fast on every kind of call and
+//! is back on the backend as soon as the backend answers again.
 //!
 //! The queue is bounded ([`CAPACITY`]); past it, the oldest cancel is
 //! dropped (logged, counted). A process that dies before sending its
@@ -28,6 +33,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use super::breaker::{Breaker, Permission};
 use super::{Answer, Call, Layer, Plan};
 use crate::model::error::{BackendError, Error};
 use crate::model::key::Key;
@@ -63,6 +69,8 @@ pub(crate) struct Abandoned {
     running: AtomicBool,
     /// Told each time the queue empties.
     drained: Notify,
+    /// The limiter's circuit breaker, told what each send learns.
+    breaker: Option<Arc<Breaker>>,
 }
 
 /// Whether a call that failed with `error` may still run in the store: it
@@ -75,13 +83,16 @@ fn may_still_run(error: &Error) -> bool {
 }
 
 impl Abandoned {
-    pub(crate) fn new(backend: Arc<dyn Backend>) -> Self {
+    /// The queue of cancels for `backend`; each send's outcome is told to
+    /// `breaker`.
+    pub(crate) fn new(backend: Arc<dyn Backend>, breaker: Option<Arc<Breaker>>) -> Self {
         Self {
             cancels: backend.cancels_once(),
             backend,
             queue: Mutex::new(VecDeque::new()),
             running: AtomicBool::new(false),
             drained: Notify::new(),
+            breaker,
         }
     }
 
@@ -168,6 +179,12 @@ impl Abandoned {
             }
             metrics::counter!("rl_abandoned_total", "result" => "cancelled").increment(1);
         }
+        if let Some(breaker) = &self.breaker {
+            match &result {
+                Ok(()) => breaker.success(Permission::Call),
+                Err(_) => breaker.failure(Permission::Call),
+            }
+        }
         Some(result)
     }
 }
@@ -206,19 +223,29 @@ impl Layer for Arc<Abandoned> {
         plan.remote
     }
 
-    /// While cancels wait, a decision is answered as a backend failure.
+    /// While cancels wait, a decision is answered as a backend failure, and
+    /// a reset or cancel for the backend is queued behind them.
     fn before(&self, call: &mut Call<'_>) -> Option<Answer> {
-        if !matches!(
-            call.op,
-            Op::Acquire | Op::AcquireOnce(_) | Op::Reserve(_) | Op::Peek
-        ) || call.local_only
-            || self.pending() == 0
-        {
+        if call.local_only || self.pending() == 0 {
             return None;
         }
+        let message = match call.op {
+            Op::Acquire | Op::AcquireOnce(_) | Op::Reserve(_) | Op::Peek => {
+                "calls given up on earlier are being taken back first"
+            }
+            Op::Reset => {
+                self.push(call.targets, None);
+                "queued behind calls given up on earlier: sent once the backend answers"
+            }
+            Op::CancelOnce(id) => {
+                self.push(call.targets, Some(id));
+                "queued behind calls given up on earlier: sent once the backend answers"
+            }
+            _ => return None,
+        };
         self.ensure_task();
         Some(Answer::Failed(Error::Backend(BackendError::unavailable(
-            "calls given up on earlier are being taken back first",
+            message,
         ))))
     }
 

@@ -12,7 +12,9 @@
 //! one atomic step; the next calls are admitted from the lease in process,
 //! all-or-nothing over every limit of the call. When a lease is half spent,
 //! the next one is taken ahead, by a task on the runtime, so that callers
-//! do not wait for it. A call that needs a limit without a live lease goes
+//! do not wait for it; it is sized so that it and what is left of the
+//! current one stay within one lease's bound (`N`, the TTL's worth of
+//! refill): a process never holds more than `N` unused units. A call that needs a limit without a live lease goes
 //! to the store as one round trip, as before.
 //!
 //! **Never more than the limit.** A leased unit is taken in the store when
@@ -620,9 +622,16 @@ impl Leases {
                 // Running low: take the next lease ahead, so that the
                 // callers never wait for it.
                 let low = held.units.saturating_mul(2) <= held.initial;
+                let left = held.units;
                 if low && entry.next.is_none() && !entry.waits(now, &self.timing) {
-                    let extra = entry.want(now, &self.timing, target.limit);
-                    if extra > 0 {
+                    // The next lease and what is left of this one stay
+                    // within one lease's bound (`N`, and the TTL's worth of
+                    // refill): the take's own unit and `extra` come on top
+                    // of `left`, never beside a whole lease.
+                    let extra = entry
+                        .want(now, &self.timing, target.limit)
+                        .saturating_sub(left + 1);
+                    if extra >= MIN_LEASE {
                         entry.taking = now.max(1);
                         ahead.push(Ahead {
                             key: entry.key.clone(),

@@ -59,7 +59,9 @@ impl Layer for DenyList {
 /// after a call the backend has just answered (never during an outage), it
 /// reads them again if their version changed. A change made on one instance
 /// is therefore applied by another within the refresh period, plus the time
-/// to its next call that reaches the backend.
+/// to its next call (one the backend answered, or one the lists answered:
+/// this layer sits above the deny list, so an instance that only sees
+/// deny-listed identities reads the lists too).
 #[derive(Debug)]
 pub(crate) struct ListSync {
     inner: Arc<SyncInner>,
@@ -127,6 +129,9 @@ impl Layer for ListSync {
 
     fn after(&self, call: &mut Call<'_>, answer: &mut Answer) {
         use std::sync::atomic::Ordering;
+        // A call the backend answered, or one the lists answered without
+        // asking it (an instance fed only deny-listed identities must see
+        // an unlist too); not while the backend fails.
         let answered = matches!(
             answer,
             Answer::Decided {
@@ -134,7 +139,8 @@ impl Layer for ListSync {
                 ..
             } | Answer::Applied {
                 source: super::Source::Backend
-            }
+            } | Answer::Denied { .. }
+                | Answer::AllowListed
         );
         if !answered {
             return;

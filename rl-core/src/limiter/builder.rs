@@ -162,13 +162,23 @@ impl LimiterBuilder {
         let fallback = Arc::new(MemoryBackend::with_shared_clock(clock.clone()));
         // Outermost first; see `crate::layer` for what each does and why in
         // this order.
-        let mut layers: Vec<Box<dyn Layer>> = vec![
-            Box::new(Observe),
-            Box::new(DenyList::new(registry.clone())),
+        let mut layers: Vec<Box<dyn Layer>> = vec![Box::new(Observe)];
+        let remote = self.backend.is_some();
+        // Above the deny list: a call the lists answer (a deny-listed
+        // identity) is one after which the shared lists are read again.
+        if let Some(backend) = &self.backend {
+            layers.push(Box::new(ListSync::new(
+                backend.clone(),
+                &prefix,
+                registry.clone(),
+                self.lists_refresh.unwrap_or(DEFAULT_LISTS_REFRESH),
+            )));
+        }
+        layers.extend([
+            Box::new(DenyList::new(registry.clone())) as Box<dyn Layer>,
             Box::new(Validate),
             Box::new(Failure::new(fallback.clone())),
-        ];
-        let remote = self.backend.is_some();
+        ]);
         let deny_cache = self.deny_cache.unwrap_or(remote);
         if remote || deny_cache {
             let cache = DenyCache::new(
@@ -201,19 +211,13 @@ impl LimiterBuilder {
                 // Below the lease (a lease decides whatever the backend
                 // does) and above the breaker: calls given up on are taken
                 // back before the backend decides anything else.
-                let cancels = Arc::new(Abandoned::new(backend.clone()));
+                let shared = Arc::new(Breaker::new(self.breaker));
+                let cancels = Arc::new(Abandoned::new(backend.clone(), Some(shared.clone())));
                 layers.push(Box::new(cancels.clone()));
                 abandoned = Some(cancels);
-                let shared = Arc::new(Breaker::new(self.breaker));
                 layers.push(Box::new(shared.clone()));
                 breaker = Some(shared);
                 layers.push(Box::new(Publish::new(backend.clone(), &prefix)));
-                layers.push(Box::new(ListSync::new(
-                    backend.clone(),
-                    &prefix,
-                    registry.clone(),
-                    self.lists_refresh.unwrap_or(DEFAULT_LISTS_REFRESH),
-                )));
                 Store::Remote(backend)
             }
             None => Store::Memory(Arc::new(MemoryBackend::with_shared_clock(clock))),

@@ -6,8 +6,9 @@
 //! - in each shard, one hash table per kind of state ([`Tat`], [`Window`],
 //!   [`Meter`], [`Log`], [`Slots`]) and per form of identity (a number, or
 //!   text), so an identity costs what its algorithm needs (a GCRA identity
-//!   that is a number: a 4-byte partition, the 8-byte number and an 8-byte
-//!   time, 24 bytes; as text: 40 bytes, the text inline up to 24 bytes);
+//!   that is a number: a 4-byte partition, the 8-byte number, the TAT, the
+//!   interval it is measured in and when it was written, 40 bytes; as
+//!   text: 56 bytes, the text inline up to 24 bytes);
 //! - a partition is one key head (`prefix:{scope:`) with one algorithm,
 //!   period and slot count, interned once as a `u32`; a resolved call
 //!   carries its partitions ([`Slot`]), so deciding needs no lookup but the
@@ -304,8 +305,8 @@ impl Partitions {
 ///   chosen by hash, so calls on different identities rarely contend, and
 ///   a multi-key decision locks its shards in order.
 /// - Compact: one table per kind of state and form of identity; a GCRA
-///   identity that is a number takes 24 bytes of table, one that is text
-///   40 bytes (text inline up to 24 bytes).
+///   identity that is a number takes 40 bytes of table, one that is text
+///   56 bytes (text inline up to 24 bytes).
 /// - Bounded: every state expires when it becomes equivalent to a fresh one;
 ///   a shard sweeps idle states whenever it has doubled since its last
 ///   sweep, so rotating keys cannot grow memory without bound. A refused
@@ -1431,8 +1432,8 @@ mod tests {
 
     #[test]
     fn an_identity_entry_is_small() {
-        assert_eq!(std::mem::size_of::<Entry<Tat, u64>>(), 24);
-        assert_eq!(std::mem::size_of::<Entry<Tat, CompactString>>(), 40);
+        assert_eq!(std::mem::size_of::<Entry<Tat, u64>>(), 40);
+        assert_eq!(std::mem::size_of::<Entry<Tat, CompactString>>(), 56);
         assert!(std::mem::size_of::<Entry<Window, CompactString>>() <= 48);
     }
 

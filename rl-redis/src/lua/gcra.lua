@@ -1,31 +1,50 @@
--- GCRA (rl-core/src/algorithm/gcra.rs): one STRING holding the theoretical
--- arrival time (TAT, us), expiring at the TAT.
+-- GCRA (rl-core/src/algorithm/gcra.rs): one 24-byte STRING, three
+-- little-endian doubles packed with Redis' `struct` library: the theoretical
+-- arrival time (TAT, us), the emission interval it was measured in and when
+-- it was written; it expires at the TAT.
 -- I = ceil(P / T), tau = I * B. Computed relative to now (d = TAT - now) so
 -- that no intermediate holds an absolute time plus tau.
+-- A state measured in another interval (a limit changed at run time) is
+-- read converted, TAT' = w + ceil((TAT - w) * I / I_old): the calls made
+-- still count, as units of the new limit, draining at the new rate from the
+-- last write, until the expiry that write set (ratewall Tat::measured_in).
 LOADERS.gc = function()
   local M = {}
 
-  -- TAT - now, 0 when there is no TAT in the future (fresh).
-  local function gc_ahead(r, now)
-    local tat = tonumber(get_cached(r))
-    if tat and tat > now then
-      return tat - now
+  -- TAT - now in interval `interval` (see the header), 0 when fresh.
+  local function gc_ahead(value, now, interval)
+    if not value or #value ~= 24 then
+      return 0
     end
-    return 0
+    local tat, was, w = struct.unpack('<ddd', value)
+    if tat <= now then
+      return 0
+    end
+    if was ~= interval and tat > w then
+      tat = w + math.ceil((tat - w) * interval / was)
+    end
+    return math.max(tat - now, 0)
   end
 
   -- Decides on the state `value` (the key's GET, false when missing) for
   -- a cost of `cost` under threshold `t`, period `p` and burst `b`; commits
-  -- to `key`. (gc_ahead and the TTL are written out here, everything in
-  -- locals: this is every GCRA decision's path, and a Lua call or a table
-  -- access costs about as much as either.)
+  -- to `key`. (The TTL is written out here, everything in locals: this is
+  -- every GCRA decision's path, and a Lua call or a table access costs
+  -- about as much as either.)
   function M.decide_at(key, value, now, cost, t, p, b, commit)
     local interval = cdiv(p, t)
     local tau = interval * b
     local d = 0
-    local tat = tonumber(value)
-    if tat and tat > now then
-      d = tat - now
+    if value and #value == 24 then
+      local tat, was, w = struct.unpack('<ddd', value)
+      if tat > now then
+        if was ~= interval and tat > w then
+          tat = w + math.ceil((tat - w) * interval / was)
+        end
+        if tat > now then
+          d = tat - now
+        end
+      end
     end
     local nd = d + cost * interval
     if nd > tau then
@@ -38,7 +57,7 @@ LOADERS.gc = function()
     if nd > 1000 then
       ms = cdiv(nd, 1000)
     end
-    redis.call('SET', key, now + nd, 'PX', ms + EXTRA_TTL_MS)
+    redis.call('SET', key, struct.pack('<ddd', now + nd, interval, now), 'PX', ms + EXTRA_TTL_MS)
     return 1, b, idiv(tau - nd, interval), 0, nd
   end
 
@@ -55,23 +74,37 @@ LOADERS.gc = function()
   end
 
   function M.refund(r, now, _)
-    local d = gc_ahead(r, now)
+    local interval = cdiv(r.p, r.t)
+    local d = gc_ahead(get_cached(r), now, interval)
     if d == 0 then
       return
     end
-    local back = d - r.cost * cdiv(r.p, r.t)
+    local back = d - r.cost * interval
     if back <= 0 then
       redis.call('DEL', r.key)
     else
-      redis.call('SET', r.key, now + back, 'PX', ttl_ms(now + back, now))
+      redis.call('SET', r.key, struct.pack('<ddd', now + back, interval, now), 'PX', ttl_ms(now + back, now))
     end
+  end
+
+  -- The TAT of a state (false when there is none): what a lease left.
+  function M.tat(value)
+    if not value or #value ~= 24 then
+      return false
+    end
+    local tat = struct.unpack('<ddd', value)
+    return tat
   end
 
   -- Takes back the reservation that left the TAT at `mark` if it is still
   -- the last one made (the TAT unchanged since): the TAT goes back by
   -- cost * I. ratewall Tat::unreserve.
   function M.unreserve(r, now, _, mark)
-    local tat = tonumber(get_cached(r))
+    local value = get_cached(r)
+    if not value or #value ~= 24 then
+      return false
+    end
+    local tat, was, w = struct.unpack('<ddd', value)
     if tat ~= mark then
       return false
     end
@@ -79,7 +112,7 @@ LOADERS.gc = function()
     if back <= now then
       redis.call('DEL', r.key)
     else
-      redis.call('SET', r.key, back, 'PX', ttl_ms(back, now))
+      redis.call('SET', r.key, struct.pack('<ddd', back, was, w), 'PX', ttl_ms(back, now))
     end
     return true
   end

@@ -37,15 +37,11 @@ local LEASE_HEADER, LEASE_FIELDS = 4, 9
 -- true for the window algorithms, which count per window or slot.
 local function lease_state_kept(r, now, at, stamp)
   if r.alg == 'gc' then
-    return tonumber(get_cached(r)) == stamp
+    return ALG.gc.tat(get_cached(r)) == stamp
   end
   if r.alg == 'tb' or r.alg == 'lb' then
-    local value = get_cached(r)
-    if not value or #value ~= 24 then
-      return false
-    end
-    local _, updated, e = struct.unpack('<ddd', value)
-    return updated == at and e == stamp and now < e
+    local updated, e = ALG[r.alg].stamp(get_cached(r))
+    return updated ~= nil and updated == at and e == stamp and now < e
   end
   return r.alg == 'fw' or r.alg == 'sw'
 end

@@ -4,19 +4,19 @@
 -- State: one 24-byte string, three little-endian doubles packed with Redis'
 -- `struct` library (every value is an integer below 2^53, so exact; a value
 -- this short is stored in one allocation, unlike a HASH or decimal text):
--- s = tokens * P (token bucket) or level * P (leaky bucket), u = time of the
--- last update, e = time it is back to fresh. The level is
--- what is in use: B * P - tokens for the token bucket. Fresh again at
+-- s = the level (units in use x P, for both: a token bucket's tokens are
+-- B * P - s), u = time of the last update, e = time it is back to fresh:
 -- e = now + ceil(level / T), computed with the limit that wrote it (a
--- changed threshold or burst does not revive an expired state), which is
--- also when the key expires. A meter back to fresh is deleted.
+-- changed threshold or burst reads the same level, the calls made still
+-- counting as units of the new limit, and does not revive an expired
+-- state), which is also when the key expires. A meter back to fresh is
+-- deleted.
 
-local function meter_module(token)
+local function meter_module()
   -- The level (units in use x P) at `now`; 0 when fresh. Drained since
   -- the last update, or, before a reservation written as of a later time
   -- (u > now), higher by the drain still to come until then.
   local function meter_level(r, now)
-    local full = r.b * r.p
     local value = get_cached(r)
     if not value then
       return 0
@@ -29,9 +29,6 @@ local function meter_module(token)
       return 0
     end
     local level = scaled
-    if token then
-      level = math.max(full - scaled, 0)
-    end
     if now < updated then
       return level + (updated - now) * r.t
     end
@@ -50,9 +47,6 @@ local function meter_module(token)
       return
     end
     local scaled = level
-    if token then
-      scaled = math.max(r.b * r.p - level, 0)
-    end
     local expires_at = now + cdiv(level, r.t)
     redis.call('SET', r.key, struct.pack('<ddd', scaled, now, expires_at), 'PX', ttl_ms(expires_at, now))
   end
@@ -70,12 +64,6 @@ local function meter_module(token)
       local scaled, updated, e = struct.unpack('<ddd', value)
       if now < e then
         local held = scaled
-        if token then
-          held = full - scaled
-          if held < 0 then
-            held = 0
-          end
-        end
         if now < updated then
           level = held + (updated - now) * t
         else
@@ -96,12 +84,6 @@ local function meter_module(token)
       local empty_in = cdiv(level, t)
       -- level > 0: a cost is at least one unit.
       local scaled = level
-      if token then
-        scaled = full - level
-        if scaled < 0 then
-          scaled = 0
-        end
-      end
       local ms = 1
       if empty_in > 1000 then
         ms = cdiv(empty_in, 1000)
@@ -143,19 +125,11 @@ local function meter_module(token)
     if updated ~= at or e ~= mark then
       return false
     end
-    local full = r.b * r.p
-    local level = scaled
-    if token then
-      level = math.max(full - scaled, 0)
-    end
-    level = level - r.cost * r.p
+    local level = scaled - r.cost * r.p
     if level <= 0 and at > now then
       -- Empty as of `at`, still draining until then: the state the queue
       -- had before this reservation.
       scaled = 0
-      if token then
-        scaled = full
-      end
       redis.call('SET', r.key, struct.pack('<ddd', scaled, at, at), 'PX', ttl_ms(at, now))
       return true
     end
@@ -164,17 +138,23 @@ local function meter_module(token)
       redis.call('DEL', r.key)
       return true
     end
-    if token then
-      scaled = math.max(full - level, 0)
-    else
-      scaled = level
-    end
+    scaled = level
     redis.call('SET', r.key, struct.pack('<ddd', scaled, at, expires_at), 'PX', ttl_ms(expires_at, now))
     return true
   end
 
-  -- `token` is an upvalue of every function here: one module per flavour.
+  -- When the state was last updated and when it is fresh again (nil for
+  -- no state): what a lease left it at.
+  local function meter_stamp(value)
+    if not value or #value ~= 24 then
+      return nil, nil
+    end
+    local _, updated, e = struct.unpack('<ddd', value)
+    return updated, e
+  end
+
   return {
+    stamp = meter_stamp,
     decide = meter_decide,
     decide_at = meter_decide_at,
     refund = meter_refund,
@@ -182,5 +162,7 @@ local function meter_module(token)
   }
 end
 
-LOADERS.tb = function() return meter_module(true) end
-LOADERS.lb = function() return meter_module(false) end
+-- The two flavours are one meter seen from either side: one module each
+-- (the batch and the library look modules up by code).
+LOADERS.tb = function() return meter_module() end
+LOADERS.lb = function() return meter_module() end

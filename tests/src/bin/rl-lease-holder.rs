@@ -1,8 +1,9 @@
 //! A process holding a lease, for the test that kills it
 //! (`tests/redis_lease.rs`): leases a limit (default: GCRA, 100 000 per
-//! 10 s) with `lease = 5 000` for one identity on the given Redis, prints
-//! `ready <units leased>` once it holds at least 1 000 units, and waits to
-//! be killed without another call.
+//! 10 s) with `lease = 5 000` for one identity on the given Redis, calls
+//! for 300 ms and on until a lease taken ahead lands (what it holds is then
+//! at a peak), prints `ready <units leased>` and waits to be killed without
+//! another call.
 //!
 //! ```text
 //! rl-lease-holder <redis url> <key prefix> <identity> <lease ttl ms> [<rate> [<algorithm>]]
@@ -47,15 +48,24 @@ async fn main() {
         .and_then(|l| l.with_lease(5_000))
         .expect("a rate such as 100000/10s and an algorithm name");
     let spec = CallSpec::owned("held", vec![GroupSpec::owned("held", vec![limit])]);
-    while limiter.leased_units() < 1_000 {
+    // Calls until it holds a lease and has taken at least one more ahead,
+    // then stops right after a take landed (its holding at a peak).
+    let started = std::time::Instant::now();
+    let mut last = 0;
+    let held = loop {
         drop(
             limiter
                 .call(&spec, &[identity])
                 .await
                 .expect("admitted while far below the limit"),
         );
-    }
-    println!("ready {}", limiter.leased_units());
+        let held = limiter.leased_units();
+        if held > last && held >= 1_000 && started.elapsed() > Duration::from_millis(300) {
+            break held;
+        }
+        last = held;
+    };
+    println!("ready {held}");
     std::io::stdout().flush().expect("flush");
     tokio::time::sleep(Duration::from_secs(3_600)).await;
 }
