@@ -222,10 +222,10 @@ impl LimitsFile {
         Self::parse(&text)
     }
 
-    /// Sets, on `limiter`, every name's limits ([`Limiter::set_limits`],
+    /// Sets, on `limiter`, every name's limits ([`Settings::set_limits`](crate::Settings::set_limits),
     /// skipped when unchanged so the state and the published limits stay),
-    /// failure policy ([`Limiter::set_policy`]) and shadow mode
-    /// ([`Limiter::set_shadow`]). Everything is checked before anything is
+    /// failure policy ([`Settings::set_policy`](crate::Settings::set_policy)) and shadow mode
+    /// ([`Settings::set_shadow`](crate::Settings::set_shadow)). Everything is checked before anything is
     /// applied: on `Err`, the limiter is unchanged.
     pub fn apply(&self, limiter: &Limiter) -> Result<(), ConfigError> {
         for (name, entry) in &self.entries {

@@ -36,8 +36,8 @@
 //!   `wait`, `crate`; see its docs.
 //! - Tiers: limits chosen per call by the caller's tier (`free`, `pro`),
 //!   each tier on its own state and live-configurable as `<name>@<tier>`
-//!   ([`GroupSpec::tiered`], [`Limiter::call_tiered`], [`Tier`]).
-//! - Waiting instead of failing ([`Limiter::call_waiting`], `wait = "2s"`):
+//!   ([`GroupSpec::tiered`], [`Keys::tiers`](crate::Keys::tiers), [`Tier`]).
+//! - Waiting instead of failing ([`Keys::wait`](crate::Keys::wait), `wait = "2s"`):
 //!   on GCRA and the buckets a waiting call reserves the earliest slot every
 //!   limit allows, atomically, and sleeps until it (callers queue and leave
 //!   at the limit's rate; a dropped waiter gives its slot back); on the
@@ -47,7 +47,7 @@
 //!   installed globally with [`LimiterBuilder::install`].
 //! - A deny cache in front of remote backends: a key the backend just
 //!   refused is refused in process until its `retry_after`, so a flood on
-//!   a blocked identity never reaches Redis ([`Limiter::set_deny_cache`]).
+//!   a blocked identity never reaches Redis ([`Settings::set_deny_cache`]).
 //! - Quota leasing for hot identities on a remote backend
 //!   ([`Limit::with_lease`], `lease = N`): a process reserves units of a
 //!   busy identity's limit in the backend and decides its calls in process

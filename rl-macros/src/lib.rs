@@ -144,7 +144,7 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// takes nothing from the minute limit nor from the IP group. The
 /// rejection is named after the group that refused (`"sms_ip"`). A group's
 /// `name` scopes its keys, so two functions with `also(name = "sms_ip", ..)`
-/// share the per-IP counter; `Limiter::set_limits(name, ..)` replaces a
+/// share the per-IP counter; `limiter.settings().set_limits(name, ..)` replaces a
 /// group's limits at run time.
 ///
 /// # Counting failures

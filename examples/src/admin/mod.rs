@@ -19,9 +19,9 @@
 //! in Redis (`<prefix>:{limits}`, see [`ratewall_redis::RegisteredLimits`]): a name
 //! is listed once a service has decided a call for it, and `inspect` and
 //! `reset` use exactly the limits that service decides with. `inspect` peeks
-//! through [`Limiter::peek_identity`] and never consumes; `reset` forgets the
+//! through [`Requests::peek_identity`](ratewall::Requests::peek_identity) and never consumes; `reset` forgets the
 //! identity's state for every limit of the name
-//! ([`Limiter::reset_identity`]; for a concurrency limit, that frees every
+//! ([`Requests::reset_identity`](ratewall::Requests::reset_identity); for a concurrency limit, that frees every
 //! slot held for the identity). For a concurrency limit (`max_in_flight`),
 //! `inspect` shows the calls of the identity in flight now, over every
 //! instance (`in flight now: 3 of 10`; JSON `"in_flight": 3`).

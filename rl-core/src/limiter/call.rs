@@ -63,7 +63,7 @@ pub struct GroupSpec {
 
 impl GroupSpec {
     /// A group named `name` (the key's scope, the name in rejections, logs
-    /// and [`Limiter::set_limits`]) with compiled-in `limits`, one unit per
+    /// and [`Settings::set_limits`](crate::Settings::set_limits)) with compiled-in `limits`, one unit per
     /// call.
     pub const fn new(name: &'static str, limits: &'static [Limit]) -> Self {
         Self {
@@ -126,9 +126,9 @@ impl GroupSpec {
     }
 
     /// A tiered group named `name`: each call gives its tier (e.g. the
-    /// caller's plan, with [`Limiter::call_tiered`]), and is decided by that
+    /// caller's plan, with [`Keys::tiers`](crate::Keys::tiers)), and is decided by that
     /// tier's limits, on that tier's own state. A tier's limits are looked
-    /// up at run time as `<name>@<tier>` (`api@pro`): [`Limiter::set_limits`],
+    /// up at run time as `<name>@<tier>` (`api@pro`): [`Settings::set_limits`](crate::Settings::set_limits),
     /// a limits file and admin overrides change a declared tier, or add one
     /// that is not declared here. A call whose tier is none of these is
     /// decided by the `default` tier if there is one; else it cannot be
@@ -283,7 +283,7 @@ impl CallSpec {
     }
 
     /// The failure policy of these calls, over the limiter's (a runtime
-    /// [`Limiter::set_policy`] for the name wins over both).
+    /// [`Settings::set_policy`](crate::Settings::set_policy) for the name wins over both).
     pub const fn with_policy(mut self, policy: FailurePolicy) -> Self {
         self.policy = Some(policy);
         self
@@ -296,10 +296,10 @@ impl CallSpec {
     }
 
     /// Calls wait up to `max_wait` for room instead of being refused
-    /// ([`Limiter::call`] then behaves as [`Limiter::call_waiting`] with
+    /// ([`Limiter::call`] then behaves as [`Keys::wait`](crate::Keys::wait) with
     /// this wait; `#[rate_limit(wait = "2s")]` sets it). The wait is kept
     /// in whole microseconds: a zero wait (or one under a microsecond) is no
-    /// wait. See [`Limiter::call_waiting`] for what waiting means for each
+    /// wait. See [`Keys::wait`](crate::Keys::wait) for what waiting means for each
     /// algorithm and what it cannot be combined with.
     ///
     /// ```
@@ -837,7 +837,7 @@ impl Permit<'_> {
 /// The future of [`Limiter::call`]: already decided when the store is in
 /// memory (no state, no allocation), boxed for a remote store (one
 /// allocation next to a network round trip) and for a call that waits for
-/// room ([`Limiter::call_waiting`]). `Send`.
+/// room ([`Keys::wait`](crate::Keys::wait)). `Send`.
 #[must_use = "futures do nothing unless awaited"]
 pub struct CallFuture<'l> {
     state: CallState<'l>,

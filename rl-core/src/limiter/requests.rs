@@ -53,7 +53,7 @@ pub struct Requests<'l> {
 impl<'l> Requests<'l> {
     /// Decides `requests` (named `name` in metrics, logs and rejections)
     /// through every layer and applies the failure policy (`policy`
-    /// overrides the limiter's; a runtime [`Limiter::set_policy`] for
+    /// overrides the limiter's; a runtime [`Settings::set_policy`](crate::Settings::set_policy) for
     /// `name` wins over both): the call is admitted, or refused with a
     /// [`Rejection`]. [`Limiter::call`] does the same from a [`CallSpec`].
     pub async fn check(
@@ -149,7 +149,7 @@ impl<'l> Requests<'l> {
         self.decide(Op::Acquire, requests).await
     }
 
-    /// Like [`Limiter::acquire_all`], idempotent by `request_id`: a retry
+    /// Like [`Requests::acquire_all`](crate::Requests::acquire_all), idempotent by `request_id`: a retry
     /// with the same id (e.g. after a timeout whose reply was lost) gets the
     /// first call's decisions back instead of being charged again. Needs a
     /// backend that implements [`crate::Backend::acquire_once`] (memory and

@@ -1,13 +1,13 @@
 //! Tiers: limits that depend on who is calling. A tiered group
 //! ([`GroupSpec::tiered`]) has named sets of limits ([`Tier`]s: `free`,
 //! `pro`), and each call says which one decides it
-//! ([`Limiter::call_tiered`], `#[rate_limit(tier = .., tiers(..))]`, a tower
+//! ([`Keys::tiers`](crate::Keys::tiers), `#[rate_limit(tier = .., tiers(..))]`, a tower
 //! layer's tier resolver).
 //!
 //! A tier is a limit name of its own, `<group>@<tier>` (`api@pro`):
 //!
 //! - its limits are looked up at run time under that name, like any
-//!   group's ([`Limiter::set_limits`], a limits file, admin overrides), and
+//!   group's ([`Settings::set_limits`](crate::Settings::set_limits), a limits file, admin overrides), and
 //!   a name `<group>@<tier>` with limits adds a tier the code does not
 //!   declare, usable from the next call;
 //! - it is the scope of its keys (`prefix:{api@pro:alice}`), so each tier
@@ -56,7 +56,7 @@ use crate::store::target::{KeyRef, Slot, Target};
 /// tier is a limit name, `<group>@<tier>` (`api@pro`): the scope of its
 /// keys (its own state), the name in rejections, `RateLimit` fields and
 /// logs, and the name its limits are set under at run time
-/// ([`Limiter::set_limits`], a limits file), where a name `<group>@<tier>`
+/// ([`Settings::set_limits`](crate::Settings::set_limits), a limits file), where a name `<group>@<tier>`
 /// also adds a tier the code does not declare. Shadow mode, the deny-cache
 /// setting and allow/deny entries of the group's name apply to its tiers.
 /// The `limit` label of a tiered call's metrics is `<call>@<tier>` (the

@@ -9,7 +9,7 @@
 //! limited by its own group of limits; all of a request's keys are decided
 //! together, all-or-nothing, in one round trip. Keys are limits by name,
 //! shared with the macro and changed at run time by
-//! [`Limiter::set_limits`](crate::Limiter::set_limits). A key can be
+//! [`Settings::set_limits`](crate::Settings::set_limits). A key can be
 //! tiered ([`RateLimitLayerBuilder::tiered_key`]): its limits then depend
 //! on a tier read from each request (e.g. the plan of an API key).
 //!

@@ -145,7 +145,7 @@ impl IntoLimit for String {
 /// its limits, decided together, all-or-nothing, in one round trip. Groups
 /// are limits by name, shared with `#[rate_limit]`: a group named
 /// `"api_ip"` keyed by the client IP counts in the same keys as
-/// `also(name = "api_ip", key = ip)`, and [`Limiter::set_limits`]`("api_ip", ..)`,
+/// `also(name = "api_ip", key = ip)`, and [`Settings::set_limits`](crate::Settings::set_limits)`("api_ip", ..)`,
 /// a limits file or an admin override changes it for the next request.
 ///
 /// | request | answer |
@@ -236,8 +236,8 @@ impl RateLimitLayer {
     }
 
     /// Starts a layer whose calls are named `name`: the `limit` label of
-    /// its metrics and the name [`Limiter::set_policy`] and
-    /// [`Limiter::set_shadow`] take for the whole call (each key's limits go
+    /// its metrics and the name [`Settings::set_policy`](crate::Settings::set_policy) and
+    /// [`Settings::set_shadow`](crate::Settings::set_shadow) take for the whole call (each key's limits go
     /// by the key's own name).
     pub fn builder(name: &str) -> RateLimitLayerBuilder {
         RateLimitLayerBuilder {
@@ -291,7 +291,7 @@ pub struct RateLimitLayerBuilder {
 impl RateLimitLayerBuilder {
     /// Adds a key: `limits` per key from `key`, in a group named `name` (the
     /// key's scope, the name in rejections and the name
-    /// [`Limiter::set_limits`] changes). Every key of a layer is decided in
+    /// [`Settings::set_limits`](crate::Settings::set_limits) changes). Every key of a layer is decided in
     /// the same call, all-or-nothing: a request refused by one consumes
     /// nothing from the others.
     pub fn key<L: IntoLimit>(
@@ -362,7 +362,7 @@ impl RateLimitLayerBuilder {
     /// or the plan of the user an authentication layer put in the
     /// extensions), each tier on its own state. Declare its tiers with
     /// [`tier`](RateLimitLayerBuilder::tier) right after; tiers configured
-    /// at run time as `<name>@<tier>` ([`Limiter::set_limits`]) are used
+    /// at run time as `<name>@<tier>` ([`Settings::set_limits`](crate::Settings::set_limits)) are used
     /// too. A request whose tier is none of these (or `None`) is decided by
     /// the tier named `default` when there is one, else it cannot be
     /// decided and the failure policy answers (see [`crate::Tier`]): give a
@@ -452,7 +452,7 @@ impl RateLimitLayerBuilder {
     }
 
     /// The failure policy of these calls, over the limiter's (a runtime
-    /// [`Limiter::set_policy`] for the layer's name wins over both).
+    /// [`Settings::set_policy`](crate::Settings::set_policy) for the layer's name wins over both).
     pub fn policy(mut self, policy: FailurePolicy) -> Self {
         self.policy = Some(policy);
         self
