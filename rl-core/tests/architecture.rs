@@ -277,3 +277,64 @@ fn the_dispatch_checker_sees_a_wildcard_arm_and_only_at_the_match_s_own_depth() 
     let other = "match op {\n    _ => 1,\n}";
     assert!(wildcard_algorithm_arms(other).is_empty());
 }
+
+/// The longest a source file of `rl-core/src` may be: a file that grows
+/// past it holds more than one thing (split it by what each part holds).
+const MAX_LINES: usize = 800;
+
+/// The most public methods `Limiter` itself may have: calling, and handles
+/// for raw requests (`requests()`) and settings (`settings()`).
+const MAX_LIMITER_METHODS: usize = 20;
+
+#[test]
+fn no_source_file_is_longer_than_800_lines() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&root, &mut files);
+    assert!(files.len() > 20, "the sources were found: {files:?}");
+    let long: Vec<String> = files
+        .iter()
+        .filter_map(|file| {
+            let lines = fs::read_to_string(file).expect("read").lines().count();
+            (lines > MAX_LINES).then(|| format!("{} ({lines} lines)", file.display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "files over {MAX_LINES} lines: {long:?}");
+}
+
+#[test]
+fn the_limiter_keeps_a_small_facade() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&root, &mut files);
+    let mut methods = Vec::new();
+    for file in &files {
+        let text = fs::read_to_string(file).expect("read");
+        let mut inside = false;
+        for line in text.lines() {
+            if line.starts_with("impl Limiter {") {
+                inside = true;
+            } else if inside && line == "}" {
+                inside = false;
+            } else if inside {
+                let signature = line.trim_start_matches("    ");
+                if line.starts_with("    pub fn ") || line.starts_with("    pub async fn ") {
+                    let name = signature
+                        .trim_start_matches("pub async fn ")
+                        .trim_start_matches("pub fn ");
+                    let name = name.split(['(', '<']).next().unwrap_or(name);
+                    methods.push(name.to_owned());
+                }
+            }
+        }
+    }
+    assert!(
+        methods.contains(&"call".to_owned()) && methods.contains(&"settings".to_owned()),
+        "the checker sees the façade: {methods:?}"
+    );
+    assert!(
+        methods.len() <= MAX_LIMITER_METHODS,
+        "Limiter has {} public methods (at most {MAX_LIMITER_METHODS}): {methods:?}",
+        methods.len()
+    );
+}

@@ -1,0 +1,107 @@
+//! The memory store as a [`Backend`]: every operation answered at once.
+
+use super::*;
+
+impl Backend for MemoryBackend {
+    fn acquire<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
+        let result = Request::check_batch(requests)
+            .map_err(BackendError::Invalid)
+            .map(|()| self.acquire_sync(requests));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn acquire_once<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        request_id: &'a str,
+    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
+        let result = Request::check_batch(requests)
+            .map_err(BackendError::Invalid)
+            .and_then(|()| self.acquire_once_sync(requests, request_id));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn cancel_once<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        request_id: &'a str,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        self.cancel_once_sync(requests, request_id);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn peek<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
+        let result = Request::check_batch(requests)
+            .map_err(BackendError::Invalid)
+            .map(|()| self.peek_sync(requests));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn refund<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        at_micros: u64,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        self.refund_sync(requests, at_micros);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>> {
+        self.reset_sync(requests);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn acquire_lease<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        extra: &'a [u64],
+        _ttl: std::time::Duration,
+    ) -> BoxFuture<'a, Result<Leased, BackendError>> {
+        let result =
+            check_lease_batch(requests, extra).map(|()| self.acquire_lease_sync(requests, extra));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn return_lease<'a>(
+        &'a self,
+        returns: &'a [LeaseReturn<'a>],
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        self.return_lease_sync(returns);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn cancels_once(&self) -> bool {
+        true
+    }
+
+    fn reserves(&self) -> bool {
+        true
+    }
+
+    fn reserve<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        max_wait: std::time::Duration,
+    ) -> BoxFuture<'a, Result<Reservation, BackendError>> {
+        let max_wait = u64::try_from(max_wait.as_micros()).unwrap_or(u64::MAX);
+        let result = Request::check_reservation(requests)
+            .map_err(BackendError::Invalid)
+            .map(|()| self.reserve_sync(requests, max_wait));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn cancel<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        reservation: &'a Reservation,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        self.cancel_sync(requests, reservation);
+        Box::pin(std::future::ready(Ok(())))
+    }
+}

@@ -1,0 +1,360 @@
+//! The memory store's work on one shard: decide, refund, release, reset
+//! and take back each target's state in its algorithm's table.
+
+use super::*;
+
+/// Decides every target against its state, in order.
+pub(super) fn decide_all(
+    guards: &mut Locked<'_, Shard>,
+    targets: &[Target<'_>],
+    located: &[Located],
+    now: u64,
+    commit: bool,
+) -> Decisions {
+    Decisions::new(
+        targets
+            .iter()
+            .zip(located)
+            .map(|(target, at)| decide_in(guards.shard(at.shard), at, target, now, commit, now)),
+    )
+}
+
+/// Runs `$body` with `$state` the memory store's state type of
+/// `$algorithm`: the store's one table of algorithms. Exhaustive: a new
+/// algorithm does not compile until it has a row here.
+macro_rules! with_state {
+    ($algorithm:expr, $state:ident => $body:expr) => {
+        match $algorithm {
+            Algorithm::FixedWindow => {
+                type $state = Window;
+                $body
+            }
+            Algorithm::SlidingLog => {
+                type $state = Log;
+                $body
+            }
+            Algorithm::SlidingWindow => {
+                type $state = Slots;
+                $body
+            }
+            Algorithm::TokenBucket | Algorithm::LeakyBucket => {
+                type $state = Meter;
+                $body
+            }
+            Algorithm::Gcra => {
+                type $state = Tat;
+                $body
+            }
+            Algorithm::InFlight => {
+                type $state = Flight;
+                $body
+            }
+        }
+    };
+}
+
+/// Decides one target in its (locked) shard at `now` (a reservation's slot
+/// may be later than the shard's time, `clock`, which a new identity's
+/// insertion sweeps by).
+pub(super) fn decide_in(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    commit: bool,
+    clock: u64,
+) -> Decision {
+    with_state!(target.limit.algorithm(), S => decide::<S>(shard, at, target, now, commit, clock))
+}
+
+/// Takes back a reservation if it is still the last one of its queue.
+pub(super) fn unreserve_in(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    slot: u64,
+    mark: u64,
+) -> bool {
+    if !target.limit.algorithm().reserves() {
+        return false;
+    }
+    with_state!(target.limit.algorithm(), S => unreserve::<S>(shard, at, target, now, slot, mark))
+}
+
+fn unreserve<S: Tabled>(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    slot: u64,
+    mark: u64,
+) -> bool {
+    change::<S>(shard, at, target, now, |state| {
+        state.unreserve(target.limit, now, slot, mark, target.cost)
+    })
+}
+
+/// The slots given back under a target's state that are still ahead (drops
+/// the ones already past).
+pub(super) fn freed_of(shard: &mut Shard, at: &Located, target: &Target<'_>, now: u64) -> Freed {
+    if shard.freed.is_empty() {
+        return Freed::default();
+    }
+    let key = (at.partition, Owned::of(target.key.identity));
+    let Some(freed) = shard.freed.get_mut(&key) else {
+        return Freed::default();
+    };
+    freed.drop_before(now);
+    let kept = freed.clone();
+    if freed.is_empty() {
+        shard.freed.remove(&key);
+    }
+    kept
+}
+
+/// Takes a target's cost from the slot given back at `slot`.
+pub(super) fn take_freed(shard: &mut Shard, at: &Located, target: &Target<'_>, slot: u64) {
+    let key = (at.partition, Owned::of(target.key.identity));
+    if let Some(freed) = shard.freed.get_mut(&key) {
+        freed.take(slot, target.cost);
+        if freed.is_empty() {
+            shard.freed.remove(&key);
+        }
+    }
+}
+
+/// Records a target's cost as given back at `slot`.
+pub(super) fn give_back(shard: &mut Shard, at: &Located, target: &Target<'_>, slot: u64, now: u64) {
+    if shard.freed.len() >= shard.sweep_at {
+        sweep_freed(&mut shard.freed, now);
+    }
+    shard
+        .freed
+        .entry((at.partition, Owned::of(target.key.identity)))
+        .or_default()
+        .give(slot, target.cost);
+}
+
+/// Drops every given-back slot already past.
+pub(super) fn sweep_freed(freed: &mut HashMap<(u32, Owned), Freed>, now: u64) {
+    freed.retain(|_, slots| {
+        slots.drop_before(now);
+        !slots.is_empty()
+    });
+}
+
+pub(super) fn refund_in(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    at_micros: u64,
+) {
+    with_state!(target.limit.algorithm(), S => refund::<S>(shard, at, target, now, at_micros))
+}
+
+pub(super) fn release_in(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    at_micros: u64,
+    stamp: u64,
+) {
+    let release = Release { at_micros, stamp };
+    // Only leased units are released; an algorithm that cannot lease has
+    // none.
+    if !target.limit.algorithm().leases() {
+        return;
+    }
+    with_state!(target.limit.algorithm(), S => release_state::<S>(shard, at, target, now, release))
+}
+
+/// The lease a release gives units back to.
+#[derive(Clone, Copy)]
+struct Release {
+    at_micros: u64,
+    stamp: u64,
+}
+
+fn release_state<S: Tabled>(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    release: Release,
+) {
+    change::<S>(shard, at, target, now, |state| {
+        state.release(
+            target.limit,
+            now,
+            target.cost,
+            release.at_micros,
+            release.stamp,
+        );
+        true
+    });
+}
+
+pub(super) fn reset_in(shard: &mut Shard, at: &Located, target: &Target<'_>) {
+    with_state!(target.limit.algorithm(), S => reset::<S>(shard, at, target))
+}
+
+fn matches<S, I: IdentityForm>(
+    at: &Located,
+    identity: IdentityRef<'_>,
+) -> impl Fn(&Entry<S, I>) -> bool {
+    move |entry| entry.partition == at.partition && entry.identity.is(identity)
+}
+
+fn decide<S: Tabled>(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    commit: bool,
+    clock: u64,
+) -> Decision {
+    match target.key.identity {
+        IdentityRef::Number(_) | IdentityRef::Ipv4(_) => {
+            decide_held::<S, u64>(shard, at, target, now, commit, clock)
+        }
+        IdentityRef::Text(_) => {
+            decide_held::<S, CompactString>(shard, at, target, now, commit, clock)
+        }
+    }
+}
+
+/// Which of a shard's tables holds identities as `I`.
+trait Side: IdentityForm {
+    fn tables(all: &mut AllTables) -> &mut Tables<Self>;
+}
+
+impl Side for u64 {
+    fn tables(all: &mut AllTables) -> &mut Tables<Self> {
+        &mut all.numbers
+    }
+}
+
+impl Side for CompactString {
+    fn tables(all: &mut AllTables) -> &mut Tables<Self> {
+        &mut all.texts
+    }
+}
+
+#[inline]
+fn decide_held<S: Tabled, I: Side>(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    commit: bool,
+    clock: u64,
+) -> Decision {
+    let identity = target.key.identity;
+    let table = S::table(I::tables(&mut shard.tables));
+    if let Some(entry) = table.find_mut(at.hash, matches::<S, I>(at, identity)) {
+        return entry.state.decide(target.limit, now, target.cost, commit);
+    }
+    let mut state = S::default();
+    let decision = state.decide(target.limit, now, target.cost, commit);
+    if commit && !state.is_idle(now) {
+        insert::<S, I>(shard, at, identity, state, clock);
+    }
+    decision
+}
+
+/// Adds a new identity's state, sweeping idle ones first when the shard
+/// has doubled since its last sweep.
+fn insert<S: Tabled, I: Side>(
+    shard: &mut Shard,
+    at: &Located,
+    identity: IdentityRef<'_>,
+    state: S,
+    now: u64,
+) {
+    if shard.tables.len() >= shard.sweep_at {
+        shard.tables.sweep(now);
+        sweep_freed(&mut shard.freed, now);
+        shard.sweep_at = (shard.tables.len() * 2).max(MIN_SWEEP);
+    }
+    let partition = at.partition;
+    let entry = Entry {
+        partition,
+        identity: I::hold(identity),
+        state,
+    };
+    // An entry's hash is recomputed from what it holds when its table grows
+    // (kept out of the entry to keep it small); as in `MemoryBackend::locate`.
+    let hasher = shard.hasher.clone();
+    S::table(I::tables(&mut shard.tables)).insert_unique(at.hash, entry, move |e| {
+        hash_of(&hasher, e.partition, e.identity.as_ref())
+    });
+}
+
+fn refund<S: Tabled>(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    at_micros: u64,
+) {
+    change::<S>(shard, at, target, now, |state| {
+        state.refund(target.limit, now, target.cost, at_micros);
+        true
+    });
+}
+
+/// Applies `apply` to the state `target` names, when there is one, and
+/// drops that state when the change left it idle; whether `apply` said it
+/// changed it (a state it did not change is kept as it is).
+fn change<S: Tabled>(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    apply: impl FnOnce(&mut S) -> bool,
+) -> bool {
+    match target.key.identity {
+        IdentityRef::Number(_) | IdentityRef::Ipv4(_) => {
+            change_held::<S, u64>(shard, at, target, now, apply)
+        }
+        IdentityRef::Text(_) => change_held::<S, CompactString>(shard, at, target, now, apply),
+    }
+}
+
+fn change_held<S: Tabled, I: Side>(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    apply: impl FnOnce(&mut S) -> bool,
+) -> bool {
+    let table = S::table(I::tables(&mut shard.tables));
+    let Ok(mut found) = table.find_entry(at.hash, matches::<S, I>(at, target.key.identity)) else {
+        return false;
+    };
+    let entry = found.get_mut();
+    if !apply(&mut entry.state) {
+        return false;
+    }
+    if entry.state.is_idle(now) {
+        found.remove();
+    }
+    true
+}
+
+fn reset<S: Tabled>(shard: &mut Shard, at: &Located, target: &Target<'_>) {
+    match target.key.identity {
+        IdentityRef::Number(_) | IdentityRef::Ipv4(_) => reset_held::<S, u64>(shard, at, target),
+        IdentityRef::Text(_) => reset_held::<S, CompactString>(shard, at, target),
+    }
+}
+
+fn reset_held<S: Tabled, I: Side>(shard: &mut Shard, at: &Located, target: &Target<'_>) {
+    let table = S::table(I::tables(&mut shard.tables));
+    if let Ok(found) = table.find_entry(at.hash, matches::<S, I>(at, target.key.identity)) {
+        found.remove();
+    }
+}

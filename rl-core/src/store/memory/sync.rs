@@ -1,0 +1,104 @@
+//! The memory store's synchronous public API.
+
+use super::*;
+
+/// The public synchronous API, over [`Request`]s (rendered keys).
+impl MemoryBackend {
+    /// Decides one request synchronously.
+    pub fn acquire_one(&self, request: &Request<'_>) -> Decision {
+        self.acquire_target(&targets(std::slice::from_ref(request))[0])
+    }
+
+    /// Decides a batch synchronously: all-or-nothing, as [`Backend::acquire`].
+    /// The batch is not validated here ([`Backend::acquire`] does).
+    pub fn acquire_sync(&self, requests: &[Request<'_>]) -> Decisions {
+        self.acquire_targets(&targets(requests))
+    }
+
+    /// Decides a batch synchronously like [`MemoryBackend::acquire_sync`],
+    /// idempotently: see [`Backend::acquire_once`]. An allowed reply is kept
+    /// under the first request's key and `request_id` for the longest
+    /// period of the batch, and swept like expired state.
+    ///
+    /// ```
+    /// use ratewall::{Key, Limit, MemoryBackend, Request};
+    /// let backend = MemoryBackend::new();
+    /// let limit = Limit::per_minute(5).unwrap();
+    /// let key = Key::new("rl", "pay", "alice");
+    /// let req = [Request::new(&key, &limit, 1)];
+    /// let first = backend.acquire_once_sync(&req, "retry-1").unwrap();
+    /// let again = backend.acquire_once_sync(&req, "retry-1").unwrap();
+    /// assert_eq!(first, again);
+    /// assert_eq!(backend.peek_sync(&req)[0].remaining, 4); // charged once
+    /// ```
+    pub fn acquire_once_sync(
+        &self,
+        requests: &[Request<'_>],
+        request_id: &str,
+    ) -> Result<Decisions, BackendError> {
+        self.acquire_targets_once(&targets(requests), request_id)
+    }
+
+    /// Evaluates a batch synchronously without consuming.
+    pub fn peek_sync(&self, requests: &[Request<'_>]) -> Decisions {
+        self.decide_targets(&targets(requests), false)
+    }
+
+    /// Refunds a batch synchronously.
+    pub fn refund_sync(&self, requests: &[Request<'_>], at_micros: u64) {
+        self.refund_targets(&targets(requests), at_micros);
+    }
+
+    /// Resets a batch synchronously.
+    pub fn reset_sync(&self, requests: &[Request<'_>]) {
+        self.reset_targets(&targets(requests));
+    }
+
+    /// Reserves a slot for a waiting call synchronously, as
+    /// [`Backend::reserve`] (`max_wait` in µs). The batch is not validated
+    /// here ([`Backend::reserve`] does).
+    ///
+    /// ```
+    /// use ratewall::{Algorithm, Key, Limit, ManualClock, MemoryBackend, Request};
+    /// let backend = MemoryBackend::with_clock(ManualClock::new(1_000_000));
+    /// let limit = Limit::per_second(10).unwrap().with_algorithm(Algorithm::LeakyBucket).unwrap().with_burst(1).unwrap();
+    /// let key = Key::new("rl", "jobs", "queue");
+    /// let req = [Request::new(&key, &limit, 1)];
+    /// let times: Vec<u64> = (0..3).map(|_| backend.reserve_sync(&req, 1_000_000).slot_micros().unwrap()).collect();
+    /// assert_eq!(times, [1_000_000, 1_100_000, 1_200_000]); // one every 100 ms
+    /// ```
+    pub fn reserve_sync(&self, requests: &[Request<'_>], max_wait: u64) -> Reservation {
+        self.reserve_targets(&targets(requests), max_wait)
+    }
+
+    /// Gives back a reservation synchronously, as [`Backend::cancel`].
+    pub fn cancel_sync(&self, requests: &[Request<'_>], reservation: &Reservation) {
+        self.cancel_targets(&targets(requests), reservation);
+    }
+
+    /// Decides a batch and leases extra units synchronously, as
+    /// [`Backend::acquire_lease`] (not validated here).
+    ///
+    /// ```
+    /// use ratewall::{Key, Limit, MemoryBackend, Request};
+    /// let backend = MemoryBackend::new();
+    /// let limit = Limit::per_minute(100).unwrap().with_algorithm(ratewall::Algorithm::FixedWindow).unwrap();
+    /// let key = Key::new("rl", "api", "tenant-1");
+    /// let leased = backend.acquire_lease_sync(&[Request::new(&key, &limit, 1)], &[10]);
+    /// assert!(leased.decisions.allowed());
+    /// assert_eq!(leased.granted, [10]); // the call's unit and 10 more are taken
+    /// assert_eq!(leased.decisions.binding().remaining, 89);
+    /// ```
+    pub fn acquire_lease_sync(&self, requests: &[Request<'_>], extra: &[u64]) -> Leased {
+        let (decisions, granted) = self.lease_targets(&targets(requests), extra);
+        Leased::new(decisions, granted.into_vec())
+    }
+
+    /// Gives back unused leased units synchronously, as [`Backend::return_lease`].
+    pub fn return_lease_sync(&self, returns: &[LeaseReturn<'_>]) {
+        for back in returns {
+            let request = std::slice::from_ref(&back.request);
+            self.release_targets(&targets(request), back.at_micros, &[back.stamp]);
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! Configuring a route layer ([`RateLimitLayerBuilder`]).
+
+use super::*;
+
+/// Configures a [`RateLimitLayer`]; errors surface in
+/// [`build`](RateLimitLayerBuilder::build).
+#[derive(Debug)]
+#[must_use = "a builder does nothing until `.build()`"]
+pub struct RateLimitLayerBuilder {
+    pub(super) name: String,
+    pub(super) groups: Vec<GroupSpec>,
+    pub(super) keys: SmallVec<[KeyFrom; 2]>,
+    pub(super) tiers: SmallVec<[Option<TierFn>; 2]>,
+    pub(super) error: Option<LayerError>,
+    pub(super) limiter: Option<Arc<Limiter>>,
+    pub(super) policy: Option<FailurePolicy>,
+    pub(super) headers: bool,
+    pub(super) missing: MissingKey,
+    pub(super) trusted: Option<TrustedProxies>,
+}
+
+impl RateLimitLayerBuilder {
+    /// Adds a key: `limits` per key from `key`, in a group named `name` (the
+    /// key's scope, the name in rejections and the name
+    /// [`Settings::set_limits`](crate::Settings::set_limits) changes). Every key of a layer is decided in
+    /// the same call, all-or-nothing: a request refused by one consumes
+    /// nothing from the others.
+    pub fn key<L: IntoLimit>(
+        mut self,
+        name: &str,
+        limits: impl IntoIterator<Item = L>,
+        key: KeyFrom,
+    ) -> Self {
+        let limits: Result<Vec<Limit>, LimitError> =
+            limits.into_iter().map(IntoLimit::into_limit).collect();
+        match limits {
+            Ok(limits) => self.group(GroupSpec::owned(name, limits), key),
+            Err(source) => {
+                self.error.get_or_insert(LayerError::Limit {
+                    group: name.to_owned(),
+                    source,
+                });
+                self
+            }
+        }
+    }
+
+    /// Adds a concurrency limit: at most `max` requests per key from `key`
+    /// being served at once, in a group named `name` ([`Limit::in_flight`],
+    /// lease 10 s; for another lease, `.key(name, [Limit::in_flight_with_ttl(..)?], key)`).
+    /// A request holds its slot from admission until the service's response
+    /// is ready (or the request is dropped), decided in the same call as
+    /// the layer's other keys, all-or-nothing. A request refused for lack of
+    /// a slot gets a `429` with `Retry-After: 1` and
+    /// `{"error":"too_many_in_flight","max_in_flight":N,"retry_after_ms":1000}`
+    /// (gRPC: `RESOURCE_EXHAUSTED`).
+    ///
+    /// ```
+    /// use ratewall::tower::{KeyFrom, RateLimitLayer};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let reports = RateLimitLayer::builder("reports")
+    ///     .key("reports_ip", ["60/1m"], KeyFrom::client_ip())
+    ///     .in_flight("reports_tenant", 4, KeyFrom::header("x-tenant"))
+    ///     .build()?;
+    /// # let _ = reports;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn in_flight(self, name: &str, max: u64, key: KeyFrom) -> Self {
+        self.key(name, [Limit::in_flight(max)], key)
+    }
+
+    /// Adds a key with a prepared group (e.g. with a cost per request).
+    pub fn group(mut self, group: GroupSpec, key: KeyFrom) -> Self {
+        if let key::Source::Header(Err(header)) = &key.source {
+            self.error.get_or_insert(LayerError::Header {
+                group: group.name().to_owned(),
+                header: header.to_string(),
+            });
+        }
+        if self.groups.iter().any(|g| g.name() == group.name()) {
+            self.error
+                .get_or_insert(LayerError::DuplicateGroup(group.name().to_owned()));
+        }
+        self.groups.push(group);
+        self.keys.push(key);
+        self.tiers.push(None);
+        self
+    }
+
+    /// Adds a tiered key: requests are limited per key from `key` by the
+    /// limits of the tier `tier` reads from the request (e.g. a plan header,
+    /// or the plan of the user an authentication layer put in the
+    /// extensions), each tier on its own state. Declare its tiers with
+    /// [`tier`](RateLimitLayerBuilder::tier) right after; tiers configured
+    /// at run time as `<name>@<tier>` ([`Settings::set_limits`](crate::Settings::set_limits)) are used
+    /// too. A request whose tier is none of these (or `None`) is decided by
+    /// the tier named `default` when there is one, else it cannot be
+    /// decided and the failure policy answers (see [`crate::Tier`]): give a
+    /// `default` when the tier comes from the client.
+    ///
+    /// ```
+    /// use ratewall::tower::{KeyFrom, RateLimitLayer};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::builder("api")
+    ///     .tiered_key("api_key", KeyFrom::header("x-api-key"), |parts| {
+    ///         parts.headers.get("x-plan")?.to_str().ok()
+    ///     })
+    ///     .tier("free", ["10/1m"])
+    ///     .tier("pro", ["1000/1m", "20/1s"])
+    ///     .tier("default", ["5/1m"])
+    ///     .build()?;
+    /// # let _ = layer;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn tiered_key<F>(self, name: &str, key: KeyFrom, tier: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<&str> + Send + Sync + 'static,
+    {
+        self.tiered_group(GroupSpec::owned_tiered(name, Vec::new()), key, tier)
+    }
+
+    /// Adds a tiered key with a prepared tiered group
+    /// ([`GroupSpec::tiered`], e.g. with its tiers and a cost).
+    pub fn tiered_group<F>(mut self, group: GroupSpec, key: KeyFrom, tier: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<&str> + Send + Sync + 'static,
+    {
+        if !group.is_tiered() {
+            self.error.get_or_insert(LayerError::Tier {
+                tier: String::new(),
+                message: format!(
+                    "`tiered_group` needs a tiered group (`GroupSpec::tiered`), but `{}` is not one",
+                    group.name()
+                ),
+            });
+        }
+        self = self.group(group, key);
+        if let Some(last) = self.tiers.last_mut() {
+            *last = Some(TierFn(Arc::new(tier)));
+        }
+        self
+    }
+
+    /// Declares a tier of the tiered key added last
+    /// ([`tiered_key`](RateLimitLayerBuilder::tiered_key)): its `limits`,
+    /// live-configurable as `<key name>@<tier>`.
+    pub fn tier<L: IntoLimit>(mut self, tier: &str, limits: impl IntoIterator<Item = L>) -> Self {
+        let limits: Result<Vec<Limit>, LimitError> =
+            limits.into_iter().map(IntoLimit::into_limit).collect();
+        let tiered = matches!(self.tiers.last(), Some(Some(_)));
+        match (self.groups.pop(), limits) {
+            (Some(group), Ok(limits)) if tiered => {
+                self.groups
+                    .push(group.with_tier(crate::limiter::tier::Tier::owned(tier, limits)));
+            }
+            (Some(group), Err(source)) if tiered => {
+                self.error.get_or_insert(LayerError::Limit {
+                    group: format!("{}@{tier}", group.name()),
+                    source,
+                });
+                self.groups.push(group);
+            }
+            (group, _) => {
+                self.error.get_or_insert(LayerError::Tier {
+                    tier: tier.to_owned(),
+                    message: "a tier belongs to a tiered key: add one with `tiered_key` first"
+                        .into(),
+                });
+                self.groups.extend(group);
+            }
+        }
+        self
+    }
+
+    /// Decides on `limiter` instead of the global one (by default, the one
+    /// [`LimiterBuilder::install`](crate::LimiterBuilder::install) sets,
+    /// looked up per request: `503` until it is installed).
+    pub fn limiter(mut self, limiter: Arc<Limiter>) -> Self {
+        self.limiter = Some(limiter);
+        self
+    }
+
+    /// The failure policy of these calls, over the limiter's (a runtime
+    /// [`Settings::set_policy`](crate::Settings::set_policy) for the layer's name wins over both).
+    pub fn policy(mut self, policy: FailurePolicy) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// Whether admitted responses get `RateLimit-Policy` and `RateLimit` for
+    /// their binding limit (on by default; two small allocations per
+    /// response).
+    pub fn headers(mut self, headers: bool) -> Self {
+        self.headers = headers;
+        self
+    }
+
+    /// What requests without a key get (default [`MissingKey::Reject`]).
+    pub fn on_missing_key(mut self, missing: MissingKey) -> Self {
+        self.missing = missing;
+        self
+    }
+
+    /// Proxies whose `X-Forwarded-For` the client-IP keys believe (else a
+    /// [`TrustedProxies`] request extension, else none).
+    pub fn trusted_proxies(mut self, trusted: TrustedProxies) -> Self {
+        self.trusted = Some(trusted);
+        self
+    }
+
+    /// The layer, or the first problem of its configuration.
+    pub fn build(self) -> Result<RateLimitLayer, LayerError> {
+        if let Some(error) = self.error {
+            return Err(error);
+        }
+        let mut spec = CallSpec::owned(self.name, self.groups);
+        if let Some(policy) = self.policy {
+            spec = spec.with_policy(policy);
+        }
+        spec.check().map_err(LayerError::Spec)?;
+        let params = self.keys.iter().any(KeyFrom::is_path_param);
+        let tiered = self.tiers.iter().any(Option::is_some);
+        let parts = tiered || self.keys.iter().any(KeyFrom::needs_parts);
+        Ok(RateLimitLayer {
+            shared: Arc::new(Shared {
+                spec,
+                keys: self.keys,
+                tiers: self.tiers,
+                tiered,
+                limiter: self.limiter,
+                headers: self.headers,
+                missing: self.missing,
+                trusted: self.trusted,
+                params,
+                parts,
+                id: NEXT_LAYER.fetch_add(1, Ordering::Relaxed),
+            }),
+        })
+    }
+}
