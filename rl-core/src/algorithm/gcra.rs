@@ -47,6 +47,7 @@ impl Tat {
 }
 
 impl State for Tat {
+    #[inline]
     fn decide(&mut self, limit: &Limit, now: u64, cost: u64, commit: bool) -> Decision {
         let interval = limit.emission_interval_micros();
         let tat = self.measured_in(interval, now).max(now);
