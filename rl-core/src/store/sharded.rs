@@ -8,16 +8,20 @@
 //! the two never correlate.
 //!
 //! **Hashing attacker-chosen keys.** Keys are often chosen by clients (IP
-//! addresses, API keys, phone numbers). The hasher is foldhash with a
-//! per-process random seed (hashbrown's default): an attacker cannot
+//! addresses, API keys, phone numbers). The hash is foldhash (hashbrown's
+//! own), each table seeded with 64 bits from the operating system's
+//! randomness (through std's `RandomState`), not only from what foldhash
+//! derives by itself (addresses and the time): an attacker cannot
 //! precompute colliding keys offline, and this crate never exposes hash
 //! values or table order (no iteration reaches a response). foldhash makes
 //! no claim against an *interactive* attacker deriving the seed from timing;
 //! against that, every table is bounded (swept when it grows, capped per
 //! shard for the deny cache and the leases), and a flood of colliding keys
 //! would slow only the shards it lands in. SipHash (std's `RandomState`)
-//! would resist that too, at a measured cost per decision: see
-//! `docs/performance.md` ("Hashing").
+//! would resist that too, at a measured cost: +139 instructions per
+//! decision of the in-memory `#[rate_limit]` fn (660 against 521, +27 %),
+//! +141 per request through the route layer (+1.5 %), callgrind, see
+//! `docs/performance.md` ("Hashing"). Seeding costs nothing per decision.
 
 use std::hash::{BuildHasher as _, Hash};
 
@@ -26,7 +30,14 @@ use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
 /// The hasher of every sharded table (see the module docs).
-pub(crate) type Hasher = hashbrown::DefaultHashBuilder;
+pub(crate) type Hasher = foldhash::fast::SeedableRandomState;
+
+/// A hasher seeded from the operating system's randomness (see the module
+/// docs).
+fn seeded() -> Hasher {
+    let seed = std::hash::RandomState::new().hash_one(0x5eed_u64);
+    Hasher::with_seed(seed, foldhash::SharedSeed::global_random())
+}
 
 /// Shards behind locks of type `L` (a `Mutex` or an `RwLock` of a shard).
 pub(crate) struct Sharded<L> {
@@ -53,7 +64,7 @@ impl<L> Sharded<L> {
 
     /// `count` shards (rounded up to a power of two).
     pub(crate) fn new(count: usize, mut make: impl FnMut(&Hasher) -> L) -> Self {
-        let hasher = Hasher::default();
+        let hasher = seeded();
         let shards = (0..count.max(1).next_power_of_two())
             .map(|_| CachePadded::new(make(&hasher)))
             .collect();
