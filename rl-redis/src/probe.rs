@@ -74,7 +74,10 @@ pub(crate) fn addresses<'u>(urls: impl IntoIterator<Item = &'u str>) -> Vec<Addr
 pub(crate) fn worth_probing(error: &RedisError) -> bool {
     match error.kind() {
         ErrorKind::Parse => true,
-        ErrorKind::Io => !error.is_connection_refusal() && !error.is_timeout(),
+        // A timeout too: a TLS handshake with a plain server waits for an
+        // answer that never comes (the look is bounded, and taken only
+        // once the connection has failed).
+        ErrorKind::Io => !error.is_connection_refusal(),
         _ => error.is_connection_dropped(),
     }
 }
