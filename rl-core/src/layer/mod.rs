@@ -398,6 +398,23 @@ pub(crate) struct Pipeline {
 }
 
 impl Pipeline {
+    /// The layers' type names, outermost first (for the test that holds
+    /// the README's diagram to the builder).
+    #[cfg(test)]
+    pub(crate) fn layer_names(&self) -> Vec<String> {
+        self.layers
+            .iter()
+            .map(|layer| {
+                let debug = format!("{layer:?}");
+                debug
+                    .split([' ', '{', '('])
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .collect()
+    }
+
     pub(crate) fn new(layers: Vec<Box<dyn Layer>>, store: Store) -> Self {
         let bits = |acts: fn(&dyn Layer) -> bool| {
             layers

@@ -145,3 +145,51 @@ fn a_call_leaves_the_direct_lane_while_something_else_must_see_it() {
     );
     assert!(!direct(&limiter, &in_flight));
 }
+
+/// The README's architecture diagram names the builder's layers, in the
+/// builder's order (a remote store: every layer is there).
+#[test]
+fn the_readme_diagram_lists_the_builders_layers_in_order() {
+    let limiter = Limiter::builder()
+        .backend(crate::MemoryBackend::new())
+        .build()
+        .expect("limiter");
+    let built: Vec<&str> = limiter
+        .pipeline
+        .layer_names()
+        .iter()
+        .map(|name| match name.as_str() {
+            "Observe" => "observe",
+            "ListSync" => "lists sync",
+            "DenyList" => "lists",
+            "Validate" => "validate",
+            "Failure" => "failure",
+            "DenyLayer" => "deny_cache",
+            "Shadow" => "shadow",
+            "Leases" => "lease",
+            "Abandoned" => "abandon",
+            "Breaker" => "breaker",
+            "Publish" => "publish",
+            other => panic!("a layer the README does not know: {other}"),
+        })
+        .collect();
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("the workspace README");
+    let diagram = readme
+        .split("## Architecture")
+        .nth(1)
+        .and_then(|section| section.split("```text").nth(1))
+        .and_then(|block| block.split("```").next())
+        .expect("the README's architecture diagram");
+    // The layer lines: three spaces, a name, two or more spaces.
+    let listed: Vec<&str> = diagram
+        .lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("   ")?;
+            let name = rest.split("  ").next()?.trim();
+            (!name.is_empty() && !rest.starts_with(' ') && name != "store" && name != "algorithms")
+                .then_some(name)
+        })
+        .collect();
+    assert_eq!(listed, built, "the README's layers against the builder's");
+}
