@@ -19,7 +19,7 @@ const SLOTS: usize = 32;
 static METADATA: Metadata<'static> =
     Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
 
-struct Slot {
+struct CachedKey {
     outcome: &'static str,
     source: &'static str,
     /// The name, compared by content: a name's string may be freed and
@@ -29,7 +29,7 @@ struct Slot {
 }
 
 thread_local! {
-    static KEYS: RefCell<[Option<Slot>; SLOTS]> = const { RefCell::new([const { None }; SLOTS]) };
+    static KEYS: RefCell<[Option<CachedKey>; SLOTS]> = const { RefCell::new([const { None }; SLOTS]) };
 }
 
 /// Adds one to `rl_decisions_total{limit = name, outcome, source}`.
@@ -48,7 +48,7 @@ pub(crate) fn decision(name: &str, outcome: &'static str, source: &'static str) 
             std::ptr::eq(s.outcome, outcome) && std::ptr::eq(s.source, source) && *s.name == *name
         });
         if !hit {
-            *slot = Some(Slot {
+            *slot = Some(CachedKey {
                 outcome,
                 source,
                 name: name.into(),

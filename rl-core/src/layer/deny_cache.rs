@@ -69,7 +69,7 @@ const PER_KEY: usize = 8;
 
 /// One remembered refusal.
 #[derive(Debug, Clone, Copy)]
-struct Entry {
+struct Refusal {
     /// The refused limit (all of it: a limit with another threshold on the
     /// same key is not covered).
     limit: Limit,
@@ -82,7 +82,7 @@ struct Entry {
     /// Until when this process trusts it without asking the backend: at
     /// most the maximum hold after `since` (or after a re-check began), so
     /// a reset made by another process is seen within that bound. 0 for an
-    /// entry consulted only while the backend fails ([`Entry::trusted`]).
+    /// entry consulted only while the backend fails ([`Refusal::trusted`]).
     held_until: u64,
     /// Whether it answers calls while the backend is up: the binding
     /// refusal of a call. The others (another refused limit of the call, a
@@ -95,7 +95,7 @@ struct Entry {
 
 /// Every remembered refusal of one key.
 #[derive(Debug)]
-struct Slot {
+struct Refusals {
     hash: u64,
     /// The key (compared by its parts: a number or an address identity is
     /// never rendered to look a call up).
@@ -103,10 +103,10 @@ struct Slot {
     /// The call's name and the key's group name (for
     /// [`DenyCache::forget_name`]).
     names: [Box<str>; 2],
-    entries: SmallVec<[Entry; 1]>,
+    entries: SmallVec<[Refusal; 1]>,
 }
 
-impl Slot {
+impl Refusals {
     /// The latest end among the entries (what eviction compares).
     fn until(&self) -> u64 {
         self.entries.iter().map(|e| e.until).max().unwrap_or(0)
@@ -120,7 +120,7 @@ impl Slot {
 
 #[derive(Debug, Default)]
 struct Shard {
-    table: HashTable<Slot>,
+    table: HashTable<Refusals>,
     sweep_at: usize,
 }
 
@@ -214,7 +214,7 @@ impl DenyCache {
         if self.held.load(Ordering::Relaxed) == 0 {
             return Lookup::Miss;
         }
-        let mut best: Option<(usize, Entry)> = None;
+        let mut best: Option<(usize, Refusal)> = None;
         let mut stale: SmallVec<[usize; 2]> = SmallVec::new();
         for (index, target) in targets.iter().enumerate() {
             let hash = self.hash(&target.key);
@@ -300,7 +300,7 @@ impl DenyCache {
             self.insert(
                 name,
                 target,
-                Entry {
+                Refusal {
                     limit: *target.limit,
                     cost: target.cost,
                     since,
@@ -327,7 +327,7 @@ impl DenyCache {
         if self.held.load(Ordering::Relaxed) == 0 {
             return None;
         }
-        let mut best: Option<(usize, Entry)> = None;
+        let mut best: Option<(usize, Refusal)> = None;
         for (index, target) in targets.iter().enumerate() {
             let hash = self.hash(&target.key);
             let shard = self.shard(hash).read();
@@ -346,7 +346,7 @@ impl DenyCache {
         })
     }
 
-    fn insert(&self, name: &str, target: &Target<'_>, entry: Entry) {
+    fn insert(&self, name: &str, target: &Target<'_>, entry: Refusal) {
         let hash = self.hash(&target.key);
         let mut shard = self.shard(hash).write();
         if let Some(slot) = shard.table.find_mut(hash, |s| s.is(&target.key)) {
@@ -383,7 +383,7 @@ impl DenyCache {
         }
         shard.table.insert_unique(
             hash,
-            Slot {
+            Refusals {
                 hash,
                 key: target.key.render(),
                 names: [name.into(), target.name.into()],
@@ -440,7 +440,7 @@ impl DenyCache {
 
 /// Whether a remembered entry refuses `target`: the same limit, at the same
 /// or a higher cost.
-fn covers(entry: &Entry, target: &Target<'_>) -> bool {
+fn covers(entry: &Refusal, target: &Target<'_>) -> bool {
     entry.limit == *target.limit && entry.cost <= target.cost
 }
 
@@ -543,7 +543,7 @@ impl Layer for DenyLayer {
 }
 
 /// The remembered decision as of `now`.
-fn aged(entry: &Entry, now: u64) -> Decision {
+fn aged(entry: &Refusal, now: u64) -> Decision {
     let elapsed = Duration::from_nanos(now.saturating_sub(entry.since));
     // Whole microseconds, rounded up, like every backend's figures.
     let retry_us = (entry.until - now).div_ceil(1_000);

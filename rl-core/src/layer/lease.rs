@@ -128,7 +128,7 @@ impl Timing {
 
 /// Units leased for one identity under one limit, held by this process.
 #[derive(Debug, Clone, Copy)]
-struct Held {
+struct Lease {
     /// The limit it was taken under.
     limit: Limit,
     /// Units left.
@@ -157,7 +157,7 @@ struct Held {
     reset_after: u64,
 }
 
-impl Held {
+impl Lease {
     /// The lease of `units` units (`granted` of them granted beyond the
     /// take's cost) from a take answered with `decision`.
     fn new(
@@ -242,7 +242,7 @@ impl Held {
 struct Pending {
     key: Key,
     name: Box<str>,
-    held: Held,
+    held: Lease,
 }
 
 /// Leases retired while a shard is locked, given back once it is not.
@@ -250,7 +250,7 @@ type Retired = SmallVec<[Pending; 1]>;
 
 /// What this process knows of one identity under one limit.
 #[derive(Debug)]
-struct Entry {
+struct Watched {
     key: Key,
     /// The group's name (the metrics label).
     name: Box<str>,
@@ -274,12 +274,12 @@ struct Entry {
     /// When `wait_decision` was made (ns).
     wait_since: u64,
     /// The lease calls are decided from.
-    lease: Option<Held>,
+    lease: Option<Lease>,
     /// The lease taken ahead (when the current one ran low), used next.
-    next: Option<Held>,
+    next: Option<Lease>,
 }
 
-impl Entry {
+impl Watched {
     fn new(target: &Target<'_>, now: u64) -> Self {
         Self {
             key: target.key.render(),
@@ -375,13 +375,13 @@ impl Entry {
     }
 
     /// Queues what `held` has left at `now` for giving back.
-    fn retire(&self, held: Held, now: u64, retired: &mut Retired) {
+    fn retire(&self, held: Lease, now: u64, retired: &mut Retired) {
         let valid = held.valid(now);
         if valid > 0 {
             retired.push(Pending {
                 key: self.key.clone(),
                 name: self.name.clone(),
-                held: Held {
+                held: Lease {
                     units: valid,
                     ..held
                 },
@@ -424,7 +424,7 @@ impl Entry {
 
 #[derive(Debug, Default)]
 struct Shard {
-    table: HashTable<Entry>,
+    table: HashTable<Watched>,
     /// Whether an entry may hold a lease (the background task skips the
     /// shards without).
     leases: bool,
@@ -433,7 +433,7 @@ struct Shard {
 
 impl Shard {
     /// The entry of `target`, found by its hash.
-    fn get(&mut self, hash: u64, target: &Target<'_>) -> Option<&mut Entry> {
+    fn get(&mut self, hash: u64, target: &Target<'_>) -> Option<&mut Watched> {
         self.table
             .find_mut(hash, |e| e.is(&target.key, target.limit))
     }
@@ -702,8 +702,8 @@ fn entry<'s>(
     now: u64,
     capacity: usize,
     hasher: &Hasher,
-) -> Option<&'s mut Entry> {
-    let is = |e: &Entry| e.is(&target.key, target.limit);
+) -> Option<&'s mut Watched> {
+    let is = |e: &Watched| e.is(&target.key, target.limit);
     if shard.table.find(hash, is).is_none() {
         if shard.table.len() >= shard.sweep_at.max(64) || shard.table.len() >= capacity {
             shard.table.retain(|e| {
@@ -714,7 +714,7 @@ fn entry<'s>(
         if shard.table.len() >= capacity {
             return None;
         }
-        let fresh = Entry::new(target, now);
+        let fresh = Watched::new(target, now);
         shard.table.insert_unique(hash, fresh, |e| {
             hasher.hash_one((KeyRef::of(&e.key), e.limit.state_id()))
         });

@@ -46,7 +46,7 @@ const CHUNK: usize = 512;
 
 /// One slot: the group (limit name) it counts under, its key and limit.
 #[derive(Debug)]
-struct Slot {
+struct FlightSlot {
     name: Box<str>,
     key: Key,
     limit: Limit,
@@ -54,15 +54,15 @@ struct Slot {
 
 /// The slots of one admission, under one lease id.
 #[derive(Debug)]
-struct Held {
+struct AdmissionSlots {
     lease: u64,
-    slots: Box<[Slot]>,
+    slots: Box<[FlightSlot]>,
     /// A renewal found the lease expired: not renewed again.
     lost: AtomicBool,
 }
 
-impl Held {
-    fn targets(&self, share: Option<NonZeroU64>) -> Vec<(Limit, &Slot)> {
+impl AdmissionSlots {
+    fn targets(&self, share: Option<NonZeroU64>) -> Vec<(Limit, &FlightSlot)> {
         self.slots
             .iter()
             .map(|slot| {
@@ -113,7 +113,7 @@ enum Place {
 /// permit (the tower layer keeps them until the response is ready).
 pub struct InFlight {
     keeper: Arc<Keeper>,
-    held: Arc<Held>,
+    held: Arc<AdmissionSlots>,
     place: Place,
 }
 
@@ -173,9 +173,9 @@ enum Home {
 #[derive(Default)]
 struct Book {
     /// Live leases in the remote store, by id.
-    live: HashMap<u64, Arc<Held>>,
+    live: HashMap<u64, Arc<AdmissionSlots>>,
     /// Released leases not sent yet.
-    queue: Vec<Arc<Held>>,
+    queue: Vec<Arc<AdmissionSlots>>,
     /// Releases queued, and sent (or given up), since the start.
     queued: u64,
     sent: u64,
@@ -268,12 +268,12 @@ impl Keeper {
             _ => return None,
         };
         let mut lease = 0;
-        let slots: Box<[Slot]> = targets
+        let slots: Box<[FlightSlot]> = targets
             .iter()
             .filter(|t| t.limit.is_in_flight())
             .map(|t| {
                 lease = t.lease;
-                Slot {
+                FlightSlot {
                     name: t.name.into(),
                     key: t.key.render(),
                     limit: *t.limit,
@@ -286,7 +286,7 @@ impl Keeper {
         for slot in slots.iter() {
             metrics::gauge!("rl_in_flight", "limit" => slot.name.to_string()).increment(1.0);
         }
-        let held = Arc::new(Held {
+        let held = Arc::new(AdmissionSlots {
             lease,
             slots,
             lost: AtomicBool::new(false),
@@ -315,7 +315,7 @@ impl Keeper {
         })
     }
 
-    fn queue_release(self: &Arc<Self>, held: Arc<Held>) {
+    fn queue_release(self: &Arc<Self>, held: Arc<AdmissionSlots>) {
         let mut book = self.book.lock();
         book.live.remove(&held.lease);
         book.queue.push(held);
@@ -396,7 +396,7 @@ impl Keeper {
 
     /// Renews every live lease; how long until the next renewal.
     async fn renew(&self, backend: &dyn Backend) -> Duration {
-        let (live, shortest): (Vec<Arc<Held>>, u64) = {
+        let (live, shortest): (Vec<Arc<AdmissionSlots>>, u64) = {
             let book = self.book.lock();
             (
                 book.live

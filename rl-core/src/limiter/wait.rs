@@ -4,7 +4,7 @@
 //!
 //! - GCRA and the buckets reserve: one operation through the pipeline
 //!   ([`Op::Reserve`]) finds and commits the earliest slot every limit
-//!   allows, and the call sleeps until it. A [`Held`] slot is given back
+//!   allows, and the call sleeps until it. A [`Reserved`] slot is given back
 //!   ([`Op::Cancel`]) when the call's future is dropped before the slot.
 //! - The window algorithms retry: the call sleeps for each refusal's
 //!   `retry_after` and asks again, as long as the next try is within the
@@ -165,7 +165,7 @@ fn held<'l>(
     attempt: &Attempt<'_>,
     decided: Decided<'l>,
     reservation: Option<Box<Reservation>>,
-) -> Result<(Permit<'l>, Option<Held<'l>>), Rejection> {
+) -> Result<(Permit<'l>, Option<Reserved<'l>>), Rejection> {
     let mut permit = decided?;
     let local = match permit.admission() {
         Admission::Backend(_) => false,
@@ -188,7 +188,7 @@ fn held<'l>(
     );
     Ok((
         permit,
-        Some(Held {
+        Some(Reserved {
             limiter,
             spec,
             attempt: attempt.to_owned(),
@@ -202,7 +202,7 @@ fn held<'l>(
 }
 
 /// Sleeps until the held slot, then admits the call.
-async fn sleep_for<'l>(permit: Permit<'l>, mut held: Held<'l>) -> Decided<'l> {
+async fn sleep_for<'l>(permit: Permit<'l>, mut held: Reserved<'l>) -> Decided<'l> {
     timer::sleep_until(held.until).await;
     held.armed = false;
     Ok(admitted(permit))
@@ -217,7 +217,7 @@ fn admitted(permit: Permit<'_>) -> Permit<'_> {
 
 /// A reserved slot a call is waiting for: given back if the call's future
 /// is dropped first.
-struct Held<'l> {
+struct Reserved<'l> {
     limiter: &'l Limiter,
     spec: &'l CallSpec,
     attempt: OwnedAttempt,
@@ -230,7 +230,7 @@ struct Held<'l> {
     armed: bool,
 }
 
-impl Drop for Held<'_> {
+impl Drop for Reserved<'_> {
     fn drop(&mut self) {
         if !self.armed {
             return;

@@ -84,7 +84,7 @@ impl Leases {
                             due.push(Pending {
                                 key: entry.key.clone(),
                                 name: entry.name.clone(),
-                                held: Held {
+                                held: Lease {
                                     units: valid,
                                     ..held
                                 },

@@ -88,7 +88,7 @@ impl Leases {
                     retired.push(Pending {
                         key: take.key.clone(),
                         name: take.name.clone(),
-                        held: Held::new(&take.limit, d, granted + 1, granted, sent, &self.timing),
+                        held: Lease::new(&take.limit, d, granted + 1, granted, sent, &self.timing),
                     });
                 }
                 0
@@ -106,11 +106,11 @@ impl Leases {
 
     /// Installs what one target's take got into its entry (a new lease,
     /// or a wait at the limit); the units now leased.
-    fn install(&self, entry: &mut Entry, take: Take<'_>, retired: &mut Retired) -> u64 {
+    fn install(&self, entry: &mut Watched, take: Take<'_>, retired: &mut Retired) -> u64 {
         let units = take.granted + take.own;
         if take.allowed {
             if units > 0 {
-                let held = Held::new(
+                let held = Lease::new(
                     take.limit,
                     take.decision,
                     units,
@@ -210,7 +210,7 @@ impl Leases {
 
 /// Refuses `entry`'s calls without units until `sent + wait`, with
 /// `decision`'s figures.
-fn wait_at_limit(entry: &mut Entry, sent: u64, wait: u64, decision: &Decision) {
+fn wait_at_limit(entry: &mut Watched, sent: u64, wait: u64, decision: &Decision) {
     entry.wait_until = sent.saturating_add(wait);
     entry.wait_since = sent;
     entry.wait_decision = *decision;

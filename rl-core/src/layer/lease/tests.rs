@@ -16,7 +16,7 @@ fn gcra_units_expire_one_interval_apart_from_the_last_one_down() {
     // 1 000 per second: one unit per ms; the take left the TAT 10 ms ahead.
     let limit = Limit::per_second(1_000).unwrap().with_lease(100).unwrap();
     let timing = Timing::new(Duration::from_secs(1));
-    let held = Held::new(&limit, &decision(5_000_000, 990, 10_000), 9, 9, 0, &timing);
+    let held = Lease::new(&limit, &decision(5_000_000, 990, 10_000), 9, 9, 0, &timing);
     assert_eq!(held.valid(0), 9);
     // The lowest of the 9 units is due 8 intervals before the last one
     // (at 10 ms - 1 µs): from 2 ms on it has expired, and so on.
@@ -34,7 +34,7 @@ fn window_units_last_until_the_window_or_the_ttl_ends() {
         .unwrap();
     let timing = Timing::new(Duration::from_secs(1));
     // 0.5 s left in the window.
-    let held = Held::new(
+    let held = Lease::new(
         &limit,
         &decision(59_500_000, 900, 500_000),
         50,
@@ -46,7 +46,7 @@ fn window_units_last_until_the_window_or_the_ttl_ends() {
     assert_eq!(held.valid(500_000_001), 0);
     // 30 s left: the TTL ends local use first; the units stay valid to
     // give back.
-    let held = Held::new(
+    let held = Lease::new(
         &limit,
         &decision(30_000_000, 900, 30_000_000),
         50,
@@ -67,7 +67,7 @@ fn sliding_window_units_last_until_the_end_of_their_slot() {
         .unwrap();
     let timing = Timing::new(Duration::from_secs(1));
     // Slots of 100 ms; the take was 30 ms into one.
-    let held = Held::new(
+    let held = Lease::new(
         &limit,
         &decision(1_030_000, 900, 1_000_000),
         50,
@@ -95,7 +95,7 @@ fn a_cold_identity_asks_for_nothing_and_a_hot_one_for_its_rate_within_bounds() {
         slot: None,
         lease: 0,
     };
-    let mut entry = Entry::new(&target, 0);
+    let mut entry = Watched::new(&target, 0);
     // 10 calls a second: cold.
     for i in 1..=20 {
         entry.seen(i * 100_000_000, 1);
