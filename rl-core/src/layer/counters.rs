@@ -105,6 +105,78 @@ pub(crate) fn backend_seconds(name: &str, seconds: f64) {
     }
 }
 
+/// Slots per thread for the keys of [`named`] metrics (one per metric
+/// and name).
+const NAMED_SLOTS: usize = 16;
+
+/// A metric's name, a limit name, and its key `metric{limit = name}`.
+type Named = (&'static str, Box<str>, Key);
+
+thread_local! {
+    static NAMED: RefCell<[Option<Named>; NAMED_SLOTS]> =
+        const { RefCell::new([const { None }; NAMED_SLOTS]) };
+}
+
+/// Runs `record` with the key `metric{limit = name}`, kept per thread as
+/// [`decision`]'s: a metric recorded on every call (the in-flight gauge,
+/// its releases, the wait histogram) allocates no label per call.
+pub(crate) fn named(metric: &'static str, name: &str, record: impl FnOnce(&Key)) {
+    let index = ((metric.as_ptr() as usize >> 3) ^ (name.as_ptr() as usize >> 3) ^ name.len())
+        & (NAMED_SLOTS - 1);
+    let mut record = Some(record);
+    let done = NAMED.try_with(|keys| {
+        let Ok(mut keys) = keys.try_borrow_mut() else {
+            return false;
+        };
+        let slot = &mut keys[index];
+        if slot
+            .as_ref()
+            .is_none_or(|(m, held, _)| !std::ptr::eq(*m, metric) || **held != *name)
+        {
+            *slot = Some((metric, name.into(), named_key(metric, name)));
+        }
+        let (_, _, key) = slot.as_ref().expect("filled above");
+        if let Some(record) = record.take() {
+            record(key);
+        }
+        true
+    });
+    if done != Ok(true)
+        && let Some(record) = record.take()
+    {
+        record(&named_key(metric, name));
+    }
+}
+
+/// Adds `delta` to the gauge `metric{limit = name}`.
+pub(crate) fn gauge_add(metric: &'static str, name: &str, delta: f64) {
+    named(metric, name, |key| {
+        metrics::with_recorder(|recorder| recorder.register_gauge(key, &METADATA)).increment(delta);
+    });
+}
+
+/// Adds one to the counter `metric{limit = name}`.
+pub(crate) fn counter_add(metric: &'static str, name: &str) {
+    named(metric, name, |key| {
+        metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA)).increment(1);
+    });
+}
+
+/// Records `value` in the histogram `metric{limit = name}`.
+pub(crate) fn histogram_record(metric: &'static str, name: &str, value: f64) {
+    named(metric, name, |key| {
+        metrics::with_recorder(|recorder| recorder.register_histogram(key, &METADATA))
+            .record(value);
+    });
+}
+
+fn named_key(metric: &'static str, name: &str) -> Key {
+    kept(Key::from_parts(
+        metric,
+        vec![Label::new("limit", name.to_owned())],
+    ))
+}
+
 /// A key built once and kept: made cheap to retain up front, so a
 /// recorder that retains the keys it is given (the Prometheus exporter, on
 /// every registration) clones reference counts instead of allocating.
@@ -209,6 +281,33 @@ mod tests {
         fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> metrics::Histogram {
             metrics::Histogram::from_arc(Arc::new(Values(key.clone(), self.0.clone())))
         }
+    }
+
+    #[test]
+    fn named_counts_land_under_the_macros_key_whichever_name_string_carries_them() {
+        let counters = Counters::default();
+        metrics::with_local_recorder(&counters, || {
+            counter_add("rl_in_flight_releases_total", "jobs");
+            counter_add("rl_in_flight_releases_total", &String::from("jobs"));
+            counter_add("rl_in_flight_expired_total", "jobs");
+            let name = "jobs";
+            metrics::counter!("rl_in_flight_releases_total", "limit" => name).increment(1);
+        });
+        let other = Counters::default();
+        metrics::with_local_recorder(&other, || {
+            counter_add("rl_in_flight_releases_total", "jobs")
+        });
+        let releases = named_key("rl_in_flight_releases_total", "jobs");
+        assert_eq!(counters.get(&releases), Some(3));
+        assert_eq!(
+            counters.get(&named_key("rl_in_flight_expired_total", "jobs")),
+            Some(1)
+        );
+        assert_eq!(
+            other.get(&releases),
+            Some(1),
+            "the recorder in place counts"
+        );
     }
 
     #[test]

@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use crate::layer::counters;
 use crate::limiter::call::Admission;
 use crate::model::key::Key;
 use crate::model::limit::Limit;
@@ -147,9 +148,8 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         for slot in self.held.slots.iter() {
-            metrics::gauge!("rl_in_flight", "limit" => slot.name.to_string()).decrement(1.0);
-            metrics::counter!("rl_in_flight_releases_total", "limit" => slot.name.to_string())
-                .increment(1);
+            counters::gauge_add("rl_in_flight", &slot.name, -1.0);
+            counters::counter_add("rl_in_flight_releases_total", &slot.name);
         }
         match self.place {
             Place::Memory => {
@@ -284,7 +284,7 @@ impl Keeper {
             return None;
         }
         for slot in slots.iter() {
-            metrics::gauge!("rl_in_flight", "limit" => slot.name.to_string()).increment(1.0);
+            counters::gauge_add("rl_in_flight", &slot.name, 1.0);
         }
         let held = Arc::new(AdmissionSlots {
             lease,
@@ -423,8 +423,7 @@ impl Keeper {
                         for slot in held.slots.iter() {
                             if !found.get(at).copied().unwrap_or(true) {
                                 held.lost.store(true, Ordering::Relaxed);
-                                metrics::counter!("rl_in_flight_expired_total", "limit" => slot.name.to_string())
-                                    .increment(1);
+                                counters::counter_add("rl_in_flight_expired_total", &slot.name);
                                 tracing::warn!(
                                     limit = &*slot.name,
                                     "an in-flight slot's lease expired while its call was running (renewals \

@@ -16,7 +16,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::layer::ALL;
+use crate::layer::{ALL, counters};
 use crate::limiter::attempt::{Attempt, OwnedAttempt, misconfigured};
 use crate::limiter::call::{Admission, CallFuture, CallSpec, Counting, Decided, Permit};
 use crate::limiter::{Limiter, resolve, timer};
@@ -210,8 +210,11 @@ async fn sleep_for<'l>(permit: Permit<'l>, mut held: Reserved<'l>) -> Decided<'l
 
 /// Records an admitted waiting call's wait.
 fn admitted(permit: Permit<'_>) -> Permit<'_> {
-    let name = permit.spec.name().to_owned();
-    metrics::histogram!("rl_wait_seconds", "limit" => name).record(permit.waited.as_secs_f64());
+    counters::histogram_record(
+        "rl_wait_seconds",
+        permit.spec.name(),
+        permit.waited.as_secs_f64(),
+    );
     permit
 }
 
