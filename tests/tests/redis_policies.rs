@@ -343,10 +343,14 @@ fn verify(
     );
     if timeline.fresh {
         // Calls decided together right after the restart end in any order:
-        // the first of them *decided* saw the empty dataset.
+        // the first of them *decided* saw the empty dataset. A limiter
+        // reconnects at its first call once the server is up, which can be
+        // before the harness returns from the restart (`lifted`): every
+        // call that ended after the restart began counts (those the old
+        // server decided had used more of the limit).
         let freshest = calls
             .iter()
-            .filter(|c| c.ended() > timeline.lifted)
+            .filter(|c| c.ended() > timeline.injected)
             .filter_map(|c| match c.outcome {
                 Outcome::Redis {
                     allowed: true,
