@@ -320,13 +320,25 @@ async fn cluster_with_replicas_fails_over_when_a_master_is_killed() {
         .query_async(&mut direct)
         .await
         .unwrap();
-    let acked: i64 = redis::cmd("WAIT")
-        .arg(1)
-        .arg(2000)
-        .query_async(&mut direct)
-        .await
-        .unwrap();
-    assert_eq!(acked, 1);
+    // Until the replica acknowledged the write: each WAIT shorter than the
+    // client's response timeout (a replica still syncing on a busy machine
+    // can take longer than one WAIT).
+    let waiting = std::time::Instant::now();
+    loop {
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(200)
+            .query_async(&mut direct)
+            .await
+            .unwrap();
+        if acked == 1 {
+            break;
+        }
+        assert!(
+            waiting.elapsed() < Duration::from_secs(20),
+            "the replica never acknowledged the write"
+        );
+    }
 
     cluster.kill_master(0);
     let promoted = cluster.wait_for_failover(0, Duration::from_secs(20));
