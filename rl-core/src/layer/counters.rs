@@ -68,41 +68,11 @@ pub(crate) fn decision(name: &str, outcome: &'static str, source: &'static str) 
     }
 }
 
-/// Slots per thread for `rl_backend_seconds` keys (one per name).
-const TIMING_SLOTS: usize = 8;
-
-/// A name and its `rl_backend_seconds` key.
-type Timing = (Box<str>, Key);
-
-thread_local! {
-    static TIMINGS: RefCell<[Option<Timing>; TIMING_SLOTS]> =
-        const { RefCell::new([const { None }; TIMING_SLOTS]) };
-}
-
 /// Records `seconds` in `rl_backend_seconds{limit = name}`, with the key
-/// kept per thread as [`decision`]'s (a remote call otherwise allocates the
-/// name, the label vector and the key's hash on every decision).
+/// kept per thread ([`named`]): a remote call otherwise allocates the name,
+/// the label vector and the key's hash on every decision.
 pub(crate) fn backend_seconds(name: &str, seconds: f64) {
-    let index = ((name.as_ptr() as usize >> 3) ^ name.len()) & (TIMING_SLOTS - 1);
-    let recorded = TIMINGS.try_with(|keys| {
-        let Ok(mut keys) = keys.try_borrow_mut() else {
-            return false;
-        };
-        let slot = &mut keys[index];
-        if slot.as_ref().is_none_or(|(held, _)| **held != *name) {
-            *slot = Some((name.into(), timing_key(name)));
-        }
-        let (_, key) = slot.as_ref().expect("filled above");
-        metrics::with_recorder(|recorder| recorder.register_histogram(key, &METADATA))
-            .record(seconds);
-        true
-    });
-    if recorded != Ok(true) {
-        metrics::with_recorder(|recorder| {
-            recorder.register_histogram(&timing_key(name), &METADATA)
-        })
-        .record(seconds);
-    }
+    histogram_record("rl_backend_seconds", name, seconds);
 }
 
 /// Slots per thread for the keys of [`named`] metrics (one per metric
@@ -182,13 +152,6 @@ fn named_key(metric: &'static str, name: &str) -> Key {
 /// every registration) clones reference counts instead of allocating.
 fn kept(key: Key) -> Key {
     key.to_retained()
-}
-
-fn timing_key(name: &str) -> Key {
-    kept(Key::from_parts(
-        "rl_backend_seconds",
-        vec![Label::new("limit", name.to_owned())],
-    ))
 }
 
 /// The keys of a call's commonest outcomes, built once when the call's spec
@@ -338,7 +301,13 @@ mod tests {
             let name = "sms";
             metrics::histogram!("rl_backend_seconds", "limit" => name).record(2.0);
         });
-        assert_eq!(recorder.get(&timing_key("sms")), vec![0.5, 0.25, 2.0]);
-        assert_eq!(recorder.get(&timing_key("login")), vec![1.0]);
+        assert_eq!(
+            recorder.get(&named_key("rl_backend_seconds", "sms")),
+            vec![0.5, 0.25, 2.0]
+        );
+        assert_eq!(
+            recorder.get(&named_key("rl_backend_seconds", "login")),
+            vec![1.0]
+        );
     }
 }
