@@ -55,17 +55,22 @@ async fn until_seen(b: &Limiter, spec: &CallSpec, phone: &str, denied: bool) -> 
     }
 }
 
-#[tokio::test]
-async fn a_list_change_on_one_instance_is_honoured_by_another_within_the_refresh_period() {
-    let server = RedisServer::start();
-    let (a, b) = (instance(&server).await, instance(&server).await);
-    let sms = CallSpec::owned(
+/// The call every test here makes: one phone number, far below its limit.
+fn sms() -> CallSpec {
+    CallSpec::owned(
         "sms",
         vec![GroupSpec::owned(
             "sms_phone",
             vec![Limit::per_hour(1_000).unwrap()],
         )],
-    );
+    )
+}
+
+#[tokio::test]
+async fn a_list_change_on_one_instance_is_honoured_by_another_within_the_refresh_period() {
+    let server = RedisServer::start();
+    let (a, b) = (instance(&server).await, instance(&server).await);
+    let sms = sms();
     assert!(b.call(&sms, &[&"+33600000001"]).await.is_ok());
 
     a.settings()
@@ -117,13 +122,7 @@ async fn a_list_change_on_one_instance_is_honoured_by_another_within_the_refresh
 async fn a_shared_entry_that_expired_no_longer_applies_anywhere() {
     let server = RedisServer::start();
     let (a, b) = (instance(&server).await, instance(&server).await);
-    let sms = CallSpec::owned(
-        "sms",
-        vec![GroupSpec::owned(
-            "sms_phone",
-            vec![Limit::per_hour(1_000).unwrap()],
-        )],
-    );
+    let sms = sms();
     let until = SystemTime::now() + Duration::from_millis(600);
     a.settings()
         .deny(None, &"+33600000002", Some(until))
@@ -152,13 +151,7 @@ async fn a_shared_entry_that_expired_no_longer_applies_anywhere() {
 async fn an_instance_that_only_sees_denied_calls_honours_an_unlist_within_the_refresh_period() {
     let server = RedisServer::start();
     let (a, b) = (instance(&server).await, instance(&server).await);
-    let sms = CallSpec::owned(
-        "sms",
-        vec![GroupSpec::owned(
-            "sms_phone",
-            vec![Limit::per_hour(1_000).unwrap()],
-        )],
-    );
+    let sms = sms();
     a.settings()
         .deny(Some("sms_phone"), &"+33600000003", None)
         .await
