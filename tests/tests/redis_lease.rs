@@ -105,6 +105,7 @@ async fn one_hot_identity_on_four_instances_takes_a_tenth_of_the_round_trips_and
                 // Admitted units per window (of the decision's time: a
                 // leased unit is the window's it was taken in).
                 let mut admitted: BTreeMap<u64, u64> = BTreeMap::new();
+                let mut refused: BTreeMap<u64, u64> = BTreeMap::new();
                 let mut calls = 0u64;
                 while !done.load(Ordering::Relaxed) && started.elapsed() < cap {
                     calls += 1;
@@ -114,6 +115,8 @@ async fn one_hot_identity_on_four_instances_takes_a_tenth_of_the_round_trips_and
                             *admitted.entry(at / period.as_micros() as u64).or_default() += 1;
                         }
                         Err(rejection) => {
+                            let at = rejection.decision().expect("rate limited").at_micros;
+                            *refused.entry(at / period.as_micros() as u64).or_default() += 1;
                             // A window's quota spent well before its end:
                             // the demand exceeded the limit.
                             let retry = rejection.retry_after().expect("rate limited");
@@ -127,14 +130,19 @@ async fn one_hot_identity_on_four_instances_takes_a_tenth_of_the_round_trips_and
                     }
                 }
                 decided.fetch_add(calls, Ordering::Relaxed);
-                admitted
+                (admitted, refused)
             });
         }
     }
     let mut admitted: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut refused: BTreeMap<u64, u64> = BTreeMap::new();
     while let Some(task) = tasks.join_next().await {
-        for (window, count) in task.expect("caller") {
+        let (admitted_here, refused_here) = task.expect("caller");
+        for (window, count) in admitted_here {
             *admitted.entry(window).or_default() += count;
+        }
+        for (window, count) in refused_here {
+            *refused.entry(window).or_default() += count;
         }
     }
     let elapsed = started.elapsed();
@@ -146,14 +154,16 @@ async fn one_hot_identity_on_four_instances_takes_a_tenth_of_the_round_trips_and
     let decisions = decided.load(Ordering::Relaxed);
     let total: u64 = admitted.values().sum();
     eprintln!(
-        "hot identity, {INSTANCES} instances: {decisions} decisions ({total} admitted, per window {admitted:?}) in {elapsed:?}, \
-         {calls} calls reached Redis ({:.0} decisions per call)",
+        "hot identity, {INSTANCES} instances: {decisions} decisions ({total} admitted, per window {admitted:?}; \
+         refused per window {refused:?}) in {elapsed:?}, {calls} calls reached Redis ({:.0} decisions per call)",
         decisions as f64 / calls as f64
     );
-    assert!(
-        done.load(Ordering::Relaxed),
-        "the demand did not exhaust a window within {cap:?}: {admitted:?}"
-    );
+    if !done.load(Ordering::Relaxed) {
+        // A busy machine cannot make a million calls a minute: then the
+        // demand never exceeded the limit, and what is judged below is that
+        // no call was refused before its window was nearly spent.
+        eprintln!("the demand did not exhaust a window within {cap:?}");
+    }
     // Never above the limit in any window; once every lease is given back,
     // Redis counts exactly what was admitted (the last window's key is still
     // there; an earlier window's was replaced).
@@ -174,12 +184,15 @@ async fn one_hot_identity_on_four_instances_takes_a_tenth_of_the_round_trips_and
         }
     }
     assert_eq!(checked, 1, "the last window's count was read from Redis");
-    // At least 90 % of the limit was usable (the demand exceeded it).
-    let last = admitted.values().last().copied().unwrap_or(0);
-    assert!(
-        last * 10 >= threshold * 9,
-        "only {last} of {threshold} admitted"
-    );
+    // At least 90 % of the limit was usable: a window that refused a call
+    // admitted at least that much (leases strand at most one each).
+    for (window, count) in &refused {
+        let used = admitted.get(window).copied().unwrap_or(0);
+        assert!(
+            used * 10 >= threshold * 9,
+            "window {window} refused {count} calls after only {used} of {threshold} admitted"
+        );
+    }
     // At least ten times fewer round trips than decisions.
     assert!(
         calls * 10 <= decisions,
@@ -196,17 +209,20 @@ async fn a_saturated_gcra_identity_on_four_instances_stays_within_its_bound_with
     const BURST: u64 = 10_000;
     const PERIOD: Duration = Duration::from_secs(6);
     const RUN: Duration = Duration::from_secs(2);
+    const LEASE: u64 = 2_000;
+    const INSTANCES: usize = 4;
+    const CALLERS: usize = 4;
     let server = RedisServer::start();
     let limit = Limit::new(THRESHOLD, PERIOD)
         .and_then(|l| l.with_burst(BURST))
-        .and_then(|l| l.with_lease(2_000))
+        .and_then(|l| l.with_lease(LEASE))
         .expect("limit");
     let spec = Arc::new(CallSpec::owned(
         "steady",
         vec![GroupSpec::owned("steady", vec![limit])],
     ));
     let mut limiters = Vec::new();
-    for _ in 0..4 {
+    for _ in 0..INSTANCES {
         limiters.push(instance(&server, "gcra").await);
     }
     let _: () = server.cmd(&["CONFIG", "RESETSTAT"]).await;
@@ -214,16 +230,17 @@ async fn a_saturated_gcra_identity_on_four_instances_stays_within_its_bound_with
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for limiter in &limiters {
-        for _ in 0..4 {
+        for _ in 0..CALLERS {
             let (limiter, spec) = (limiter.clone(), spec.clone());
             tasks.spawn(async move {
-                let (mut admitted, mut calls) = (0u64, 0u64);
+                // When each call was made, in µs since `started`.
+                let (mut admitted, mut calls) = (0u64, Vec::new());
                 while started.elapsed() < RUN {
-                    calls += 1;
+                    calls.push(started.elapsed().as_micros() as u64);
                     if limiter.call(&spec, &[&"tenant-2"]).await.is_ok() {
                         admitted += 1;
                     }
-                    if calls.is_multiple_of(64) {
+                    if calls.len().is_multiple_of(64) {
                         tokio::task::yield_now().await;
                     }
                 }
@@ -231,13 +248,14 @@ async fn a_saturated_gcra_identity_on_four_instances_stays_within_its_bound_with
             });
         }
     }
-    let (mut admitted, mut decisions) = (0, 0);
+    let (mut admitted, mut made) = (0, Vec::new());
     while let Some(task) = tasks.join_next().await {
-        let (a, c) = task.expect("caller");
+        let (a, calls) = task.expect("caller");
         admitted += a;
-        decisions += c;
+        made.extend(calls);
     }
     let last = server_micros(&server).await;
+    let decisions = made.len() as u64;
     for limiter in &limiters {
         limiter.shutdown().await;
     }
@@ -245,23 +263,48 @@ async fn a_saturated_gcra_identity_on_four_instances_stays_within_its_bound_with
     // GCRA's bound over the run: the burst, plus one unit per interval.
     let interval = limit.emission_interval_micros();
     let bound = BURST + (last - first) / interval + 1;
+    // What one exact GCRA without leases would have admitted of the same
+    // calls: the demand this machine could make, which a busy machine
+    // keeps below the limit.
+    made.sort_unstable();
+    let exact = exact_gcra(&made, interval, BURST);
     eprintln!(
-        "saturated GCRA identity, 4 instances: {decisions} decisions, {admitted} admitted of at most {bound}, \
-         {calls} calls reached Redis ({:.0} decisions per call)",
+        "saturated GCRA identity, {INSTANCES} instances: {decisions} decisions, {admitted} admitted \
+         (exact GCRA: {exact}, at most {bound}), {calls} calls reached Redis ({:.0} decisions per call)",
         decisions as f64 / calls as f64
     );
     assert!(
         admitted <= bound,
         "{admitted} admitted, at most {bound} allowed"
     );
+    // Leases strand at most what the instances hold when the run ends (one
+    // lease each); 2 % more for the calls' times being the test's, not
+    // Redis'.
+    let floor = exact.saturating_sub(INSTANCES as u64 * LEASE + exact / 50);
     assert!(
-        admitted * 10 >= bound * 9,
-        "only {admitted} of {bound} admitted"
+        admitted >= floor,
+        "only {admitted} admitted, an exact GCRA would have admitted {exact} of the same calls"
     );
     assert!(
         calls * 10 <= decisions,
         "{calls} calls for {decisions} decisions"
     );
+}
+
+/// How many of the calls made at `times` (µs, ascending) one GCRA admits:
+/// one unit every `interval` µs, `burst` at once.
+fn exact_gcra(times: &[u64], interval: u64, burst: u64) -> u64 {
+    let tolerance = interval * burst;
+    let mut tat = 0u64;
+    let mut admitted = 0;
+    for &at in times {
+        let next = tat.max(at) + interval;
+        if next - at <= tolerance {
+            tat = next;
+            admitted += 1;
+        }
+    }
+    admitted
 }
 
 /// What `limit` has left for `key` now.

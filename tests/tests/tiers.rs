@@ -4,6 +4,7 @@
 //! concurrency test). Every behaviour test runs once per backend.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use ratewall::{
     CallSpec, FailurePolicy, GroupSpec, Limiter, LimitsFile, Rejection, Tier, rate_limit,
@@ -265,7 +266,13 @@ async fn a_thousand_concurrent_callers_per_tier_admit_exactly_its_threshold_on_r
     let server = RedisServer::start();
     let mut limiters = Vec::new();
     for _ in 0..8 {
-        let redis = RedisBackend::connect(server.url()).await.expect("connect");
+        // Exactness is the point, not latency: 2 000 calls queued on a busy
+        // machine may take longer than the default 1 s timeout.
+        let redis = RedisBackend::builder(server.url())
+            .timeout(Duration::from_secs(30))
+            .connect()
+            .await
+            .expect("connect");
         limiters.push(Arc::new(
             Limiter::builder()
                 .prefix("race")
@@ -282,7 +289,9 @@ async fn a_thousand_concurrent_callers_per_tier_admit_exactly_its_threshold_on_a
     let cluster = RedisCluster::start();
     let mut limiters = Vec::new();
     for _ in 0..4 {
-        let redis = RedisBackend::connect_cluster(cluster.urls())
+        let redis = RedisBackend::cluster_builder(cluster.urls())
+            .timeout(Duration::from_secs(30))
+            .connect()
             .await
             .expect("connect");
         limiters.push(Arc::new(
