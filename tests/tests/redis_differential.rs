@@ -676,3 +676,55 @@ fn reservations_mixing_gcra_and_the_buckets_are_decided_identically() {
 fn multi_limit_batches_mixing_algorithms_are_decided_identically_and_all_or_nothing() {
     check(case(Algorithm::ALL.to_vec(), 4));
 }
+
+/// Found by the GCRA property above (under load, by a new random seed): a
+/// refund whose limit was lowered meanwhile finds the state spent once
+/// converted to the new interval. Memory emptied the state; Redis left it
+/// as it was, so when the limit went back to its first version the calls
+/// counted again in Redis only.
+#[test]
+fn a_refund_that_finds_a_retuned_gcra_state_spent_empties_it_on_both_stores() {
+    let limit = |threshold, burst| {
+        Limit::from_parts(threshold, 1_500_000, Algorithm::Gcra, burst, 5).expect("limit")
+    };
+    let key1 = |cost| (1, vec![0], cost);
+    let case = Case {
+        limits: vec![limit(1, 6)],
+        retuned: vec![limit(3, 1)],
+        keys: 2,
+        start: EPOCH_US + 727_165_905,
+        steps: vec![
+            {
+                let (key, limits, cost) = key1(1);
+                Step::Lease {
+                    key,
+                    limits,
+                    cost,
+                    extra: 0,
+                }
+            },
+            {
+                let (key, limits, cost) = key1(3);
+                Step::Reserve {
+                    key,
+                    limits,
+                    cost,
+                    wait_ppm: 0,
+                }
+            },
+            Step::Acquire {
+                key: 0,
+                limits: vec![0],
+                cost: 1,
+            },
+            Step::Retune { limit: 0 },
+            Step::Advance(Advance::PartsOfTwoPeriods(666_667)),
+            {
+                let (key, limits, cost) = key1(1);
+                Step::RefundNow { key, limits, cost }
+            },
+            Step::Retune { limit: 0 },
+        ],
+    };
+    check(Just(case));
+}

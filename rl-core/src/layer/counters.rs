@@ -8,10 +8,26 @@
 //! each thread keeps the keys it built in a small direct-mapped table. The
 //! recorder is still asked for the counter on every call, so installing or
 //! replacing a recorder (global or local) takes effect at once.
+//!
+//! The counters of a call's commonest outcomes ([`Prebuilt`]) go further:
+//! asking a registry-backed recorder (the Prometheus exporter) for a
+//! counter hashes the key and searches its registry, which costs more than
+//! an in-memory decision. So their handles are kept, but only those the
+//! *global* recorder gave: it is installed once and never freed, so no
+//! other recorder can ever be found at its address, while a local recorder
+//! (`metrics::with_local_recorder`) can be dropped and another allocated
+//! where it was. Local recorders are asked on every call, as before. (An
+//! exporter that removes idle metrics keeps counting into a kept handle
+//! after it removed it: the call's next resolution, e.g. after a settings
+//! change, asks for a new one. That is the `metrics` crate's own contract
+//! for handles held by their users.)
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
-use metrics::{Key, Label, Level, Metadata};
+use metrics::{Counter, Key, Label, Level, Metadata, Recorder};
 
 /// Slots per thread (a power of two); a collision only rebuilds a key.
 const SLOTS: usize = 32;
@@ -159,27 +175,100 @@ fn kept(key: Key) -> Key {
 #[derive(Debug)]
 pub(crate) struct Prebuilt {
     /// `outcome="allowed", source="backend"`.
-    pub(crate) allowed: Key,
+    pub(crate) allowed: Counted,
     /// `outcome="rejected", source="backend"`.
-    pub(crate) rejected: Key,
+    pub(crate) rejected: Counted,
     /// `outcome="allowed", source="lease"`.
-    pub(crate) leased: Key,
+    pub(crate) leased: Counted,
 }
 
 impl Prebuilt {
     pub(crate) fn new(name: &str) -> Self {
+        find_the_global_recorder();
         Self {
-            allowed: key(name, "allowed", "backend"),
-            rejected: key(name, "rejected", "backend"),
-            leased: key(name, "allowed", "lease"),
+            allowed: Counted::new(key(name, "allowed", "backend")),
+            rejected: Counted::new(key(name, "rejected", "backend")),
+            leased: Counted::new(key(name, "allowed", "lease")),
         }
     }
 }
 
-/// Adds one to the counter of a prebuilt key.
+/// A counter's key, and its handle from the global recorder once asked.
+#[derive(Debug)]
+pub(crate) struct Counted {
+    key: Key,
+    global: OnceLock<Counter>,
+}
+
+impl Counted {
+    fn new(key: Key) -> Self {
+        Self {
+            key,
+            global: OnceLock::new(),
+        }
+    }
+}
+
+/// Adds one to a prebuilt counter: through its kept handle when the
+/// recorder in place is the global one, else by asking the recorder.
 #[inline]
-pub(crate) fn count(key: &Key) {
-    metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA)).increment(1);
+pub(crate) fn count(counted: &Counted) {
+    metrics::with_recorder(|recorder| {
+        let at = address(recorder);
+        if at != 0 && at == GLOBAL.load(Ordering::Relaxed) {
+            counted
+                .global
+                .get_or_init(|| recorder.register_counter(&counted.key, &METADATA))
+                .increment(1);
+        } else {
+            recorder
+                .register_counter(&counted.key, &METADATA)
+                .increment(1);
+        }
+    });
+}
+
+/// The global recorder's address once one is installed (0 until then).
+static GLOBAL: AtomicUsize = AtomicUsize::new(0);
+
+/// When the global recorder was last looked for in vain.
+static LOOKED: Mutex<Option<Instant>> = Mutex::new(None);
+
+/// A recorder's address, 0 for a zero-sized one (the no-op recorder, or
+/// any other whose address says nothing).
+#[inline]
+fn address(recorder: &dyn Recorder) -> usize {
+    if std::mem::size_of_val(recorder) == 0 {
+        0
+    } else {
+        std::ptr::from_ref(recorder).cast::<()>() as usize
+    }
+}
+
+/// Learns the global recorder's address, if one is installed: asked from a
+/// thread of its own, which has no local recorder. Once found it is kept
+/// (a global recorder is set once and lives as long as the process); until
+/// then it is looked for at most once a second, when a call is resolved.
+fn find_the_global_recorder() {
+    if GLOBAL.load(Ordering::Relaxed) != 0 {
+        return;
+    }
+    let Ok(mut looked) = LOOKED.lock() else {
+        return;
+    };
+    if looked.is_some_and(|at| at.elapsed() < Duration::from_secs(1)) {
+        return;
+    }
+    *looked = Some(Instant::now());
+    let found = std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("ratewall-metrics".into())
+            .spawn_scoped(scope, || metrics::with_recorder(address))
+            .ok()
+            .and_then(|thread| thread.join().ok())
+            .unwrap_or(0)
+    });
+    GLOBAL.store(found, Ordering::Relaxed);
 }
 
 fn key(name: &str, outcome: &'static str, source: &'static str) -> Key {
