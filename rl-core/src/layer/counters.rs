@@ -213,9 +213,27 @@ impl Counted {
 /// recorder in place is the global one, else by asking the recorder.
 #[inline]
 pub(crate) fn count(counted: &Counted) {
+    let global = GLOBAL.load(Ordering::Relaxed);
+    if global == 0 {
+        // No global recorder (yet): the recorder in place is asked.
+        metrics::with_recorder(|recorder| recorder.register_counter(&counted.key, &METADATA))
+            .increment(1);
+    } else {
+        count_beside(counted, global);
+    }
+}
+
+/// [`count`] once a global recorder (at `global`) is installed: through the
+/// kept handle when it is the recorder in place. (Out of line, so that the
+/// path without a recorder stays as short as it was: marked cold so that
+/// the compiler keeps inlining that path into the decision.)
+#[cold]
+#[inline(never)]
+fn count_beside(counted: &Counted, global: usize) {
     metrics::with_recorder(|recorder| {
-        let at = address(recorder);
-        if at != 0 && at == GLOBAL.load(Ordering::Relaxed) {
+        // Only a sized recorder's address is ever stored, so no zero-sized
+        // one (whose address says nothing) is taken for it.
+        if std::ptr::from_ref(recorder).cast::<()>() as usize == global {
             counted
                 .global
                 .get_or_init(|| recorder.register_counter(&counted.key, &METADATA))
