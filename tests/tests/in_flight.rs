@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use ratewall::{Algorithm, CallSpec, GroupSpec, Limit, Limiter};
+use ratewall::{Algorithm, CallSpec, GroupSpec, Limit, Limiter, Rejection};
 use ratewall_redis::RedisBackend;
 use ratewall_tests::harness::{RedisCluster, RedisServer};
 
@@ -41,9 +41,32 @@ fn over(started: Instant, window: Duration, admitted: &AtomicU64) -> bool {
     elapsed >= window && (admitted.load(Ordering::Relaxed) >= 2 * MAX || elapsed >= 8 * window)
 }
 
+/// How long caller `caller` of a crowd waits after `rejection` before it
+/// asks again: 40–60 ms after a refusal, 250 ms after the store did not
+/// answer in time (counted in `unavailable`), as a client backs off.
+fn pause(rejection: &Rejection, caller: u64, unavailable: &AtomicU64) -> Duration {
+    if rejection.is_unavailable() {
+        unavailable.fetch_add(1, Ordering::Relaxed);
+        Duration::from_millis(250)
+    } else {
+        Duration::from_millis(40 + caller * 13 % 21)
+    }
+}
+
+/// A backend on `server` for a crowd: 1 000 callers on a busy machine may
+/// wait longer than the default 1 s for an answer, and a release must not
+/// be lost to a timeout.
+async fn crowd_backend(server: &RedisServer) -> RedisBackend {
+    RedisBackend::builder(server.url())
+        .timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect("connect")
+}
+
 /// `CALLERS` tasks started together on `limiter`, each calling `spec` for
-/// the same identity until admitted once (pausing 40–60 ms after a
-/// refusal, 250 ms after the store did not answer, as a client backs off) or until the crowd is over (see [`over`]), and running a 200–350 ms body
+/// the same identity until admitted once (pausing as [`pause`] says after a
+/// refusal) or until the crowd is over (see [`over`]), and running a 200–350 ms body
 /// when admitted (long enough that the slots fill even when a round trip is
 /// slow on a busy machine); returns once every task ended and every slot
 /// was given back. A call the store could not answer in time is refused
@@ -80,13 +103,7 @@ async fn crowd(limiter: Arc<Limiter>, spec: Arc<CallSpec>, window: Duration) -> 
                             "{rejection}"
                         );
                         refused.fetch_add(1, Ordering::Relaxed);
-                        let pause = if rejection.is_unavailable() {
-                            unavailable.fetch_add(1, Ordering::Relaxed);
-                            250
-                        } else {
-                            40 + (caller as u64 * 13) % 21
-                        };
-                        tokio::time::sleep(Duration::from_millis(pause)).await;
+                        tokio::time::sleep(pause(&rejection, caller as u64, &unavailable)).await;
                     }
                 }
             }
@@ -148,13 +165,7 @@ async fn in_memory_never_more_than_max_in_flight_of_1000_slow_callers_run_at_onc
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redis_never_more_than_max_in_flight_of_1000_slow_callers_run_at_once() {
     let server = RedisServer::start();
-    // 1 000 callers on a busy machine: answers may take longer than the
-    // default 1 s, and a release must not be lost to a timeout.
-    let backend = RedisBackend::builder(server.url())
-        .timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .expect("connect");
+    let backend = crowd_backend(&server).await;
     let limiter = Arc::new(
         Limiter::builder()
             .backend(backend)
@@ -510,11 +521,7 @@ async fn slow_job(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_macro_on_redis_never_more_than_max_in_flight_of_1000_slow_callers_run_at_once() {
     let server = RedisServer::start();
-    let backend = RedisBackend::builder(server.url())
-        .timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .expect("connect");
+    let backend = crowd_backend(&server).await;
     let limiter = Arc::new(
         Limiter::builder()
             .backend(backend)
@@ -544,13 +551,7 @@ async fn with_the_macro_on_redis_never_more_than_max_in_flight_of_1000_slow_call
                                 "{rejection}"
                             );
                             refused.fetch_add(1, Ordering::Relaxed);
-                            let pause = if rejection.is_unavailable() {
-                                unavailable.fetch_add(1, Ordering::Relaxed);
-                                250
-                            } else {
-                                40 + caller * 13 % 21
-                            };
-                            tokio::time::sleep(Duration::from_millis(pause)).await;
+                            tokio::time::sleep(pause(&rejection, caller, &unavailable)).await;
                         }
                     }
                 }

@@ -76,11 +76,10 @@ LOADERS.gc = function()
   function M.refund(r, now, _)
     local interval = cdiv(r.p, r.t)
     local value = get_cached(r)
-    local d = gc_ahead(value, now, interval)
-    local back = d - r.cost * interval
-    if d == 0 and not value then
+    if not value then
       return
     end
+    local back = gc_ahead(value, now, interval) - r.cost * interval
     -- Spent already (perhaps only once converted to a changed interval):
     -- emptied, as ratewall's Tat::refund does, so that the state does not
     -- come back if the limit returns to the interval it was written in.
