@@ -15,79 +15,230 @@ use syn::{
     Visibility, braced, bracketed, parenthesized, token,
 };
 
-/// The argument keywords.
-mod kw {
-    syn::custom_keyword!(period);
-    syn::custom_keyword!(threshold);
-    syn::custom_keyword!(limits);
-    syn::custom_keyword!(key);
-    syn::custom_keyword!(algorithm);
-    syn::custom_keyword!(cost);
-    syn::custom_keyword!(burst);
-    syn::custom_keyword!(slots);
-    syn::custom_keyword!(lease);
-    syn::custom_keyword!(name);
-    syn::custom_keyword!(limiter);
-    syn::custom_keyword!(on_error);
-    syn::custom_keyword!(also);
-    syn::custom_keyword!(count);
-    syn::custom_keyword!(count_if);
-    syn::custom_keyword!(reset_on_success);
-    syn::custom_keyword!(on_reject);
-    syn::custom_keyword!(headers);
-    syn::custom_keyword!(tier);
-    syn::custom_keyword!(tiers);
-    syn::custom_keyword!(max_in_flight);
-    syn::custom_keyword!(in_flight_ttl);
-    syn::custom_keyword!(wait);
+/// Declares the attribute's arguments, each once: its field (the keyword,
+/// unless `as "keyword"` says otherwise), the field's type and the reader
+/// of what follows the keyword. From that one table come the two structs,
+/// the lists the docs and messages show ([`ARGUMENTS`], [`ALSO_ARGUMENTS`])
+/// and the dispatch from keyword to reader.
+macro_rules! arguments {
+    (
+        $(#[$group_doc:meta])*
+        group $group:ident {
+            $( $(#[$gdoc:meta])* $gfield:ident $(as $gkw:literal)? : $gty:ty = $gread:ident, )*
+        }
+        $(#[$call_doc:meta])*
+        call $call:ident {
+            $( $(#[$cdoc:meta])* $cfield:ident $(as $ckw:literal)? : $cty:ty = $cread:ident, )*
+        }
+    ) => {
+        $(#[$group_doc])*
+        #[derive(Default)]
+        pub(crate) struct $group {
+            $( $(#[$gdoc])* pub(crate) $gfield: $gty, )*
+        }
+
+        $(#[$call_doc])*
+        #[derive(Default)]
+        pub(crate) struct $call {
+            /// The function's own key and limits.
+            pub(crate) group: $group,
+            $( $(#[$cdoc])* pub(crate) $cfield: $cty, )*
+        }
+
+        /// Every argument, in the order the docs and error messages list them.
+        pub(crate) const ARGUMENTS: &[&str] = &[
+            $( keyword!($gfield $(, $gkw)?), )*
+            $( keyword!($cfield $(, $ckw)?), )*
+        ];
+
+        /// The arguments `also(...)` takes: those describing one key and its limits.
+        pub(crate) const ALSO_ARGUMENTS: &[&str] = &[ $( keyword!($gfield $(, $gkw)?), )* ];
+
+        impl $group {
+            /// Reads the argument `keyword` names (the keyword already
+            /// read) into its field; `false`, having read nothing more, when
+            /// it is not one of the group's.
+            fn read(&mut self, keyword: &str, span: Span, input: ParseStream) -> Result<bool> {
+                match keyword {
+                    $( keyword!($gfield $(, $gkw)?) => {
+                        let value = read::$gread(input, keyword!($gfield $(, $gkw)?), span)?;
+                        Field::store(&mut self.$gfield, keyword!($gfield $(, $gkw)?), span, value)?;
+                    } )*
+                    _ => return Ok(false),
+                }
+                Ok(true)
+            }
+        }
+
+        impl $call {
+            /// Reads any argument (the group's, then the function's own) into
+            /// its field; `false` when `keyword` names none.
+            fn read(&mut self, keyword: &str, span: Span, input: ParseStream) -> Result<bool> {
+                if self.group.read(keyword, span, input)? {
+                    return Ok(true);
+                }
+                match keyword {
+                    $( keyword!($cfield $(, $ckw)?) => {
+                        let value = read::$cread(input, keyword!($cfield $(, $ckw)?), span)?;
+                        Field::store(&mut self.$cfield, keyword!($cfield $(, $ckw)?), span, value)?;
+                    } )*
+                    _ => return Ok(false),
+                }
+                Ok(true)
+            }
+        }
+    };
 }
 
-/// Every argument, in the order the docs and error messages list them.
-pub(crate) const ARGUMENTS: [&str; 24] = [
-    "period",
-    "threshold",
-    "key",
-    "algorithm",
-    "cost",
-    "burst",
-    "slots",
-    "lease",
-    "max_in_flight",
-    "in_flight_ttl",
-    "name",
-    "limiter",
-    "on_error",
-    "limits",
-    "also",
-    "tier",
-    "tiers",
-    "count",
-    "count_if",
-    "reset_on_success",
-    "on_reject",
-    "headers",
-    "wait",
-    "crate",
-];
+/// An argument's keyword: its field's name, or the one `as` gives.
+macro_rules! keyword {
+    ($field:ident) => {
+        stringify!($field)
+    };
+    ($field:ident, $keyword:literal) => {
+        $keyword
+    };
+}
 
-/// The arguments `also(...)` takes: those describing one key and its limits.
-pub(crate) const ALSO_ARGUMENTS: [&str; 15] = [
-    "name",
-    "key",
-    "limits",
-    "period",
-    "threshold",
-    "algorithm",
-    "cost",
-    "burst",
-    "slots",
-    "lease",
-    "max_in_flight",
-    "in_flight_ttl",
-    "reset_on_success",
-    "tier",
-    "tiers",
-];
+arguments! {
+    /// The arguments that describe one key and its limits: the function's own
+    /// (main) group, or one `also(...)` group. `None` for the ones left out.
+    group GroupArgs {
+        /// In microseconds.
+        period: Option<Arg<u64>> = duration,
+        threshold: Option<Arg<u64>> = count,
+        key: Option<Arg<Expr>> = expr,
+        algorithm: Option<Arg<Algorithm>> = algorithm,
+        cost: Option<Arg<u64>> = count,
+        burst: Option<Arg<u64>> = count,
+        slots: Option<Arg<u64>> = count,
+        /// Units one process may lease at most (quota leasing).
+        lease: Option<Arg<u64>> = count,
+        /// At most this many calls in flight per key.
+        max_in_flight: Option<Arg<u64>> = count,
+        /// The lease of an in-flight slot, in microseconds.
+        in_flight_ttl: Option<Arg<u64>> = duration,
+        name: Option<Arg<LitStr>> = string,
+        /// The span is the brackets'; each rate keeps its string's span.
+        limits: Option<Arg<Vec<Arg<Rate>>>> = limits,
+        /// The expression giving each call's tier.
+        tier: Option<Arg<Expr>> = expr,
+        /// `tiers(free = [..], pro = [..])`; the span is the `tiers` keyword's.
+        tiers: Option<Arg<Vec<TierArg>>> = tiers,
+        /// A flag: the span is the keyword's.
+        reset_on_success: Option<Arg<()>> = flag,
+    }
+    /// The arguments as written; `None` for the ones left out.
+    call Args {
+        limiter: Option<Arg<Expr>> = expr,
+        on_error: Option<Arg<OnError>> = on_error,
+        /// The groups of `also(...)`, in order (the one argument that may be
+        /// given more than once).
+        also: Vec<Also> = also,
+        count: Option<Arg<Count>> = count_mode,
+        count_if: Option<Arg<Expr>> = expr,
+        on_reject: Option<Arg<Expr>> = expr,
+        /// A flag: the span is the keyword's.
+        headers: Option<Arg<()>> = flag,
+        /// The longest wait for room, in microseconds; the span is the value's.
+        wait: Option<Arg<u64>> = duration,
+        krate as "crate": Option<Arg<Path>> = crate_path,
+    }
+}
+
+/// Where a read value goes: an argument given once, or one that repeats.
+trait Field<V> {
+    fn store(&mut self, keyword: &str, span: Span, value: V) -> Result<()>;
+}
+
+impl<T> Field<Arg<T>> for Option<Arg<T>> {
+    /// The one place that refuses an argument written twice, at the second
+    /// occurrence's keyword.
+    fn store(&mut self, keyword: &str, span: Span, value: Arg<T>) -> Result<()> {
+        if self.is_some() {
+            return Err(Error::new(
+                span,
+                format!("`{keyword}` given twice; keep one"),
+            ));
+        }
+        *self = Some(value);
+        Ok(())
+    }
+}
+
+impl Field<Also> for Vec<Also> {
+    fn store(&mut self, _: &str, _: Span, value: Also) -> Result<()> {
+        self.push(value);
+        Ok(())
+    }
+}
+
+/// The readers of what follows a keyword, named in the table above: each
+/// gets the input after the keyword, the keyword and its span.
+mod read {
+    use super::*;
+
+    /// `= value`, read by `value`.
+    fn assigned<T>(input: ParseStream, value: impl FnOnce(ParseStream) -> Result<T>) -> Result<T> {
+        input.parse::<Token![=]>()?;
+        value(input)
+    }
+
+    pub(super) fn duration(input: ParseStream, keyword: &str, _: Span) -> Result<Arg<u64>> {
+        assigned(input, |input| parse_duration(input, keyword))
+    }
+
+    pub(super) fn count(input: ParseStream, keyword: &str, _: Span) -> Result<Arg<u64>> {
+        assigned(input, |input| parse_count(input, keyword))
+    }
+
+    pub(super) fn expr(input: ParseStream, _: &str, _: Span) -> Result<Arg<Expr>> {
+        assigned(input, parse_expr)
+    }
+
+    pub(super) fn algorithm(input: ParseStream, _: &str, _: Span) -> Result<Arg<Algorithm>> {
+        assigned(input, parse_algorithm)
+    }
+
+    pub(super) fn string(input: ParseStream, _: &str, _: Span) -> Result<Arg<LitStr>> {
+        assigned(input, |input| {
+            let text: LitStr = input.parse()?;
+            let span = text.span();
+            Ok(Arg::new(text, span))
+        })
+    }
+
+    pub(super) fn limits(input: ParseStream, _: &str, _: Span) -> Result<Arg<Vec<Arg<Rate>>>> {
+        assigned(input, parse_limits)
+    }
+
+    pub(super) fn tiers(input: ParseStream, _: &str, span: Span) -> Result<Arg<Vec<TierArg>>> {
+        parse_tiers(input, span)
+    }
+
+    pub(super) fn flag(input: ParseStream, keyword: &str, span: Span) -> Result<Arg<()>> {
+        parse_flag(input, keyword, span)
+    }
+
+    pub(super) fn on_error(input: ParseStream, _: &str, _: Span) -> Result<Arg<OnError>> {
+        assigned(input, parse_on_error)
+    }
+
+    pub(super) fn count_mode(input: ParseStream, _: &str, _: Span) -> Result<Arg<Count>> {
+        assigned(input, parse_count_mode)
+    }
+
+    pub(super) fn crate_path(input: ParseStream, _: &str, _: Span) -> Result<Arg<Path>> {
+        assigned(input, parse_crate_path)
+    }
+
+    pub(super) fn also(input: ParseStream, _: &str, span: Span) -> Result<Also> {
+        let content;
+        parenthesized!(content in input);
+        let group = parse_also(&content)?;
+        Ok(Also { group, span })
+    }
+}
 
 /// A parsed value and the span errors about it point at.
 #[derive(Debug, Clone)]
@@ -123,35 +274,6 @@ pub(crate) struct Rate {
     pub(crate) text: String,
 }
 
-/// The arguments that describe one key and its limits: the function's own
-/// (main) group, or one `also(...)` group. `None` for the ones left out.
-#[derive(Default)]
-pub(crate) struct GroupArgs {
-    /// In microseconds.
-    pub(crate) period: Option<Arg<u64>>,
-    pub(crate) threshold: Option<Arg<u64>>,
-    /// The span is the brackets'; each rate keeps its string's span.
-    pub(crate) limits: Option<Arg<Vec<Arg<Rate>>>>,
-    pub(crate) key: Option<Arg<Expr>>,
-    pub(crate) algorithm: Option<Arg<Algorithm>>,
-    pub(crate) cost: Option<Arg<u64>>,
-    pub(crate) burst: Option<Arg<u64>>,
-    pub(crate) slots: Option<Arg<u64>>,
-    /// Units one process may lease at most (quota leasing).
-    pub(crate) lease: Option<Arg<u64>>,
-    pub(crate) name: Option<Arg<LitStr>>,
-    /// A flag: the span is the keyword's.
-    pub(crate) reset_on_success: Option<Arg<()>>,
-    /// The expression giving each call's tier.
-    pub(crate) tier: Option<Arg<Expr>>,
-    /// `tiers(free = [..], pro = [..])`; the span is the `tiers` keyword's.
-    pub(crate) tiers: Option<Arg<Vec<TierArg>>>,
-    /// At most this many calls in flight per key.
-    pub(crate) max_in_flight: Option<Arg<u64>>,
-    /// The lease of an in-flight slot, in microseconds.
-    pub(crate) in_flight_ttl: Option<Arg<u64>>,
-}
-
 /// One tier of `tiers(...)`: its name and its limits.
 pub(crate) struct TierArg {
     /// As written (an identifier or a string), with its span.
@@ -174,29 +296,21 @@ pub(crate) enum Count {
     Failures,
 }
 
-/// The arguments as written; `None` for the ones left out.
-#[derive(Default)]
-pub(crate) struct Args {
-    /// The function's own key and limits.
-    pub(crate) group: GroupArgs,
-    pub(crate) limiter: Option<Arg<Expr>>,
-    pub(crate) on_error: Option<Arg<OnError>>,
-    pub(crate) krate: Option<Arg<Path>>,
-    pub(crate) also: Vec<Also>,
-    pub(crate) count: Option<Arg<Count>>,
-    pub(crate) count_if: Option<Arg<Expr>>,
-    pub(crate) on_reject: Option<Arg<Expr>>,
-    /// A flag: the span is the keyword's.
-    pub(crate) headers: Option<Arg<()>>,
-    /// The longest wait for room, in microseconds; the span is the value's.
-    pub(crate) wait: Option<Arg<u64>>,
-}
-
 impl Parse for Args {
     fn parse(input: ParseStream) -> Result<Self> {
         let mut args = Args::default();
         while !input.is_empty() {
-            args.parse_one(input)?;
+            if !input.peek(Ident::peek_any) {
+                return Err(Error::new(
+                    input.span(),
+                    format!("expected an argument, one of {}", listed(ARGUMENTS)),
+                ));
+            }
+            let word = input.call(Ident::parse_any)?;
+            let keyword = word.unraw().to_string();
+            if !args.read(&keyword, word.span(), input)? {
+                return Err(Error::new(word.span(), unknown_argument_message(&keyword)));
+            }
             if input.is_empty() {
                 break;
             }
@@ -206,245 +320,23 @@ impl Parse for Args {
     }
 }
 
-impl Args {
-    /// Parses one argument into its field.
-    fn parse_one(&mut self, input: ParseStream) -> Result<()> {
-        if self.group.parse_one(input)? {
-            return Ok(());
-        }
-        if input.peek(kw::limiter) {
-            let keyword = input.parse::<kw::limiter>()?;
-            input.parse::<Token![=]>()?;
-            set_once(
-                &mut self.limiter,
-                "limiter",
-                keyword.span,
-                parse_expr(input)?,
-            )
-        } else if input.peek(kw::on_error) {
-            let keyword = input.parse::<kw::on_error>()?;
-            input.parse::<Token![=]>()?;
-            set_once(
-                &mut self.on_error,
-                "on_error",
-                keyword.span,
-                parse_on_error(input)?,
-            )
-        } else if input.peek(Token![crate]) {
-            let keyword = input.parse::<Token![crate]>()?;
-            input.parse::<Token![=]>()?;
-            set_once(
-                &mut self.krate,
-                "crate",
-                keyword.span,
-                parse_crate_path(input)?,
-            )
-        } else if input.peek(kw::also) {
-            let keyword = input.parse::<kw::also>()?;
-            let content;
-            parenthesized!(content in input);
-            let group = parse_also(&content)?;
-            self.also.push(Also {
-                group,
-                span: keyword.span,
-            });
-            Ok(())
-        } else if input.peek(kw::count) {
-            let keyword = input.parse::<kw::count>()?;
-            input.parse::<Token![=]>()?;
-            set_once(
-                &mut self.count,
-                "count",
-                keyword.span,
-                parse_count_mode(input)?,
-            )
-        } else if input.peek(kw::count_if) {
-            let keyword = input.parse::<kw::count_if>()?;
-            input.parse::<Token![=]>()?;
-            set_once(
-                &mut self.count_if,
-                "count_if",
-                keyword.span,
-                parse_expr(input)?,
-            )
-        } else if input.peek(kw::on_reject) {
-            let keyword = input.parse::<kw::on_reject>()?;
-            input.parse::<Token![=]>()?;
-            set_once(
-                &mut self.on_reject,
-                "on_reject",
-                keyword.span,
-                parse_expr(input)?,
-            )
-        } else if input.peek(kw::wait) {
-            let keyword = input.parse::<kw::wait>()?;
-            input.parse::<Token![=]>()?;
-            set_once(
-                &mut self.wait,
-                "wait",
-                keyword.span,
-                parse_duration(input, "wait")?,
-            )
-        } else if input.peek(kw::headers) {
-            let keyword = input.parse::<kw::headers>()?;
-            set_once(
-                &mut self.headers,
-                "headers",
-                keyword.span,
-                parse_flag(input, "headers", keyword.span)?,
-            )
-        } else if input.peek(Ident::peek_any) {
-            let unknown = input.call(Ident::parse_any)?;
-            Err(Error::new(
-                unknown.span(),
-                unknown_argument_message(&unknown.unraw().to_string()),
-            ))
-        } else {
-            Err(Error::new(
-                input.span(),
-                format!("expected an argument, one of {}", listed(&ARGUMENTS)),
-            ))
-        }
-    }
-}
-
-impl GroupArgs {
-    /// Parses one argument describing a key and its limits; `false`, having
-    /// consumed nothing, when the next argument is not one of those.
-    fn parse_one(&mut self, input: ParseStream) -> Result<bool> {
-        if input.peek(kw::period) {
-            let keyword = input.parse::<kw::period>()?;
-            input.parse::<Token![=]>()?;
-            set_once(
-                &mut self.period,
-                "period",
-                keyword.span,
-                parse_duration(input, "period")?,
-            )?;
-        } else if input.peek(kw::threshold) {
-            let keyword = input.parse::<kw::threshold>()?;
-            input.parse::<Token![=]>()?;
-            set_once(
-                &mut self.threshold,
-                "threshold",
-                keyword.span,
-                parse_count(input, "threshold")?,
-            )?;
-        } else if input.peek(kw::limits) {
-            let keyword = input.parse::<kw::limits>()?;
-            input.parse::<Token![=]>()?;
-            set_once(
-                &mut self.limits,
-                "limits",
-                keyword.span,
-                parse_limits(input)?,
-            )?;
-        } else if input.peek(kw::key) {
-            let keyword = input.parse::<kw::key>()?;
-            input.parse::<Token![=]>()?;
-            set_once(&mut self.key, "key", keyword.span, parse_expr(input)?)?;
-        } else if input.peek(kw::algorithm) {
-            let keyword = input.parse::<kw::algorithm>()?;
-            input.parse::<Token![=]>()?;
-            set_once(
-                &mut self.algorithm,
-                "algorithm",
-                keyword.span,
-                parse_algorithm(input)?,
-            )?;
-        } else if input.peek(kw::cost) {
-            let keyword = input.parse::<kw::cost>()?;
-            input.parse::<Token![=]>()?;
-            set_once(
-                &mut self.cost,
-                "cost",
-                keyword.span,
-                parse_count(input, "cost")?,
-            )?;
-        } else if input.peek(kw::burst) {
-            let keyword = input.parse::<kw::burst>()?;
-            input.parse::<Token![=]>()?;
-            set_once(
-                &mut self.burst,
-                "burst",
-                keyword.span,
-                parse_count(input, "burst")?,
-            )?;
-        } else if input.peek(kw::slots) {
-            let keyword = input.parse::<kw::slots>()?;
-            input.parse::<Token![=]>()?;
-            set_once(
-                &mut self.slots,
-                "slots",
-                keyword.span,
-                parse_count(input, "slots")?,
-            )?;
-        } else if input.peek(kw::lease) {
-            let keyword = input.parse::<kw::lease>()?;
-            input.parse::<Token![=]>()?;
-            set_once(
-                &mut self.lease,
-                "lease",
-                keyword.span,
-                parse_count(input, "lease")?,
-            )?;
-        } else if input.peek(kw::max_in_flight) {
-            let keyword = input.parse::<kw::max_in_flight>()?;
-            input.parse::<Token![=]>()?;
-            set_once(
-                &mut self.max_in_flight,
-                "max_in_flight",
-                keyword.span,
-                parse_count(input, "max_in_flight")?,
-            )?;
-        } else if input.peek(kw::in_flight_ttl) {
-            let keyword = input.parse::<kw::in_flight_ttl>()?;
-            input.parse::<Token![=]>()?;
-            set_once(
-                &mut self.in_flight_ttl,
-                "in_flight_ttl",
-                keyword.span,
-                parse_duration(input, "in_flight_ttl")?,
-            )?;
-        } else if input.peek(kw::name) {
-            let keyword = input.parse::<kw::name>()?;
-            input.parse::<Token![=]>()?;
-            let name: LitStr = input.parse()?;
-            let span = name.span();
-            set_once(&mut self.name, "name", keyword.span, Arg::new(name, span))?;
-        } else if input.peek(kw::reset_on_success) {
-            let keyword = input.parse::<kw::reset_on_success>()?;
-            set_once(
-                &mut self.reset_on_success,
-                "reset_on_success",
-                keyword.span,
-                parse_flag(input, "reset_on_success", keyword.span)?,
-            )?;
-        } else if input.peek(kw::tiers) {
-            let keyword = input.parse::<kw::tiers>()?;
-            set_once(
-                &mut self.tiers,
-                "tiers",
-                keyword.span,
-                parse_tiers(input, keyword.span)?,
-            )?;
-        } else if input.peek(kw::tier) {
-            let keyword = input.parse::<kw::tier>()?;
-            input.parse::<Token![=]>()?;
-            set_once(&mut self.tier, "tier", keyword.span, parse_expr(input)?)?;
-        } else {
-            return Ok(false);
-        }
-        Ok(true)
-    }
-}
-
 /// The inside of `also(...)`: the arguments of one group, nothing else.
 fn parse_also(input: ParseStream) -> Result<GroupArgs> {
     let mut group = GroupArgs::default();
     while !input.is_empty() {
-        if !group.parse_one(input)? {
-            return Err(also_argument_error(input));
+        if !input.peek(Ident::peek_any) {
+            return Err(Error::new(
+                input.span(),
+                format!(
+                    "expected an argument of `also(...)`, one of {}",
+                    listed(ALSO_ARGUMENTS)
+                ),
+            ));
+        }
+        let word = input.call(Ident::parse_any)?;
+        let keyword = word.unraw().to_string();
+        if !group.read(&keyword, word.span(), input)? {
+            return Err(also_argument_error(word.span(), &keyword));
         }
         if input.is_empty() {
             break;
@@ -455,24 +347,17 @@ fn parse_also(input: ParseStream) -> Result<GroupArgs> {
 }
 
 /// The error for an argument `also(...)` does not take, at its name.
-fn also_argument_error(input: ParseStream) -> Error {
-    let expected = listed(&ALSO_ARGUMENTS);
-    if input.peek(kw::also) {
+fn also_argument_error(span: Span, written: &str) -> Error {
+    let expected = listed(ALSO_ARGUMENTS);
+    if written == "also" {
         return Error::new(
-            input.span(),
+            span,
             "`also(...)` cannot be nested: write each extra key as its own `also(...)` among the main arguments",
         );
     }
-    let Ok(word) = input.call(Ident::parse_any) else {
+    if ARGUMENTS.contains(&written) {
         return Error::new(
-            input.span(),
-            format!("expected an argument of `also(...)`, one of {expected}"),
-        );
-    };
-    let written = word.unraw().to_string();
-    if ARGUMENTS.contains(&written.as_str()) {
-        return Error::new(
-            word.span(),
+            span,
             format!(
                 "`{written}` applies to the whole function, not to one `also(...)` group; move it to the main \
                  arguments (`also(...)` takes {expected})"
@@ -481,10 +366,10 @@ fn also_argument_error(input: ParseStream) -> Error {
     }
     let mut message =
         format!("unknown argument `{written}` in `also(...)`; expected one of {expected}");
-    if let Some(close) = closest(&written, &ALSO_ARGUMENTS) {
+    if let Some(close) = closest(written, ALSO_ARGUMENTS) {
         message.push_str(&format!(" (did you mean `{close}`?)"));
     }
-    Error::new(word.span(), message)
+    Error::new(span, message)
 }
 
 /// A flag takes no value: `headers`, not `headers = true`.
@@ -625,19 +510,6 @@ fn bad_rate_message(text: &str) -> String {
     ratewall_grammar::BadRate(text.to_owned()).to_string()
 }
 
-/// The one place that refuses an argument written twice, at the second
-/// occurrence's keyword.
-fn set_once<T>(slot: &mut Option<Arg<T>>, name: &str, keyword: Span, value: Arg<T>) -> Result<()> {
-    if slot.is_some() {
-        return Err(Error::new(
-            keyword,
-            format!("`{name}` given twice; keep one"),
-        ));
-    }
-    *slot = Some(value);
-    Ok(())
-}
-
 /// `a`, `b`, `c`: the names quoted and joined, for messages.
 pub(crate) fn listed(names: &[&str]) -> String {
     names
@@ -648,9 +520,9 @@ pub(crate) fn listed(names: &[&str]) -> String {
 }
 
 fn unknown_argument_message(unknown: &str) -> String {
-    let expected = listed(&ARGUMENTS);
+    let expected = listed(ARGUMENTS);
     let mut message = format!("unknown argument `{unknown}`; expected one of {expected}");
-    if let Some(close) = closest(unknown, &ARGUMENTS) {
+    if let Some(close) = closest(unknown, ARGUMENTS) {
         message.push_str(&format!(" (did you mean `{close}`?)"));
     }
     message
@@ -1154,9 +1026,9 @@ mod tests {
         let message = error(quote!(also(name = "a", tresh = 5)));
         assert!(
             message.starts_with(
-                "unknown argument `tresh` in `also(...)`; expected one of `name`, `key`, `limits`, `period`, \
-                 `threshold`, `algorithm`, `cost`, `burst`, `slots`, `lease`, `max_in_flight`, `in_flight_ttl`, \
-                 `reset_on_success`"
+                "unknown argument `tresh` in `also(...)`; expected one of `period`, `threshold`, `key`, \
+                 `algorithm`, `cost`, `burst`, `slots`, `lease`, `max_in_flight`, `in_flight_ttl`, `name`, \
+                 `limits`, `tier`, `tiers`, `reset_on_success`"
             ),
             "{message}"
         );
@@ -1237,10 +1109,10 @@ mod tests {
 
     #[test]
     fn closest_finds_typos_only() {
-        assert_eq!(closest("treshold", &ARGUMENTS), Some("threshold"));
-        assert_eq!(closest("perod", &ARGUMENTS), Some("period"));
-        assert_eq!(closest("tresh", &ARGUMENTS), Some("threshold"));
-        assert_eq!(closest("fooooo", &ARGUMENTS), None);
+        assert_eq!(closest("treshold", ARGUMENTS), Some("threshold"));
+        assert_eq!(closest("perod", ARGUMENTS), Some("period"));
+        assert_eq!(closest("tresh", ARGUMENTS), Some("threshold"));
+        assert_eq!(closest("fooooo", ARGUMENTS), None);
     }
 
     #[test]
