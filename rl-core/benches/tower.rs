@@ -13,6 +13,12 @@
 //!   `x-ratelimit-remaining` (`use_headers()`), the counterpart of
 //!   `rl_layer`; `bare` is the app without a limit.
 //! - `refused`: one client over its limit, every request answered `429`.
+//! - `proxied`: the same 1 024 clients behind a reverse proxy: every
+//!   request comes from the proxy's address (`10.0.0.1`) with the client in
+//!   `X-Forwarded-For`. Both sides proxy-aware and with headers, like with
+//!   like: `rl_layer_trusted_proxies` trusts `10.0.0.0/8`
+//!   (`trusted_proxies`), `tower_governor_smart_headers` takes the client
+//!   from the headers with `SmartIpKeyExtractor` (it trusts any sender).
 //!
 //! Requests per second are the reciprocal of the time per request (one
 //! thread); the ratio of `rl_layer*` to `tower_governor` is what the README
@@ -32,11 +38,13 @@ use axum::extract::ConnectInfo;
 use axum::http::{Request, StatusCode};
 use axum::routing::get;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use ratewall::http::TrustedProxies;
 use ratewall::tower::{KeyFrom, RateLimitLayer};
 use ratewall::{Limit, Limiter};
 use tower::ServiceExt;
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
+use tower_governor::key_extractor::SmartIpKeyExtractor;
 
 /// Client IPs of the `allowed` group.
 const CLIENTS: u32 = 1024;
@@ -59,6 +67,19 @@ fn request(peer: SocketAddr) -> Request<Body> {
     request
 }
 
+/// The proxy every `proxied` request comes from.
+const PROXY: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 443);
+
+/// `client`'s request as the proxy forwards it.
+fn forwarded(client: SocketAddr) -> Request<Body> {
+    let mut request = Request::get("/")
+        .header("x-forwarded-for", client.ip().to_string())
+        .body(Body::empty())
+        .unwrap();
+    request.extensions_mut().insert(ConnectInfo(PROXY));
+    request
+}
+
 fn peer(i: u32) -> SocketAddr {
     SocketAddr::new(IpAddr::V4(Ipv4Addr::from(0xC000_0200 + i)), 40_000)
 }
@@ -72,6 +93,32 @@ fn rl(limit: Limit, headers: bool) -> Router {
         .build()
         .unwrap();
     app().route_layer(layer)
+}
+
+/// `rl` with headers behind the proxy: the client is the right-most
+/// `X-Forwarded-For` entry a trusted proxy added.
+fn rl_trusted_proxies(limit: Limit) -> Router {
+    let limiter = Arc::new(Limiter::builder().memory().build().unwrap());
+    let proxies: TrustedProxies = "10.0.0.0/8".parse().unwrap();
+    let layer = RateLimitLayer::builder("bench")
+        .key("bench", [limit], KeyFrom::client_ip())
+        .limiter(limiter)
+        .trusted_proxies(proxies)
+        .build()
+        .unwrap();
+    app().route_layer(layer)
+}
+
+/// `governor_headers` taking the client from the forwarding headers.
+fn governor_smart_headers(per_nanos: u64, burst: u32) -> Router {
+    let config = GovernorConfigBuilder::default()
+        .key_extractor(SmartIpKeyExtractor)
+        .use_headers()
+        .per_nanosecond(per_nanos)
+        .burst_size(burst)
+        .finish()
+        .unwrap();
+    app().route_layer(GovernorLayer::new(Arc::new(config)))
 }
 
 fn governor(per_nanos: u64, burst: u32) -> Router {
@@ -96,20 +143,22 @@ fn governor_headers(per_nanos: u64, burst: u32) -> Router {
     app().route_layer(GovernorLayer::new(Arc::new(config)))
 }
 
-/// Sends requests from `clients` peers in turn, checking each status once.
+/// Sends requests from `clients` peers in turn (each made by `make`),
+/// checking each status once.
 fn bench(
     c: &mut Criterion,
     group: &str,
     apps: &[(&str, Router)],
     clients: u32,
     status: StatusCode,
+    make: fn(SocketAddr) -> Request<Body>,
 ) {
     let mut group = c.benchmark_group(group);
     group.throughput(Throughput::Elements(1));
     let peers: Vec<SocketAddr> = (0..clients).map(peer).collect();
     for (name, app) in apps {
         for &peer in &peers {
-            let response = now(app.clone().oneshot(request(peer))).unwrap();
+            let response = now(app.clone().oneshot(make(peer))).unwrap();
             let expected = if *name == "bare" {
                 StatusCode::OK
             } else {
@@ -121,7 +170,7 @@ fn bench(
         group.bench_function(*name, |b| {
             b.iter(|| {
                 i = (i + 1) % peers.len();
-                black_box(now(app.clone().oneshot(request(peers[i]))).unwrap())
+                black_box(now(app.clone().oneshot(make(peers[i]))).unwrap())
             })
         });
     }
@@ -138,7 +187,15 @@ fn tower(c: &mut Criterion) {
         ("tower_governor", governor(1, u32::MAX)),
         ("tower_governor_headers", governor_headers(1, u32::MAX)),
     ];
-    bench(c, "allowed", &allowed, CLIENTS, StatusCode::OK);
+    bench(c, "allowed", &allowed, CLIENTS, StatusCode::OK, request);
+    let proxied = [
+        ("rl_layer_trusted_proxies", rl_trusted_proxies(ample)),
+        (
+            "tower_governor_smart_headers",
+            governor_smart_headers(1, u32::MAX),
+        ),
+    ];
+    bench(c, "proxied", &proxied, CLIENTS, StatusCode::OK, forwarded);
     // Refused: one request per hour, spent by the check of the first request.
     let hourly = Limit::per_hour(1).unwrap();
     let refused = [
@@ -151,7 +208,14 @@ fn tower(c: &mut Criterion) {
         }
     };
     warm(&refused);
-    bench(c, "refused", &refused, 1, StatusCode::TOO_MANY_REQUESTS);
+    bench(
+        c,
+        "refused",
+        &refused,
+        1,
+        StatusCode::TOO_MANY_REQUESTS,
+        request,
+    );
 }
 
 criterion_group!(benches, tower);
