@@ -209,10 +209,15 @@ async fn inspect_shows_the_leases_a_hot_identity_holds() {
         .lease_ttl(Duration::from_secs(60))
         .build()
         .unwrap();
-    let limit = Limit::per_minute(100_000)
+    // An hourly window, entered well before its end: the lease and the
+    // state it is shown with belong to one window, and a window that ends
+    // between taking the lease and inspecting it shows a fresh state with
+    // no lease (seen once, on a per-minute window).
+    let limit = Limit::per_hour(100_000)
         .and_then(|l| l.with_algorithm(Algorithm::FixedWindow))
         .and_then(|l| l.with_lease(1_000))
         .unwrap();
+    wait_out_the_last(Duration::from_secs(60), Duration::from_secs(3600));
     let spec = ratewall::CallSpec::owned(
         "api_key",
         vec![ratewall::GroupSpec::owned("api_key", vec![limit])],
@@ -251,6 +256,20 @@ async fn inspect_shows_the_leases_a_hot_identity_holds() {
         .assert_ok()
         .json();
     assert_eq!(json["limits"][0]["leases"], serde_json::json!([]));
+}
+
+/// Sleeps past the next boundary of windows of length `window` (aligned to
+/// the Unix epoch, as the fixed window's are; the test's Redis runs on this
+/// machine's clock) when it is less than `margin` away.
+fn wait_out_the_last(margin: Duration, window: Duration) {
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("a clock after 1970");
+    let into = Duration::from_micros((since_epoch.as_micros() % window.as_micros()) as u64);
+    let left = window - into;
+    if left < margin {
+        std::thread::sleep(left + Duration::from_secs(1));
+    }
 }
 
 #[tokio::test]

@@ -270,7 +270,10 @@ impl Shape {
             other => unreachable!("no path {other}"),
         };
         let took = start.elapsed();
-        assert_eq!(matched, n, "{path}: every decision gives the shape's answer");
+        assert_eq!(
+            matched, n,
+            "{path}: every decision gives the shape's answer"
+        );
         took
     }
 }
