@@ -138,8 +138,10 @@ impl<'l> Requests<'l> {
     /// Passes every layer; a backend failure is returned as `Err` unless
     /// the failure policy decides in process.
     pub async fn acquire(&self, key: &Key, limit: &Limit, cost: u64) -> Result<Decision, Error> {
-        let requests = [Request::new(key, limit, cost)];
-        Ok(*self.acquire_all(&requests).await?.binding())
+        // One request: its one target on the stack.
+        let request = Request::new(key, limit, cost);
+        let targets = [target_of(&request, scope_of(key.head()))];
+        Ok(*self.decide_targets(Op::Acquire, &targets).await?.binding())
     }
 
     /// Decides several limits together, all-or-nothing, in one round trip,
@@ -236,8 +238,13 @@ impl<'l> Requests<'l> {
     /// Runs a deciding `op` on `requests`: every decision, or the error.
     async fn decide(&self, op: Op<'_>, requests: &[Request<'_>]) -> Result<Decisions, Error> {
         let targets = named_targets(requests, None);
+        self.decide_targets(op, &targets).await
+    }
+
+    /// [`Requests::decide`] of `targets`, each named by its key's scope.
+    async fn decide_targets(&self, op: Op<'_>, targets: &[Target<'_>]) -> Result<Decisions, Error> {
         let name = targets.first().map_or("", |t| t.name);
-        let mut call = Call::new(op, &targets, name, self.limiter.policy_for(name, None));
+        let mut call = Call::new(op, targets, name, self.limiter.policy_for(name, None));
         call.every_decision = true;
         match self.limiter.pipeline.run(&mut call, ALL).await {
             Answer::Decided { decisions, .. } | Answer::Shadowed { decisions, .. } => Ok(decisions),
@@ -296,6 +303,7 @@ fn target_of<'a>(request: &'a Request<'a>, name: &'a str) -> Target<'a> {
 
 /// The (escaped) scope of a key head `prefix:{scope:`.
 fn scope_of(head: &str) -> &str {
-    let open = head.find('{').map_or(0, |i| i + 1);
+    // A short prefix before the brace: a byte loop, not `memchr`'s set-up.
+    let open = head.bytes().position(|b| b == b'{').map_or(0, |i| i + 1);
     head.get(open..head.len().saturating_sub(1)).unwrap_or("")
 }
