@@ -217,7 +217,7 @@ async fn inspect_shows_the_leases_a_hot_identity_holds() {
         .and_then(|l| l.with_algorithm(Algorithm::FixedWindow))
         .and_then(|l| l.with_lease(1_000))
         .unwrap();
-    wait_out_the_last(Duration::from_secs(60), Duration::from_secs(3600)).await;
+    server.away_from_window_end(Duration::from_secs(3600)).await;
     let spec = ratewall::CallSpec::owned(
         "api_key",
         vec![ratewall::GroupSpec::owned("api_key", vec![limit])],
@@ -256,20 +256,6 @@ async fn inspect_shows_the_leases_a_hot_identity_holds() {
         .assert_ok()
         .json();
     assert_eq!(json["limits"][0]["leases"], serde_json::json!([]));
-}
-
-/// Sleeps past the next boundary of windows of length `window` (aligned to
-/// the Unix epoch, as the fixed window's are; the test's Redis runs on this
-/// machine's clock) when it is less than `margin` away.
-async fn wait_out_the_last(margin: Duration, window: Duration) {
-    let since_epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("a clock after 1970");
-    let into = Duration::from_micros((since_epoch.as_micros() % window.as_micros()) as u64);
-    let left = window - into;
-    if left < margin {
-        tokio::time::sleep(left + Duration::from_secs(1)).await;
-    }
 }
 
 #[tokio::test]

@@ -25,20 +25,6 @@ fn limits() -> [Limit; 2] {
     ]
 }
 
-/// Waits, if needed, so that at least a minute is left in the current
-/// fixed window of `period` (by the server's clock).
-async fn away_from_window_end(
-    server_time: impl std::future::Future<Output = (u64, u64)>,
-    period: Duration,
-) {
-    let (seconds, micros) = server_time.await;
-    let now = Duration::from_secs(seconds) + Duration::from_micros(micros);
-    let left = period - Duration::from_micros((now.as_micros() % period.as_micros()) as u64);
-    if left < Duration::from_secs(60) {
-        tokio::time::sleep(left + Duration::from_secs(1)).await;
-    }
-}
-
 /// `CALLERS` concurrent acquires spread over the backends, all on one key.
 async fn race(backends: &Arc<Vec<RedisBackend>>, key: &Key, limit: &Limit) -> Vec<Decision> {
     let mut tasks = tokio::task::JoinSet::new();
@@ -97,11 +83,7 @@ async fn a_thousand_callers_on_sixteen_instances_admit_exactly_the_threshold() {
     let backends = Arc::new(backends);
     for limit in limits() {
         if limit.algorithm() == Algorithm::FixedWindow {
-            away_from_window_end(
-                async { server.cmd::<(u64, u64)>(&["TIME"]).await },
-                limit.period(),
-            )
-            .await;
+            server.away_from_window_end(limit.period()).await;
         }
         let key = Key::new("race", limit.algorithm().name(), "hot");
         let decisions = race(&backends, &key, &limit).await;
@@ -128,12 +110,9 @@ async fn a_thousand_callers_on_sixteen_instances_admit_exactly_the_threshold_on_
     let backends = Arc::new(backends);
     for limit in limits() {
         if limit.algorithm() == Algorithm::FixedWindow {
-            let node = &cluster.masters()[0];
-            away_from_window_end(
-                async { node.cmd::<(u64, u64)>(&["TIME"]).await },
-                limit.period(),
-            )
-            .await;
+            cluster.masters()[0]
+                .away_from_window_end(limit.period())
+                .await;
         }
         let key = Key::new("race", limit.algorithm().name(), "hot");
         let decisions = race(&backends, &key, &limit).await;

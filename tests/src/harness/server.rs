@@ -441,6 +441,19 @@ impl RedisServer {
         process::build_cmd(args).query_async(&mut con).await
     }
 
+    /// Waits, if needed, so that at least a minute is left in the current
+    /// fixed window of `period` by this server's clock (`TIME`): a test that
+    /// reads back what it wrote in a fixed window must not see the window
+    /// end in between.
+    pub async fn away_from_window_end(&self, period: Duration) {
+        let (seconds, micros) = self.cmd::<(u64, u64)>(&["TIME"]).await;
+        let now = Duration::from_secs(seconds) + Duration::from_micros(micros);
+        let left = period - Duration::from_micros((now.as_micros() % period.as_micros()) as u64);
+        if left < Duration::from_secs(60) {
+            tokio::time::sleep(left + Duration::from_secs(1)).await;
+        }
+    }
+
     /// Runs one command on a fresh blocking connection (5 s timeouts), for
     /// code outside an async runtime.
     pub fn blocking_cmd<T: FromRedisValue>(&self, args: &[&str]) -> RedisResult<T> {
