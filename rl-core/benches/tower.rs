@@ -44,7 +44,7 @@ use ratewall::{Limit, Limiter};
 use tower::ServiceExt;
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
-use tower_governor::key_extractor::SmartIpKeyExtractor;
+use tower_governor::key_extractor::{KeyExtractor, PeerIpKeyExtractor, SmartIpKeyExtractor};
 
 /// Client IPs of the `allowed` group.
 const CLIENTS: u32 = 1024;
@@ -85,40 +85,25 @@ fn peer(i: u32) -> SocketAddr {
 }
 
 fn rl(limit: Limit, headers: bool) -> Router {
-    let limiter = Arc::new(Limiter::builder().memory().build().unwrap());
-    let layer = RateLimitLayer::builder("bench")
-        .key("bench", [limit], KeyFrom::client_ip())
-        .limiter(limiter)
-        .headers(headers)
-        .build()
-        .unwrap();
-    app().route_layer(layer)
+    rl_layer(limit, headers, None)
 }
 
 /// `rl` with headers behind the proxy: the client is the right-most
 /// `X-Forwarded-For` entry a trusted proxy added.
 fn rl_trusted_proxies(limit: Limit) -> Router {
-    let limiter = Arc::new(Limiter::builder().memory().build().unwrap());
-    let proxies: TrustedProxies = "10.0.0.0/8".parse().unwrap();
-    let layer = RateLimitLayer::builder("bench")
-        .key("bench", [limit], KeyFrom::client_ip())
-        .limiter(limiter)
-        .trusted_proxies(proxies)
-        .build()
-        .unwrap();
-    app().route_layer(layer)
+    rl_layer(limit, true, Some("10.0.0.0/8".parse().unwrap()))
 }
 
-/// `governor_headers` taking the client from the forwarding headers.
-fn governor_smart_headers(per_nanos: u64, burst: u32) -> Router {
-    let config = GovernorConfigBuilder::default()
-        .key_extractor(SmartIpKeyExtractor)
-        .use_headers()
-        .per_nanosecond(per_nanos)
-        .burst_size(burst)
-        .finish()
-        .unwrap();
-    app().route_layer(GovernorLayer::new(Arc::new(config)))
+fn rl_layer(limit: Limit, headers: bool, proxies: Option<TrustedProxies>) -> Router {
+    let limiter = Arc::new(Limiter::builder().memory().build().unwrap());
+    let mut layer = RateLimitLayer::builder("bench")
+        .key("bench", [limit], KeyFrom::client_ip())
+        .limiter(limiter)
+        .headers(headers);
+    if let Some(proxies) = proxies {
+        layer = layer.trusted_proxies(proxies);
+    }
+    app().route_layer(layer.build().unwrap())
 }
 
 fn governor(per_nanos: u64, burst: u32) -> Router {
@@ -132,9 +117,23 @@ fn governor(per_nanos: u64, burst: u32) -> Router {
 
 /// `tower_governor` with its `x-ratelimit-*` headers on admitted responses
 /// (`use_headers`), the counterpart of `rl_layer` with its `RateLimit`
-/// fields.
+/// fields, keyed by the peer address.
 fn governor_headers(per_nanos: u64, burst: u32) -> Router {
+    governor_headers_by(PeerIpKeyExtractor, per_nanos, burst)
+}
+
+/// `governor_headers` taking the client from the forwarding headers.
+fn governor_smart_headers(per_nanos: u64, burst: u32) -> Router {
+    governor_headers_by(SmartIpKeyExtractor, per_nanos, burst)
+}
+
+fn governor_headers_by<K>(key: K, per_nanos: u64, burst: u32) -> Router
+where
+    K: KeyExtractor + Send + Sync + 'static,
+    K::Key: Send + Sync + 'static,
+{
     let config = GovernorConfigBuilder::default()
+        .key_extractor(key)
         .use_headers()
         .per_nanosecond(per_nanos)
         .burst_size(burst)

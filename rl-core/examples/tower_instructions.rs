@@ -33,7 +33,7 @@ use ratewall::{Limit, Limiter};
 use tower::ServiceExt;
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
-use tower_governor::key_extractor::SmartIpKeyExtractor;
+use tower_governor::key_extractor::{KeyExtractor, PeerIpKeyExtractor, SmartIpKeyExtractor};
 
 /// Polls a future that completes without suspending.
 fn now<F: Future>(future: F) -> F::Output {
@@ -78,25 +78,8 @@ fn main() {
                 .unwrap();
             app.route_layer(GovernorLayer::new(Arc::new(config)))
         }
-        "tower_governor_headers" => {
-            let config = GovernorConfigBuilder::default()
-                .use_headers()
-                .per_nanosecond(1)
-                .burst_size(u32::MAX)
-                .finish()
-                .unwrap();
-            app.route_layer(GovernorLayer::new(Arc::new(config)))
-        }
-        "tower_governor_smart" => {
-            let config = GovernorConfigBuilder::default()
-                .key_extractor(SmartIpKeyExtractor)
-                .use_headers()
-                .per_nanosecond(1)
-                .burst_size(u32::MAX)
-                .finish()
-                .unwrap();
-            app.route_layer(GovernorLayer::new(Arc::new(config)))
-        }
+        "tower_governor_headers" => governor_headers(app, PeerIpKeyExtractor),
+        "tower_governor_smart" => governor_headers(app, SmartIpKeyExtractor),
         other => {
             eprintln!("unknown variant `{other}`");
             std::process::exit(2);
@@ -104,6 +87,23 @@ fn main() {
     };
     warm(&app, 2048, proxied);
     measured(&app, n, proxied);
+}
+
+/// `app` under `tower_governor` with its `x-ratelimit-*` headers, keyed by
+/// `key`, every request admitted.
+fn governor_headers<K>(app: Router, key: K) -> Router
+where
+    K: KeyExtractor + Send + Sync + 'static,
+    K::Key: Send + Sync + 'static,
+{
+    let config = GovernorConfigBuilder::default()
+        .key_extractor(key)
+        .use_headers()
+        .per_nanosecond(1)
+        .burst_size(u32::MAX)
+        .finish()
+        .unwrap();
+    app.route_layer(GovernorLayer::new(Arc::new(config)))
 }
 
 #[inline(never)]

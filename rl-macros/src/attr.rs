@@ -59,14 +59,7 @@ macro_rules! arguments {
             /// read) into its field; `false`, having read nothing more, when
             /// it is not one of the group's.
             fn read(&mut self, keyword: &str, span: Span, input: ParseStream) -> Result<bool> {
-                match keyword {
-                    $( keyword!($gfield $(, $gkw)?) => {
-                        let value = read::$gread(input, keyword!($gfield $(, $gkw)?), span)?;
-                        Field::store(&mut self.$gfield, keyword!($gfield $(, $gkw)?), span, value)?;
-                    } )*
-                    _ => return Ok(false),
-                }
-                Ok(true)
+                read_into!(self, keyword, span, input, $( $gfield $(as $gkw)? = $gread ),*)
             }
         }
 
@@ -77,15 +70,24 @@ macro_rules! arguments {
                 if self.group.read(keyword, span, input)? {
                     return Ok(true);
                 }
-                match keyword {
-                    $( keyword!($cfield $(, $ckw)?) => {
-                        let value = read::$cread(input, keyword!($cfield $(, $ckw)?), span)?;
-                        Field::store(&mut self.$cfield, keyword!($cfield $(, $ckw)?), span, value)?;
-                    } )*
-                    _ => return Ok(false),
-                }
-                Ok(true)
+                read_into!(self, keyword, span, input, $( $cfield $(as $ckw)? = $cread ),*)
             }
+        }
+    };
+}
+
+/// Reads the argument `$keyword` names (the keyword already read) into its
+/// field of `$owner`, one of `$field`s, with its reader: `Ok(true)`, or
+/// `Ok(false)` having read nothing more when it names none of them.
+macro_rules! read_into {
+    ($owner:expr, $keyword:expr, $span:expr, $input:expr, $( $field:ident $(as $kw:literal)? = $read:ident ),*) => {
+        match $keyword {
+            $( keyword!($field $(, $kw)?) => {
+                let value = read::$read($input, keyword!($field $(, $kw)?), $span)?;
+                Field::store(&mut $owner.$field, keyword!($field $(, $kw)?), $span, value)?;
+                Ok(true)
+            } )*
+            _ => Ok(false),
         }
     };
 }
