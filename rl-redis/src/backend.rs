@@ -904,6 +904,16 @@ impl Backend for RedisBackend {
         })
     }
 
+    fn charge<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(async move {
+            Request::check_charge(requests).map_err(BackendError::Invalid)?;
+            self.each_group(Op::Charge, 0, requests).await.map(drop)
+        })
+    }
+
     fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(async move { self.each_group(Op::Reset, 0, requests).await.map(drop) })
     }

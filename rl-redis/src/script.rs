@@ -142,6 +142,9 @@ pub(crate) enum Op {
     /// Take back a call given up on, by its request id (see
     /// `lua/batch.lua`, `cancel_once`).
     CancelOnce,
+    /// Take each request's cost on top of its state (a settled cost's
+    /// debt; `lua/batch.lua`, `charge`).
+    Charge,
     Reset,
     /// Acquire, leasing extra units of rate limits (quota leasing, `lua/lease.lua`).
     Lease,
@@ -164,6 +167,7 @@ impl Op {
             Op::Refund => "refund",
             Op::RefundOnce => "refund_once",
             Op::CancelOnce => "cancel_once",
+            Op::Charge => "charge",
             Op::Reset => "reset",
             Op::Lease => "lease",
             Op::Release => "release",

@@ -1,6 +1,6 @@
 //! The Redis backend decides exactly like the in-memory reference.
 //!
-//! Random sequences of acquire, peek, refund, reset, lease takes and
+//! Random sequences of acquire, peek, refund, charge, reset, lease takes and
 //! returns, reservations of waiting calls and their cancellation, and clock
 //! advances (0 to 2 periods, exact window, slot and retry boundaries
 //! included) run against
@@ -92,6 +92,13 @@ enum Step {
         key: usize,
         limit: usize,
     },
+    /// Takes more units whatever the limits say (a settled cost's debt):
+    /// up to twice the largest limit, so the states go past their limits.
+    Charge {
+        key: usize,
+        limits: Vec<usize>,
+        units: u64,
+    },
     /// An acquire leasing up to `extra` more units per limit.
     Lease {
         key: usize,
@@ -177,6 +184,7 @@ fn step(limits: usize, keys: usize) -> impl Strategy<Value = Step> {
         2 => Just(Step::RefundLast),
         1 => (0..keys, chosen(), cost()).prop_map(|(key, limits, cost)| Step::RefundNow { key, limits, cost }),
         1 => (0..keys, 0..limits).prop_map(|(key, limit)| Step::Reset { key, limit }),
+        2 => (0..keys, chosen(), 1u64..=12).prop_map(|(key, limits, units)| Step::Charge { key, limits, units }),
         4 => (0..keys, chosen(), cost(), 0u64..=1_000_000)
             .prop_map(|(key, limits, cost, wait_ppm)| Step::Reserve { key, limits, cost, wait_ppm }),
         2 => Just(Step::CancelLast),
@@ -403,6 +411,19 @@ async fn run_case_on(
                     m.is_ok(),
                     r.is_ok(),
                     "refund at step {}: {:?} vs {:?}",
+                    index,
+                    m,
+                    r
+                );
+            }
+            Step::Charge { key, limits, units } => {
+                let batch = requests(*key, limits, *units);
+                let m = memory.charge(&batch).await;
+                let r = redis.charge(&batch).await;
+                prop_assert_eq!(
+                    m.is_ok(),
+                    r.is_ok(),
+                    "charge at step {}: {:?} vs {:?}",
                     index,
                     m,
                     r

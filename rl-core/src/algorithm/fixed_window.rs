@@ -4,7 +4,7 @@
 //!   `reset_after = 0` when nothing is counted in the current window.
 //! - expires at the window's end.
 
-use super::State;
+use super::{DEBT_CAP, State};
 use crate::model::decision::{Decision, Figures};
 use crate::model::limit::Limit;
 
@@ -54,6 +54,17 @@ impl State for Window {
         if now < self.end && self.end == (at / p + 1) * p {
             self.count = self.count.saturating_sub(cost);
         }
+    }
+
+    fn charge(&mut self, limit: &Limit, now: u64, units: u64) {
+        if units == 0 {
+            return;
+        }
+        let p = limit.period_micros();
+        let end = (now / p + 1) * p;
+        let count = if self.end == end { self.count } else { 0 };
+        self.end = end;
+        self.count = count.saturating_add(units).min(DEBT_CAP);
     }
 
     fn expires_at(&self) -> u64 {

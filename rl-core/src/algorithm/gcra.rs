@@ -20,7 +20,7 @@
 //! outlives its key). The conversion depends on the state alone, so
 //! `retry_after` stays exact.
 
-use super::State;
+use super::{DEBT_CAP, State};
 use crate::model::decision::{Decision, Figures};
 use crate::model::limit::Limit;
 
@@ -97,6 +97,22 @@ impl State for Tat {
                 interval,
                 written: now,
             }
+        };
+    }
+
+    fn charge(&mut self, limit: &Limit, now: u64, units: u64) {
+        if units == 0 {
+            return;
+        }
+        let interval = limit.emission_interval_micros();
+        let ahead = self.measured_in(interval, now).max(now) - now;
+        let ahead = ahead
+            .saturating_add(units.saturating_mul(interval))
+            .min(DEBT_CAP);
+        *self = Tat {
+            tat: now + ahead,
+            interval,
+            written: now,
         };
     }
 

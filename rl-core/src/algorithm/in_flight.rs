@@ -58,6 +58,8 @@ impl State for Flight {
         self.held = self.held.saturating_sub(cost);
     }
 
+    fn charge(&mut self, _limit: &Limit, _now: u64, _units: u64) {}
+
     fn expires_at(&self) -> u64 {
         if self.held > 0 { u64::MAX } else { 0 }
     }

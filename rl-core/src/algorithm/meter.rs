@@ -26,7 +26,7 @@
 //! of the new limit, draining at the new rate from the last write, until
 //! the expiry that write set (a state never outlives its key).
 
-use super::State;
+use super::{DEBT_CAP, State};
 use crate::model::decision::{Decision, Figures};
 use crate::model::limit::Limit;
 
@@ -106,6 +106,17 @@ impl State for Meter {
         let level = self
             .level(limit, now)
             .saturating_sub(cost.saturating_mul(limit.period_micros()));
+        self.store(limit, now, level);
+    }
+
+    fn charge(&mut self, limit: &Limit, now: u64, units: u64) {
+        if units == 0 {
+            return;
+        }
+        let level = self
+            .level(limit, now)
+            .saturating_add(units.saturating_mul(limit.period_micros()))
+            .min(DEBT_CAP);
         self.store(limit, now, level);
     }
 

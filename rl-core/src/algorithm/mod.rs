@@ -49,6 +49,14 @@ pub(crate) use sliding_window::Slots;
 use crate::model::decision::Decision;
 use crate::model::limit::Limit;
 
+/// The most a charge leaves a state holding, in its own measure (µs ahead
+/// for GCRA, scaled units for the buckets, units for a fixed window, units
+/// × period for a sliding window's slot): `2^52`, where every integer an
+/// algorithm computes stays exact in a double (Lua's numbers), as the limits
+/// themselves do ([`ratewall_grammar::MAX_CAPACITY_PERIOD`]). Debt past it
+/// lapses; no estimate off by less than centuries of quota reaches it.
+pub(crate) const DEBT_CAP: u64 = ratewall_grammar::MAX_CAPACITY_PERIOD;
+
 /// The state of one identity under one limit, and what can be done with it.
 pub(crate) trait State: Default + std::fmt::Debug + Send + 'static {
     /// Decides a call of `cost` units at `now`; consumes them when allowed
@@ -57,6 +65,17 @@ pub(crate) trait State: Default + std::fmt::Debug + Send + 'static {
 
     /// Gives back `cost` units taken by a decision made at `at`.
     fn refund(&mut self, limit: &Limit, now: u64, cost: u64, at: u64);
+
+    /// Takes `units` more at `now` whatever the limit says: the part of a
+    /// call's actual cost above the estimate it was admitted with (its
+    /// settled cost). What goes past the limit is debt that later calls pay:
+    /// the windows count past `T` in the current window or slot (refusing
+    /// until it has passed), GCRA moves its TAT and the buckets their level
+    /// past the tolerance (refusing until the rate has drained it), the
+    /// sliding log adds entries at `now` (at most `T`: more could not refuse
+    /// anything `T` do not). Debt is kept up to [`DEBT_CAP`]. In-flight
+    /// limits have no cost to settle.
+    fn charge(&mut self, limit: &Limit, now: u64, units: u64);
 
     /// Gives back `units` unused units of a lease taken at `at` that left
     /// the state expiring at `stamp` ([`crate::Leased::stamp`]), only where

@@ -19,6 +19,14 @@ pub(crate) struct Log {
     expires: u64,
 }
 
+#[cfg(test)]
+impl Log {
+    /// The entries held (live or not yet trimmed).
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
 impl State for Log {
     fn decide(&mut self, limit: &Limit, now: u64, cost: u64, commit: bool) -> Decision {
         let (t, p) = (limit.threshold(), limit.period_micros());
@@ -73,6 +81,25 @@ impl State for Log {
                 true
             }
         });
+    }
+
+    fn charge(&mut self, limit: &Limit, now: u64, units: u64) {
+        let (t, p) = (limit.threshold(), limit.period_micros());
+        if self.is_idle(now) {
+            *self = Log::default();
+        }
+        let log = &mut self.entries;
+        while log.front().is_some_and(|&oldest| oldest + p <= now) {
+            log.pop_front();
+        }
+        // Entries of one time leave together: past `T` of them at `now`,
+        // more could refuse nothing more.
+        let at_now = log.iter().filter(|&&entry| entry == now).count() as u64;
+        let add = units.min(t.saturating_sub(at_now));
+        if add > 0 {
+            log.extend(std::iter::repeat_n(now, add as usize));
+            self.expires = self.expires.max(now + p);
+        }
     }
 
     fn expires_at(&self) -> u64 {

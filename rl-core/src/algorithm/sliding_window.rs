@@ -18,7 +18,7 @@
 
 use std::collections::VecDeque;
 
-use super::State;
+use super::{DEBT_CAP, State};
 use crate::model::decision::{Decision, Figures};
 use crate::model::limit::Limit;
 
@@ -119,6 +119,29 @@ impl State for Slots {
         if let Some((_, c)) = self.slots.iter_mut().find(|(i, _)| *i == at / size) {
             *c = c.saturating_sub(cost);
         }
+    }
+
+    fn charge(&mut self, limit: &Limit, now: u64, units: u64) {
+        if units == 0 {
+            return;
+        }
+        let n = limit.slots();
+        let size = limit.period_micros() / n;
+        let s = now / size;
+        if self.expires <= now {
+            self.slots.clear();
+        }
+        let slots = &mut self.slots;
+        while slots.front().is_some_and(|(i, _)| *i + n < s) {
+            slots.pop_front();
+        }
+        let cap = DEBT_CAP / limit.period_micros();
+        match slots.back_mut() {
+            Some((i, c)) if *i == s => *c = c.saturating_add(units).min(cap),
+            _ => slots.push_back((s, units.min(cap))),
+        }
+        let newest = slots.iter().filter(|(_, c)| *c > 0).map(|(i, _)| *i).max();
+        self.expires = (newest.unwrap_or(s) + n + 1) * size;
     }
 
     fn expires_at(&self) -> u64 {

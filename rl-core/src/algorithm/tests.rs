@@ -31,12 +31,17 @@ impl Cell {
     fn expires_at(&mut self, algorithm: Algorithm) -> u64 {
         self.state(algorithm).expires()
     }
+
+    fn log_len(&self) -> usize {
+        self.log.len()
+    }
 }
 
 /// [`State`] as a trait object, for the dispatch above.
 trait Dispatch {
     fn decide(&mut self, limit: &Limit, now: u64, cost: u64, commit: bool) -> Decision;
     fn refund(&mut self, limit: &Limit, now: u64, cost: u64, at: u64);
+    fn charge(&mut self, limit: &Limit, now: u64, units: u64);
     fn expires(&self) -> u64;
 }
 
@@ -46,6 +51,9 @@ impl<S: State> Dispatch for S {
     }
     fn refund(&mut self, limit: &Limit, now: u64, cost: u64, at: u64) {
         State::refund(self, limit, now, cost, at)
+    }
+    fn charge(&mut self, limit: &Limit, now: u64, units: u64) {
+        State::charge(self, limit, now, units)
     }
     fn expires(&self) -> u64 {
         State::expires_at(self)
@@ -104,6 +112,29 @@ impl Timeline {
 
     fn refund(&mut self, cost: u64, at: u64) {
         refund(&self.limit, &mut self.cell, self.now, cost, at);
+    }
+
+    fn charge(&mut self, units: u64) {
+        let algorithm = self.limit.algorithm();
+        self.cell
+            .state(algorithm)
+            .charge(&self.limit, self.now, units);
+    }
+
+    /// Unit calls admitted from now until `horizon_us` later, each made as
+    /// soon as the last refusal's `retry_after` allows.
+    fn admitted_within(&mut self, horizon_us: u64) -> u64 {
+        let end = self.now + horizon_us;
+        let mut admitted = 0;
+        while self.now < end {
+            let d = decide(&self.limit, &mut self.cell, self.now, 1, true);
+            if d.allowed {
+                admitted += 1;
+            } else {
+                self.now += us(d.retry_after).max(1);
+            }
+        }
+        admitted
     }
 }
 
@@ -396,4 +427,110 @@ fn state_expires_exactly_when_it_equals_a_fresh_one() {
             "{algorithm}"
         );
     }
+}
+
+// ---------- settled costs: debt ----------
+
+#[test]
+fn debt_charged_to_gcra_and_the_buckets_is_paid_unit_for_unit_by_later_calls() {
+    for algorithm in [
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+        Algorithm::LeakyBucket,
+    ] {
+        let horizon = 80 * S;
+        let baseline = Timeline::new(algorithm, 4, 8)
+            .at(0)
+            .admitted_within(horizon);
+        for debt in [1, 3, 4, 9, 25] {
+            let mut t = Timeline::new(algorithm, 4, 8);
+            t.at(0).charge(debt);
+            assert_eq!(
+                t.admitted_within(horizon),
+                baseline - debt,
+                "{algorithm}: a debt of {debt}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_charge_past_the_limit_refuses_until_the_debt_has_drained() {
+    // 4 per 8 s: one unit every 2 s. One unit taken, then 5 more charged:
+    // 6 units in use, 2 past the capacity of 4.
+    for algorithm in [
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+        Algorithm::LeakyBucket,
+    ] {
+        let mut t = Timeline::new(algorithm, 4, 8);
+        assert!(t.at(0).call(1).allowed);
+        t.charge(5);
+        let refused = t.peek(1);
+        assert_refused(refused, 6 * S);
+        assert_eq!(refused.remaining, 0, "{algorithm}");
+        assert!(!t.at(6 * S - 1).peek(1).allowed, "{algorithm}");
+        assert!(t.at(6 * S).call(1).allowed, "{algorithm}");
+    }
+}
+
+#[test]
+fn a_window_counts_its_debt_until_the_window_ends() {
+    let mut t = Timeline::new(Algorithm::FixedWindow, 4, 10);
+    assert!(t.at(S).call(1).allowed);
+    t.charge(5);
+    let refused = t.peek(1);
+    assert_refused(refused, 9 * S);
+    assert_eq!(refused.remaining, 0);
+    // The next window starts fresh: a window's count never outlives it.
+    assert_allowed(t.at(10 * S).call(4), 0, 10 * S);
+
+    let mut t = Timeline::new(Algorithm::SlidingWindow, 4, 10);
+    assert!(t.at(0).call(1).allowed);
+    t.charge(5);
+    assert!(!t.peek(1).allowed);
+    // Charged to the current slot, it decays out of the window as that
+    // slot does.
+    assert!(!t.at(10 * S).peek(1).allowed);
+    assert!(t.at(11 * S).call(4).allowed);
+}
+
+#[test]
+fn the_sliding_log_takes_at_most_its_threshold_of_debt_at_one_time() {
+    let mut t = Timeline::new(Algorithm::SlidingLog, 4, 10);
+    assert!(t.at(S).call(1).allowed);
+    t.charge(100);
+    assert_eq!(t.cell.log_len(), 4);
+    assert_refused(t.peek(1), 10 * S);
+    t.at(2 * S).charge(2);
+    assert_eq!(t.cell.log_len(), 6);
+    // Room for one more needs three to leave: the third oldest is at 1 s.
+    assert_refused(t.at(3 * S).peek(1), 8 * S);
+    assert!(t.at(12 * S).call(4).allowed);
+}
+
+#[test]
+fn a_charge_creates_state_and_gives_it_a_ttl() {
+    for algorithm in Algorithm::ALL {
+        if algorithm == Algorithm::InFlight {
+            continue;
+        }
+        let mut t = Timeline::new(algorithm, 3, 7);
+        t.at(123).charge(2);
+        let expires = t.cell.expires_at(algorithm);
+        assert!(expires > T0 + 123, "{algorithm}");
+        assert!(!t.peek(2).allowed, "{algorithm}: 2 of 3 charged");
+        assert!(t.peek(1).allowed, "{algorithm}: 1 of 3 left");
+    }
+}
+
+#[test]
+fn debt_stops_at_the_cap_where_integers_stay_exact() {
+    let mut t = Timeline::new(Algorithm::Gcra, 1, 1);
+    t.at(0).charge(u64::MAX);
+    assert_eq!(t.cell.expires_at(Algorithm::Gcra), T0 + super::DEBT_CAP);
+    let mut t = Timeline::new(Algorithm::FixedWindow, 1, 1);
+    t.at(0).charge(u64::MAX);
+    t.charge(u64::MAX);
+    assert!(!t.peek(1).allowed);
 }

@@ -38,6 +38,8 @@ pub(crate) struct Attempt<'r> {
     /// The groups whose identity is allow-listed (bit `i`: group `i`):
     /// they take nothing and are not decided.
     pub(crate) skipped: u64,
+    /// This call's cost in each group (empty: the groups' own).
+    pub(crate) costs: &'r [u64],
 }
 
 /// An [`Attempt`] that owns what it borrows, for a call decided later (a
@@ -48,7 +50,11 @@ pub(crate) struct OwnedAttempt {
     identities: Identities,
     chosen: Chosen,
     skipped: u64,
+    costs: Costs,
 }
+
+/// A call's cost in each group (empty: the groups' own), owned.
+pub(crate) type Costs = smallvec::SmallVec<[u64; 2]>;
 
 impl OwnedAttempt {
     /// The attempt, borrowing from this.
@@ -58,6 +64,7 @@ impl OwnedAttempt {
             identities: &self.identities,
             chosen: self.chosen.clone(),
             skipped: self.skipped,
+            costs: &self.costs,
         }
     }
 }
@@ -74,14 +81,17 @@ impl<'r> Attempt<'r> {
         resolved: &'r Arc<Resolved>,
         identities: &'r [Identity],
         tiers: &[&str],
+        costs: &'r [u64],
     ) -> Result<Self, Box<Decided<'l>>> {
         if !resolved.special {
-            return Ok(Self {
+            let attempt = Self {
                 resolved,
                 identities,
                 chosen: Chosen::new(),
                 skipped: resolved.allow_listed(&limiter.registry, identities),
-            });
+                costs,
+            };
+            return attempt.with_checked_costs(spec);
         }
         if let Some(problem) = &resolved.problem {
             return Err(Box::new(Err(misconfigured(spec, problem))));
@@ -98,12 +108,37 @@ impl<'r> Attempt<'r> {
             return Err(Box::new(Err(misconfigured(spec, problem))));
         }
         let skipped = resolved.allow_listed_tiered(&limiter.registry, identities, &chosen);
-        Ok(Self {
+        Self {
             resolved,
             identities,
             chosen,
             skipped,
-        })
+            costs,
+        }
+        .with_checked_costs(spec)
+    }
+
+    /// This attempt, if the call's own costs ([`crate::Keys::costs`]) fit
+    /// the limits each group is decided by (a spec's own costs were
+    /// checked when it was resolved); else the call is refused as
+    /// unavailable (logged).
+    #[inline(always)]
+    fn with_checked_costs<'l>(self, spec: &CallSpec) -> Result<Self, Box<Decided<'l>>> {
+        if self.costs.is_empty() {
+            return Ok(self);
+        }
+        for (index, &cost) in self.costs.iter().enumerate() {
+            let (name, _, limits, _) = self.resolved.part(index, &self.chosen);
+            let problem = limits
+                .iter()
+                .filter(|limit| !limit.is_in_flight())
+                .find_map(|limit| limit.check_cost(cost).err());
+            if let Some(problem) = problem {
+                let problem = LimitError::BadCall(format!("group `{name}`: {problem}"));
+                return Err(Box::new(Err(crate::limiter::bad_call(spec, problem))));
+            }
+        }
+        Ok(self)
     }
 
     /// This attempt, owning what it borrows.
@@ -113,6 +148,7 @@ impl<'r> Attempt<'r> {
             identities: self.identities.iter().cloned().collect(),
             chosen: self.chosen.clone(),
             skipped: self.skipped,
+            costs: self.costs.iter().copied().collect(),
         }
     }
 
@@ -126,12 +162,14 @@ impl<'r> Attempt<'r> {
         if self.chosen.is_empty() {
             self.resolved.fill_targets(
                 self.identities,
+                self.costs,
                 |i, _| skipped & (1 << i) == 0,
                 &mut targets,
             );
         } else {
             self.resolved.fill_tiered(
                 self.identities,
+                self.costs,
                 &self.chosen,
                 |i| skipped & (1 << i) == 0,
                 &mut targets,
@@ -239,7 +277,8 @@ impl<'r> Attempt<'r> {
             } if decisions.allowed() => Admission::Backend(decisions),
             answer => self.admission(spec, targets, answer)?,
         };
-        let settle = (spec.counting() == Counting::Settled).then(|| self.settle(id));
+        let settle = (spec.counting() == Counting::Settled || self.resolved.settles)
+            .then(|| self.settle(id));
         let tiers = if self.chosen.is_empty() {
             None
         } else {
@@ -301,6 +340,7 @@ impl<'r> Attempt<'r> {
             skipped: self.skipped,
             chosen: self.chosen.clone(),
             id: id.map(String::into_boxed_str),
+            costs: self.costs.iter().copied().collect(),
         })
     }
 }

@@ -57,6 +57,7 @@ pub struct GroupSpec {
     limits: Cow<'static, [Limit]>,
     cost: u64,
     reset_on_success: bool,
+    settled: bool,
     /// `Some` for a tiered group: its declared tiers (see [`GroupSpec::tiered`]).
     tiers: Option<Cow<'static, [Tier]>>,
 }
@@ -71,6 +72,7 @@ impl GroupSpec {
             limits: Cow::Borrowed(limits),
             cost: 1,
             reset_on_success: false,
+            settled: false,
             tiers: None,
         }
     }
@@ -82,6 +84,7 @@ impl GroupSpec {
             limits: Cow::Owned(limits),
             cost: 1,
             reset_on_success: false,
+            settled: false,
             tiers: None,
         }
     }
@@ -99,6 +102,24 @@ impl GroupSpec {
     pub const fn reset_on_success(mut self) -> Self {
         self.reset_on_success = true;
         self
+    }
+
+    /// This group's cost is an estimate, settled once the call knows the
+    /// real one ([`Permit::settle_cost`]): the call takes the estimate (its
+    /// [`GroupSpec::with_cost`], or the call's own, [`Keys::costs`](crate::Keys::costs)),
+    /// and the settlement gives back what it took beyond the real cost, or
+    /// charges what the real cost took beyond it as debt later calls pay
+    /// (see [`Permit::settle_cost`] for how each algorithm takes debt). A
+    /// permit dropped unsettled keeps the estimate. The tokens of a call to a
+    /// language model, known only from its response, are the example.
+    pub const fn settled(mut self) -> Self {
+        self.settled = true;
+        self
+    }
+
+    /// Whether this group's cost is settled after the call ([`GroupSpec::settled`]).
+    pub const fn settles_cost(&self) -> bool {
+        self.settled
     }
 
     /// The group's name.
@@ -156,6 +177,7 @@ impl GroupSpec {
             limits: Cow::Borrowed(&[]),
             cost: 1,
             reset_on_success: false,
+            settled: false,
             tiers: Some(Cow::Borrowed(tiers)),
         }
     }
@@ -168,6 +190,7 @@ impl GroupSpec {
             limits: Cow::Owned(Vec::new()),
             cost: 1,
             reset_on_success: false,
+            settled: false,
             tiers: Some(Cow::Owned(tiers)),
         }
     }
@@ -473,6 +496,9 @@ pub(crate) struct Settle {
     /// The request id the call was decided under, when it may be taken
     /// back by it (a settled call on a remote store).
     pub(crate) id: Option<Box<str>>,
+    /// The call's cost in each group (empty: the groups' own), what a
+    /// settled cost is measured against.
+    pub(crate) costs: crate::limiter::attempt::Costs,
 }
 
 /// An admitted call.
@@ -586,6 +612,58 @@ impl Permit<'_> {
         };
         self.limiter
             .settle(self.spec, &settle, &self.admission, None)
+            .await;
+    }
+
+    /// Settles this call's cost now that it is known ([`GroupSpec::settled`]):
+    /// in each settled group (every group of a spec that marks none), the
+    /// estimate the call took is replaced by `actual`, in one step per
+    /// group. Below the estimate, the difference is given back (as a
+    /// refund: to the decision's window or slot for the window algorithms,
+    /// from the TAT or level for GCRA and the buckets). Above it, the
+    /// difference is charged now whatever the limit says: debt that later
+    /// calls pay before any passes. GCRA and the buckets carry debt forward
+    /// unit for unit (the budget is exact over time whatever the estimates
+    /// were); a fixed or sliding window counts it in the current window or
+    /// slot, where it lapses with the window; a sliding log takes at most
+    /// its threshold at once. `0` gives the whole estimate back (a request
+    /// that was never sent). A permit dropped unsettled keeps its estimate.
+    ///
+    /// Works on every store, in all-or-nothing groups and tiers; a call
+    /// admitted by the in-process fallback is settled there, and a call let
+    /// through without a decision has nothing to settle. Failures are
+    /// logged, not returned: the call already ran. Needs a settled group or
+    /// [`Counting::Settled`] (logged and ignored otherwise).
+    ///
+    /// ```
+    /// use ratewall::{CallSpec, GroupSpec, Keys, Limit, Limiter};
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let limiter = Limiter::builder().memory().build()?;
+    /// // Requests per minute (one each) and tokens per minute (estimated,
+    /// // settled from the response), decided together.
+    /// let chat = CallSpec::owned("chat", vec![
+    ///     GroupSpec::owned("chat_rpm", vec![Limit::per_minute(500)?]),
+    ///     GroupSpec::owned("chat_tpm", vec![Limit::per_minute(10_000)?]).settled(),
+    /// ]);
+    /// let permit = limiter.call_with(&chat, Keys::new(&[&"team-a", &"team-a"]).costs(&[1, 4_000])).await?;
+    /// let used = 6_500; // the response's usage
+    /// permit.settle_cost(used).await;
+    /// // 10 000 - 6 500 left: a call estimated at 4 000 no longer fits.
+    /// assert!(limiter.call_with(&chat, Keys::new(&[&"team-a", &"team-a"]).costs(&[1, 4_000])).await.is_err());
+    /// assert!(limiter.call_with(&chat, Keys::new(&[&"team-a", &"team-a"]).costs(&[1, 3_500])).await.is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # });
+    /// ```
+    pub async fn settle_cost(self, actual: u64) {
+        let Some(settle) = &self.settle else {
+            tracing::warn!(
+                call = self.spec.name(),
+                "a permit's cost was settled, but its call has no settled group (`GroupSpec::settled`): nothing settled"
+            );
+            return;
+        };
+        self.limiter
+            .settle_cost(self.spec, settle, &self.admission, actual)
             .await;
     }
 

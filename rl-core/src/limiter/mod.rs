@@ -284,13 +284,16 @@ impl Limiter {
         // macro and the tower layer pass): nothing to check or render
         // first.
         if let Some(part) = keys.direct(spec) {
-            return self.decide_once(spec, &[Identity::of(part)], &[]);
+            return self.decide_once(spec, &[Identity::of(part)], &[], &[]);
         }
         if let Err(rejection) = keys.check(spec) {
             return CallFuture::ready(Err(rejection));
         }
+        let costs = keys.call_costs();
         keys.with_tiers(|tiers| {
-            keys.with_identities(|identities| self.decide(spec, identities, tiers, keys.max_wait()))
+            keys.with_identities(|identities| {
+                self.decide(spec, identities, tiers, costs, keys.max_wait())
+            })
         })
     }
 
@@ -302,12 +305,13 @@ impl Limiter {
         spec: &'l CallSpec,
         identities: &[Identity],
         tiers: &[&str],
+        costs: &[u64],
         wait: Option<Duration>,
     ) -> CallFuture<'l> {
         if wait.is_some() || spec.waits() {
-            return self.decide_waiting(spec, identities, tiers, wait);
+            return self.decide_waiting(spec, identities, tiers, costs, wait);
         }
-        self.decide_once(spec, identities, tiers)
+        self.decide_once(spec, identities, tiers, costs)
     }
 
     /// Decides a call without waiting: on the direct lane when its spec
@@ -318,15 +322,17 @@ impl Limiter {
         spec: &'l CallSpec,
         identities: &[Identity],
         tiers: &[&str],
+        costs: &[u64],
     ) -> CallFuture<'l> {
         resolve::with(self, spec, |resolved| {
             if resolved.direct
+                && costs.is_empty()
                 && let [identity] = identities
                 && let Some(decided) = self.decide_direct(spec, resolved, identity)
             {
                 return decided;
             }
-            let attempt = match Attempt::new(self, spec, resolved, identities, tiers) {
+            let attempt = match Attempt::new(self, spec, resolved, identities, tiers, costs) {
                 Ok(attempt) => attempt,
                 Err(decided) => return CallFuture::ready(*decided),
             };
@@ -356,10 +362,11 @@ impl Limiter {
         spec: &'l CallSpec,
         identities: &[Identity],
         tiers: &[&str],
+        costs: &[u64],
         wait: Option<Duration>,
     ) -> CallFuture<'l> {
         let max_wait = wait.unwrap_or_else(|| spec.wait().unwrap_or_default());
-        wait::call(self, spec, identities, tiers, max_wait)
+        wait::call(self, spec, identities, tiers, costs, max_wait)
     }
 
     /// Decides a call on the direct lane ([`Resolved::direct`]): one rate

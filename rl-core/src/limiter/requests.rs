@@ -174,6 +174,13 @@ impl<'l> Requests<'l> {
         self.apply(Op::Refund(at_micros), requests, false).await
     }
 
+    /// Takes each request's cost on top of what its state holds, whatever
+    /// the limits say: debt later calls pay ([`crate::Backend::charge`],
+    /// what [`crate::Permit::settle_cost`] does above an estimate).
+    pub async fn charge_all(&self, requests: &[Request<'_>]) -> Result<(), Error> {
+        self.apply(Op::Charge, requests, false).await
+    }
+
     /// Forgets the state of the given keys and limits in the backend.
     pub async fn reset_all(&self, requests: &[Request<'_>]) -> Result<(), Error> {
         self.apply(Op::Reset, requests, false).await

@@ -38,6 +38,8 @@ pub(crate) struct Group {
     pub(crate) limits: Box<[Limit]>,
     pub(crate) cost: u64,
     pub(crate) reset_on_success: bool,
+    /// Whether the group's cost is settled after the call.
+    pub(crate) settles: bool,
     /// Each limit's partition in the limiter's memory store.
     pub(crate) slots: Box<[Option<Slot>]>,
     /// A tiered group's tiers (its own `limits` are then empty).
@@ -80,6 +82,7 @@ impl Group {
         identity: IdentityRef<'a>,
         limit: &'a Limit,
         slot: Option<Slot>,
+        cost: u64,
     ) -> Target<'a> {
         Target {
             name: &self.name,
@@ -89,7 +92,7 @@ impl Group {
             },
             limit,
             // An in-flight slot is one per call, whatever the cost.
-            cost: if limit.is_in_flight() { 1 } else { self.cost },
+            cost: if limit.is_in_flight() { 1 } else { cost },
             slot,
             lease: 0,
         }
@@ -122,6 +125,9 @@ pub(crate) struct Resolved {
     /// direct lane ([`Resolved::direct_target`]) decides it. Resolved again
     /// (so re-checked) after any runtime change: lists, shadow mode, limits.
     pub(crate) direct: bool,
+    /// Whether any group settles its cost after the call (its permit keeps
+    /// what settling needs).
+    pub(crate) settles: bool,
 }
 
 impl Resolved {
@@ -161,6 +167,7 @@ impl Resolved {
                     limits,
                     cost: group.cost(),
                     reset_on_success: group.resets_on_success(),
+                    settles: group.settles_cost(),
                     slots,
                     tiers,
                 }
@@ -185,6 +192,7 @@ impl Resolved {
             && !in_flight
             && !spec.waits()
             && spec.counting() == Counting::Every
+            && !spec.groups().iter().any(GroupSpec::settles_cost)
             && matches!(&*groups, [group] if group.limits.len() == 1 && !group.reset_on_success)
             && limiter.pipeline.direct(mask);
         let mut resolved = Self {
@@ -199,6 +207,7 @@ impl Resolved {
             counters: Prebuilt::new(spec.name()),
             in_flight,
             direct,
+            settles: spec.groups().iter().any(GroupSpec::settles_cost),
         };
         if first_tiered.is_some() {
             resolved.bind_tiers();
@@ -216,15 +225,17 @@ impl Resolved {
         let ([limit], [slot]) = (&*group.limits, &*group.slots) else {
             return None;
         };
-        Some(group.target(identity.as_ref(), limit, *slot))
+        Some(group.target(identity.as_ref(), limit, *slot, group.cost))
     }
 
     /// Adds the targets of the groups `keep` accepts (by index and group)
-    /// to `targets` (built in place: no copy of the batch on the hot path).
+    /// to `targets` (built in place: no copy of the batch on the hot path),
+    /// each group at its cost in `costs` (empty: the group's own).
     #[inline(always)]
     pub(crate) fn fill_targets<'a>(
         &'a self,
         identities: &'a [Identity],
+        costs: &[u64],
         keep: impl Fn(usize, &Group) -> bool,
         targets: &mut Targets<'a>,
     ) {
@@ -233,7 +244,8 @@ impl Resolved {
             && let ([limit], [slot]) = (&*group.limits, &*group.slots)
         {
             if keep(0, group) {
-                targets.push(group.target(identity.as_ref(), limit, *slot));
+                let cost = costs.first().copied().unwrap_or(group.cost);
+                targets.push(group.target(identity.as_ref(), limit, *slot, cost));
             }
             return;
         }
@@ -242,8 +254,9 @@ impl Resolved {
                 continue;
             }
             let identity = identity.as_ref();
+            let cost = costs.get(index).copied().unwrap_or(group.cost);
             for (limit, slot) in group.limits.iter().zip(&*group.slots) {
-                targets.push(group.target(identity, limit, *slot));
+                targets.push(group.target(identity, limit, *slot, cost));
             }
         }
     }

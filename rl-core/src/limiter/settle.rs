@@ -27,17 +27,7 @@ impl Limiter {
         force: Option<bool>,
     ) {
         let resolved = &settle.resolved;
-        // The targets of the groups `keep` accepts, as the call decided them
-        // (its tiers').
-        let targets_of = |keep: &dyn Fn(usize) -> bool| {
-            let mut targets = Targets::new();
-            if settle.chosen.is_empty() {
-                resolved.fill_targets(&settle.identities, |i, _| keep(i), &mut targets);
-            } else {
-                resolved.fill_tiered(&settle.identities, &settle.chosen, keep, &mut targets);
-            }
-            targets
-        };
+        let targets_of = |keep: &dyn Fn(usize) -> bool| settle.targets(keep);
         let decided = |index: usize| settle.skipped & (1 << index) == 0;
         let resets = |index: usize| force.unwrap_or(resolved.groups[index].reset_on_success);
         // A call the backend admitted under a request id is given back by
@@ -86,6 +76,93 @@ impl Limiter {
                 tracing::warn!(limit = &*group.name, %error, "rate limit refund or reset failed");
             }
         }
+    }
+
+    /// Settles the cost of a call whose groups took an estimate
+    /// ([`Permit::settle_cost`]): in each settled group (every group when
+    /// none is marked [`GroupSpec::settled`](crate::GroupSpec::settled)),
+    /// what the estimate took beyond `actual` is given back as of the
+    /// decision, and what `actual` took beyond the estimate is charged now.
+    pub(crate) async fn settle_cost(
+        &self,
+        spec: &CallSpec,
+        settle: &Settle,
+        admission: &Admission,
+        actual: u64,
+    ) {
+        let resolved = &settle.resolved;
+        let marked = resolved.groups.iter().any(|g| g.settles);
+        let mut offset = 0;
+        for (index, group) in resolved.groups.iter().enumerate() {
+            // An allow-listed group took nothing.
+            if settle.skipped & (1 << index) != 0 {
+                continue;
+            }
+            let targets = settle.targets(&|i| i == index);
+            let range = offset..offset + targets.len();
+            offset = range.end;
+            let estimate = settle.costs.get(index).copied().unwrap_or(group.cost);
+            if (marked && !group.settles) || actual == estimate {
+                continue;
+            }
+            let units = actual.abs_diff(estimate);
+            let adjusted: SmallVec<[Target<'_>; 4]> = targets
+                .iter()
+                .map(|t| Target { cost: units, ..*t })
+                .collect();
+            let result = if actual < estimate {
+                self.refund_targets(spec.name(), &adjusted, admission, range, resolved.policy)
+                    .await
+            } else {
+                self.charge_targets(spec.name(), &adjusted, admission, resolved.policy)
+                    .await
+            };
+            match result {
+                Ok(()) => {
+                    tracing::trace!(
+                        limit = &*group.name,
+                        estimate,
+                        actual,
+                        "rate limit cost settled"
+                    );
+                }
+                Err(error) => {
+                    tracing::warn!(limit = &*group.name, estimate, actual, %error, "rate limit cost settlement failed: the estimate stays taken");
+                }
+            }
+        }
+    }
+
+    /// Takes each target's cost as debt ([`Op::Charge`]) where `admission`
+    /// took its units: the backend, or the in-process fallback for a call
+    /// it admitted. A call let through without a decision took nothing and
+    /// is charged nothing. In-flight limits have no cost to settle.
+    async fn charge_targets(
+        &self,
+        name: &str,
+        targets: &[Target<'_>],
+        admission: &Admission,
+        policy: FailurePolicy,
+    ) -> Result<(), Error> {
+        let local = match admission {
+            Admission::Backend(_) => None,
+            Admission::Local { share, .. } => Some(*share),
+            Admission::FailedOpen | Admission::Shadowed(_) | Admission::AllowListed => {
+                return Ok(());
+            }
+        };
+        let kept: SmallVec<[Target<'_>; 4]> = targets
+            .iter()
+            .filter(|t| !t.limit.is_in_flight())
+            .copied()
+            .collect();
+        if kept.is_empty() {
+            return Ok(());
+        }
+        let policy = local.map_or(policy, |share| FailurePolicy::Local { share });
+        let mut call = Call::new(Op::Charge, &kept, name, policy);
+        call.local_only = local.is_some();
+        applied(self.pipeline.run(&mut call, ALL).await)
     }
 
     /// Gives back what `admission` took from `targets` (decisions `range`
@@ -166,5 +243,26 @@ pub(super) fn applied(answer: Answer) -> Result<(), Error> {
             Err(error)
         }
         _ => Ok(()),
+    }
+}
+
+impl Settle {
+    /// The targets of the groups `keep` accepts, as the call decided them
+    /// (its tiers', at its costs).
+    fn targets(&self, keep: &dyn Fn(usize) -> bool) -> Targets<'_> {
+        let mut targets = Targets::new();
+        if self.chosen.is_empty() {
+            self.resolved
+                .fill_targets(&self.identities, &self.costs, |i, _| keep(i), &mut targets);
+        } else {
+            self.resolved.fill_tiered(
+                &self.identities,
+                &self.costs,
+                &self.chosen,
+                keep,
+                &mut targets,
+            );
+        }
+        targets
     }
 }

@@ -338,6 +338,7 @@ impl Resolved {
     pub(crate) fn fill_tiered<'a>(
         &'a self,
         identities: &'a [Identity],
+        costs: &[u64],
         chosen: &[u32],
         keep: impl Fn(usize) -> bool,
         targets: &mut Targets<'a>,
@@ -351,12 +352,14 @@ impl Resolved {
                 head,
                 identity: identity.as_ref(),
             };
+            let cost = costs.get(index).copied().unwrap_or(group.cost);
             for (limit, slot) in limits.iter().zip(slots) {
                 targets.push(Target {
                     name,
                     key,
                     limit,
-                    cost: group.cost,
+                    // An in-flight slot is one per call, whatever the cost.
+                    cost: if limit.is_in_flight() { 1 } else { cost },
                     slot: *slot,
                     lease: 0,
                 });
@@ -551,13 +554,14 @@ impl Limiter {
             counters::decision(name, "failed_open", Source::Policy.name());
             // Nothing was taken: settling gives nothing back.
             let all = resolved.all_groups();
-            let settle = (spec.counting() == Counting::Settled).then(|| {
+            let settle = (spec.counting() == Counting::Settled || resolved.settles).then(|| {
                 Box::new(Settle {
                     resolved: resolved.clone(),
                     identities: identities.iter().cloned().collect(),
                     skipped: all,
                     chosen: Chosen::new(),
                     id: None,
+                    costs: Default::default(),
                 })
             });
             return Ok(Permit {

@@ -91,10 +91,11 @@ pub(crate) fn call<'l>(
     spec: &'l CallSpec,
     identities: &[Identity],
     tiers: &[&str],
+    costs: &[u64],
     max_wait: Duration,
 ) -> CallFuture<'l> {
     resolve::with(limiter, spec, |resolved| {
-        let attempt = match Attempt::new(limiter, spec, resolved, identities, tiers) {
+        let attempt = match Attempt::new(limiter, spec, resolved, identities, tiers, costs) {
             Ok(attempt) => attempt,
             Err(decided) => return CallFuture::ready(*decided),
         };
@@ -111,7 +112,7 @@ pub(crate) fn call<'l>(
         };
         match how {
             How::Reserve => reserve(limiter, spec, &attempt, max_wait),
-            How::Retry => retry(limiter, spec, identities, tiers, max_wait),
+            How::Retry => retry(limiter, spec, identities, tiers, costs, max_wait),
         }
     })
 }
@@ -305,12 +306,13 @@ fn retry<'l>(
     spec: &'l CallSpec,
     identities: &[Identity],
     tiers: &[&str],
+    costs: &[u64],
     max_wait: Duration,
 ) -> CallFuture<'l> {
     let start = Instant::now();
     let mut first_retry = None;
     if !limiter.pipeline.store.is_remote() {
-        match limiter.decide_once(spec, identities, tiers).now() {
+        match limiter.decide_once(spec, identities, tiers, costs).now() {
             Some(Ok(permit)) => return CallFuture::ready(Ok(admitted(permit))),
             Some(Err(rejection)) => match next_try(&rejection, start, max_wait) {
                 None => return CallFuture::ready(Err(rejection)),
@@ -321,13 +323,14 @@ fn retry<'l>(
     }
     let identities: Identities = identities.iter().cloned().collect();
     let tiers: Vec<Box<str>> = tiers.iter().map(|t| Box::from(*t)).collect();
+    let costs: smallvec::SmallVec<[u64; 2]> = costs.iter().copied().collect();
     CallFuture::remote(async move {
         let tiers: Vec<&str> = tiers.iter().map(|t| &**t).collect();
         if let Some(at) = first_retry {
             timer::sleep_until(at).await;
         }
         loop {
-            match limiter.decide_once(spec, &identities, &tiers).await {
+            match limiter.decide_once(spec, &identities, &tiers, &costs).await {
                 Ok(mut permit) => {
                     permit.waited = start.elapsed();
                     return Ok(admitted(permit));

@@ -72,20 +72,9 @@ impl<'a> Request<'a> {
     /// assert!(Request::check_batch(&[Request::new(&key, &minute, 1), Request::new(&key, &also_minute, 1)]).is_err());
     /// ```
     pub fn check_batch(requests: &[Request<'_>]) -> Result<(), LimitError> {
-        let targets: smallvec::SmallVec<[Target<'_>; 4]> = requests
-            .iter()
-            .map(|r| Target {
-                name: "",
-                key: KeyRef::of(r.key),
-                limit: r.limit,
-                cost: r.cost,
-                slot: None,
-                lease: r.holder,
-            })
-            .collect();
         // (As for a peek: an acquire's in-flight limits also need a lease,
         // which the limiter checks and a backend that keeps leases checks.)
-        crate::store::target::validate(Op::Peek, &targets)
+        Self::check_for(requests, Op::Peek)
     }
 
     /// Checks a batch before a backend reserves a slot for it
@@ -101,6 +90,27 @@ impl<'a> Request<'a> {
     /// assert!(Request::check_reservation(&[Request::new(&key, &window, 1)]).is_err());
     /// ```
     pub fn check_reservation(requests: &[Request<'_>]) -> Result<(), LimitError> {
+        Self::check_for(requests, Op::Reserve(0))
+    }
+
+    /// Checks a batch before a backend charges it ([`Backend::charge`]):
+    /// no state named twice and no in-flight limit; the costs may be any
+    /// amount (past the limit is debt).
+    ///
+    /// ```
+    /// use ratewall::{Key, Limit, Request};
+    /// let key = Key::new("app", "tokens", "team-a");
+    /// let minute = Limit::per_minute(100).unwrap();
+    /// assert!(Request::check_charge(&[Request::new(&key, &minute, 250)]).is_ok());
+    /// let slots = Limit::in_flight(4).unwrap();
+    /// assert!(Request::check_charge(&[Request::new(&key, &slots, 1)]).is_err());
+    /// ```
+    pub fn check_charge(requests: &[Request<'_>]) -> Result<(), LimitError> {
+        Self::check_for(requests, Op::Charge)
+    }
+
+    /// The pipeline's check of a batch for `op`, over rendered requests.
+    fn check_for(requests: &[Request<'_>], op: Op<'_>) -> Result<(), LimitError> {
         let targets: smallvec::SmallVec<[Target<'_>; 4]> = requests
             .iter()
             .map(|r| Target {
@@ -112,7 +122,7 @@ impl<'a> Request<'a> {
                 lease: r.holder,
             })
             .collect();
-        crate::store::target::validate(Op::Reserve(0), &targets)
+        crate::store::target::validate(op, &targets)
     }
 }
 
@@ -272,6 +282,29 @@ pub trait Backend: Send + Sync + Debug + 'static {
         requests: &'a [Request<'a>],
     ) -> BoxFuture<'a, Result<Vec<bool>, BackendError>> {
         Box::pin(std::future::ready(Ok(vec![true; requests.len()])))
+    }
+
+    /// Takes each request's cost on top of what its state holds, whatever
+    /// the limit says: a settled call's actual cost above the estimate it
+    /// was admitted with ([`crate::Permit::settle_cost`]). What goes past
+    /// the limit is debt later calls pay (GCRA and the buckets move their
+    /// state forward, the windows count past the threshold; the sliding
+    /// log adds at most `threshold` entries at once, as more could refuse
+    /// nothing more). One atomic step; in-flight limits are refused.
+    ///
+    /// The default answers that the store cannot
+    /// ([`BackendError::Protocol`]); [`crate::MemoryBackend`] and
+    /// `ratewall_redis::RedisBackend` implement it.
+    fn charge<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        let _ = requests;
+        Box::pin(async {
+            Err(BackendError::protocol(
+                "this backend cannot charge a settled cost",
+            ))
+        })
     }
 
     /// Forgets the state of each request's key and limit (the cost is ignored).

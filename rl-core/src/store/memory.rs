@@ -377,6 +377,10 @@ impl MemoryBackend {
                 self.refund_targets(targets, at);
                 Stored::Applied
             }
+            Op::Charge => {
+                self.charge_targets(targets);
+                Stored::Applied
+            }
             Op::Reset => {
                 self.reset_targets(targets);
                 Stored::Applied
@@ -681,6 +685,14 @@ impl MemoryBackend {
         self.with_locked(targets, |now, guards, located| {
             for (target, at) in targets.iter().zip(located) {
                 refund_in(guards.shard(at.shard), at, target, now, at_micros);
+            }
+        });
+    }
+
+    fn charge_targets(&self, targets: &[Target<'_>]) {
+        self.with_locked(targets, |now, guards, located| {
+            for (target, at) in targets.iter().zip(located) {
+                charge_in(guards.shard(at.shard), at, target, now);
             }
         });
     }

@@ -76,6 +76,10 @@ pub(crate) enum Op<'a> {
     Peek,
     /// Give back what an acquire made at this time (µs) took.
     Refund(u64),
+    /// Take each target's cost on top of what its state holds, whatever
+    /// the limit says (a settled call's cost above its estimate: debt that
+    /// later calls pay, see [`crate::Backend::charge`]).
+    Charge,
     /// Forget the targets' state.
     Reset,
     /// Reserve the earliest slot every target allows, no later than this
@@ -97,6 +101,7 @@ impl Op<'_> {
             Op::AcquireOnce(_) => "acquire_once",
             Op::Peek => "peek",
             Op::Refund(_) => "refund",
+            Op::Charge => "charge",
             Op::Reset => "reset",
             Op::Reserve(_) => "reserve",
             Op::Cancel(_) => "cancel",
@@ -121,7 +126,7 @@ impl Op<'_> {
 
 /// Checks a batch before any store decides it: at least one target, every
 /// cost `1 ..= capacity` ([`Limit::check_cost`]; refunds and resets ignore
-/// the cost), and no two targets naming one state (the same key with the
+/// the cost, a charge may be any amount), no in-flight limit charged, and no two targets naming one state (the same key with the
 /// same algorithm and period, see [`Limit::state_id`]): such a pair could
 /// not be decided all-or-nothing, as both would be judged against the state
 /// before either wrote.
@@ -148,6 +153,12 @@ pub(crate) fn validate(op: Op<'_>, targets: &[Target<'_>]) -> Result<(), LimitEr
         }
         if op.decides() {
             a.limit.check_cost(a.cost)?;
+        }
+        if op == Op::Charge && a.limit.is_in_flight() {
+            return Err(LimitError::BadCall(format!(
+                "{} has no cost to settle: an in-flight limit counts running calls, not units",
+                a.limit
+            )));
         }
         if a.limit.is_in_flight() && a.lease == 0 && matches!(op, Op::Acquire | Op::AcquireOnce(_))
         {

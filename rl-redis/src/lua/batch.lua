@@ -3,7 +3,7 @@
 -- single-limit acquire, peek or refund goes through single.lua).
 --
 -- args: op (acquire | acquire_once | peek | refund | refund_once |
--- cancel_once | reset | reserve | cancel | renew), time ('s' = server TIME, or the client's now
+-- cancel_once | charge | reset | reserve | cancel | renew), time ('s' = server TIME, or the client's now
 -- in us), at (us: a refund's time, a reserve's longest wait, a cancel's
 -- slot), extra TTL (ms), then per request: algorithm code, threshold, period
 -- (us), burst, slots, cost; reserve and cancel add two fields per request
@@ -345,6 +345,14 @@ local function batch(keys, args)
     end
     if id_key then
       redis.call('DEL', id_key)
+    end
+  elseif op == 'charge' then
+    for i = 1, count do
+      local r = requests[i]
+      local charge = ALG[r.alg].charge
+      if r.cost > 0 and charge then
+        charge(r, now)
+      end
     end
   elseif op == 'renew' then
     for i = 1, count do

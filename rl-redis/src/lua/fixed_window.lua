@@ -88,5 +88,13 @@ LOADERS.fw = function()
     end
   end
 
+  -- Takes r.cost more in the current window whatever the limit says
+  -- (debt, up to DEBT_CAP). ratewall Window::charge.
+  function M.charge(r, now)
+    local window = idiv(now, r.p)
+    local count = fw_count(r, window) or 0
+    fw_store(r, window, math.min(count + r.cost, DEBT_CAP), now)
+  end
+
   return M
 end

@@ -90,6 +90,14 @@ LOADERS.gc = function()
     end
   end
 
+  -- Takes r.cost more whatever the limit says: the TAT moves past the
+  -- tolerance (debt, at most DEBT_CAP ahead). ratewall Tat::charge.
+  function M.charge(r, now)
+    local interval = cdiv(r.p, r.t)
+    local ahead = math.min(gc_ahead(get_cached(r), now, interval) + r.cost * interval, DEBT_CAP)
+    redis.call('SET', r.key, struct.pack('<ddd', now + ahead, interval, now), 'PX', ttl_ms(now + ahead, now))
+  end
+
   -- The TAT of a state (false when there is none): what a lease left.
   function M.tat(value)
     if not value or #value ~= 24 then

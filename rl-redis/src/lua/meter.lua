@@ -113,6 +113,13 @@ local function meter_module()
     meter_store(r, now, math.max(level, 0))
   end
 
+  -- Takes r.cost more whatever the limit says: the level past the
+  -- capacity is debt (up to DEBT_CAP). ratewall Meter::charge.
+  local function meter_charge(r, now)
+    local level = meter_level(r, now) + r.cost * r.p
+    meter_store(r, now, math.min(level, DEBT_CAP))
+  end
+
   -- Takes back the reservation written as of `at` that left the meter
   -- fresh again at `mark`, if it is still the last write: its cost * P
   -- comes off the level as of `at`. ratewall Meter::unreserve.
@@ -158,6 +165,7 @@ local function meter_module()
     decide = meter_decide,
     decide_at = meter_decide_at,
     refund = meter_refund,
+    charge = meter_charge,
     unreserve = meter_unreserve,
   }
 end

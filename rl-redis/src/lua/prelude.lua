@@ -52,6 +52,11 @@ local function fmt(x)
   return string.format('%.0f', x)
 end
 
+-- The most a charge (a settled cost's debt) leaves a state holding, in its
+-- own measure: 2^52, where every integer stays exact in a double
+-- (ratewall DEBT_CAP). A literal: a library's top level cannot call `math`.
+local DEBT_CAP = 4503599627370496
+
 -- Set by every entry point from its arguments: extra milliseconds added to
 -- every TTL (0 by default).
 local EXTRA_TTL_MS = 0
@@ -101,7 +106,8 @@ end
 -- reset_after_us.
 
 -- Per algorithm code, a loader returning its module: decide(r, now,
--- commit) -> the five values above; refund(r, now, at). A script creates every function
+-- commit) -> the five values above; refund(r, now, at); charge(r, now)
+-- (r.cost > 0 more units whatever the limit says: debt). A script creates every function
 -- it defines again on every call (about 0.1 us each here), so a script
 -- creates each algorithm's functions only when a call uses it; a library
 -- creates them all once, when it is loaded.

@@ -15,7 +15,8 @@ LOADERS.sl = function()
     local last = redis.call('INCRBY', r.seq, c)
     if last == c and live > 0 then
       -- The sequence was lost (evicted or deleted) while entries remain:
-      -- continue above every existing id (bounded: the log holds <= T entries).
+      -- continue above every existing id (bounded: the log holds <= 2T
+      -- entries, T live and at most T more charged as debt).
       local top = 0
       local members = redis.call('ZRANGE', r.key, 0, -1)
       for i = 1, #members do
@@ -98,6 +99,22 @@ LOADERS.sl = function()
       expire(r.key, newest + p, now)
       expire(r.seq, newest + p, now)
     end
+  end
+
+  -- Adds r.cost entries at `now` whatever the limit says, at most T at one
+  -- time (entries of one time leave together: more could refuse nothing
+  -- more). ratewall Log::charge.
+  function M.charge(r, now)
+    local p = r.p
+    redis.call('ZREMRANGEBYSCORE', r.key, '-inf', now - p)
+    local add = math.min(r.cost, r.t - redis.call('ZCOUNT', r.key, now, now))
+    if add <= 0 then
+      return
+    end
+    sl_add(r, now, add, redis.call('ZCARD', r.key))
+    local newest = math.max(tonumber(redis.call('ZRANGE', r.key, -1, -1, 'WITHSCORES')[2]) or now, now)
+    expire(r.key, newest + p, now)
+    expire(r.seq, newest + p, now)
   end
 
   return M

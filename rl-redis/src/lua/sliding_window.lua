@@ -147,5 +147,23 @@ LOADERS.sw = function()
     end
   end
 
+  -- Adds r.cost to the current slot whatever the limit says (debt, a
+  -- slot's count at most DEBT_CAP / P). ratewall Slots::charge.
+  function M.charge(r, now)
+    local n = r.slots
+    local size = idiv(r.p, n)
+    local s = idiv(now, size)
+    local cnt, stale, newest = sw_load(r, s)
+    local c = math.min((cnt[s] or 0) + r.cost, idiv(DEBT_CAP, r.p))
+    redis.call('HSET', r.key, s, c)
+    for j = 1, #stale do
+      redis.call('HDEL', r.key, stale[j])
+    end
+    if newest == nil or s > newest then
+      newest = s
+    end
+    expire(r.key, (newest + n + 1) * size, now)
+  end
+
   return M
 end

@@ -31,6 +31,7 @@ pub struct Keys<'a> {
     identities: Forms<'a>,
     tiers: Option<Forms<'a>>,
     wait: Option<Duration>,
+    costs: &'a [u64],
 }
 
 /// Identities or tiers in one of the forms a call may give them.
@@ -57,6 +58,7 @@ impl fmt::Debug for Keys<'_> {
             .field("identities", &self.identities.len())
             .field("tiers", &self.tiers.map(|t| t.len()))
             .field("wait", &self.wait)
+            .field("costs", &self.costs)
             .finish()
     }
 }
@@ -69,6 +71,7 @@ impl<'a> Keys<'a> {
             identities: Forms::Display(identities),
             tiers: None,
             wait: None,
+            costs: &[],
         }
     }
 
@@ -81,6 +84,7 @@ impl<'a> Keys<'a> {
             identities: Forms::Parts(identities),
             tiers: None,
             wait: None,
+            costs: &[],
         }
     }
 
@@ -129,6 +133,35 @@ impl<'a> Keys<'a> {
         self
     }
 
+    /// This call's cost in each group of the spec, in order, over the
+    /// groups' own [`GroupSpec::with_cost`]: what a call whose cost varies
+    /// takes (the tokens a request is estimated to use, its size). Each must
+    /// be `1 ..= capacity` of its group's limits (else the call is refused
+    /// as unavailable, logged); an in-flight limit always takes one slot.
+    /// With [`GroupSpec::settled`], the cost is an estimate the call settles
+    /// once it knows the real one ([`Permit::settle_cost`]).
+    ///
+    /// ```
+    /// use ratewall::{CallSpec, GroupSpec, Keys, Limit, Limiter};
+    /// let limiter = Limiter::builder().memory().build().unwrap();
+    /// let upload = CallSpec::owned("upload", vec![GroupSpec::owned("upload_mb", vec![Limit::per_minute(100).unwrap()])]);
+    /// let call = |mb: u64| limiter.call_with(&upload, Keys::new(&[&"tenant-1"]).costs(&[mb])).now().unwrap();
+    /// assert!(call(60).is_ok());
+    /// assert!(call(60).is_err()); // 120 MB in a minute: over
+    /// assert!(call(40).is_ok());
+    /// ```
+    #[inline]
+    pub const fn costs(mut self, costs: &'a [u64]) -> Self {
+        self.costs = costs;
+        self
+    }
+
+    /// The costs given ([`Keys::costs`]; empty: the groups' own).
+    #[inline]
+    pub(crate) const fn call_costs(&self) -> &'a [u64] {
+        self.costs
+    }
+
     /// The wait asked for.
     #[inline]
     pub(crate) const fn max_wait(&self) -> Option<Duration> {
@@ -141,6 +174,16 @@ impl<'a> Keys<'a> {
     #[inline]
     pub(crate) fn check(&self, spec: &CallSpec) -> Result<(), Rejection> {
         let groups = spec.groups().len();
+        if !self.costs.is_empty() && self.costs.len() != groups {
+            return Err(crate::limiter::bad_call(
+                spec,
+                LimitError::BadCall(format!(
+                    "call `{}` has {groups} group(s) but was given {} cost(s): give one per group, or none",
+                    spec.name(),
+                    self.costs.len(),
+                )),
+            ));
+        }
         if self.identities.len() == groups && self.tiers.is_none() {
             return Ok(());
         }
@@ -163,8 +206,14 @@ impl<'a> Keys<'a> {
     /// no tier, no wait, for a spec of one group that does not wait.
     #[inline(always)]
     pub(crate) fn direct(&self, spec: &CallSpec) -> Option<Part<'a>> {
-        match (self.identities, self.tiers, self.wait, spec.groups()) {
-            (Forms::Parts([part]), None, None, [_]) if !spec.waits() => Some(*part),
+        match (
+            self.identities,
+            self.tiers,
+            self.wait,
+            self.costs,
+            spec.groups(),
+        ) {
+            (Forms::Parts([part]), None, None, [], [_]) if !spec.waits() => Some(*part),
             _ => None,
         }
     }

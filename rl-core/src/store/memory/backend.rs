@@ -52,6 +52,16 @@ impl Backend for MemoryBackend {
         Box::pin(std::future::ready(Ok(())))
     }
 
+    fn charge<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        let result = Request::check_charge(requests)
+            .map_err(BackendError::Invalid)
+            .map(|()| self.charge_sync(requests));
+        Box::pin(std::future::ready(result))
+    }
+
     fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>> {
         self.reset_sync(requests);
         Box::pin(std::future::ready(Ok(())))

@@ -154,6 +154,35 @@ pub(super) fn refund_in(
     with_state!(target.limit.algorithm(), S => refund::<S>(shard, at, target, now, at_micros))
 }
 
+/// Takes a target's cost as debt ([`State::charge`]), creating its state
+/// when there is none.
+pub(super) fn charge_in(shard: &mut Shard, at: &Located, target: &Target<'_>, now: u64) {
+    with_state!(target.limit.algorithm(), S => charge::<S>(shard, at, target, now))
+}
+
+fn charge<S: Tabled>(shard: &mut Shard, at: &Located, target: &Target<'_>, now: u64) {
+    match target.key.identity {
+        IdentityRef::Number(_) | IdentityRef::Ipv4(_) => {
+            charge_held::<S, u64>(shard, at, target, now)
+        }
+        IdentityRef::Text(_) => charge_held::<S, CompactString>(shard, at, target, now),
+    }
+}
+
+fn charge_held<S: Tabled, I: Side>(shard: &mut Shard, at: &Located, target: &Target<'_>, now: u64) {
+    let identity = target.key.identity;
+    let table = S::table(I::tables(&mut shard.tables));
+    if let Some(entry) = table.find_mut(at.hash, matches::<S, I>(at, identity)) {
+        entry.state.charge(target.limit, now, target.cost);
+        return;
+    }
+    let mut state = S::default();
+    state.charge(target.limit, now, target.cost);
+    if !state.is_idle(now) {
+        insert::<S, I>(shard, at, identity, state, now);
+    }
+}
+
 pub(super) fn release_in(
     shard: &mut Shard,
     at: &Located,

@@ -49,6 +49,22 @@ impl MemoryBackend {
         self.refund_targets(&targets(requests), at_micros);
     }
 
+    /// Takes each request's cost on top of its state synchronously, as
+    /// [`Backend::charge`].
+    ///
+    /// ```
+    /// use ratewall::{Key, Limit, MemoryBackend, Request};
+    /// let backend = MemoryBackend::new();
+    /// let limit = Limit::per_minute(10).unwrap();
+    /// let key = Key::new("rl", "tokens", "team-a");
+    /// backend.charge_sync(&[Request::new(&key, &limit, 12)]); // 2 past the limit
+    /// let now = backend.peek_sync(&[Request::new(&key, &limit, 1)]);
+    /// assert!(!now[0].allowed); // the debt is paid before anyone passes
+    /// ```
+    pub fn charge_sync(&self, requests: &[Request<'_>]) {
+        self.charge_targets(&targets(requests));
+    }
+
     /// Resets a batch synchronously.
     pub fn reset_sync(&self, requests: &[Request<'_>]) {
         self.reset_targets(&targets(requests));
