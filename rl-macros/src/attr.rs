@@ -111,7 +111,12 @@ arguments! {
         threshold: Option<Arg<u64>> = count,
         key: Option<Arg<Expr>> = expr,
         algorithm: Option<Arg<Algorithm>> = algorithm,
-        cost: Option<Arg<u64>> = count,
+        /// Units each call takes: a number, or an expression over the
+        /// arguments (each call's own cost).
+        cost: Option<Arg<Cost>> = cost,
+        /// The real cost, from the body's result: `|out| ...` (the group's
+        /// cost is then an estimate).
+        settle: Option<Arg<Expr>> = expr,
         burst: Option<Arg<u64>> = count,
         slots: Option<Arg<u64>> = count,
         /// Units one process may lease at most (quota leasing).
@@ -194,6 +199,25 @@ mod read {
         assigned(input, |input| parse_count(input, keyword))
     }
 
+    /// `cost = 3` (checked against each limit's capacity at compile time)
+    /// or `cost = <expr>` (each call's own, checked when the call is made).
+    pub(super) fn cost(input: ParseStream, keyword: &str, _: Span) -> Result<Arg<Cost>> {
+        assigned(input, |input| {
+            // A number alone (perhaps negative, refused as a count) is a
+            // fixed cost; anything else, `2 * n` included, an expression.
+            let fork = input.fork();
+            let _ = fork.parse::<Option<Token![-]>>();
+            let lone_number =
+                fork.parse::<LitInt>().is_ok() && (fork.is_empty() || fork.peek(Token![,]));
+            if lone_number {
+                let count = parse_count(input, keyword)?;
+                return Ok(Arg::new(Cost::Units(count.value), count.span));
+            }
+            let expr = parse_expr(input)?;
+            Ok(Arg::new(Cost::Expr(expr.value), expr.span))
+        })
+    }
+
     pub(super) fn expr(input: ParseStream, _: &str, _: Span) -> Result<Arg<Expr>> {
         assigned(input, parse_expr)
     }
@@ -252,6 +276,27 @@ pub(crate) struct Arg<T> {
 impl<T> Arg<T> {
     fn new(value: T, span: Span) -> Self {
         Self { value, span }
+    }
+}
+
+/// A group's `cost`: a number of units, or an expression giving each
+/// call's own.
+pub(crate) enum Cost {
+    Units(u64),
+    Expr(Expr),
+}
+
+impl GroupArgs {
+    /// `cost` when it is a number (the one the limits are checked against
+    /// at compile time).
+    pub(crate) fn cost_units(&self) -> Option<Arg<u64>> {
+        match &self.cost {
+            Some(Arg {
+                value: Cost::Units(units),
+                span,
+            }) => Some(Arg::new(*units, *span)),
+            _ => None,
+        }
     }
 }
 
@@ -781,6 +826,7 @@ mod tests {
             crate = "my::rl",
         })
         .unwrap();
+        assert_eq!(args.group.cost_units().unwrap().value, 2);
         assert_eq!(args.group.period.unwrap().value, 60_000_000);
         assert_eq!(args.group.threshold.unwrap().value, 5);
         assert!(args.group.key.is_some());
@@ -788,7 +834,6 @@ mod tests {
             args.group.algorithm.unwrap().value,
             Algorithm::SlidingWindow
         );
-        assert_eq!(args.group.cost.unwrap().value, 2);
         assert_eq!(args.group.burst.unwrap().value, 7);
         assert_eq!(args.group.slots.unwrap().value, 6);
         assert_eq!(args.group.name.unwrap().value.value(), "login");
@@ -965,7 +1010,7 @@ mod tests {
         assert_eq!(ip.name.as_ref().unwrap().value.value(), "sms_ip");
         assert!(ip.key.is_some() && ip.reset_on_success.is_some());
         assert_eq!(ip.algorithm.as_ref().unwrap().value, Algorithm::SlidingLog);
-        assert_eq!(ip.cost.as_ref().unwrap().value, 2);
+        assert_eq!(ip.cost_units().unwrap().value, 2);
         let global = &args.also[1].group;
         assert_eq!(global.period.as_ref().unwrap().value, 60_000_000);
         assert_eq!(global.threshold.as_ref().unwrap().value, 100);
@@ -1029,8 +1074,8 @@ mod tests {
         assert!(
             message.starts_with(
                 "unknown argument `tresh` in `also(...)`; expected one of `period`, `threshold`, `key`, \
-                 `algorithm`, `cost`, `burst`, `slots`, `lease`, `max_in_flight`, `in_flight_ttl`, `name`, \
-                 `limits`, `tier`, `tiers`, `reset_on_success`"
+                 `algorithm`, `cost`, `settle`, `burst`, `slots`, `lease`, `max_in_flight`, `in_flight_ttl`, \
+                 `name`, `limits`, `tier`, `tiers`, `reset_on_success`"
             ),
             "{message}"
         );

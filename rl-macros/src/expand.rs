@@ -69,6 +69,16 @@
 //! }
 //! ```
 //!
+//! With `cost = <expr>` in any group, the call is
+//! `__private::call_costed(&__RL_SPEC, __rl_limiter, &[keys], &[tiers],
+//! &[costs])`, each group's cost its expression (`__private::cost(<expr>)`,
+//! any unsigned integer) or its number. With `settle` the groups it names
+//! are `GroupSpec::settled()`, the body's result is kept as above, and
+//! after it (and `headers`) each settled group's expression is applied to
+//! `&__rl_out` through a generic `__rl_settle` (an unannotated closure gets
+//! its argument type), 0 for the others:
+//! `Permit::settle_costs(__rl_permit, &[..]).await`.
+//!
 //! In the block, `return` and `?` leave the block with the function's
 //! result, as they left the function: the never-taken `return` of a value
 //! of the output type fixes the block's output type before the body is
@@ -268,12 +278,13 @@ fn call(
                 quote!(.with_cost(#cost))
             });
             let reset = group.reset_on_success.then(|| quote!(.reset_on_success()));
+            let settled = group.settle.as_ref().map(|_| quote!(.settled()));
             let constructor = match group.tiers {
                 None => quote!(new),
                 Some(_) => quote!(tiered),
             };
             quote! {
-                #private::GroupSpec::#constructor(#name, &#limits)#cost #reset
+                #private::GroupSpec::#constructor(#name, &#limits)#cost #reset #settled
             }
         });
     let group_count = config.groups.len();
@@ -291,7 +302,41 @@ fn call(
     // Without a permit to keep, only the admission is awaited: untiered
     // calls on the memory store drop the permit where it is made.
     let admits = !config.wraps_body();
+    // Each group's cost when one is computed per call (`cost = <expr>`):
+    // the expression's, or the group's number.
+    let costs: Option<Vec<TokenStream>> =
+        config
+            .groups
+            .iter()
+            .any(|g| g.cost_expr.is_some())
+            .then(|| {
+                config
+                    .groups
+                    .iter()
+                    .map(|group| match &group.cost_expr {
+                        Some(cost) => {
+                            let (expr, span) = (&cost.value, cost.span);
+                            quote_spanned!(span=> #private::cost(#expr))
+                        }
+                        None => {
+                            let cost = Literal::u64_unsuffixed(group.cost);
+                            quote!(#cost)
+                        }
+                    })
+                    .collect()
+            });
     let call_fn = match (tiers.is_empty(), admits) {
+        _ if costs.is_some() => {
+            let costs = costs.as_deref().unwrap_or_default();
+            let call = quote!(#private::call_costed(
+                &__RL_SPEC, __rl_limiter, &[#(#keys),*], &[#(#tiers),*], &[#(#costs),*]
+            ));
+            if admits {
+                quote!(#private::admitted(#call))
+            } else {
+                call
+            }
+        }
         (true, false) => quote!(#private::call(&__RL_SPEC, __rl_limiter, &[#(#keys),*])),
         (true, true) => quote!(#private::admit(&__RL_SPEC, __rl_limiter, &[#(#keys),*])),
         (false, false) => quote!(#private::call_tiered(
@@ -396,6 +441,7 @@ fn call(
             #private::Permit::settle(__rl_permit, __rl_counted).await;
         }
     });
+    let settle_costs = config.settles().then(|| settle_costs(config, private));
     quote! {
         #limiter
         let __rl_permit = {
@@ -423,7 +469,38 @@ fn call(
         #counted
         #headers
         #settle
+        #settle_costs
         __rl_out
+    }
+}
+
+/// The settlement of each group's cost from the body's result (`settle`):
+/// each settled group's expression applied to `&__rl_out` through a
+/// generic function, so an unannotated closure (`|out| ...`) gets its
+/// argument type; 0 for the others, which ignore theirs.
+fn settle_costs(config: &Config, private: &TokenStream) -> TokenStream {
+    let actuals = config.groups.iter().map(|group| match &group.settle {
+        Some(settle) => {
+            let (expr, span) = (&settle.value, settle.span);
+            quote_spanned!(span=> __rl_settle(&__rl_out, #expr))
+        }
+        None => quote!(0),
+    });
+    quote! {
+        {
+            fn __rl_settle<__RlOut: ?Sized, __RlSettle, __RlCost>(
+                out: &__RlOut,
+                settle: __RlSettle,
+            ) -> #private::core::primitive::u64
+            where
+                __RlSettle: #private::core::ops::FnOnce(&__RlOut) -> __RlCost,
+                __RlCost: #private::Cost,
+            {
+                #private::cost(settle(out))
+            }
+            let __rl_actuals = [#(#actuals),*];
+            #private::Permit::settle_costs(__rl_permit, &__rl_actuals).await;
+        }
     }
 }
 

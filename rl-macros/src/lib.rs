@@ -50,7 +50,8 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// | `limits` | list of `"THRESHOLD/PERIOD"` strings: `["1/1m", "5/1h", "10/d"]` (a period, or a bare unit meaning one of it) | instead of `period` + `threshold` | several limits on the key, decided together: a call passes only if every one admits it, and a refused call consumes none of them; at most one limit per period |
 /// | `key` | any expression over the arguments whose value is `Display` | none: one limit shared by every call | whose quota the call uses; evaluated by reference, never moves an argument |
 /// | `algorithm` | `fixed_window`, `sliding_log`, `sliding_window`, `token_bucket`, `leaky_bucket`, `gcra` (identifier or string) | `gcra` | how calls are counted (each limit of `limits`) |
-/// | `cost` | integer ≥ 1 | `1` | units each call takes (from each limit) |
+/// | `cost` | integer ≥ 1, or an expression over the arguments giving an unsigned integer (`cost = req.max_tokens`) | `1` | units each call takes (from each limit of its group); an expression is each call's own cost, checked against the capacity when the call is made (above it: refused as unavailable, logged) |
+/// | `settle` | expression callable as `FnOnce(&ReturnType) -> u64` (any unsigned integer): `\|out\| out.usage.total_tokens`; on the function or in an `also(...)`, with a `cost` | the cost stays taken | the group's `cost` is an estimate: once the body has returned, its real cost replaces it (`ratewall::Permit::settle_cost`): the rest given back below it, the difference charged as debt above it; a call dropped before it returns keeps the estimate; `0` gives everything back (a request never sent) |
 /// | `burst` | integer ≥ 1 | `threshold` (of each limit) | capacity of `token_bucket`, `leaky_bucket` and `gcra`; refused for the others |
 /// | `slots` | integer ≥ 1 | `10` | sub-windows of `sliding_window`; refused for the others |
 /// | `lease` | integer ≥ 1, below the capacity | no leasing | quota leasing: a process may reserve up to this many units of each rate limit for a hot key and admit its calls from them without a round trip (`ratewall::Limit::with_lease`); refused for `sliding_log` (not the in-flight slots of `max_in_flight`) |
@@ -59,7 +60,7 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// | `name` | string | `"<module path>::<fn name>"` | metrics label, log field and key scope |
 /// | `limiter` | expression evaluating to a `Limiter`, `&Limiter`, `Arc<Limiter>` or `Box<Limiter>` (borrowed, never moved) | the global limiter | the limiter deciding the calls |
 /// | `on_error` | `fail_open`, `fail_closed` or `local(N)` (decide in process with threshold / N) | the limiter's policy | what to do when the backend cannot decide |
-/// | `also(...)` | `name` (required, distinct), `key`, `limits` or `period` + `threshold` and/or `max_in_flight`, `in_flight_ttl`, `algorithm`, `cost`, `burst`, `slots`, `lease`, `reset_on_success`, `tier` + `tiers` | none; may be repeated | another key with its own limits (e.g. per IP beside per phone), decided in the same call, all-or-nothing |
+/// | `also(...)` | `name` (required, distinct), `key`, `limits` or `period` + `threshold` and/or `max_in_flight`, `in_flight_ttl`, `algorithm`, `cost`, `settle`, `burst`, `slots`, `lease`, `reset_on_success`, `tier` + `tiers` | none; may be repeated | another key with its own limits (e.g. per IP beside per phone), decided in the same call, all-or-nothing |
 /// | `tier` + `tiers(...)` | `tier`: any expression over the arguments whose value is `Display` (a `&str` or `String` as is); `tiers(free = ["10/1m"], pro = ["1000/1m", "20/1s"])`: tier names (identifiers or strings of ASCII letters, digits, `_`, `-`, `.`) with their limits | instead of `limits` / `period` + `threshold` | per-identity limits: each call is decided by the limits of the tier `tier` gives, on that tier's own state (key scope and runtime name `<name>@<tier>`); a tier named `default` decides unknown tiers, else the failure policy answers them |
 /// | `count` | `failures` | every admitted call counts | only calls returning `Err` keep what they took; the others are given back (the function must return a `Result`) |
 /// | `count_if` | expression callable as `FnOnce(&ReturnType) -> bool`: a closure (`\|r: &Response\| r.status() == 401`) or a function path | every admitted call counts | `true`: the call keeps what it took; `false`: it is given back |
@@ -88,9 +89,12 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// `headers` or `max_in_flight` on a function returning `impl Trait`,
 /// `max_in_flight = 0` or above 100 000, `in_flight_ttl` without
 /// `max_in_flight` or outside 1 s ..= 1 h, in a group with `max_in_flight`
-/// but no rate limit, `algorithm`, `burst`, `slots`, `cost` or
+/// but no rate limit, `algorithm`, `burst`, `slots`, `cost`, `settle` or
 /// `reset_on_success` (they describe rate limits; a call holds one slot
-/// whatever its cost), and for tiers: `tier` without `tiers(...)` or the
+/// whatever its cost), `settle` without a `cost` (nothing to settle), on a
+/// `sliding_log` (it keeps one entry per unit and at most `threshold` at
+/// once, so it cannot carry debt; `gcra`, the buckets and the windows can),
+/// or with `count`/`count_if` (settle at 0 instead), and for tiers: `tier` without `tiers(...)` or the
 /// reverse, an empty `tiers()`, a tier name that is not one or is given
 /// twice, `tiers` with `limits`, `period` or `threshold`, a tiered group's
 /// `name` containing `@`, and every limit rule above for each tier's limits

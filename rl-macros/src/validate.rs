@@ -16,7 +16,7 @@ use syn::{
     Signature, Type, TypeReference,
 };
 
-use crate::attr::{Algorithm, Arg, Args, Count, GroupArgs, OnError, Rate};
+use crate::attr::{Algorithm, Arg, Args, Cost, Count, GroupArgs, OnError, Rate};
 
 use ratewall_grammar::{DEFAULT_SLOTS, LeaseProblem, Problem};
 
@@ -52,7 +52,15 @@ impl Config {
     /// Whether the body's result is needed as a value before returning it
     /// (and the permit kept until then).
     pub(crate) fn wraps_body(&self) -> bool {
-        self.counting.is_some() || self.headers.is_some() || self.in_flight.is_some()
+        self.counting.is_some()
+            || self.headers.is_some()
+            || self.in_flight.is_some()
+            || self.settles()
+    }
+
+    /// Whether a group settles its cost from the body's result.
+    pub(crate) fn settles(&self) -> bool {
+        self.groups.iter().any(|g| g.settle.is_some())
     }
 }
 
@@ -71,6 +79,10 @@ pub(crate) struct GroupConfig {
     pub(crate) key: Option<Arg<Expr>>,
     pub(crate) limits: Vec<LimitConfig>,
     pub(crate) cost: u64,
+    /// `cost = <expr>`: each call's own cost (`cost` is then unused).
+    pub(crate) cost_expr: Option<Arg<Expr>>,
+    /// `settle = <expr>`: the real cost from the body's result.
+    pub(crate) settle: Option<Arg<Expr>>,
     pub(crate) reset_on_success: bool,
     /// The expression giving each call's tier, for a tiered group.
     pub(crate) tier: Option<Arg<Expr>>,
@@ -218,11 +230,31 @@ pub(crate) fn validate(args: Args, sig: &Signature) -> Result<Config> {
             );
         }
     }
+    let settle = groups
+        .iter()
+        .flatten()
+        .find_map(|g| g.settle.as_ref().map(|s| s.span));
+    if let (Some(span), Some(counting)) = (settle, &counting) {
+        let argument = match counting {
+            Counting::Failures(_) => "count",
+            Counting::If(_) => "count_if",
+        };
+        errors.push(
+            span,
+            format!(
+                "`settle` and `{argument}` both decide what a call keeps after it ran; keep `settle`, and give \
+                 back everything for a call that should not count by settling it at 0 (`settle = |out| match out \
+                 {{ Ok(answer) => answer.tokens, Err(_) => 0 }}`)"
+            ),
+        );
+    }
     let holds_result = match (&counting, &headers) {
         (Some(Counting::Failures(_)), _) => Some("count"),
         (Some(Counting::If(_)), _) => Some("count_if"),
         (None, Some(_)) => Some("headers"),
-        (None, None) => in_flight.map(|_| "max_in_flight"),
+        (None, None) => in_flight
+            .map(|_| "max_in_flight")
+            .or(settle.map(|_| "settle")),
     };
     if let (Some(argument), ReturnType::Type(_, ty)) = (holds_result, &sig.output)
         && let Some(span) = impl_trait_span(ty.to_token_stream())
@@ -408,7 +440,7 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
 
     for (arg, name) in [
         (&args.threshold, "threshold"),
-        (&args.cost, "cost"),
+        (&args.cost_units(), "cost"),
         (&args.burst, "burst"),
         (&args.slots, "slots"),
     ] {
@@ -461,6 +493,11 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
         );
     }
     let in_flight = check_in_flight(&args, rates, within, errors);
+    if let Some(settle) = &args.settle
+        && rates
+    {
+        check_settle(settle.span, &args, algorithm, within, errors);
+    }
 
     if let Some(name) = &args.name
         && name.value.value().is_empty()
@@ -472,7 +509,7 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
     }
 
     let slots = args.slots.as_ref().map_or(DEFAULT_SLOTS, |s| s.value);
-    let cost = args.cost.as_ref().map_or(1, |c| c.value);
+    let cost = args.cost_units().map_or(1, |c| c.value);
     let burst = args.burst.as_ref().map(|b| b.value);
     let valid_numbers = slots != 0 && cost != 0 && burst != Some(0);
     let mut cost_reported = false;
@@ -506,6 +543,8 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
             key: args.key,
             limits: Vec::new(),
             cost,
+            cost_expr: cost_expr(args.cost),
+            settle: args.settle,
             reset_on_success: args.reset_on_success.is_some(),
             tier: args.tier,
             tiers: Some(checked),
@@ -578,10 +617,57 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
         key: args.key,
         limits: checked,
         cost,
+        cost_expr: cost_expr(args.cost),
+        settle: args.settle,
         reset_on_success: args.reset_on_success.is_some(),
         tier: None,
         tiers: None,
     })
+}
+
+/// `cost = <expr>`, when the cost is one.
+fn cost_expr(cost: Option<Arg<Cost>>) -> Option<Arg<Expr>> {
+    match cost {
+        Some(Arg {
+            value: Cost::Expr(expr),
+            span,
+        }) => Some(Arg { value: expr, span }),
+        _ => None,
+    }
+}
+
+/// Checks `settle` against the group's cost and algorithm: it needs an
+/// estimate to settle, and an algorithm that can carry a real cost above
+/// it as debt.
+fn check_settle(
+    span: Span,
+    args: &GroupArgs,
+    algorithm: Algorithm,
+    within: &str,
+    errors: &mut Errors,
+) {
+    if args.cost.is_none() {
+        errors.push(
+            span,
+            format!(
+                "{within}`settle` gives the real cost of a call whose `cost` is an estimate, but this group has no \
+                 `cost`: add the estimate each call takes before its real cost is known, e.g. \
+                 `cost = estimate_tokens(&request), settle = |out| out.usage.total_tokens`"
+            ),
+        );
+    }
+    if algorithm == Algorithm::SlidingLog {
+        errors.push(
+            args.algorithm.as_ref().map_or(span, |a| a.span),
+            format!(
+                "{within}`settle` needs an algorithm that can carry debt (a real cost above the estimate, paid by \
+                 later calls): `gcra` (the default), `token_bucket` and `leaky_bucket` carry it unit for unit, \
+                 `fixed_window` and `sliding_window` count it in the current window; `sliding_log` keeps one entry \
+                 per unit and at most `threshold` of them at one time, so a cost above the estimate could not be \
+                 counted in full; pick one of the others"
+            ),
+        );
+    }
 }
 
 /// Checks `tier` and `tiers(...)` together and against the other
@@ -720,7 +806,7 @@ fn check_limits(
     errors: &mut Errors,
 ) -> Vec<LimitConfig> {
     let slots = args.slots.as_ref().map_or(DEFAULT_SLOTS, |s| s.value);
-    let cost = args.cost.as_ref().map_or(1, |c| c.value);
+    let cost = args.cost_units().map_or(1, |c| c.value);
     let burst = args.burst.as_ref().map(|b| b.value);
     let mut checked = Vec::with_capacity(limits.len());
     for (threshold, period_us, source) in limits {
@@ -770,7 +856,7 @@ fn check_limits(
         } else {
             (threshold, "threshold")
         };
-        if let Some(cost_arg) = &args.cost
+        if let Some(cost_arg) = &args.cost_units()
             && cost > capacity
         {
             // The same explicit `burst` for every limit: one message, at `cost`.
@@ -842,6 +928,7 @@ fn check_in_flight(
             ("burst", args.burst.as_ref().map(|a| a.span)),
             ("slots", args.slots.as_ref().map(|a| a.span)),
             ("cost", args.cost.as_ref().map(|a| a.span)),
+            ("settle", args.settle.as_ref().map(|a| a.span)),
             ("lease", args.lease.as_ref().map(|a| a.span)),
             (
                 "reset_on_success",

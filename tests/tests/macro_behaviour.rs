@@ -862,3 +862,51 @@ async fn count_if_counts_only_the_calls_it_accepts() {
         "two 401s used the quota"
     );
 }
+
+/// What a language model's answer says it used.
+struct Completion {
+    total_tokens: u32,
+}
+
+/// Requests per minute (one each) and tokens per minute (the request's
+/// `max_tokens` as the estimate, settled from the answer), all-or-nothing.
+#[rate_limit(
+    limits = ["3/1m"],
+    key = team,
+    limiter = limiter,
+    also(name = "tpm", key = team, limits = ["1000/1m"], cost = max_tokens, settle = |out| match out {
+        Ok(completion) => completion.total_tokens,
+        Err(_) => 0,
+    }),
+)]
+async fn complete(
+    limiter: &Limiter,
+    team: &str,
+    max_tokens: u32,
+    used: u32,
+) -> Result<Completion, Rejection> {
+    Ok(Completion { total_tokens: used })
+}
+
+#[tokio::test]
+async fn cost_and_settle_take_the_estimate_then_the_real_cost() {
+    let (limiter, clock) = manual_limiter();
+    // 600 estimated, 200 used: 800 of 1000 left.
+    complete(&limiter, "t", 600, 200).await.expect("fits");
+    // 800 estimated fits the 800 left; 950 used: 150 past the budget.
+    complete(&limiter, "t", 800, 950).await.expect("fits");
+    let refused = complete(&limiter, "t", 1, 1).await.err().expect("in debt");
+    assert_eq!(refused.name(), "tpm");
+    // 1150 in use: one more token fits once 151 have drained at 60 ms each.
+    assert_eq!(refused.retry_after(), Some(Duration::from_millis(151 * 60)));
+    clock.advance(Duration::from_millis(151 * 60));
+    complete(&limiter, "t", 1, 1)
+        .await
+        .expect("the debt is paid");
+    // Requests per minute: one per call, whatever its tokens.
+    for _ in 0..3 {
+        complete(&limiter, "u", 1, 1).await.expect("3 a minute");
+    }
+    let refused = complete(&limiter, "u", 1, 1).await.err().expect("a 4th");
+    assert_eq!(refused.name(), concat!(module_path!(), "::complete"));
+}

@@ -663,7 +663,33 @@ impl Permit<'_> {
             return;
         };
         self.limiter
-            .settle_cost(self.spec, settle, &self.admission, actual)
+            .settle_cost(self.spec, settle, &self.admission, &|_| actual)
+            .await;
+    }
+
+    /// [`Permit::settle_cost`] with each group's own real cost: `actuals`
+    /// holds one per group of the spec, in order; a group whose cost is not
+    /// settled ignores its own (what `#[rate_limit(settle = ..)]` calls).
+    /// Fewer than one per group is logged and settles nothing.
+    pub async fn settle_costs(self, actuals: &[u64]) {
+        let Some(settle) = &self.settle else {
+            tracing::warn!(
+                call = self.spec.name(),
+                "a permit's costs were settled, but its call has no settled group (`GroupSpec::settled`): nothing settled"
+            );
+            return;
+        };
+        if actuals.len() < self.spec.groups().len() {
+            tracing::warn!(
+                call = self.spec.name(),
+                given = actuals.len(),
+                groups = self.spec.groups().len(),
+                "a permit's costs were settled with fewer costs than groups: nothing settled"
+            );
+            return;
+        }
+        self.limiter
+            .settle_cost(self.spec, settle, &self.admission, &|group| actuals[group])
             .await;
     }
 

@@ -88,7 +88,7 @@ impl Limiter {
         spec: &CallSpec,
         settle: &Settle,
         admission: &Admission,
-        actual: u64,
+        actual_of: &(dyn Fn(usize) -> u64 + Sync),
     ) {
         let resolved = &settle.resolved;
         let marked = resolved.groups.iter().any(|g| g.settles);
@@ -102,6 +102,7 @@ impl Limiter {
             let range = offset..offset + targets.len();
             offset = range.end;
             let estimate = settle.costs.get(index).copied().unwrap_or(group.cost);
+            let actual = actual_of(index);
             if (marked && !group.settles) || actual == estimate {
                 continue;
             }

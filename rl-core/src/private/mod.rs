@@ -48,6 +48,61 @@ pub fn call<'l>(
     }
 }
 
+/// [`Limiter::call_with`] with each group's own cost (`cost = <expr>`)
+/// and, for tiered groups, their tiers, on the limiter the function names.
+#[inline]
+pub fn call_costed<'l>(
+    spec: &'l CallSpec,
+    limiter: Result<&'l Limiter, Error>,
+    identities: &[Part<'_>],
+    tiers: &[Part<'_>],
+    costs: &[u64],
+) -> CallFuture<'l> {
+    match limiter {
+        Ok(limiter) => {
+            let keys = Keys::parts(identities).costs(costs);
+            let keys = if tiers.is_empty() {
+                keys
+            } else {
+                keys.tier_parts(tiers)
+            };
+            limiter.call_with(spec, keys)
+        }
+        Err(_) => call(spec, limiter, identities),
+    }
+}
+
+/// A cost the function computes (`cost = <expr>`, `settle = |out| ..`):
+/// any unsigned integer.
+#[diagnostic::on_unimplemented(
+    message = "a cost is an unsigned integer (`u8` to `u128`, `usize`), not `{Self}`",
+    label = "not an unsigned integer",
+    note = "convert it where the cost is computed, e.g. `cost = weight.ceil() as u64` or `u64::try_from(n)?`"
+)]
+pub trait Cost {
+    /// The cost in units (`u64::MAX` past it: refused as above every
+    /// capacity, never wrapped).
+    fn units(self) -> u64;
+}
+
+macro_rules! unsigned_costs {
+    ($($t:ty),*) => {$(
+        impl Cost for $t {
+            #[inline]
+            fn units(self) -> u64 {
+                u64::try_from(self).unwrap_or(u64::MAX)
+            }
+        }
+    )*};
+}
+unsigned_costs!(u8, u16, u32, u64, u128, usize);
+
+/// `cost` as units, for generated code.
+#[inline]
+pub fn cost(cost: impl Cost) -> u64 {
+    cost.units()
+}
+
 /// What a function that keeps no permit awaits: [`call`]'s admission or
 /// refusal, the permit dropped at once (see `CallFuture::admitted`).
 #[inline]
