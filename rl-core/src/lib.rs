@@ -211,6 +211,7 @@ pub use limiter::in_flight::InFlight;
 pub use limiter::requests::Requests;
 pub use limiter::settings::Settings;
 pub use limiter::tier::Tier;
+pub use limiter::upstream::{Counts, Hold};
 pub use model::clock::{Clock, ManualClock, SystemClock};
 pub use model::decision::{Decision, Decisions, Figures};
 pub use model::error::{BackendError, Cause, Error, LimitError};

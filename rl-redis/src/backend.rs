@@ -914,6 +914,24 @@ impl Backend for RedisBackend {
         })
     }
 
+    fn hold<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        after: Duration,
+        left: u64,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(async move {
+            Request::check_charge(requests).map_err(BackendError::Invalid)?;
+            // The units left travel as each request's cost.
+            let held: Vec<Request<'_>> = requests
+                .iter()
+                .map(|r| Request { cost: left, ..*r })
+                .collect();
+            let after = u64::try_from(after.as_micros()).unwrap_or(u64::MAX);
+            self.each_group(Op::Hold, after, &held).await.map(drop)
+        })
+    }
+
     fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(async move { self.each_group(Op::Reset, 0, requests).await.map(drop) })
     }

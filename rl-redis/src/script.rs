@@ -145,6 +145,9 @@ pub(crate) enum Op {
     /// Take each request's cost on top of its state (a settled cost's
     /// debt; `lua/batch.lua`, `charge`).
     Charge,
+    /// Raise each request's state so that at most its cost (units left)
+    /// remains `at` us from now (`lua/batch.lua`, `hold`).
+    Hold,
     Reset,
     /// Acquire, leasing extra units of rate limits (quota leasing, `lua/lease.lua`).
     Lease,
@@ -168,6 +171,7 @@ impl Op {
             Op::RefundOnce => "refund_once",
             Op::CancelOnce => "cancel_once",
             Op::Charge => "charge",
+            Op::Hold => "hold",
             Op::Reset => "reset",
             Op::Lease => "lease",
             Op::Release => "release",

@@ -1,6 +1,6 @@
 //! The Redis backend decides exactly like the in-memory reference.
 //!
-//! Random sequences of acquire, peek, refund, charge, reset, lease takes and
+//! Random sequences of acquire, peek, refund, charge, hold, reset, lease takes and
 //! returns, reservations of waiting calls and their cancellation, and clock
 //! advances (0 to 2 periods, exact window, slot and retry boundaries
 //! included) run against
@@ -91,6 +91,14 @@ enum Step {
     Reset {
         key: usize,
         limit: usize,
+    },
+    /// Raises the states so that at most `left` units remain `after_ppm`
+    /// parts per million of two periods of the first limit from now.
+    Hold {
+        key: usize,
+        limits: Vec<usize>,
+        after_ppm: u64,
+        left: u64,
     },
     /// Takes more units whatever the limits say (a settled cost's debt):
     /// up to twice the largest limit, so the states go past their limits.
@@ -185,6 +193,8 @@ fn step(limits: usize, keys: usize) -> impl Strategy<Value = Step> {
         1 => (0..keys, chosen(), cost()).prop_map(|(key, limits, cost)| Step::RefundNow { key, limits, cost }),
         1 => (0..keys, 0..limits).prop_map(|(key, limit)| Step::Reset { key, limit }),
         2 => (0..keys, chosen(), 1u64..=12).prop_map(|(key, limits, units)| Step::Charge { key, limits, units }),
+        2 => (0..keys, chosen(), prop_oneof![Just(0u64), 0u64..=1_000_000], 0u64..=7)
+            .prop_map(|(key, limits, after_ppm, left)| Step::Hold { key, limits, after_ppm, left }),
         4 => (0..keys, chosen(), cost(), 0u64..=1_000_000)
             .prop_map(|(key, limits, cost, wait_ppm)| Step::Reserve { key, limits, cost, wait_ppm }),
         2 => Just(Step::CancelLast),
@@ -411,6 +421,26 @@ async fn run_case_on(
                     m.is_ok(),
                     r.is_ok(),
                     "refund at step {}: {:?} vs {:?}",
+                    index,
+                    m,
+                    r
+                );
+            }
+            Step::Hold {
+                key,
+                limits,
+                after_ppm,
+                left,
+            } => {
+                let batch = requests(*key, limits, 1);
+                let after =
+                    Duration::from_micros(first.period_micros() * 2 * after_ppm / 1_000_000);
+                let m = memory.hold(&batch, after, *left).await;
+                let r = redis.hold(&batch, after, *left).await;
+                prop_assert_eq!(
+                    m.is_ok(),
+                    r.is_ok(),
+                    "hold at step {}: {:?} vs {:?}",
                     index,
                     m,
                     r

@@ -67,6 +67,17 @@ impl State for Window {
         self.count = count.saturating_add(units).min(DEBT_CAP);
     }
 
+    fn hold(&mut self, limit: &Limit, now: u64, _after: u64, left: u64) {
+        let (t, p) = (limit.threshold(), limit.period_micros());
+        let end = (now / p + 1) * p;
+        let count = if self.end == end { self.count } else { 0 };
+        if left >= t || count >= t - left {
+            return;
+        }
+        self.end = end;
+        self.count = t - left;
+    }
+
     fn expires_at(&self) -> u64 {
         if self.count > 0 { self.end } else { 0 }
     }

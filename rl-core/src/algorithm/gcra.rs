@@ -116,6 +116,24 @@ impl State for Tat {
         };
     }
 
+    fn hold(&mut self, limit: &Limit, now: u64, after: u64, left: u64) {
+        let interval = limit.emission_interval_micros();
+        let tau = interval * limit.burst();
+        // remaining(t) = floor((t + τ - tat) / I) <= left  <=>
+        // tat >= t + τ + 1 - (left + 1)·I, at t = now + after.
+        let floor = (now + after.min(DEBT_CAP) + tau + 1)
+            .saturating_sub(left.saturating_add(1).saturating_mul(interval));
+        let tat = self.measured_in(interval, now).max(now);
+        if floor <= tat {
+            return;
+        }
+        *self = Tat {
+            tat: now + (floor - now).min(DEBT_CAP),
+            interval,
+            written: now,
+        };
+    }
+
     fn release(&mut self, limit: &Limit, now: u64, units: u64, at: u64, stamp: u64) {
         if self.tat == stamp {
             self.refund(limit, now, units, at);

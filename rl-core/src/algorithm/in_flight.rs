@@ -60,6 +60,8 @@ impl State for Flight {
 
     fn charge(&mut self, _limit: &Limit, _now: u64, _units: u64) {}
 
+    fn hold(&mut self, _limit: &Limit, _now: u64, _after: u64, _left: u64) {}
+
     fn expires_at(&self) -> u64 {
         if self.held > 0 { u64::MAX } else { 0 }
     }

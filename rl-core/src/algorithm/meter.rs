@@ -120,6 +120,24 @@ impl State for Meter {
         self.store(limit, now, level);
     }
 
+    fn hold(&mut self, limit: &Limit, now: u64, after: u64, left: u64) {
+        let (t, p, b) = (limit.threshold(), limit.period_micros(), limit.burst());
+        if left >= b {
+            return;
+        }
+        // remaining(t) = floor((B·P - level(t)) / P) <= left  <=>
+        // level(t) >= B·P - (left + 1)·P + 1, and level(now) drains
+        // `after`·T until then.
+        let at_then = (b - left - 1) * p + 1;
+        let now_level = at_then
+            .saturating_add(after.saturating_mul(t))
+            .min(DEBT_CAP);
+        if self.level(limit, now) >= now_level {
+            return;
+        }
+        self.store(limit, now, now_level);
+    }
+
     fn release(&mut self, limit: &Limit, now: u64, units: u64, at: u64, stamp: u64) {
         if self.updated == at && self.expires == stamp && !self.is_idle(now) {
             self.refund(limit, now, units, at);

@@ -77,6 +77,16 @@ pub(crate) trait State: Default + std::fmt::Debug + Send + 'static {
     /// limits have no cost to settle.
     fn charge(&mut self, limit: &Limit, now: u64, units: u64);
 
+    /// Raises the state so that at most `left` units remain `after` µs from
+    /// now (what an upstream's own word asks: `Retry-After` is `left = 0`
+    /// after the wait, a `remaining` header is `left` now). A state already
+    /// that full is left as it is; the state never goes down. GCRA and the
+    /// buckets hold exactly (their TAT or level as of `now` is raised by
+    /// what drains until then); the window algorithms count in the current
+    /// window or slot only (`after` past its end is not held), the sliding
+    /// log adds entries at `now`. Debt is kept up to [`DEBT_CAP`].
+    fn hold(&mut self, limit: &Limit, now: u64, after: u64, left: u64);
+
     /// Gives back `units` unused units of a lease taken at `at` that left
     /// the state expiring at `stamp` ([`crate::Leased::stamp`]), only where
     /// giving them back cannot let a later call pass outside the

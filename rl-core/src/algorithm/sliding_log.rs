@@ -102,6 +102,23 @@ impl State for Log {
         }
     }
 
+    fn hold(&mut self, limit: &Limit, now: u64, _after: u64, left: u64) {
+        let (t, p) = (limit.threshold(), limit.period_micros());
+        if self.is_idle(now) {
+            *self = Log::default();
+        }
+        let log = &mut self.entries;
+        while log.front().is_some_and(|&oldest| oldest + p <= now) {
+            log.pop_front();
+        }
+        let n = log.len() as u64;
+        if left >= t || n >= t - left {
+            return;
+        }
+        log.extend(std::iter::repeat_n(now, (t - left - n) as usize));
+        self.expires = self.expires.max(now + p);
+    }
+
     fn expires_at(&self) -> u64 {
         self.expires
     }

@@ -144,6 +144,28 @@ impl State for Slots {
         self.expires = (newest.unwrap_or(s) + n + 1) * size;
     }
 
+    fn hold(&mut self, limit: &Limit, now: u64, _after: u64, left: u64) {
+        let (t, n) = (limit.threshold(), limit.slots());
+        let size = limit.period_micros() / n;
+        if left >= t {
+            return;
+        }
+        if self.expires <= now {
+            self.slots.clear();
+        }
+        let s = now / size;
+        while self.slots.front().is_some_and(|(i, _)| *i + n < s) {
+            self.slots.pop_front();
+        }
+        // remaining = floor((T·S - est) / S) <= left  <=>  est > (T - left - 1)·S.
+        let est = estimate(&self.slots, n, size, now);
+        let floor = (t - left - 1) * size + 1;
+        if est >= floor {
+            return;
+        }
+        self.charge(limit, now, (floor - est).div_ceil(size));
+    }
+
     fn expires_at(&self) -> u64 {
         self.expires
     }

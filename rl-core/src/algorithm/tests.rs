@@ -42,6 +42,7 @@ trait Dispatch {
     fn decide(&mut self, limit: &Limit, now: u64, cost: u64, commit: bool) -> Decision;
     fn refund(&mut self, limit: &Limit, now: u64, cost: u64, at: u64);
     fn charge(&mut self, limit: &Limit, now: u64, units: u64);
+    fn hold(&mut self, limit: &Limit, now: u64, after: u64, left: u64);
     fn expires(&self) -> u64;
 }
 
@@ -54,6 +55,9 @@ impl<S: State> Dispatch for S {
     }
     fn charge(&mut self, limit: &Limit, now: u64, units: u64) {
         State::charge(self, limit, now, units)
+    }
+    fn hold(&mut self, limit: &Limit, now: u64, after: u64, left: u64) {
+        State::hold(self, limit, now, after, left)
     }
     fn expires(&self) -> u64 {
         State::expires_at(self)
@@ -119,6 +123,13 @@ impl Timeline {
         self.cell
             .state(algorithm)
             .charge(&self.limit, self.now, units);
+    }
+
+    fn hold(&mut self, after: u64, left: u64) {
+        let algorithm = self.limit.algorithm();
+        self.cell
+            .state(algorithm)
+            .hold(&self.limit, self.now, after, left);
     }
 
     /// Unit calls admitted from now until `horizon_us` later, each made as
@@ -533,4 +544,57 @@ fn debt_stops_at_the_cap_where_integers_stay_exact() {
     t.at(0).charge(u64::MAX);
     t.charge(u64::MAX);
     assert!(!t.peek(1).allowed);
+}
+
+// ---------- holds: an upstream's word ----------
+
+#[test]
+fn a_pause_refuses_until_it_ends_then_gcra_and_the_buckets_resume_at_their_rate() {
+    // 4 per 8 s: one unit every 2 s.
+    for algorithm in [
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+        Algorithm::LeakyBucket,
+    ] {
+        let mut t = Timeline::new(algorithm, 4, 8);
+        t.at(0).hold(5 * S, 0);
+        assert!(!t.peek(1).allowed, "{algorithm}");
+        assert!(
+            !t.at(5 * S).peek(1).allowed,
+            "{algorithm}: none left at the pause's end"
+        );
+        // The first call passes just after it; then one per emission.
+        assert!(t.at(5 * S + 1).call(1).allowed, "{algorithm}");
+        assert!(!t.peek(1).allowed, "{algorithm}: no burst after a pause");
+        assert!(t.at(7 * S + 1).call(1).allowed, "{algorithm}");
+    }
+}
+
+#[test]
+fn a_remaining_count_lowers_what_is_left_and_never_raises_it() {
+    for algorithm in Algorithm::ALL {
+        if algorithm == Algorithm::InFlight {
+            continue;
+        }
+        let mut t = Timeline::new(algorithm, 10, 60);
+        t.at(0).hold(0, 3);
+        assert_eq!(t.peek(1).remaining, 3, "{algorithm}");
+        // Saying more is left changes nothing.
+        t.hold(0, 8);
+        assert_eq!(t.peek(1).remaining, 3, "{algorithm}");
+        assert!(t.call(3).allowed, "{algorithm}");
+        assert!(!t.peek(1).allowed, "{algorithm}");
+        // Nothing said of a fresh state above its capacity.
+        let mut fresh = Timeline::new(algorithm, 10, 60);
+        fresh.at(0).hold(0, 10);
+        assert_eq!(fresh.peek(1).remaining, 10, "{algorithm}");
+    }
+}
+
+#[test]
+fn a_window_holds_only_until_its_window_ends() {
+    let mut t = Timeline::new(Algorithm::FixedWindow, 4, 10);
+    t.at(S).hold(60 * S, 0);
+    assert_refused(t.peek(1), 9 * S);
+    assert!(t.at(10 * S).call(4).allowed);
 }

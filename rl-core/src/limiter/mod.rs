@@ -18,6 +18,7 @@ pub(crate) mod settings;
 pub(crate) mod settle;
 pub(crate) mod tier;
 pub(crate) mod timer;
+pub(crate) mod upstream;
 pub(crate) mod wait;
 
 #[cfg(test)]

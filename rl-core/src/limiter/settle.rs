@@ -238,7 +238,7 @@ impl Limiter {
 }
 
 /// A refund's or reset's answer as a result.
-pub(super) fn applied(answer: Answer) -> Result<(), Error> {
+pub(crate) fn applied(answer: Answer) -> Result<(), Error> {
     match answer {
         Answer::Failed(error) | Answer::Unavailable(error) | Answer::FailedOpen(error) => {
             Err(error)

@@ -307,6 +307,33 @@ pub trait Backend: Send + Sync + Debug + 'static {
         })
     }
 
+    /// Raises each request's state so that at most `left` units remain
+    /// `after` from now, by the store's time; a state already that full is
+    /// left as it is (the cost is ignored). What an upstream's own word
+    /// becomes in the budget every instance shares
+    /// ([`crate::Limiter::hold`]): `Retry-After: 20` is `after = 20 s,
+    /// left = 0`, a `remaining: 7` header is `after = 0, left = 7`. GCRA
+    /// and the buckets hold exactly; the window algorithms fill their
+    /// current window or slot only. One atomic step; in-flight limits are
+    /// refused.
+    ///
+    /// The default answers that the store cannot
+    /// ([`BackendError::Protocol`]); [`crate::MemoryBackend`] and
+    /// `ratewall_redis::RedisBackend` implement it.
+    fn hold<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        after: std::time::Duration,
+        left: u64,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        let _ = (requests, after, left);
+        Box::pin(async {
+            Err(BackendError::protocol(
+                "this backend cannot hold a budget at an upstream's word",
+            ))
+        })
+    }
+
     /// Forgets the state of each request's key and limit (the cost is ignored).
     fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>>;
 

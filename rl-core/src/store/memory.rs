@@ -381,6 +381,10 @@ impl MemoryBackend {
                 self.charge_targets(targets);
                 Stored::Applied
             }
+            Op::Hold { after, left } => {
+                self.hold_targets(targets, after, left);
+                Stored::Applied
+            }
             Op::Reset => {
                 self.reset_targets(targets);
                 Stored::Applied
@@ -693,6 +697,14 @@ impl MemoryBackend {
         self.with_locked(targets, |now, guards, located| {
             for (target, at) in targets.iter().zip(located) {
                 charge_in(guards.shard(at.shard), at, target, now);
+            }
+        });
+    }
+
+    fn hold_targets(&self, targets: &[Target<'_>], after: u64, left: u64) {
+        self.with_locked(targets, |now, guards, located| {
+            for (target, at) in targets.iter().zip(located) {
+                hold_in(guards.shard(at.shard), at, target, now, after, left);
             }
         });
     }

@@ -81,6 +81,10 @@ pub(crate) async fn run_remote(
         Op::Peek => backend.peek(requests).await.map(Stored::Decided),
         Op::Refund(at) => backend.refund(requests, at).await.map(|()| Stored::Applied),
         Op::Charge => backend.charge(requests).await.map(|()| Stored::Applied),
+        Op::Hold { after, left } => backend
+            .hold(requests, std::time::Duration::from_micros(after), left)
+            .await
+            .map(|()| Stored::Applied),
         Op::Reset => backend.reset(requests).await.map(|()| Stored::Applied),
         Op::Reserve(max_wait) => backend
             .reserve(requests, std::time::Duration::from_micros(max_wait))

@@ -80,6 +80,15 @@ pub(crate) enum Op<'a> {
     /// the limit says (a settled call's cost above its estimate: debt that
     /// later calls pay, see [`crate::Backend::charge`]).
     Charge,
+    /// Raise each target's state so that at most `left` units remain
+    /// `after` µs from now (an upstream's own word: a pause, a remaining
+    /// count; see [`crate::Backend::hold`]). The cost is ignored.
+    Hold {
+        /// µs from now.
+        after: u64,
+        /// Units left then, at most.
+        left: u64,
+    },
     /// Forget the targets' state.
     Reset,
     /// Reserve the earliest slot every target allows, no later than this
@@ -102,6 +111,7 @@ impl Op<'_> {
             Op::Peek => "peek",
             Op::Refund(_) => "refund",
             Op::Charge => "charge",
+            Op::Hold { .. } => "hold",
             Op::Reset => "reset",
             Op::Reserve(_) => "reserve",
             Op::Cancel(_) => "cancel",
@@ -154,7 +164,7 @@ pub(crate) fn validate(op: Op<'_>, targets: &[Target<'_>]) -> Result<(), LimitEr
         if op.decides() {
             a.limit.check_cost(a.cost)?;
         }
-        if op == Op::Charge && a.limit.is_in_flight() {
+        if matches!(op, Op::Charge | Op::Hold { .. }) && a.limit.is_in_flight() {
             return Err(LimitError::BadCall(format!(
                 "{} has no cost to settle: an in-flight limit counts running calls, not units",
                 a.limit

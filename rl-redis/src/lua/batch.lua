@@ -3,8 +3,8 @@
 -- single-limit acquire, peek or refund goes through single.lua).
 --
 -- args: op (acquire | acquire_once | peek | refund | refund_once |
--- cancel_once | charge | reset | reserve | cancel | renew), time ('s' = server TIME, or the client's now
--- in us), at (us: a refund's time, a reserve's longest wait, a cancel's
+-- cancel_once | charge | hold | reset | reserve | cancel | renew), time ('s' = server TIME, or the client's now
+-- in us), at (us: a refund's time, a hold's delay, a reserve's longest wait, a cancel's
 -- slot), extra TTL (ms), then per request: algorithm code, threshold, period
 -- (us), burst, slots, cost; reserve and cancel add two fields per request
 -- (reserve: the earliest slot allowed, 0 for none, and 0; cancel: 1 if the
@@ -352,6 +352,15 @@ local function batch(keys, args)
       local charge = ALG[r.alg].charge
       if r.cost > 0 and charge then
         charge(r, now)
+      end
+    end
+  elseif op == 'hold' then
+    -- `at` is how far ahead (us), each request's cost the units left then.
+    for i = 1, count do
+      local r = requests[i]
+      local hold = ALG[r.alg].hold
+      if hold then
+        hold(r, now, at)
       end
     end
   elseif op == 'renew' then

@@ -96,5 +96,20 @@ LOADERS.fw = function()
     fw_store(r, window, math.min(count + r.cost, DEBT_CAP), now)
   end
 
+  -- Fills the current window so that at most r.cost units remain (a
+  -- window holds nothing past its end). ratewall Window::hold.
+  function M.hold(r, now, _)
+    local left, t = r.cost, r.t
+    if left >= t then
+      return
+    end
+    local window = idiv(now, r.p)
+    local count = fw_count(r, window) or 0
+    if count >= t - left then
+      return
+    end
+    fw_store(r, window, t - left, now)
+  end
+
   return M
 end

@@ -98,6 +98,19 @@ LOADERS.gc = function()
     redis.call('SET', r.key, struct.pack('<ddd', now + ahead, interval, now), 'PX', ttl_ms(now + ahead, now))
   end
 
+  -- Raises the TAT so that at most r.cost units remain `after` us from
+  -- now: TAT >= now + after + tau + 1 - (left + 1) * I. ratewall Tat::hold.
+  function M.hold(r, now, after)
+    local interval = cdiv(r.p, r.t)
+    local floor = now + math.min(after, DEBT_CAP) + interval * r.b + 1 - (r.cost + 1) * interval
+    local tat = now + gc_ahead(get_cached(r), now, interval)
+    if floor <= tat then
+      return
+    end
+    local ahead = math.min(floor - now, DEBT_CAP)
+    redis.call('SET', r.key, struct.pack('<ddd', now + ahead, interval, now), 'PX', ttl_ms(now + ahead, now))
+  end
+
   -- The TAT of a state (false when there is none): what a lease left.
   function M.tat(value)
     if not value or #value ~= 24 then

@@ -120,6 +120,20 @@ local function meter_module()
     meter_store(r, now, math.min(level, DEBT_CAP))
   end
 
+  -- Raises the level so that at most r.cost units remain `after` us from
+  -- now (by then it drains after * T). ratewall Meter::hold.
+  local function meter_hold(r, now, after)
+    local left = r.cost
+    if left >= r.b then
+      return
+    end
+    local now_level = math.min((r.b - left - 1) * r.p + 1 + after * r.t, DEBT_CAP)
+    if meter_level(r, now) >= now_level then
+      return
+    end
+    meter_store(r, now, now_level)
+  end
+
   -- Takes back the reservation written as of `at` that left the meter
   -- fresh again at `mark`, if it is still the last write: its cost * P
   -- comes off the level as of `at`. ratewall Meter::unreserve.
@@ -166,6 +180,7 @@ local function meter_module()
     decide_at = meter_decide_at,
     refund = meter_refund,
     charge = meter_charge,
+    hold = meter_hold,
     unreserve = meter_unreserve,
   }
 end

@@ -107,7 +107,9 @@ end
 
 -- Per algorithm code, a loader returning its module: decide(r, now,
 -- commit) -> the five values above; refund(r, now, at); charge(r, now)
--- (r.cost > 0 more units whatever the limit says: debt). A script creates every function
+-- (r.cost > 0 more units whatever the limit says: debt); hold(r, now,
+-- after) (raise the state so that at most r.cost units remain `after` us
+-- from now: an upstream's word). A script creates every function
 -- it defines again on every call (about 0.1 us each here), so a script
 -- creates each algorithm's functions only when a call uses it; a library
 -- creates them all once, when it is loaded.

@@ -117,5 +117,23 @@ LOADERS.sl = function()
     expire(r.seq, newest + p, now)
   end
 
+  -- Adds entries at `now` until at most r.cost units remain.
+  -- ratewall Log::hold.
+  function M.hold(r, now, _)
+    local t, p, left = r.t, r.p, r.cost
+    if left >= t then
+      return
+    end
+    redis.call('ZREMRANGEBYSCORE', r.key, '-inf', now - p)
+    local n = redis.call('ZCARD', r.key)
+    if n >= t - left then
+      return
+    end
+    sl_add(r, now, t - left - n, n)
+    local newest = math.max(tonumber(redis.call('ZRANGE', r.key, -1, -1, 'WITHSCORES')[2]) or now, now)
+    expire(r.key, newest + p, now)
+    expire(r.seq, newest + p, now)
+  end
+
   return M
 end

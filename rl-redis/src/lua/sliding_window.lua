@@ -165,5 +165,24 @@ LOADERS.sw = function()
     expire(r.key, (newest + n + 1) * size, now)
   end
 
+  -- Adds to the current slot until at most r.cost units remain (the slot
+  -- decays as usual). ratewall Slots::hold.
+  function M.hold(r, now, _)
+    local t, n, left = r.t, r.slots, r.cost
+    if left >= t then
+      return
+    end
+    local size = idiv(r.p, n)
+    local cnt = sw_load(r, idiv(now, size))
+    local est = sw_estimate(cnt, n, size, now)
+    local floor = (t - left - 1) * size + 1
+    if est >= floor then
+      return
+    end
+    r.cost = cdiv(floor - est, size)
+    M.charge(r, now)
+    r.cost = left
+  end
+
   return M
 end

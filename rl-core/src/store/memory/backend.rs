@@ -62,6 +62,18 @@ impl Backend for MemoryBackend {
         Box::pin(std::future::ready(result))
     }
 
+    fn hold<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        after: std::time::Duration,
+        left: u64,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        let result = Request::check_charge(requests)
+            .map_err(BackendError::Invalid)
+            .map(|()| self.hold_sync(requests, after, left));
+        Box::pin(std::future::ready(result))
+    }
+
     fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>> {
         self.reset_sync(requests);
         Box::pin(std::future::ready(Ok(())))

@@ -157,27 +157,58 @@ pub(super) fn refund_in(
 /// Takes a target's cost as debt ([`State::charge`]), creating its state
 /// when there is none.
 pub(super) fn charge_in(shard: &mut Shard, at: &Located, target: &Target<'_>, now: u64) {
-    with_state!(target.limit.algorithm(), S => charge::<S>(shard, at, target, now))
+    with_state!(target.limit.algorithm(), S => raise::<S>(shard, at, target, now, |state| {
+        state.charge(target.limit, now, target.cost);
+    }))
 }
 
-fn charge<S: Tabled>(shard: &mut Shard, at: &Located, target: &Target<'_>, now: u64) {
+/// Raises a target's state so that at most `left` units remain `after` µs
+/// from now ([`State::hold`]), creating it when there is none.
+pub(super) fn hold_in(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    after: u64,
+    left: u64,
+) {
+    with_state!(target.limit.algorithm(), S => raise::<S>(shard, at, target, now, |state| {
+        state.hold(target.limit, now, after, left);
+    }))
+}
+
+/// Applies `apply`, which may only add to a state, to the state `target`
+/// names, or to a fresh one kept unless it stayed idle.
+fn raise<S: Tabled>(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    apply: impl FnOnce(&mut S),
+) {
     match target.key.identity {
         IdentityRef::Number(_) | IdentityRef::Ipv4(_) => {
-            charge_held::<S, u64>(shard, at, target, now)
+            raise_held::<S, u64>(shard, at, target, now, apply)
         }
-        IdentityRef::Text(_) => charge_held::<S, CompactString>(shard, at, target, now),
+        IdentityRef::Text(_) => raise_held::<S, CompactString>(shard, at, target, now, apply),
     }
 }
 
-fn charge_held<S: Tabled, I: Side>(shard: &mut Shard, at: &Located, target: &Target<'_>, now: u64) {
+fn raise_held<S: Tabled, I: Side>(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    apply: impl FnOnce(&mut S),
+) {
     let identity = target.key.identity;
     let table = S::table(I::tables(&mut shard.tables));
     if let Some(entry) = table.find_mut(at.hash, matches::<S, I>(at, identity)) {
-        entry.state.charge(target.limit, now, target.cost);
+        apply(&mut entry.state);
         return;
     }
     let mut state = S::default();
-    state.charge(target.limit, now, target.cost);
+    apply(&mut state);
     if !state.is_idle(now) {
         insert::<S, I>(shard, at, identity, state, now);
     }

@@ -65,6 +65,27 @@ impl MemoryBackend {
         self.charge_targets(&targets(requests));
     }
 
+    /// Raises each request's state so that at most `left` units remain
+    /// `after` from now, synchronously, as [`Backend::hold`].
+    ///
+    /// ```
+    /// use ratewall::{Key, Limit, MemoryBackend, Request};
+    /// use std::time::Duration;
+    /// let backend = MemoryBackend::new();
+    /// let limit = Limit::per_minute(600).unwrap(); // one every 100 ms
+    /// let key = Key::new("rl", "upstream", "api");
+    /// let req = [Request::new(&key, &limit, 1)];
+    /// // The upstream said: retry after 2 s.
+    /// backend.hold_sync(&req, Duration::from_secs(2), 0);
+    /// let refused = backend.peek_sync(&req);
+    /// assert!(!refused[0].allowed);
+    /// assert!(refused[0].retry_after > Duration::from_millis(1_999));
+    /// ```
+    pub fn hold_sync(&self, requests: &[Request<'_>], after: std::time::Duration, left: u64) {
+        let after = u64::try_from(after.as_micros()).unwrap_or(u64::MAX);
+        self.hold_targets(&targets(requests), after, left);
+    }
+
     /// Resets a batch synchronously.
     pub fn reset_sync(&self, requests: &[Request<'_>]) {
         self.reset_targets(&targets(requests));

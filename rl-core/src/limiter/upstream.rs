@@ -1,0 +1,413 @@
+//! What an upstream says about the budget a call drew on ([`Hold`]), and
+//! how the limiter makes every instance sharing that budget hear it
+//! ([`Limiter::hold`]): a pause until the upstream's `Retry-After`, and a
+//! correction of the remaining amount down to the upstream's own count.
+
+use std::time::{Duration, SystemTime};
+
+use smallvec::SmallVec;
+
+use crate::layer::ALL;
+use crate::limiter::Limiter;
+use crate::limiter::attempt::Attempt;
+use crate::limiter::call::{CallSpec, Keys};
+use crate::limiter::resolve::{self, Targets};
+use crate::limiter::settle::applied;
+use crate::model::error::{Error, LimitError};
+use crate::store::target::{Op, Target};
+
+/// What a group of a call counts, to read an upstream's rate-limit headers
+/// for it ([`Hold::from_headers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Counts {
+    /// Requests: `x-ratelimit-remaining-requests`,
+    /// `anthropic-ratelimit-requests-remaining`, `RateLimit: ..;r=N`,
+    /// `RateLimit-Remaining`, `x-ratelimit-remaining`.
+    Requests,
+    /// Tokens: `x-ratelimit-remaining-tokens`,
+    /// `anthropic-ratelimit-tokens-remaining`.
+    Tokens,
+    /// Nothing the upstream reports on (a limit of our own).
+    Nothing,
+}
+
+/// What an upstream said about a budget a call drew on: a pause (its
+/// `429`/`503` with `Retry-After`), and how much it says is left, per group
+/// of the call's spec. [`Limiter::hold`] writes it into the budget every
+/// instance shares, through the store: each state only ever goes up (a
+/// budget already that full is left as it is).
+///
+/// ```
+/// use ratewall::{Counts, Hold};
+/// use std::time::Duration;
+/// // A 429 with `retry-after: 20` and OpenAI-style remaining counts.
+/// let headers = [
+///     ("retry-after", &b"20"[..]),
+///     ("x-ratelimit-remaining-requests", b"0"),
+///     ("x-ratelimit-remaining-tokens", b"1200"),
+/// ];
+/// let hold = Hold::from_headers(headers, &[Counts::Requests, Counts::Tokens]);
+/// assert_eq!(hold.paused(), Some(Duration::from_secs(20)));
+/// assert_eq!(hold.left_in(0), Some(0));
+/// assert_eq!(hold.left_in(1), Some(1200));
+/// assert_eq!(Hold::new().pause(Duration::from_secs(5)).left(1, 10), Hold::new().left(1, 10).pause(Duration::from_secs(5)));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Hold {
+    pause: Option<Duration>,
+    /// Units left now, per group (by index).
+    left: SmallVec<[Option<u64>; 2]>,
+}
+
+impl Hold {
+    /// Nothing said.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// No call passes in any group of the call for `pause` (the upstream's
+    /// `Retry-After`); then calls resume at the limits' rate, not in a burst
+    /// (GCRA and the buckets hold exactly; a window algorithm holds until
+    /// its current window or slot ends). The longest of two pauses holds.
+    pub fn pause(mut self, pause: Duration) -> Self {
+        self.pause = Some(self.pause.map_or(pause, |p| p.max(pause)));
+        self
+    }
+
+    /// At most `units` are left now in group `group` (by index in the
+    /// spec): the upstream's own remaining count. The smallest of two counts
+    /// holds.
+    pub fn left(mut self, group: usize, units: u64) -> Self {
+        if self.left.len() <= group {
+            self.left.resize(group + 1, None);
+        }
+        let slot = &mut self.left[group];
+        *slot = Some(slot.map_or(units, |u| u.min(units)));
+        self
+    }
+
+    /// The pause said, if any.
+    pub fn paused(&self) -> Option<Duration> {
+        self.pause
+    }
+
+    /// The units said to be left in group `group`, if any.
+    pub fn left_in(&self, group: usize) -> Option<u64> {
+        self.left.get(group).copied().flatten()
+    }
+
+    /// Whether nothing was said.
+    pub fn is_empty(&self) -> bool {
+        self.pause.is_none() && self.left.iter().all(Option::is_none)
+    }
+
+    /// What an upstream's response headers say, for a spec whose groups
+    /// count what `counts` says (one per group, in order; a group past its
+    /// end counts [`Counts::Nothing`]). Names are matched without regard to
+    /// case. Read: `Retry-After` (seconds, or an HTTP date), `retry-after-ms`;
+    /// the remaining counts of [`Counts`]; the IETF `RateLimit` field's `r`
+    /// (and `t`, a pause when `r=0`). Values that cannot be read are
+    /// ignored (logged at debug level).
+    pub fn from_headers<'h>(
+        headers: impl IntoIterator<Item = (&'h str, &'h [u8])>,
+        counts: &[Counts],
+    ) -> Self {
+        let mut hold = Hold::new();
+        let groups_counting = |what: Counts| {
+            counts
+                .iter()
+                .enumerate()
+                .filter(move |(_, c)| **c == what)
+                .map(|(g, _)| g)
+        };
+        for (name, value) in headers {
+            let Ok(value) = std::str::from_utf8(value) else {
+                continue;
+            };
+            let value = value.trim();
+            let name = name.to_ascii_lowercase();
+            let remaining = match name.as_str() {
+                "retry-after" => {
+                    if let Some(pause) = retry_after(value) {
+                        hold = hold.pause(pause);
+                    }
+                    continue;
+                }
+                "retry-after-ms" => {
+                    if let Some(pause) = seconds(value, 1_000) {
+                        hold = hold.pause(pause);
+                    }
+                    continue;
+                }
+                "ratelimit" => {
+                    if let Some((left, reset)) = ietf_ratelimit(value) {
+                        if left == 0
+                            && let Some(reset) = reset
+                        {
+                            hold = hold.pause(reset);
+                        }
+                        for g in groups_counting(Counts::Requests) {
+                            hold = hold.left(g, left);
+                        }
+                    }
+                    continue;
+                }
+                "x-ratelimit-remaining-requests"
+                | "anthropic-ratelimit-requests-remaining"
+                | "ratelimit-remaining"
+                | "x-ratelimit-remaining" => Counts::Requests,
+                "x-ratelimit-remaining-tokens" | "anthropic-ratelimit-tokens-remaining" => {
+                    Counts::Tokens
+                }
+                _ => continue,
+            };
+            match value.parse::<u64>() {
+                Ok(left) => {
+                    for g in groups_counting(remaining) {
+                        hold = hold.left(g, left);
+                    }
+                }
+                Err(_) => {
+                    tracing::debug!(header = name, value, "unreadable rate-limit header ignored")
+                }
+            }
+        }
+        hold
+    }
+}
+
+/// `Retry-After`: delay-seconds (fractions read too), or an HTTP date.
+fn retry_after(value: &str) -> Option<Duration> {
+    if let Some(pause) = seconds(value, 1) {
+        return Some(pause);
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(
+        at.duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
+}
+
+/// A non-negative number of `1 / per_second` seconds, fractions allowed.
+fn seconds(value: &str, per_second: u32) -> Option<Duration> {
+    let number: f64 = value.parse().ok()?;
+    (number.is_finite() && number >= 0.0)
+        .then(|| Duration::try_from_secs_f64(number / f64::from(per_second)).ok())
+        .flatten()
+}
+
+/// The IETF `RateLimit` field (`"default";r=50;t=30`): the first item's
+/// remaining `r` and reset `t` (seconds).
+fn ietf_ratelimit(value: &str) -> Option<(u64, Option<Duration>)> {
+    let first = value.split(',').next()?;
+    let mut remaining = None;
+    let mut reset = None;
+    for parameter in first.split(';').skip(1) {
+        let (key, value) = parameter.trim().split_once('=')?;
+        match key.trim() {
+            "r" => remaining = value.trim().parse::<u64>().ok(),
+            "t" => reset = seconds(value.trim(), 1),
+            _ => {}
+        }
+    }
+    Some((remaining?, reset))
+}
+
+impl Limiter {
+    /// Makes every instance sharing `spec`'s budgets for `keys` hear what
+    /// the upstream said ([`Hold`]): each group of the call is held paused
+    /// for [`Hold::pause`] and down to its [`Hold::left`] count, through the
+    /// store (one operation per kind of hold and group), so every instance's
+    /// next call sees it. Allow-listed groups and in-flight limits are left
+    /// alone; nothing said, nothing done.
+    ///
+    /// ```
+    /// use ratewall::{CallSpec, Counts, GroupSpec, Hold, Keys, Limit, Limiter};
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let limiter = Limiter::builder().memory().build()?;
+    /// let chat = CallSpec::owned("chat", vec![
+    ///     GroupSpec::owned("chat_rpm", vec![Limit::per_minute(500)?]),
+    ///     GroupSpec::owned("chat_tpm", vec![Limit::per_minute(60_000)?]).settled(),
+    /// ]);
+    /// // The upstream answered 429, `retry-after: 2`.
+    /// let said = Hold::from_headers([("retry-after", &b"2"[..])], &[Counts::Requests, Counts::Tokens]);
+    /// limiter.hold(&chat, Keys::new(&[&"gpt", &"gpt"]), &said).await?;
+    /// let refused = limiter.call_with(&chat, Keys::new(&[&"gpt", &"gpt"]).costs(&[1, 100])).await.unwrap_err();
+    /// assert!(refused.retry_after().unwrap() > std::time::Duration::from_millis(1_900));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # });
+    /// ```
+    pub async fn hold(&self, spec: &CallSpec, keys: Keys<'_>, hold: &Hold) -> Result<(), Error> {
+        if hold.is_empty() {
+            return Ok(());
+        }
+        if let Err(rejection) = keys.check(spec) {
+            return Err(cannot_hold(spec, &rejection.to_string()));
+        }
+        let owned = keys.with_tiers(|tiers| {
+            keys.with_identities(|identities| {
+                resolve::with(self, spec, |resolved| {
+                    Attempt::new(self, spec, resolved, identities, tiers, &[])
+                        .map(|attempt| attempt.to_owned())
+                        .map_err(|decided| match *decided {
+                            Err(rejection) => cannot_hold(spec, &rejection.to_string()),
+                            Ok(_) => cannot_hold(spec, "it was decided instead"),
+                        })
+                })
+            })
+        })?;
+        let attempt = owned.attempt();
+        let resolved = attempt.resolved;
+        for group in 0..resolved.groups.len() {
+            if attempt.skipped & (1 << group) != 0 {
+                continue;
+            }
+            let mut targets = Targets::new();
+            if attempt.chosen.is_empty() {
+                resolved.fill_targets(attempt.identities, &[], |i, _| i == group, &mut targets);
+            } else {
+                resolved.fill_tiered(
+                    attempt.identities,
+                    &[],
+                    &attempt.chosen,
+                    |i| i == group,
+                    &mut targets,
+                );
+            }
+            let targets: SmallVec<[Target<'_>; 4]> = targets
+                .into_iter()
+                .filter(|t| !t.limit.is_in_flight())
+                .collect();
+            if targets.is_empty() {
+                continue;
+            }
+            let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+            let holds = [
+                hold.pause.map(|pause| (micros(pause), 0)),
+                hold.left_in(group).map(|left| (0, left)),
+            ];
+            for (after, left) in holds.into_iter().flatten() {
+                let mut call = attempt.call(spec, Op::Hold { after, left }, &targets);
+                applied(self.pipeline.run(&mut call, ALL).await)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why a hold could not be applied.
+fn cannot_hold(spec: &CallSpec, why: &str) -> Error {
+    Error::Limit(LimitError::BadCall(format!(
+        "call `{}` cannot be held at its upstream's word: {why}",
+        spec.name()
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(headers: &[(&str, &str)], counts: &[Counts]) -> Hold {
+        Hold::from_headers(headers.iter().map(|(n, v)| (*n, v.as_bytes())), counts)
+    }
+
+    const LLM: [Counts; 2] = [Counts::Requests, Counts::Tokens];
+
+    #[test]
+    fn retry_after_is_read_in_seconds_fractions_milliseconds_and_http_dates() {
+        assert_eq!(
+            read(&[("Retry-After", "20")], &LLM).paused(),
+            Some(Duration::from_secs(20))
+        );
+        assert_eq!(
+            read(&[("retry-after", "1.5")], &LLM).paused(),
+            Some(Duration::from_millis(1_500))
+        );
+        assert_eq!(
+            read(&[("retry-after-ms", "250")], &LLM).paused(),
+            Some(Duration::from_millis(250))
+        );
+        let in_a_minute = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(61));
+        let pause = read(&[("retry-after", &in_a_minute)], &LLM)
+            .paused()
+            .unwrap();
+        assert!(
+            pause > Duration::from_secs(55) && pause <= Duration::from_secs(61),
+            "{pause:?}"
+        );
+        let past = httpdate::fmt_http_date(SystemTime::now() - Duration::from_secs(600));
+        assert_eq!(
+            read(&[("retry-after", &past)], &LLM).paused(),
+            Some(Duration::ZERO)
+        );
+        // The longest of two says.
+        let both = read(&[("retry-after", "2"), ("retry-after-ms", "3500")], &LLM);
+        assert_eq!(both.paused(), Some(Duration::from_millis(3_500)));
+    }
+
+    #[test]
+    fn remaining_counts_go_to_the_groups_that_count_them() {
+        let openai = read(
+            &[
+                ("x-ratelimit-remaining-requests", "59"),
+                ("x-ratelimit-remaining-tokens", "149984"),
+            ],
+            &LLM,
+        );
+        assert_eq!(
+            (openai.left_in(0), openai.left_in(1)),
+            (Some(59), Some(149_984))
+        );
+        let anthropic = read(
+            &[
+                ("anthropic-ratelimit-requests-remaining", "3"),
+                ("anthropic-ratelimit-tokens-remaining", "900"),
+            ],
+            &[Counts::Tokens, Counts::Nothing, Counts::Requests],
+        );
+        assert_eq!(
+            (
+                anthropic.left_in(0),
+                anthropic.left_in(1),
+                anthropic.left_in(2)
+            ),
+            (Some(900), None, Some(3))
+        );
+        let ietf = read(
+            &[("RateLimit", "\"default\";r=0;t=30, \"daily\";r=100;t=3600")],
+            &LLM,
+        );
+        assert_eq!(
+            (ietf.left_in(0), ietf.paused()),
+            (Some(0), Some(Duration::from_secs(30)))
+        );
+        assert_eq!(
+            read(&[("RateLimit-Remaining", "7")], &LLM).left_in(0),
+            Some(7)
+        );
+    }
+
+    #[test]
+    fn what_cannot_be_read_says_nothing() {
+        for (name, value) in [
+            ("retry-after", "soon"),
+            ("retry-after", "-3"),
+            ("retry-after-ms", "NaN"),
+            ("x-ratelimit-remaining-tokens", "lots"),
+            ("ratelimit", "\"default\";t=30"),
+            ("x-unrelated", "5"),
+        ] {
+            assert!(read(&[(name, value)], &LLM).is_empty(), "{name}: {value}");
+        }
+        let invalid_utf8 = Hold::from_headers([("retry-after", &[0xff, 0xfe][..])], &LLM);
+        assert!(invalid_utf8.is_empty());
+        assert!(
+            read(
+                &[("x-ratelimit-remaining-tokens", "5")],
+                &[Counts::Requests]
+            )
+            .is_empty()
+        );
+    }
+}

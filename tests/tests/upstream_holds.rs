@@ -1,0 +1,120 @@
+//! An upstream's word, heard by every instance ([`Limiter::hold`]): two
+//! limiters sharing one Redis stand for two processes calling one upstream;
+//! what one of them hears (a `429` with `Retry-After`, a remaining count)
+//! holds the budget the other one draws on.
+
+use std::time::Duration;
+
+use ratewall::{CallSpec, Counts, FailurePolicy, GroupSpec, Hold, Keys, Limit, Limiter};
+use ratewall_redis::RedisBackend;
+use ratewall_tests::harness::RedisServer;
+
+/// Requests and tokens per minute, the second settled.
+fn chat() -> CallSpec {
+    CallSpec::owned(
+        "chat",
+        vec![
+            GroupSpec::owned("chat_rpm", vec![Limit::per_minute(600).expect("limit")]),
+            GroupSpec::owned("chat_tpm", vec![Limit::per_minute(60_000).expect("limit")]).settled(),
+        ],
+    )
+    .with_policy(FailurePolicy::FailClosed)
+}
+
+async fn instance(server: &RedisServer) -> Limiter {
+    let backend = RedisBackend::builder(server.url())
+        .timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .expect("connect");
+    Limiter::builder()
+        .backend(backend)
+        .build()
+        .expect("limiter")
+}
+
+const LLM: [Counts; 2] = [Counts::Requests, Counts::Tokens];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_heard_by_one_instance_pauses_every_instance() {
+    let server = RedisServer::start();
+    let (a, b) = (instance(&server).await, instance(&server).await);
+    let spec = chat();
+    let keys = || Keys::new(&[&"gpt", &"gpt"]);
+    b.call_with(&spec, keys().costs(&[1, 100]))
+        .await
+        .expect("room before the upstream spoke")
+        .settle_cost(100)
+        .await;
+    let said = Hold::from_headers([("retry-after", &b"3"[..])], &LLM);
+    a.hold(&spec, keys(), &said).await.expect("held");
+    let refused = b
+        .call_with(&spec, keys().costs(&[1, 100]))
+        .await
+        .expect_err("paused");
+    // Measured by the server's clock from the hold: at most 3 s and a
+    // unit's emission ahead (100 ms for the requests, 100 tokens' 100 ms),
+    // and (even with both cores busy) well over 1 s.
+    let wait = refused.retry_after().expect("a retry time");
+    assert!(
+        wait > Duration::from_secs(1) && wait <= Duration::from_millis(3_100),
+        "{wait:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remaining_count_heard_by_one_instance_bounds_every_instance() {
+    let server = RedisServer::start();
+    let (a, b) = (instance(&server).await, instance(&server).await);
+    let spec = chat();
+    let keys = || Keys::new(&[&"gpt", &"gpt"]);
+    // The upstream has 2 500 tokens left (others spend the same key).
+    let said = Hold::from_headers(
+        [
+            ("x-ratelimit-remaining-requests", &b"590"[..]),
+            ("x-ratelimit-remaining-tokens", b"2500"),
+        ],
+        &LLM,
+    );
+    a.hold(&spec, keys(), &said).await.expect("held");
+    b.call_with(&spec, keys().costs(&[1, 2_000]))
+        .await
+        .expect("2 000 of 2 500")
+        .settle_cost(2_000)
+        .await;
+    let refused = b
+        .call_with(&spec, keys().costs(&[1, 1_000]))
+        .await
+        .expect_err("1 000 more is over what the upstream has left");
+    assert_eq!(refused.name(), "chat_tpm");
+    // Saying more is left than the budget holds changes nothing.
+    let more = Hold::new().left(1, 50_000);
+    a.hold(&spec, keys(), &more).await.expect("held");
+    assert!(b.call_with(&spec, keys().costs(&[1, 1_000])).await.is_err());
+}
+
+#[tokio::test]
+async fn holding_an_in_flight_limit_leaves_it_alone_and_a_bad_call_is_an_error() {
+    let limiter = Limiter::builder().memory().build().expect("limiter");
+    let spec = CallSpec::owned(
+        "jobs",
+        vec![GroupSpec::owned(
+            "jobs",
+            vec![Limit::in_flight(2).expect("limit")],
+        )],
+    );
+    let pause = Hold::new().pause(Duration::from_secs(60));
+    limiter
+        .hold(&spec, Keys::new(&[&"x"]), &pause)
+        .await
+        .expect("nothing to hold");
+    assert!(
+        limiter.call(&spec, &[&"x"]).await.is_ok(),
+        "slots untouched"
+    );
+    let error = limiter
+        .hold(&spec, Keys::new(&[&"x", &"y"]), &pause)
+        .await
+        .expect_err("two keys for one group");
+    assert!(error.to_string().contains("cannot be held"), "{error}");
+}
