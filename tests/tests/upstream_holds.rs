@@ -118,3 +118,112 @@ async fn holding_an_in_flight_limit_leaves_it_alone_and_a_bad_call_is_an_error()
         .expect_err("two keys for one group");
     assert!(error.to_string().contains("cannot be held"), "{error}");
 }
+
+/// A strict upstream in process: at most `per_second` requests in each
+/// aligned second of the local clock, answering `429` with `Retry-After`
+/// past it; counts what it served and what it refused.
+#[derive(Clone, Default)]
+struct StrictUpstream {
+    state: std::sync::Arc<std::sync::Mutex<(u64, u64, u64, u64)>>, // (second, count, served, refused)
+}
+
+impl StrictUpstream {
+    const PER_SECOND: u64 = 10;
+
+    fn answer(&self) -> http::Response<String> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after the epoch");
+        let mut state = self.state.lock().expect("upstream state");
+        if state.0 != now.as_secs() {
+            state.0 = now.as_secs();
+            state.1 = 0;
+        }
+        if state.1 >= Self::PER_SECOND {
+            state.3 += 1;
+            return http::Response::builder()
+                .status(429)
+                .header("retry-after", "1")
+                .body(String::new())
+                .expect("response");
+        }
+        state.1 += 1;
+        state.2 += 1;
+        let left = Self::PER_SECOND - state.1;
+        http::Response::builder()
+            .header("x-ratelimit-remaining-requests", left.to_string())
+            .body("ok".to_owned())
+            .expect("response")
+    }
+
+    fn served_and_refused(&self) -> (u64, u64) {
+        let state = self.state.lock().expect("upstream state");
+        (state.2, state.3)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_calling_a_strict_upstream_through_the_client_layer_stay_under_its_limit() {
+    use ratewall::tower::{Draw, UpstreamLayer};
+    use tower::{Layer, Service, ServiceExt};
+
+    let server = RedisServer::start();
+    let upstream = StrictUpstream::default();
+    // 8 a second, one at a time (burst 1): under the upstream's 10 in any
+    // aligned second, with room for the time between our decision and its.
+    let spec = || {
+        CallSpec::owned(
+            "partner",
+            vec![GroupSpec::owned(
+                "partner_rps",
+                vec![
+                    Limit::per_second(8)
+                        .expect("limit")
+                        .with_burst(1)
+                        .expect("burst"),
+                ],
+            )],
+        )
+    };
+    let mut calls = Vec::new();
+    for _ in 0..2 {
+        let limiter = std::sync::Arc::new(instance(&server).await);
+        let layer = UpstreamLayer::new(
+            limiter,
+            spec(),
+            [Counts::Requests],
+            |_: &http::Request<String>| Draw::new(["partner-a"]),
+        )
+        .wait(Duration::from_secs(60));
+        let upstream = upstream.clone();
+        let client = layer.layer(tower::service_fn(move |_: http::Request<String>| {
+            let answer = upstream.answer();
+            async move { Ok::<_, std::convert::Infallible>(answer) }
+        }));
+        for _ in 0..20 {
+            let mut client = client.clone();
+            calls.push(tokio::spawn(async move {
+                client
+                    .ready()
+                    .await
+                    .expect("ready")
+                    .call(http::Request::new(String::new()))
+                    .await
+                    .map(|response| response.status().as_u16())
+            }));
+        }
+    }
+    let mut statuses = Vec::new();
+    for call in calls {
+        statuses.push(call.await.expect("task").expect("answered"));
+    }
+    let (served, refused) = upstream.served_and_refused();
+    assert_eq!(
+        served + refused,
+        40,
+        "every request was sent once: {statuses:?}"
+    );
+    // Safety with a margin for a busy machine: a request the scheduler
+    // delays past our 125 ms spacing may meet a full second upstream.
+    assert!(refused <= 2, "{refused} refused upstream: {statuses:?}");
+}

@@ -9,7 +9,7 @@ use smallvec::SmallVec;
 
 use crate::layer::ALL;
 use crate::limiter::Limiter;
-use crate::limiter::attempt::Attempt;
+use crate::limiter::attempt::{Attempt, OwnedAttempt};
 use crate::limiter::call::{CallSpec, Keys};
 use crate::limiter::resolve::{self, Targets};
 use crate::limiter::settle::applied;
@@ -238,14 +238,34 @@ impl Limiter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # });
     /// ```
-    pub async fn hold(&self, spec: &CallSpec, keys: Keys<'_>, hold: &Hold) -> Result<(), Error> {
-        if hold.is_empty() {
-            return Ok(());
+    ///
+    /// The keys are read before this returns: the future borrows none of
+    /// them (it is `Send` whatever form they take).
+    pub fn hold<'a>(
+        &'a self,
+        spec: &'a CallSpec,
+        keys: Keys<'_>,
+        hold: &'a Hold,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send + 'a {
+        let owned = if hold.is_empty() {
+            Ok(None)
+        } else {
+            self.hold_attempt(spec, keys).map(Some)
+        };
+        async move {
+            match owned? {
+                Some(owned) => self.hold_groups(spec, &owned, hold).await,
+                None => Ok(()),
+            }
         }
+    }
+
+    /// The attempt a hold applies to: `keys` checked and resolved.
+    fn hold_attempt(&self, spec: &CallSpec, keys: Keys<'_>) -> Result<OwnedAttempt, Error> {
         if let Err(rejection) = keys.check(spec) {
             return Err(cannot_hold(spec, &rejection.to_string()));
         }
-        let owned = keys.with_tiers(|tiers| {
+        keys.with_tiers(|tiers| {
             keys.with_identities(|identities| {
                 resolve::with(self, spec, |resolved| {
                     Attempt::new(self, spec, resolved, identities, tiers, &[])
@@ -256,7 +276,16 @@ impl Limiter {
                         })
                 })
             })
-        })?;
+        })
+    }
+
+    /// Holds each group of `owned` at `hold`.
+    async fn hold_groups(
+        &self,
+        spec: &CallSpec,
+        owned: &OwnedAttempt,
+        hold: &Hold,
+    ) -> Result<(), Error> {
         let attempt = owned.attempt();
         let resolved = attempt.resolved;
         for group in 0..resolved.groups.len() {

@@ -1,4 +1,5 @@
-//! Route-level rate limits (feature `tower`): a [`tower::Layer`] for axum
+//! Route-level rate limits (feature `tower`), and limits on what we send
+//! out ([`UpstreamLayer`], for client services). The route layer: a [`tower::Layer`] for axum
 //! routers and routes (`Router::layer`, `route_layer`), tonic servers and
 //! any tower HTTP service, built on [`Limiter::call`](crate::Limiter::call)
 //! like `#[rate_limit]`.
@@ -52,9 +53,11 @@ mod response;
 mod service;
 #[cfg(test)]
 mod tests;
+mod upstream;
 
 pub use key::KeyFrom;
 pub use service::{
     IntoLimit, LayerError, MissingKey, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
     ResponseFuture,
 };
+pub use upstream::{Draw, Upstream, UpstreamError, UpstreamFuture, UpstreamLayer};
