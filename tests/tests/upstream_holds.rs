@@ -227,3 +227,61 @@ async fn two_instances_calling_a_strict_upstream_through_the_client_layer_stay_u
     // delays past our 125 ms spacing may meet a full second upstream.
     assert!(refused <= 2, "{refused} refused upstream: {statuses:?}");
 }
+
+#[tokio::test]
+async fn a_429_gives_a_settled_estimate_back_without_reopening_the_pause() {
+    use ratewall::tower::{Draw, UpstreamLayer};
+    use tower::{Layer, Service, ServiceExt};
+
+    let limiter = std::sync::Arc::new(Limiter::builder().memory().build().expect("limiter"));
+    // One settled group: the estimate given back and the pause written
+    // land on the same state.
+    let spec = CallSpec::owned(
+        "tokens",
+        vec![
+            GroupSpec::owned(
+                "tokens_tpm",
+                vec![Limit::per_minute(60_000).expect("limit")],
+            )
+            .settled(),
+        ],
+    );
+    let layer = UpstreamLayer::new(
+        limiter.clone(),
+        spec,
+        [Counts::Tokens],
+        // The request's body is its estimate.
+        |request: &http::Request<String>| {
+            Draw::new(["team"]).costs([request.body().parse().expect("a number")])
+        },
+    )
+    .wait(Duration::ZERO);
+    let mut client = layer.layer(tower::service_fn(|_: http::Request<String>| async {
+        http::Response::builder()
+            .status(429)
+            .header("retry-after", "20")
+            .body(String::new())
+    }));
+    let answered = client
+        .ready()
+        .await
+        .expect("ready")
+        .call(http::Request::new("4000".to_owned()))
+        .await
+        .expect("answered");
+    assert_eq!(answered.status(), 429);
+    let refused = client
+        .ready()
+        .await
+        .expect("ready")
+        .call(http::Request::new("1".to_owned()))
+        .await
+        .expect_err("paused for 20 s, even for one token");
+    let ratewall::tower::UpstreamError::Refused(rejection) = refused else {
+        panic!("refused by the budget, not the client: {refused}");
+    };
+    assert!(
+        rejection.retry_after().expect("a retry time") > Duration::from_secs(19),
+        "{rejection}"
+    );
+}

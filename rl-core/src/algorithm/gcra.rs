@@ -18,7 +18,8 @@
 //! calls made still count, as units of the new limit, draining at the new
 //! rate from the last write, until the expiry that write set (a state never
 //! outlives its key). The conversion depends on the state alone, so
-//! `retry_after` stays exact.
+//! `retry_after` stays exact. The time converted is kept to [`DEBT_CAP`]
+//! (only debt reaches it).
 
 use super::{DEBT_CAP, State};
 use crate::model::decision::{Decision, Figures};
@@ -42,7 +43,9 @@ impl Tat {
             return self.tat;
         }
         let ahead = (self.tat - self.written) as f64 * interval as f64 / self.interval as f64;
-        self.written + ahead.ceil() as u64
+        // Debt converted to a longer interval stays within the cap (and
+        // exact in Lua's doubles).
+        self.written + (ahead.ceil() as u64).min(DEBT_CAP)
     }
 }
 
@@ -120,15 +123,16 @@ impl State for Tat {
         let interval = limit.emission_interval_micros();
         let tau = interval * limit.burst();
         // remaining(t) = floor((t + τ - tat) / I) <= left  <=>
-        // tat >= t + τ + 1 - (left + 1)·I, at t = now + after.
-        let floor = (now + after.min(DEBT_CAP) + tau + 1)
+        // tat - now >= after + τ + 1 - (left + 1)·I, at t = now + after
+        // (`after` kept where the sum stays within the cap).
+        let needed = (after.min(DEBT_CAP.saturating_sub(tau)) + tau + 1)
             .saturating_sub(left.saturating_add(1).saturating_mul(interval));
-        let tat = self.measured_in(interval, now).max(now);
-        if floor <= tat {
+        let ahead = self.measured_in(interval, now).max(now) - now;
+        if needed <= ahead {
             return;
         }
         *self = Tat {
-            tat: now + (floor - now).min(DEBT_CAP),
+            tat: now + needed.min(DEBT_CAP),
             interval,
             written: now,
         };

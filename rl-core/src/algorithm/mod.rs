@@ -72,7 +72,8 @@ pub(crate) trait State: Default + std::fmt::Debug + Send + 'static {
     /// the windows count past `T` in the current window or slot (refusing
     /// until it has passed), GCRA moves its TAT and the buckets their level
     /// past the tolerance (refusing until the rate has drained it), the
-    /// sliding log adds entries at `now` (at most `T`: more could not refuse
+    /// sliding log adds entries at `now` (at most `T` at one time and `2T`
+    /// in all: more at one time could not refuse
     /// anything `T` do not). Debt is kept up to [`DEBT_CAP`]. In-flight
     /// limits have no cost to settle.
     fn charge(&mut self, limit: &Limit, now: u64, units: u64);

@@ -93,9 +93,12 @@ impl State for Log {
             log.pop_front();
         }
         // Entries of one time leave together: past `T` of them at `now`,
-        // more could refuse nothing more.
+        // more could refuse nothing more; and the log holds at most `2T`.
         let at_now = log.iter().filter(|&&entry| entry == now).count() as u64;
-        let add = units.min(t.saturating_sub(at_now));
+        let live = log.len() as u64;
+        let add = units
+            .min(t.saturating_sub(at_now))
+            .min((2 * t).saturating_sub(live));
         if add > 0 {
             log.extend(std::iter::repeat_n(now, add as usize));
             self.expires = self.expires.max(now + p);

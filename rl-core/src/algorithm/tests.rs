@@ -598,3 +598,28 @@ fn a_window_holds_only_until_its_window_ends() {
     assert_refused(t.peek(1), 9 * S);
     assert!(t.at(10 * S).call(4).allowed);
 }
+
+#[test]
+fn debt_read_under_a_longer_interval_stays_within_the_cap() {
+    // 10 000 a second (I = 100 µs), as much debt as a state holds, then
+    // the limit lowered to 1 a second (I = 1 s): the debt converted would
+    // be 10 000 times longer; it is kept to the cap, not overflowed.
+    let mut t = Timeline::new(Algorithm::Gcra, 10_000, 1);
+    t.at(0).charge(u64::MAX);
+    t.limit = Limit::new(1, Duration::from_secs(1)).unwrap();
+    let refused = t.at(S).peek(1);
+    assert!(!refused.allowed);
+    assert!(us(refused.retry_after) <= super::DEBT_CAP, "{refused:?}");
+    t.hold(u64::MAX, 0);
+    t.charge(u64::MAX);
+    assert!(!t.peek(1).allowed);
+}
+
+#[test]
+fn the_sliding_log_holds_at_most_twice_its_threshold_of_debt() {
+    let mut t = Timeline::new(Algorithm::SlidingLog, 4, 10);
+    for step in 0..10 {
+        t.at(step).charge(4);
+    }
+    assert_eq!(t.cell.log_len(), 8);
+}

@@ -4,7 +4,7 @@
 //! | metric | kind | labels |
 //! |---|---|---|
 //! | `rl_decisions_total` | counter | `limit` (the call's name), `outcome` (`allowed`, `rejected`, `shadow_rejected`, `denied`, `allow_listed`, `failed_open`, `unavailable`), `source` (`backend`, `cache`, `local`, `list`, `policy`, `lease`) |
-//! | `rl_operations_total` | counter | `limit`, `op` (`peek`, `refund`, `charge`, `reset`, `cancel`), `result` (`ok`, `error`) |
+//! | `rl_operations_total` | counter | `limit`, `op` (`peek`, `refund`, `charge`, `hold`, `reset`, `cancel`), `result` (`ok`, `error`) |
 //! | `rl_backend_errors_total` | counter | `limit`, `op`, `error` (`timeout`, `unavailable`, `circuit_open`, `protocol`) |
 //! | `rl_backend_seconds` | histogram | `limit` |
 //! | `rl_wait_seconds` | histogram | `limit`: the wait of each admitted waiting call (recorded by the limiter's waiting calls) |

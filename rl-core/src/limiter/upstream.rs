@@ -77,8 +77,12 @@ impl Hold {
 
     /// At most `units` are left now in group `group` (by index in the
     /// spec): the upstream's own remaining count. The smallest of two counts
-    /// holds.
+    /// holds. A group past the most a spec can have
+    /// ([`MAX_GROUPS`](crate::MAX_GROUPS)) is ignored.
     pub fn left(mut self, group: usize, units: u64) -> Self {
+        if group >= crate::limiter::call::MAX_GROUPS {
+            return self;
+        }
         if self.left.len() <= group {
             self.left.resize(group + 1, None);
         }
@@ -95,6 +99,13 @@ impl Hold {
     /// The units said to be left in group `group`, if any.
     pub fn left_in(&self, group: usize) -> Option<u64> {
         self.left.get(group).copied().flatten()
+    }
+
+    /// This hold with its pause no longer than `max` (an upstream asking
+    /// for a pause of days is not believed past it).
+    pub fn capped(mut self, max: Duration) -> Self {
+        self.pause = self.pause.map(|pause| pause.min(max));
+        self
     }
 
     /// Whether nothing was said.
@@ -204,7 +215,9 @@ fn ietf_ratelimit(value: &str) -> Option<(u64, Option<Duration>)> {
     let mut remaining = None;
     let mut reset = None;
     for parameter in first.split(';').skip(1) {
-        let (key, value) = parameter.trim().split_once('=')?;
+        let Some((key, value)) = parameter.trim().split_once('=') else {
+            continue;
+        };
         match key.trim() {
             "r" => remaining = value.trim().parse::<u64>().ok(),
             "t" => reset = seconds(value.trim(), 1),
@@ -415,6 +428,9 @@ mod tests {
             read(&[("RateLimit-Remaining", "7")], &LLM).left_in(0),
             Some(7)
         );
+        // A parameter without a value is skipped, not the field.
+        let flagged = read(&[("ratelimit", "\"default\";r=4;partial;t=9")], &LLM);
+        assert_eq!(flagged.left_in(0), Some(4));
     }
 
     #[test]
@@ -438,5 +454,10 @@ mod tests {
             )
             .is_empty()
         );
+        assert!(Hold::new().left(usize::MAX, 3).is_empty(), "no such group");
+        let long = Hold::new()
+            .pause(Duration::from_secs(86_400))
+            .capped(Duration::from_secs(300));
+        assert_eq!(long.paused(), Some(Duration::from_secs(300)));
     }
 }

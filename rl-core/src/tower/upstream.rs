@@ -7,12 +7,18 @@
 //! (queue, don't stampede); the upstream's answer is then heard
 //! ([`Limiter::hold`]): its `Retry-After` pauses the budget for every
 //! instance, its remaining counts bound it, and a `429` or `503` without a
-//! `Retry-After` pauses it for [`UpstreamLayer::pause_on_refusal`]. A
-//! request the upstream refused (`429`) took nothing upstream: its estimate
-//! is given back. Otherwise the estimate stays taken, unless
+//! `Retry-After` pauses it for [`UpstreamLayer::pause_on_refusal`] (a pause
+//! is believed up to [`UpstreamLayer::max_pause`]). A request the upstream
+//! refused (`429`) took nothing upstream: in a spec whose groups settle
+//! their cost ([`crate::GroupSpec::settled`]), its estimate is given back,
+//! before the pause is written. Otherwise the estimate stays taken, unless
 //! [`UpstreamLayer::settle_with`] reads the real cost from the response
 //! (costs known only from a response body, such as a language model's
 //! token usage, are settled with the call API: [`crate::Permit::settle_cost`]).
+//!
+//! A request already waiting for its reserved slot when the upstream
+//! speaks keeps that slot (it was reserved before); if the upstream refuses
+//! it too, its answer pauses the budget again.
 
 use std::fmt;
 use std::future::Future;
@@ -94,6 +100,7 @@ struct Shared<F, RB> {
     draw: F,
     wait: Duration,
     pause_on_refusal: Duration,
+    max_pause: Duration,
     settle: Option<Box<SettleFn<RB>>>,
 }
 
@@ -155,7 +162,7 @@ impl<F, RB> UpstreamLayer<F, RB> {
     /// group counting what `counts` says (to read the upstream's headers;
     /// one per group), each request's [`Draw`] read by `draw`. Waits up to
     /// 60 s for room by default; a `429`/`503` without `Retry-After`
-    /// pauses the budget for 1 s.
+    /// pauses the budget for 1 s; a pause is believed up to 5 minutes.
     pub fn new(
         limiter: Arc<Limiter>,
         spec: CallSpec,
@@ -170,6 +177,7 @@ impl<F, RB> UpstreamLayer<F, RB> {
                 draw,
                 wait: Duration::from_secs(60),
                 pause_on_refusal: Duration::from_secs(1),
+                max_pause: Duration::from_secs(300),
                 settle: None,
             }),
         }
@@ -192,6 +200,12 @@ impl<F, RB> UpstreamLayer<F, RB> {
     /// How long a `429` or `503` without `Retry-After` pauses the budget.
     pub fn pause_on_refusal(self, pause: Duration) -> Self {
         self.with(|s| s.pause_on_refusal = pause)
+    }
+
+    /// The longest pause an upstream's `Retry-After` is believed for (a
+    /// remote server's word; default 5 minutes).
+    pub fn max_pause(self, max: Duration) -> Self {
+        self.with(|s| s.max_pause = max)
     }
 
     /// Reads the real cost of a request from its response (every settled
@@ -254,17 +268,17 @@ where
     type Error = UpstreamError<S::Error>;
     type Future = UpstreamFuture<http::Response<RB>, S::Error>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(UpstreamError::Service)
+    /// Always ready: the client service is made ready once the budget has
+    /// admitted a request (a request waiting for room holds no capacity of
+    /// the client's, e.g. a `Buffer`'s slot).
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let draw = (self.shared.draw)(&request);
         let shared = self.shared.clone();
-        // The service made ready is the one called; a clone stays for the
-        // next `poll_ready`.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let mut inner = self.inner.clone();
         Box::pin(async move {
             let identities: SmallVec<[&(dyn fmt::Display + Sync); 2]> = draw
                 .identities
@@ -277,6 +291,9 @@ where
                 .call_with(&shared.spec, keys().costs(&draw.costs).wait(shared.wait))
                 .await
                 .map_err(UpstreamError::Refused)?;
+            std::future::poll_fn(|cx| inner.poll_ready(cx))
+                .await
+                .map_err(UpstreamError::Service)?;
             let response = inner.call(request).await.map_err(UpstreamError::Service)?;
             let mut hold = Hold::from_headers(
                 response
@@ -289,18 +306,21 @@ where
             if matches!(status, 429 | 503) && hold.paused().is_none() {
                 hold = hold.pause(shared.pause_on_refusal);
             }
-            if let Err(error) = shared.limiter.hold(&shared.spec, keys(), &hold).await {
-                tracing::warn!(call = shared.spec.name(), %error, "the upstream's rate-limit word could not be shared");
-            }
             let actual = if status == 429 {
                 // Refused upstream: it took nothing there.
                 Some(0)
             } else {
                 shared.settle.as_ref().and_then(|settle| settle(&response))
             };
+            // Settled before the hold, so that giving an estimate back
+            // cannot reopen a pause.
             match actual {
                 Some(actual) if permit.settle.is_some() => permit.settle_cost(actual).await,
                 _ => drop(permit),
+            }
+            let hold = hold.capped(shared.max_pause);
+            if let Err(error) = shared.limiter.hold(&shared.spec, keys(), &hold).await {
+                tracing::warn!(call = shared.spec.name(), %error, "the upstream's rate-limit word could not be shared");
             }
             Ok(response)
         })

@@ -7,7 +7,8 @@
 -- A state measured in another interval (a limit changed at run time) is
 -- read converted, TAT' = w + ceil((TAT - w) * I / I_old): the calls made
 -- still count, as units of the new limit, draining at the new rate from the
--- last write, until the expiry that write set (ratewall Tat::measured_in).
+-- last write, until the expiry that write set (ratewall Tat::measured_in);
+-- the time converted is kept to DEBT_CAP (only debt reaches it).
 LOADERS.gc = function()
   local M = {}
 
@@ -21,7 +22,7 @@ LOADERS.gc = function()
       return 0
     end
     if was ~= interval and tat > w then
-      tat = w + math.ceil((tat - w) * interval / was)
+      tat = w + math.min(math.ceil((tat - w) * interval / was), DEBT_CAP)
     end
     return math.max(tat - now, 0)
   end
@@ -39,7 +40,7 @@ LOADERS.gc = function()
       local tat, was, w = struct.unpack('<ddd', value)
       if tat > now then
         if was ~= interval and tat > w then
-          tat = w + math.ceil((tat - w) * interval / was)
+          tat = w + math.min(math.ceil((tat - w) * interval / was), DEBT_CAP)
         end
         if tat > now then
           d = tat - now
@@ -99,15 +100,16 @@ LOADERS.gc = function()
   end
 
   -- Raises the TAT so that at most r.cost units remain `after` us from
-  -- now: TAT >= now + after + tau + 1 - (left + 1) * I. ratewall Tat::hold.
+  -- now: TAT - now >= after + tau + 1 - (left + 1) * I, `after` kept to
+  -- DEBT_CAP - tau. ratewall Tat::hold.
   function M.hold(r, now, after)
     local interval = cdiv(r.p, r.t)
-    local floor = now + math.min(after, DEBT_CAP) + interval * r.b + 1 - (r.cost + 1) * interval
-    local tat = now + gc_ahead(get_cached(r), now, interval)
-    if floor <= tat then
+    local tau = interval * r.b
+    local needed = math.min(after, math.max(DEBT_CAP - tau, 0)) + tau + 1 - (r.cost + 1) * interval
+    if needed <= gc_ahead(get_cached(r), now, interval) then
       return
     end
-    local ahead = math.min(floor - now, DEBT_CAP)
+    local ahead = math.min(needed, DEBT_CAP)
     redis.call('SET', r.key, struct.pack('<ddd', now + ahead, interval, now), 'PX', ttl_ms(now + ahead, now))
   end
 

@@ -103,15 +103,16 @@ LOADERS.sl = function()
 
   -- Adds r.cost entries at `now` whatever the limit says, at most T at one
   -- time (entries of one time leave together: more could refuse nothing
-  -- more). ratewall Log::charge.
+  -- more) and at most 2T live in all. ratewall Log::charge.
   function M.charge(r, now)
     local p = r.p
     redis.call('ZREMRANGEBYSCORE', r.key, '-inf', now - p)
-    local add = math.min(r.cost, r.t - redis.call('ZCOUNT', r.key, now, now))
+    local live = redis.call('ZCARD', r.key)
+    local add = math.min(r.cost, r.t - redis.call('ZCOUNT', r.key, now, now), 2 * r.t - live)
     if add <= 0 then
       return
     end
-    sl_add(r, now, add, redis.call('ZCARD', r.key))
+    sl_add(r, now, add, live)
     local newest = math.max(tonumber(redis.call('ZRANGE', r.key, -1, -1, 'WITHSCORES')[2]) or now, now)
     expire(r.key, newest + p, now)
     expire(r.seq, newest + p, now)
