@@ -1,19 +1,20 @@
 //! Settling an admitted call after it ran ([`Permit::settle`],
-//! [`Permit::refund`], [`Permit::reset`]): giving back what it took, or
-//! forgetting its identities, in the store that decided it.
+//! [`Permit::refund`], [`Permit::reset`], [`Permit::settle_cost`]): giving
+//! back what it took, forgetting its identities, or replacing its estimated
+//! cost by the real one, in the store that decided it.
 
 use smallvec::SmallVec;
 
 use crate::layer::{ALL, Answer, Call};
 use crate::limiter::Limiter;
-use crate::limiter::call::{Admission, CallSpec, Settle};
+use crate::limiter::call::{Admission, CallSpec, Permit, Settle};
 use crate::limiter::resolve::Targets;
 use crate::model::error::Error;
 use crate::model::policy::FailurePolicy;
 use crate::store::target::{Op, Target};
 
 #[cfg(doc)]
-use crate::limiter::call::Permit;
+use crate::limiter::call::{Counting, GroupSpec};
 
 impl Limiter {
     /// Gives back what a settled call took, or resets its identities: each
@@ -265,5 +266,127 @@ impl Settle {
             );
         }
         targets
+    }
+}
+
+/// Settling, on the permit: what a call does once it has run.
+impl Permit<'_> {
+    /// Settles a [`Counting::Settled`] call after it ran: a counted call
+    /// keeps what it took; otherwise each group gives its units back, or
+    /// forgets its identity when it resets on success. A call admitted
+    /// while the backend was failing is settled in process only. Failures
+    /// are logged, not returned: the call already ran.
+    pub async fn settle(self, counted: bool) {
+        if counted {
+            return;
+        }
+        let Some(settle) = self.settle else {
+            tracing::warn!(
+                call = self.spec.name(),
+                "a permit was settled as not counted, but its call does not use `Counting::Settled`: nothing given back"
+            );
+            return;
+        };
+        self.limiter
+            .settle(self.spec, &settle, &self.admission, None)
+            .await;
+    }
+
+    /// Settles this call's cost now that it is known ([`GroupSpec::settled`]):
+    /// in each settled group (every group of a spec that marks none), the
+    /// estimate the call took is replaced by `actual`, in one step per
+    /// group. Below the estimate, the difference is given back (as a
+    /// refund: to the decision's window or slot for the window algorithms,
+    /// from the TAT or level for GCRA and the buckets). Above it, the
+    /// difference is charged now whatever the limit says: debt that later
+    /// calls pay before any passes. GCRA and the buckets carry debt forward
+    /// unit for unit (the budget is exact over time whatever the estimates
+    /// were); a fixed or sliding window counts it in the current window or
+    /// slot, where it lapses with the window; a sliding log takes at most
+    /// its threshold at once. `0` gives the whole estimate back (a request
+    /// that was never sent). A permit dropped unsettled keeps its estimate.
+    ///
+    /// Works on every store, in all-or-nothing groups and tiers; a call
+    /// admitted by the in-process fallback is settled there, and a call let
+    /// through without a decision has nothing to settle. Failures are
+    /// logged, not returned: the call already ran. Needs a settled group or
+    /// [`Counting::Settled`] (logged and ignored otherwise).
+    ///
+    /// ```
+    /// use ratewall::{CallSpec, GroupSpec, Keys, Limit, Limiter};
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let limiter = Limiter::builder().memory().build()?;
+    /// // Requests per minute (one each) and tokens per minute (estimated,
+    /// // settled from the response), decided together.
+    /// let chat = CallSpec::owned("chat", vec![
+    ///     GroupSpec::owned("chat_rpm", vec![Limit::per_minute(500)?]),
+    ///     GroupSpec::owned("chat_tpm", vec![Limit::per_minute(10_000)?]).settled(),
+    /// ]);
+    /// let permit = limiter.call_with(&chat, Keys::new(&[&"team-a", &"team-a"]).costs(&[1, 4_000])).await?;
+    /// let used = 6_500; // the response's usage
+    /// permit.settle_cost(used).await;
+    /// // 10 000 - 6 500 left: a call estimated at 4 000 no longer fits.
+    /// assert!(limiter.call_with(&chat, Keys::new(&[&"team-a", &"team-a"]).costs(&[1, 4_000])).await.is_err());
+    /// assert!(limiter.call_with(&chat, Keys::new(&[&"team-a", &"team-a"]).costs(&[1, 3_500])).await.is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # });
+    /// ```
+    pub async fn settle_cost(self, actual: u64) {
+        let Some(settle) = &self.settle else {
+            tracing::warn!(
+                call = self.spec.name(),
+                "a permit's cost was settled, but its call has no settled group (`GroupSpec::settled`): nothing settled"
+            );
+            return;
+        };
+        self.limiter
+            .settle_cost(self.spec, settle, &self.admission, &|_| actual)
+            .await;
+    }
+
+    /// [`Permit::settle_cost`] with each group's own real cost: `actuals`
+    /// holds one per group of the spec, in order; a group whose cost is not
+    /// settled ignores its own (what `#[rate_limit(settle = ..)]` calls).
+    /// Fewer than one per group is logged and settles nothing.
+    pub async fn settle_costs(self, actuals: &[u64]) {
+        let Some(settle) = &self.settle else {
+            tracing::warn!(
+                call = self.spec.name(),
+                "a permit's costs were settled, but its call has no settled group (`GroupSpec::settled`): nothing settled"
+            );
+            return;
+        };
+        if actuals.len() < self.spec.groups().len() {
+            tracing::warn!(
+                call = self.spec.name(),
+                given = actuals.len(),
+                groups = self.spec.groups().len(),
+                "a permit's costs were settled with fewer costs than groups: nothing settled"
+            );
+            return;
+        }
+        self.limiter
+            .settle_cost(self.spec, settle, &self.admission, &|group| actuals[group])
+            .await;
+    }
+
+    /// Gives back what this call took, in every group. Needs
+    /// [`Counting::Settled`] (logged and ignored otherwise).
+    pub async fn refund(self) {
+        if let Some(settle) = &self.settle {
+            self.limiter
+                .settle(self.spec, settle, &self.admission, Some(false))
+                .await;
+        }
+    }
+
+    /// Forgets the state of this call's identities in every group
+    /// (consecutive-failure counting). Needs [`Counting::Settled`].
+    pub async fn reset(self) {
+        if let Some(settle) = &self.settle {
+            self.limiter
+                .settle(self.spec, settle, &self.admission, Some(true))
+                .await;
+        }
     }
 }
