@@ -1,5 +1,5 @@
-//! Shared start-up code of the examples, the two showcase services
-//! ([`sms`] and [`login`]) as libraries so their binaries stay one line,
+//! Shared start-up code of the examples, the showcase services ([`sms`],
+//! [`login`], [`gateway`], [`upstream`]) as libraries so their binaries stay short,
 //! and the accuracy simulation behind `docs/accuracy.md` ([`accuracy`]).
 
 #![forbid(unsafe_code)]
@@ -11,6 +11,7 @@ pub mod gateway;
 pub mod login;
 pub mod phone;
 pub mod sms;
+pub mod upstream;
 
 use std::net::SocketAddr;
 

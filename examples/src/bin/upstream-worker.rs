@@ -1,0 +1,52 @@
+//! A worker of the `upstream` showcase (see `ratewall_examples::upstream`):
+//! `CONCURRENCY` callers (default 8) for `SECS` seconds (default 60) against
+//! the upstream at `UPSTREAM` (default `http://127.0.0.1:3004`), drawing on
+//! one budget of `RPM` requests and `TPM` tokens a minute (default 600 and
+//! 60 000) in the Redis at `REDIS_URL` (shared by every worker; in memory
+//! without it), each request asking for up to `MAX_TOKENS` (default 2 000).
+//! Prints what it did as one JSON line.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratewall::Limiter;
+use ratewall_examples::StartupError;
+use ratewall_examples::upstream::{budget, worker};
+
+fn number(name: &str, default: u64) -> Result<u64, StartupError> {
+    match std::env::var(name) {
+        Ok(text) => text
+            .parse()
+            .map_err(|_| StartupError::new(format!("{name} must be a whole number, got {text:?}"))),
+        Err(_) => Ok(default),
+    }
+}
+
+async fn run() -> Result<(), StartupError> {
+    ratewall_examples::init_tracing();
+    let spec = budget(number("RPM", 600)?, number("TPM", 60_000)?)
+        .map_err(|e| StartupError::new(format!("invalid budget: {e}")))?;
+    let limiter = ratewall_examples::builder_from_env(Limiter::builder().prefix("upstream"))
+        .await?
+        .build()
+        .map_err(|e| StartupError::new(format!("cannot set up the rate limiter: {e}")))?;
+    let url = std::env::var("UPSTREAM").unwrap_or_else(|_| "http://127.0.0.1:3004".to_owned());
+    let report = worker(
+        Arc::new(limiter),
+        Arc::new(spec),
+        url,
+        number("CONCURRENCY", 8)? as usize,
+        number("MAX_TOKENS", 2_000)?,
+        Duration::from_secs(number("SECS", 60)?),
+    )
+    .await;
+    let line = serde_json::to_string(&report)
+        .map_err(|e| StartupError::new(format!("cannot print the report: {e}")))?;
+    println!("{line}");
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    ratewall_examples::exit_code("upstream-worker", run().await)
+}

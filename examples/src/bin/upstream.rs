@@ -1,0 +1,50 @@
+//! The mock upstream of the `upstream` showcase (see
+//! `ratewall_examples::upstream`): `RPM` requests and `TPM` tokens per
+//! sliding minute (default 600 and 60 000), on `BIND` (default
+//! `127.0.0.1:3004`). `HALVE_AFTER` (seconds) halves both limits once, without
+//! telling anyone.
+
+use std::time::Duration;
+
+use ratewall_examples::StartupError;
+use ratewall_examples::upstream::{MockUpstream, bind_address};
+
+fn number(name: &str, default: u64) -> Result<u64, StartupError> {
+    match std::env::var(name) {
+        Ok(text) => text
+            .parse()
+            .map_err(|_| StartupError::new(format!("{name} must be a whole number, got {text:?}"))),
+        Err(_) => Ok(default),
+    }
+}
+
+async fn run() -> Result<(), StartupError> {
+    ratewall_examples::init_tracing();
+    let (rpm, tpm) = (number("RPM", 600)?, number("TPM", 60_000)?);
+    let upstream = MockUpstream::new(rpm, tpm);
+    if let Ok(after) = std::env::var("HALVE_AFTER") {
+        let after: u64 = after.parse().map_err(|_| {
+            StartupError::new(format!("HALVE_AFTER must be seconds, got {after:?}"))
+        })?;
+        let halved = upstream.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(after)).await;
+            halved.set_limits(rpm / 2, tpm / 2);
+            tracing::info!(rpm = rpm / 2, tpm = tpm / 2, "limits halved");
+        });
+    }
+    let addr = bind_address();
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| StartupError::new(format!("cannot listen on {addr}: {e}")))?;
+    tracing::info!(%addr, rpm, tpm, "mock upstream listening");
+    upstream
+        .serve(listener)
+        .await
+        .map_err(|e| StartupError::new(format!("serving failed: {e}")))
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    ratewall_examples::exit_code("upstream", run().await)
+}

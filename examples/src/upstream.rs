@@ -1,0 +1,348 @@
+//! The fourth showcase: budgets for calls *out* to an upstream that limits
+//! us (a language model's API: requests and tokens per minute), shared by
+//! every worker process through Redis.
+//!
+//! - [`MockUpstream`]: a strict upstream. Requests per minute and tokens per
+//!   minute over a sliding minute (60 one-second buckets: the current one
+//!   and the 59 before). A request asks for up to `max_tokens`; it is
+//!   refused with `429`, `Retry-After` and remaining-count headers when its
+//!   `max_tokens` does not fit what is left, else served, using a random
+//!   number of tokens (a quarter to all of `max_tokens`) that only its
+//!   response tells.
+//! - [`worker`]: callers that draw on one budget in Redis before each
+//!   request (requests at 1, tokens at `max_tokens` as the estimate), wait
+//!   for room instead of failing, settle the real tokens from each
+//!   response, and share any `429`'s `Retry-After` with every other worker.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use ratewall::{Algorithm, CallSpec, Counts, FailurePolicy, GroupSpec, Hold, Keys, Limit, Limiter};
+use serde::{Deserialize, Serialize};
+
+/// Buckets of the sliding minute.
+const BUCKETS: usize = 60;
+
+/// A request to the upstream.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Completion {
+    /// The most tokens the answer may use.
+    pub max_tokens: u64,
+}
+
+/// The upstream's answer: what the request used.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Usage {
+    /// Tokens used, known only now.
+    pub total_tokens: u64,
+}
+
+/// What the upstream served and refused so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Served {
+    /// Requests served.
+    pub requests: u64,
+    /// Tokens served.
+    pub tokens: u64,
+    /// Requests refused with `429`.
+    pub refused: u64,
+}
+
+/// One second's requests and tokens.
+#[derive(Debug, Clone, Copy, Default)]
+struct Bucket {
+    second: u64,
+    requests: u64,
+    tokens: u64,
+}
+
+#[derive(Debug)]
+struct Window {
+    buckets: [Bucket; BUCKETS],
+    served: Served,
+    seed: u64,
+}
+
+impl Window {
+    /// Requests and tokens in the sliding minute ending in `second`.
+    fn sums(&self, second: u64) -> (u64, u64) {
+        self.buckets
+            .iter()
+            .filter(|b| b.second + (BUCKETS as u64) > second && b.second <= second)
+            .fold((0, 0), |(r, t), b| (r + b.requests, t + b.tokens))
+    }
+
+    /// Seconds until `requests` more requests and `tokens` more tokens fit
+    /// (at least 1): when enough of the oldest buckets have left.
+    fn retry_after(&self, second: u64, rpm: u64, tpm: u64, tokens: u64) -> u64 {
+        (1..=BUCKETS as u64)
+            .find(|ahead| {
+                let (r, t) = self.sums(second + ahead);
+                r < rpm && t + tokens <= tpm
+            })
+            .unwrap_or(BUCKETS as u64)
+    }
+
+    fn random(&mut self) -> u64 {
+        // xorshift64*
+        self.seed ^= self.seed >> 12;
+        self.seed ^= self.seed << 25;
+        self.seed ^= self.seed >> 27;
+        self.seed.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+/// The strict upstream (see the module docs). Its limits may be changed
+/// while it runs ([`MockUpstream::set_limits`]), without telling anyone.
+#[derive(Debug, Clone)]
+pub struct MockUpstream {
+    rpm: Arc<AtomicU64>,
+    tpm: Arc<AtomicU64>,
+    window: Arc<std::sync::Mutex<Window>>,
+}
+
+impl MockUpstream {
+    /// An upstream admitting `rpm` requests and `tpm` tokens per sliding
+    /// minute.
+    pub fn new(rpm: u64, tpm: u64) -> Self {
+        Self {
+            rpm: Arc::new(AtomicU64::new(rpm)),
+            tpm: Arc::new(AtomicU64::new(tpm)),
+            window: Arc::new(std::sync::Mutex::new(Window {
+                buckets: [Bucket::default(); BUCKETS],
+                served: Served::default(),
+                seed: 0x9E37_79B9_7F4A_7C15,
+            })),
+        }
+    }
+
+    /// Changes the limits from now on.
+    pub fn set_limits(&self, rpm: u64, tpm: u64) {
+        self.rpm.store(rpm, Ordering::SeqCst);
+        self.tpm.store(tpm, Ordering::SeqCst);
+    }
+
+    /// What it served and refused so far.
+    pub fn served(&self) -> Served {
+        self.window.lock().expect("upstream window").served
+    }
+
+    /// Answers one request: served with its usage, or `429`.
+    pub fn complete(&self, request: Completion) -> (StatusCode, HeaderMap, Option<Usage>) {
+        let second = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("after the epoch")
+            .as_secs();
+        let (rpm, tpm) = (
+            self.rpm.load(Ordering::SeqCst),
+            self.tpm.load(Ordering::SeqCst),
+        );
+        let mut window = self.window.lock().expect("upstream window");
+        let (requests, tokens) = window.sums(second);
+        let mut headers = HeaderMap::new();
+        let mut header = |name: &'static str, value: u64| {
+            headers.insert(name, HeaderValue::from(value));
+        };
+        if requests >= rpm || tokens + request.max_tokens > tpm {
+            window.served.refused += 1;
+            let wait = window.retry_after(second, rpm, tpm, request.max_tokens);
+            header("retry-after", wait);
+            header(
+                "x-ratelimit-remaining-requests",
+                rpm.saturating_sub(requests),
+            );
+            header("x-ratelimit-remaining-tokens", tpm.saturating_sub(tokens));
+            return (StatusCode::TOO_MANY_REQUESTS, headers, None);
+        }
+        let quarter = (request.max_tokens / 4).max(1);
+        let used = quarter + window.random() % (request.max_tokens - quarter + 1);
+        let bucket = &mut window.buckets[(second % BUCKETS as u64) as usize];
+        if bucket.second != second {
+            *bucket = Bucket {
+                second,
+                ..Bucket::default()
+            };
+        }
+        bucket.requests += 1;
+        bucket.tokens += used;
+        window.served.requests += 1;
+        window.served.tokens += used;
+        header("x-ratelimit-remaining-requests", rpm - requests - 1);
+        header(
+            "x-ratelimit-remaining-tokens",
+            tpm.saturating_sub(tokens + used),
+        );
+        (StatusCode::OK, headers, Some(Usage { total_tokens: used }))
+    }
+
+    /// The upstream as an HTTP service: `POST /v1/complete` with a
+    /// [`Completion`], `GET /served`.
+    pub fn router(&self) -> axum::Router {
+        async fn complete(
+            State(upstream): State<MockUpstream>,
+            Json(request): Json<Completion>,
+        ) -> Response {
+            match upstream.complete(request) {
+                (status, headers, Some(usage)) => (status, headers, Json(usage)).into_response(),
+                (status, headers, None) => (status, headers).into_response(),
+            }
+        }
+        async fn served(State(upstream): State<MockUpstream>) -> Json<Served> {
+            Json(upstream.served())
+        }
+        axum::Router::new()
+            .route("/v1/complete", axum::routing::post(complete))
+            .route("/served", axum::routing::get(served))
+            .with_state(self.clone())
+    }
+
+    /// Serves it on `listener` until the process ends.
+    pub async fn serve(self, listener: tokio::net::TcpListener) -> std::io::Result<()> {
+        axum::serve(listener, self.router()).await
+    }
+}
+
+/// What one worker process did.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct WorkerReport {
+    /// Requests sent to the upstream.
+    pub sent: u64,
+    /// Of them, refused by the upstream (`429`).
+    pub refused_upstream: u64,
+    /// Tokens the served requests used.
+    pub tokens: u64,
+    /// Calls the budget refused (no room within the wait): never sent.
+    pub refused_by_budget: u64,
+    /// Calls to the limiter's store (decide, settle, hold) per request sent.
+    pub store_calls_per_request: f64,
+}
+
+/// The budget every worker shares: the upstream's limits, each group
+/// counted like the upstream counts (a sliding minute of one-second slots).
+pub fn budget(rpm: u64, tpm: u64) -> Result<CallSpec, ratewall::LimitError> {
+    let minute = |n: u64| {
+        Limit::per_minute(n)
+            .and_then(|l| l.with_algorithm(Algorithm::SlidingWindow))
+            .and_then(|l| l.with_slots(60))
+    };
+    // A store that cannot decide refuses: the upstream's limit is not ours
+    // to guess.
+    Ok(CallSpec::owned(
+        "upstream",
+        vec![
+            GroupSpec::owned("upstream_rpm", vec![minute(rpm)?]),
+            GroupSpec::owned("upstream_tpm", vec![minute(tpm)?]).settled(),
+        ],
+    )
+    .with_policy(FailurePolicy::FailClosed))
+}
+
+/// Runs `concurrency` callers for `run`, each asking for a random
+/// `max_tokens` in `1 ..= max_tokens` per request through `limiter`'s
+/// budget `spec`, against the upstream at `url`.
+pub async fn worker(
+    limiter: Arc<Limiter>,
+    spec: Arc<CallSpec>,
+    url: String,
+    concurrency: usize,
+    max_tokens: u64,
+    run: Duration,
+) -> WorkerReport {
+    let http = reqwest::Client::new();
+    let started = Instant::now();
+    let report = Arc::new(std::sync::Mutex::new(WorkerReport::default()));
+    let store_calls = Arc::new(AtomicU64::new(0));
+    let mut callers = Vec::new();
+    for caller in 0..concurrency {
+        let (limiter, spec, http, url) = (limiter.clone(), spec.clone(), http.clone(), url.clone());
+        let (report, store_calls) = (report.clone(), store_calls.clone());
+        callers.push(tokio::spawn(async move {
+            let mut seed = 0x2545_F491_4F6C_DD1Du64.wrapping_mul(caller as u64 + 1) | 1;
+            while started.elapsed() < run {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let estimate = 1 + seed % max_tokens;
+                let left = run.saturating_sub(started.elapsed());
+                let costs = [1, estimate];
+                let keys = Keys::new(&[&"model", &"model"]).costs(&costs).wait(left);
+                store_calls.fetch_add(1, Ordering::Relaxed);
+                let permit = match limiter.call_with(&spec, keys).await {
+                    Ok(permit) => permit,
+                    Err(refused) => {
+                        // No room within the run (or the store failed):
+                        // come back when there may be, not before.
+                        report.lock().expect("report").refused_by_budget += 1;
+                        let wait = refused.retry_after().unwrap_or(Duration::from_secs(1));
+                        tokio::time::sleep(wait.min(run.saturating_sub(started.elapsed()))).await;
+                        continue;
+                    }
+                };
+                let answer = http
+                    .post(format!("{url}/v1/complete"))
+                    .json(&Completion {
+                        max_tokens: estimate,
+                    })
+                    .send()
+                    .await;
+                let Ok(answer) = answer else {
+                    // Not answered: the estimate stays taken.
+                    drop(permit);
+                    continue;
+                };
+                let status = answer.status();
+                let headers = answer.headers().clone();
+                let usage = answer.json::<Usage>().await.ok();
+                {
+                    let mut report = report.lock().expect("report");
+                    report.sent += 1;
+                    if status == StatusCode::TOO_MANY_REQUESTS {
+                        report.refused_upstream += 1;
+                    }
+                    report.tokens += usage.map_or(0, |u| u.total_tokens);
+                }
+                // The real cost: what the answer used, 0 when refused.
+                let used = usage.map_or(0, |u| u.total_tokens);
+                if used != estimate {
+                    store_calls.fetch_add(1, Ordering::Relaxed);
+                }
+                permit.settle_cost(used).await;
+                if status == StatusCode::TOO_MANY_REQUESTS {
+                    let said = Hold::from_headers(
+                        headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())),
+                        &[Counts::Requests, Counts::Tokens],
+                    );
+                    store_calls.fetch_add(1, Ordering::Relaxed);
+                    if let Err(error) = limiter
+                        .hold(&spec, Keys::new(&[&"model", &"model"]), &said)
+                        .await
+                    {
+                        tracing::warn!(%error, "could not share the upstream's pause");
+                    }
+                }
+            }
+        }));
+    }
+    for caller in callers {
+        let _ = caller.await;
+    }
+    let mut report = *report.lock().expect("report");
+    let sent = report.sent.max(1);
+    report.store_calls_per_request = store_calls.load(Ordering::Relaxed) as f64 / sent as f64;
+    report
+}
+
+/// The address the mock upstream binary listens on (`BIND`, default
+/// `127.0.0.1:3004`).
+pub fn bind_address() -> SocketAddr {
+    std::env::var("BIND")
+        .ok()
+        .and_then(|b| b.parse().ok())
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 3004)))
+}
