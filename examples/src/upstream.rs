@@ -133,6 +133,16 @@ impl MockUpstream {
         self.window.lock().expect("upstream window").served
     }
 
+    /// Requests and tokens served in the sliding minute ending now (what
+    /// its limits bound).
+    pub fn last_minute(&self) -> (u64, u64) {
+        let second = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("after the epoch")
+            .as_secs();
+        self.window.lock().expect("upstream window").sums(second)
+    }
+
     /// Answers one request: served with its usage, or `429`.
     pub fn complete(&self, request: Completion) -> (StatusCode, HeaderMap, Option<Usage>) {
         let second = SystemTime::now()
