@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use crate::layer::{Answer, Call, Source};
 use crate::limiter::Limiter;
-use crate::limiter::call::{Admission, CallSpec, Counting, Decided, Permit, Settle};
+use crate::limiter::call::{Admission, CallSpec, Costs, Counting, Decided, Permit, Settle};
 use crate::limiter::resolve::{Resolved, Targets};
 use crate::limiter::tier::Chosen;
 use crate::model::decision::Decision;
@@ -52,9 +52,6 @@ pub(crate) struct OwnedAttempt {
     skipped: u64,
     costs: Costs,
 }
-
-/// A call's cost in each group (empty: the groups' own), owned.
-pub(crate) type Costs = smallvec::SmallVec<[u64; 2]>;
 
 impl OwnedAttempt {
     /// The attempt, borrowing from this.

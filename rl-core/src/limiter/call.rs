@@ -498,8 +498,11 @@ pub(crate) struct Settle {
     pub(crate) id: Option<Box<str>>,
     /// The call's cost in each group (empty: the groups' own), what a
     /// settled cost is measured against.
-    pub(crate) costs: crate::limiter::attempt::Costs,
+    pub(crate) costs: Costs,
 }
+
+/// A call's cost in each group (empty: the groups' own), owned.
+pub(crate) type Costs = smallvec::SmallVec<[u64; 2]>;
 
 /// An admitted call.
 ///

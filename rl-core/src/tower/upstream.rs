@@ -104,7 +104,15 @@ struct Shared<F, RB> {
     settle: Option<Box<SettleFn<RB>>>,
 }
 
-/// The layer: see the [module docs](self).
+/// A layer for client services calling an upstream that limits us: each
+/// request draws on the shared budget first ([`Draw`]), waiting for room;
+/// the upstream's answer is heard ([`Limiter::hold`]): its `Retry-After`
+/// pauses the budget for every instance (believed up to
+/// [`UpstreamLayer::max_pause`]; a `429`/`503` without one pauses it for
+/// [`UpstreamLayer::pause_on_refusal`]), its remaining counts bound it, and
+/// a `429`'s estimate is given back in a spec whose groups settle their
+/// cost. A request already waiting for its reserved slot when the upstream
+/// speaks keeps that slot.
 ///
 /// ```
 /// use std::sync::Arc;
