@@ -62,11 +62,27 @@ struct Bucket {
     tokens: u64,
 }
 
+/// What the upstream did in one second (its history, for the plot).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Second {
+    /// Seconds since the epoch.
+    pub second: u64,
+    /// Requests served.
+    pub requests: u64,
+    /// Tokens served.
+    pub tokens: u64,
+    /// Requests refused with `429`.
+    pub refused: u64,
+    /// Its token limit then.
+    pub tpm: u64,
+}
+
 #[derive(Debug)]
 struct Window {
     buckets: [Bucket; BUCKETS],
     served: Served,
     seed: u64,
+    history: std::collections::BTreeMap<u64, Second>,
 }
 
 impl Window {
@@ -118,6 +134,7 @@ impl MockUpstream {
                 buckets: [Bucket::default(); BUCKETS],
                 served: Served::default(),
                 seed: 0x9E37_79B9_7F4A_7C15,
+                history: std::collections::BTreeMap::new(),
             })),
         }
     }
@@ -131,6 +148,12 @@ impl MockUpstream {
     /// What it served and refused so far.
     pub fn served(&self) -> Served {
         self.window.lock().expect("upstream window").served
+    }
+
+    /// What it did, second by second.
+    pub fn history(&self) -> Vec<Second> {
+        let window = self.window.lock().expect("upstream window");
+        window.history.values().copied().collect()
     }
 
     /// Requests and tokens served in the sliding minute ending now (what
@@ -159,7 +182,13 @@ impl MockUpstream {
         let mut header = |name: &'static str, value: u64| {
             headers.insert(name, HeaderValue::from(value));
         };
+        let this_second = window.history.entry(second).or_insert(Second {
+            second,
+            tpm,
+            ..Second::default()
+        });
         if requests >= rpm || tokens + request.max_tokens > tpm {
+            this_second.refused += 1;
             window.served.refused += 1;
             let wait = window.retry_after(second, rpm, tpm, request.max_tokens);
             header("retry-after", wait);
@@ -181,6 +210,10 @@ impl MockUpstream {
         }
         bucket.requests += 1;
         bucket.tokens += used;
+        if let Some(this_second) = window.history.get_mut(&second) {
+            this_second.requests += 1;
+            this_second.tokens += used;
+        }
         window.served.requests += 1;
         window.served.tokens += used;
         header("x-ratelimit-remaining-requests", rpm - requests - 1);
@@ -192,7 +225,8 @@ impl MockUpstream {
     }
 
     /// The upstream as an HTTP service: `POST /v1/complete` with a
-    /// [`Completion`], `GET /served`.
+    /// [`Completion`], `GET /served`, `GET /history` (what it did, second
+    /// by second).
     pub fn router(&self) -> axum::Router {
         async fn complete(
             State(upstream): State<MockUpstream>,
@@ -206,9 +240,13 @@ impl MockUpstream {
         async fn served(State(upstream): State<MockUpstream>) -> Json<Served> {
             Json(upstream.served())
         }
+        async fn history(State(upstream): State<MockUpstream>) -> Json<Vec<Second>> {
+            Json(upstream.history())
+        }
         axum::Router::new()
             .route("/v1/complete", axum::routing::post(complete))
             .route("/served", axum::routing::get(served))
+            .route("/history", axum::routing::get(history))
             .with_state(self.clone())
     }
 
