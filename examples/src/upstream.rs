@@ -386,6 +386,17 @@ pub async fn worker(
     report
 }
 
+/// The whole number in the environment variable `name`, `default` when it
+/// is not set (for the showcase's binaries).
+pub fn env_number(name: &str, default: u64) -> Result<u64, crate::StartupError> {
+    match std::env::var(name) {
+        Ok(text) => text.parse().map_err(|_| {
+            crate::StartupError::new(format!("{name} must be a whole number, got {text:?}"))
+        }),
+        Err(_) => Ok(default),
+    }
+}
+
 /// The address the mock upstream binary listens on (`BIND`, default
 /// `127.0.0.1:3004`).
 pub fn bind_address() -> SocketAddr {

@@ -17,7 +17,7 @@ use ratewall::{
     Admission, Algorithm, CallSpec, FailurePolicy, GroupSpec, Keys, Limit, Limiter, ManualClock,
     Request,
 };
-use ratewall_redis::RedisBackend;
+use ratewall_redis::{RedisBackend, RedisBackendBuilder};
 use ratewall_tests::harness::{RedisCluster, RedisServer};
 
 const EPOCH_US: u64 = 1_700_000_000_000_000;
@@ -87,6 +87,33 @@ async fn used(limiter: &Limiter, scope: &str, identity: &str, limit: &Limit) -> 
     limit.capacity() - decisions[0].remaining
 }
 
+/// A limiter on the in-memory store over `clock`.
+fn in_memory(clock: ManualClock) -> Limiter {
+    Limiter::builder()
+        .memory()
+        .clock(clock)
+        .build()
+        .expect("limiter")
+}
+
+/// A limiter on the Redis `backend` builds, at `clock` (the client's time,
+/// so nothing drains while calls run; keys outlive the run), waiting long
+/// enough for a loaded machine.
+async fn on_redis(backend: RedisBackendBuilder, clock: ManualClock) -> Limiter {
+    let backend = backend
+        .client_clock(clock.clone())
+        .timeout(Duration::from_secs(10))
+        .extra_ttl(Duration::from_secs(3_600))
+        .connect()
+        .await
+        .expect("connect");
+    Limiter::builder()
+        .backend(backend)
+        .clock(clock)
+        .build()
+        .expect("limiter")
+}
+
 /// Runs the 1 000 calls concurrently on `identity` and checks the sums.
 async fn settle_concurrently(limiter: Arc<Limiter>, algorithm: Algorithm, identity: &str) {
     let spec = Arc::new(llm_spec(algorithm));
@@ -141,13 +168,7 @@ async fn settle_concurrently(limiter: Arc<Limiter>, algorithm: Algorithm, identi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settled_costs_sum_to_the_real_costs_in_memory() {
     let clock = ManualClock::new(EPOCH_US);
-    let limiter = Arc::new(
-        Limiter::builder()
-            .memory()
-            .clock(clock)
-            .build()
-            .expect("limiter"),
-    );
+    let limiter = Arc::new(in_memory(clock));
     for algorithm in SUMMING {
         settle_concurrently(limiter.clone(), algorithm, &format!("team-{algorithm}")).await;
     }
@@ -157,20 +178,7 @@ async fn settled_costs_sum_to_the_real_costs_in_memory() {
 async fn settled_costs_sum_to_the_real_costs_on_redis() {
     let server = RedisServer::start();
     let clock = ManualClock::new(EPOCH_US);
-    let backend = RedisBackend::builder(server.url())
-        .client_clock(clock.clone())
-        .timeout(Duration::from_secs(10))
-        .extra_ttl(Duration::from_secs(3_600))
-        .connect()
-        .await
-        .expect("connect");
-    let limiter = Arc::new(
-        Limiter::builder()
-            .backend(backend)
-            .clock(clock)
-            .build()
-            .expect("limiter"),
-    );
+    let limiter = Arc::new(on_redis(RedisBackend::builder(server.url()), clock).await);
     for algorithm in SUMMING {
         settle_concurrently(limiter.clone(), algorithm, &format!("team-{algorithm}")).await;
     }
@@ -180,20 +188,7 @@ async fn settled_costs_sum_to_the_real_costs_on_redis() {
 async fn settled_costs_sum_to_the_real_costs_on_a_redis_cluster() {
     let cluster = RedisCluster::start();
     let clock = ManualClock::new(EPOCH_US);
-    let backend = RedisBackend::cluster_builder(cluster.urls())
-        .client_clock(clock.clone())
-        .timeout(Duration::from_secs(10))
-        .extra_ttl(Duration::from_secs(3_600))
-        .connect()
-        .await
-        .expect("connect");
-    let limiter = Arc::new(
-        Limiter::builder()
-            .backend(backend)
-            .clock(clock)
-            .build()
-            .expect("limiter"),
-    );
+    let limiter = Arc::new(on_redis(RedisBackend::cluster_builder(cluster.urls()), clock).await);
     // GCRA and a window: one of each way of carrying a sum.
     for algorithm in [Algorithm::Gcra, Algorithm::FixedWindow] {
         settle_concurrently(limiter.clone(), algorithm, &format!("team-{algorithm}")).await;
@@ -211,11 +206,7 @@ fn one_budget(limit: Limit) -> CallSpec {
 #[tokio::test]
 async fn a_real_cost_above_the_estimate_is_debt_the_next_calls_pay() {
     let clock = ManualClock::new(EPOCH_US);
-    let limiter = Limiter::builder()
-        .memory()
-        .clock(clock.clone())
-        .build()
-        .expect("limiter");
+    let limiter = in_memory(clock.clone());
     // 100 rows a minute: one every 600 ms.
     let spec = one_budget(Limit::per_minute(100).expect("limit"));
     let call = |rows: u64| limiter.call_with(&spec, Keys::new(&[&"tenant"]).costs(&[rows]));
@@ -235,11 +226,7 @@ async fn a_real_cost_above_the_estimate_is_debt_the_next_calls_pay() {
 #[tokio::test]
 async fn a_real_cost_below_the_estimate_gives_the_rest_back_and_zero_gives_it_all() {
     let clock = ManualClock::new(EPOCH_US);
-    let limiter = Limiter::builder()
-        .memory()
-        .clock(clock)
-        .build()
-        .expect("limiter");
+    let limiter = in_memory(clock);
     for algorithm in SUMMING {
         let limit = Limit::new(100, Duration::from_secs(60))
             .and_then(|l| l.with_algorithm(algorithm))
@@ -266,11 +253,7 @@ async fn a_real_cost_below_the_estimate_gives_the_rest_back_and_zero_gives_it_al
 #[tokio::test]
 async fn only_the_settled_group_is_settled_and_all_or_nothing_still_holds() {
     let clock = ManualClock::new(EPOCH_US);
-    let limiter = Limiter::builder()
-        .memory()
-        .clock(clock)
-        .build()
-        .expect("limiter");
+    let limiter = in_memory(clock);
     let spec = llm_spec(Algorithm::Gcra);
     let rpm = requests_per_minute();
     let permit = limiter
@@ -308,11 +291,7 @@ async fn settling_a_call_that_settles_nothing_changes_nothing() {
 #[tokio::test]
 async fn a_settled_cost_on_a_waiting_call_settles_the_reserved_units() {
     let clock = ManualClock::new(EPOCH_US);
-    let limiter = Limiter::builder()
-        .memory()
-        .clock(clock)
-        .build()
-        .expect("limiter");
+    let limiter = in_memory(clock);
     let limit = Limit::per_minute(100).expect("limit");
     let spec = one_budget(limit);
     let keys = |rows: &'static [u64]| Keys::new(&[&"w"]).costs(rows).wait(Duration::ZERO);

@@ -11,20 +11,11 @@ use std::time::Duration;
 
 use ratewall::Limiter;
 use ratewall_examples::StartupError;
-use ratewall_examples::upstream::{budget, worker};
-
-fn number(name: &str, default: u64) -> Result<u64, StartupError> {
-    match std::env::var(name) {
-        Ok(text) => text
-            .parse()
-            .map_err(|_| StartupError::new(format!("{name} must be a whole number, got {text:?}"))),
-        Err(_) => Ok(default),
-    }
-}
+use ratewall_examples::upstream::{budget, env_number, worker};
 
 async fn run() -> Result<(), StartupError> {
     ratewall_examples::init_tracing();
-    let spec = budget(number("RPM", 600)?, number("TPM", 60_000)?)
+    let spec = budget(env_number("RPM", 600)?, env_number("TPM", 60_000)?)
         .map_err(|e| StartupError::new(format!("invalid budget: {e}")))?;
     let limiter = ratewall_examples::builder_from_env(Limiter::builder().prefix("upstream"))
         .await?
@@ -35,9 +26,9 @@ async fn run() -> Result<(), StartupError> {
         Arc::new(limiter),
         Arc::new(spec),
         url,
-        number("CONCURRENCY", 8)? as usize,
-        number("MAX_TOKENS", 2_000)?,
-        Duration::from_secs(number("SECS", 60)?),
+        env_number("CONCURRENCY", 8)? as usize,
+        env_number("MAX_TOKENS", 2_000)?,
+        Duration::from_secs(env_number("SECS", 60)?),
     )
     .await;
     let line = serde_json::to_string(&report)

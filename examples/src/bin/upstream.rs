@@ -7,20 +7,11 @@
 use std::time::Duration;
 
 use ratewall_examples::StartupError;
-use ratewall_examples::upstream::{MockUpstream, bind_address};
-
-fn number(name: &str, default: u64) -> Result<u64, StartupError> {
-    match std::env::var(name) {
-        Ok(text) => text
-            .parse()
-            .map_err(|_| StartupError::new(format!("{name} must be a whole number, got {text:?}"))),
-        Err(_) => Ok(default),
-    }
-}
+use ratewall_examples::upstream::{MockUpstream, bind_address, env_number};
 
 async fn run() -> Result<(), StartupError> {
     ratewall_examples::init_tracing();
-    let (rpm, tpm) = (number("RPM", 600)?, number("TPM", 60_000)?);
+    let (rpm, tpm) = (env_number("RPM", 600)?, env_number("TPM", 60_000)?);
     let upstream = MockUpstream::new(rpm, tpm);
     if let Ok(after) = std::env::var("HALVE_AFTER") {
         let after: u64 = after.parse().map_err(|_| {

@@ -153,11 +153,7 @@ impl Limiter {
                 return Ok(());
             }
         };
-        let kept: SmallVec<[Target<'_>; 4]> = targets
-            .iter()
-            .filter(|t| !t.limit.is_in_flight())
-            .copied()
-            .collect();
+        let kept = rate_targets(targets);
         if kept.is_empty() {
             return Ok(());
         }
@@ -218,11 +214,7 @@ impl Limiter {
         policy: FailurePolicy,
     ) -> Result<(), Error> {
         // Resetting an in-flight limit would free every caller's slot.
-        let kept: SmallVec<[Target<'_>; 4]> = targets
-            .iter()
-            .filter(|t| !t.limit.is_in_flight())
-            .copied()
-            .collect();
+        let kept = rate_targets(targets);
         if kept.is_empty() {
             return Ok(());
         }
@@ -236,6 +228,16 @@ impl Limiter {
         }
         Ok(())
     }
+}
+
+/// The rate limits among `targets`: what a charge, a reset or a hold acts
+/// on (an in-flight limit counts running calls, not units).
+pub(crate) fn rate_targets<'a>(targets: &[Target<'a>]) -> SmallVec<[Target<'a>; 4]> {
+    targets
+        .iter()
+        .filter(|t| !t.limit.is_in_flight())
+        .copied()
+        .collect()
 }
 
 /// A refund's or reset's answer as a result.

@@ -12,9 +12,9 @@ use crate::limiter::Limiter;
 use crate::limiter::attempt::{Attempt, OwnedAttempt};
 use crate::limiter::call::{CallSpec, Keys};
 use crate::limiter::resolve::{self, Targets};
-use crate::limiter::settle::applied;
+use crate::limiter::settle::{applied, rate_targets};
 use crate::model::error::{Error, LimitError};
-use crate::store::target::{Op, Target};
+use crate::store::target::Op;
 
 /// What a group of a call counts, to read an upstream's rate-limit headers
 /// for it ([`Hold::from_headers`]).
@@ -317,10 +317,7 @@ impl Limiter {
                     &mut targets,
                 );
             }
-            let targets: SmallVec<[Target<'_>; 4]> = targets
-                .into_iter()
-                .filter(|t| !t.limit.is_in_flight())
-                .collect();
+            let targets = rate_targets(&targets);
             if targets.is_empty() {
                 continue;
             }
