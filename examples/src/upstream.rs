@@ -16,14 +16,16 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use ratewall::{Algorithm, CallSpec, Counts, FailurePolicy, GroupSpec, Hold, Keys, Limit, Limiter};
+use ratewall::{
+    Algorithm, Auto, CallSpec, Counts, FailurePolicy, GroupSpec, Hold, Keys, Limit, Limiter,
+};
 use serde::{Deserialize, Serialize};
 
 /// Buckets of the sliding minute.
@@ -75,6 +77,9 @@ pub struct Second {
     pub refused: u64,
     /// Its token limit then.
     pub tpm: u64,
+    /// The longest `Retry-After` it said then (seconds; 0: none).
+    #[serde(default)]
+    pub retry_after: u64,
 }
 
 #[derive(Debug)]
@@ -120,6 +125,7 @@ impl Window {
 pub struct MockUpstream {
     rpm: Arc<AtomicU64>,
     tpm: Arc<AtomicU64>,
+    says_limits: Arc<AtomicBool>,
     window: Arc<std::sync::Mutex<Window>>,
 }
 
@@ -130,6 +136,7 @@ impl MockUpstream {
         Self {
             rpm: Arc::new(AtomicU64::new(rpm)),
             tpm: Arc::new(AtomicU64::new(tpm)),
+            says_limits: Arc::new(AtomicBool::new(true)),
             window: Arc::new(std::sync::Mutex::new(Window {
                 buckets: [Bucket::default(); BUCKETS],
                 served: Served::default(),
@@ -137,6 +144,14 @@ impl MockUpstream {
                 history: std::collections::BTreeMap::new(),
             })),
         }
+    }
+
+    /// Whether each answer says the limits
+    /// (`x-ratelimit-limit-requests` / `-tokens`, as OpenAI's API does; on
+    /// by default). Off, a budget has only `429`s to learn them from.
+    pub fn saying_limits(self, says: bool) -> Self {
+        self.says_limits.store(says, Ordering::SeqCst);
+        self
     }
 
     /// Changes the limits from now on.
@@ -182,6 +197,10 @@ impl MockUpstream {
         let mut header = |name: &'static str, value: u64| {
             headers.insert(name, HeaderValue::from(value));
         };
+        if self.says_limits.load(Ordering::SeqCst) {
+            header("x-ratelimit-limit-requests", rpm);
+            header("x-ratelimit-limit-tokens", tpm);
+        }
         let this_second = window.history.entry(second).or_insert(Second {
             second,
             tpm,
@@ -191,6 +210,9 @@ impl MockUpstream {
             this_second.refused += 1;
             window.served.refused += 1;
             let wait = window.retry_after(second, rpm, tpm, request.max_tokens);
+            if let Some(this_second) = window.history.get_mut(&second) {
+                this_second.retry_after = this_second.retry_after.max(wait);
+            }
             header("retry-after", wait);
             header(
                 "x-ratelimit-remaining-requests",
@@ -267,25 +289,47 @@ pub struct WorkerReport {
     pub tokens: u64,
     /// Calls the budget refused (no room within the wait): never sent.
     pub refused_by_budget: u64,
-    /// Calls to the limiter's store (decide, settle, hold) per request sent.
+    /// Calls to the limiter's store (decide, settle, hold, learn) per
+    /// request sent.
     pub store_calls_per_request: f64,
+    /// The tokens-per-minute limit the budget ended with (learned, with
+    /// [`Auto`]; else as stated).
+    pub final_tpm: u64,
 }
 
 /// The budget every worker shares: the upstream's limits, each group
 /// counted like the upstream counts (a sliding minute of one-second slots).
-pub fn budget(rpm: u64, tpm: u64) -> Result<CallSpec, ratewall::LimitError> {
-    let minute = |n: u64| {
-        Limit::per_minute(n)
-            .and_then(|l| l.with_algorithm(Algorithm::SlidingWindow))
-            .and_then(|l| l.with_slots(60))
+///
+/// A budget that may be wrong (`spread`: one that finds the limit) also
+/// spreads each minute (a quarter of it per sliding 15 s): a minute's
+/// budget is then not spent in its first second, so an upstream that
+/// lowered its limit refuses the few calls of one moment, not a minute's
+/// burst. Both are window algorithms, so a waiting call retries them
+/// together. A budget known to match the upstream does not need it: each
+/// admission fits what the upstream has left.
+pub fn budget(rpm: u64, tpm: u64, spread: bool) -> Result<CallSpec, ratewall::LimitError> {
+    let minute = |n: u64| -> Result<Vec<Limit>, ratewall::LimitError> {
+        let mut limits = vec![
+            Limit::per_minute(n)?
+                .with_algorithm(Algorithm::SlidingWindow)?
+                .with_slots(60)?,
+        ];
+        if spread {
+            limits.push(
+                Limit::new((n / 4).max(1), Duration::from_secs(15))?
+                    .with_algorithm(Algorithm::SlidingWindow)?
+                    .with_slots(15)?,
+            );
+        }
+        Ok(limits)
     };
     // A store that cannot decide refuses: the upstream's limit is not ours
     // to guess.
     Ok(CallSpec::owned(
         "upstream",
         vec![
-            GroupSpec::owned("upstream_rpm", vec![minute(rpm)?]),
-            GroupSpec::owned("upstream_tpm", vec![minute(tpm)?]).settled(),
+            GroupSpec::owned("upstream_rpm", minute(rpm)?),
+            GroupSpec::owned("upstream_tpm", minute(tpm)?).settled(),
         ],
     )
     .with_policy(FailurePolicy::FailClosed))
@@ -293,10 +337,12 @@ pub fn budget(rpm: u64, tpm: u64) -> Result<CallSpec, ratewall::LimitError> {
 
 /// Runs `concurrency` callers for `run`, each asking for a random
 /// `max_tokens` in `1 ..= max_tokens` per request through `limiter`'s
-/// budget `spec`, against the upstream at `url`.
+/// budget `spec` (finding the upstream's limit with `auto`, when given),
+/// against the upstream at `url`.
 pub async fn worker(
     limiter: Arc<Limiter>,
     spec: Arc<CallSpec>,
+    auto: Option<Arc<Auto>>,
     url: String,
     concurrency: usize,
     max_tokens: u64,
@@ -309,6 +355,7 @@ pub async fn worker(
     let mut callers = Vec::new();
     for caller in 0..concurrency {
         let (limiter, spec, http, url) = (limiter.clone(), spec.clone(), http.clone(), url.clone());
+        let auto = auto.clone();
         let (report, store_calls) = (report.clone(), store_calls.clone());
         callers.push(tokio::spawn(async move {
             let mut seed = 0x2545_F491_4F6C_DD1Du64.wrapping_mul(caller as u64 + 1) | 1;
@@ -361,17 +408,28 @@ pub async fn worker(
                     store_calls.fetch_add(1, Ordering::Relaxed);
                 }
                 permit.settle_cost(used).await;
+                let said = Hold::from_headers(
+                    headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())),
+                    &[Counts::Requests, Counts::Tokens],
+                );
                 if status == StatusCode::TOO_MANY_REQUESTS {
-                    let said = Hold::from_headers(
-                        headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())),
-                        &[Counts::Requests, Counts::Tokens],
-                    );
                     store_calls.fetch_add(1, Ordering::Relaxed);
                     if let Err(error) = limiter
                         .hold(&spec, Keys::new(&[&"model", &"model"]), &said)
                         .await
                     {
                         tracing::warn!(%error, "could not share the upstream's pause");
+                    }
+                }
+                if let Some(auto) = &auto {
+                    let accepted = status != StatusCode::TOO_MANY_REQUESTS;
+                    match limiter.learn(&spec, auto, accepted, &said).await {
+                        Ok(operations) => {
+                            store_calls.fetch_add(operations as u64, Ordering::Relaxed);
+                        }
+                        Err(error) => {
+                            tracing::warn!(%error, "could not learn the upstream's limit")
+                        }
                     }
                 }
             }
@@ -383,6 +441,13 @@ pub async fn worker(
     let mut report = *report.lock().expect("report");
     let sent = report.sent.max(1);
     report.store_calls_per_request = store_calls.load(Ordering::Relaxed) as f64 / sent as f64;
+    let tpm_group = &spec.groups()[1];
+    report.final_tpm = limiter
+        .settings()
+        .limits(tpm_group.name())
+        .map_or(tpm_group.limits()[0].threshold(), |limits| {
+            limits[0].threshold()
+        });
     report
 }
 

@@ -203,6 +203,7 @@ pub use config::{ConfigError, LimitsEntry, LimitsFile};
 pub use layer::Source;
 pub use layer::breaker::BreakerConfig;
 pub use limiter::Limiter;
+pub use limiter::auto::Auto;
 pub use limiter::builder::LimiterBuilder;
 pub use limiter::call::{
     Admission, Admitted, CallFuture, CallSpec, Counting, GroupSpec, Keys, MAX_GROUPS, Permit,
@@ -217,6 +218,7 @@ pub use model::decision::{Decision, Decisions, Figures};
 pub use model::error::{BackendError, Cause, Error, LimitError};
 // The grammar's types that `LimitError` carries.
 pub use model::key::{Key, Part};
+pub use model::learned::{Adjust, Learned, SCALE_CEILING, SCALE_FLOOR, SCALE_ONE};
 pub use model::limit::{Algorithm, Limit, parse_duration};
 pub use model::lists::{ListEntry, ListKind};
 pub use model::mask::Masked;

@@ -983,6 +983,16 @@ impl Backend for RedisBackend {
         Box::pin(self.publish(prefix, name, limits))
     }
 
+    /// Changes the learned scale at `<prefix>:{learned}:<name>` (see `crate::learned`).
+    fn adjust<'a>(
+        &'a self,
+        prefix: &'a str,
+        name: &'a str,
+        adjust: ratewall::Adjust,
+    ) -> BoxFuture<'a, Result<u64, BackendError>> {
+        Box::pin(self.adjust_learned(prefix, name, adjust))
+    }
+
     /// Writes the shared allow and deny lists (`<prefix>:{lists}`, see `crate::lists`).
     fn save_list_entry<'a>(
         &'a self,

@@ -139,6 +139,7 @@
 mod backend;
 mod builder;
 mod error;
+mod learned;
 mod lease;
 mod lists;
 mod probe;

@@ -918,3 +918,69 @@ async fn reserve_n(
     }
     held
 }
+
+/// A settled estimate's refund wakes a caller waiting on a window in this
+/// process at once (not at its `retry_after`), and each one admitted wakes
+/// the next while the room fits.
+async fn a_refund_wakes_the_window_waiters_it_fits(limiter: Arc<Limiter>, label: &str) {
+    let name = format!("wake-{label}");
+    let spec = Arc::new(CallSpec::owned(
+        name.clone(),
+        vec![
+            GroupSpec::owned(
+                name.clone(),
+                vec![
+                    window(Algorithm::SlidingWindow, 100, Duration::from_secs(60))
+                        .with_slots(60)
+                        .unwrap(),
+                ],
+            )
+            .settled(),
+        ],
+    ));
+    let estimate = limiter
+        .call_with(&spec, ratewall::Keys::new(&[&"model"]).costs(&[100]))
+        .await
+        .expect("the whole minute, as an estimate");
+    let mut waiters = Vec::new();
+    for _ in 0..3 {
+        let (limiter, spec) = (limiter.clone(), spec.clone());
+        waiters.push(tokio::spawn(async move {
+            let started = Instant::now();
+            let keys = ratewall::Keys::new(&[&"model"])
+                .costs(&[30])
+                .wait(Duration::from_secs(120));
+            let permit = limiter.call_with(&spec, keys).await.map(|_| ());
+            (permit, started.elapsed())
+        }));
+    }
+    // Let them meet the full minute and go to sleep (its room comes back
+    // in a minute).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The call used 35: 65 given back, room for two of the three.
+    estimate.settle_cost(35).await;
+    // Two are woken well before the minute's room would come back (20 s
+    // of margin for a loaded machine against the 60 s they slept for); the
+    // third, for which the room does not fit, sleeps on.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while waiters.iter().filter(|w| w.is_finished()).count() < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (done, sleeping): (Vec<_>, Vec<_>) = waiters.into_iter().partition(|w| w.is_finished());
+    assert_eq!((done.len(), sleeping.len()), (2, 1), "{label}");
+    for waiter in done {
+        let (permit, waited) = waiter.await.expect("task");
+        permit.expect("admitted");
+        assert!(waited < Duration::from_secs(20), "{label}: {waited:?}");
+    }
+    for waiter in sleeping {
+        waiter.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_wakes_the_window_waiters_it_fits_in_memory_and_on_redis() {
+    a_refund_wakes_the_window_waiters_it_fits(memory(), "memory").await;
+    let server = RedisServer::start();
+    a_refund_wakes_the_window_waiters_it_fits(redis(&server).await, "redis").await;
+}

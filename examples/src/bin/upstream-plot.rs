@@ -61,16 +61,17 @@ fn draw(history: &[Second], out: &str) -> Result<(), Box<dyn std::error::Error>>
     let start = history.first().map_or(0, |s| s.second);
     let end = history.last().map_or(1, |s| s.second) + 1;
     let x = |s: &Second| (s.second - start) as f64;
-    // Tokens per second, averaged over 10 s, and the limit as a rate.
+    // Tokens per second, averaged over 30 s (a budget that finds the limit
+    // sends every 15 s), and the limit as a rate.
     let smoothed: Vec<(f64, f64)> = history
         .iter()
         .map(|s| {
             let near: u64 = history
                 .iter()
-                .filter(|o| o.second + 10 > s.second && o.second <= s.second)
+                .filter(|o| o.second + 30 > s.second && o.second <= s.second)
                 .map(|o| o.tokens)
                 .sum();
-            (x(s), near as f64 / 10.0)
+            (x(s), near as f64 / 30.0)
         })
         .collect();
     let limit: Vec<(f64, f64)> = history
@@ -88,7 +89,7 @@ fn draw(history: &[Second], out: &str) -> Result<(), Box<dyn std::error::Error>>
     let (top, bottom) = root.split_vertically(450);
     let mut chart = ChartBuilder::on(&top)
         .caption(
-            "tokens served per second (10 s average) against the upstream's limit per second",
+            "tokens served per second (30 s average) against the upstream's limit per second",
             ("sans-serif", 20),
         )
         .margin(10)
@@ -147,7 +148,7 @@ async fn run() -> Result<(), StartupError> {
     }
     load_font()?;
     draw(&history, &out).map_err(|e| StartupError::new(format!("cannot draw {out}: {e}")))?;
-    println!("{out}: {} seconds drawn", history.len());
+    println!("{out}: drawn from {} seconds with answers", history.len());
     Ok(())
 }
 

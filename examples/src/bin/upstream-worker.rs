@@ -9,22 +9,34 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratewall::Limiter;
+use ratewall::{Auto, Limiter};
 use ratewall_examples::StartupError;
 use ratewall_examples::upstream::{budget, env_number, worker};
 
 async fn run() -> Result<(), StartupError> {
     ratewall_examples::init_tracing();
-    let spec = budget(env_number("RPM", 600)?, env_number("TPM", 60_000)?)
+    let learns = env_number("AUTO", 0)? != 0;
+    let spec = budget(env_number("RPM", 600)?, env_number("TPM", 60_000)?, learns)
         .map_err(|e| StartupError::new(format!("invalid budget: {e}")))?;
     let limiter = ratewall_examples::builder_from_env(Limiter::builder().prefix("upstream"))
         .await?
         .build()
         .map_err(|e| StartupError::new(format!("cannot set up the rate limiter: {e}")))?;
+    let auto = match learns {
+        false => None,
+        true => {
+            let margin = env_number("MARGIN_PERCENT", 98)? as f64 / 100.0;
+            let auto = Auto::new()
+                .margin(margin)
+                .map_err(|e| StartupError::new(format!("MARGIN_PERCENT: {e}")))?;
+            Some(Arc::new(auto))
+        }
+    };
     let url = std::env::var("UPSTREAM").unwrap_or_else(|_| "http://127.0.0.1:3004".to_owned());
     let report = worker(
         Arc::new(limiter),
         Arc::new(spec),
+        auto,
         url,
         env_number("CONCURRENCY", 8)? as usize,
         env_number("MAX_TOKENS", 2_000)?,

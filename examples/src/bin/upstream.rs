@@ -2,7 +2,8 @@
 //! `ratewall_examples::upstream`): `RPM` requests and `TPM` tokens per
 //! sliding minute (default 600 and 60 000), on `BIND` (default
 //! `127.0.0.1:3004`). `HALVE_AFTER` (seconds) halves both limits once, without
-//! telling anyone.
+//! telling anyone. Each answer says the limits in `x-ratelimit-limit-*`
+//! headers, as OpenAI's API does, unless `SAYS_LIMITS=0`.
 
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use ratewall_examples::upstream::{MockUpstream, bind_address, env_number};
 async fn run() -> Result<(), StartupError> {
     ratewall_examples::init_tracing();
     let (rpm, tpm) = (env_number("RPM", 600)?, env_number("TPM", 60_000)?);
-    let upstream = MockUpstream::new(rpm, tpm);
+    let upstream = MockUpstream::new(rpm, tpm).saying_limits(env_number("SAYS_LIMITS", 1)? != 0);
     if let Ok(after) = std::env::var("HALVE_AFTER") {
         let after: u64 = after.parse().map_err(|_| {
             StartupError::new(format!("HALVE_AFTER must be seconds, got {after:?}"))

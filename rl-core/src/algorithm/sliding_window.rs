@@ -144,7 +144,11 @@ impl State for Slots {
         self.expires = (newest.unwrap_or(s) + n + 1) * size;
     }
 
-    fn hold(&mut self, limit: &Limit, now: u64, _after: u64, left: u64) {
+    /// A count (`after = 0`) goes into the current slot, as a charge. A
+    /// pause goes into the oldest slot that still counts in full at
+    /// `now + after` (at most the current one): the window stays full until
+    /// that slot leaves it, about `after` from now, not a whole period.
+    fn hold(&mut self, limit: &Limit, now: u64, after: u64, left: u64) {
         let (t, n) = (limit.threshold(), limit.slots());
         let size = limit.period_micros() / n;
         if left >= t {
@@ -158,12 +162,30 @@ impl State for Slots {
             self.slots.pop_front();
         }
         // remaining = floor((T·S - est) / S) <= left  <=>  est > (T - left - 1)·S.
-        let est = estimate(&self.slots, n, size, now);
         let floor = (t - left - 1) * size + 1;
+        if after == 0 {
+            let est = estimate(&self.slots, n, size, now);
+            if est < floor {
+                self.charge(limit, now, (floor - est).div_ceil(size));
+            }
+            return;
+        }
+        let at = now.saturating_add(after).min((s + n) * size - 1);
+        let est = estimate(&self.slots, n, size, at);
         if est >= floor {
             return;
         }
-        self.charge(limit, now, (floor - est).div_ceil(size));
+        let slot = (at / size + 1).saturating_sub(n);
+        let units = (floor - est).div_ceil(size);
+        let cap = DEBT_CAP / limit.period_micros();
+        let slots = &mut self.slots;
+        match slots.iter().position(|(i, _)| *i >= slot) {
+            Some(p) if slots[p].0 == slot => slots[p].1 = slots[p].1.saturating_add(units).min(cap),
+            Some(p) => slots.insert(p, (slot, units.min(cap))),
+            None => slots.push_back((slot, units.min(cap))),
+        }
+        let newest = slots.iter().filter(|(_, c)| *c > 0).map(|(i, _)| *i).max();
+        self.expires = (newest.unwrap_or(slot) + n + 1) * size;
     }
 
     fn expires_at(&self) -> u64 {

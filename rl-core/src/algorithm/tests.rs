@@ -600,6 +600,32 @@ fn a_window_holds_only_until_its_window_ends() {
 }
 
 #[test]
+fn a_sliding_window_pause_lasts_about_its_length_not_a_whole_period() {
+    // 60 a minute in 60 one-second slots, 20 taken; then a 20 s pause.
+    let slots = |t: Timeline| Timeline {
+        limit: t.limit.with_slots(60).unwrap(),
+        ..t
+    };
+    let mut t = slots(Timeline::new(Algorithm::SlidingWindow, 60, 60));
+    t.at(100 * S).call(20);
+    t.at(100 * S + S / 2).hold(20 * S, 0);
+    assert!(!t.peek(1).allowed);
+    assert!(
+        !t.at(120 * S + S / 2 - 1).peek(1).allowed,
+        "held until the pause ends"
+    );
+    // Its slot leaves the window over the next slot (room opening as it
+    // does), and the 20 taken before still count.
+    assert!(t.at(121 * S + S / 2).peek(1).allowed);
+    assert_eq!(t.at(122 * S).peek(1).remaining, 40);
+    // A pause longer than the window holds the window (from the current slot).
+    let mut long = slots(Timeline::new(Algorithm::SlidingWindow, 60, 60));
+    long.at(100 * S).hold(600 * S, 0);
+    assert!(!long.at(159 * S).peek(1).allowed);
+    assert!(long.at(161 * S).peek(1).allowed);
+}
+
+#[test]
 fn debt_read_under_a_longer_interval_stays_within_the_cap() {
     // 10 000 a second (I = 100 µs), as much debt as a state holds, then
     // the limit lowered to 1 a second (I = 1 s): the debt converted would

@@ -234,6 +234,7 @@ impl LimiterBuilder {
             keeper,
             abandoned,
             cancel_every_call: self.cancel_abandoned,
+            room: crate::limiter::room::Room::default(),
         })
     }
 

@@ -9,11 +9,13 @@
 //! by name ([`Settings`], `limiter.settings()`).
 
 pub(crate) mod attempt;
+pub(crate) mod auto;
 pub(crate) mod builder;
 pub(crate) mod call;
 pub(crate) mod in_flight;
 pub(crate) mod requests;
 pub(crate) mod resolve;
+pub(crate) mod room;
 pub(crate) mod settings;
 pub(crate) mod settle;
 pub(crate) mod tier;
@@ -81,6 +83,8 @@ pub struct Limiter {
     /// Whether every remote call carries a request id (else only settled
     /// ones).
     pub(crate) cancel_every_call: bool,
+    /// Calls waiting for room, woken when a refund gives some back.
+    pub(crate) room: room::Room,
 }
 
 impl fmt::Debug for Limiter {

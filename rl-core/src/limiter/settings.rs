@@ -63,6 +63,15 @@ impl<'l> Settings<'l> {
         Ok(())
     }
 
+    /// [`Settings::set_limits`] for what a budget learned of its upstream
+    /// ([`crate::Auto`]): logged at debug level (it may change every second).
+    pub(crate) fn apply_learned(&self, name: &str, limits: Vec<Limit>) -> Result<(), LimitError> {
+        Limit::check_distinct(&limits)?;
+        let limits: Arc<[Limit]> = limits.into();
+        self.change(name, |s| s.limits = Some(limits));
+        Ok(())
+    }
+
     /// Goes back to the compiled-in limits of `name`.
     pub fn clear_limits(&self, name: &str) {
         self.change(name, |s| s.limits = None);

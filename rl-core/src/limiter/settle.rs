@@ -201,6 +201,7 @@ impl Limiter {
             call.local_only = local.is_some();
             applied(self.pipeline.run(&mut call, ALL).await)?;
         }
+        self.room.freed(name);
         Ok(())
     }
 

@@ -58,6 +58,8 @@ pub struct Hold {
     pause: Option<Duration>,
     /// Units left now, per group (by index).
     left: SmallVec<[Option<u64>; 2]>,
+    /// The upstream's own limit, per group (by index).
+    limit: SmallVec<[Option<u64>; 2]>,
 }
 
 impl Hold {
@@ -91,6 +93,27 @@ impl Hold {
         self
     }
 
+    /// The upstream's limit for group `group` is `units` (its
+    /// `x-ratelimit-limit-*` headers): what a budget that finds its limit
+    /// ([`crate::Auto`]) takes as it is. The smallest of two holds; a group
+    /// past [`MAX_GROUPS`](crate::MAX_GROUPS) is ignored.
+    pub fn limit(mut self, group: usize, units: u64) -> Self {
+        if group >= crate::limiter::call::MAX_GROUPS {
+            return self;
+        }
+        if self.limit.len() <= group {
+            self.limit.resize(group + 1, None);
+        }
+        let slot = &mut self.limit[group];
+        *slot = Some(slot.map_or(units, |u| u.min(units)));
+        self
+    }
+
+    /// The upstream's limit said for group `group`, if any.
+    pub fn limit_in(&self, group: usize) -> Option<u64> {
+        self.limit.get(group).copied().flatten()
+    }
+
     /// The pause said, if any.
     pub fn paused(&self) -> Option<Duration> {
         self.pause
@@ -110,6 +133,12 @@ impl Hold {
 
     /// Whether nothing was said.
     pub fn is_empty(&self) -> bool {
+        self.holds_nothing() && self.limit.iter().all(Option::is_none)
+    }
+
+    /// Whether nothing was said that holds a budget (no pause, no count
+    /// left; a limit said is for [`crate::Auto`]).
+    fn holds_nothing(&self) -> bool {
         self.pause.is_none() && self.left.iter().all(Option::is_none)
     }
 
@@ -118,7 +147,11 @@ impl Hold {
     /// end counts [`Counts::Nothing`]). Names are matched without regard to
     /// case. Read: `Retry-After` (seconds, or an HTTP date), `retry-after-ms`;
     /// the remaining counts of [`Counts`]; the IETF `RateLimit` field's `r`
-    /// (and `t`, a pause when `r=0`). Values that cannot be read are
+    /// (and `t`, a pause when `r=0`); the limits ([`Hold::limit`]):
+    /// `x-ratelimit-limit-requests` / `-tokens`,
+    /// `anthropic-ratelimit-requests-limit` / `-tokens-limit`,
+    /// `RateLimit-Limit`, `x-ratelimit-limit` (requests), and the IETF
+    /// `RateLimit-Policy` field's `q`. Values that cannot be read are
     /// ignored (logged at debug level).
     pub fn from_headers<'h>(
         headers: impl IntoIterator<Item = (&'h str, &'h [u8])>,
@@ -164,19 +197,39 @@ impl Hold {
                     }
                     continue;
                 }
+                "ratelimit-policy" => {
+                    if let Some(quota) = ietf_quota(value) {
+                        for g in groups_counting(Counts::Requests) {
+                            hold = hold.limit(g, quota);
+                        }
+                    }
+                    continue;
+                }
                 "x-ratelimit-remaining-requests"
                 | "anthropic-ratelimit-requests-remaining"
                 | "ratelimit-remaining"
-                | "x-ratelimit-remaining" => Counts::Requests,
+                | "x-ratelimit-remaining" => (Counts::Requests, false),
                 "x-ratelimit-remaining-tokens" | "anthropic-ratelimit-tokens-remaining" => {
-                    Counts::Tokens
+                    (Counts::Tokens, false)
+                }
+                "x-ratelimit-limit-requests"
+                | "anthropic-ratelimit-requests-limit"
+                | "ratelimit-limit"
+                | "x-ratelimit-limit" => (Counts::Requests, true),
+                "x-ratelimit-limit-tokens" | "anthropic-ratelimit-tokens-limit" => {
+                    (Counts::Tokens, true)
                 }
                 _ => continue,
             };
             match value.parse::<u64>() {
-                Ok(left) => {
-                    for g in groups_counting(remaining) {
-                        hold = hold.left(g, left);
+                Ok(units) => {
+                    let (counts, is_limit) = remaining;
+                    for g in groups_counting(counts) {
+                        hold = if is_limit {
+                            hold.limit(g, units)
+                        } else {
+                            hold.left(g, units)
+                        };
                     }
                 }
                 Err(_) => {
@@ -227,6 +280,18 @@ fn ietf_ratelimit(value: &str) -> Option<(u64, Option<Duration>)> {
     Some((remaining?, reset))
 }
 
+/// The IETF `RateLimit-Policy` field (`"default";q=100;w=60`): the first
+/// item's quota `q`.
+fn ietf_quota(value: &str) -> Option<u64> {
+    let first = value.split(',').next()?;
+    first.split(';').skip(1).find_map(|parameter| {
+        let (key, value) = parameter.trim().split_once('=')?;
+        (key.trim() == "q")
+            .then(|| value.trim().parse::<u64>().ok())
+            .flatten()
+    })
+}
+
 impl Limiter {
     /// Makes every instance sharing `spec`'s budgets for `keys` hear what
     /// the upstream said ([`Hold`]): each group of the call is held paused
@@ -260,7 +325,7 @@ impl Limiter {
         keys: Keys<'_>,
         hold: &'a Hold,
     ) -> impl std::future::Future<Output = Result<(), Error>> + Send + 'a {
-        let owned = if hold.is_empty() {
+        let owned = if hold.holds_nothing() {
             Ok(None)
         } else {
             self.hold_attempt(spec, keys).map(Some)
@@ -425,6 +490,32 @@ mod tests {
             read(&[("RateLimit-Remaining", "7")], &LLM).left_in(0),
             Some(7)
         );
+        let limits = read(
+            &[
+                ("x-ratelimit-limit-requests", "600"),
+                ("x-ratelimit-limit-tokens", "60000"),
+            ],
+            &LLM,
+        );
+        assert_eq!(
+            (limits.left_in(1), limits.limit_in(0), limits.limit_in(1)),
+            (None, Some(600), Some(60_000))
+        );
+        assert!(!limits.is_empty() && limits.holds_nothing());
+        let anthropic_limits = read(
+            &[
+                ("anthropic-ratelimit-tokens-limit", "80000"),
+                (
+                    "RateLimit-Policy",
+                    "\"burst\";q=100;w=60, \"day\";q=1000;w=86400",
+                ),
+            ],
+            &LLM,
+        );
+        assert_eq!(
+            (anthropic_limits.limit_in(0), anthropic_limits.limit_in(1)),
+            (Some(100), Some(80_000))
+        );
         // A parameter without a value is skipped, not the field.
         let flagged = read(&[("ratelimit", "\"default\";r=4;partial;t=9")], &LLM);
         assert_eq!(flagged.left_in(0), Some(4));
@@ -439,6 +530,8 @@ mod tests {
             ("x-ratelimit-remaining-tokens", "lots"),
             ("ratelimit", "\"default\";t=30"),
             ("x-unrelated", "5"),
+            ("x-ratelimit-limit-tokens", "-1"),
+            ("ratelimit-policy", "\"default\";w=60"),
         ] {
             assert!(read(&[(name, value)], &LLM).is_empty(), "{name}: {value}");
         }

@@ -8,7 +8,9 @@
 //!   ([`Op::Cancel`]) when the call's future is dropped before the slot.
 //! - The window algorithms retry: the call sleeps for each refusal's
 //!   `retry_after` and asks again, as long as the next try is within the
-//!   maximum wait.
+//!   maximum wait; a refund in this process (a settled estimate) wakes one
+//!   waiting call of the same name sooner, and each woken call admitted
+//!   wakes the next ([`room`]).
 //!
 //! Nothing here decides: the stores reserve and cancel, the layers apply
 //! to both operations as to any other (deny lists, failure policy, shadow
@@ -19,7 +21,7 @@ use std::time::{Duration, Instant};
 use crate::layer::{ALL, counters};
 use crate::limiter::attempt::{Attempt, OwnedAttempt, misconfigured};
 use crate::limiter::call::{Admission, CallFuture, CallSpec, Counting, Decided, Permit};
-use crate::limiter::{Limiter, resolve, timer};
+use crate::limiter::{Limiter, resolve, room, timer};
 use crate::model::error::LimitError;
 use crate::model::key::{Identities, Identity, Key};
 use crate::model::limit::Limit;
@@ -326,20 +328,26 @@ fn retry<'l>(
     let costs: smallvec::SmallVec<[u64; 2]> = costs.iter().copied().collect();
     CallFuture::remote(async move {
         let tiers: Vec<&str> = tiers.iter().map(|t| &**t).collect();
+        let freed = limiter.room.of(spec.name());
+        let mut woken = false;
         if let Some(at) = first_retry {
-            timer::sleep_until(at).await;
+            woken = room::sleep_or_freed(at, &freed).await;
         }
         loop {
             match limiter.decide_once(spec, &identities, &tiers, &costs).await {
                 Ok(mut permit) => {
                     permit.waited = start.elapsed();
+                    if woken {
+                        // Room was given back: it may fit the next one too.
+                        limiter.room.freed(spec.name());
+                    }
                     return Ok(admitted(permit));
                 }
                 Err(rejection) => {
                     let Some(at) = next_try(&rejection, start, max_wait) else {
                         return Err(rejection);
                     };
-                    timer::sleep_until(at).await;
+                    woken = room::sleep_or_freed(at, &freed).await;
                 }
             }
         }

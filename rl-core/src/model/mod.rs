@@ -6,6 +6,7 @@ pub(crate) mod clock;
 pub(crate) mod decision;
 pub(crate) mod error;
 pub(crate) mod key;
+pub(crate) mod learned;
 pub(crate) mod limit;
 pub(crate) mod lists;
 pub(crate) mod mask;

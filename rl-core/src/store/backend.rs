@@ -8,6 +8,7 @@ use std::pin::Pin;
 use crate::model::decision::Decisions;
 use crate::model::error::{BackendError, LimitError};
 use crate::model::key::Key;
+use crate::model::learned::Adjust;
 use crate::model::limit::Limit;
 use crate::model::lists::ListEntry;
 use crate::model::reservation::Reservation;
@@ -330,6 +331,30 @@ pub trait Backend: Send + Sync + Debug + 'static {
         Box::pin(async {
             Err(BackendError::protocol(
                 "this backend cannot hold a budget at an upstream's word",
+            ))
+        })
+    }
+
+    /// Applies `adjust` to the learned scale of limit `name` under key
+    /// prefix `prefix` (what every instance sharing the budget learned of
+    /// its upstream's limit, see [`crate::Auto`]) atomically, by the
+    /// store's time, and answers the scale after it, in parts per million
+    /// of the stated limits ([`crate::SCALE_ONE`]). A scale is forgotten a
+    /// day after it last changed (back to the stated limits).
+    ///
+    /// The default answers that the store cannot
+    /// ([`BackendError::Protocol`]); [`crate::MemoryBackend`] and
+    /// `ratewall_redis::RedisBackend` implement it.
+    fn adjust<'a>(
+        &'a self,
+        prefix: &'a str,
+        name: &'a str,
+        adjust: Adjust,
+    ) -> BoxFuture<'a, Result<u64, BackendError>> {
+        let _ = (prefix, name, adjust);
+        Box::pin(async {
+            Err(BackendError::protocol(
+                "this backend cannot share a learned limit",
             ))
         })
     }

@@ -35,6 +35,7 @@ use crate::model::clock::{Clock, SystemClock};
 use crate::model::decision::{Decision, Decisions, Figures};
 use crate::model::error::BackendError;
 use crate::model::key::IdentityRef;
+use crate::model::learned::{Adjust, Learned};
 use crate::model::limit::{Algorithm, Limit};
 use crate::model::reservation::Reservation;
 use crate::store::Stored;
@@ -210,6 +211,8 @@ pub struct MemoryBackend {
     /// Kept replies of idempotent acquires ([`Backend::acquire_once`]),
     /// sharded by the first request's key.
     replies: Sharded<Mutex<Replies>>,
+    /// Learned scales ([`Backend::adjust`]), by `(prefix, name)`.
+    learned: Mutex<HashMap<(String, String), Learned>>,
 }
 
 /// The allowed replies of [`MemoryBackend::acquire_once_sync`], by
@@ -300,6 +303,7 @@ impl MemoryBackend {
             id: NonZeroU32::new(NEXT_STORE.fetch_add(1, Ordering::Relaxed))
                 .unwrap_or(NonZeroU32::MIN),
             replies,
+            learned: Mutex::new(HashMap::new()),
         }
     }
 

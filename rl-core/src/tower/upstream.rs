@@ -30,6 +30,7 @@ use std::time::Duration;
 use smallvec::SmallVec;
 
 use crate::limiter::Limiter;
+use crate::limiter::auto::Auto;
 use crate::limiter::call::{CallSpec, Keys};
 use crate::limiter::upstream::{Counts, Hold};
 use crate::model::rejection::Rejection;
@@ -102,6 +103,7 @@ struct Shared<F, RB> {
     pause_on_refusal: Duration,
     max_pause: Duration,
     settle: Option<Box<SettleFn<RB>>>,
+    auto: Option<Auto>,
 }
 
 /// A layer for client services calling an upstream that limits us: each
@@ -187,6 +189,7 @@ impl<F, RB> UpstreamLayer<F, RB> {
                 pause_on_refusal: Duration::from_secs(1),
                 max_pause: Duration::from_secs(300),
                 settle: None,
+                auto: None,
             }),
         }
     }
@@ -214,6 +217,14 @@ impl<F, RB> UpstreamLayer<F, RB> {
     /// remote server's word; default 5 minutes).
     pub fn max_pause(self, max: Duration) -> Self {
         self.with(|s| s.max_pause = max)
+    }
+
+    /// Finds the upstream's limit ([`Auto`]): the spec's stated limits are
+    /// where the budget starts; every answer is heard
+    /// ([`Limiter::learn`]): a limit the upstream says is taken, a `429` or
+    /// `503` lowers the shared scale, accepted calls raise it.
+    pub fn auto(self, auto: Auto) -> Self {
+        self.with(|s| s.auto = Some(auto))
     }
 
     /// Reads the real cost of a request from its response (every settled
@@ -329,6 +340,16 @@ where
             let hold = hold.capped(shared.max_pause);
             if let Err(error) = shared.limiter.hold(&shared.spec, keys(), &hold).await {
                 tracing::warn!(call = shared.spec.name(), %error, "the upstream's rate-limit word could not be shared");
+            }
+            if let Some(auto) = &shared.auto {
+                let accepted = !matches!(status, 429 | 503);
+                if let Err(error) = shared
+                    .limiter
+                    .learn(&shared.spec, auto, accepted, &hold)
+                    .await
+                {
+                    tracing::warn!(call = shared.spec.name(), %error, "the upstream's limit could not be learned");
+                }
             }
             Ok(response)
         })

@@ -165,23 +165,45 @@ LOADERS.sw = function()
     expire(r.key, (newest + n + 1) * size, now)
   end
 
-  -- Adds to the current slot until at most r.cost units remain (the slot
-  -- decays as usual). ratewall Slots::hold.
-  function M.hold(r, now, _)
+  -- Until at most r.cost units remain `after` us from now: a count
+  -- (after = 0) goes into the current slot, as a charge; a pause into the
+  -- oldest slot still counted in full at now + after (at most the current
+  -- one), so the window stays full until that slot leaves it. ratewall
+  -- Slots::hold.
+  function M.hold(r, now, after)
     local t, n, left = r.t, r.slots, r.cost
     if left >= t then
       return
     end
     local size = idiv(r.p, n)
-    local cnt = sw_load(r, idiv(now, size))
-    local est = sw_estimate(cnt, n, size, now)
+    local s = idiv(now, size)
+    local cnt, stale, newest = sw_load(r, s)
     local floor = (t - left - 1) * size + 1
+    if after == 0 then
+      local est = sw_estimate(cnt, n, size, now)
+      if est >= floor then
+        return
+      end
+      r.cost = cdiv(floor - est, size)
+      M.charge(r, now)
+      r.cost = left
+      return
+    end
+    local at = math.min(now + after, (s + n) * size - 1)
+    local est = sw_estimate(cnt, n, size, at)
     if est >= floor then
       return
     end
-    r.cost = cdiv(floor - est, size)
-    M.charge(r, now)
-    r.cost = left
+    local slot = math.max(idiv(at, size) + 1 - n, 0)
+    local c = math.min((cnt[slot] or 0) + cdiv(floor - est, size), idiv(DEBT_CAP, r.p))
+    redis.call('HSET', r.key, slot, c)
+    for j = 1, #stale do
+      redis.call('HDEL', r.key, stale[j])
+    end
+    if newest == nil or slot > newest then
+      newest = slot
+    end
+    expire(r.key, (newest + n + 1) * size, now)
   end
 
   return M

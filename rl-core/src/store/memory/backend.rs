@@ -74,6 +74,17 @@ impl Backend for MemoryBackend {
         Box::pin(std::future::ready(result))
     }
 
+    fn adjust<'a>(
+        &'a self,
+        prefix: &'a str,
+        name: &'a str,
+        adjust: Adjust,
+    ) -> BoxFuture<'a, Result<u64, BackendError>> {
+        Box::pin(std::future::ready(Ok(
+            self.adjust_sync(prefix, name, adjust)
+        )))
+    }
+
     fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>> {
         self.reset_sync(requests);
         Box::pin(std::future::ready(Ok(())))

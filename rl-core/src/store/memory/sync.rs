@@ -86,6 +86,38 @@ impl MemoryBackend {
         self.hold_targets(&targets(requests), after, left);
     }
 
+    /// Applies `adjust` to the learned scale of `name` under `prefix`
+    /// synchronously, as [`Backend::adjust`], and answers the scale after
+    /// it. A scale unchanged for a day is forgotten.
+    ///
+    /// ```
+    /// use ratewall::{Adjust, ManualClock, MemoryBackend, SCALE_ONE};
+    /// use std::time::Duration;
+    /// let backend = MemoryBackend::with_clock(ManualClock::new(1_000_000));
+    /// let lower = Adjust::Lower { keep: SCALE_ONE / 2, cooldown: Duration::from_secs(5), floor: 0 };
+    /// assert_eq!(backend.adjust_sync("rl", "tpm", lower), SCALE_ONE / 2);
+    /// assert_eq!(backend.adjust_sync("rl", "tpm", lower), SCALE_ONE / 2); // once per cooldown
+    /// assert_eq!(backend.adjust_sync("rl", "rpm", Adjust::Read), SCALE_ONE);
+    /// ```
+    pub fn adjust_sync(&self, prefix: &str, name: &str, adjust: Adjust) -> u64 {
+        const DAY: u64 = 86_400_000_000;
+        let now = self.clock.now_micros();
+        let mut learned = self.learned.lock();
+        let key = (prefix.to_owned(), name.to_owned());
+        let current = learned
+            .get(&key)
+            .copied()
+            .filter(|l| now.saturating_sub(l.changed_at) < DAY)
+            .unwrap_or_default();
+        let (after, written) = current.adjusted(adjust, now);
+        if written {
+            learned.insert(key, after);
+        } else if current == Learned::default() {
+            learned.remove(&key);
+        }
+        after.scale
+    }
+
     /// Resets a batch synchronously.
     pub fn reset_sync(&self, requests: &[Request<'_>]) {
         self.reset_targets(&targets(requests));

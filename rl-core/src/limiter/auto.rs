@@ -1,0 +1,305 @@
+//! Finding an upstream's limit ([`Auto`], [`Limiter::learn`]): a budget
+//! whose stated limits are a starting point, scaled by what every instance
+//! learns of the upstream and shares through the store
+//! ([`crate::Backend::adjust`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::limiter::Limiter;
+use crate::limiter::call::CallSpec;
+use crate::limiter::upstream::Hold;
+use crate::model::error::{Error, LimitError};
+use crate::model::learned::{Adjust, SCALE_CEILING, SCALE_FLOOR, SCALE_ONE};
+use crate::model::limit::Limit;
+use crate::store::Store;
+
+/// How a budget finds its upstream's limit (`upstream_limit = "auto"`):
+/// its groups' stated limits are where it starts and the most it goes to;
+/// each answer of the upstream, heard through [`Limiter::learn`], moves
+/// one scale per group that every instance shares through the store:
+///
+/// - the upstream **says** its limit (`x-ratelimit-limit-*`, see
+///   [`Hold::limit`]): the group's first limit becomes that, times the
+///   [`Auto::margin`] (other limits of the group in proportion);
+/// - otherwise a **refusal** (`429`/`503`) keeps [`Auto::keep`] of the
+///   scale (once per pause: the refusals of one overload lower it once),
+///   down to [`Auto::floor`];
+/// - and an **accepted** call adds [`Auto::raise`] of the scale, at most
+///   once per [`Auto::every`] across all instances (additive while it is
+///   accepted, multiplicative on refusal), up to the stated limits.
+///
+/// Each instance applies the shared scale to its own limits of the group
+/// (as [`crate::Settings::set_limits`] would, logged at debug level) when
+/// it hears an answer, and reads it at least once per [`Auto::every`]
+/// while its calls are answered. Tiered groups and in-flight limits are
+/// left as stated.
+///
+/// ```
+/// use ratewall::{Auto, CallSpec, GroupSpec, Hold, Limit, Limiter};
+/// use std::time::Duration;
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let limiter = Limiter::builder().memory().build()?;
+/// let spec = CallSpec::owned("llm", vec![GroupSpec::owned("llm_tpm", vec![Limit::per_minute(240_000)?])]);
+/// let auto = Auto::new();
+/// // The upstream refused with `Retry-After: 2`: the budget keeps 70 %.
+/// limiter.learn(&spec, &auto, false, &Hold::new().pause(Duration::from_secs(2))).await?;
+/// assert_eq!(limiter.settings().limits("llm_tpm").unwrap()[0].threshold(), 168_000);
+/// // It says its limit: 60 000 tokens a minute.
+/// limiter.learn(&spec, &auto, true, &Hold::new().limit(0, 60_000)).await?;
+/// assert_eq!(limiter.settings().limits("llm_tpm").unwrap()[0].threshold(), 60_000);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # });
+/// ```
+#[derive(Debug)]
+pub struct Auto {
+    keep: u64,
+    raise: u64,
+    every: Duration,
+    margin: u64,
+    floor: u64,
+    /// Per group name: the scale this instance applies, and when it last
+    /// read the shared one.
+    known: Mutex<HashMap<Arc<str>, Known>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Known {
+    scale: u64,
+    read_at: Instant,
+}
+
+impl Default for Auto {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A share in `(0, 1]` as parts per million, or why not.
+fn share(what: &str, value: f64, zero_ok: bool) -> Result<u64, LimitError> {
+    let ok = value.is_finite() && value <= 1.0 && (value > 0.0 || (zero_ok && value == 0.0));
+    if !ok {
+        return Err(LimitError::BadCall(format!(
+            "auto: {what} must be a share in {} 1], got {value}",
+            if zero_ok { "[0," } else { "(0," }
+        )));
+    }
+    Ok((value * SCALE_ONE as f64).round() as u64)
+}
+
+impl Auto {
+    /// Keeps 70 % on a refusal, adds 1 % of the scale per second while
+    /// accepted, takes a said limit as it is (margin 1), never below 1 % of
+    /// the stated limits.
+    pub fn new() -> Self {
+        Self {
+            keep: 700_000,
+            raise: 10_000,
+            every: Duration::from_secs(1),
+            margin: SCALE_ONE,
+            floor: 10_000,
+            known: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The share of the scale a refusal keeps (in `(0, 1]`; default 0.7).
+    pub fn keep(mut self, share_kept: f64) -> Result<Self, LimitError> {
+        self.keep = share("keep", share_kept, false)?;
+        Ok(self)
+    }
+
+    /// The share of the scale added per [`Auto::every`] while the upstream
+    /// accepts (in `[0, 1]`; default 0.01).
+    pub fn raise(mut self, share_added: f64) -> Result<Self, LimitError> {
+        self.raise = share("raise", share_added, true)?;
+        Ok(self)
+    }
+
+    /// How often the scale is raised (across all instances) and read by
+    /// each instance (default 1 s).
+    pub fn every(mut self, every: Duration) -> Self {
+        self.every = every;
+        self
+    }
+
+    /// The share of a said limit the budget takes (in `(0, 1]`; default 1:
+    /// e.g. 0.98 leaves 2 % to calls this budget does not see).
+    pub fn margin(mut self, share_taken: f64) -> Result<Self, LimitError> {
+        self.margin = share("margin", share_taken, false)?;
+        Ok(self)
+    }
+
+    /// The least share of the stated limits a budget keeps (in `(0, 1]`;
+    /// default 0.01): a call's cost must fit it, or it is refused as
+    /// invalid.
+    pub fn floor(mut self, least: f64) -> Result<Self, LimitError> {
+        self.floor = share("floor", least, false)?;
+        Ok(self)
+    }
+
+    /// The scale this instance applies to `group`'s stated limits, in parts
+    /// per million ([`crate::SCALE_ONE`]: as stated), if it learned one.
+    pub fn scale(&self, group: &str) -> Option<u64> {
+        self.known.lock().get(group).map(|k| k.scale)
+    }
+
+    /// What to ask the store, for a group whose upstream answered
+    /// `accepted` (or not) and said `said` of its limit, with `first` its
+    /// first stated limit; `None`: nothing to ask now.
+    fn adjustment(
+        &self,
+        group: &str,
+        first: &Limit,
+        accepted: bool,
+        said: Option<u64>,
+        pause: Option<Duration>,
+    ) -> Option<Adjust> {
+        let known = self.known.lock().get(group).copied();
+        if let Some(said) = said {
+            let scale = (u128::from(said) * u128::from(self.margin)
+                / u128::from(first.threshold().max(1)))
+            .min(u128::from(SCALE_CEILING)) as u64;
+            let scale = scale.max(SCALE_FLOOR);
+            return (known.map(|k| k.scale) != Some(scale)).then_some(Adjust::Set { scale });
+        }
+        if !accepted {
+            return Some(Adjust::Lower {
+                keep: self.keep,
+                cooldown: pause.unwrap_or_default().max(self.every),
+                floor: self.floor,
+            });
+        }
+        let due = known.is_none_or(|k| k.read_at.elapsed() >= self.every);
+        due.then_some(Adjust::Raise {
+            step: self.raise,
+            every: self.every,
+        })
+    }
+}
+
+/// `stated` scaled by `scale` parts per million (thresholds and bursts at
+/// least 1; in-flight limits as stated).
+fn scaled(stated: &[Limit], scale: u64) -> Result<Vec<Limit>, LimitError> {
+    let times =
+        |n: u64| ((u128::from(n) * u128::from(scale) / u128::from(SCALE_ONE)) as u64).max(1);
+    stated
+        .iter()
+        .map(|limit| {
+            if limit.is_in_flight() {
+                return Ok(*limit);
+            }
+            let burst = times(limit.burst());
+            let limit = limit.with_threshold(times(limit.threshold()))?;
+            let limit = if limit.burst() == burst {
+                limit
+            } else {
+                limit.with_burst(burst)?
+            };
+            match limit.lease() {
+                Some(lease) if lease >= limit.capacity() => Ok(limit.without_lease()),
+                _ => Ok(limit),
+            }
+        })
+        .collect()
+}
+
+impl Limiter {
+    /// Hears one answer of the upstream `spec`'s budget stands for, for a
+    /// budget that finds its limit ([`Auto`]): `accepted` is whether the
+    /// upstream took the call (not a `429`/`503`), `said` what its headers
+    /// said ([`Hold::from_headers`]: its limits, its pause). Each group's
+    /// shared scale is adjusted or read in the store (at most one operation
+    /// per group, none when nothing is due) and applied to this instance's
+    /// limits of the group. Answers how many store operations it made.
+    /// Pausing the budget is [`Limiter::hold`]'s.
+    ///
+    /// Fails when the store cannot keep a learned scale (a custom
+    /// [`crate::Backend`] without [`crate::Backend::adjust`]) or cannot be
+    /// reached; the limits are then left as they were.
+    pub async fn learn(
+        &self,
+        spec: &CallSpec,
+        auto: &Auto,
+        accepted: bool,
+        said: &Hold,
+    ) -> Result<usize, Error> {
+        let mut operations = 0;
+        for (index, group) in spec.groups().iter().enumerate() {
+            let stated = group.limits();
+            let Some(first) = stated.iter().find(|l| !l.is_in_flight()) else {
+                continue;
+            };
+            let name = group.name();
+            let Some(adjust) =
+                auto.adjustment(name, first, accepted, said.limit_in(index), said.paused())
+            else {
+                continue;
+            };
+            let scale = match &self.pipeline.store {
+                Store::Memory(memory) => memory.adjust_sync(&self.prefix, name, adjust),
+                Store::Remote(backend) => backend
+                    .adjust(&self.prefix, name, adjust)
+                    .await
+                    .map_err(Error::Backend)?,
+            };
+            operations += 1;
+            let before = {
+                let mut known = auto.known.lock();
+                let entry = known.entry(Arc::from(name)).or_insert(Known {
+                    scale: SCALE_ONE,
+                    read_at: Instant::now(),
+                });
+                let before = entry.scale;
+                *entry = Known {
+                    scale,
+                    read_at: Instant::now(),
+                };
+                before
+            };
+            if before != scale || self.registry.limits(name).is_none() {
+                let limits = scaled(stated, scale).map_err(Error::Limit)?;
+                tracing::debug!(limit = name, scale, ?adjust, "learned limit applied");
+                self.settings().apply_learned(name, limits)?;
+            }
+        }
+        Ok(operations)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scaling_keeps_in_flight_limits_and_at_least_one_unit() {
+        let stated = [
+            Limit::per_minute(60_000).unwrap(),
+            Limit::per_second(1_000)
+                .unwrap()
+                .with_algorithm(crate::Algorithm::Gcra)
+                .unwrap()
+                .with_burst(5_000)
+                .unwrap(),
+            Limit::in_flight(4).unwrap(),
+        ];
+        let half = scaled(&stated, SCALE_ONE / 2).unwrap();
+        assert_eq!(half[0].threshold(), 30_000);
+        assert_eq!((half[1].threshold(), half[1].burst()), (500, 2_500));
+        assert_eq!(half[2], stated[2]);
+        let tiny = scaled(&stated, 1).unwrap();
+        assert_eq!((tiny[0].threshold(), tiny[1].burst()), (1, 1));
+    }
+
+    #[test]
+    fn shares_outside_their_range_are_refused() {
+        assert!(Auto::new().keep(0.0).is_err());
+        assert!(Auto::new().keep(1.5).is_err());
+        assert!(Auto::new().raise(f64::NAN).is_err());
+        assert!(Auto::new().raise(0.0).is_ok());
+        assert!(Auto::new().margin(-0.1).is_err());
+        assert!(Auto::new().floor(0.05).is_ok());
+    }
+}

@@ -1,0 +1,295 @@
+//! A budget that finds its upstream's limit ([`Auto`], [`Limiter::learn`]):
+//! what one instance learns (a `429`, a limit the upstream says) becomes one
+//! scale in the store that every instance applies to its own limits. Two
+//! limiters sharing one Redis stand for two processes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratewall::tower::{Draw, UpstreamLayer};
+use ratewall::{
+    Adjust, Auto, CallSpec, Counts, GroupSpec, Hold, Keys, Limit, Limiter, ManualClock,
+    MemoryBackend, SCALE_ONE,
+};
+use ratewall_redis::RedisBackend;
+use ratewall_tests::harness::{RedisCluster, RedisServer};
+use tower::{Layer, Service, ServiceExt};
+
+/// Requests and tokens per minute, stated 4 times too high.
+fn chat() -> CallSpec {
+    CallSpec::owned(
+        "chat",
+        vec![
+            GroupSpec::owned("chat_rpm", vec![Limit::per_minute(2_400).expect("limit")]),
+            GroupSpec::owned(
+                "chat_tpm",
+                vec![
+                    Limit::per_minute(240_000).expect("limit"),
+                    Limit::in_flight(8).expect("limit"),
+                ],
+            )
+            .settled(),
+        ],
+    )
+}
+
+async fn instance(backend: RedisBackend) -> Limiter {
+    Limiter::builder()
+        .backend(backend)
+        .build()
+        .expect("limiter")
+}
+
+async fn on(server: &RedisServer) -> Limiter {
+    instance(
+        RedisBackend::builder(server.url())
+            .timeout(Duration::from_secs(10))
+            .connect()
+            .await
+            .expect("connect"),
+    )
+    .await
+}
+
+/// The thresholds `limiter` applies to `group` now (as stated when it
+/// learned nothing).
+fn thresholds(limiter: &Limiter, spec: &CallSpec, group: usize) -> Vec<u64> {
+    let stated = &spec.groups()[group];
+    limiter
+        .settings()
+        .limits(stated.name())
+        .map_or_else(|| stated.limits().to_vec(), |l| l.to_vec())
+        .iter()
+        .map(|l| if l.is_in_flight() { 0 } else { l.threshold() })
+        .collect()
+}
+
+fn refused(pause: u64) -> Hold {
+    Hold::new().pause(Duration::from_secs(pause))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_heard_by_one_instance_lowers_every_instances_limit_once() {
+    let server = RedisServer::start();
+    let (a, b) = (on(&server).await, on(&server).await);
+    let spec = chat();
+    let (auto_a, auto_b) = (Auto::new(), Auto::new());
+    // The overload's first 429 lowers the shared scale to 70 %; the next
+    // ones, within its pause, do not lower it again.
+    for _ in 0..5 {
+        a.learn(&spec, &auto_a, false, &refused(20))
+            .await
+            .expect("learned");
+    }
+    assert_eq!(thresholds(&a, &spec, 0), [1_680]);
+    assert_eq!(
+        thresholds(&a, &spec, 1),
+        [168_000, 0],
+        "in-flight as stated"
+    );
+    // The other instance, hearing an accepted answer, reads the scale
+    // (raising it is not due: it changed less than a second ago).
+    b.learn(&spec, &auto_b, true, &Hold::new())
+        .await
+        .expect("learned");
+    assert_eq!(thresholds(&b, &spec, 1), [168_000, 0]);
+    assert_eq!(auto_b.scale("chat_tpm"), Some(700_000));
+    // Its limits decide its calls: 168 000 tokens a minute, not 240 000.
+    let call = b
+        .call_with(&spec, Keys::new(&[&"gpt", &"gpt"]).costs(&[1, 168_000]))
+        .await
+        .expect("fits the learned limit");
+    call.settle_cost(168_000).await;
+    // It refills at 2 800 tokens a second: 50 000 more are 18 s away.
+    assert!(
+        b.call_with(&spec, Keys::new(&[&"gpt", &"gpt"]).costs(&[1, 50_000]))
+            .await
+            .is_err(),
+        "the learned minute is spent"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_the_upstream_says_is_taken_at_the_margin_by_every_instance_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let connect = || async {
+        instance(
+            RedisBackend::cluster_builder(cluster.urls())
+                .timeout(Duration::from_secs(10))
+                .connect()
+                .await
+                .expect("connect"),
+        )
+        .await
+    };
+    let (a, b) = (connect().await, connect().await);
+    let spec = chat();
+    let auto = || Auto::new().margin(0.98).expect("margin");
+    let (auto_a, auto_b) = (auto(), auto());
+    let said = Hold::from_headers(
+        [
+            ("x-ratelimit-limit-requests", &b"600"[..]),
+            ("x-ratelimit-limit-tokens", b"60000"),
+        ],
+        &[Counts::Requests, Counts::Tokens],
+    );
+    let operations = a.learn(&spec, &auto_a, true, &said).await.expect("learned");
+    assert_eq!(operations, 2, "one per group");
+    assert_eq!(thresholds(&a, &spec, 0), [588]);
+    assert_eq!(thresholds(&a, &spec, 1), [58_800, 0]);
+    // Said again: nothing to write.
+    let again = a.learn(&spec, &auto_a, true, &said).await.expect("learned");
+    assert_eq!(again, 0);
+    // A refusal when the upstream says its limit does not lower it: the
+    // limit said is the upstream's own word.
+    a.learn(
+        &spec,
+        &auto_a,
+        false,
+        &said.clone().pause(Duration::from_secs(1)),
+    )
+    .await
+    .expect("learned");
+    assert_eq!(thresholds(&a, &spec, 1), [58_800, 0]);
+    b.learn(&spec, &auto_b, true, &Hold::new())
+        .await
+        .expect("learned");
+    assert_eq!(thresholds(&b, &spec, 0), [588]);
+    assert_eq!(thresholds(&b, &spec, 1), [58_800, 0]);
+}
+
+#[tokio::test]
+async fn accepted_calls_raise_the_scale_by_a_share_per_interval_up_to_the_stated_limits() {
+    let clock = ManualClock::new(1_000_000);
+    let limiter = Limiter::builder()
+        .memory()
+        .clock(clock.clone())
+        .build()
+        .expect("limiter");
+    let spec = chat();
+    let auto = Auto::new().every(Duration::ZERO);
+    limiter
+        .learn(&spec, &auto, false, &refused(1))
+        .await
+        .expect("learned");
+    assert_eq!(thresholds(&limiter, &spec, 1), [168_000, 0]);
+    // 1 % of the scale per accepted answer a second apart.
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        clock.advance(Duration::from_secs(1));
+        limiter
+            .learn(&spec, &auto, true, &Hold::new())
+            .await
+            .expect("learned");
+        seen.push(thresholds(&limiter, &spec, 1)[0]);
+    }
+    assert_eq!(seen, [169_680, 171_376, 173_090]);
+    for _ in 0..60 {
+        clock.advance(Duration::from_secs(1));
+        limiter
+            .learn(&spec, &auto, true, &Hold::new())
+            .await
+            .expect("learned");
+    }
+    assert_eq!(
+        thresholds(&limiter, &spec, 1),
+        [240_000, 0],
+        "as stated, no more"
+    );
+    // The floor: a share of the stated limits a budget keeps.
+    let floored = Auto::new()
+        .floor(0.25)
+        .expect("floor")
+        .every(Duration::ZERO);
+    for _ in 0..10 {
+        clock.advance(Duration::from_secs(1));
+        limiter
+            .learn(&spec, &floored, false, &Hold::new())
+            .await
+            .expect("learned");
+    }
+    assert_eq!(thresholds(&limiter, &spec, 1), [60_000, 0]);
+}
+
+#[tokio::test]
+async fn the_client_layer_learns_from_the_upstreams_refusals() {
+    let limiter = Arc::new(Limiter::builder().memory().build().expect("limiter"));
+    let spec = CallSpec::owned(
+        "partner",
+        vec![GroupSpec::owned(
+            "partner_rpm",
+            vec![Limit::per_minute(1_000).expect("limit")],
+        )],
+    );
+    let layer = UpstreamLayer::new(
+        limiter.clone(),
+        spec,
+        [Counts::Requests],
+        |_: &http::Request<String>| Draw::new(["partner-a"]),
+    )
+    .wait(Duration::ZERO)
+    .pause_on_refusal(Duration::from_millis(1))
+    .auto(Auto::new());
+    let mut client = layer.layer(tower::service_fn(|_: http::Request<String>| async {
+        http::Response::builder().status(429).body(String::new())
+    }));
+    let answered = client
+        .ready()
+        .await
+        .expect("ready")
+        .call(http::Request::new(String::new()))
+        .await
+        .expect("sent");
+    assert_eq!(answered.status(), 429);
+    let learned = limiter.settings().limits("partner_rpm").expect("learned");
+    assert_eq!(learned[0].threshold(), 700);
+}
+
+#[tokio::test]
+async fn a_store_that_cannot_keep_a_scale_is_an_error_and_the_limits_stay() {
+    #[derive(Debug)]
+    struct Forgetful(MemoryBackend);
+    impl ratewall::Backend for Forgetful {
+        fn acquire<'a>(
+            &'a self,
+            requests: &'a [ratewall::Request<'a>],
+        ) -> ratewall::BoxFuture<'a, Result<ratewall::Decisions, ratewall::BackendError>> {
+            self.0.acquire(requests)
+        }
+        fn peek<'a>(
+            &'a self,
+            requests: &'a [ratewall::Request<'a>],
+        ) -> ratewall::BoxFuture<'a, Result<ratewall::Decisions, ratewall::BackendError>> {
+            self.0.peek(requests)
+        }
+        fn refund<'a>(
+            &'a self,
+            requests: &'a [ratewall::Request<'a>],
+            at_micros: u64,
+        ) -> ratewall::BoxFuture<'a, Result<(), ratewall::BackendError>> {
+            self.0.refund(requests, at_micros)
+        }
+        fn reset<'a>(
+            &'a self,
+            requests: &'a [ratewall::Request<'a>],
+        ) -> ratewall::BoxFuture<'a, Result<(), ratewall::BackendError>> {
+            self.0.reset(requests)
+        }
+    }
+    let limiter = Limiter::builder()
+        .backend(Forgetful(MemoryBackend::new()))
+        .build()
+        .expect("limiter");
+    let spec = chat();
+    let error = limiter
+        .learn(&spec, &Auto::new(), false, &refused(1))
+        .await
+        .expect_err("no scale kept");
+    assert!(error.to_string().contains("learned limit"), "{error}");
+    assert!(limiter.settings().limits("chat_rpm").is_none());
+    // The scale type itself: a store's answer for a name never adjusted.
+    assert_eq!(
+        MemoryBackend::new().adjust_sync("rl", "chat_rpm", Adjust::Read),
+        SCALE_ONE
+    );
+}
