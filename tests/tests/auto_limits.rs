@@ -183,7 +183,7 @@ async fn accepted_calls_raise_the_scale_by_a_share_per_interval_up_to_the_stated
             .expect("learned");
         seen.push(thresholds(&limiter, &spec, 1)[0]);
     }
-    assert_eq!(seen, [169_680, 171_376, 173_090]);
+    assert_eq!(seen, [169_680, 171_377, 173_090]);
     for _ in 0..60 {
         clock.advance(Duration::from_secs(1));
         limiter

@@ -23,8 +23,11 @@ use crate::store::Store;
 /// one scale per group that every instance shares through the store:
 ///
 /// - the upstream **says** its limit (`x-ratelimit-limit-*`, see
-///   [`Hold::limit`]): the group's first limit becomes that, times the
-///   [`Auto::margin`] (other limits of the group in proportion);
+///   [`Hold::limit`]): the group's first rate limit becomes that, times the
+///   [`Auto::margin`] (other limits of the group in proportion; the
+///   upstream's count is taken for that limit's period, e.g. a minute for
+///   OpenAI's headers); while it says its limit, refusals do not lower it
+///   (its remaining counts, [`Limiter::hold`], bound the budget then);
 /// - otherwise a **refusal** (`429`/`503`) keeps [`Auto::keep`] of the
 ///   scale (once per pause: the refusals of one overload lower it once),
 ///   down to [`Auto::floor`];
@@ -35,8 +38,10 @@ use crate::store::Store;
 /// Each instance applies the shared scale to its own limits of the group
 /// (as [`crate::Settings::set_limits`] would, logged at debug level) when
 /// it hears an answer, and reads it at least once per [`Auto::every`]
-/// while its calls are answered. Tiered groups and in-flight limits are
-/// left as stated.
+/// while its calls are answered. In-flight limits are left as stated; a
+/// tiered group has no limits of its own and is left alone. The learned
+/// limits replace a runtime override ([`crate::Settings::set_limits`]) of
+/// the group: scaling starts from the compiled-in (stated) ones.
 ///
 /// ```
 /// use ratewall::{Auto, CallSpec, GroupSpec, Hold, Limit, Limiter};
@@ -180,28 +185,32 @@ impl Auto {
     }
 }
 
-/// `stated` scaled by `scale` parts per million (thresholds and bursts at
-/// least 1; in-flight limits as stated).
+/// `stated` scaled by `scale` parts per million, rounded (thresholds and
+/// bursts at least 1; in-flight limits as stated; a lease that no longer
+/// fits the scaled capacity is dropped). Fails for a scale the limits
+/// cannot take (e.g. a sliding log past its most entries).
 fn scaled(stated: &[Limit], scale: u64) -> Result<Vec<Limit>, LimitError> {
-    let times =
-        |n: u64| ((u128::from(n) * u128::from(scale) / u128::from(SCALE_ONE)) as u64).max(1);
+    let times = |n: u64| {
+        let scaled =
+            (u128::from(n) * u128::from(scale) + u128::from(SCALE_ONE / 2)) / u128::from(SCALE_ONE);
+        u64::try_from(scaled).unwrap_or(u64::MAX).max(1)
+    };
     stated
         .iter()
         .map(|limit| {
             if limit.is_in_flight() {
                 return Ok(*limit);
             }
-            let burst = times(limit.burst());
-            let limit = limit.with_threshold(times(limit.threshold()))?;
-            let limit = if limit.burst() == burst {
-                limit
-            } else {
-                limit.with_burst(burst)?
-            };
-            match limit.lease() {
-                Some(lease) if lease >= limit.capacity() => Ok(limit.without_lease()),
-                _ => Ok(limit),
+            let bare = limit.without_lease();
+            let burst = times(bare.burst());
+            let mut scaled = bare.with_threshold(times(bare.threshold()))?;
+            if scaled.burst() != burst {
+                scaled = scaled.with_burst(burst)?;
             }
+            Ok(match limit.lease() {
+                Some(lease) => scaled.with_lease(lease).unwrap_or(scaled),
+                None => scaled,
+            })
         })
         .collect()
 }
@@ -246,24 +255,22 @@ impl Limiter {
                     .map_err(Error::Backend)?,
             };
             operations += 1;
-            let before = {
-                let mut known = auto.known.lock();
-                let entry = known.entry(Arc::from(name)).or_insert(Known {
-                    scale: SCALE_ONE,
-                    read_at: Instant::now(),
-                });
-                let before = entry.scale;
-                *entry = Known {
-                    scale,
-                    read_at: Instant::now(),
-                };
-                before
-            };
-            if before != scale || self.registry.limits(name).is_none() {
+            // Applied under the lock, so `known` says what is applied; a
+            // scale the limits cannot take is not recorded (asked again).
+            let mut known = auto.known.lock();
+            let before = known.get(name).map(|k| k.scale);
+            if before != Some(scale) || self.registry.limits(name).is_none() {
                 let limits = scaled(stated, scale).map_err(Error::Limit)?;
                 tracing::debug!(limit = name, scale, ?adjust, "learned limit applied");
                 self.settings().apply_learned(name, limits)?;
             }
+            known.insert(
+                Arc::from(name),
+                Known {
+                    scale,
+                    read_at: Instant::now(),
+                },
+            );
         }
         Ok(operations)
     }
@@ -291,6 +298,33 @@ mod tests {
         assert_eq!(half[2], stated[2]);
         let tiny = scaled(&stated, 1).unwrap();
         assert_eq!((tiny[0].threshold(), tiny[1].burst()), (1, 1));
+        // Rounded, not floored twice: 100 said for a threshold of 3.
+        let said = (100 * SCALE_ONE) / 3;
+        assert_eq!(
+            scaled(&[Limit::per_minute(3).unwrap()], said).unwrap()[0].threshold(),
+            100
+        );
+    }
+
+    #[test]
+    fn a_lease_that_no_longer_fits_is_dropped_and_one_that_fits_is_kept() {
+        let leasing = Limit::per_minute(240_000)
+            .unwrap()
+            .with_lease(50_000)
+            .unwrap();
+        let low = scaled(&[leasing], 168_070).unwrap();
+        assert_eq!((low[0].threshold(), low[0].lease()), (40_337, None));
+        let half = scaled(&[leasing], SCALE_ONE / 2).unwrap();
+        assert_eq!(
+            (half[0].threshold(), half[0].lease()),
+            (120_000, Some(50_000))
+        );
+        // A scale the limit cannot take is an error, not a panic.
+        let log = Limit::per_minute(10_000)
+            .unwrap()
+            .with_algorithm(crate::Algorithm::SlidingLog)
+            .unwrap();
+        assert!(scaled(&[log], crate::SCALE_CEILING).is_err());
     }
 
     #[test]

@@ -25,8 +25,9 @@ pub enum Adjust {
     /// Only read the scale (a scale never learned is [`SCALE_ONE`]).
     Read,
     /// The upstream accepted: add `step` parts per million of the current
-    /// scale (at least 1), up to [`SCALE_ONE`], unless the scale changed
-    /// less than `every` ago (so many instances raise it once per `every`).
+    /// scale (at least 1; none for a `step` of 0), up to [`SCALE_ONE`],
+    /// unless the scale changed less than `every` ago (so many instances
+    /// raise it once per `every`).
     Raise {
         /// Parts per million of the current scale added.
         step: u64,
@@ -84,7 +85,7 @@ impl Learned {
         match adjust {
             Adjust::Read => (self, false),
             Adjust::Raise { step, every } => {
-                if self.scale >= SCALE_ONE || since(self.changed_at) < micros(every) {
+                if step == 0 || self.scale >= SCALE_ONE || since(self.changed_at) < micros(every) {
                     return (self, false);
                 }
                 let step = (u128::from(self.scale) * u128::from(step.min(SCALE_ONE))

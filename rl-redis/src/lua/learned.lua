@@ -16,6 +16,13 @@
 --          server's TIME)
 --
 -- Returns the scale after the change.
+
+-- Redis < 5 replicates scripts verbatim, which forbids TIME before a write
+-- unless the script asks for effects replication (7 announces itself with
+-- REDIS_VERSION, where the call is skipped).
+if redis.replicate_commands and not redis.REDIS_VERSION then
+  redis.replicate_commands()
+end
 local ONE, FLOOR = tonumber(ARGV[5]), tonumber(ARGV[6])
 local now = tonumber(ARGV[7])
 if not now then
@@ -28,13 +35,18 @@ local changed = tonumber(held[2]) or 0
 local lowered = tonumber(held[3]) or 0
 local op, amount, interval = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 
+-- Time since a change, never negative (a client clock behind the last writer's).
+local function since(at)
+  return math.max(now - at, 0)
+end
+
 if op == 'raise' then
-  if scale >= ONE or now - changed < interval then
+  if amount == 0 or scale >= ONE or since(changed) < interval then
     return scale
   end
   scale = math.min(ONE, scale + math.max(1, math.floor(scale * amount / ONE)))
 elseif op == 'lower' then
-  if lowered ~= 0 and now - lowered < interval then
+  if lowered ~= 0 and since(lowered) < interval then
     return scale
   end
   scale = math.max(FLOOR, math.floor(scale * amount / ONE))
@@ -44,6 +56,6 @@ elseif op == 'set' then
 else
   return scale
 end
-redis.call('HSET', KEYS[1], 'scale', scale, 'changed', now, 'lowered', lowered)
+redis.call('HMSET', KEYS[1], 'scale', scale, 'changed', now, 'lowered', lowered)
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return scale
