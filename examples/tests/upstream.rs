@@ -204,6 +204,14 @@ async fn a_budget_stated_four_times_too_high_finds_the_limit_within_a_minute() {
         share * 100.0,
         run.refusals()
     );
+    // The first refusal's pause (45 s of the minute: full in 15 s, four
+    // times too fast) takes the budget to the real limit in one step.
+    let learned: Vec<u64> = run.reports.iter().map(|r| r.final_tpm).collect();
+    assert!(
+        learned.iter().all(|tpm| *tpm <= TPM * 3 / 2),
+        "learned within 1.5x of the real limit: {learned:?}, refusals {:?}",
+        run.refusals()
+    );
     let minute = run.tokens(0, 60);
     let utilisation = minute as f64 / TPM as f64;
     assert!(

@@ -77,7 +77,7 @@ async fn a_refusal_heard_by_one_instance_lowers_every_instances_limit_once() {
     // The overload's first 429 lowers the shared scale to 70 %; the next
     // ones, within its pause, do not lower it again.
     for _ in 0..5 {
-        a.learn(&spec, &auto_a, false, &refused(20))
+        a.learn(&spec, &auto_a, false, &refused(5))
             .await
             .expect("learned");
     }

@@ -29,8 +29,11 @@ use crate::store::Store;
 ///   OpenAI's headers); while it says its limit, refusals do not lower it
 ///   (its remaining counts, [`Limiter::hold`], bound the budget then);
 /// - otherwise a **refusal** (`429`/`503`) keeps [`Auto::keep`] of the
-///   scale (once per pause: the refusals of one overload lower it once),
-///   down to [`Auto::floor`];
+///   scale, or less when the upstream asks for a long pause: a pause of
+///   `p` in the first limit's period `P` keeps at most `(P - p) / P` (its
+///   window filled that soon, so calls went `P / (P - p)` times too fast;
+///   at least a tenth is kept). Once per pause (the refusals of one
+///   overload lower it once), down to [`Auto::floor`];
 /// - and an **accepted** call adds [`Auto::raise`] of the scale, at most
 ///   once per [`Auto::every`] across all instances (additive while it is
 ///   accepted, multiplicative on refusal), up to the stated limits.
@@ -171,9 +174,10 @@ impl Auto {
             return (known.map(|k| k.scale) != Some(scale)).then_some(Adjust::Set { scale });
         }
         if !accepted {
+            let pause = pause.unwrap_or_default();
             return Some(Adjust::Lower {
-                keep: self.keep,
-                cooldown: pause.unwrap_or_default().max(self.every),
+                keep: self.keep.min(filled_share(first, pause)),
+                cooldown: pause.max(self.every),
                 floor: self.floor,
             });
         }
@@ -183,6 +187,19 @@ impl Auto {
             every: self.every,
         })
     }
+}
+
+/// The share of `first`'s period in which the upstream's window filled,
+/// in parts per million: a refusal asking for `pause` in a window of
+/// period `P` says the window was full `P - pause` after it began, so
+/// calls went `P / (P - pause)` times faster than it allows (as from an
+/// empty window at a steady rate). At least a tenth; a pause of a period
+/// or more says only that.
+fn filled_share(first: &Limit, pause: Duration) -> u64 {
+    let period = u128::from(first.period_micros().max(1));
+    let pause = pause.as_micros().min(period);
+    let share = ((period - pause) * u128::from(SCALE_ONE) / period) as u64;
+    share.max(SCALE_ONE / 10)
 }
 
 /// `stated` scaled by `scale` parts per million, rounded (thresholds and
@@ -325,6 +342,26 @@ mod tests {
             .with_algorithm(crate::Algorithm::SlidingLog)
             .unwrap();
         assert!(scaled(&[log], crate::SCALE_CEILING).is_err());
+    }
+
+    #[test]
+    fn a_long_pause_lowers_the_scale_as_much_as_the_window_filled_early() {
+        let minute = Limit::per_minute(240_000).unwrap();
+        let lower = |pause: u64| match Auto::new().adjustment(
+            "tpm",
+            &minute,
+            false,
+            None,
+            Some(Duration::from_secs(pause)),
+        ) {
+            Some(Adjust::Lower { keep, .. }) => keep,
+            other => panic!("{other:?}"),
+        };
+        // Full 15 s into the minute (a pause of 45 s): 4 times too fast.
+        assert_eq!(lower(45), 250_000);
+        // A short pause keeps the usual 70 %; a pause past the period, a tenth.
+        assert_eq!(lower(1), 700_000);
+        assert_eq!(lower(600), 100_000);
     }
 
     #[test]
