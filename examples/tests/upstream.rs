@@ -127,6 +127,19 @@ impl Run {
             .collect()
     }
 
+    /// The tokens-per-minute limit each worker ended with.
+    fn learned(&self) -> Vec<u64> {
+        self.reports.iter().map(|r| r.final_tpm).collect()
+    }
+
+    /// Each worker's store calls per upstream call.
+    fn store_calls(&self) -> Vec<f64> {
+        self.reports
+            .iter()
+            .map(|r| r.store_calls_per_request)
+            .collect()
+    }
+
     /// Tokens served each 15 s, for the failure messages and the log.
     fn timeline(&self, to: u64) -> Vec<u64> {
         (0..to)
@@ -179,10 +192,7 @@ async fn four_workers_share_one_budget_and_the_upstream_barely_refuses_them() {
         utilisation * 100.0,
         served.refused,
         refused_share * 100.0,
-        run.reports
-            .iter()
-            .map(|r| r.store_calls_per_request)
-            .collect::<Vec<_>>()
+        run.store_calls()
     );
 }
 
@@ -206,7 +216,7 @@ async fn a_budget_stated_four_times_too_high_finds_the_limit_within_a_minute() {
     );
     // The first refusal's pause (45 s of the minute: full in 15 s, four
     // times too fast) takes the budget to the real limit in one step.
-    let learned: Vec<u64> = run.reports.iter().map(|r| r.final_tpm).collect();
+    let learned = run.learned();
     assert!(
         learned.iter().all(|tpm| *tpm <= TPM * 3 / 2),
         "learned within 1.5x of the real limit: {learned:?}, refusals {:?}",
@@ -226,11 +236,8 @@ async fn a_budget_stated_four_times_too_high_finds_the_limit_within_a_minute() {
         share * 100.0,
         run.refusals(),
         utilisation * 100.0,
-        run.reports.iter().map(|r| r.final_tpm).collect::<Vec<_>>(),
-        run.reports
-            .iter()
-            .map(|r| r.store_calls_per_request)
-            .collect::<Vec<_>>()
+        learned,
+        run.store_calls()
     );
 }
 
@@ -270,7 +277,7 @@ async fn an_upstream_halving_its_limits_unannounced_is_learned_by_every_worker()
         "{rate:.0} tokens/s against the new limit's {new_rate:.0}: per 15 s {:?}",
         run.timeline(SECS)
     );
-    let learned: Vec<u64> = run.reports.iter().map(|r| r.final_tpm).collect();
+    let learned = run.learned();
     assert!(
         learned.iter().all(|tpm| *tpm <= TPM * 3 / 5),
         "every worker learned the lower limit: {learned:?}"

@@ -57,6 +57,40 @@ fn estimate(slots: &VecDeque<(u64, u64)>, n: u64, size: u64, at: u64) -> u64 {
     size * full + ((s_at + 1) * size - at) * old
 }
 
+impl Slots {
+    /// Forgets an expired state and the slots that left the window at
+    /// `now`; answers the current slot's index.
+    fn prune(&mut self, limit: &Limit, now: u64) -> u64 {
+        let n = limit.slots();
+        let s = now / (limit.period_micros() / n);
+        if self.expires <= now {
+            self.slots.clear();
+        }
+        while self.slots.front().is_some_and(|(i, _)| *i + n < s) {
+            self.slots.pop_front();
+        }
+        s
+    }
+
+    /// Adds `units` to slot `slot` (a live one: the current slot or an
+    /// older one still in the window) whatever the limit says, a slot's
+    /// count at most `DEBT_CAP / P`, and moves the expiry with the newest
+    /// slot.
+    fn add(&mut self, limit: &Limit, slot: u64, units: u64) {
+        let n = limit.slots();
+        let size = limit.period_micros() / n;
+        let cap = DEBT_CAP / limit.period_micros();
+        let slots = &mut self.slots;
+        match slots.iter().position(|(i, _)| *i >= slot) {
+            Some(p) if slots[p].0 == slot => slots[p].1 = slots[p].1.saturating_add(units).min(cap),
+            Some(p) => slots.insert(p, (slot, units.min(cap))),
+            None => slots.push_back((slot, units.min(cap))),
+        }
+        let newest = slots.iter().filter(|(_, c)| *c > 0).map(|(i, _)| *i).max();
+        self.expires = (newest.unwrap_or(slot) + n + 1) * size;
+    }
+}
+
 impl State for Slots {
     fn decide(&mut self, limit: &Limit, now: u64, cost: u64, commit: bool) -> Decision {
         let (t, n) = (limit.threshold(), limit.slots());
@@ -125,23 +159,8 @@ impl State for Slots {
         if units == 0 {
             return;
         }
-        let n = limit.slots();
-        let size = limit.period_micros() / n;
-        let s = now / size;
-        if self.expires <= now {
-            self.slots.clear();
-        }
-        let slots = &mut self.slots;
-        while slots.front().is_some_and(|(i, _)| *i + n < s) {
-            slots.pop_front();
-        }
-        let cap = DEBT_CAP / limit.period_micros();
-        match slots.back_mut() {
-            Some((i, c)) if *i == s => *c = c.saturating_add(units).min(cap),
-            _ => slots.push_back((s, units.min(cap))),
-        }
-        let newest = slots.iter().filter(|(_, c)| *c > 0).map(|(i, _)| *i).max();
-        self.expires = (newest.unwrap_or(s) + n + 1) * size;
+        let s = self.prune(limit, now);
+        self.add(limit, s, units);
     }
 
     /// A count (`after = 0`) goes into the current slot, as a charge. A
@@ -154,38 +173,21 @@ impl State for Slots {
         if left >= t {
             return;
         }
-        if self.expires <= now {
-            self.slots.clear();
-        }
-        let s = now / size;
-        while self.slots.front().is_some_and(|(i, _)| *i + n < s) {
-            self.slots.pop_front();
-        }
+        let s = self.prune(limit, now);
+        // The time the window must still be full at, and the slot that
+        // counts in full until then.
+        let (at, slot) = if after == 0 {
+            (now, s)
+        } else {
+            let at = now.saturating_add(after).min((s + n) * size - 1);
+            (at, (at / size + 1).saturating_sub(n))
+        };
         // remaining = floor((T·S - est) / S) <= left  <=>  est > (T - left - 1)·S.
         let floor = (t - left - 1) * size + 1;
-        if after == 0 {
-            let est = estimate(&self.slots, n, size, now);
-            if est < floor {
-                self.charge(limit, now, (floor - est).div_ceil(size));
-            }
-            return;
-        }
-        let at = now.saturating_add(after).min((s + n) * size - 1);
         let est = estimate(&self.slots, n, size, at);
-        if est >= floor {
-            return;
+        if est < floor {
+            self.add(limit, slot, (floor - est).div_ceil(size));
         }
-        let slot = (at / size + 1).saturating_sub(n);
-        let units = (floor - est).div_ceil(size);
-        let cap = DEBT_CAP / limit.period_micros();
-        let slots = &mut self.slots;
-        match slots.iter().position(|(i, _)| *i >= slot) {
-            Some(p) if slots[p].0 == slot => slots[p].1 = slots[p].1.saturating_add(units).min(cap),
-            Some(p) => slots.insert(p, (slot, units.min(cap))),
-            None => slots.push_back((slot, units.min(cap))),
-        }
-        let newest = slots.iter().filter(|(_, c)| *c > 0).map(|(i, _)| *i).max();
-        self.expires = (newest.unwrap_or(slot) + n + 1) * size;
     }
 
     fn expires_at(&self) -> u64 {

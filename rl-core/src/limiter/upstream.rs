@@ -82,14 +82,7 @@ impl Hold {
     /// holds. A group past the most a spec can have
     /// ([`MAX_GROUPS`](crate::MAX_GROUPS)) is ignored.
     pub fn left(mut self, group: usize, units: u64) -> Self {
-        if group >= crate::limiter::call::MAX_GROUPS {
-            return self;
-        }
-        if self.left.len() <= group {
-            self.left.resize(group + 1, None);
-        }
-        let slot = &mut self.left[group];
-        *slot = Some(slot.map_or(units, |u| u.min(units)));
+        at_most(&mut self.left, group, units);
         self
     }
 
@@ -98,14 +91,7 @@ impl Hold {
     /// ([`crate::Auto`]) takes as it is. The smallest of two holds; a group
     /// past [`MAX_GROUPS`](crate::MAX_GROUPS) is ignored.
     pub fn limit(mut self, group: usize, units: u64) -> Self {
-        if group >= crate::limiter::call::MAX_GROUPS {
-            return self;
-        }
-        if self.limit.len() <= group {
-            self.limit.resize(group + 1, None);
-        }
-        let slot = &mut self.limit[group];
-        *slot = Some(slot.map_or(units, |u| u.min(units)));
+        at_most(&mut self.limit, group, units);
         self
     }
 
@@ -239,6 +225,20 @@ impl Hold {
         }
         hold
     }
+}
+
+/// Sets group `group`'s count in `counts` to at most `units` (the
+/// smallest said holds); a group past [`MAX_GROUPS`](crate::MAX_GROUPS) is
+/// ignored.
+fn at_most(counts: &mut SmallVec<[Option<u64>; 2]>, group: usize, units: u64) {
+    if group >= crate::limiter::call::MAX_GROUPS {
+        return;
+    }
+    if counts.len() <= group {
+        counts.resize(group + 1, None);
+    }
+    let count = &mut counts[group];
+    *count = Some(count.map_or(units, |u| u.min(units)));
 }
 
 /// `Retry-After`: delay-seconds (fractions read too), or an HTTP date.

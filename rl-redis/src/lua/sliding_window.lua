@@ -147,22 +147,28 @@ LOADERS.sw = function()
     end
   end
 
-  -- Adds r.cost to the current slot whatever the limit says (debt, a
-  -- slot's count at most DEBT_CAP / P). ratewall Slots::charge.
-  function M.charge(r, now)
+  -- Adds `units` to slot `slot` (the current one, or an older one still in
+  -- the window) whatever the limit says, a slot's count at most
+  -- DEBT_CAP / P, and moves the expiry with the newest slot. ratewall
+  -- Slots::add.
+  local function sw_add(r, now, slot, units)
     local n = r.slots
     local size = idiv(r.p, n)
-    local s = idiv(now, size)
-    local cnt, stale, newest = sw_load(r, s)
-    local c = math.min((cnt[s] or 0) + r.cost, idiv(DEBT_CAP, r.p))
-    redis.call('HSET', r.key, s, c)
+    local cnt, stale, newest = sw_load(r, idiv(now, size))
+    local c = math.min((cnt[slot] or 0) + units, idiv(DEBT_CAP, r.p))
+    redis.call('HSET', r.key, slot, c)
     for j = 1, #stale do
       redis.call('HDEL', r.key, stale[j])
     end
-    if newest == nil or s > newest then
-      newest = s
+    if newest == nil or slot > newest then
+      newest = slot
     end
     expire(r.key, (newest + n + 1) * size, now)
+  end
+
+  -- Adds r.cost to the current slot (debt). ratewall Slots::charge.
+  function M.charge(r, now)
+    sw_add(r, now, idiv(now, idiv(r.p, r.slots)), r.cost)
   end
 
   -- Until at most r.cost units remain `after` us from now: a count
@@ -177,33 +183,19 @@ LOADERS.sw = function()
     end
     local size = idiv(r.p, n)
     local s = idiv(now, size)
-    local cnt, stale, newest = sw_load(r, s)
+    local cnt = sw_load(r, s)
+    -- The time the window must still be full at, and the slot that counts
+    -- in full until then.
+    local at, slot = now, s
+    if after > 0 then
+      at = math.min(now + after, (s + n) * size - 1)
+      slot = math.max(idiv(at, size) + 1 - n, 0)
+    end
     local floor = (t - left - 1) * size + 1
-    if after == 0 then
-      local est = sw_estimate(cnt, n, size, now)
-      if est >= floor then
-        return
-      end
-      r.cost = cdiv(floor - est, size)
-      M.charge(r, now)
-      r.cost = left
-      return
-    end
-    local at = math.min(now + after, (s + n) * size - 1)
     local est = sw_estimate(cnt, n, size, at)
-    if est >= floor then
-      return
+    if est < floor then
+      sw_add(r, now, slot, cdiv(floor - est, size))
     end
-    local slot = math.max(idiv(at, size) + 1 - n, 0)
-    local c = math.min((cnt[slot] or 0) + cdiv(floor - est, size), idiv(DEBT_CAP, r.p))
-    redis.call('HSET', r.key, slot, c)
-    for j = 1, #stale do
-      redis.call('HDEL', r.key, stale[j])
-    end
-    if newest == nil or slot > newest then
-      newest = slot
-    end
-    expire(r.key, (newest + n + 1) * size, now)
   end
 
   return M
