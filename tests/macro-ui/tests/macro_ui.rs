@@ -3,7 +3,7 @@
 //!
 //! Cases live in `ui/pass/*.rs` and `ui/fail/*.rs` (with the
 //! expected `.stderr`). After changing a message, regenerate with
-//! `TRYBUILD=overwrite cargo test -p ratewall-tests --test macro_ui` and read the
+//! `TRYBUILD=overwrite cargo test -p ratewall-macro-ui --test macro_ui` and read the
 //! diff.
 
 #[test]
