@@ -21,6 +21,12 @@ use crate::script::{
 #[cfg(feature = "sentinel")]
 use crate::sentinel::SentinelConnection;
 
+/// `d` in whole microseconds, the unit of every script argument,
+/// saturating at `u64::MAX`.
+pub(crate) fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
 /// The connection behind a backend: one type for every deployment.
 #[derive(Clone)]
 pub(crate) enum Connection {
@@ -927,7 +933,7 @@ impl Backend for RedisBackend {
                 .iter()
                 .map(|r| Request { cost: left, ..*r })
                 .collect();
-            let after = u64::try_from(after.as_micros()).unwrap_or(u64::MAX);
+            let after = micros(after);
             self.each_group(Op::Hold, after, &held).await.map(drop)
         })
     }

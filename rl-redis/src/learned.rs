@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use ratewall::{Adjust, BackendError, SCALE_CEILING, SCALE_FLOOR, SCALE_ONE};
 
-use crate::backend::RedisBackend;
+use crate::backend::{RedisBackend, micros};
 use crate::registry::{Query, RegistryScript};
 
 /// One change to a learned scale (`lua/learned.lua`).
@@ -40,7 +40,6 @@ impl RedisBackend {
         name: &str,
         adjust: Adjust,
     ) -> Result<u64, BackendError> {
-        let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
         let (op, amount, interval, floor) = match adjust {
             Adjust::Raise { step, every } => ("raise", step.min(SCALE_ONE), micros(every), 0),
             Adjust::Lower {

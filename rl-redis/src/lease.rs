@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use ratewall::{BackendError, Decisions, Key, LeaseReturn, Leased, Limit, Request};
 
-use crate::backend::RedisBackend;
+use crate::backend::{RedisBackend, micros};
 use crate::script::{LEASES_SUFFIX, Op, Plan, parse_reply};
 
 /// One lease as Redis records it ([`RedisBackend::leases`]).
@@ -57,7 +57,7 @@ impl RedisBackend {
             return Ok(Leased::new(decisions, vec![0; requests.len()]));
         }
         let numbers: Vec<[u64; 3]> = extra.iter().map(|&n| [n, 0, 0]).collect();
-        let ttl_us = u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX);
+        let ttl_us = micros(ttl);
         let plan = Plan::lease(
             Op::Lease,
             self.time(),

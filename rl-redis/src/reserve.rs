@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use ratewall::{BackendError, Decision, Decisions, Request, Reservation};
 
-use crate::backend::{Group, RedisBackend};
+use crate::backend::{Group, RedisBackend, micros};
 use crate::script::{Op, Plan, Time, parse_reservation};
 
 /// Rounds of the cluster agreement before a call gives up (each round
@@ -29,7 +29,7 @@ fn cancel_fields(reservation: &Reservation, slot: u64) -> Vec<(u64, u64)> {
         .iter()
         .enumerate()
         .map(|(i, d)| {
-            let reset = u64::try_from(d.reset_after.as_micros()).unwrap_or(u64::MAX);
+            let reset = micros(d.reset_after);
             (
                 u64::from(reservation.took_freed_slot(i)),
                 slot.saturating_add(reset),
@@ -48,7 +48,7 @@ impl RedisBackend {
         if requests.is_empty() {
             return Ok(Reservation::new(Decisions::new([]), 0, []));
         }
-        let max_wait = u64::try_from(max_wait.as_micros()).unwrap_or(u64::MAX);
+        let max_wait = micros(max_wait);
         match self.groups(requests) {
             None => {
                 self.reserve_one(self.deadline(), self.time(), max_wait, 0, requests)

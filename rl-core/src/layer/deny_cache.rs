@@ -43,6 +43,7 @@ use parking_lot::RwLock;
 use smallvec::SmallVec;
 
 use super::{Answer, Call, Layer, Plan, Source};
+use crate::model::clock::micros;
 use crate::model::decision::{Decision, Decisions};
 use crate::model::error::Error;
 use crate::model::key::Key;
@@ -555,9 +556,7 @@ fn aged(entry: &Refusal, now: u64) -> Decision {
         remaining: 0,
         retry_after,
         reset_after: d.reset_after.saturating_sub(elapsed).max(retry_after),
-        at_micros: d
-            .at_micros
-            .saturating_add(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX)),
+        at_micros: d.at_micros.saturating_add(micros(elapsed)),
     }
 }
 

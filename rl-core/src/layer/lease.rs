@@ -66,6 +66,7 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 
 use super::{Answer, Call, Layer, Plan, Source};
+use crate::model::clock::micros;
 use crate::model::decision::{Decision, Decisions, Figures};
 use crate::model::key::Key;
 use crate::model::limit::{Algorithm, Limit};
@@ -168,14 +169,14 @@ impl Lease {
         sent: u64,
         timing: &Timing,
     ) -> Self {
-        let reset_after = u64::try_from(decision.reset_after.as_micros()).unwrap_or(u64::MAX);
-        let micros = |us: u64| sent.saturating_add(us.saturating_mul(1_000));
+        let reset_after = micros(decision.reset_after);
+        let due = |us: u64| sent.saturating_add(us.saturating_mul(1_000));
         let (top, spacing) = match limit.algorithm() {
-            Algorithm::FixedWindow => (micros(reset_after), 0),
+            Algorithm::FixedWindow => (due(reset_after), 0),
             Algorithm::SlidingWindow => {
                 let size = limit.period_micros() / limit.slots();
                 let slot_end = (decision.at_micros / size + 1) * size;
-                (micros(slot_end - decision.at_micros), 0)
+                (due(slot_end - decision.at_micros), 0)
             }
             // The last unit's theoretical arrival time is the state's new
             // expiry (1 µs early: the meters round it up); unit `k` below
@@ -186,7 +187,7 @@ impl Lease {
             | Algorithm::LeakyBucket
             | Algorithm::SlidingLog
             | Algorithm::InFlight => (
-                micros(reset_after.saturating_sub(1)),
+                due(reset_after.saturating_sub(1)),
                 limit.emission_interval_micros().saturating_mul(1_000),
             ),
         };
@@ -406,9 +407,7 @@ impl Watched {
             remaining: 0,
             retry_after: retry,
             reset_after: d.reset_after.saturating_sub(elapsed).max(retry),
-            at_micros: d
-                .at_micros
-                .saturating_add(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX)),
+            at_micros: d.at_micros.saturating_add(micros(elapsed)),
         }
     }
 

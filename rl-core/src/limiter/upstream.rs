@@ -13,6 +13,7 @@ use crate::limiter::attempt::{Attempt, OwnedAttempt};
 use crate::limiter::call::{CallSpec, Keys};
 use crate::limiter::resolve::{self, Targets};
 use crate::limiter::settle::{applied, rate_targets};
+use crate::model::clock::micros;
 use crate::model::error::{Error, LimitError};
 use crate::store::target::Op;
 
@@ -386,7 +387,6 @@ impl Limiter {
             if targets.is_empty() {
                 continue;
             }
-            let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
             let holds = [
                 hold.pause.map(|pause| (micros(pause), 0)),
                 hold.left_in(group).map(|left| (0, left)),

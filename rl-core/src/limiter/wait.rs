@@ -22,6 +22,7 @@ use crate::layer::{ALL, counters};
 use crate::limiter::attempt::{Attempt, OwnedAttempt, misconfigured};
 use crate::limiter::call::{Admission, CallFuture, CallSpec, Counting, Decided, Permit};
 use crate::limiter::{Limiter, resolve, room, timer};
+use crate::model::clock::micros;
 use crate::model::error::LimitError;
 use crate::model::key::{Identities, Identity, Key};
 use crate::model::limit::Limit;
@@ -124,7 +125,7 @@ pub(crate) fn call<'l>(
 /// below 2^51 (exact in the Redis scripts' doubles; over half an hour for a
 /// threshold of a million per period).
 fn reservable(attempt: &Attempt<'_>, max_wait: Duration) -> u64 {
-    let asked = u64::try_from(max_wait.as_micros()).unwrap_or(u64::MAX);
+    let asked = micros(max_wait);
     (0..attempt.resolved.groups.len())
         .flat_map(|g| attempt.resolved.part(g, &attempt.chosen).2.iter())
         .map(|l| (1u64 << 51) / l.threshold())

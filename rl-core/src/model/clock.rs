@@ -5,6 +5,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// `d` in whole microseconds, the unit every decision computes in,
+/// saturating at `u64::MAX` (about 584 000 years).
+pub(crate) fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
 /// A source of the current time, in whole microseconds since the Unix epoch.
 ///
 /// All arithmetic in the limiter is on integer microseconds so that the

@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use crate::model::clock::micros;
+
 /// A scale of one: the stated limits as they are, in parts per million.
 pub const SCALE_ONE: u64 = 1_000_000;
 
@@ -80,7 +82,6 @@ impl Learned {
     /// was written (the store refreshes its time to live then). The memory
     /// store runs this; `ratewall-redis`'s `learned.lua` is the same rule.
     pub fn adjusted(self, adjust: Adjust, now: u64) -> (Self, bool) {
-        let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
         let since = |at: u64| now.saturating_sub(at);
         match adjust {
             Adjust::Read => (self, false),

@@ -7,6 +7,7 @@ use std::time::Duration;
 pub use ratewall_grammar::Algorithm;
 use ratewall_grammar::{LeaseProblem, Problem};
 
+use crate::model::clock::micros;
 use crate::model::error::LimitError;
 
 /// A limit: `threshold` units per `period`, decided by an [`Algorithm`].
@@ -51,7 +52,7 @@ impl Limit {
     pub fn new(threshold: u64, period: Duration) -> Result<Self, LimitError> {
         Self::from_parts(
             threshold,
-            u64::try_from(period.as_micros()).unwrap_or(u64::MAX),
+            micros(period),
             Algorithm::default(),
             threshold,
             Self::DEFAULT_SLOTS,
@@ -83,7 +84,7 @@ impl Limit {
     pub fn in_flight_with_ttl(max: u64, ttl: Duration) -> Result<Self, LimitError> {
         Self::from_parts(
             max,
-            u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX),
+            micros(ttl),
             Algorithm::InFlight,
             max,
             Self::DEFAULT_SLOTS,

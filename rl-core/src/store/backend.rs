@@ -5,6 +5,7 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
 
+use crate::model::clock::micros;
 use crate::model::decision::Decisions;
 use crate::model::error::{BackendError, LimitError};
 use crate::model::key::Key;
@@ -152,7 +153,7 @@ impl Leased {
     pub fn stamp(decision: &crate::model::decision::Decision) -> u64 {
         decision
             .at_micros
-            .saturating_add(u64::try_from(decision.reset_after.as_micros()).unwrap_or(u64::MAX))
+            .saturating_add(micros(decision.reset_after))
     }
 }
 

@@ -31,6 +31,7 @@ use parking_lot::{Mutex, RwLock};
 use smallvec::SmallVec;
 
 use crate::algorithm::{Flight, Log, Meter, Slots, State, Tat, Window};
+use crate::model::clock::micros;
 use crate::model::clock::{Clock, SystemClock};
 use crate::model::decision::{Decision, Decisions, Figures};
 use crate::model::error::BackendError;
@@ -626,7 +627,7 @@ impl MemoryBackend {
             for (target, at) in targets.iter().zip(located) {
                 let shard = guards.shard(at.shard);
                 let decision = decide_in(shard, at, target, now, false, now);
-                let wait = u64::try_from(decision.retry_after.as_micros()).unwrap_or(u64::MAX);
+                let wait = micros(decision.retry_after);
                 earliest.push(now.saturating_add(wait));
                 freed.push(freed_of(shard, at, target, now));
                 probe.push(decision);
@@ -676,9 +677,7 @@ impl MemoryBackend {
                 let Some(decision) = reservation.decisions().as_slice().get(index) else {
                     break;
                 };
-                let mark = slot.saturating_add(
-                    u64::try_from(decision.reset_after.as_micros()).unwrap_or(u64::MAX),
-                );
+                let mark = slot.saturating_add(micros(decision.reset_after));
                 let shard = guards.shard(at.shard);
                 let restored = !reservation.took_freed_slot(index)
                     && unreserve_in(shard, at, target, now, slot, mark);

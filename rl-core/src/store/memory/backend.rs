@@ -1,6 +1,7 @@
 //! The memory store as a [`Backend`]: every operation answered at once.
 
 use super::*;
+use crate::model::clock::micros;
 
 impl Backend for MemoryBackend {
     fn acquire<'a>(
@@ -122,7 +123,7 @@ impl Backend for MemoryBackend {
         requests: &'a [Request<'a>],
         max_wait: std::time::Duration,
     ) -> BoxFuture<'a, Result<Reservation, BackendError>> {
-        let max_wait = u64::try_from(max_wait.as_micros()).unwrap_or(u64::MAX);
+        let max_wait = micros(max_wait);
         let result = Request::check_reservation(requests)
             .map_err(BackendError::Invalid)
             .map(|()| self.reserve_sync(requests, max_wait));

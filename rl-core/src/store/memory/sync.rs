@@ -1,6 +1,7 @@
 //! The memory store's synchronous public API.
 
 use super::*;
+use crate::model::clock::micros;
 
 /// The public synchronous API, over [`Request`]s (rendered keys).
 impl MemoryBackend {
@@ -82,7 +83,7 @@ impl MemoryBackend {
     /// assert!(refused[0].retry_after > Duration::from_millis(1_999));
     /// ```
     pub fn hold_sync(&self, requests: &[Request<'_>], after: std::time::Duration, left: u64) {
-        let after = u64::try_from(after.as_micros()).unwrap_or(u64::MAX);
+        let after = micros(after);
         self.hold_targets(&targets(requests), after, left);
     }
 
