@@ -13,7 +13,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, FromRedisValue, RedisResult};
 use tokio::time::Instant;
 
-use crate::builder::{CallMode, RedisBackendBuilder};
+use crate::call_mode::CallMode;
 use crate::error;
 use crate::script::{
     self, Op, Plan, Reply, Time, Via, is_missing_code, parse_reply, request_id_key,
@@ -155,7 +155,8 @@ pub(crate) struct Reloader {
 /// - **One clock.** By default the time is the server's `TIME`, so app
 ///   instances with skewed clocks agree (Redis ≥ 5 replicates script effects,
 ///   which makes this safe). A client clock is an explicit option
-///   ([`RedisBackendBuilder::client_clock`]), used by deterministic tests.
+///   ([`RedisBackendBuilder::client_clock`](crate::RedisBackendBuilder::client_clock)),
+///   used by deterministic tests.
 /// - **Bounded memory.** Every key written gets a TTL equal to the time at
 ///   which its state becomes equivalent to no state; a state that becomes
 ///   fresh is deleted; refused calls and peeks write nothing.
@@ -306,101 +307,6 @@ impl RedisBackend {
 
     /// The default time allowed to connect: 5 s.
     pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-    /// Configures a backend on one Redis server, e.g. `redis://127.0.0.1:6379/`
-    /// (`rediss://` for TLS, with the `tls` feature).
-    pub fn builder(url: impl Into<String>) -> RedisBackendBuilder {
-        RedisBackendBuilder::standalone(url.into())
-    }
-
-    /// Configures a backend on a Redis Cluster, given the URLs of some of its nodes.
-    #[cfg(feature = "cluster")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
-    pub fn cluster_builder<I, S>(urls: I) -> RedisBackendBuilder
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        RedisBackendBuilder::cluster(urls.into_iter().map(Into::into).collect())
-    }
-
-    /// Configures a backend on the master of a Redis Sentinel deployment:
-    /// `sentinel_urls` are the sentinels' URLs (e.g.
-    /// `redis://10.0.0.1:26379/`; one reachable sentinel suffices) and
-    /// `master_name` the name they monitor the master under (`sentinel
-    /// monitor <name> ...`). See [`RedisBackend::connect_sentinel`].
-    #[cfg(feature = "sentinel")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
-    pub fn sentinel_builder<I, S>(
-        sentinel_urls: I,
-        master_name: impl Into<String>,
-    ) -> RedisBackendBuilder
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        RedisBackendBuilder::sentinel(
-            sentinel_urls.into_iter().map(Into::into).collect(),
-            master_name.into(),
-        )
-    }
-
-    /// Connects to the master of a Redis Sentinel deployment with the
-    /// default settings.
-    ///
-    /// The master is looked up through the sentinels (and checked to answer
-    /// `ROLE` as a master) when connecting, and again after any call on it
-    /// fails with an I/O error, a timeout, `READONLY` or `MASTERDOWN`, or a
-    /// sentinel announces `+switch-master` for it: after a fail-over the same
-    /// backend decides on the promoted replica as soon as the sentinels name
-    /// it, without being rebuilt. Calls made in between fail with a
-    /// [`BackendError`] within the timeout, like any outage. Needs a Tokio
-    /// runtime (for the `+switch-master` listener, which ends when the
-    /// backend is dropped).
-    ///
-    /// ```no_run
-    /// use ratewall_redis::RedisBackend;
-    /// # async fn demo() -> Result<(), ratewall::BackendError> {
-    /// let backend = RedisBackend::connect_sentinel(
-    ///     ["redis://10.0.0.1:26379/", "redis://10.0.0.2:26379/"],
-    ///     "mymaster",
-    /// )
-    /// .await?;
-    /// assert!(!backend.is_cluster());
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[cfg(feature = "sentinel")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
-    pub async fn connect_sentinel<I, S>(
-        sentinel_urls: I,
-        master_name: impl Into<String>,
-    ) -> Result<Self, BackendError>
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        Self::sentinel_builder(sentinel_urls, master_name)
-            .connect()
-            .await
-    }
-
-    /// Connects to one Redis server with the default settings (server time,
-    /// 1 s timeout, reconnecting connection, [`CallMode::Auto`]).
-    pub async fn connect(url: impl Into<String>) -> Result<Self, BackendError> {
-        Self::builder(url).connect().await
-    }
-
-    /// Connects to a Redis Cluster with the default settings.
-    #[cfg(feature = "cluster")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
-    pub async fn connect_cluster<I, S>(urls: I) -> Result<Self, BackendError>
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        Self::cluster_builder(urls).connect().await
-    }
 
     pub(crate) fn from_parts(connection: Connection, settings: Settings) -> Self {
         Self {

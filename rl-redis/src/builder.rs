@@ -13,6 +13,7 @@ use redis::{AsyncConnectionConfig, RedisConnectionInfo};
 use tokio::time::Instant;
 
 use crate::backend::{Connection, RedisBackend, Settings};
+use crate::call_mode::CallMode;
 use crate::error::from_redis;
 use crate::probe::{self, PROBE_TIMEOUT};
 use crate::redact::redact_url as redact;
@@ -28,32 +29,6 @@ const RECONNECT_ATTEMPTS: usize = 0;
 
 /// The longest extra TTL: about 100 years, far inside what `PEXPIRE` takes.
 const MAX_EXTRA_TTL_MS: u64 = 100 * 365 * 86_400 * 1_000;
-
-/// How a backend calls its Lua code (see [`RedisBackendBuilder::call_mode`]).
-///
-/// ```
-/// use ratewall_redis::CallMode;
-/// assert_eq!(CallMode::default(), CallMode::Auto);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum CallMode {
-    /// [`CallMode::Functions`] when the server takes `FUNCTION LOAD`
-    /// (Redis ≥ 7, and allowed to this user), else [`CallMode::Scripts`];
-    /// decided when connecting.
-    #[default]
-    Auto,
-    /// A Redis Functions library, loaded once per server with `FUNCTION
-    /// LOAD` (on a cluster: on every master); calls are `FCALL` (`FCALL_RO`
-    /// for peeks), each running only its own entry point. Connecting fails
-    /// when the library cannot be loaded.
-    Functions,
-    /// Lua scripts sent with `EVALSHA` (`EVAL` with the source when the
-    /// server lacks one): Redis < 7, or servers that refuse functions. Each
-    /// script holds only what its entry point runs (a single-limit call's,
-    /// one algorithm), and runs it all on every call.
-    Scripts,
-}
 
 enum Target {
     Standalone(String),
@@ -507,5 +482,103 @@ async fn resolve_mode(
                 Err(from_redis(&what, &err, timeout))
             }
         }
+    }
+}
+
+/// The ways to build a backend: here, beside the builder they return.
+impl RedisBackend {
+    /// Configures a backend on one Redis server, e.g. `redis://127.0.0.1:6379/`
+    /// (`rediss://` for TLS, with the `tls` feature).
+    pub fn builder(url: impl Into<String>) -> RedisBackendBuilder {
+        RedisBackendBuilder::standalone(url.into())
+    }
+
+    /// Configures a backend on a Redis Cluster, given the URLs of some of its nodes.
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+    pub fn cluster_builder<I, S>(urls: I) -> RedisBackendBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedisBackendBuilder::cluster(urls.into_iter().map(Into::into).collect())
+    }
+
+    /// Configures a backend on the master of a Redis Sentinel deployment:
+    /// `sentinel_urls` are the sentinels' URLs (e.g.
+    /// `redis://10.0.0.1:26379/`; one reachable sentinel suffices) and
+    /// `master_name` the name they monitor the master under (`sentinel
+    /// monitor <name> ...`). See [`RedisBackend::connect_sentinel`].
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    pub fn sentinel_builder<I, S>(
+        sentinel_urls: I,
+        master_name: impl Into<String>,
+    ) -> RedisBackendBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedisBackendBuilder::sentinel(
+            sentinel_urls.into_iter().map(Into::into).collect(),
+            master_name.into(),
+        )
+    }
+
+    /// Connects to the master of a Redis Sentinel deployment with the
+    /// default settings.
+    ///
+    /// The master is looked up through the sentinels (and checked to answer
+    /// `ROLE` as a master) when connecting, and again after any call on it
+    /// fails with an I/O error, a timeout, `READONLY` or `MASTERDOWN`, or a
+    /// sentinel announces `+switch-master` for it: after a fail-over the same
+    /// backend decides on the promoted replica as soon as the sentinels name
+    /// it, without being rebuilt. Calls made in between fail with a
+    /// [`BackendError`] within the timeout, like any outage. Needs a Tokio
+    /// runtime (for the `+switch-master` listener, which ends when the
+    /// backend is dropped).
+    ///
+    /// ```no_run
+    /// use ratewall_redis::RedisBackend;
+    /// # async fn demo() -> Result<(), ratewall::BackendError> {
+    /// let backend = RedisBackend::connect_sentinel(
+    ///     ["redis://10.0.0.1:26379/", "redis://10.0.0.2:26379/"],
+    ///     "mymaster",
+    /// )
+    /// .await?;
+    /// assert!(!backend.is_cluster());
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    pub async fn connect_sentinel<I, S>(
+        sentinel_urls: I,
+        master_name: impl Into<String>,
+    ) -> Result<Self, BackendError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::sentinel_builder(sentinel_urls, master_name)
+            .connect()
+            .await
+    }
+
+    /// Connects to one Redis server with the default settings (server time,
+    /// 1 s timeout, reconnecting connection, [`CallMode::Auto`]).
+    pub async fn connect(url: impl Into<String>) -> Result<Self, BackendError> {
+        Self::builder(url).connect().await
+    }
+
+    /// Connects to a Redis Cluster with the default settings.
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+    pub async fn connect_cluster<I, S>(urls: I) -> Result<Self, BackendError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::cluster_builder(urls).connect().await
     }
 }

@@ -138,6 +138,7 @@
 
 mod backend;
 mod builder;
+mod call_mode;
 mod error;
 mod learned;
 mod lease;
@@ -153,7 +154,8 @@ mod url;
 
 pub use crate::url::{DEFAULT_SENTINEL_PORT, RedisUrl, RedisUrlError};
 pub use backend::RedisBackend;
-pub use builder::{CallMode, RedisBackendBuilder};
+pub use builder::RedisBackendBuilder;
+pub use call_mode::CallMode;
 pub use lease::LeaseRecord;
 pub use redact::redact_url;
 pub use registry::RegisteredLimits;
