@@ -31,8 +31,7 @@ use parking_lot::{Mutex, RwLock};
 use smallvec::SmallVec;
 
 use crate::algorithm::{Flight, Log, Meter, Slots, State, Tat, Window};
-use crate::model::clock::micros;
-use crate::model::clock::{Clock, SystemClock};
+use crate::model::clock::{Clock, SystemClock, micros};
 use crate::model::decision::{Decision, Decisions, Figures};
 use crate::model::error::BackendError;
 use crate::model::key::IdentityRef;

@@ -1,7 +1,6 @@
 //! The memory store as a [`Backend`]: every operation answered at once.
 
 use super::*;
-use crate::model::clock::micros;
 
 impl Backend for MemoryBackend {
     fn acquire<'a>(

@@ -1,7 +1,6 @@
 //! The memory store's synchronous public API.
 
 use super::*;
-use crate::model::clock::micros;
 
 /// The public synchronous API, over [`Request`]s (rendered keys).
 impl MemoryBackend {
