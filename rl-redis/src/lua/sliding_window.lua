@@ -148,13 +148,12 @@ LOADERS.sw = function()
   end
 
   -- Adds `units` to slot `slot` (the current one, or an older one still in
-  -- the window) whatever the limit says, a slot's count at most
-  -- DEBT_CAP / P, and moves the expiry with the newest slot. ratewall
-  -- Slots::add.
-  local function sw_add(r, now, slot, units)
+  -- the window) of the state `sw_load` gave at `now`, whatever the limit
+  -- says, a slot's count at most DEBT_CAP / P, and moves the expiry with
+  -- the newest slot. ratewall Slots::add.
+  local function sw_add(r, now, slot, units, cnt, stale, newest)
     local n = r.slots
     local size = idiv(r.p, n)
-    local cnt, stale, newest = sw_load(r, idiv(now, size))
     local c = math.min((cnt[slot] or 0) + units, idiv(DEBT_CAP, r.p))
     redis.call('HSET', r.key, slot, c)
     for j = 1, #stale do
@@ -168,7 +167,8 @@ LOADERS.sw = function()
 
   -- Adds r.cost to the current slot (debt). ratewall Slots::charge.
   function M.charge(r, now)
-    sw_add(r, now, idiv(now, idiv(r.p, r.slots)), r.cost)
+    local s = idiv(now, idiv(r.p, r.slots))
+    sw_add(r, now, s, r.cost, sw_load(r, s))
   end
 
   -- Until at most r.cost units remain `after` us from now: a count
@@ -183,7 +183,7 @@ LOADERS.sw = function()
     end
     local size = idiv(r.p, n)
     local s = idiv(now, size)
-    local cnt = sw_load(r, s)
+    local cnt, stale, newest = sw_load(r, s)
     -- The time the window must still be full at, and the slot that counts
     -- in full until then.
     local at, slot = now, s
@@ -194,7 +194,7 @@ LOADERS.sw = function()
     local floor = (t - left - 1) * size + 1
     local est = sw_estimate(cnt, n, size, at)
     if est < floor then
-      sw_add(r, now, slot, cdiv(floor - est, size))
+      sw_add(r, now, slot, cdiv(floor - est, size), cnt, stale, newest)
     end
   end
 
