@@ -71,7 +71,6 @@ impl Algorithm {
                 capacity: Capacity::Threshold,
                 reserves: false,
                 leases: true,
-                sequence_key: false,
                 lua_module: "fixed_window",
             },
             Algorithm::SlidingLog => Traits {
@@ -83,7 +82,6 @@ impl Algorithm {
                 // A unit reserved at `t` but used later would leave the log
                 // early (each entry is its own unit's time).
                 leases: false,
-                sequence_key: true,
                 lua_module: "sliding_log",
             },
             Algorithm::SlidingWindow => Traits {
@@ -93,7 +91,6 @@ impl Algorithm {
                 capacity: Capacity::Slots,
                 reserves: false,
                 leases: true,
-                sequence_key: false,
                 lua_module: "sliding_window",
             },
             Algorithm::TokenBucket => Traits {
@@ -103,7 +100,6 @@ impl Algorithm {
                 capacity: Capacity::Burst,
                 reserves: true,
                 leases: true,
-                sequence_key: false,
                 lua_module: "meter",
             },
             Algorithm::LeakyBucket => Traits {
@@ -113,7 +109,6 @@ impl Algorithm {
                 capacity: Capacity::Burst,
                 reserves: true,
                 leases: true,
-                sequence_key: false,
                 lua_module: "meter",
             },
             Algorithm::Gcra => Traits {
@@ -123,7 +118,6 @@ impl Algorithm {
                 capacity: Capacity::Burst,
                 reserves: true,
                 leases: true,
-                sequence_key: false,
                 lua_module: "gcra",
             },
             Algorithm::InFlight => Traits {
@@ -134,7 +128,6 @@ impl Algorithm {
                 reserves: false,
                 // Slots are held while a call runs, not spent.
                 leases: false,
-                sequence_key: false,
                 lua_module: "in_flight",
             },
         }
@@ -225,9 +218,6 @@ pub struct Traits {
     pub reserves: bool,
     /// Whether units can be leased ([`Algorithm::leases`]).
     pub leases: bool,
-    /// Whether its state has a second key beside the state key (the
-    /// sliding log's sequence counter, `<state key>:seq`).
-    pub sequence_key: bool,
     /// Its Lua module in `ratewall-redis` (`src/lua/<module>.lua`).
     pub lua_module: &'static str,
 }

@@ -593,22 +593,13 @@ async fn memory_usage(url: &str, algorithm: Algorithm) -> Option<u64> {
     for _ in 0..100 {
         backend.acquire(&request).await.ok()?;
     }
-    let base = format!("{key}:{}", limit.storage_suffix());
-    let mut names = vec![base.clone()];
-    if algorithm == Algorithm::SlidingLog {
-        names.push(format!("{base}:seq"));
-    }
-    let mut bytes = 0;
-    for name in names {
-        let used: Option<u64> = redis::cmd("MEMORY")
-            .arg("USAGE")
-            .arg(&name)
-            .query_async(&mut connection)
-            .await
-            .ok()?;
-        bytes += used.unwrap_or(0);
-    }
-    Some(bytes)
+    let used: Option<u64> = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg(format!("{key}:{}", limit.storage_suffix()))
+        .query_async(&mut connection)
+        .await
+        .ok()?;
+    Some(used.unwrap_or(0))
 }
 
 /// Everything measured for one algorithm.

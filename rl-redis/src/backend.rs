@@ -172,9 +172,8 @@ pub(crate) struct Reloader {
 ///
 /// # Keys
 /// A request for key `prefix:{scope:identity}` and a limit stores its state
-/// under `prefix:{scope:identity}:<algorithm>:<period_us>` (the sliding log
-/// also uses `...:seq` for unique entry ids). The hash tag keeps all of an
-/// identity's keys in one cluster slot.
+/// under `prefix:{scope:identity}:<algorithm>:<period_us>`, one key per limit.
+/// The hash tag keeps all of an identity's keys in one cluster slot.
 ///
 /// # Redis Cluster
 /// All requests whose keys share a hash tag are decided by one call.

@@ -12,11 +12,10 @@
 //!   `:` inside their hash tag.
 //! - field: the limit name, which is also the scope of its identities' keys.
 //! - value: JSON, e.g.
-//!   `{"v":1,"published_at_ms":1700000000000,"limits":[{"rate":"1/1m","algorithm":"sliding_log","threshold":1,"period_us":60000000,"burst":1,"slots":10,"capacity":1,"suffix":"sl:60000000","suffixes":["sl:60000000","sl:60000000:seq"]}]}`
+//!   `{"v":1,"published_at_ms":1700000000000,"limits":[{"rate":"1/1m","algorithm":"sliding_log","threshold":1,"period_us":60000000,"burst":1,"slots":10,"capacity":1,"suffix":"sl:60000000"}]}`
 //!   (a leasing limit also has `"lease"`: units one process may lease).
 //!   The state of identity `id` under limit name `name` and one of its limits
-//!   is at `<ratewall::Key::new(prefix, name, id)>:<suffix>` (every key in
-//!   `suffixes` for the limits that use more than one).
+//!   is at `<ratewall::Key::new(prefix, name, id)>:<suffix>`, one key.
 //! - TTL: [`RedisBackend::REGISTRY_TTL`] (7 days), set again on every
 //!   publish: a deployment that stops deciding leaves nothing behind.
 
@@ -319,16 +318,6 @@ fn rate(limit: &Limit) -> String {
     }
 }
 
-/// Every storage-key suffix one identity's state of `limit` may use.
-fn suffixes(limit: &Limit) -> Vec<String> {
-    let suffix = limit.storage_suffix();
-    if limit.algorithm().traits().sequence_key {
-        vec![suffix.clone(), format!("{suffix}:seq")]
-    } else {
-        vec![suffix]
-    }
-}
-
 /// The registry value describing `limits`.
 fn encode(limits: &[Limit], published_at_ms: u64) -> String {
     let limits: Vec<Value> = limits
@@ -343,7 +332,6 @@ fn encode(limits: &[Limit], published_at_ms: u64) -> String {
                 "slots": limit.slots(),
                 "capacity": limit.capacity(),
                 "suffix": limit.storage_suffix(),
-                "suffixes": suffixes(limit),
             });
             if let Some(lease) = limit.lease() {
                 described["lease"] = json!(lease);
@@ -445,10 +433,6 @@ mod tests {
         assert_eq!(described["rate"], "1/1m");
         assert_eq!(described["algorithm"], "sliding_log");
         assert_eq!(described["suffix"], limit.storage_suffix());
-        assert_eq!(
-            described["suffixes"],
-            json!(["sl:60000000", "sl:60000000:seq"])
-        );
     }
 
     #[test]

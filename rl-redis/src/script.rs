@@ -77,8 +77,6 @@ enum Table {
     Reserves,
     /// `LEASES`: the codes whose units can be leased.
     Leases,
-    /// `SEQUENCE`: the codes whose state has a sequence key (`:seq`).
-    Sequence,
 }
 
 /// The Lua source defining `tables` as locals.
@@ -112,10 +110,6 @@ fn lua_tables(tables: &[Table]) -> String {
                 codes(|a| a.reserves(), |_| "true")
             ),
             Table::Leases => format!("local LEASES = {{ {} }}", codes(|a| a.leases(), |_| "true")),
-            Table::Sequence => format!(
-                "local SEQUENCE = {{ {} }}",
-                codes(|a| a.traits().sequence_key, |_| "true")
-            ),
         };
         out.push_str(&line);
         out.push('\n');
@@ -320,7 +314,6 @@ static CODE: LazyLock<Code> = LazyLock::new(|| {
         Table::SingleThird,
         Table::Reserves,
         Table::Leases,
-        Table::Sequence,
     ];
     // The library's name carries a hash of everything it runs, so another
     // version of this crate on the same server has other function names.
@@ -590,8 +583,7 @@ impl<'p, 'r> Plan<'p, 'r> {
             .iter()
             .map(|r| {
                 let algorithm = r.limit.algorithm();
-                1 + usize::from(algorithm.traits().sequence_key)
-                    + usize::from(freed && algorithm.reserves())
+                1 + usize::from(freed && algorithm.reserves())
                     + usize::from(self.entry == Entry::Lease)
             })
             .sum::<usize>()
@@ -604,10 +596,7 @@ impl<'p, 'r> Plan<'p, 'r> {
             let mut key = state_key(request);
             sink.key(&key);
             let state = key.len();
-            if request.limit.algorithm().traits().sequence_key {
-                key.push_str(":seq");
-                sink.key(&key);
-            } else if freed && request.limit.algorithm().reserves() {
+            if freed && request.limit.algorithm().reserves() {
                 key.push_str(":freed");
                 sink.key(&key);
             }
@@ -980,7 +969,6 @@ mod tests {
             Table::SingleThird,
             Table::Reserves,
             Table::Leases,
-            Table::Sequence,
         ]);
         assert!(
             tables.contains("local CODES = { 'fw', 'sl', 'sw', 'tb', 'lb', 'gc' }"),
@@ -992,10 +980,6 @@ mod tests {
             "{tables}"
         );
         assert!(tables.contains("local LEASES = { ['fw'] = true, ['sw'] = true, ['tb'] = true, ['lb'] = true, ['gc'] = true }"), "{tables}");
-        assert!(
-            tables.contains("local SEQUENCE = { ['sl'] = true }"),
-            "{tables}"
-        );
     }
     use ratewall::{Key, Limit};
 
@@ -1048,7 +1032,7 @@ mod tests {
     }
 
     #[test]
-    fn keys_carry_the_limit_suffix_and_the_sliding_log_gets_a_sequence_key() {
+    fn keys_carry_the_limit_suffix() {
         let key = Key::new("rl", "sms", "+33 6");
         let log = Limit::per_minute(3)
             .unwrap()
@@ -1060,11 +1044,7 @@ mod tests {
         let call = Call::of(&plan);
         assert_eq!(
             call.keys,
-            [
-                "rl:{sms:+33 6}:sl:60000000",
-                "rl:{sms:+33 6}:sl:60000000:seq",
-                "rl:{sms:+33 6}:gc:3600000000"
-            ]
+            ["rl:{sms:+33 6}:sl:60000000", "rl:{sms:+33 6}:gc:3600000000"]
         );
         assert_eq!(
             call.args,

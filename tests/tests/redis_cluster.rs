@@ -75,7 +75,6 @@ async fn hostile_identities_spread_over_slots_and_stay_isolated_on_a_cluster() {
         let base = format!("{key}:{}", log.storage_suffix());
         let own: HashSet<u16> = [
             slot_of(&cluster, &base).await,
-            slot_of(&cluster, &format!("{base}:seq")).await,
             slot_of(&cluster, &format!("{key}:{}", gcra.storage_suffix())).await,
         ]
         .into();

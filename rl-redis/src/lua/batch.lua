@@ -12,9 +12,8 @@
 -- in-flight limit (code 'if') the slots field carries the slot's lease id
 -- (text); reserve and cancel never carry one (a waiting call cannot hold
 -- in-flight slots).
--- keys: per request `<key>:<algorithm>:<period>`, plus `...:seq` for the
--- sliding log; reserve, cancel and reset add `...:freed` after the state key
--- of GCRA and the buckets (slots given back by cancelled reservations); the
+-- keys: per request `<key>:<algorithm>:<period>`; reserve, cancel and reset
+-- add `...:freed` after the state key of GCRA and the buckets (slots given back by cancelled reservations); the
 -- `_once` ops take one more, last key: the request-id key
 -- `<first key>:req:<escaped id>`. All keys of one call share one hash tag.
 --
@@ -175,7 +174,7 @@ end
 local KEEP_ONCE_MS = 120000
 
 -- RESERVES (generated, see script.rs): the algorithms that reserve, and so
--- keep given-back slots; SEQUENCE: those whose state has a sequence key.
+-- keep given-back slots.
 
 local function batch(keys, args)
   local op = args[1]
@@ -205,10 +204,7 @@ local function batch(keys, args)
     if r.alg == 'if' then
       r.lease = args[a + 5]
     end
-    if SEQUENCE[r.alg] then
-      r.seq = keys[next_key]
-      next_key = next_key + 1
-    elseif freed_keys and RESERVES[r.alg] then
+    if freed_keys and RESERVES[r.alg] then
       r.freed = keys[next_key]
       next_key = next_key + 1
     end
@@ -377,9 +373,6 @@ local function batch(keys, args)
     for i = 1, count do
       local r = requests[i]
       redis.call('DEL', r.key)
-      if r.seq then
-        redis.call('DEL', r.seq)
-      end
       if r.freed then
         redis.call('DEL', r.freed)
       end

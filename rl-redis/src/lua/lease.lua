@@ -11,8 +11,8 @@
 --   release: the lease's decision time (us), its stamp (the expiry it left
 --            the state with), the units it was granted; `cost` is the
 --            number of units given back.
--- keys: per request the state key `<key>:<algorithm>:<period>` (plus
--- `...:seq` for the sliding log), then `<state key>:leases`: a sorted set
+-- keys: per request the state key `<key>:<algorithm>:<period>`, then
+-- `<state key>:leases`: a sorted set
 -- of the leases taken (member `<at>:<granted>`, score: the last time the
 -- units can be used), for operators (rl-admin). All keys share one hash tag.
 --
@@ -76,10 +76,6 @@ local function lease(keys, args)
       return unknown
     end
     next_key = next_key + 1
-    if SEQUENCE[r.alg] then
-      r.seq = keys[next_key]
-      next_key = next_key + 1
-    end
     r.leases = keys[next_key]
     next_key = next_key + 1
     requests[i] = r

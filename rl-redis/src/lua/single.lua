@@ -3,8 +3,7 @@
 -- (`single_decide(M, code, commit)`, `single_refund(M, code)`): in the
 -- library at load time, in a script on each call.
 --
--- keys: the state key `<key>:<algorithm>:<period>` (plus `...:seq` for the
--- sliding log).
+-- keys: the state key `<key>:<algorithm>:<period>`.
 -- args: only what the algorithm reads, each argument costing the server
 -- about as much as a line of Lua: the limit's numbers (threshold, period,
 -- then the burst for the buckets and GCRA, the slots for the sliding
@@ -38,7 +37,6 @@ end
 -- call.
 local function single_request(r, third, keys, args)
   r.key = keys[1]
-  r.seq = keys[2]
   r.t = args[1] + 0
   r.p = args[2] + 0
   if third then

@@ -1,7 +1,12 @@
 -- Sliding log (rl-core/src/algorithm/sliding_log.rs).
--- State: ZSET, score = admission time (us), member = a unique id taken from
--- the sequence key (INCRBY), so calls in the same microsecond never collide.
--- Entries with score + P <= now are gone. Both keys expire when the newest
+-- State: one ZSET, score = admission time (us), one entry per admitted
+-- unit. The k-th entry a call adds at time `now` is named by the number
+-- (now mod 2^25) * 64 + k: below 2^31, so 5 bytes in the set's compact
+-- encoding (the time itself would take 9), and distinct for every time
+-- within 2^25 us (33.6 s) and the first 64 entries of each. ZADD NX skips
+-- a name the set already holds (an entry of a time 33.6 s apart, or of
+-- one microsecond taken twice), so no entry ever overwrites another.
+-- Entries with score + P <= now are gone. The key expires when the newest
 -- entry leaves the window.
 --
 -- Peeks and refused calls write nothing: stale entries are skipped by rank
@@ -9,31 +14,20 @@
 LOADERS.sl = function()
   local M = {}
 
-  -- Adds `c` members with score `now`, ids from the sequence key. At most 64
-  -- members per ZADD, so no more than 128 values are ever unpacked.
-  local function sl_add(r, now, c, live)
-    local last = redis.call('INCRBY', r.seq, c)
-    if last == c and live > 0 then
-      -- The sequence was lost (evicted or deleted) while entries remain:
-      -- continue above every existing id (bounded: the log holds <= 2T
-      -- entries, T live and at most T more charged as debt).
-      local top = 0
-      local members = redis.call('ZRANGE', r.key, 0, -1)
-      for i = 1, #members do
-        top = math.max(top, tonumber(members[i]) or 0)
-      end
-      last = redis.call('INCRBY', r.seq, top)
-    end
-    local id = last - c + 1
-    while id <= last do
-      local hi = math.min(id + 63, last)
-      local args = {}
-      for m = id, hi do
+  -- Adds `c` entries with score `now`, named as above: the names are tried
+  -- in order, ZADD NX skips those the set holds, until `c` are in (bounded:
+  -- each name skipped is an entry the set holds). At most 64 entries per
+  -- ZADD, so no more than 129 values are ever unpacked.
+  local function sl_add(r, now, c)
+    local name = (now % 33554432) * 64
+    while c > 0 do
+      local args = { 'NX' }
+      for _ = 1, math.min(c, 64) do
         args[#args + 1] = now
-        args[#args + 1] = m
+        args[#args + 1] = name
+        name = name + 1
       end
-      redis.call('ZADD', r.key, unpack(args))
-      id = hi + 1
+      c = c - redis.call('ZADD', r.key, unpack(args))
     end
   end
 
@@ -67,13 +61,12 @@ LOADERS.sl = function()
       if stale > 0 then
         redis.call('ZREMRANGEBYSCORE', r.key, '-inf', cutoff)
       end
-      sl_add(r, now, c, n)
+      sl_add(r, now, c)
       n = n + c
       if newest == nil or now > newest then
         newest = now
       end
       expire(r.key, newest + p, now)
-      expire(r.seq, newest + p, now)
     end
     local reset = 0
     if n > 0 then
@@ -94,10 +87,9 @@ LOADERS.sl = function()
     redis.call('ZREMRANGEBYSCORE', r.key, '-inf', now - p)
     local newest = tonumber(redis.call('ZRANGE', r.key, -1, -1, 'WITHSCORES')[2])
     if newest == nil then
-      redis.call('DEL', r.key, r.seq)
+      redis.call('DEL', r.key)
     else
       expire(r.key, newest + p, now)
-      expire(r.seq, newest + p, now)
     end
   end
 
@@ -112,10 +104,9 @@ LOADERS.sl = function()
     if add <= 0 then
       return
     end
-    sl_add(r, now, add, live)
+    sl_add(r, now, add)
     local newest = math.max(tonumber(redis.call('ZRANGE', r.key, -1, -1, 'WITHSCORES')[2]) or now, now)
     expire(r.key, newest + p, now)
-    expire(r.seq, newest + p, now)
   end
 
   -- Adds entries at `now` until at most r.cost units remain.
@@ -130,10 +121,9 @@ LOADERS.sl = function()
     if n >= t - left then
       return
     end
-    sl_add(r, now, t - left - n, n)
+    sl_add(r, now, t - left - n)
     local newest = math.max(tonumber(redis.call('ZRANGE', r.key, -1, -1, 'WITHSCORES')[2]) or now, now)
     expire(r.key, newest + p, now)
-    expire(r.seq, newest + p, now)
   end
 
   return M
