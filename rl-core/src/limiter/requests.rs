@@ -8,7 +8,7 @@ use std::future::Future;
 
 use smallvec::SmallVec;
 
-use crate::layer::{ALL, Answer, Call};
+use crate::layer::{ALL, Answer, Call, Source, counters};
 use crate::limiter::Limiter;
 use crate::limiter::attempt::admit;
 use crate::limiter::call::Admission;
@@ -20,6 +20,7 @@ use crate::model::limit::Limit;
 use crate::model::lists::ListKind;
 use crate::model::policy::FailurePolicy;
 use crate::model::rejection::{Name, Rejection};
+use crate::store::Store;
 use crate::store::backend::Request;
 use crate::store::target::{KeyRef, Op, Target};
 
@@ -141,7 +142,69 @@ impl<'l> Requests<'l> {
         // One request: its one target on the stack.
         let request = Request::new(key, limit, cost);
         let targets = [target_of(&request, scope_of(key.head()))];
+        if let Some(decision) = self.lane(&targets) {
+            return Ok(decision);
+        }
         Ok(*self.decide_targets(Op::Acquire, &targets).await?.binding())
+    }
+
+    /// The raw requests' direct lane: one request decided by the memory
+    /// store while no layer has anything to do with it but observe (no list
+    /// entry, no shadowed name; the deny cache never answers a call that
+    /// wants every decision). `the_raw_lane_knows_every_layer_of_a_memory_pipeline`
+    /// holds this list of layers to the builder's. Validated, decided, and observed as on the
+    /// full road: an admission is counted here, a refusal goes up through
+    /// the layers. `None` when the request takes the full road instead.
+    #[inline(always)]
+    fn lane(&self, targets: &[Target<'_>; 1]) -> Option<Decision> {
+        let limiter = self.limiter;
+        let Store::Memory(memory) = &limiter.pipeline.store else {
+            return None;
+        };
+        let registry = &limiter.registry;
+        let [target] = targets;
+        // What `validate` checks of one acquire: its cost, and that an
+        // in-flight limit is taken by a call (an error the full road gives).
+        if registry.any_listed(ListKind::Deny)
+            || registry.any_listed(ListKind::Allow)
+            || registry.any_shadow()
+            || target.limit.is_in_flight()
+            || target.limit.check_cost(target.cost).is_err()
+        {
+            return None;
+        }
+        let decision = memory.acquire_target(target);
+        if decision.allowed {
+            counters::decision(target.name, "allowed", Source::Backend.name());
+            return Some(decision);
+        }
+        Some(self.refused(targets, decision))
+    }
+
+    /// A refusal on [`Requests::lane`], passed up through every layer as
+    /// the full road passes the store's answer.
+    #[cold]
+    #[inline(never)]
+    fn refused(&self, targets: &[Target<'_>; 1], decision: Decision) -> Decision {
+        let name = targets[0].name;
+        let mut call = Call::new(
+            Op::Acquire,
+            targets,
+            name,
+            self.limiter.policy_for(name, None),
+        );
+        call.every_decision = true;
+        let mut answer = Answer::Decided {
+            decisions: Decisions::one(decision),
+            source: Source::Backend,
+        };
+        self.limiter.pipeline.observe(&mut call, ALL, &mut answer);
+        match answer {
+            Answer::Decided { decisions, .. } | Answer::Shadowed { decisions, .. } => {
+                *decisions.binding()
+            }
+            _ => decision,
+        }
     }
 
     /// Decides several limits together, all-or-nothing, in one round trip,

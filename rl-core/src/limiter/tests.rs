@@ -193,3 +193,129 @@ fn the_readme_diagram_lists_the_builders_layers_in_order() {
         .collect();
     assert_eq!(listed, built, "the README's layers against the builder's");
 }
+
+/// One raw `requests().acquire` of `cost` for `who` under `limit`, told as
+/// text: the decision, or the error.
+fn raw(limiter: &Limiter, limit: &Limit, who: &str, cost: u64) -> String {
+    let key = limiter.key("sms_raw", &who);
+    match limiter
+        .requests()
+        .acquire(&key, limit, cost)
+        .now_or_never()
+        .expect("memory answers now")
+    {
+        Ok(decision) => format!("{decision:?}"),
+        Err(error) => format!("error {error}"),
+    }
+}
+
+/// Raw requests take a lane of their own while no layer has work to do
+/// with them: the same decisions, errors and counts as on the full road
+/// (a limiter whose lists hold an unrelated entry), refusals and a cost
+/// above the capacity included.
+#[test]
+fn raw_acquires_on_the_lane_answer_and_count_as_the_full_pipeline() {
+    for algorithm in Algorithm::ALL {
+        let limit = Limit::per_minute(3)
+            .unwrap()
+            .with_algorithm(algorithm)
+            .unwrap();
+        let clock = ManualClock::new(1_700_000_000_000_000);
+        let (lane, full) = (limiter(&clock), limiter(&clock));
+        full.settings()
+            .deny(Some("other"), &"mallory", None)
+            .now_or_never()
+            .unwrap()
+            .unwrap();
+        let (lane_counts, full_counts) = (Counters::default(), Counters::default());
+        for step in 0..30 {
+            let who = ["alice", "bob"][step % 2];
+            let cost = if step == 7 { 4 } else { 1 };
+            let lane_said =
+                metrics::with_local_recorder(&lane_counts, || raw(&lane, &limit, who, cost));
+            let full_said =
+                metrics::with_local_recorder(&full_counts, || raw(&full, &limit, who, cost));
+            assert_eq!(lane_said, full_said, "{algorithm:?}, step {step}");
+            clock.advance(Duration::from_secs(5));
+        }
+        let by = |counts: &Counters| -> HashMap<String, u64> {
+            counts.by("rl_decisions_total", &["limit", "outcome", "source"])
+        };
+        let counted = by(&lane_counts);
+        assert_eq!(counted, by(&full_counts), "{algorithm:?}");
+        assert!(
+            counted.get("sms_raw rejected backend") > Some(&0),
+            "{algorithm:?}: {counted:?}"
+        );
+        assert!(
+            counted.get("sms_raw allowed backend") > Some(&0),
+            "{algorithm:?}: {counted:?}"
+        );
+    }
+}
+
+/// The raw lane reasons about the memory pipeline's layers by name (see
+/// `Requests::lane`): a layer added to it must be weighed there first.
+#[test]
+fn the_raw_lane_knows_every_layer_of_a_memory_pipeline() {
+    for deny_cache in [false, true] {
+        let limiter = Limiter::builder()
+            .memory()
+            .deny_cache(deny_cache)
+            .build()
+            .unwrap();
+        let mut known = vec!["Observe", "DenyList", "Validate", "Failure"];
+        if deny_cache {
+            known.push("DenyLayer");
+        }
+        known.push("Shadow");
+        assert_eq!(limiter.pipeline.layer_names(), known);
+    }
+}
+
+#[test]
+fn raw_acquires_meet_the_lists_and_shadow_mode_as_on_the_full_road() {
+    let clock = ManualClock::new(1_700_000_000_000_000);
+    let limiter = limiter(&clock);
+    let limit = Limit::per_minute(1).unwrap();
+    let allowed = |who: &str| {
+        let key = limiter.key("sms_raw", &who);
+        limiter
+            .requests()
+            .acquire(&key, &limit, 1)
+            .now_or_never()
+            .unwrap()
+            .unwrap()
+            .allowed
+    };
+    assert!(allowed("dave"));
+    assert!(!allowed("dave"));
+    // A raw decision is the store's: shadow mode does not turn it into an
+    // admission, but the full road still sees (and counts) it as shadowed.
+    limiter.settings().set_shadow("sms_raw", true);
+    let counts = Counters::default();
+    let shadowed = metrics::with_local_recorder(&counts, || allowed("dave"));
+    assert!(!shadowed);
+    let counted = counts.by("rl_decisions_total", &["limit", "outcome", "source"]);
+    assert_eq!(
+        counted.get("sms_raw shadow_rejected backend"),
+        Some(&1),
+        "{counted:?}"
+    );
+    limiter.settings().set_shadow("sms_raw", false);
+
+    // A deny-listed identity is denied.
+    let settings = limiter.settings();
+    settings
+        .deny(Some("sms_raw"), &"erin", None)
+        .now_or_never()
+        .unwrap()
+        .unwrap();
+    let key = limiter.key("sms_raw", &"erin");
+    let denied = limiter
+        .requests()
+        .acquire(&key, &limit, 1)
+        .now_or_never()
+        .unwrap();
+    assert!(matches!(denied, Err(crate::Error::Denied(_))), "{denied:?}");
+}
