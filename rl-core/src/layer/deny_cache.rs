@@ -36,7 +36,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hashbrown::HashTable;
 use parking_lot::RwLock;
@@ -144,7 +144,12 @@ pub(crate) struct DenyCache {
     shard_capacity: usize,
     /// Keys held, across shards (lets refunds skip the lookup when empty).
     held: AtomicUsize,
-    epoch: Instant,
+    /// The cache's monotonic clock (the cycle counter where it is reliable,
+    /// as [`crate::SystemClock`] reads it: a few instructions, where
+    /// `Instant::elapsed` reads the system clock and subtracts timespecs)
+    /// and its reading when the cache was made.
+    clock: quanta::Clock,
+    epoch: u64,
     /// The most a refusal is held, in ns.
     max_hold: u64,
 }
@@ -178,6 +183,7 @@ impl DenyCache {
         let count = (std::thread::available_parallelism().map_or(4, |n| n.get()) * 8)
             .next_power_of_two()
             .min(capacity.max(1).next_power_of_two());
+        let clock = quanta::Clock::new();
         let shards = Sharded::new(count, |_| {
             RwLock::new(Shard {
                 table: HashTable::new(),
@@ -188,7 +194,8 @@ impl DenyCache {
             shards,
             shard_capacity: capacity.div_ceil(count).max(1),
             held: AtomicUsize::new(0),
-            epoch: Instant::now(),
+            clock: clock.clone(),
+            epoch: clock.raw(),
             max_hold: u64::try_from(max_hold.as_nanos())
                 .unwrap_or(u64::MAX)
                 .max(1),
@@ -197,7 +204,7 @@ impl DenyCache {
 
     /// Nanoseconds on the cache's monotonic clock.
     pub(crate) fn now(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        self.clock.delta_as_nanos(self.epoch, self.clock.raw())
     }
 
     fn hash(&self, key: &KeyRef<'_>) -> u64 {
