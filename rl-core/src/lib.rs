@@ -203,15 +203,14 @@ pub use config::{ConfigError, LimitsEntry, LimitsFile};
 pub use layer::Source;
 pub use layer::breaker::BreakerConfig;
 pub use limiter::Limiter;
+pub use limiter::admission::Admission;
 pub use limiter::auto::Auto;
 pub use limiter::builder::LimiterBuilder;
-pub use limiter::call::{
-    Admission, Admitted, CallFuture, CallSpec, Counting, GroupSpec, Keys, MAX_GROUPS, Permit,
-};
+pub use limiter::call::{Admitted, CallFuture, Keys, Permit};
 pub use limiter::in_flight::InFlight;
 pub use limiter::requests::Requests;
 pub use limiter::settings::Settings;
-pub use limiter::tier::Tier;
+pub use limiter::spec::{CallSpec, Counting, GroupSpec, MAX_GROUPS, Tier};
 pub use limiter::upstream::{Counts, Hold};
 pub use model::clock::{Clock, ManualClock, SystemClock};
 pub use model::decision::{Decision, Decisions, Figures};

@@ -16,9 +16,11 @@ use std::sync::Arc;
 
 use crate::layer::{Answer, Call, Source};
 use crate::limiter::Limiter;
-use crate::limiter::call::{Admission, CallSpec, Costs, Counting, Decided, Permit, Settle};
+use crate::limiter::admission::Admission;
+use crate::limiter::call::{Costs, Decided, Permit, Settle};
+use crate::limiter::resolve::Chosen;
 use crate::limiter::resolve::{Resolved, Targets};
-use crate::limiter::tier::Chosen;
+use crate::limiter::spec::{CallSpec, Counting};
 use crate::model::decision::Decision;
 use crate::model::error::{BackendError, Error, LimitError};
 use crate::model::key::{Identities, Identity};

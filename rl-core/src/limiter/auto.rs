@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::limiter::Limiter;
-use crate::limiter::call::CallSpec;
+use crate::limiter::spec::CallSpec;
 use crate::limiter::upstream::Hold;
 use crate::model::error::{Error, LimitError};
 use crate::model::learned::{Adjust, SCALE_CEILING, SCALE_FLOOR, SCALE_ONE};

@@ -34,7 +34,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use crate::layer::counters;
-use crate::limiter::call::Admission;
+use crate::limiter::admission::Admission;
 use crate::model::key::Key;
 use crate::model::limit::Limit;
 use crate::store::Store;

@@ -8,6 +8,7 @@
 //! ([`Requests`], `limiter.requests()`) and what a running limiter changes
 //! by name ([`Settings`], `limiter.settings()`).
 
+pub(crate) mod admission;
 pub(crate) mod attempt;
 pub(crate) mod auto;
 pub(crate) mod builder;
@@ -18,6 +19,7 @@ pub(crate) mod resolve;
 pub(crate) mod room;
 pub(crate) mod settings;
 pub(crate) mod settle;
+pub(crate) mod spec;
 pub(crate) mod tier;
 pub(crate) mod timer;
 pub(crate) mod upstream;
@@ -43,10 +45,11 @@ use crate::store::Store;
 use crate::store::target::{Op, Target};
 use attempt::{Attempt, limited};
 use builder::LimiterBuilder;
-use call::{CallFuture, CallSpec, Keys};
+use call::{CallFuture, Keys};
 use requests::Requests;
 use resolve::Resolved;
 use settings::Settings;
+use spec::CallSpec;
 
 static GLOBAL: OnceLock<Limiter> = OnceLock::new();
 
@@ -220,10 +223,10 @@ impl Limiter {
     /// room. What [`Limiter::call`], `#[rate_limit]` and the tower layer
     /// all call: one road for every shape of call.
     ///
-    /// **Tiers.** A tiered group ([`GroupSpec::tiered`](call::GroupSpec::tiered))
+    /// **Tiers.** A tiered group ([`GroupSpec::tiered`](spec::GroupSpec::tiered))
     /// is decided by the limits of the tier the call gives it
     /// ([`Keys::tiers`]; no tier, or an unknown one: the group's `default`
-    /// tier, else the failure policy answers, see [`Tier`](tier::Tier)).
+    /// tier, else the failure policy answers, see [`Tier`](spec::Tier)).
     ///
     /// **Waiting** ([`Keys::wait`], or the spec's [`CallSpec::with_wait`]):
     /// a call that would be refused waits for room instead, up to its
@@ -254,7 +257,7 @@ impl Limiter {
     ///
     /// A call that cannot wait is refused as unavailable (logged): limits
     /// mixing a window algorithm with GCRA or a bucket (no single time could
-    /// be reserved on both), [`Counting::Settled`](call::Counting::Settled)
+    /// be reserved on both), [`Counting::Settled`](spec::Counting::Settled)
     /// (a refund could not give back a queued slot), or an in-flight limit
     /// (its slots free when running calls end, which no wait can be planned
     /// on). [`Permit::waited`](call::Permit::waited) says how long an

@@ -10,8 +10,8 @@ use smallvec::SmallVec;
 
 use crate::layer::{ALL, Answer, Call, Source, counters};
 use crate::limiter::Limiter;
+use crate::limiter::admission::Admission;
 use crate::limiter::attempt::admit;
-use crate::limiter::call::Admission;
 use crate::limiter::settle::applied;
 use crate::model::decision::{Decision, Decisions};
 use crate::model::error::{BackendError, Error};
@@ -25,7 +25,7 @@ use crate::store::backend::Request;
 use crate::store::target::{KeyRef, Op, Target};
 
 #[cfg(doc)]
-use crate::limiter::call::CallSpec;
+use crate::limiter::spec::CallSpec;
 
 /// Decisions over requests the caller builds (a [`Key`], a [`Limit`] and a
 /// cost each): `limiter.requests()`. Every operation passes the same layers

@@ -1,6 +1,7 @@
 //! A [`CallSpec`] resolved against one limiter: each group's key head,
 //! its limits after runtime overrides, its partitions in a memory store,
-//! and the failure policy. Made once per thread, spec and registry
+//! a tiered group's tiers ([`TierSet`]), what a tiered permit keeps
+//! ([`TierBinding`]), and the failure policy. Made once per thread, spec and registry
 //! generation, and kept in a small per-thread table, so the hot path reads
 //! no shared map and takes no lock: a cached resolution is checked against
 //! the limiter's id and registry generation and used by reference.
@@ -9,13 +10,14 @@ use std::borrow::Cow;
 use std::cell::RefCell;
 use std::sync::Arc;
 
+use ratewall_grammar::DEFAULT_TIER;
 use smallvec::SmallVec;
 
 use crate::layer::counters::Prebuilt;
 use crate::layer::{Mask, Plan, PlanGroup, PlanScope};
 use crate::limiter::Limiter;
-use crate::limiter::call::{CallSpec, Counting, GroupSpec, check_group};
-use crate::limiter::tier::TierSet;
+use crate::limiter::spec::{CallSpec, Counting, GroupSpec, check_group, tier_name};
+use crate::model::decision::{Decision, Decisions};
 use crate::model::error::LimitError;
 use crate::model::key::{self, Identity, IdentityRef};
 use crate::model::limit::Limit;
@@ -348,4 +350,205 @@ fn miss(limiter: &Limiter, spec: &CallSpec, generation: u64) -> Arc<Resolved> {
         }
     });
     resolved
+}
+
+/// The tier each group of one call is decided by: an index into its
+/// [`TierSet`], or [`NOT_TIERED`].
+pub(crate) type Chosen = SmallVec<[u32; 2]>;
+
+/// A group without tiers, in [`Chosen`].
+pub(crate) const NOT_TIERED: u32 = u32::MAX;
+
+/// A tiered group's tiers, resolved against one limiter.
+#[derive(Debug)]
+pub(crate) struct TierSet {
+    /// Declared ones first, in order, then those only configured at run
+    /// time, by name.
+    pub(crate) tiers: Box<[TierGroup]>,
+    /// The index of the `default` tier.
+    default: Option<u32>,
+}
+
+/// One tier, resolved: what a group is, for calls of this tier.
+#[derive(Debug)]
+pub(crate) struct TierGroup {
+    /// The tier's name (`pro`).
+    pub(crate) tier: Box<str>,
+    /// `<group>@<tier>`: the key scope, the name in rejections, logs and
+    /// runtime overrides.
+    pub(crate) name: Cow<'static, str>,
+    /// `prefix:{<group>@<tier>:` (escaped).
+    pub(crate) head: Box<str>,
+    /// The declared limits, or those set at run time for `name`.
+    pub(crate) limits: Box<[Limit]>,
+    /// Each limit's partition in the limiter's memory store.
+    pub(crate) slots: Box<[Option<Slot>]>,
+    /// Why this tier's calls can never be decided (e.g. runtime limits a
+    /// cost exceeds).
+    pub(crate) problem: Option<LimitError>,
+    /// For the call's first tiered group: the call's name with this tier
+    /// (`<call>@<tier>`, the `limit` label) and its metric keys.
+    pub(crate) call: Option<(Box<str>, Prebuilt)>,
+    /// For the only tiered group of a call: what its permits keep, built
+    /// once (a permit then takes a reference, allocating nothing).
+    pub(crate) binding: Option<Arc<TierBinding>>,
+}
+
+impl TierSet {
+    /// The tiers of `group`: declared, or configured at run time as
+    /// `<group>@<tier>`. `call` is the call's name when this is its first
+    /// tiered group (each tier then names the call).
+    pub(crate) fn resolve(limiter: &Limiter, group: &GroupSpec, call: Option<&str>) -> Self {
+        let registry = &limiter.registry;
+        let memory = match &limiter.pipeline.store {
+            Store::Memory(memory) => Some(memory),
+            Store::Remote(_) => None,
+        };
+        let declared = group.tiers().unwrap_or_default();
+        let mut named: Vec<(&str, Cow<'_, [Limit]>)> = declared
+            .iter()
+            .map(|t| (t.name(), Cow::Borrowed(t.limits())))
+            .collect();
+        let configured = registry.tiers_of(group.name());
+        for (tier, limits) in &configured {
+            if !named.iter().any(|(name, _)| name == tier) {
+                named.push((tier, Cow::Owned(limits.to_vec())));
+            }
+        }
+        let tiers: Box<[TierGroup]> = named
+            .into_iter()
+            .map(|(tier, declared)| {
+                let name = tier_name(group.name(), tier);
+                let limits: Box<[Limit]> = match registry.limits(&name) {
+                    Some(runtime) => runtime.iter().copied().collect(),
+                    None => declared.iter().copied().collect(),
+                };
+                let problem = check_group(&name, &limits, group.cost()).err();
+                let head: Box<str> = key::head(limiter.prefix(), &name).into();
+                let slots = limits
+                    .iter()
+                    .map(|limit| memory.map(|m| m.slot(&head, limit)))
+                    .collect();
+                let call = call.map(|call| {
+                    let label = tier_name(call, tier);
+                    let counters = Prebuilt::new(&label);
+                    (label.into_boxed_str(), counters)
+                });
+                TierGroup {
+                    tier: tier.into(),
+                    name: Cow::Owned(name),
+                    head,
+                    limits,
+                    slots,
+                    problem,
+                    call,
+                    binding: None,
+                }
+            })
+            .collect();
+        let default = tiers
+            .iter()
+            .position(|t| &*t.tier == DEFAULT_TIER)
+            .map(|i| i as u32);
+        Self { tiers, default }
+    }
+
+    /// The index of tier `tier`, else of the `default` tier.
+    #[inline]
+    pub(crate) fn find(&self, tier: &str) -> Option<u32> {
+        self.tiers
+            .iter()
+            .position(|t| *t.tier == *tier)
+            .map(|i| i as u32)
+            .or(self.default)
+    }
+}
+
+/// What a permit of a tiered call keeps: each group's name and limits as
+/// decided (a tier's for a tiered group), for [`Permit::binding`].
+#[derive(Debug)]
+pub(crate) struct TierBinding {
+    groups: Box<[GroupAsDecided]>,
+}
+
+/// One group as a tiered call decided it: its (tier's) name and limits.
+type GroupAsDecided = (Cow<'static, str>, Box<[Limit]>);
+
+impl TierBinding {
+    /// The groups of a call with `chosen` tiers.
+    pub(crate) fn new(resolved: &Resolved, chosen: &[u32]) -> Self {
+        let groups = (0..resolved.groups.len())
+            .map(|g| {
+                let (name, _, limits, _) = resolved.part(g, chosen);
+                (name.clone(), limits.into())
+            })
+            .collect();
+        Self { groups }
+    }
+
+    /// [`Permit::binding`] of a tiered call that skipped the groups in
+    /// `skipped`.
+    pub(crate) fn binding(
+        &self,
+        limiter: &Limiter,
+        skipped: u64,
+        decisions: &crate::model::decision::Decisions,
+    ) -> Option<(&str, Decision, Limit)> {
+        let groups = self
+            .groups
+            .iter()
+            .map(|(name, limits)| (name.as_ref(), limits.as_ref()));
+        rate_binding(limiter, groups, skipped, decisions)
+    }
+}
+
+/// The allowed rate decision with the fewest units left among `groups`
+/// (their name and limits as declared; the limits as currently set are
+/// read from `limiter`), skipping the groups in `skipped`. In-flight limits
+/// are not rates and are left out.
+pub(crate) fn rate_binding<'a>(
+    limiter: &Limiter,
+    groups: impl Iterator<Item = (&'a str, &'a [Limit])> + Clone,
+    skipped: u64,
+    decisions: &Decisions,
+) -> Option<(&'a str, Decision, Limit)> {
+    let mut index = decisions.binding_index();
+    for (g, (name, declared)) in groups.clone().enumerate() {
+        if skipped & (1 << g) != 0 {
+            continue;
+        }
+        let runtime = limiter.registry.limits(name);
+        let limits = runtime.as_deref().unwrap_or(declared);
+        match limits.get(index) {
+            Some(limit) if !limit.is_in_flight() => {
+                return Some((name, *decisions.binding(), *limit));
+            }
+            Some(_) => break,
+            None => index -= limits.len(),
+        }
+    }
+    // The binding decision was an in-flight limit's: the rate limit with
+    // the fewest units left.
+    let mut best: Option<(&str, Decision, Limit)> = None;
+    let mut at = 0;
+    for (g, (name, declared)) in groups.enumerate() {
+        if skipped & (1 << g) != 0 {
+            continue;
+        }
+        let runtime = limiter.registry.limits(name);
+        let limits = runtime.as_deref().unwrap_or(declared);
+        for limit in limits {
+            let Some(decision) = decisions.as_slice().get(at).copied() else {
+                return best;
+            };
+            at += 1;
+            if limit.is_in_flight() {
+                continue;
+            }
+            if best.is_none_or(|(_, b, _)| decision.remaining < b.remaining) {
+                best = Some((name, decision, *limit));
+            }
+        }
+    }
+    best
 }

@@ -7,14 +7,16 @@ use smallvec::SmallVec;
 
 use crate::layer::{ALL, Answer, Call};
 use crate::limiter::Limiter;
-use crate::limiter::call::{Admission, CallSpec, Permit, Settle};
+use crate::limiter::admission::Admission;
+use crate::limiter::call::{Permit, Settle};
 use crate::limiter::resolve::Targets;
 use crate::model::error::Error;
 use crate::model::policy::FailurePolicy;
 use crate::store::target::{Op, Target};
 
+use crate::limiter::spec::CallSpec;
 #[cfg(doc)]
-use crate::limiter::call::{Counting, GroupSpec};
+use crate::limiter::spec::{Counting, GroupSpec};
 
 impl Limiter {
     /// Gives back what a settled call took, or resets its identities: each

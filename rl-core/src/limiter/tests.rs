@@ -137,7 +137,7 @@ fn a_call_leaves_the_direct_lane_while_something_else_must_see_it() {
         )],
     );
     assert!(!direct(&limiter, &two));
-    let settled = sms(Algorithm::Gcra).with_counting(crate::limiter::call::Counting::Settled);
+    let settled = sms(Algorithm::Gcra).with_counting(crate::limiter::spec::Counting::Settled);
     assert!(!direct(&limiter, &settled));
     let in_flight = CallSpec::owned(
         "jobs",

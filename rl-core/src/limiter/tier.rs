@@ -30,228 +30,21 @@
 //! panic. A tier given by a client (a header) should have a `default`.
 
 use std::borrow::Cow;
-use std::fmt::{self, Write as _};
 use std::sync::Arc;
 
-use ratewall_grammar::{DEFAULT_TIER, TIER_NAME_MAX, TIER_SEPARATOR, check_tier_name};
-use smallvec::SmallVec;
-
 use super::Limiter;
-use super::call::{Admission, CallSpec, Counting, Decided, GroupSpec, Permit, Settle, check_group};
-use super::resolve::{Resolved, Targets};
+use super::admission::Admission;
+use super::call::{Decided, Permit, Settle};
+use super::resolve::{Chosen, NOT_TIERED, Resolved, Targets, TierBinding};
+use super::spec::{CallSpec, Counting, shown};
 use crate::layer::Source;
 use crate::layer::counters::{self, Prebuilt};
-use crate::model::decision::Decision;
 use crate::model::error::{Error, LimitError};
-use crate::model::key::{self, Identity, Part};
+use crate::model::key::Identity;
 use crate::model::limit::Limit;
 use crate::model::policy::FailurePolicy;
 use crate::model::rejection::Rejection;
-use crate::store::Store;
 use crate::store::target::{KeyRef, Slot, Target};
-
-/// One named set of limits of a tiered group ([`GroupSpec::tiered`]).
-///
-/// A tier name is 1 to 64 ASCII letters, digits, `_`, `-` or `.`. Each
-/// tier is a limit name, `<group>@<tier>` (`api@pro`): the scope of its
-/// keys (its own state), the name in rejections, `RateLimit` fields and
-/// logs, and the name its limits are set under at run time
-/// ([`Settings::set_limits`](crate::Settings::set_limits), a limits file), where a name `<group>@<tier>`
-/// also adds a tier the code does not declare. Shadow mode, the deny-cache
-/// setting and allow/deny entries of the group's name apply to its tiers.
-/// The `limit` label of a tiered call's metrics is `<call>@<tier>` (the
-/// tier of its first tiered group).
-///
-/// A call whose tier is none of its group's (or that gives none) is decided
-/// by the tier named `default` when the group has one. Otherwise it cannot
-/// be decided: an error naming the tier is logged, and the failure policy
-/// answers — [`FailurePolicy::FailOpen`] admits it
-/// ([`Admission::FailedOpen`]); `FailClosed` and `Local` refuse it as
-/// unavailable ([`LimitError::UnknownTier`]), counted under the call's own
-/// name. Give a `default` tier when the tier comes from the client.
-///
-/// ```
-/// use ratewall::{Limit, Tier};
-/// let pro = Tier::owned("pro", vec![Limit::per_minute(1000)?, "20/1s".parse()?]);
-/// assert_eq!((pro.name(), pro.limits().len()), ("pro", 2));
-/// # Ok::<(), ratewall::LimitError>(())
-/// ```
-#[derive(Debug, Clone)]
-pub struct Tier {
-    name: Cow<'static, str>,
-    limits: Cow<'static, [Limit]>,
-}
-
-impl Tier {
-    /// A tier for a `static` group (what `#[rate_limit(tiers(..))]` emits).
-    pub const fn new(name: &'static str, limits: &'static [Limit]) -> Self {
-        Self {
-            name: Cow::Borrowed(name),
-            limits: Cow::Borrowed(limits),
-        }
-    }
-
-    /// A tier built at run time.
-    pub fn owned(name: impl Into<String>, limits: Vec<Limit>) -> Self {
-        Self {
-            name: Cow::Owned(name.into()),
-            limits: Cow::Owned(limits),
-        }
-    }
-
-    /// The tier's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The declared limits (runtime limits of `<group>@<tier>` replace them).
-    pub fn limits(&self) -> &[Limit] {
-        &self.limits
-    }
-}
-
-/// Checks a tiered group: a name that can carry tiers, valid and distinct
-/// tier names, and each tier's limits as a group's.
-pub(crate) fn check_tiers(group: &str, tiers: &[Tier], cost: u64) -> Result<(), LimitError> {
-    if group.is_empty() || group.contains(TIER_SEPARATOR) {
-        return Err(LimitError::BadTier(format!(
-            "tiered group {group:?}: its name must not be empty nor contain `@` (its tiers are named `<group>@<tier>`)"
-        )));
-    }
-    for (index, tier) in tiers.iter().enumerate() {
-        check_tier_name(tier.name())
-            .map_err(|bad| LimitError::BadTier(format!("group `{group}`: {bad}")))?;
-        if tiers[..index].iter().any(|t| t.name() == tier.name()) {
-            return Err(LimitError::BadTier(format!(
-                "group `{group}` declares tier `{}` twice",
-                tier.name()
-            )));
-        }
-        check_group(&tier_name(group, tier.name()), tier.limits(), cost)?;
-    }
-    Ok(())
-}
-
-/// `<group>@<tier>`.
-fn tier_name(group: &str, tier: &str) -> String {
-    let mut name = String::with_capacity(group.len() + tier.len() + 1);
-    name.push_str(group);
-    name.push(TIER_SEPARATOR);
-    name.push_str(tier);
-    name
-}
-
-/// The tier each group of one call is decided by: an index into its
-/// [`TierSet`], or [`NOT_TIERED`].
-pub(crate) type Chosen = SmallVec<[u32; 2]>;
-
-/// A group without tiers, in [`Chosen`].
-pub(crate) const NOT_TIERED: u32 = u32::MAX;
-
-/// A tiered group's tiers, resolved against one limiter.
-#[derive(Debug)]
-pub(crate) struct TierSet {
-    /// Declared ones first, in order, then those only configured at run
-    /// time, by name.
-    pub(crate) tiers: Box<[TierGroup]>,
-    /// The index of the `default` tier.
-    default: Option<u32>,
-}
-
-/// One tier, resolved: what a group is, for calls of this tier.
-#[derive(Debug)]
-pub(crate) struct TierGroup {
-    /// The tier's name (`pro`).
-    pub(crate) tier: Box<str>,
-    /// `<group>@<tier>`: the key scope, the name in rejections, logs and
-    /// runtime overrides.
-    pub(crate) name: Cow<'static, str>,
-    /// `prefix:{<group>@<tier>:` (escaped).
-    pub(crate) head: Box<str>,
-    /// The declared limits, or those set at run time for `name`.
-    pub(crate) limits: Box<[Limit]>,
-    /// Each limit's partition in the limiter's memory store.
-    pub(crate) slots: Box<[Option<Slot>]>,
-    /// Why this tier's calls can never be decided (e.g. runtime limits a
-    /// cost exceeds).
-    pub(crate) problem: Option<LimitError>,
-    /// For the call's first tiered group: the call's name with this tier
-    /// (`<call>@<tier>`, the `limit` label) and its metric keys.
-    pub(crate) call: Option<(Box<str>, Prebuilt)>,
-    /// For the only tiered group of a call: what its permits keep, built
-    /// once (a permit then takes a reference, allocating nothing).
-    pub(crate) binding: Option<Arc<TierBinding>>,
-}
-
-impl TierSet {
-    /// The tiers of `group`: declared, or configured at run time as
-    /// `<group>@<tier>`. `call` is the call's name when this is its first
-    /// tiered group (each tier then names the call).
-    pub(crate) fn resolve(limiter: &Limiter, group: &GroupSpec, call: Option<&str>) -> Self {
-        let registry = &limiter.registry;
-        let memory = match &limiter.pipeline.store {
-            Store::Memory(memory) => Some(memory),
-            Store::Remote(_) => None,
-        };
-        let declared = group.tiers().unwrap_or_default();
-        let mut named: Vec<(&str, Cow<'_, [Limit]>)> = declared
-            .iter()
-            .map(|t| (t.name(), Cow::Borrowed(t.limits())))
-            .collect();
-        let configured = registry.tiers_of(group.name());
-        for (tier, limits) in &configured {
-            if !named.iter().any(|(name, _)| name == tier) {
-                named.push((tier, Cow::Owned(limits.to_vec())));
-            }
-        }
-        let tiers: Box<[TierGroup]> = named
-            .into_iter()
-            .map(|(tier, declared)| {
-                let name = tier_name(group.name(), tier);
-                let limits: Box<[Limit]> = match registry.limits(&name) {
-                    Some(runtime) => runtime.iter().copied().collect(),
-                    None => declared.iter().copied().collect(),
-                };
-                let problem = check_group(&name, &limits, group.cost()).err();
-                let head: Box<str> = key::head(limiter.prefix(), &name).into();
-                let slots = limits
-                    .iter()
-                    .map(|limit| memory.map(|m| m.slot(&head, limit)))
-                    .collect();
-                let call = call.map(|call| {
-                    let label = tier_name(call, tier);
-                    let counters = Prebuilt::new(&label);
-                    (label.into_boxed_str(), counters)
-                });
-                TierGroup {
-                    tier: tier.into(),
-                    name: Cow::Owned(name),
-                    head,
-                    limits,
-                    slots,
-                    problem,
-                    call,
-                    binding: None,
-                }
-            })
-            .collect();
-        let default = tiers
-            .iter()
-            .position(|t| &*t.tier == DEFAULT_TIER)
-            .map(|i| i as u32);
-        Self { tiers, default }
-    }
-
-    /// The index of tier `tier`, else of the `default` tier.
-    #[inline]
-    fn find(&self, tier: &str) -> Option<u32> {
-        self.tiers
-            .iter()
-            .position(|t| *t.tier == *tier)
-            .map(|i| i as u32)
-            .or(self.default)
-    }
-}
 
 /// A tier a call gave that its group does not have.
 #[derive(Debug)]
@@ -410,44 +203,6 @@ impl Resolved {
     }
 }
 
-/// What a permit of a tiered call keeps: each group's name and limits as
-/// decided (a tier's for a tiered group), for [`Permit::binding`].
-#[derive(Debug)]
-pub(crate) struct TierBinding {
-    groups: Box<[GroupAsDecided]>,
-}
-
-/// One group as a tiered call decided it: its (tier's) name and limits.
-type GroupAsDecided = (Cow<'static, str>, Box<[Limit]>);
-
-impl TierBinding {
-    /// The groups of a call with `chosen` tiers.
-    fn new(resolved: &Resolved, chosen: &[u32]) -> Self {
-        let groups = (0..resolved.groups.len())
-            .map(|g| {
-                let (name, _, limits, _) = resolved.part(g, chosen);
-                (name.clone(), limits.into())
-            })
-            .collect();
-        Self { groups }
-    }
-
-    /// [`Permit::binding`] of a tiered call that skipped the groups in
-    /// `skipped`.
-    pub(crate) fn binding(
-        &self,
-        limiter: &Limiter,
-        skipped: u64,
-        decisions: &crate::model::decision::Decisions,
-    ) -> Option<(&str, Decision, Limit)> {
-        let groups = self
-            .groups
-            .iter()
-            .map(|(name, limits)| (name.as_ref(), limits.as_ref()));
-        super::call::rate_binding(limiter, groups, skipped, decisions)
-    }
-}
-
 impl Resolved {
     /// Builds each tier's [`TierBinding`] when the spec has one tiered group
     /// (with several, a permit builds its own).
@@ -487,48 +242,6 @@ impl Resolved {
                 });
         prebuilt.unwrap_or_else(|| Arc::new(TierBinding::new(self, chosen)))
     }
-}
-
-/// Renders a tier into at most [`TIER_NAME_MAX`] bytes; a longer one (no
-/// tier's) is cut, ending in `…`, which no tier name has.
-struct Bounded(arrayvec::ArrayString<TIER_NAME_MAX>, bool);
-
-impl fmt::Write for Bounded {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        for c in s.chars() {
-            if self.1 {
-                break;
-            }
-            if self.0.len() + c.len_utf8() + '…'.len_utf8() > TIER_NAME_MAX {
-                self.0.push('…');
-                self.1 = true;
-            } else {
-                self.0.push(c);
-            }
-        }
-        Ok(())
-    }
-}
-
-/// A tier as text, rendered into at most [`TIER_NAME_MAX`] bytes (a longer
-/// one, no tier's, is cut).
-pub(crate) fn tier_text(part: Part<'_>) -> arrayvec::ArrayString<TIER_NAME_MAX> {
-    let mut out = Bounded(arrayvec::ArrayString::new(), false);
-    let _ = match part {
-        Part::Text(text) => out.write_str(text),
-        Part::Unsigned(n) => out.write_str(itoa::Buffer::new().format(n)),
-        Part::Signed(n) => out.write_str(itoa::Buffer::new().format(n)),
-        Part::Display(value) => write!(out, "{value}"),
-        Part::Ip(ip) => write!(out, "{ip}"),
-    };
-    out.0
-}
-
-/// A tier as logs and errors show it: cut at [`TIER_NAME_MAX`] bytes.
-fn shown(tier: &str) -> String {
-    let mut out = Bounded(arrayvec::ArrayString::new(), false);
-    let _ = out.write_str(tier);
-    out.0.to_string()
 }
 
 impl Limiter {

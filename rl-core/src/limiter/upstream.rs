@@ -10,9 +10,10 @@ use smallvec::SmallVec;
 use crate::layer::ALL;
 use crate::limiter::Limiter;
 use crate::limiter::attempt::{Attempt, OwnedAttempt};
-use crate::limiter::call::{CallSpec, Keys};
+use crate::limiter::call::Keys;
 use crate::limiter::resolve::{self, Targets};
 use crate::limiter::settle::{applied, rate_targets};
+use crate::limiter::spec::CallSpec;
 use crate::model::clock::micros;
 use crate::model::error::{Error, LimitError};
 use crate::store::target::Op;
@@ -232,7 +233,7 @@ impl Hold {
 /// smallest said holds); a group past [`MAX_GROUPS`](crate::MAX_GROUPS) is
 /// ignored.
 fn at_most(counts: &mut SmallVec<[Option<u64>; 2]>, group: usize, units: u64) {
-    if group >= crate::limiter::call::MAX_GROUPS {
+    if group >= crate::limiter::spec::MAX_GROUPS {
         return;
     }
     if counts.len() <= group {

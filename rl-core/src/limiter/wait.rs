@@ -19,8 +19,10 @@
 use std::time::{Duration, Instant};
 
 use crate::layer::{ALL, counters};
+use crate::limiter::admission::Admission;
 use crate::limiter::attempt::{Attempt, OwnedAttempt, misconfigured};
-use crate::limiter::call::{Admission, CallFuture, CallSpec, Counting, Decided, Permit};
+use crate::limiter::call::{CallFuture, Decided, Permit};
+use crate::limiter::spec::{CallSpec, Counting};
 use crate::limiter::{Limiter, resolve, room, timer};
 use crate::model::clock::micros;
 use crate::model::error::LimitError;

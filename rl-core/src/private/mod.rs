@@ -3,8 +3,9 @@
 //! public API ([`Limiter::call`], [`CallSpec`], [`Permit`]).
 
 pub use crate::limiter::Limiter;
-pub use crate::limiter::call::{Admitted, CallFuture, CallSpec, Counting, GroupSpec, Keys, Permit};
-pub use crate::limiter::tier::Tier;
+pub use crate::limiter::call::{Admitted, CallFuture, Keys, Permit};
+pub use crate::limiter::spec::Tier;
+pub use crate::limiter::spec::{CallSpec, Counting, GroupSpec};
 pub use crate::model::error::Error;
 pub use crate::model::key::Part;
 pub use crate::model::limit::{Algorithm, Limit};

@@ -19,8 +19,9 @@ use super::key::{self, Client, Extracted, Head, KeyFrom, Keys, PathParams, Probl
 use super::response;
 use crate::http::{RATELIMIT, RATELIMIT_POLICY, TrustedProxies};
 use crate::limiter::Limiter;
-use crate::limiter::call::{CallFuture, CallSpec, GroupSpec, Keys as CallKeys, Permit};
+use crate::limiter::call::{CallFuture, Keys as CallKeys, Permit};
 use crate::limiter::in_flight::InFlight;
+use crate::limiter::spec::{CallSpec, GroupSpec};
 use crate::model::decision::Decision;
 use crate::model::error::LimitError;
 use crate::model::key::Part;

@@ -31,7 +31,8 @@ use smallvec::SmallVec;
 
 use crate::limiter::Limiter;
 use crate::limiter::auto::Auto;
-use crate::limiter::call::{CallSpec, Keys};
+use crate::limiter::call::Keys;
+use crate::limiter::spec::CallSpec;
 use crate::limiter::upstream::{Counts, Hold};
 use crate::model::rejection::Rejection;
 

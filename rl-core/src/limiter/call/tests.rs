@@ -1,4 +1,5 @@
 use super::*;
+use crate::limiter::spec::GroupSpec;
 
 /// A group with a concurrency limit (one slot of two taken: 1 left) and
 /// a rate limit (99 of 100 left).

@@ -153,7 +153,7 @@ impl RateLimitLayerBuilder {
         match (self.groups.pop(), limits) {
             (Some(group), Ok(limits)) if tiered => {
                 self.groups
-                    .push(group.with_tier(crate::limiter::tier::Tier::owned(tier, limits)));
+                    .push(group.with_tier(crate::limiter::spec::Tier::owned(tier, limits)));
             }
             (Some(group), Err(source)) if tiered => {
                 self.error.get_or_insert(LayerError::Limit {
