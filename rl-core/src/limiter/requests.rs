@@ -151,10 +151,11 @@ impl<'l> Requests<'l> {
     /// The raw requests' direct lane: one request decided by the memory
     /// store while no layer has anything to do with it but observe (no list
     /// entry, no shadowed name; the deny cache never answers a call that
-    /// wants every decision). `the_raw_lane_knows_every_layer_of_a_memory_pipeline`
-    /// holds this list of layers to the builder's. Validated, decided, and observed as on the
-    /// full road: an admission is counted here, a refusal goes up through
-    /// the layers. `None` when the request takes the full road instead.
+    /// wants every decision; the test
+    /// `the_raw_lane_knows_every_layer_of_a_memory_pipeline` holds this list
+    /// of layers to the builder's). Validated, decided, and observed as on
+    /// the full road: an admission is counted here, a refusal goes up
+    /// through the layers. `None` when the request takes the full road.
     #[inline(always)]
     fn lane(&self, targets: &[Target<'_>; 1]) -> Option<Decision> {
         let limiter = self.limiter;
