@@ -141,7 +141,7 @@ impl<'l> Requests<'l> {
     pub async fn acquire(&self, key: &Key, limit: &Limit, cost: u64) -> Result<Decision, Error> {
         // One request: its one target on the stack.
         let request = Request::new(key, limit, cost);
-        let targets = [target_of(&request, scope_of(key.head()))];
+        let targets = [target_of(&request, key.scope())];
         if let Some(decision) = self.lane(&targets) {
             return Ok(decision);
         }
@@ -354,7 +354,7 @@ fn named_targets<'a>(
         .iter()
         .map(|r| match name {
             Some(name) => target_of(r, name),
-            None => target_of(r, scope_of(r.key.head())),
+            None => target_of(r, r.key.scope()),
         })
         .collect()
 }
@@ -370,11 +370,4 @@ fn target_of<'a>(request: &'a Request<'a>, name: &'a str) -> Target<'a> {
         slot: None,
         lease: request.holder,
     }
-}
-
-/// The (escaped) scope of a key head `prefix:{scope:`.
-fn scope_of(head: &str) -> &str {
-    // A short prefix before the brace: a byte loop, not `memchr`'s set-up.
-    let open = head.bytes().position(|b| b == b'{').map_or(0, |i| i + 1);
-    head.get(open..head.len().saturating_sub(1)).unwrap_or("")
 }

@@ -24,6 +24,8 @@ use std::fmt::{self, Write};
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key {
     text: String,
+    /// Where the escaped scope starts (after `prefix:{`).
+    scope_at: usize,
     /// Where the escaped identity starts (after `prefix:{scope:`).
     identity_at: usize,
     /// The identity's typed form, when it has one (found once, when the
@@ -58,7 +60,7 @@ impl Key {
         let identity_at = text.len();
         escape_into(&mut text, identity);
         text.push('}');
-        Self::done(text, identity_at)
+        Self::done(text, prefix.len() + 2, identity_at)
     }
 
     /// Like [`Key::new`], formatting the identity from any `Display` value
@@ -69,7 +71,7 @@ impl Key {
         let identity_at = text.len();
         let _ = write!(Escaper(&mut text), "{identity}");
         text.push('}');
-        Self::done(text, identity_at)
+        Self::done(text, prefix.len() + 2, identity_at)
     }
 
     /// The key whose head ([`Key::head`]) and identity are given.
@@ -79,17 +81,20 @@ impl Key {
         identity.push_to(&mut text);
         text.push('}');
         Self {
+            scope_at: head.find('{').map_or(0, |i| i + 1),
             identity_at: head.len(),
             text,
             typed: Typed::of(identity),
         }
     }
 
-    /// The key of `text`, whose identity starts at `identity_at`.
-    fn done(text: String, identity_at: usize) -> Self {
+    /// The key of `text`, whose scope starts at `scope_at` and identity at
+    /// `identity_at`.
+    fn done(text: String, scope_at: usize, identity_at: usize) -> Self {
         let typed = Typed::of(IdentityRef::of_escaped(&text[identity_at..text.len() - 1]));
         Self {
             text,
+            scope_at,
             identity_at,
             typed,
         }
@@ -122,6 +127,15 @@ impl Key {
     #[inline]
     pub fn head(&self) -> &str {
         &self.text[..self.identity_at]
+    }
+
+    /// The escaped scope (`scope` of `prefix:{scope:identity}`): the name a
+    /// raw request is counted and named by.
+    #[inline]
+    pub(crate) fn scope(&self) -> &str {
+        self.text
+            .get(self.scope_at..self.identity_at.saturating_sub(1))
+            .unwrap_or("")
     }
 
     /// The escaped identity part of the hash tag (what logs mask).
@@ -547,6 +561,19 @@ mod tests {
     #[test]
     fn the_identity_part_excludes_the_scope() {
         assert_eq!(Key::new("rl", "sms:x", "+86:1").identity(), "+86%3A1");
+    }
+
+    #[test]
+    fn the_scope_is_the_escaped_scope_however_the_key_was_built() {
+        let built = Key::new("rl", "sms:x{", "+86");
+        assert_eq!(built.scope(), "sms%3Ax%7B");
+        let shown = Key::from_display("rl", "sms:x{", &86u64);
+        assert_eq!(shown.scope(), "sms%3Ax%7B");
+        let parts = Key::from_parts(built.head(), IdentityRef::Number(86));
+        assert_eq!(parts.scope(), "sms%3Ax%7B");
+        assert_eq!(parts, shown);
+        // A head that is no key's head still gives a scope, never a panic.
+        assert_eq!(Key::from_parts("", IdentityRef::Number(1)).scope(), "");
     }
 
     #[test]
