@@ -24,7 +24,8 @@ use std::fmt::{self, Write};
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key {
     text: String,
-    /// Where the escaped scope starts (after `prefix:{`).
+    /// Where the hash tag, and so the escaped scope, starts (after
+    /// `prefix:{`).
     scope_at: usize,
     /// Where the escaped identity starts (after `prefix:{scope:`).
     identity_at: usize,
@@ -60,7 +61,7 @@ impl Key {
         let identity_at = text.len();
         escape_into(&mut text, identity);
         text.push('}');
-        Self::done(text, prefix.len() + 2, identity_at)
+        Self::done(text, identity_at)
     }
 
     /// Like [`Key::new`], formatting the identity from any `Display` value
@@ -71,7 +72,7 @@ impl Key {
         let identity_at = text.len();
         let _ = write!(Escaper(&mut text), "{identity}");
         text.push('}');
-        Self::done(text, prefix.len() + 2, identity_at)
+        Self::done(text, identity_at)
     }
 
     /// The key whose head ([`Key::head`]) and identity are given.
@@ -81,20 +82,19 @@ impl Key {
         identity.push_to(&mut text);
         text.push('}');
         Self {
-            scope_at: head.find('{').map_or(0, |i| i + 1),
+            scope_at: scope_at(&text),
             identity_at: head.len(),
             text,
             typed: Typed::of(identity),
         }
     }
 
-    /// The key of `text`, whose scope starts at `scope_at` and identity at
-    /// `identity_at`.
-    fn done(text: String, scope_at: usize, identity_at: usize) -> Self {
+    /// The key of `text`, whose identity starts at `identity_at`.
+    fn done(text: String, identity_at: usize) -> Self {
         let typed = Typed::of(IdentityRef::of_escaped(&text[identity_at..text.len() - 1]));
         Self {
+            scope_at: scope_at(&text),
             text,
-            scope_at,
             identity_at,
             typed,
         }
@@ -118,8 +118,7 @@ impl Key {
     /// The part between the braces: Redis Cluster hashes only this, so all
     /// keys of one identity share one slot.
     pub fn hash_tag(&self) -> &str {
-        let open = self.text.find('{').map_or(0, |i| i + 1);
-        &self.text[open..self.text.len() - 1]
+        &self.text[self.scope_at..self.text.len() - 1]
     }
 
     /// Everything before the identity: `prefix:{scope:` (escaped). Keys of
@@ -149,6 +148,12 @@ impl fmt::Display for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.text)
     }
+}
+
+/// Where the hash tag of a key's `text` starts: after its first `{` (0
+/// without one). A key's scope starts there too.
+fn scope_at(text: &str) -> usize {
+    text.find('{').map_or(0, |i| i + 1)
 }
 
 /// `prefix:{scope:` with the scope escaped: the head of every key of one
