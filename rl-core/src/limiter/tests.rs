@@ -46,46 +46,65 @@ fn outcome(limiter: &Limiter, spec: &CallSpec, who: &str) -> String {
     }
 }
 
+/// Two limiters on `clock`: one whose calls may take a lane, and one whose
+/// calls pass the lists layer (an unrelated identity is deny-listed), so
+/// take the full road.
+fn lane_and_full_road(clock: &ManualClock) -> (Limiter, Limiter) {
+    let (lane, full) = (limiter(clock), limiter(clock));
+    full.settings()
+        .deny(Some("other"), &"mallory", None)
+        .now_or_never()
+        .unwrap()
+        .unwrap();
+    (lane, full)
+}
+
+/// 30 calls on `lane` and on `full` (from [`lane_and_full_road`]), 5 s
+/// apart, each told as text by `say(limiter, step)`: the same answers, in
+/// the same order, and the same `rl_decisions_total` counts, admissions
+/// and refusals of `name` among them.
+fn assert_answered_alike(
+    algorithm: Algorithm,
+    clock: &ManualClock,
+    (lane, full): (&Limiter, &Limiter),
+    name: &str,
+    say: impl Fn(&Limiter, usize) -> String,
+) {
+    let (lane_counts, full_counts) = (Counters::default(), Counters::default());
+    for step in 0..30 {
+        let lane_said = metrics::with_local_recorder(&lane_counts, || say(lane, step));
+        let full_said = metrics::with_local_recorder(&full_counts, || say(full, step));
+        assert_eq!(lane_said, full_said, "{algorithm:?}, step {step}");
+        clock.advance(Duration::from_secs(5));
+    }
+    let by = |counts: &Counters| -> HashMap<String, u64> {
+        counts.by("rl_decisions_total", &["limit", "outcome", "source"])
+    };
+    let counted = by(&lane_counts);
+    assert_eq!(counted, by(&full_counts), "{algorithm:?}");
+    assert!(
+        counted.get(&format!("{name} rejected backend")) > Some(&0),
+        "{algorithm:?}: {counted:?}"
+    );
+    assert!(
+        counted.get(&format!("{name} allowed backend")) > Some(&0),
+        "{algorithm:?}: {counted:?}"
+    );
+}
+
 /// The same calls on a limiter that takes the direct lane and on one whose
-/// calls pass the lists layer (an unrelated identity is deny-listed):
-/// the same answers, in the same order, and the same counts.
+/// calls take the full road: the same answers and counts.
 #[test]
 fn the_direct_lane_answers_and_counts_as_the_full_pipeline() {
     for algorithm in Algorithm::ALL {
         let spec = sms(algorithm);
         let clock = ManualClock::new(1_700_000_000_000_000);
-        let (lane, full) = (limiter(&clock), limiter(&clock));
-        full.settings()
-            .deny(Some("other"), &"mallory", None)
-            .now_or_never()
-            .unwrap()
-            .unwrap();
+        let (lane, full) = lane_and_full_road(&clock);
         assert!(direct(&lane, &spec), "{algorithm:?}");
         assert!(!direct(&full, &spec), "{algorithm:?}");
-
-        let (lane_counts, full_counts) = (Counters::default(), Counters::default());
-        for step in 0..30 {
-            let who = ["alice", "bob"][step % 2];
-            let lane_said =
-                metrics::with_local_recorder(&lane_counts, || outcome(&lane, &spec, who));
-            let full_said =
-                metrics::with_local_recorder(&full_counts, || outcome(&full, &spec, who));
-            assert_eq!(lane_said, full_said, "{algorithm:?}, step {step}");
-            clock.advance(Duration::from_secs(5));
-        }
-        let by = |counts: &Counters| -> HashMap<String, u64> {
-            counts.by("rl_decisions_total", &["limit", "outcome", "source"])
-        };
-        let counted = by(&lane_counts);
-        assert_eq!(counted, by(&full_counts), "{algorithm:?}");
-        assert!(
-            counted.get("sms rejected backend") > Some(&0),
-            "{algorithm:?}: {counted:?}"
-        );
-        assert!(
-            counted.get("sms allowed backend") > Some(&0),
-            "{algorithm:?}: {counted:?}"
-        );
+        assert_answered_alike(algorithm, &clock, (&lane, &full), "sms", |limiter, step| {
+            outcome(limiter, &spec, ["alice", "bob"][step % 2])
+        });
     }
 }
 
@@ -221,35 +240,16 @@ fn raw_acquires_on_the_lane_answer_and_count_as_the_full_pipeline() {
             .with_algorithm(algorithm)
             .unwrap();
         let clock = ManualClock::new(1_700_000_000_000_000);
-        let (lane, full) = (limiter(&clock), limiter(&clock));
-        full.settings()
-            .deny(Some("other"), &"mallory", None)
-            .now_or_never()
-            .unwrap()
-            .unwrap();
-        let (lane_counts, full_counts) = (Counters::default(), Counters::default());
-        for step in 0..30 {
-            let who = ["alice", "bob"][step % 2];
-            let cost = if step == 7 { 4 } else { 1 };
-            let lane_said =
-                metrics::with_local_recorder(&lane_counts, || raw(&lane, &limit, who, cost));
-            let full_said =
-                metrics::with_local_recorder(&full_counts, || raw(&full, &limit, who, cost));
-            assert_eq!(lane_said, full_said, "{algorithm:?}, step {step}");
-            clock.advance(Duration::from_secs(5));
-        }
-        let by = |counts: &Counters| -> HashMap<String, u64> {
-            counts.by("rl_decisions_total", &["limit", "outcome", "source"])
-        };
-        let counted = by(&lane_counts);
-        assert_eq!(counted, by(&full_counts), "{algorithm:?}");
-        assert!(
-            counted.get("sms_raw rejected backend") > Some(&0),
-            "{algorithm:?}: {counted:?}"
-        );
-        assert!(
-            counted.get("sms_raw allowed backend") > Some(&0),
-            "{algorithm:?}: {counted:?}"
+        let (lane, full) = lane_and_full_road(&clock);
+        assert_answered_alike(
+            algorithm,
+            &clock,
+            (&lane, &full),
+            "sms_raw",
+            |limiter, step| {
+                let cost = if step == 7 { 4 } else { 1 };
+                raw(limiter, &limit, ["alice", "bob"][step % 2], cost)
+            },
         );
     }
 }
