@@ -346,6 +346,22 @@ pub(crate) trait Layer: Send + Sync + Debug {
         false
     }
 
+    /// [`Layer::after`] for a refusal the memory store gave a call on the
+    /// direct lane (an observing layer's only work there, see
+    /// [`Pipeline::observe_refusal`]). By default the refusal is made into
+    /// the call and answer the full road would pass up; a layer may do the
+    /// same work without them.
+    fn after_refusal(&self, refusal: &LaneRefusal<'_>) {
+        let targets = [*refusal.target];
+        let mut call = Call::new(Op::Acquire, &targets, refusal.name, refusal.policy);
+        call.counters = refusal.counters;
+        let mut answer = Answer::Decided {
+            decisions: Decisions::one(*refusal.decision),
+            source: Source::Backend,
+        };
+        self.after(&mut call, &mut answer);
+    }
+
     /// The limits, policy, shadow mode or deny-cache setting of `name`
     /// changed at run time: drop what depended on them.
     fn changed(&self, name: &str) {
@@ -381,6 +397,26 @@ impl<T: Layer> Layer for std::sync::Arc<T> {
     fn only_observes(&self) -> bool {
         (**self).only_observes()
     }
+
+    fn after_refusal(&self, refusal: &LaneRefusal<'_>) {
+        (**self).after_refusal(refusal)
+    }
+}
+
+/// A refusal the memory store gave one acquire on the direct lane, as the
+/// observing layers see it ([`Layer::after_refusal`]): what the full road
+/// would pass up as a [`Call`] of `target` and an [`Answer::Decided`] of
+/// `decision` from the store.
+#[derive(Debug)]
+pub(crate) struct LaneRefusal<'a> {
+    /// The call's name (the `limit` label).
+    pub(crate) name: &'a str,
+    pub(crate) target: &'a Target<'a>,
+    /// The store's refusal.
+    pub(crate) decision: &'a crate::model::decision::Decision,
+    pub(crate) policy: FailurePolicy,
+    /// The call's metric keys.
+    pub(crate) counters: Option<&'a counters::Prebuilt>,
 }
 
 /// A store and the layers around it.
@@ -448,6 +484,18 @@ impl Pipeline {
     /// (what [`Pipeline::run_memory`] does after the store answered).
     pub(crate) fn observe(&self, call: &mut Call<'_>, mask: Mask, answer: &mut Answer) {
         self.up(call, self.layers.len(), mask, answer);
+    }
+
+    /// [`Pipeline::observe`] for a refusal on the direct lane: up through
+    /// the layers of `mask` (all of them only observe, [`Pipeline::direct`])
+    /// without a call or answer built for them.
+    pub(crate) fn observe_refusal(&self, mask: Mask, refusal: &LaneRefusal<'_>) {
+        let mut bits = mask & self.afters;
+        while bits != 0 {
+            let i = (Mask::BITS - 1 - bits.leading_zeros()) as usize;
+            bits &= !(1 << i);
+            self.layers[i].after_refusal(refusal);
+        }
     }
 
     /// Every layer, outermost first.

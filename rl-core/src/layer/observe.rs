@@ -17,7 +17,7 @@
 //! Every refusal is `outcome="rejected"`, wherever it was decided: `source`
 //! says where (the backend, the deny cache, or the in-process fallback).
 
-use super::{Answer, Call, Layer, Source, counters};
+use super::{Answer, Call, LaneRefusal, Layer, Source, counters};
 use crate::model::decision::Decision;
 use crate::model::error::{BackendError, Error};
 use crate::model::key::IdentityRef;
@@ -35,6 +35,16 @@ impl Layer for Observe {
 
     fn only_observes(&self) -> bool {
         true
+    }
+
+    /// What [`Observe::after`] does with the store's refusal of an acquire,
+    /// without the call and answer: its log line and its count.
+    fn after_refusal(&self, refusal: &LaneRefusal<'_>) {
+        logged(refusal.target, refusal.decision, Source::Backend);
+        match refusal.counters {
+            Some(keys) => counters::count(&keys.rejected),
+            None => counters::decision(refusal.name, "rejected", Source::Backend.name()),
+        }
     }
 
     fn after(&self, call: &mut Call<'_>, answer: &mut Answer) {
@@ -137,12 +147,16 @@ fn decided(call: &Call<'_>, answer: &Answer) {
 }
 
 fn refused(call: &Call<'_>, index: usize, decision: &Decision, source: Source) {
-    let Some(Target {
+    if let Some(target) = call.targets.get(index) {
+        logged(target, decision, source);
+    }
+}
+
+/// The log line of a refusal of `target`.
+fn logged(target: &Target<'_>, decision: &Decision, source: Source) {
+    let Target {
         name, key, limit, ..
-    }) = call.targets.get(index)
-    else {
-        return;
-    };
+    } = target;
     let retry_after_ms = decision.retry_after.as_millis() as u64;
     let identity = Shown(key.identity);
     if matches!(source, Source::Cache | Source::Lease) {

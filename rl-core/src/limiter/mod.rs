@@ -34,8 +34,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::layer::breaker::Breaker;
-use crate::layer::{Answer, Call, Pipeline, Source};
-use crate::model::decision::{Decision, Decisions};
+use crate::layer::{LaneRefusal, Pipeline};
+use crate::model::decision::Decision;
 use crate::model::error::{Error, LimitError};
 use crate::model::key::{Identity, Key};
 use crate::model::policy::FailurePolicy;
@@ -43,7 +43,7 @@ use crate::model::rejection::{Name, Rejection};
 use crate::model::settings::Registry;
 use crate::store::Store;
 use crate::store::target::{Op, Target};
-use attempt::{Attempt, limited};
+use attempt::Attempt;
 use builder::LimiterBuilder;
 use call::{CallFuture, Keys};
 use requests::Requests;
@@ -419,7 +419,7 @@ impl Limiter {
             crate::layer::counters::count(&resolved.counters.allowed);
             return Some(Ok(admitted(&decision, target.limit)));
         }
-        Some(Err(self.refused_direct(spec, resolved, target, decision)))
+        Some(Err(self.refused_direct(spec, resolved, &target, &decision)))
     }
 
     /// [`Limiter::call_with`] decided now (the memory store), handed to
@@ -494,23 +494,25 @@ impl Limiter {
         &self,
         spec: &CallSpec,
         resolved: &Arc<Resolved>,
-        target: Target<'_>,
-        decision: Decision,
+        target: &Target<'_>,
+        decision: &Decision,
     ) -> Rejection {
-        let targets = [target];
-        let mut call = Call::new(Op::Acquire, &targets, spec.name(), resolved.policy);
-        call.counters = Some(&resolved.counters);
-        let mut answer = Answer::Decided {
-            decisions: Decisions::one(decision),
-            source: Source::Backend,
+        let refusal = LaneRefusal {
+            name: spec.name(),
+            target,
+            decision,
+            policy: resolved.policy,
+            counters: Some(&resolved.counters),
         };
-        self.pipeline.observe(&mut call, resolved.mask, &mut answer);
+        self.pipeline.observe_refusal(resolved.mask, &refusal);
         // Observing layers leave the answer as it is: the store's refusal,
         // named by the call's one group.
         let group = resolved.groups.first().map(|g| &g.name);
-        limited(&targets, 0, decision, None, &|_| {
-            Name::from(group.unwrap_or(spec.name_cow()))
-        })
+        Rejection::limited_as(
+            Name::from(group.unwrap_or(spec.name_cow())),
+            *decision,
+            *target.limit,
+        )
     }
 
     /// Gives the in-flight targets of one admission a fresh lease id.

@@ -3,6 +3,7 @@
 //! away. It must answer exactly as the full pipeline does.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::Limiter;
@@ -59,10 +60,36 @@ fn lane_and_full_road(clock: &ManualClock) -> (Limiter, Limiter) {
     (lane, full)
 }
 
+/// What `run` logs, one line per event, without times or colours.
+fn logged<T>(run: impl FnOnce() -> T) -> (T, String) {
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Lines {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::TRACE)
+        .without_time()
+        .with_ansi(false)
+        .finish();
+    let out = tracing::subscriber::with_default(subscriber, run);
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    (out, text)
+}
+
 /// 30 calls on `lane` and on `full` (from [`lane_and_full_road`]), 5 s
 /// apart, each told as text by `say(limiter, step)`: the same answers, in
-/// the same order, and the same `rl_decisions_total` counts, admissions
-/// and refusals of `name` among them.
+/// the same order, the same log lines, and the same `rl_decisions_total`
+/// counts, admissions and refusals of `name` among them.
 fn assert_answered_alike(
     algorithm: Algorithm,
     clock: &ManualClock,
@@ -71,12 +98,18 @@ fn assert_answered_alike(
     say: impl Fn(&Limiter, usize) -> String,
 ) {
     let (lane_counts, full_counts) = (Counters::default(), Counters::default());
+    let mut refusals_logged = 0;
     for step in 0..30 {
-        let lane_said = metrics::with_local_recorder(&lane_counts, || say(lane, step));
-        let full_said = metrics::with_local_recorder(&full_counts, || say(full, step));
+        let (lane_said, lane_log) =
+            logged(|| metrics::with_local_recorder(&lane_counts, || say(lane, step)));
+        let (full_said, full_log) =
+            logged(|| metrics::with_local_recorder(&full_counts, || say(full, step)));
         assert_eq!(lane_said, full_said, "{algorithm:?}, step {step}");
+        assert_eq!(lane_log, full_log, "{algorithm:?}, step {step}");
+        refusals_logged += lane_log.matches("rate limited").count();
         clock.advance(Duration::from_secs(5));
     }
+    assert!(refusals_logged > 0, "{algorithm:?}: no refusal was logged");
     let by = |counts: &Counters| -> HashMap<String, u64> {
         counts.by("rl_decisions_total", &["limit", "outcome", "source"])
     };
