@@ -49,6 +49,21 @@ impl Tat {
     }
 }
 
+/// The refusal at `now` of a call that would move the TAT from `tat` to
+/// `new_tat`, past `now + τ`.
+#[inline]
+fn refusal(burst: u64, interval: u64, now: u64, tat: u64, new_tat: u64) -> Decision {
+    let tau = interval * burst;
+    Decision::new(Figures {
+        allowed: false,
+        limit: burst,
+        remaining: (now + tau).saturating_sub(tat) / interval,
+        retry_after_us: new_tat - tau - now,
+        reset_after_us: tat - now,
+        at_micros: now,
+    })
+}
+
 impl State for Tat {
     #[inline]
     fn decide(&mut self, limit: &Limit, now: u64, cost: u64, commit: bool) -> Decision {
@@ -58,14 +73,7 @@ impl State for Tat {
         let tau = interval * burst;
         let new_tat = tat + cost * interval;
         if new_tat > now + tau {
-            return Decision::new(Figures {
-                allowed: false,
-                limit: burst,
-                remaining: (now + tau).saturating_sub(tat) / interval,
-                retry_after_us: new_tat - tau - now,
-                reset_after_us: tat - now,
-                at_micros: now,
-            });
+            return refusal(burst, interval, now, tat, new_tat);
         }
         let kept = if commit {
             *self = Tat {
@@ -85,6 +93,23 @@ impl State for Tat {
             reset_after_us: kept - now,
             at_micros: now,
         })
+    }
+
+    #[inline]
+    fn admit(&mut self, limit: &Limit, now: u64, cost: u64) -> Result<(), Decision> {
+        let interval = limit.emission_interval_micros();
+        let tat = self.measured_in(interval, now).max(now);
+        let burst = limit.burst();
+        let new_tat = tat + cost * interval;
+        if new_tat > now + interval * burst {
+            return Err(refusal(burst, interval, now, tat, new_tat));
+        }
+        *self = Tat {
+            tat: new_tat,
+            interval,
+            written: now,
+        };
+        Ok(())
     }
 
     fn refund(&mut self, limit: &Limit, now: u64, cost: u64, _at: u64) {

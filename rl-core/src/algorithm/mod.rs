@@ -63,6 +63,20 @@ pub(crate) trait State: Default + std::fmt::Debug + Send + 'static {
     /// and `commit`.
     fn decide(&mut self, limit: &Limit, now: u64, cost: u64, commit: bool) -> Decision;
 
+    /// [`State::decide`] with `commit`, for a caller that uses no figure of
+    /// an admission (`#[rate_limit]` without headers): `Ok` when admitted,
+    /// the refusal otherwise. Leaves the state exactly as `decide` does; an
+    /// algorithm may skip the admission's figures.
+    #[inline]
+    fn admit(&mut self, limit: &Limit, now: u64, cost: u64) -> Result<(), Decision> {
+        let decision = self.decide(limit, now, cost, true);
+        if decision.allowed {
+            Ok(())
+        } else {
+            Err(decision)
+        }
+    }
+
     /// Gives back `cost` units taken by a decision made at `at`.
     fn refund(&mut self, limit: &Limit, now: u64, cost: u64, at: u64);
 

@@ -28,6 +28,18 @@ impl Cell {
         }
     }
 
+    /// The state of `algorithm`, to compare two cells by.
+    fn state_of(&self, algorithm: Algorithm) -> &dyn std::fmt::Debug {
+        match algorithm {
+            Algorithm::FixedWindow => &self.window,
+            Algorithm::SlidingLog => &self.log,
+            Algorithm::SlidingWindow => &self.slots,
+            Algorithm::TokenBucket | Algorithm::LeakyBucket => &self.meter,
+            Algorithm::Gcra => &self.tat,
+            Algorithm::InFlight => &self.flight,
+        }
+    }
+
     fn expires_at(&mut self, algorithm: Algorithm) -> u64 {
         self.state(algorithm).expires()
     }
@@ -40,6 +52,7 @@ impl Cell {
 /// [`State`] as a trait object, for the dispatch above.
 trait Dispatch {
     fn decide(&mut self, limit: &Limit, now: u64, cost: u64, commit: bool) -> Decision;
+    fn admit(&mut self, limit: &Limit, now: u64, cost: u64) -> Result<(), Decision>;
     fn refund(&mut self, limit: &Limit, now: u64, cost: u64, at: u64);
     fn charge(&mut self, limit: &Limit, now: u64, units: u64);
     fn hold(&mut self, limit: &Limit, now: u64, after: u64, left: u64);
@@ -49,6 +62,9 @@ trait Dispatch {
 impl<S: State> Dispatch for S {
     fn decide(&mut self, limit: &Limit, now: u64, cost: u64, commit: bool) -> Decision {
         State::decide(self, limit, now, cost, commit)
+    }
+    fn admit(&mut self, limit: &Limit, now: u64, cost: u64) -> Result<(), Decision> {
+        State::admit(self, limit, now, cost)
     }
     fn refund(&mut self, limit: &Limit, now: u64, cost: u64, at: u64) {
         State::refund(self, limit, now, cost, at)
@@ -648,4 +664,42 @@ fn the_sliding_log_holds_at_most_twice_its_threshold_of_debt() {
         t.at(step).charge(4);
     }
     assert_eq!(t.cell.log_len(), 8);
+}
+
+/// `admit` (an admission without its figures) leaves every algorithm's
+/// state exactly as `decide` with `commit` does, and refuses with the same
+/// decision: calls of varying cost at uneven times, through a live change
+/// of the limit halfway.
+#[test]
+fn admit_decides_and_leaves_the_state_as_a_committed_decide() {
+    for algorithm in Algorithm::ALL {
+        let limits = [3, 7].map(|threshold| {
+            Limit::new(threshold, Duration::from_secs(10))
+                .unwrap()
+                .with_algorithm(algorithm)
+                .unwrap()
+        });
+        let (mut decided, mut admitted) = (Cell::default(), Cell::default());
+        let (mut now, mut refusals) = (1_700_000_000_000_000_u64, 0);
+        for step in 0..200_u64 {
+            let limit = &limits[usize::from(step >= 100)];
+            let cost = 1 + step % 3 % limit.capacity().max(1);
+            let decision = decided.state(algorithm).decide(limit, now, cost, true);
+            let admission = admitted.state(algorithm).admit(limit, now, cost);
+            match admission {
+                Ok(()) => assert!(decision.allowed, "{algorithm:?}, step {step}"),
+                Err(refusal) => {
+                    assert_eq!(refusal, decision, "{algorithm:?}, step {step}");
+                    refusals += 1;
+                }
+            }
+            assert_eq!(
+                format!("{:?}", decided.state_of(algorithm)),
+                format!("{:?}", admitted.state_of(algorithm)),
+                "{algorithm:?}, step {step}"
+            );
+            now += [137_000, 1_900_000, 20, 4_100_000][step as usize % 4];
+        }
+        assert!(refusals > 10, "{algorithm:?}: {refusals} refusals");
+    }
 }

@@ -25,6 +25,22 @@ pub(crate) mod timer;
 pub(crate) mod upstream;
 pub(crate) mod wait;
 
+/// The direct lane's store call for a caller that uses an admission's
+/// decision: `admitted` makes what the call returns of it and its limit.
+#[inline(always)]
+fn with_decision<T>(
+    admitted: impl FnOnce(&Decision, &crate::model::limit::Limit) -> T,
+) -> impl FnOnce(&MemoryBackend, &Target<'_>) -> Result<T, Decision> {
+    move |memory, target| {
+        let decision = memory.acquire_target(target);
+        if decision.allowed {
+            Ok(admitted(&decision, target.limit))
+        } else {
+            Err(decision)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;
 
@@ -42,6 +58,7 @@ use crate::model::policy::FailurePolicy;
 use crate::model::rejection::{Name, Rejection};
 use crate::model::settings::Registry;
 use crate::store::Store;
+use crate::store::memory::MemoryBackend;
 use crate::store::target::{Op, Target};
 use attempt::Attempt;
 use builder::LimiterBuilder;
@@ -390,36 +407,41 @@ impl Limiter {
         resolved: &Arc<Resolved>,
         identity: &Identity,
     ) -> Option<CallFuture<'l>> {
-        self.lane(spec, resolved, identity, |decision, limit| {
-            CallFuture::direct(self, spec, *decision, *limit)
-        })
+        self.lane(
+            spec,
+            resolved,
+            identity,
+            with_decision(|decision, limit| CallFuture::direct(self, spec, *decision, *limit)),
+        )
         .map(|decided| decided.unwrap_or_else(|rejection| CallFuture::ready(Err(rejection))))
     }
 
     /// The direct lane itself: decides a call of `resolved` (a spec the
-    /// lane takes: [`Resolved::direct`]) for `identity` in the memory store;
-    /// an admission is counted and handed to `admitted` with its limit, a
-    /// refusal goes up through the observing layers into its rejection.
-    /// `None` when the call is not one for this lane after all.
+    /// lane takes: [`Resolved::direct`]) for `identity` in the memory store
+    /// with `decide` (the store's answer: what the caller makes of an
+    /// admission, or the refusal); an admission is counted, a refusal goes
+    /// up through the observing layers into its rejection. `None` when the
+    /// call is not one for this lane after all.
     #[inline(always)]
     fn lane<T>(
         &self,
         spec: &CallSpec,
         resolved: &Arc<Resolved>,
         identity: &Identity,
-        admitted: impl FnOnce(&Decision, &crate::model::limit::Limit) -> T,
+        decide: impl FnOnce(&MemoryBackend, &Target<'_>) -> Result<T, Decision>,
     ) -> Option<Result<T, Rejection>> {
         let (Store::Memory(memory), Some(target)) =
             (&self.pipeline.store, resolved.direct_target(identity))
         else {
             return None;
         };
-        let decision = memory.acquire_target(&target);
-        if decision.allowed {
-            crate::layer::counters::count(&resolved.counters.allowed);
-            return Some(Ok(admitted(&decision, target.limit)));
+        match decide(memory, &target) {
+            Ok(admitted) => {
+                crate::layer::counters::count(&resolved.counters.allowed);
+                Some(Ok(admitted))
+            }
+            Err(decision) => Some(Err(self.refused_direct(spec, resolved, &target, &decision))),
         }
-        Some(Err(self.refused_direct(spec, resolved, &target, &decision)))
     }
 
     /// [`Limiter::call_with`] decided now (the memory store), handed to
@@ -449,9 +471,14 @@ impl Limiter {
                 if !resolved.direct {
                     return None;
                 }
-                self.lane(spec, resolved, &identity, |decision, limit| {
-                    admitted.take().map(|admitted| admitted(decision, limit))
-                })
+                self.lane(
+                    spec,
+                    resolved,
+                    &identity,
+                    with_decision(|decision, limit| {
+                        admitted.take().map(|admitted| admitted(decision, limit))
+                    }),
+                )
             });
             match lane {
                 Some(Ok(made)) => return made,
@@ -477,7 +504,9 @@ impl Limiter {
                 if !resolved.direct {
                     return None;
                 }
-                self.lane(spec, resolved, &identity, |_, _| ())
+                self.lane(spec, resolved, &identity, |memory, target| {
+                    memory.admit_target(target)
+                })
             });
             if let Some(admitted) = lane {
                 return call::Admitted::ready(admitted);

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::Limiter;
 use super::resolve;
+use crate::model::key::Part;
 use crate::testing::{Counters, NowOrNever};
 use crate::{Algorithm, CallSpec, GroupSpec, Limit, ManualClock};
 
@@ -43,6 +44,19 @@ fn outcome(limiter: &Limiter, spec: &CallSpec, who: &str) -> String {
         .expect("memory answers now")
     {
         Ok(permit) => format!("admitted {:?}", permit.binding()),
+        Err(rejection) => format!("refused {} {:?}", rejection.name(), rejection.reason()),
+    }
+}
+
+/// One call of `spec` for `who` as `#[rate_limit]` makes it when it keeps
+/// no permit (`__private::admit`, whose lane builds no admission's
+/// figures), told as text: admitted, or the rejection's name and reason.
+fn admitted(limiter: &Limiter, spec: &CallSpec, who: &str) -> String {
+    match crate::__private::admit(spec, Ok(limiter), &[Part::Text(who)])
+        .now_or_never()
+        .expect("memory answers now")
+    {
+        Ok(()) => "admitted".into(),
         Err(rejection) => format!("refused {} {:?}", rejection.name(), rejection.reason()),
     }
 }
@@ -137,6 +151,22 @@ fn the_direct_lane_answers_and_counts_as_the_full_pipeline() {
         assert!(!direct(&full, &spec), "{algorithm:?}");
         assert_answered_alike(algorithm, &clock, (&lane, &full), "sms", |limiter, step| {
             outcome(limiter, &spec, ["alice", "bob"][step % 2])
+        });
+    }
+}
+
+/// The macro's admission-only call (no figures of an admission built on
+/// the lane) answers, logs and counts as the full road does.
+#[test]
+fn the_macros_admissions_on_the_direct_lane_answer_and_count_as_the_full_pipeline() {
+    for algorithm in Algorithm::ALL {
+        let spec = sms(algorithm);
+        let clock = ManualClock::new(1_700_000_000_000_000);
+        let (lane, full) = lane_and_full_road(&clock);
+        assert!(direct(&lane, &spec), "{algorithm:?}");
+        assert!(!direct(&full, &spec), "{algorithm:?}");
+        assert_answered_alike(algorithm, &clock, (&lane, &full), "sms", |limiter, step| {
+            admitted(limiter, &spec, ["alice", "bob"][step % 2])
         });
     }
 }

@@ -417,6 +417,17 @@ impl MemoryBackend {
         decide_in(&mut shard, &at, target, now, true, now)
     }
 
+    /// [`MemoryBackend::acquire_target`] for a caller that uses no figure
+    /// of an admission: `Err` holds the refusal.
+    #[inline]
+    pub(crate) fn admit_target(&self, target: &Target<'_>) -> Result<(), Decision> {
+        let at = self.locate(target);
+        let clock = self.clock.now_micros();
+        let mut shard = self.shards.at(at.shard).lock();
+        let now = shard.now(clock);
+        admit_in(&mut shard, &at, target, now)
+    }
+
     #[inline]
     pub(crate) fn acquire_targets(&self, targets: &[Target<'_>]) -> Decisions {
         if let [one] = targets {

@@ -276,12 +276,44 @@ fn decide<S: Tabled>(
     commit: bool,
     clock: u64,
 ) -> Decision {
+    on_state::<S, _>(shard, at, target, (now, commit, clock), |state| {
+        state.decide(target.limit, now, target.cost, commit)
+    })
+}
+
+/// [`decide_in`] with `commit`, for a caller that uses no figure of an
+/// admission ([`State::admit`]): `Err` holds the refusal.
+pub(super) fn admit_in(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+) -> Result<(), Decision> {
+    with_state!(target.limit.algorithm(), S => {
+        on_state::<S, _>(shard, at, target, (now, true, now), |state| {
+            state.admit(target.limit, now, target.cost)
+        })
+    })
+}
+
+/// Runs `decide` on the state of `target` (a fresh one when it has none);
+/// a fresh state it left busy is kept when `commit`. `times` is the
+/// decision's time, `commit`, and the shard's time (a reservation's slot
+/// may be later than the shard's time, which an insertion sweeps by).
+#[inline]
+fn on_state<S: Tabled, R>(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    times: (u64, bool, u64),
+    decide: impl FnOnce(&mut S) -> R,
+) -> R {
     match target.key.identity {
         IdentityRef::Number(_) | IdentityRef::Ipv4(_) => {
-            decide_held::<S, u64>(shard, at, target, now, commit, clock)
+            decide_held::<S, u64, R>(shard, at, target, times, decide)
         }
         IdentityRef::Text(_) => {
-            decide_held::<S, CompactString>(shard, at, target, now, commit, clock)
+            decide_held::<S, CompactString, R>(shard, at, target, times, decide)
         }
     }
 }
@@ -304,25 +336,24 @@ impl Side for CompactString {
 }
 
 #[inline]
-fn decide_held<S: Tabled, I: Side>(
+fn decide_held<S: Tabled, I: Side, R>(
     shard: &mut Shard,
     at: &Located,
     target: &Target<'_>,
-    now: u64,
-    commit: bool,
-    clock: u64,
-) -> Decision {
+    (now, commit, clock): (u64, bool, u64),
+    decide: impl FnOnce(&mut S) -> R,
+) -> R {
     let identity = target.key.identity;
     let table = S::table(I::tables(&mut shard.tables));
     if let Some(entry) = table.find_mut(at.hash, matches::<S, I>(at, identity)) {
-        return entry.state.decide(target.limit, now, target.cost, commit);
+        return decide(&mut entry.state);
     }
     let mut state = S::default();
-    let decision = state.decide(target.limit, now, target.cost, commit);
+    let decided = decide(&mut state);
     if commit && !state.is_idle(now) {
         insert::<S, I>(shard, at, identity, state, clock);
     }
-    decision
+    decided
 }
 
 /// Adds a new identity's state, sweeping idle ones first when the shard
