@@ -16,7 +16,13 @@
 //!             ::ratewall::__private::CallSpec::new(<name>, &[GroupSpec::new(<group>, &[<limits>]).with_cost(..), ..])
 //!                 .with_policy(..);                                // `on_error`
 //!         let __rl_call = ::ratewall::__private::admit(&__RL_SPEC, __rl_limiter, &[&(<key>), ..]);
-//!         match __rl_call.await {               // the admission only: no permit kept
+//!         // The admission only (no permit kept), awaited only when it is
+//!         // not decided already (a remote store):
+//!         let __rl_decided = match ::ratewall::__private::decided(__rl_call) {
+//!             Ok(__rl_decided) => __rl_decided,
+//!             Err(__rl_later) => __rl_later.await,
+//!         };
+//!         match __rl_decided {
 //!             Ok(()) => {}
 //!             Err(__rl_rejection) => return <Err(From::from(..)) or (on_reject)(..)>,
 //!         }
@@ -382,7 +388,11 @@ fn call(
             {
                 #limiter
                 #check
-                match __rl_call.await {
+                let __rl_decided = match #private::decided(__rl_call) {
+                    #private::core::result::Result::Ok(__rl_decided) => __rl_decided,
+                    #private::core::result::Result::Err(__rl_later) => __rl_later.await,
+                };
+                match __rl_decided {
                     #private::core::result::Result::Ok(()) => {}
                     #private::core::result::Result::Err(__rl_rejection) => #refused
                 }
@@ -562,7 +572,11 @@ mod tests {
                         __rl_limiter,
                         &[(&&::ratewall::__private::Probe(&(user.id))).__rl_part()]
                     );
-                    match __rl_call.await {
+                    let __rl_decided = match ::ratewall::__private::decided(__rl_call) {
+                        ::ratewall::__private::core::result::Result::Ok(__rl_decided) => __rl_decided,
+                        ::ratewall::__private::core::result::Result::Err(__rl_later) => __rl_later.await,
+                    };
+                    match __rl_decided {
                         ::ratewall::__private::core::result::Result::Ok(()) => {}
                         ::ratewall::__private::core::result::Result::Err(__rl_rejection) => {
                             return ::ratewall::__private::core::result::Result::Err(
@@ -776,7 +790,11 @@ mod tests {
                             (&&::ratewall::__private::Probe(&(ip))).__rl_part()
                         ]
                     );
-                    match __rl_call.await {
+                    let __rl_decided = match ::ratewall::__private::decided(__rl_call) {
+                        ::ratewall::__private::core::result::Result::Ok(__rl_decided) => __rl_decided,
+                        ::ratewall::__private::core::result::Result::Err(__rl_later) => __rl_later.await,
+                    };
+                    match __rl_decided {
                         ::ratewall::__private::core::result::Result::Ok(()) => {}
                         ::ratewall::__private::core::result::Result::Err(__rl_rejection) => {
                             fn __rl_on_reject<__RlOut, __RlOnReject>(

@@ -270,7 +270,8 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 ///
 /// Public API: a `static` `ratewall::CallSpec` and one `Limiter::call`
 /// (through `__private::call`, which only adds "no global limiter installed"
-/// as a rejection). The key goes in as an integer or string when its type
+/// as a rejection; `__private::admit` when no permit is kept, which awaits
+/// nothing when the answer is decided already). The key goes in as an integer or string when its type
 /// is one (rendered without `core::fmt`), else through its `Display`:
 ///
 /// ```text
@@ -280,9 +281,14 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 ///         static __RL_LIMITS_0: [Limit; 1] = [Limit::from_parts_const(2, 30000000, Algorithm::Gcra, 2, 10)];
 ///         static __RL_GROUPS: [GroupSpec; 1] = [GroupSpec::new(concat!(module_path!(), "::", "say_hi"), &__RL_LIMITS_0)];
 ///         static __RL_SPEC: CallSpec = CallSpec::new(concat!(module_path!(), "::", "say_hi"), &__RL_GROUPS);
-///         let __rl_call = ::ratewall::__private::call(&__RL_SPEC, __rl_limiter, &[(&&Probe(&(user_id))).__rl_part()]);
-///         match __rl_call.await {
-///             Ok(_) => {}
+///         let __rl_call = ::ratewall::__private::admit(&__RL_SPEC, __rl_limiter, &[(&&Probe(&(user_id))).__rl_part()]);
+///         // Decided already in memory: no await; a remote store's answer is awaited.
+///         let __rl_decided = match ::ratewall::__private::decided(__rl_call) {
+///             Ok(__rl_decided) => __rl_decided,
+///             Err(__rl_later) => __rl_later.await,
+///         };
+///         match __rl_decided {
+///             Ok(()) => {}
 ///             Err(__rl_rejection) => return Err(From::from(__rl_rejection)),
 ///         }
 ///     }

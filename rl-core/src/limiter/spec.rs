@@ -404,11 +404,19 @@ impl CallSpec {
     }
 
     /// The spec's process-unique id (what resolved calls are cached under).
+    #[inline]
     pub(crate) fn id(&self) -> u64 {
         let id = self.id.load(Ordering::Relaxed);
         if id != 0 {
             return id;
         }
+        self.first_id()
+    }
+
+    /// Gives the spec its id on its first call.
+    #[cold]
+    #[inline(never)]
+    fn first_id(&self) -> u64 {
         let fresh = NEXT_SPEC.fetch_add(1, Ordering::Relaxed);
         match self
             .id

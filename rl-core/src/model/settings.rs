@@ -82,6 +82,7 @@ impl Registry {
     }
 
     /// Changes since the limiter was built.
+    #[inline]
     pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }

@@ -111,6 +111,13 @@ pub fn admitted(call: CallFuture<'_>) -> Admitted<'_> {
     call.admitted()
 }
 
+/// The admission of `call` when it is decided already (no await needed),
+/// else `call` to await.
+#[inline]
+pub fn decided(call: Admitted<'_>) -> Result<Result<(), Rejection>, Admitted<'_>> {
+    call.decided()
+}
+
 /// [`call`] awaited for its admission only, as [`admitted`]; a call the
 /// direct lane admitted makes no permit at all.
 #[inline]

@@ -168,6 +168,18 @@ impl Admitted<'_> {
     }
 }
 
+impl<'l> Admitted<'l> {
+    /// The answer when it is decided already (the memory store), else the
+    /// future to await for it.
+    #[inline]
+    pub(crate) fn decided(self) -> Result<Result<(), Rejection>, Self> {
+        match self.state {
+            AdmittedState::Ready(Some(result)) => Ok(result),
+            state => Err(Self { state }),
+        }
+    }
+}
+
 impl Future for Admitted<'_> {
     type Output = Result<(), Rejection>;
 
