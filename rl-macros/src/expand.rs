@@ -18,7 +18,7 @@
 //!         let __rl_call = ::ratewall::__private::admit(&__RL_SPEC, __rl_limiter, &[&(<key>), ..]);
 //!         // The admission only (no permit kept), awaited only when it is
 //!         // not decided already (a remote store):
-//!         let __rl_decided = match ::ratewall::__private::decided(__rl_call) {
+//!         let __rl_decided = match __rl_call {
 //!             Ok(__rl_decided) => __rl_decided,
 //!             Err(__rl_later) => __rl_later.await,
 //!         };
@@ -388,7 +388,7 @@ fn call(
             {
                 #limiter
                 #check
-                let __rl_decided = match #private::decided(__rl_call) {
+                let __rl_decided = match __rl_call {
                     #private::core::result::Result::Ok(__rl_decided) => __rl_decided,
                     #private::core::result::Result::Err(__rl_later) => __rl_later.await,
                 };
@@ -572,7 +572,7 @@ mod tests {
                         __rl_limiter,
                         &[(&&::ratewall::__private::Probe(&(user.id))).__rl_part()]
                     );
-                    let __rl_decided = match ::ratewall::__private::decided(__rl_call) {
+                    let __rl_decided = match __rl_call {
                         ::ratewall::__private::core::result::Result::Ok(__rl_decided) => __rl_decided,
                         ::ratewall::__private::core::result::Result::Err(__rl_later) => __rl_later.await,
                     };
@@ -790,7 +790,7 @@ mod tests {
                             (&&::ratewall::__private::Probe(&(ip))).__rl_part()
                         ]
                     );
-                    let __rl_decided = match ::ratewall::__private::decided(__rl_call) {
+                    let __rl_decided = match __rl_call {
                         ::ratewall::__private::core::result::Result::Ok(__rl_decided) => __rl_decided,
                         ::ratewall::__private::core::result::Result::Err(__rl_later) => __rl_later.await,
                     };

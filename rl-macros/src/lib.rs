@@ -283,7 +283,7 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 ///         static __RL_SPEC: CallSpec = CallSpec::new(concat!(module_path!(), "::", "say_hi"), &__RL_GROUPS);
 ///         let __rl_call = ::ratewall::__private::admit(&__RL_SPEC, __rl_limiter, &[(&&Probe(&(user_id))).__rl_part()]);
 ///         // Decided already in memory: no await; a remote store's answer is awaited.
-///         let __rl_decided = match ::ratewall::__private::decided(__rl_call) {
+///         let __rl_decided = match __rl_call {
 ///             Ok(__rl_decided) => __rl_decided,
 ///             Err(__rl_later) => __rl_later.await,
 ///         };

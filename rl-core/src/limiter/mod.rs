@@ -494,8 +494,12 @@ impl Limiter {
     /// `#[rate_limit]` awaits when it keeps no permit): a call of one key on
     /// the direct lane is decided here and nothing but its admission
     /// leaves; any other takes [`Limiter::call_with`].
-    #[inline]
-    pub(crate) fn admit<'l>(&'l self, spec: &'l CallSpec, keys: Keys<'_>) -> call::Admitted<'l> {
+    #[inline(always)]
+    pub(crate) fn admit<'l>(
+        &'l self,
+        spec: &'l CallSpec,
+        keys: Keys<'_>,
+    ) -> Result<Result<(), Rejection>, call::Admitted<'l>> {
         if let Some(part) = keys.direct(spec)
             && !self.pipeline.store.is_remote()
         {
@@ -508,11 +512,11 @@ impl Limiter {
                     memory.admit_target(target)
                 })
             });
-            if let Some(admitted) = lane {
-                return call::Admitted::ready(admitted);
+            if let Some(decided) = lane {
+                return Ok(decided);
             }
         }
-        self.call_with(spec, keys).admitted()
+        self.call_with(spec, keys).admitted().decided()
     }
 
     /// A refusal on the direct lane, observed and turned into a rejection

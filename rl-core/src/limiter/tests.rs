@@ -52,10 +52,11 @@ fn outcome(limiter: &Limiter, spec: &CallSpec, who: &str) -> String {
 /// no permit (`__private::admit`, whose lane builds no admission's
 /// figures), told as text: admitted, or the rejection's name and reason.
 fn admitted(limiter: &Limiter, spec: &CallSpec, who: &str) -> String {
-    match crate::__private::admit(spec, Ok(limiter), &[Part::Text(who)])
-        .now_or_never()
-        .expect("memory answers now")
-    {
+    let decided = match crate::__private::admit(spec, Ok(limiter), &[Part::Text(who)]) {
+        Ok(decided) => decided,
+        Err(later) => later.now_or_never().expect("memory answers now"),
+    };
+    match decided {
         Ok(()) => "admitted".into(),
         Err(rejection) => format!("refused {} {:?}", rejection.name(), rejection.reason()),
     }

@@ -104,31 +104,29 @@ pub fn cost(cost: impl Cost) -> u64 {
     cost.units()
 }
 
-/// What a function that keeps no permit awaits: [`call`]'s admission or
-/// refusal, the permit dropped at once (see `CallFuture::admitted`).
+/// What a function that keeps no permit matches on: the admission or
+/// refusal when it is decided already (the memory store), else the future
+/// to await for it (`Admitted`).
+pub type AdmitNow<'l> = Result<Result<(), Rejection>, Admitted<'l>>;
+
+/// [`call`]'s admission or refusal, the permit dropped at once (see
+/// `CallFuture::admitted`), for a function that keeps no permit.
 #[inline]
-pub fn admitted(call: CallFuture<'_>) -> Admitted<'_> {
-    call.admitted()
+pub fn admitted(call: CallFuture<'_>) -> AdmitNow<'_> {
+    call.admitted().decided()
 }
 
-/// The admission of `call` when it is decided already (no await needed),
-/// else `call` to await.
-#[inline]
-pub fn decided(call: Admitted<'_>) -> Result<Result<(), Rejection>, Admitted<'_>> {
-    call.decided()
-}
-
-/// [`call`] awaited for its admission only, as [`admitted`]; a call the
-/// direct lane admitted makes no permit at all.
-#[inline]
+/// [`call`] for its admission only, as [`admitted`]; a call the direct
+/// lane admitted makes no permit and awaits nothing.
+#[inline(always)]
 pub fn admit<'l>(
     spec: &'l CallSpec,
     limiter: Result<&'l Limiter, Error>,
     identities: &[Part<'_>],
-) -> Admitted<'l> {
+) -> AdmitNow<'l> {
     match limiter {
         Ok(limiter) => limiter.admit(spec, Keys::parts(identities)),
-        Err(_) => call(spec, limiter, identities).admitted(),
+        Err(_) => call(spec, limiter, identities).admitted().decided(),
     }
 }
 

@@ -158,16 +158,6 @@ impl fmt::Debug for Admitted<'_> {
     }
 }
 
-impl Admitted<'_> {
-    /// An admission or refusal decided already.
-    #[inline]
-    pub(crate) fn ready(result: Result<(), Rejection>) -> Self {
-        Self {
-            state: AdmittedState::Ready(Some(result)),
-        }
-    }
-}
-
 impl<'l> Admitted<'l> {
     /// The answer when it is decided already (the memory store), else the
     /// future to await for it.
