@@ -430,11 +430,10 @@ impl Limiter {
         identity: &Identity,
         decide: impl FnOnce(&MemoryBackend, &Target<'_>) -> Result<T, Decision>,
     ) -> Option<Result<T, Rejection>> {
-        let (Store::Memory(memory), Some(target)) =
-            (&self.pipeline.store, resolved.direct_target(identity))
-        else {
+        let Store::Memory(memory) = &self.pipeline.store else {
             return None;
         };
+        let target = resolved.direct_target(identity)?;
         match decide(memory, &target) {
             Ok(admitted) => {
                 crate::layer::counters::count(&resolved.counters.allowed);
