@@ -25,22 +25,6 @@ pub(crate) mod timer;
 pub(crate) mod upstream;
 pub(crate) mod wait;
 
-/// The direct lane's store call for a caller that uses an admission's
-/// decision: `admitted` makes what the call returns of it and its limit.
-#[inline(always)]
-fn with_decision<T>(
-    admitted: impl FnOnce(&Decision, &crate::model::limit::Limit) -> T,
-) -> impl FnOnce(&MemoryBackend, &Target<'_>) -> Result<T, Decision> {
-    move |memory, target| {
-        let decision = memory.acquire_target(target);
-        if decision.allowed {
-            Ok(admitted(&decision, target.limit))
-        } else {
-            Err(decision)
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests;
 
@@ -619,4 +603,20 @@ impl Limiter {
 pub(crate) fn bad_call(spec: &CallSpec, error: LimitError) -> Rejection {
     tracing::error!(call = spec.name(), %error, "rate limit misconfigured");
     Rejection::unavailable(spec.name_cow().clone(), Error::Limit(error))
+}
+
+/// The direct lane's store call for a caller that uses an admission's
+/// decision: `admitted` makes what the call returns of it and its limit.
+#[inline(always)]
+fn with_decision<T>(
+    admitted: impl FnOnce(&Decision, &crate::model::limit::Limit) -> T,
+) -> impl FnOnce(&MemoryBackend, &Target<'_>) -> Result<T, Decision> {
+    move |memory, target| {
+        let decision = memory.acquire_target(target);
+        if decision.allowed {
+            Ok(admitted(&decision, target.limit))
+        } else {
+            Err(decision)
+        }
+    }
 }
