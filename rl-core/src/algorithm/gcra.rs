@@ -47,48 +47,85 @@ impl Tat {
         // exact in Lua's doubles).
         self.written + (ahead.ceil() as u64).min(DEBT_CAP)
     }
+
+    /// Where a call of `cost` at `now` would move the TAT.
+    #[inline]
+    fn step(&self, limit: &Limit, now: u64, cost: u64) -> Step {
+        let interval = limit.emission_interval_micros();
+        let tat = self.measured_in(interval, now).max(now);
+        Step {
+            interval,
+            burst: limit.burst(),
+            tat,
+            new_tat: tat + cost * interval,
+        }
+    }
+
+    /// Takes the call `step` fits, written at `now`.
+    #[inline]
+    fn take(&mut self, step: &Step, now: u64) {
+        *self = Tat {
+            tat: step.new_tat,
+            interval: step.interval,
+            written: now,
+        };
+    }
 }
 
-/// The refusal at `now` of a call that would move the TAT from `tat` to
-/// `new_tat`, past `now + τ`.
-#[inline]
-fn refusal(burst: u64, interval: u64, now: u64, tat: u64, new_tat: u64) -> Decision {
-    let tau = interval * burst;
-    Decision::new(Figures {
-        allowed: false,
-        limit: burst,
-        remaining: (now + tau).saturating_sub(tat) / interval,
-        retry_after_us: new_tat - tau - now,
-        reset_after_us: tat - now,
-        at_micros: now,
-    })
+/// A call: the limit's interval and burst, the TAT as of now, and the TAT
+/// the call would move it to.
+struct Step {
+    interval: u64,
+    burst: u64,
+    tat: u64,
+    new_tat: u64,
+}
+
+impl Step {
+    /// `τ`, the tolerance.
+    #[inline]
+    fn tau(&self) -> u64 {
+        self.interval * self.burst
+    }
+
+    /// Whether the call fits the limit at `now`.
+    #[inline]
+    fn fits(&self, now: u64) -> bool {
+        self.new_tat <= now + self.tau()
+    }
+
+    /// The call's refusal at `now` (nothing taken).
+    #[inline]
+    fn refusal(&self, now: u64) -> Decision {
+        let tau = self.tau();
+        Decision::new(Figures {
+            allowed: false,
+            limit: self.burst,
+            remaining: (now + tau).saturating_sub(self.tat) / self.interval,
+            retry_after_us: self.new_tat - tau - now,
+            reset_after_us: self.tat - now,
+            at_micros: now,
+        })
+    }
 }
 
 impl State for Tat {
     #[inline]
     fn decide(&mut self, limit: &Limit, now: u64, cost: u64, commit: bool) -> Decision {
-        let interval = limit.emission_interval_micros();
-        let tat = self.measured_in(interval, now).max(now);
-        let burst = limit.burst();
-        let tau = interval * burst;
-        let new_tat = tat + cost * interval;
-        if new_tat > now + tau {
-            return refusal(burst, interval, now, tat, new_tat);
+        let step = self.step(limit, now, cost);
+        if !step.fits(now) {
+            return step.refusal(now);
         }
         let kept = if commit {
-            *self = Tat {
-                tat: new_tat,
-                interval,
-                written: now,
-            };
-            new_tat
+            self.take(&step, now);
+            step.new_tat
         } else {
-            tat
+            step.tat
         };
         Decision::new(Figures {
             allowed: true,
-            limit: burst,
-            remaining: (now + tau - kept) / interval,
+            limit: step.burst,
+            remaining: (now + step.tau() - kept) / step.interval,
             retry_after_us: 0,
             reset_after_us: kept - now,
             at_micros: now,
@@ -97,18 +134,11 @@ impl State for Tat {
 
     #[inline]
     fn admit(&mut self, limit: &Limit, now: u64, cost: u64) -> Result<(), Decision> {
-        let interval = limit.emission_interval_micros();
-        let tat = self.measured_in(interval, now).max(now);
-        let burst = limit.burst();
-        let new_tat = tat + cost * interval;
-        if new_tat > now + interval * burst {
-            return Err(refusal(burst, interval, now, tat, new_tat));
+        let step = self.step(limit, now, cost);
+        if !step.fits(now) {
+            return Err(step.refusal(now));
         }
-        *self = Tat {
-            tat: new_tat,
-            interval,
-            written: now,
-        };
+        self.take(&step, now);
         Ok(())
     }
 

@@ -140,10 +140,10 @@ fn assert_answered_alike(
     );
 }
 
-/// The same calls on a limiter that takes the direct lane and on one whose
-/// calls take the full road: the same answers and counts.
-#[test]
-fn the_direct_lane_answers_and_counts_as_the_full_pipeline() {
+/// For every algorithm, the same calls told by `say` on a limiter that
+/// takes the direct lane and on one whose calls take the full road (see
+/// [`assert_answered_alike`]).
+fn assert_the_lane_answers_as_the_full_road(say: fn(&Limiter, &CallSpec, &str) -> String) {
     for algorithm in Algorithm::ALL {
         let spec = sms(algorithm);
         let clock = ManualClock::new(1_700_000_000_000_000);
@@ -151,25 +151,23 @@ fn the_direct_lane_answers_and_counts_as_the_full_pipeline() {
         assert!(direct(&lane, &spec), "{algorithm:?}");
         assert!(!direct(&full, &spec), "{algorithm:?}");
         assert_answered_alike(algorithm, &clock, (&lane, &full), "sms", |limiter, step| {
-            outcome(limiter, &spec, ["alice", "bob"][step % 2])
+            say(limiter, &spec, ["alice", "bob"][step % 2])
         });
     }
+}
+
+/// The same calls on a limiter that takes the direct lane and on one whose
+/// calls take the full road: the same answers and counts.
+#[test]
+fn the_direct_lane_answers_and_counts_as_the_full_pipeline() {
+    assert_the_lane_answers_as_the_full_road(outcome);
 }
 
 /// The macro's admission-only call (no figures of an admission built on
 /// the lane) answers, logs and counts as the full road does.
 #[test]
 fn the_macros_admissions_on_the_direct_lane_answer_and_count_as_the_full_pipeline() {
-    for algorithm in Algorithm::ALL {
-        let spec = sms(algorithm);
-        let clock = ManualClock::new(1_700_000_000_000_000);
-        let (lane, full) = lane_and_full_road(&clock);
-        assert!(direct(&lane, &spec), "{algorithm:?}");
-        assert!(!direct(&full, &spec), "{algorithm:?}");
-        assert_answered_alike(algorithm, &clock, (&lane, &full), "sms", |limiter, step| {
-            admitted(limiter, &spec, ["alice", "bob"][step % 2])
-        });
-    }
+    assert_the_lane_answers_as_the_full_road(admitted);
 }
 
 #[test]
