@@ -410,7 +410,7 @@ impl MemoryBackend {
     /// Decides one target (the hot path: one shard, one probe).
     #[inline]
     pub(crate) fn acquire_target(&self, target: &Target<'_>) -> Decision {
-        self.in_shard(target, |shard, at, now| {
+        in_shard(self, target, |shard, at, now| {
             decide_in(shard, at, target, now, true, now)
         })
     }
@@ -419,21 +419,9 @@ impl MemoryBackend {
     /// of an admission: `Err` holds the refusal.
     #[inline]
     pub(crate) fn admit_target(&self, target: &Target<'_>) -> Result<(), Decision> {
-        self.in_shard(target, |shard, at, now| admit_in(shard, at, target, now))
-    }
-
-    /// Runs `decide` in `target`'s shard, locked, at the shard's time.
-    #[inline(always)]
-    fn in_shard<R>(
-        &self,
-        target: &Target<'_>,
-        decide: impl FnOnce(&mut Shard, &Located, u64) -> R,
-    ) -> R {
-        let at = self.locate(target);
-        let clock = self.clock.now_micros();
-        let mut shard = self.shards.at(at.shard).lock();
-        let now = shard.now(clock);
-        decide(&mut shard, &at, now)
+        in_shard(self, target, |shard, at, now| {
+            admit_in(shard, at, target, now)
+        })
     }
 
     #[inline]

@@ -3,6 +3,21 @@
 
 use super::*;
 
+/// Runs `decide` in `target`'s shard of `memory`, locked, at the shard's
+/// time: the one-target hot path.
+#[inline(always)]
+pub(super) fn in_shard<R>(
+    memory: &MemoryBackend,
+    target: &Target<'_>,
+    decide: impl FnOnce(&mut Shard, &Located, u64) -> R,
+) -> R {
+    let at = memory.locate(target);
+    let clock = memory.clock.now_micros();
+    let mut shard = memory.shards.at(at.shard).lock();
+    let now = shard.now(clock);
+    decide(&mut shard, &at, now)
+}
+
 /// Decides every target against its state, in order.
 pub(super) fn decide_all(
     guards: &mut Locked<'_, Shard>,
