@@ -109,6 +109,69 @@ async fn a_refusal_heard_by_one_instance_lowers_every_instances_limit_once() {
     );
 }
 
+/// The seam: an instance whose calls were all answered before another one
+/// heard a `429` hears nothing while the budget is paused, and would resume
+/// with the limits it had. Refused by the paused budget, it reads the scale
+/// (when due) before it calls again, by hand or in the client layer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_paused_by_another_ones_refusal_resumes_with_the_learned_limit() {
+    let server = RedisServer::start();
+    let (a, b, c) = (on(&server).await, on(&server).await, on(&server).await);
+    let spec = chat();
+    let every = Duration::from_millis(50);
+    let (auto_a, auto_b) = (Auto::new(), Auto::new().every(every));
+    let gpt = || Keys::new(&[&"gpt", &"gpt"]);
+    // b hears an accepted answer: the stated limits.
+    b.learn(&spec, &auto_b, true, &Hold::new())
+        .await
+        .expect("read");
+    assert_eq!(thresholds(&b, &spec, 1), [240_000, 0]);
+    // a hears a 429 asking for 45 s of the minute: it pauses the budget for
+    // everyone and lowers the shared scale to a quarter.
+    a.hold(&spec, gpt(), &refused(45)).await.expect("held");
+    a.learn(&spec, &auto_a, false, &refused(45))
+        .await
+        .expect("lowered");
+    assert_eq!(thresholds(&a, &spec, 1), [60_000, 0]);
+    // b is paused and still applies what it last heard.
+    assert!(b.call_with(&spec, gpt()).await.is_err(), "paused");
+    assert_eq!(thresholds(&b, &spec, 1), [240_000, 0]);
+    // Its read is due once `every` has passed since the last one.
+    tokio::time::sleep(every * 2).await;
+    assert_eq!(b.refresh_learned(&spec, &auto_b).await.expect("read"), 2);
+    assert_eq!(thresholds(&b, &spec, 1), [60_000, 0]);
+    assert_eq!(thresholds(&b, &spec, 0), [600]);
+    assert_eq!(
+        b.refresh_learned(&spec, &auto_b).await.expect("read"),
+        0,
+        "read at most once per `every`"
+    );
+    // The client layer does the same for a request the budget refuses.
+    let c = Arc::new(c);
+    let layer = UpstreamLayer::new(
+        c.clone(),
+        chat(),
+        [Counts::Requests, Counts::Tokens],
+        |_: &http::Request<String>| Draw::new(["gpt", "gpt"]),
+    )
+    .wait(Duration::ZERO)
+    .auto(Auto::new());
+    let mut client = layer.layer(tower::service_fn(|_: http::Request<String>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+    }));
+    let answer = client
+        .ready()
+        .await
+        .expect("ready")
+        .call(http::Request::new(String::new()))
+        .await;
+    assert!(
+        matches!(answer, Err(ratewall::tower::UpstreamError::Refused(_))),
+        "paused: {answer:?}"
+    );
+    assert_eq!(thresholds(&c, &chat(), 1), [60_000, 0]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limit_the_upstream_says_is_taken_at_the_margin_by_every_instance_on_a_cluster() {
     let cluster = RedisCluster::start();

@@ -294,7 +294,13 @@ async fn a_settled_cost_on_a_waiting_call_settles_the_reserved_units() {
     let limiter = in_memory(clock);
     let limit = Limit::per_minute(100).expect("limit");
     let spec = one_budget(limit);
-    let keys = |rows: &'static [u64]| Keys::new(&[&"w"]).costs(rows).wait(Duration::ZERO);
+    // A wait of zero would not wait at all: a millisecond takes the
+    // waiting road (a reservation) without sleeping on this frozen clock.
+    let keys = |rows: &'static [u64]| {
+        Keys::new(&[&"w"])
+            .costs(rows)
+            .wait(Duration::from_millis(1))
+    };
     let permit = limiter.call_with(&spec, keys(&[60])).await.expect("fits");
     permit.settle_cost(20).await;
     assert_eq!(used(&limiter, "export_rows", "w", &limit).await, 20);

@@ -474,15 +474,24 @@ async fn a_window_waiter_never_sleeps_past_its_deadline(limiter: Arc<Limiter>) {
         "short",
         vec![window(Algorithm::FixedWindow, 1, Duration::from_secs(60))],
     );
-    drop(
-        limiter
+    // The window is full for at least 2 s more: a first call that lands at
+    // the end of a minute (the windows follow the clock's minutes) lets
+    // that minute go and fills the next one.
+    loop {
+        let permit = limiter
             .call_with(
                 &spec,
                 ratewall::Keys::new(&[&"x"]).wait(Duration::from_millis(300)),
             )
             .await
-            .unwrap(),
-    );
+            .unwrap();
+        let reset = permit.admission().decisions().expect("decided")[0].reset_after;
+        if reset >= Duration::from_secs(2) {
+            break;
+        }
+        drop(permit);
+        tokio::time::sleep(reset + Duration::from_millis(10)).await;
+    }
     let started = Instant::now();
     let refused = limiter
         .call_with(
@@ -801,6 +810,28 @@ async fn a_call_with_an_in_flight_limit_cannot_wait_and_says_why() {
     // Nothing was taken: without waiting, the same spec holds its slots.
     let permit = limiter.call(&both, &[&"u", &"u"]).await.unwrap();
     assert!(permit.in_flight().is_some());
+    // A wait of zero given for one call (as a client layer configured not
+    // to wait passes it), even over a spec that waits, is a call that does
+    // not wait: decided at once, its slot held. (Each call has a rate key
+    // of its own; the in-flight key is `u`'s.)
+    let keys: [[&(dyn std::fmt::Display + Sync); 2]; 4] =
+        [[&"a", &"u"], [&"b", &"u"], [&"c", &"u"], [&"d", &"u"]];
+    let zero = |i: usize| ratewall::Keys::new(&keys[i]).wait(Duration::ZERO);
+    for (i, spec) in [&both, &waiting].into_iter().enumerate() {
+        let decided = limiter
+            .call_with(spec, zero(i))
+            .await
+            .expect("decided as a call that does not wait");
+        assert!(decided.in_flight().is_some());
+    }
+    // Two slots, the first permit holds one: a second is at the limit.
+    let second = limiter.call_with(&both, zero(2)).await.expect("a slot");
+    let third = limiter
+        .call_with(&both, zero(3))
+        .await
+        .expect_err("both slots held");
+    assert!(!third.is_unavailable(), "refused by the limit: {third:?}");
+    drop((permit, second));
 }
 
 #[tokio::test]

@@ -41,7 +41,9 @@ use crate::store::Store;
 /// Each instance applies the shared scale to its own limits of the group
 /// (as [`crate::Settings::set_limits`] would, logged at debug level) when
 /// it hears an answer, and reads it at least once per [`Auto::every`]
-/// while its calls are answered. In-flight limits are left as stated; a
+/// while its calls are answered; an instance its budget refuses (paused by
+/// another one's refusal) reads it with [`Limiter::refresh_learned`] before
+/// it calls again, as the client layer does. In-flight limits are left as stated; a
 /// tiered group has no limits of its own and is left alone. The learned
 /// limits replace a runtime override ([`crate::Settings::set_limits`]) of
 /// the group: scaling starts from the compiled-in (stated) ones.
@@ -187,6 +189,14 @@ impl Auto {
             every: self.every,
         })
     }
+
+    /// A read of `group`'s shared scale, when this instance last read it
+    /// [`Auto::every`] or more ago (or never).
+    fn read_if_due(&self, group: &str) -> Option<Adjust> {
+        let known = self.known.lock().get(group).copied();
+        let due = known.is_none_or(|k| k.read_at.elapsed() >= self.every);
+        due.then_some(Adjust::Read)
+    }
 }
 
 /// The share of `first`'s period in which the upstream's window filled,
@@ -252,6 +262,56 @@ impl Limiter {
         accepted: bool,
         said: &Hold,
     ) -> Result<usize, Error> {
+        self.adjust_learned(spec, auto, |index, name, first| {
+            auto.adjustment(name, first, accepted, said.limit_in(index), said.paused())
+        })
+        .await
+    }
+
+    /// Reads each of `spec`'s shared scales that this instance last read
+    /// [`Auto::every`] or more ago (one store read per such group) and
+    /// applies it, as [`Limiter::learn`] does after an answer. Call it when
+    /// the budget itself refused a call, before trying again: an instance
+    /// whose calls were all answered before another one heard the upstream
+    /// refuse (and paused the budget, [`Limiter::hold`]) hears no answer
+    /// during the pause, and would otherwise resume with the limits it had
+    /// before it, until its first answer. Answers how many store
+    /// operations it made.
+    ///
+    /// ```
+    /// use ratewall::{Auto, CallSpec, GroupSpec, Hold, Limit, Limiter};
+    /// use std::sync::Arc;
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// // Two instances sharing one store.
+    /// let store: Arc<dyn ratewall::Backend> = Arc::new(ratewall::MemoryBackend::new());
+    /// let (one, other) = (
+    ///     Limiter::builder().shared_backend(store.clone()).build()?,
+    ///     Limiter::builder().shared_backend(store).build()?,
+    /// );
+    /// let spec = CallSpec::owned("llm", vec![GroupSpec::owned("llm_tpm", vec![Limit::per_minute(240_000)?])]);
+    /// let (heard, resumed) = (Auto::new(), Auto::new());
+    /// // One instance hears the upstream say its limit; the other heard nothing.
+    /// one.learn(&spec, &heard, true, &Hold::new().limit(0, 60_000)).await?;
+    /// assert_eq!(resumed.scale("llm_tpm"), None);
+    /// other.refresh_learned(&spec, &resumed).await?;
+    /// assert_eq!(other.settings().limits("llm_tpm").unwrap()[0].threshold(), 60_000);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # });
+    /// ```
+    pub async fn refresh_learned(&self, spec: &CallSpec, auto: &Auto) -> Result<usize, Error> {
+        self.adjust_learned(spec, auto, |_, name, _| auto.read_if_due(name))
+            .await
+    }
+
+    /// Asks the store for each of `spec`'s groups' `adjust` (given the
+    /// group's index, name and first rate limit; `None`: nothing to ask)
+    /// and applies the scale it answers to this instance's limits.
+    async fn adjust_learned(
+        &self,
+        spec: &CallSpec,
+        auto: &Auto,
+        adjust: impl Fn(usize, &str, &Limit) -> Option<Adjust>,
+    ) -> Result<usize, Error> {
         let mut operations = 0;
         for (index, group) in spec.groups().iter().enumerate() {
             let stated = group.limits();
@@ -259,9 +319,7 @@ impl Limiter {
                 continue;
             };
             let name = group.name();
-            let Some(adjust) =
-                auto.adjustment(name, first, accepted, said.limit_in(index), said.paused())
-            else {
+            let Some(adjust) = adjust(index, name, first) else {
                 continue;
             };
             let scale = match &self.pipeline.store {

@@ -317,7 +317,13 @@ impl Limiter {
         costs: &[u64],
         wait: Option<Duration>,
     ) -> CallFuture<'l> {
-        if wait.is_some() || spec.waits() {
+        // A wait of zero, given for this call, over a spec that waits:
+        // this call does not.
+        let waits = match wait {
+            Some(max_wait) => !max_wait.is_zero(),
+            None => spec.waits(),
+        };
+        if waits {
             return self.decide_waiting(spec, identities, tiers, costs, wait);
         }
         self.decide_once(spec, identities, tiers, costs)

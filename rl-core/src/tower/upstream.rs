@@ -223,7 +223,9 @@ impl<F, RB> UpstreamLayer<F, RB> {
     /// Finds the upstream's limit ([`Auto`]): the spec's stated limits are
     /// where the budget starts; every answer is heard
     /// ([`Limiter::learn`]): a limit the upstream says is taken, a `429` or
-    /// `503` lowers the shared scale, accepted calls raise it.
+    /// `503` lowers the shared scale, accepted calls raise it. A request the
+    /// budget refuses reads the shared scale when it is due
+    /// ([`Limiter::refresh_learned`]).
     pub fn auto(self, auto: Auto) -> Self {
         self.with(|s| s.auto = Some(auto))
     }
@@ -306,11 +308,25 @@ where
                 .map(|i| i as &(dyn fmt::Display + Sync))
                 .collect();
             let keys = || Keys::new(&identities);
-            let permit = shared
+            let permit = match shared
                 .limiter
                 .call_with(&shared.spec, keys().costs(&draw.costs).wait(shared.wait))
                 .await
-                .map_err(UpstreamError::Refused)?;
+            {
+                Ok(permit) => permit,
+                Err(refused) => {
+                    // Paused, perhaps by another instance: the scale it
+                    // learned applies here before the pause ends (not
+                    // asked of a store that could not decide).
+                    if let Some(auto) = &shared.auto
+                        && refused.retry_after().is_some()
+                        && let Err(error) = shared.limiter.refresh_learned(&shared.spec, auto).await
+                    {
+                        tracing::warn!(call = shared.spec.name(), %error, "the upstream's learned limit could not be read");
+                    }
+                    return Err(UpstreamError::Refused(refused));
+                }
+            };
             std::future::poll_fn(|cx| inner.poll_ready(cx))
                 .await
                 .map_err(UpstreamError::Service)?;

@@ -126,7 +126,10 @@ impl<'a> Keys<'a> {
     }
 
     /// Waits up to `max_wait` for room instead of being refused (over the
-    /// spec's own [`CallSpec::with_wait`]; see [`Limiter::call_with`]).
+    /// spec's own [`CallSpec::with_wait`]; see [`Limiter::call_with`]). A
+    /// `max_wait` of zero makes this call one that does not wait, even
+    /// when its spec does (e.g. a spec with an in-flight limit, which
+    /// cannot wait, is decided at once).
     #[inline]
     pub const fn wait(mut self, max_wait: Duration) -> Self {
         self.wait = Some(max_wait);
