@@ -149,3 +149,37 @@ async fn a_local_recorder_in_place_counts_its_threads_decisions_instead_of_the_g
     drop(limiter.call(&spec, &[&"a"]).await.expect("admitted"));
     assert_eq!(registry.count(&key), 2, "the global recorder counts again");
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn raw_requests_and_their_refusals_ask_the_global_recorder_once_per_counter() {
+    let registry = global();
+    let limiter = Limiter::builder().build().expect("limiter");
+    let limit = Limit::new(100, Duration::from_secs(60)).expect("limit");
+    let key = limiter.key("raw_counted", &"k");
+    for _ in 0..150 {
+        limiter
+            .requests()
+            .acquire(&key, &limit, 1)
+            .await
+            .expect("in memory");
+    }
+    let rejected = Key::from_parts(
+        "rl_decisions_total",
+        vec![
+            Label::new("limit", "raw_counted"),
+            Label::new("outcome", "rejected"),
+            Label::new("source", "backend"),
+        ],
+    );
+    let allowed = allowed("raw_counted");
+    assert_eq!(
+        (registry.count(&allowed), registry.count(&rejected)),
+        (100, 50),
+        "every decision is counted"
+    );
+    assert_eq!(
+        (registry.asked(&allowed), registry.asked(&rejected)),
+        (1, 1),
+        "the recorder is asked for each counter once on this thread, not per decision"
+    );
+}

@@ -5,21 +5,21 @@
 //! `metrics::counter!` with runtime labels allocates the label vector and
 //! hashes the key on each call (about a third of an in-memory decision).
 //! The key depends only on the call's name, the outcome and the source, so
-//! each thread keeps the keys it built in a small direct-mapped table. The
-//! recorder is still asked for the counter on every call, so installing or
-//! replacing a recorder (global or local) takes effect at once.
+//! each thread keeps the keys it built in a small direct-mapped table.
 //!
-//! The counters of a call's commonest outcomes ([`Prebuilt`]) go further:
-//! asking a registry-backed recorder (the Prometheus exporter) for a
+//! Asking a registry-backed recorder (the Prometheus exporter) for a
 //! counter hashes the key and searches its registry, which costs more than
-//! an in-memory decision. So their handles are kept, but only those the
+//! an in-memory decision. So the counters of a call's commonest outcomes
+//! ([`Prebuilt`], built when its spec is resolved) and those of the
+//! per-thread table ([`decision`]: the raw requests, the policy's
+//! outcomes) keep their handles, but only those the
 //! *global* recorder gave: it is installed once and never freed, so no
 //! other recorder can ever be found at its address, while a local recorder
 //! (`metrics::with_local_recorder`) can be dropped and another allocated
 //! where it was. Local recorders are asked on every call, as before. (An
 //! exporter that removes idle metrics keeps counting into a kept handle
 //! after it removed it: the call's next resolution, e.g. after a settings
-//! change, asks for a new one. That is the `metrics` crate's own contract
+//! change, or its per-thread slot's next rebuild asks for a new one. That is the `metrics` crate's own contract
 //! for handles held by their users.)
 
 use std::cell::RefCell;
@@ -41,14 +41,17 @@ struct CachedKey {
     /// The name, compared by content: a name's string may be freed and
     /// another allocated at its address.
     name: Box<str>,
-    key: Key,
+    /// The key, and the global recorder's handle for it once asked.
+    counted: Counted,
 }
 
 thread_local! {
     static KEYS: RefCell<[Option<CachedKey>; SLOTS]> = const { RefCell::new([const { None }; SLOTS]) };
 }
 
-/// Adds one to `rl_decisions_total{limit = name, outcome, source}`.
+/// Adds one to `rl_decisions_total{limit = name, outcome, source}`: as
+/// [`count`] does, with the key (and the global recorder's handle) kept per
+/// thread, so that a registry-backed recorder is not searched per call.
 pub(crate) fn decision(name: &str, outcome: &'static str, source: &'static str) {
     let index = ((name.as_ptr() as usize >> 3)
         ^ (outcome.as_ptr() as usize >> 3)
@@ -64,15 +67,15 @@ pub(crate) fn decision(name: &str, outcome: &'static str, source: &'static str) 
             std::ptr::eq(s.outcome, outcome) && std::ptr::eq(s.source, source) && *s.name == *name
         });
         if !hit {
+            find_the_global_recorder();
             *slot = Some(CachedKey {
                 outcome,
                 source,
                 name: name.into(),
-                key: key(name, outcome, source),
+                counted: Counted::new(key(name, outcome, source)),
             });
         }
-        let key = &slot.as_ref().expect("filled above").key;
-        metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA)).increment(1);
+        count(&slot.as_ref().expect("filled above").counted);
         true
     });
     if counted != Ok(true) {
