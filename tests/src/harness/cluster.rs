@@ -21,6 +21,10 @@ pub const SLOTS: u16 = 16384;
 pub const CREATE_TIMEOUT: Duration = Duration::from_secs(20);
 
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// How long the nodes have to know each other before a node that does not
+/// know them all is made to meet them again (the node timeout is 2 s).
+const REMEET_AFTER: Duration = Duration::from_secs(3);
 const ADDSLOTS_CHUNK: u16 = 1024;
 
 /// Three masters (plus optional replicas), each a [`RedisServer`] with
@@ -118,12 +122,17 @@ impl RedisCluster {
         }
 
         let deadline = Instant::now() + CREATE_TIMEOUT;
+        let mut met_at = Instant::now();
         let mut last_problem;
         loop {
             self.attach_replicas(&ids);
             match self.check_converged(&ids) {
                 Ok(()) => return,
                 Err(problem) => last_problem = problem,
+            }
+            if met_at.elapsed() >= REMEET_AFTER {
+                self.meet_strays();
+                met_at = Instant::now();
             }
             if Instant::now() >= deadline {
                 panic!(
@@ -132,6 +141,33 @@ impl RedisCluster {
                 );
             }
             thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    /// Has every node that knows fewer nodes than the cluster has meet the
+    /// others again. On a loaded machine a node's side of a handshake can
+    /// time out (after the node timeout) while the other side completed
+    /// it: the other side then counts it as connected, but it ignores the
+    /// gossip of nodes it does not know and would stay alone for good.
+    fn meet_strays(&self) {
+        let everyone = self.nodes.len().to_string();
+        for stray in &self.nodes {
+            let info: String = match stray.blocking_cmd(&["CLUSTER", "INFO"]) {
+                Ok(info) => info,
+                Err(_) => continue,
+            };
+            let known = info
+                .lines()
+                .find_map(|line| line.trim().strip_prefix("cluster_known_nodes:"));
+            if known == Some(everyone.as_str()) {
+                continue;
+            }
+            for other in self.nodes.iter().filter(|n| n.port() != stray.port()) {
+                let port = other.port().to_string();
+                let bus = other.cluster_bus_port().expect("cluster node").to_string();
+                let _ =
+                    stray.blocking_cmd::<String>(&["CLUSTER", "MEET", "127.0.0.1", &port, &bus]);
+            }
         }
     }
 
