@@ -374,12 +374,15 @@ pub async fn worker(
                         // No room within the run (or the store failed):
                         // come back when there may be, not before.
                         report.lock().expect("report").refused_by_budget += 1;
-                        let wait = refused.retry_after().unwrap_or(Duration::from_secs(1));
+                        let paused = refused.retry_after();
+                        let wait = paused.unwrap_or(Duration::from_secs(1));
                         tokio::time::sleep(wait.min(run.saturating_sub(started.elapsed()))).await;
                         // Paused, perhaps by another worker that heard the
                         // upstream refuse: take what it learned before
                         // calling again.
-                        if let Some(auto) = auto.as_ref().filter(|_| refused.retry_after().is_some()) {
+                        if let Some(auto) = &auto
+                            && paused.is_some()
+                        {
                             match limiter.refresh_learned(&spec, auto).await {
                                 Ok(operations) => {
                                     store_calls.fetch_add(operations as u64, Ordering::Relaxed);

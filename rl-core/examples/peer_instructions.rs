@@ -22,10 +22,9 @@ use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
-
-use governor::{Quota, RateLimiter};
 use std::time::Duration;
 
+use governor::{Quota, RateLimiter};
 use ratewall::{Key, Limit, Limiter, Rejection, rate_limit};
 
 #[rate_limit(period = 1, threshold = 1_000_000_000, key = user, name = "peer")]

@@ -271,8 +271,9 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// Public API: a `static` `ratewall::CallSpec` and one `Limiter::call`
 /// (through `__private::call`, which only adds "no global limiter installed"
 /// as a rejection; `__private::admit` when no permit is kept, which awaits
-/// nothing when the answer is decided already). The key goes in as an integer or string when its type
-/// is one (rendered without `core::fmt`), else through its `Display`:
+/// nothing when the answer is decided already). The key goes in as an
+/// integer or string when its type is one (rendered without `core::fmt`),
+/// else through its `Display`:
 ///
 /// ```text
 /// async fn say_hi(user_id: u64) -> Result<String, Rejection> {

@@ -73,15 +73,21 @@ fn global() -> &'static Registry {
     })
 }
 
-fn allowed(name: &str) -> Key {
+/// `rl_decisions_total` of `name`'s decisions with `outcome`, decided by
+/// the backend.
+fn decided(name: &str, outcome: &'static str) -> Key {
     Key::from_parts(
         "rl_decisions_total",
         vec![
             Label::new("limit", name.to_owned()),
-            Label::new("outcome", "allowed"),
+            Label::new("outcome", outcome),
             Label::new("source", "backend"),
         ],
     )
+}
+
+fn allowed(name: &str) -> Key {
+    decided(name, "allowed")
 }
 
 fn spec(name: &'static str) -> CallSpec {
@@ -163,15 +169,7 @@ async fn raw_requests_and_their_refusals_ask_the_global_recorder_once_per_counte
             .await
             .expect("in memory");
     }
-    let rejected = Key::from_parts(
-        "rl_decisions_total",
-        vec![
-            Label::new("limit", "raw_counted"),
-            Label::new("outcome", "rejected"),
-            Label::new("source", "backend"),
-        ],
-    );
-    let allowed = allowed("raw_counted");
+    let (allowed, rejected) = (allowed("raw_counted"), decided("raw_counted", "rejected"));
     assert_eq!(
         (registry.count(&allowed), registry.count(&rejected)),
         (100, 50),

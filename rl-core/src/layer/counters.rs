@@ -19,8 +19,8 @@
 //! where it was. Local recorders are asked on every call, as before. (An
 //! exporter that removes idle metrics keeps counting into a kept handle
 //! after it removed it: the call's next resolution, e.g. after a settings
-//! change, or its per-thread slot's next rebuild asks for a new one. That is the `metrics` crate's own contract
-//! for handles held by their users.)
+//! change, or its per-thread slot's next rebuild asks for a new one. That
+//! is the `metrics` crate's own contract for handles held by their users.)
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -43,10 +43,11 @@ use crate::store::Store;
 /// it hears an answer, and reads it at least once per [`Auto::every`]
 /// while its calls are answered; an instance its budget refuses (paused by
 /// another one's refusal) reads it with [`Limiter::refresh_learned`] before
-/// it calls again, as the client layer does. In-flight limits are left as stated; a
-/// tiered group has no limits of its own and is left alone. The learned
-/// limits replace a runtime override ([`crate::Settings::set_limits`]) of
-/// the group: scaling starts from the compiled-in (stated) ones.
+/// it calls again, as the client layer does. In-flight limits are left as
+/// stated; a tiered group has no limits of its own and is left alone. The
+/// learned limits replace a runtime override
+/// ([`crate::Settings::set_limits`]) of the group: scaling starts from the
+/// compiled-in (stated) ones.
 ///
 /// ```
 /// use ratewall::{Auto, CallSpec, GroupSpec, Hold, Limit, Limiter};

@@ -116,9 +116,7 @@ impl RedisCluster {
         }
         let first = &self.nodes[0];
         for node in &self.nodes[1..] {
-            let port = node.port().to_string();
-            let bus = node.cluster_bus_port().expect("cluster node").to_string();
-            expect_ok::<String>(first, &["CLUSTER", "MEET", "127.0.0.1", &port, &bus]);
+            meet(first, node, expect_ok::<String>);
         }
 
         let deadline = Instant::now() + CREATE_TIMEOUT;
@@ -163,10 +161,8 @@ impl RedisCluster {
                 continue;
             }
             for other in self.nodes.iter().filter(|n| n.port() != stray.port()) {
-                let port = other.port().to_string();
-                let bus = other.cluster_bus_port().expect("cluster node").to_string();
-                let _ =
-                    stray.blocking_cmd::<String>(&["CLUSTER", "MEET", "127.0.0.1", &port, &bus]);
+                // Retried at the next round if it fails.
+                let _ = meet(stray, other, |node, args| node.blocking_cmd::<String>(args));
             }
         }
     }
@@ -414,6 +410,18 @@ fn add_slots(node: &RedisServer, first: u16, last: u16) {
         expect_ok::<String>(node, &args);
         start = end + 1;
     }
+}
+
+/// Has `node` meet `other` (`CLUSTER MEET` with its address and bus
+/// port), sent by `send`.
+fn meet<T>(
+    node: &RedisServer,
+    other: &RedisServer,
+    send: impl FnOnce(&RedisServer, &[&str]) -> T,
+) -> T {
+    let port = other.port().to_string();
+    let bus = other.cluster_bus_port().expect("cluster node").to_string();
+    send(node, &["CLUSTER", "MEET", "127.0.0.1", &port, &bus])
 }
 
 fn expect_ok<T: redis::FromRedisValue>(node: &RedisServer, args: &[&str]) -> T {
