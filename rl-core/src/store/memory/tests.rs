@@ -10,6 +10,29 @@ fn an_identity_entry_is_small() {
 }
 
 #[test]
+fn what_a_decision_on_a_number_touches_shares_the_lock_s_cache_line() {
+    use std::mem::{offset_of, size_of};
+    let lock = Mutex::new(Shard {
+        last_now: 0,
+        tables: AllTables::default(),
+        hasher: Hasher::fixed(),
+        sweep_at: MIN_SWEEP,
+        freed: HashMap::new(),
+    });
+    // Where the shard starts after the lock (the mutex is cache-padded).
+    let shard = std::ptr::from_ref(&*lock.lock()) as usize - std::ptr::from_ref(&lock) as usize;
+    let gcra =
+        offset_of!(Shard, tables) + offset_of!(AllTables, numbers) + offset_of!(Tables<u64>, gcra);
+    let touched = [
+        offset_of!(Shard, last_now) + size_of::<u64>(),
+        gcra + size_of::<HashTable<Entry<Tat, u64>>>(),
+    ];
+    for end in touched {
+        assert!(shard + end <= 64, "{touched:?} after {shard}");
+    }
+}
+
+#[test]
 fn refused_calls_and_peeks_add_no_identity() {
     let store = MemoryBackend::with_clock(ManualClock::new(1_000_000));
     let limit = Limit::per_minute(1).unwrap();
