@@ -1,5 +1,6 @@
 //! Test support shared by the unit tests: a metrics recorder that counts
-//! every counter increment by its key, and polling a ready future.
+//! every counter increment by its key, polling a ready future, and what a
+//! closure logs.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -86,3 +87,29 @@ pub(crate) trait NowOrNever: std::future::Future + Sized {
 }
 
 impl<F: std::future::Future> NowOrNever for F {}
+
+/// What `run` logs, one line per event, without times or colours.
+pub(crate) fn logged<T>(run: impl FnOnce() -> T) -> (T, String) {
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Lines {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::TRACE)
+        .without_time()
+        .with_ansi(false)
+        .finish();
+    let out = tracing::subscriber::with_default(subscriber, run);
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    (out, text)
+}

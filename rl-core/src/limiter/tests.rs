@@ -3,13 +3,12 @@
 //! away. It must answer exactly as the full pipeline does.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::Limiter;
 use super::resolve;
 use crate::model::key::Part;
-use crate::testing::{Counters, NowOrNever};
+use crate::testing::{Counters, NowOrNever, logged};
 use crate::{Algorithm, CallSpec, GroupSpec, Limit, ManualClock};
 
 /// `sms`: one group `sms_phone` of 3 per minute under `algorithm`.
@@ -73,32 +72,6 @@ fn lane_and_full_road(clock: &ManualClock) -> (Limiter, Limiter) {
         .unwrap()
         .unwrap();
     (lane, full)
-}
-
-/// What `run` logs, one line per event, without times or colours.
-fn logged<T>(run: impl FnOnce() -> T) -> (T, String) {
-    #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Lines {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let lines = Lines::default();
-    let writer = lines.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_max_level(tracing::Level::TRACE)
-        .without_time()
-        .with_ansi(false)
-        .finish();
-    let out = tracing::subscriber::with_default(subscriber, run);
-    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
-    (out, text)
 }
 
 /// 30 calls on `lane` and on `full` (from [`lane_and_full_road`]), 5 s

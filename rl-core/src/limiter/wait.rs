@@ -45,6 +45,39 @@ enum How {
 
 /// How the calls of `attempt` wait, or why they cannot.
 fn how(limiter: &Limiter, spec: &CallSpec, attempt: &Attempt<'_>) -> Result<How, LimitError> {
+    // Each group's limits as this call is decided: its own, or its tier's.
+    let groups = (0..attempt.resolved.groups.len()).map(|g| {
+        let (name, _, limits, _) = attempt.resolved.part(g, &attempt.chosen);
+        (name.as_ref(), limits)
+    });
+    let how = kind(spec, groups)?;
+    let reserving = match &limiter.pipeline.store {
+        Store::Memory(_) => true,
+        Store::Remote(backend) => backend.reserves(),
+    };
+    Ok(if reserving { how } else { How::Retry })
+}
+
+/// Why calls of `spec` as stated (every group's compiled-in limits and
+/// every tier's) cannot wait, if they cannot: what a waiting call of it is
+/// refused with, unless runtime settings replace those limits. For callers
+/// that choose a default wait (the upstream client layer).
+#[cfg(feature = "tower")]
+pub(crate) fn stated_cannot_wait(spec: &CallSpec) -> Option<LimitError> {
+    let groups = spec.groups().iter().flat_map(|group| {
+        let tiers = group.tiers().unwrap_or_default().iter();
+        std::iter::once((group.name(), group.limits()))
+            .chain(tiers.map(move |tier| (group.name(), tier.limits())))
+    });
+    kind(spec, groups).err()
+}
+
+/// How calls of `spec` whose groups decide `groups` (each group's name and
+/// limits) wait, or why they cannot.
+fn kind<'a>(
+    spec: &CallSpec,
+    groups: impl Iterator<Item = (&'a str, &'a [Limit])> + Clone,
+) -> Result<How, LimitError> {
     if spec.counting() == Counting::Settled {
         return Err(LimitError::BadCall(format!(
             "call `{}` cannot wait: it counts only some calls (`Counting::Settled`, `count`, `count_if`), and \
@@ -53,11 +86,9 @@ fn how(limiter: &Limiter, spec: &CallSpec, attempt: &Attempt<'_>) -> Result<How,
             spec.name()
         )));
     }
-    // Each group's limits as this call is decided: its own, or its tier's.
-    let groups =
-        || (0..attempt.resolved.groups.len()).map(|g| attempt.resolved.part(g, &attempt.chosen));
-    if let Some((name, ..)) =
-        groups().find(|(_, _, limits, _)| limits.iter().any(Limit::is_in_flight))
+    if let Some((name, _)) = groups
+        .clone()
+        .find(|(_, limits)| limits.iter().any(Limit::is_in_flight))
     {
         return Err(LimitError::BadCall(format!(
             "call `{}` cannot wait: its group `{name}` has an in-flight limit; a slot of a concurrency limit frees \
@@ -66,28 +97,21 @@ fn how(limiter: &Limiter, spec: &CallSpec, attempt: &Attempt<'_>) -> Result<How,
             spec.name(),
         )));
     }
-    let limits = || groups().flat_map(|(_, _, limits, _)| limits.iter());
+    let limits = || groups.clone().flat_map(|(_, limits)| limits.iter());
     let queued = limits().find(|l| l.algorithm().reserves());
     let windowed = limits().find(|l| !l.algorithm().reserves());
-    let how = match (queued, windowed) {
-        (Some(queue), Some(window)) => {
-            return Err(LimitError::BadCall(format!(
-                "call `{}` cannot wait: it mixes {queue} ({}) with {window} ({}); a waiting call reserves one \
-                 time on gcra and the buckets but retries the window algorithms, so both cannot be waited for \
-                 together; give every limit of the call one kind",
-                spec.name(),
-                queue.algorithm().name(),
-                window.algorithm().name(),
-            )));
-        }
-        (Some(_), None) => How::Reserve,
-        (None, _) => How::Retry,
-    };
-    let reserving = match &limiter.pipeline.store {
-        Store::Memory(_) => true,
-        Store::Remote(backend) => backend.reserves(),
-    };
-    Ok(if reserving { how } else { How::Retry })
+    match (queued, windowed) {
+        (Some(queue), Some(window)) => Err(LimitError::BadCall(format!(
+            "call `{}` cannot wait: it mixes {queue} ({}) with {window} ({}); a waiting call reserves one \
+             time on gcra and the buckets but retries the window algorithms, so both cannot be waited for \
+             together; give every limit of the call one kind",
+            spec.name(),
+            queue.algorithm().name(),
+            window.algorithm().name(),
+        ))),
+        (Some(_), None) => Ok(How::Reserve),
+        (None, _) => Ok(How::Retry),
+    }
 }
 
 /// Decides a call of `spec` (with `tiers`) that may wait up to `max_wait`.

@@ -34,6 +34,7 @@ use crate::limiter::auto::Auto;
 use crate::limiter::call::Keys;
 use crate::limiter::spec::CallSpec;
 use crate::limiter::upstream::{Counts, Hold};
+use crate::limiter::wait::stated_cannot_wait;
 use crate::model::rejection::Rejection;
 
 /// What one outgoing request draws on: an identity per group of the
@@ -172,7 +173,10 @@ impl<F, RB> UpstreamLayer<F, RB> {
     /// Outgoing requests drawing on `spec`'s groups in `limiter`, each
     /// group counting what `counts` says (to read the upstream's headers;
     /// one per group), each request's [`Draw`] read by `draw`. Waits up to
-    /// 60 s for room by default; a `429`/`503` without `Retry-After`
+    /// 60 s for room by default, or not at all when `spec`'s calls cannot
+    /// wait (a group with an in-flight limit, limits that mix the reserving
+    /// algorithms with the window ones, or selective counting: see
+    /// [`UpstreamLayer::wait`]); a `429`/`503` without `Retry-After`
     /// pauses the budget for 1 s; a pause is believed up to 5 minutes.
     pub fn new(
         limiter: Arc<Limiter>,
@@ -180,13 +184,18 @@ impl<F, RB> UpstreamLayer<F, RB> {
         counts: impl IntoIterator<Item = Counts>,
         draw: F,
     ) -> Self {
+        // A wait the spec cannot take would refuse every request.
+        let wait = match stated_cannot_wait(&spec) {
+            Some(_) => Duration::ZERO,
+            None => Duration::from_secs(60),
+        };
         Self {
             shared: Arc::new(Shared {
                 limiter,
                 spec,
                 counts: counts.into_iter().collect(),
                 draw,
-                wait: Duration::from_secs(60),
+                wait,
                 pause_on_refusal: Duration::from_secs(1),
                 max_pause: Duration::from_secs(300),
                 settle: None,
@@ -205,7 +214,19 @@ impl<F, RB> UpstreamLayer<F, RB> {
     }
 
     /// How long a request may wait for room (zero: refused at once).
+    ///
+    /// Calls of some specs cannot wait: a slot of an in-flight limit frees
+    /// when a running call ends, which no reserved time can promise, and
+    /// neither selective counting nor a mix of reserving and window
+    /// algorithms can queue. Over such a spec a non-zero wait refuses every
+    /// request as unavailable; it is logged here, once, with the reason
+    /// (a `warn` event), and the default is zero.
     pub fn wait(self, wait: Duration) -> Self {
+        if !wait.is_zero()
+            && let Some(why) = stated_cannot_wait(&self.shared.spec)
+        {
+            tracing::warn!(call = %self.shared.spec.name(), error = %why, "UpstreamLayer::wait over a spec that cannot wait");
+        }
         self.with(|s| s.wait = wait)
     }
 
@@ -372,3 +393,6 @@ where
         })
     }
 }
+
+#[cfg(test)]
+mod tests;
