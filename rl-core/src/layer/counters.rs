@@ -23,11 +23,13 @@
 //! is the `metrics` crate's own contract for handles held by their users.)
 
 use std::cell::RefCell;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use metrics::{Counter, Key, Label, Level, Metadata, Recorder};
+use metrics::{Key, Label, Level, Metadata, Recorder};
+
+use crate::model::memo::Counted;
 
 /// Slots per thread (a power of two); a collision only rebuilds a key.
 const SLOTS: usize = 32;
@@ -196,20 +198,11 @@ impl Prebuilt {
     }
 }
 
-/// A counter's key, and its handle from the global recorder once asked.
-#[derive(Debug)]
-pub(crate) struct Counted {
-    key: Key,
-    global: OnceLock<Counter>,
-}
-
-impl Counted {
-    fn new(key: Key) -> Self {
-        Self {
-            key,
-            global: OnceLock::new(),
-        }
-    }
+/// The counter of `name`'s admissions decided by the store
+/// (`outcome="allowed", source="backend"`), as [`Prebuilt::allowed`].
+pub(crate) fn allowed(name: &str) -> Counted {
+    find_the_global_recorder();
+    Counted::new(key(name, "allowed", "backend"))
 }
 
 /// Adds one to a prebuilt counter: through its kept handle when the

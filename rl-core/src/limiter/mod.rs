@@ -89,6 +89,8 @@ pub struct Limiter {
     pub(crate) cancel_every_call: bool,
     /// Calls waiting for room, woken when a refund gives some back.
     pub(crate) room: room::Room,
+    /// What the raw requests' keys remember of the memory store.
+    pub(crate) remembered: requests::Remembering,
 }
 
 impl fmt::Debug for Limiter {

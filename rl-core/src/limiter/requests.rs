@@ -5,7 +5,10 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 
+use hashbrown::{Equivalent, HashMap};
+use parking_lot::Mutex;
 use smallvec::SmallVec;
 
 use crate::layer::{ALL, Answer, Call, Source, counters};
@@ -18,11 +21,13 @@ use crate::model::error::{BackendError, Error};
 use crate::model::key::Key;
 use crate::model::limit::Limit;
 use crate::model::lists::ListKind;
+use crate::model::memo::{Remembered, StateId};
 use crate::model::policy::FailurePolicy;
 use crate::model::rejection::{Name, Rejection};
 use crate::store::Store;
 use crate::store::backend::Request;
-use crate::store::target::{KeyRef, Op, Target};
+use crate::store::memory::MemoryBackend;
+use crate::store::target::{KeyRef, Op, Slot, Target};
 
 #[cfg(doc)]
 use crate::limiter::spec::CallSpec;
@@ -138,14 +143,27 @@ impl<'l> Requests<'l> {
     /// Decides one limit for one key, consuming `cost` units when allowed.
     /// Passes every layer; a backend failure is returned as `Err` unless
     /// the failure policy decides in process.
+    ///
+    /// Build a key once and reuse it: on the in-memory store a key
+    /// remembers, from its first decision, where the store keeps its state
+    /// under the limit and the counter of its admissions (one small record
+    /// per scope and limit, shared by every key that remembers it), so the
+    /// decisions after skip both lookups. A key remembers one store and one
+    /// limit's state; used with another it decides as a fresh key does.
     pub async fn acquire(&self, key: &Key, limit: &Limit, cost: u64) -> Result<Decision, Error> {
         // One request: its one target on the stack.
         let request = Request::new(key, limit, cost);
-        let targets = [target_of(&request, key.scope())];
-        if let Some(decision) = self.lane(&targets) {
+        if let Some(decision) = self.lane(&request) {
             return Ok(decision);
         }
-        Ok(*self.decide_targets(Op::Acquire, &targets).await?.binding())
+        // Boxed: the full road's future is large, and a future held inline
+        // is moved whole into whatever awaits it, lane or not (a round trip
+        // or the full pipeline dwarfs the allocation).
+        Box::pin(async move {
+            let targets = [target_of(&request, key.scope())];
+            Ok(*self.decide_targets(Op::Acquire, &targets).await?.binding())
+        })
+        .await
     }
 
     /// The raw requests' direct lane: one request decided by the memory
@@ -156,30 +174,90 @@ impl<'l> Requests<'l> {
     /// of layers to the builder's). Validated, decided, and observed as on
     /// the full road: an admission is counted here, a refusal goes up
     /// through the layers. `None` when the request takes the full road.
+    ///
+    /// The key remembers where the store keeps its state and the counter of
+    /// its admissions ([`Remembered`]), found on its first decision here.
     #[inline(always)]
-    fn lane(&self, targets: &[Target<'_>; 1]) -> Option<Decision> {
+    fn lane(&self, request: &Request<'_>) -> Option<Decision> {
         let limiter = self.limiter;
         let Store::Memory(memory) = &limiter.pipeline.store else {
             return None;
         };
         let registry = &limiter.registry;
-        let [target] = targets;
+        let (key, limit) = (request.key, request.limit);
         // What `validate` checks of one acquire: its cost, and that an
         // in-flight limit is taken by a call (an error the full road gives).
         if registry.any_listed(ListKind::Deny)
             || registry.any_listed(ListKind::Allow)
             || registry.any_shadow()
-            || target.limit.is_in_flight()
-            || target.limit.check_cost(target.cost).is_err()
+            || limit.is_in_flight()
+            || limit.check_cost(request.cost).is_err()
         {
             return None;
         }
-        let decision = memory.acquire_target(target);
-        if decision.allowed {
-            counters::decision(target.name, "allowed", Source::Backend.name());
-            return Some(decision);
+        let state = limit.state_id();
+        let remembered = match key.memo().get(memory.id(), state) {
+            Some(memo) => Some(memo),
+            None => self.remember(memory, request),
+        };
+        let targets = match remembered {
+            Some(memo) => {
+                let slot = Slot {
+                    store: memo.store,
+                    partition: memo.partition,
+                };
+                let target = Target {
+                    slot: Some(slot),
+                    ..target_of(request, &memo.name)
+                };
+                let decision = memory.acquire_target(&target);
+                if decision.allowed {
+                    counters::count(&memo.allowed);
+                    return Some(decision);
+                }
+                ([target], decision)
+            }
+            // A key that remembers another store or limit: found again.
+            None => {
+                let target = target_of(request, key.scope());
+                let decision = memory.acquire_target(&target);
+                if decision.allowed {
+                    counters::decision(target.name, "allowed", Source::Backend.name());
+                    return Some(decision);
+                }
+                ([target], decision)
+            }
+        };
+        Some(self.refused(&targets.0, targets.1))
+    }
+
+    /// What `request`'s key remembers in `memory` from now on (its first
+    /// decision on the lane): the memory shared by every key of its head
+    /// and limit state, made if this is the first such key. `None` when
+    /// the key remembers another store or limit already.
+    #[cold]
+    #[inline(never)]
+    fn remember<'k>(
+        &self,
+        memory: &MemoryBackend,
+        request: &Request<'k>,
+    ) -> Option<&'k Remembered> {
+        let (key, limit) = (request.key, request.limit);
+        let state = limit.state_id();
+        if key.memo().is_empty() {
+            let shared = self
+                .limiter
+                .remembered
+                .of(key.head(), state, || Remembered {
+                    store: memory.id(),
+                    state,
+                    partition: memory.slot(key.head(), limit).partition,
+                    name: key.scope().into(),
+                    allowed: counters::allowed(key.scope()),
+                });
+            key.memo().set(shared);
         }
-        Some(self.refused(targets, decision))
+        key.memo().get(memory.id(), state)
     }
 
     /// A refusal on [`Requests::lane`], passed up through every layer as
@@ -357,6 +435,44 @@ fn named_targets<'a>(
             None => target_of(r, r.key.scope()),
         })
         .collect()
+}
+
+/// What the raw lane remembers for the keys of this limiter's memory store
+/// ([`Key`]'s memo): one per key head and limit state, shared by the keys
+/// that remember it, so a key remembers in one pointer.
+#[derive(Debug, Default)]
+pub(crate) struct Remembering(Mutex<HashMap<Memorized, Arc<Remembered>>>);
+
+/// A key head and limit state, owned: what [`Remembering`] keeps by.
+type Memorized = (Box<str>, StateId);
+
+/// A key head and limit state, borrowed: to look one up without allocating.
+#[derive(Hash)]
+struct Memorizing<'a>(&'a str, StateId);
+
+impl Equivalent<Memorized> for Memorizing<'_> {
+    fn equivalent(&self, key: &Memorized) -> bool {
+        *key.0 == *self.0 && key.1 == self.1
+    }
+}
+
+impl Remembering {
+    /// The memory of `head` under `state`, made by `make` if there is none.
+    fn of(&self, head: &str, state: StateId, make: impl FnOnce() -> Remembered) -> Arc<Remembered> {
+        let mut kept = self.0.lock();
+        if let Some(memo) = kept.get(&Memorizing(head, state)) {
+            return memo.clone();
+        }
+        let memo = Arc::new(make());
+        kept.insert((head.into(), state), memo.clone());
+        memo
+    }
+
+    /// How many memories are kept.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.0.lock().len()
+    }
 }
 
 /// The target of `request`, named `name`.

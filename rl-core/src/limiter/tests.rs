@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::Limiter;
 use super::resolve;
-use crate::model::key::Part;
+use crate::model::key::{Key, Part};
 use crate::testing::{Counters, NowOrNever, logged};
 use crate::{Algorithm, CallSpec, GroupSpec, Limit, ManualClock};
 
@@ -248,13 +248,12 @@ fn the_readme_diagram_lists_the_builders_layers_in_order() {
     assert_eq!(listed, built, "the README's layers against the builder's");
 }
 
-/// One raw `requests().acquire` of `cost` for `who` under `limit`, told as
-/// text: the decision, or the error.
-fn raw(limiter: &Limiter, limit: &Limit, who: &str, cost: u64) -> String {
-    let key = limiter.key("sms_raw", &who);
+/// One raw `requests().acquire` of `cost` for `key` under `limit`, told
+/// as text: the decision, or the error.
+fn raw(limiter: &Limiter, limit: &Limit, key: &Key, cost: u64) -> String {
     match limiter
         .requests()
-        .acquire(&key, limit, cost)
+        .acquire(key, limit, cost)
         .now_or_never()
         .expect("memory answers now")
     {
@@ -266,26 +265,47 @@ fn raw(limiter: &Limiter, limit: &Limit, who: &str, cost: u64) -> String {
 /// Raw requests take a lane of their own while no layer has work to do
 /// with them: the same decisions, errors and counts as on the full road
 /// (a limiter whose lists hold an unrelated entry), refusals and a cost
-/// above the capacity included.
+/// above the capacity included. With keys built afresh for each call, and
+/// with keys built once and reused (as `acquire` is meant to be called: a
+/// key remembers where the store keeps its state and the counter of its
+/// admissions after its first decision on the lane).
 #[test]
 fn raw_acquires_on_the_lane_answer_and_count_as_the_full_pipeline() {
-    for algorithm in Algorithm::ALL {
-        let limit = Limit::per_minute(3)
-            .unwrap()
-            .with_algorithm(algorithm)
-            .unwrap();
-        let clock = ManualClock::new(1_700_000_000_000_000);
-        let (lane, full) = lane_and_full_road(&clock);
-        assert_answered_alike(
-            algorithm,
-            &clock,
-            (&lane, &full),
-            "sms_raw",
-            |limiter, step| {
-                let cost = if step == 7 { 4 } else { 1 };
-                raw(limiter, &limit, ["alice", "bob"][step % 2], cost)
-            },
-        );
+    for reused in [false, true] {
+        for algorithm in Algorithm::ALL {
+            let limit = Limit::per_minute(3)
+                .unwrap()
+                .with_algorithm(algorithm)
+                .unwrap();
+            let clock = ManualClock::new(1_700_000_000_000_000);
+            let (lane, full) = lane_and_full_road(&clock);
+            let keys_of =
+                |limiter: &Limiter| ["alice", "bob"].map(|who| limiter.key("sms_raw", &who));
+            let (lane_keys, full_keys) = (keys_of(&lane), keys_of(&full));
+            assert_answered_alike(
+                algorithm,
+                &clock,
+                (&lane, &full),
+                "sms_raw",
+                |limiter, step| {
+                    let cost = if step == 7 { 4 } else { 1 };
+                    let kept = if std::ptr::eq(limiter, &lane) {
+                        &lane_keys
+                    } else {
+                        &full_keys
+                    };
+                    if reused {
+                        raw(limiter, &limit, &kept[step % 2], cost)
+                    } else {
+                        let who = ["alice", "bob"][step % 2];
+                        raw(limiter, &limit, &limiter.key("sms_raw", &who), cost)
+                    }
+                },
+            );
+            let remembered = (lane.remembered.len(), full.remembered.len());
+            // The full road remembers nothing.
+            assert_eq!(remembered, (1, 0), "{algorithm:?}, reused: {reused}");
+        }
     }
 }
 
@@ -353,4 +373,59 @@ fn raw_acquires_meet_the_lists_and_shadow_mode_as_on_the_full_road() {
         .now_or_never()
         .unwrap();
     assert!(matches!(denied, Err(crate::Error::Denied(_))), "{denied:?}");
+}
+
+/// What the keys remember is kept once per key head and limit state, not
+/// per key: a million keys of one scope and limit cost one memory.
+#[test]
+fn keys_of_one_scope_and_limit_share_one_memory() {
+    let limiter = limiter(&ManualClock::new(1_700_000_000_000_000));
+    let (minute, hour) = (Limit::per_minute(5).unwrap(), Limit::per_hour(5).unwrap());
+    let keys: Vec<_> = (0..1_000u32).map(|i| limiter.key("sms_raw", &i)).collect();
+    let acquire = |key: &Key, limit: &Limit| {
+        let decided = limiter.requests().acquire(key, limit, 1).now_or_never();
+        assert!(decided.unwrap().unwrap().allowed);
+    };
+    for key in &keys {
+        acquire(key, &minute);
+        acquire(key, &minute);
+    }
+    assert_eq!(limiter.remembered.len(), 1);
+    // Another state (period) of the same scope, and another scope.
+    acquire(&limiter.key("sms_raw", &"zoe"), &hour);
+    acquire(&limiter.key("login_raw", &"zoe"), &minute);
+    assert_eq!(limiter.remembered.len(), 3);
+    // Equality and hashing do not see what a key remembers.
+    let fresh = limiter.key("sms_raw", &7u32);
+    assert_eq!(keys[7], fresh);
+    let hasher = std::hash::RandomState::new();
+    assert_eq!(
+        std::hash::BuildHasher::hash_one(&hasher, &keys[7]),
+        std::hash::BuildHasher::hash_one(&hasher, &fresh)
+    );
+}
+
+/// A key remembers the first store and limit it was decided under; used
+/// with another limiter's store, or another limit's state, it decides there
+/// as a key that remembers nothing: every state stays its own.
+#[test]
+fn a_key_used_with_another_store_or_limit_decides_there_as_a_fresh_key() {
+    let clock = ManualClock::new(1_700_000_000_000_000);
+    let (a, b) = (limiter(&clock), limiter(&clock));
+    let (minute, hour) = (Limit::per_minute(1).unwrap(), Limit::per_hour(1).unwrap());
+    let key = a.key("sms_raw", &"frank");
+    let allowed = |limiter: &Limiter, key: &Key, limit: &Limit| {
+        let decided = limiter.requests().acquire(key, limit, 1).now_or_never();
+        decided.unwrap().unwrap().allowed
+    };
+    let mut said = Vec::new();
+    for _ in 0..2 {
+        said.push(allowed(&a, &key, &minute));
+        said.push(allowed(&b, &key, &minute));
+        said.push(allowed(&a, &key, &hour));
+        // A clone remembers what the key remembers.
+        said.push(allowed(&a, &key.clone(), &minute));
+    }
+    assert_eq!(said, [true, true, true, false, false, false, false, false]);
+    assert_eq!((a.remembered.len(), b.remembered.len()), (1, 0));
 }

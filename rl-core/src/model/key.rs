@@ -10,6 +10,8 @@
 
 use std::fmt::{self, Write};
 
+use crate::model::memo::Memo;
+
 /// The storage key of one identity under one scope.
 ///
 /// ```
@@ -33,6 +35,8 @@ pub struct Key {
     /// key is built: a function of `text`, so equality and order are
     /// unchanged).
     typed: Typed,
+    /// What the raw requests' lane found for this key ([`Memo`]).
+    memo: Memo,
 }
 
 /// The typed form of a key's identity ([`IdentityRef`]'s non-text forms).
@@ -86,6 +90,7 @@ impl Key {
             identity_at: head.len(),
             text,
             typed: Typed::of(identity),
+            memo: Memo::default(),
         }
     }
 
@@ -97,6 +102,7 @@ impl Key {
             text,
             identity_at,
             typed,
+            memo: Memo::default(),
         }
     }
 
@@ -108,6 +114,12 @@ impl Key {
             Typed::Ipv4(ip) => IdentityRef::Ipv4(ip),
             Typed::Text => IdentityRef::Text(self.identity()),
         }
+    }
+
+    /// What the raw requests' lane found for this key.
+    #[inline]
+    pub(crate) fn memo(&self) -> &Memo {
+        &self.memo
     }
 
     /// The rendered key.

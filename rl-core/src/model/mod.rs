@@ -10,6 +10,7 @@ pub(crate) mod learned;
 pub(crate) mod limit;
 pub(crate) mod lists;
 pub(crate) mod mask;
+pub(crate) mod memo;
 pub(crate) mod policy;
 pub(crate) mod rejection;
 pub(crate) mod reservation;

@@ -113,6 +113,7 @@ impl Registry {
         self.names.read().get(name).and_then(|s| s.limits.clone())
     }
 
+    #[inline]
     pub(crate) fn any_shadow(&self) -> bool {
         self.any_shadow.load(Ordering::Acquire)
     }
@@ -182,6 +183,7 @@ impl Registry {
     }
 
     /// Whether the lists hold an entry of `kind`.
+    #[inline]
     pub(crate) fn any_listed(&self, kind: ListKind) -> bool {
         match kind {
             ListKind::Allow => self.any_allowed.load(Ordering::Acquire),

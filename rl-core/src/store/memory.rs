@@ -37,15 +37,13 @@ use crate::model::error::BackendError;
 use crate::model::key::IdentityRef;
 use crate::model::learned::{Adjust, Learned};
 use crate::model::limit::{Algorithm, Limit};
+use crate::model::memo::StateId;
 use crate::model::reservation::Reservation;
 use crate::store::Stored;
 use crate::store::backend::{Backend, BoxFuture, LeaseReturn, Leased, Request, check_lease_batch};
 use crate::store::reserve::{Freed, choose_slot};
 use crate::store::sharded::{Hasher, Locked, Sharded};
 use crate::store::target::{KeyRef, Op, Slot, Target};
-
-/// What identifies a limit's state under a key ([`Limit::state_id`]).
-type StateId = (Algorithm, u64, u64);
 
 /// One identity's state under one partition.
 #[derive(Debug)]
@@ -346,6 +344,12 @@ impl MemoryBackend {
             .sum();
         let replies: usize = self.replies.iter().map(|r| r.lock().sweep(now)).sum();
         states + replies
+    }
+
+    /// What tells this store's slots from another's.
+    #[inline]
+    pub(crate) fn id(&self) -> NonZeroU32 {
+        self.id
     }
 
     /// The slot of `key`'s state under `limit` in this store (what a
