@@ -10,8 +10,9 @@
 //! Asking a registry-backed recorder (the Prometheus exporter) for a
 //! counter hashes the key and searches its registry, which costs more than
 //! an in-memory decision. So the counters of a call's commonest outcomes
-//! ([`Prebuilt`], built when its spec is resolved) and those of the
-//! per-thread table ([`decision`]: the raw requests, the policy's
+//! ([`Prebuilt`], built when its spec is resolved), a raw request's key's
+//! admissions ([`allowed`], kept in what the key remembers) and those of
+//! the per-thread table ([`decision`]: the raw requests, the policy's
 //! outcomes) keep their handles, but only those the
 //! *global* recorder gave: it is installed once and never freed, so no
 //! other recorder can ever be found at its address, while a local recorder

@@ -156,9 +156,9 @@ impl<'l> Requests<'l> {
         if let Some(decision) = self.lane(&request) {
             return Ok(decision);
         }
-        // Boxed: the full road's future is large, and a future held inline
-        // is moved whole into whatever awaits it, lane or not (a round trip
-        // or the full pipeline dwarfs the allocation).
+        // Boxed: held inline, the full road's future (over 1 KB) would make
+        // every `acquire` future that large, lane or not (80 B boxed); a
+        // round trip or the full pipeline dwarfs the allocation.
         Box::pin(async move {
             let targets = [target_of(&request, key.scope())];
             Ok(*self.decide_targets(Op::Acquire, &targets).await?.binding())
