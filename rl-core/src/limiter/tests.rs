@@ -429,3 +429,31 @@ fn a_key_used_with_another_store_or_limit_decides_there_as_a_fresh_key() {
     assert_eq!(said, [true, true, true, false, false, false, false, false]);
     assert_eq!((a.remembered.len(), b.remembered.len()), (1, 0));
 }
+
+/// Keys shared by threads that decide them at once, each key's first
+/// decision included (when it learns what it remembers): every limit holds
+/// exactly, no admission is lost or doubled.
+#[test]
+fn keys_shared_by_threads_admit_exactly_their_limits() {
+    let limiter = limiter(&ManualClock::new(1_700_000_000_000_000));
+    let limit = Limit::per_hour(50).unwrap();
+    let keys: Vec<_> = (0..8u32).map(|i| limiter.key("sms_raw", &i)).collect();
+    let admitted = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                for _ in 0..40 {
+                    for key in &keys {
+                        let decided = limiter.requests().acquire(key, &limit, 1).now_or_never();
+                        if decided.unwrap().unwrap().allowed {
+                            admitted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    // 4 threads × 40 tries of each key: 160 each, 50 admitted each.
+    assert_eq!(admitted.into_inner(), 8 * 50);
+    assert_eq!(limiter.remembered.len(), 1);
+}
