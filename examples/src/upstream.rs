@@ -423,12 +423,12 @@ pub async fn worker(
                 if used != estimate {
                     store_calls.fetch_add(1, Ordering::Relaxed);
                 }
-                permit.settle_cost(used).await;
                 let said = Hold::from_headers(
                     headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())),
                     &[Counts::Requests, Counts::Tokens],
                 );
-                if status == StatusCode::TOO_MANY_REQUESTS {
+                let refused = status == StatusCode::TOO_MANY_REQUESTS;
+                let pause = || async {
                     store_calls.fetch_add(1, Ordering::Relaxed);
                     if let Err(error) = limiter
                         .hold(&spec, Keys::new(&[&"model", &"model"]), &said)
@@ -436,6 +436,18 @@ pub async fn worker(
                     {
                         tracing::warn!(%error, "could not share the upstream's pause");
                     }
+                };
+                // The pause first: every worker sees it one store call
+                // after the 429, not two, so fewer calls reach the upstream
+                // while it is full.
+                if refused {
+                    pause().await;
+                }
+                permit.settle_cost(used).await;
+                // The estimate given back reopened that much room under the
+                // pause: it is written again over it.
+                if refused {
+                    pause().await;
                 }
                 if let Some(auto) = &auto {
                     let accepted = status != StatusCode::TOO_MANY_REQUESTS;

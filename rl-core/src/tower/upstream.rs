@@ -369,16 +369,26 @@ where
             } else {
                 shared.settle.as_ref().and_then(|settle| settle(&response))
             };
-            // Settled before the hold, so that giving an estimate back
-            // cannot reopen a pause.
+            let hold = hold.capped(shared.max_pause);
+            let share = || async {
+                if let Err(error) = shared.limiter.hold(&shared.spec, keys(), &hold).await {
+                    tracing::warn!(call = shared.spec.name(), %error, "the upstream's rate-limit word could not be shared");
+                }
+            };
+            // A pause is shared first: every instance sees it one store
+            // call after the refusal, not two, so fewer requests reach the
+            // upstream while it refuses.
+            let pauses = hold.paused().is_some();
+            if pauses {
+                share().await;
+            }
             match actual {
                 Some(actual) if permit.settle.is_some() => permit.settle_cost(actual).await,
                 _ => drop(permit),
             }
-            let hold = hold.capped(shared.max_pause);
-            if let Err(error) = shared.limiter.hold(&shared.spec, keys(), &hold).await {
-                tracing::warn!(call = shared.spec.name(), %error, "the upstream's rate-limit word could not be shared");
-            }
+            // Shared (again) after the settlement, so that an estimate given
+            // back cannot reopen a pause.
+            share().await;
             if let Some(auto) = &shared.auto {
                 let accepted = !matches!(status, 429 | 503);
                 if let Err(error) = shared
