@@ -405,6 +405,14 @@ fn keys_of_one_scope_and_limit_share_one_memory() {
     );
 }
 
+/// A key that remembers is what a key was before: sent, shared and unwind
+/// safe (what it remembers is set once and never changed).
+#[test]
+fn a_key_that_remembers_keeps_its_auto_traits() {
+    fn holds<T: Send + Sync + Unpin + std::panic::UnwindSafe + std::panic::RefUnwindSafe>() {}
+    holds::<Key>();
+}
+
 /// A key remembers the first store and limit it was decided under; used
 /// with another limiter's store, or another limit's state, it decides there
 /// as a key that remembers nothing: every state stays its own.

@@ -5,6 +5,7 @@
 //! is meant to be called).
 
 use std::num::NonZeroU32;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock};
 
 use metrics::Counter;
@@ -53,8 +54,18 @@ pub(crate) struct Remembered {
 /// memory store), never changed. A key used with another store or limit
 /// afterwards decides as one that remembers nothing. Invisible to the key's
 /// equality, order and hash; a clone remembers the same.
-#[derive(Default, Clone)]
-pub(crate) struct Memo(OnceLock<Arc<Remembered>>);
+///
+/// Unwind safe as a key always was: what it holds is set once and never
+/// changed, and its counter's handle only adds atomically, so a panic
+/// cannot leave it half-made.
+#[derive(Default)]
+pub(crate) struct Memo(AssertUnwindSafe<OnceLock<Arc<Remembered>>>);
+
+impl Clone for Memo {
+    fn clone(&self) -> Self {
+        Self(AssertUnwindSafe(self.0.0.clone()))
+    }
+}
 
 impl std::fmt::Debug for Memo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
