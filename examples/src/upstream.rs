@@ -407,13 +407,13 @@ pub async fn worker(
                     drop(permit);
                     continue;
                 };
-                let status = answer.status();
+                let refused = answer.status() == StatusCode::TOO_MANY_REQUESTS;
                 let headers = answer.headers().clone();
                 let usage = answer.json::<Usage>().await.ok();
                 {
                     let mut report = report.lock().expect("report");
                     report.sent += 1;
-                    if status == StatusCode::TOO_MANY_REQUESTS {
+                    if refused {
                         report.refused_upstream += 1;
                     }
                     report.tokens += usage.map_or(0, |u| u.total_tokens);
@@ -427,7 +427,6 @@ pub async fn worker(
                     headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())),
                     &[Counts::Requests, Counts::Tokens],
                 );
-                let refused = status == StatusCode::TOO_MANY_REQUESTS;
                 let pause = || async {
                     store_calls.fetch_add(1, Ordering::Relaxed);
                     if let Err(error) = limiter
@@ -450,8 +449,7 @@ pub async fn worker(
                     pause().await;
                 }
                 if let Some(auto) = &auto {
-                    let accepted = status != StatusCode::TOO_MANY_REQUESTS;
-                    match limiter.learn(&spec, auto, accepted, &said).await {
+                    match limiter.learn(&spec, auto, !refused, &said).await {
                         Ok(operations) => {
                             store_calls.fetch_add(operations as u64, Ordering::Relaxed);
                         }

@@ -192,7 +192,7 @@ impl Prebuilt {
     pub(crate) fn new(name: &str) -> Self {
         find_the_global_recorder();
         Self {
-            allowed: Counted::new(key(name, "allowed", "backend")),
+            allowed: allowed(name),
             rejected: Counted::new(key(name, "rejected", "backend")),
             leased: Counted::new(key(name, "allowed", "lease")),
         }
@@ -200,7 +200,8 @@ impl Prebuilt {
 }
 
 /// The counter of `name`'s admissions decided by the store
-/// (`outcome="allowed", source="backend"`), as [`Prebuilt::allowed`].
+/// (`outcome="allowed", source="backend"`): [`Prebuilt::allowed`], and
+/// what a raw request's key keeps.
 pub(crate) fn allowed(name: &str) -> Counted {
     find_the_global_recorder();
     Counted::new(key(name, "allowed", "backend"))

@@ -19,9 +19,9 @@ use crate::limiter::settle::applied;
 use crate::model::decision::{Decision, Decisions};
 use crate::model::error::{BackendError, Error};
 use crate::model::key::Key;
-use crate::model::limit::Limit;
+use crate::model::limit::{Limit, StateId};
 use crate::model::lists::ListKind;
-use crate::model::memo::{Remembered, StateId};
+use crate::model::memo::Remembered;
 use crate::model::policy::FailurePolicy;
 use crate::model::rejection::{Name, Rejection};
 use crate::store::Store;
@@ -200,7 +200,8 @@ impl<'l> Requests<'l> {
             Some(memo) => Some(memo),
             None => self.remember(memory, request),
         };
-        let targets = match remembered {
+        // A key that remembers another store or limit is found again.
+        let (target, counted) = match remembered {
             Some(memo) => {
                 let slot = Slot {
                     store: memo.store,
@@ -210,25 +211,19 @@ impl<'l> Requests<'l> {
                     slot: Some(slot),
                     ..target_of(request, &memo.name)
                 };
-                let decision = memory.acquire_target(&target);
-                if decision.allowed {
-                    counters::count(&memo.allowed);
-                    return Some(decision);
-                }
-                ([target], decision)
+                (target, Some(&memo.allowed))
             }
-            // A key that remembers another store or limit: found again.
-            None => {
-                let target = target_of(request, key.scope());
-                let decision = memory.acquire_target(&target);
-                if decision.allowed {
-                    counters::decision(target.name, "allowed", Source::Backend.name());
-                    return Some(decision);
-                }
-                ([target], decision)
-            }
+            None => (target_of(request, key.scope()), None),
         };
-        Some(self.refused(&targets.0, targets.1))
+        let decision = memory.acquire_target(&target);
+        if decision.allowed {
+            match counted {
+                Some(counted) => counters::count(counted),
+                None => counters::decision(target.name, "allowed", Source::Backend.name()),
+            }
+            return Some(decision);
+        }
+        Some(self.refused(&[target], decision))
     }
 
     /// What `request`'s key remembers in `memory` from now on (its first

@@ -376,7 +376,7 @@ fn raw_acquires_meet_the_lists_and_shadow_mode_as_on_the_full_road() {
 }
 
 /// What the keys remember is kept once per key head and limit state, not
-/// per key: a million keys of one scope and limit cost one memory.
+/// per key: any number of keys of one scope and limit cost one memory.
 #[test]
 fn keys_of_one_scope_and_limit_share_one_memory() {
     let limiter = limiter(&ManualClock::new(1_700_000_000_000_000));

@@ -10,6 +10,10 @@ use ratewall_grammar::{LeaseProblem, Problem};
 use crate::model::clock::micros;
 use crate::model::error::LimitError;
 
+/// What identifies a limit's state under a key ([`Limit::state_id`]): its
+/// algorithm, period and slot count.
+pub(crate) type StateId = (Algorithm, u64, u64);
+
 /// A limit: `threshold` units per `period`, decided by an [`Algorithm`].
 ///
 /// Built only from valid values: zero thresholds, periods, bursts, slots, and

@@ -10,11 +10,7 @@ use std::sync::{Arc, OnceLock};
 
 use metrics::Counter;
 
-use crate::model::limit::Algorithm;
-
-/// What identifies a limit's state under a key ([`crate::Limit`]'s
-/// `state_id`).
-pub(crate) type StateId = (Algorithm, u64, u64);
+use crate::model::limit::StateId;
 
 /// A counter's key, and its handle from the global recorder once asked
 /// (counted through `layer::counters::count`).

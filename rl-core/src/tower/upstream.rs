@@ -382,13 +382,21 @@ where
             if pauses {
                 share().await;
             }
-            match actual {
-                Some(actual) if permit.settle.is_some() => permit.settle_cost(actual).await,
-                _ => drop(permit),
+            let settled = match actual {
+                Some(actual) if permit.settle.is_some() => {
+                    permit.settle_cost(actual).await;
+                    true
+                }
+                _ => {
+                    drop(permit);
+                    false
+                }
+            };
+            // Shared after the settlement (again, after a pause: an estimate
+            // given back cannot reopen it).
+            if !pauses || settled {
+                share().await;
             }
-            // Shared (again) after the settlement, so that an estimate given
-            // back cannot reopen a pause.
-            share().await;
             if let Some(auto) = &shared.auto {
                 let accepted = !matches!(status, 429 | 503);
                 if let Err(error) = shared
