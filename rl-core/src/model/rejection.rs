@@ -46,17 +46,26 @@ pub enum RejectionReason {
 /// assert_eq!(rejection.to_string(), "rate limited by `send_sms`: retry after 1.5s");
 /// ```
 #[derive(Clone)]
-pub struct Rejection {
+pub struct Rejection(
+    /// One box for the name and the reason: a `Rejection` is one pointer,
+    /// so `Result<(), Rejection>` is one word and an admission moves no
+    /// bytes of a refusal it did not make (`Result<T, Rejection>` returns
+    /// in registers for a `T` of up to a word).
+    Box<Refused>,
+);
+
+/// What a [`Rejection`] holds.
+#[derive(Clone)]
+struct Refused {
     name: Name,
-    /// Boxed: keeps `Result<_, Rejection>` small on the allowed path.
-    reason: Box<RejectionReason>,
+    reason: RejectionReason,
 }
 
 impl fmt::Debug for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Rejection")
             .field("name", &self.name())
-            .field("reason", &self.reason)
+            .field("reason", &self.0.reason)
             .finish()
     }
 }
@@ -110,6 +119,14 @@ impl From<Cow<'static, str>> for Name {
 }
 
 impl Rejection {
+    /// The name and the reason in one box, allocated first and written in
+    /// place (`Box::new` of a value this size builds it on the stack and
+    /// copies it over).
+    #[inline(always)]
+    fn new(name: Name, reason: RejectionReason) -> Self {
+        Self(Box::write(Box::new_uninit(), Refused { name, reason }))
+    }
+
     /// A rejection for being over `limit`.
     pub fn limited(name: impl Into<Cow<'static, str>>, decision: Decision, limit: Limit) -> Self {
         Self::limited_as(Name::Given(name.into()), decision, limit)
@@ -118,10 +135,7 @@ impl Rejection {
     /// [`Rejection::limited`] with a crate-made [`Name`].
     #[inline]
     pub(crate) fn limited_as(name: Name, decision: Decision, limit: Limit) -> Self {
-        Self {
-            name,
-            reason: Box::new(RejectionReason::Limited { decision, limit }),
-        }
+        Self::new(name, RejectionReason::Limited { decision, limit })
     }
 
     /// A rejection because the limiter could not decide.
@@ -131,10 +145,7 @@ impl Rejection {
 
     /// [`Rejection::unavailable`] with a crate-made [`Name`].
     pub(crate) fn unavailable_as(name: Name, error: Error) -> Self {
-        Self {
-            name,
-            reason: Box::new(RejectionReason::Unavailable(error)),
-        }
+        Self::new(name, RejectionReason::Unavailable(error))
     }
 
     /// A rejection because the identity is deny-listed (until `until`).
@@ -147,25 +158,22 @@ impl Rejection {
 
     /// [`Rejection::denied`] with a crate-made [`Name`].
     pub(crate) fn denied_as(name: Name, until: Option<std::time::SystemTime>) -> Self {
-        Self {
-            name,
-            reason: Box::new(RejectionReason::Denied { until }),
-        }
+        Self::new(name, RejectionReason::Denied { until })
     }
 
     /// The name of the limit (by default `module::function`).
     pub fn name(&self) -> &str {
-        self.name.as_str()
+        self.0.name.as_str()
     }
 
     /// Why the call was refused.
     pub fn reason(&self) -> &RejectionReason {
-        &self.reason
+        &self.0.reason
     }
 
     /// The binding decision, when the call was over its limit.
     pub fn decision(&self) -> Option<&Decision> {
-        match &*self.reason {
+        match &self.0.reason {
             RejectionReason::Limited { decision, .. } => Some(decision),
             _ => None,
         }
@@ -173,7 +181,7 @@ impl Rejection {
 
     /// The refusing limit, when the call was over its limit.
     pub fn limit(&self) -> Option<&Limit> {
-        match &*self.reason {
+        match &self.0.reason {
             RejectionReason::Limited { limit, .. } => Some(limit),
             _ => None,
         }
@@ -183,7 +191,7 @@ impl Rejection {
     /// binding decision's `retry_after`, or the time left on a deny-list
     /// entry that expires (`None` for one that does not).
     pub fn retry_after(&self) -> Option<Duration> {
-        match &*self.reason {
+        match &self.0.reason {
             RejectionReason::Limited { decision, .. } => Some(decision.retry_after),
             RejectionReason::Denied { until: Some(until) } => Some(
                 until
@@ -196,7 +204,7 @@ impl Rejection {
 
     /// Whether the call was refused because the identity is deny-listed.
     pub fn is_denied(&self) -> bool {
-        matches!(*self.reason, RejectionReason::Denied { .. })
+        matches!(self.0.reason, RejectionReason::Denied { .. })
     }
 
     /// Whether the call was refused because its identity already has as
@@ -207,18 +215,18 @@ impl Rejection {
     /// `Retry-After: 1` and `{"error":"too_many_in_flight",...}`, without
     /// `RateLimit` fields (they describe rates).
     pub fn is_in_flight(&self) -> bool {
-        matches!(&*self.reason, RejectionReason::Limited { limit, .. } if limit.is_in_flight())
+        matches!(&self.0.reason, RejectionReason::Limited { limit, .. } if limit.is_in_flight())
     }
 
     /// Whether the call was refused because the limiter could not decide.
     pub fn is_unavailable(&self) -> bool {
-        matches!(*self.reason, RejectionReason::Unavailable(_))
+        matches!(self.0.reason, RejectionReason::Unavailable(_))
     }
 }
 
 impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &*self.reason {
+        match &self.0.reason {
             RejectionReason::Limited { limit, .. } if limit.is_in_flight() => {
                 write!(
                     f,
@@ -247,7 +255,7 @@ impl fmt::Display for Rejection {
 
 impl std::error::Error for Rejection {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &*self.reason {
+        match &self.0.reason {
             RejectionReason::Unavailable(error) => Some(error),
             _ => None,
         }
@@ -257,6 +265,14 @@ impl std::error::Error for Rejection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rejection_is_one_pointer_so_an_admission_moves_one_word() {
+        use std::mem::size_of;
+        assert_eq!(size_of::<Rejection>(), size_of::<usize>());
+        assert_eq!(size_of::<Result<(), Rejection>>(), size_of::<usize>());
+        assert_eq!(size_of::<Result<u64, Rejection>>(), 2 * size_of::<usize>());
+    }
 
     #[test]
     fn a_copied_name_reads_back_whole_whether_held_in_place_or_not() {
