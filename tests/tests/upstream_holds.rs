@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use ratewall::{CallSpec, Counts, FailurePolicy, GroupSpec, Hold, Keys, Limit, Limiter};
+use ratewall::{Algorithm, CallSpec, Counts, FailurePolicy, GroupSpec, Hold, Keys, Limit, Limiter};
 use ratewall_redis::RedisBackend;
 use ratewall_tests::harness::RedisServer;
 
@@ -284,4 +284,80 @@ async fn a_429_gives_a_settled_estimate_back_without_reopening_the_pause() {
         rejection.retry_after().expect("a retry time") > Duration::from_secs(19),
         "{rejection}"
     );
+}
+
+/// A call waiting for a slot it reserved before the upstream's pause was
+/// heard, for a time inside that pause: it goes after the pause, not into
+/// it (before, it went at its slot, 2.7 s after a 5 s pause was heard).
+async fn a_slot_reserved_before_a_pause_moves_after_it(limiter: Limiter, algorithm: Algorithm) {
+    use std::time::Instant;
+
+    let limiter: &'static Limiter = Box::leak(Box::new(limiter));
+    // 600 tokens a minute: one every 100 ms.
+    let spec: &'static CallSpec = Box::leak(Box::new(CallSpec::owned(
+        "tokens",
+        vec![GroupSpec::owned(
+            "tokens_tpm",
+            vec![
+                Limit::per_minute(600)
+                    .and_then(|l| l.with_algorithm(algorithm))
+                    .expect("limit"),
+            ],
+        )],
+    )));
+    let keys = || Keys::new(&[&"team"]);
+    let _spent = limiter
+        .call_with(spec, keys().costs(&[600]))
+        .await
+        .expect("the whole minute's budget");
+    // 30 tokens: a slot 3 s away.
+    let waiting = tokio::spawn(async move {
+        let permit = limiter
+            .call_with(
+                spec,
+                Keys::new(&[&"team"])
+                    .costs(&[30])
+                    .wait(Duration::from_secs(60)),
+            )
+            .await;
+        (permit.map(|_| ()), Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let heard = Instant::now();
+    let said = Hold::from_headers([("retry-after", &b"5"[..])], &[Counts::Tokens]);
+    limiter.hold(spec, keys(), &said).await.expect("held");
+    let (admitted, at) = waiting.await.expect("joined");
+    admitted.unwrap_or_else(|r| panic!("{algorithm:?}: the waiting call was refused: {r}"));
+    let after = at.duration_since(heard);
+    assert!(
+        after >= Duration::from_secs(5),
+        "{algorithm:?}: admitted {after:?} after a 5 s pause was heard"
+    );
+    // Its new slot: the pause, then its 30 tokens' 3 s (with margin for a
+    // loaded machine, far below the 60 s it could wait).
+    assert!(after < Duration::from_secs(20), "{algorithm:?}: {after:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_reserved_before_a_pause_moves_after_it_in_memory() {
+    for algorithm in [
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+        Algorithm::LeakyBucket,
+    ] {
+        let limiter = Limiter::builder().memory().build().expect("limiter");
+        a_slot_reserved_before_a_pause_moves_after_it(limiter, algorithm).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_reserved_before_a_pause_moves_after_it_in_redis() {
+    let server = RedisServer::start();
+    for algorithm in [
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+        Algorithm::LeakyBucket,
+    ] {
+        a_slot_reserved_before_a_pause_moves_after_it(instance(&server).await, algorithm).await;
+    }
 }

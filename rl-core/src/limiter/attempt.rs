@@ -46,7 +46,7 @@ pub(crate) struct Attempt<'r> {
 
 /// An [`Attempt`] that owns what it borrows, for a call decided later (a
 /// remote store's round trip, a waiting call's retry or given-back slot).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct OwnedAttempt {
     resolved: Arc<Resolved>,
     identities: Identities,

@@ -235,6 +235,7 @@ impl LimiterBuilder {
             abandoned,
             cancel_every_call: self.cancel_abandoned,
             room: crate::limiter::room::Room::default(),
+            pauses: crate::limiter::room::Pauses::default(),
             remembered: Default::default(),
         })
     }

@@ -89,6 +89,9 @@ pub struct Limiter {
     pub(crate) cancel_every_call: bool,
     /// Calls waiting for room, woken when a refund gives some back.
     pub(crate) room: room::Room,
+    /// Pauses heard by this process: they move the calls sleeping until a
+    /// slot inside one.
+    pub(crate) pauses: room::Pauses,
     /// What the raw requests' keys remember of the memory store.
     pub(crate) remembered: requests::Remembering,
 }

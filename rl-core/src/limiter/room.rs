@@ -4,15 +4,21 @@
 //! so the room goes to as many as it fits, one store call each. A waiting
 //! call otherwise sleeps for its refusal's `retry_after`: room given back
 //! by another process is found then.
+//!
+//! And calls moved when this process hears a pause ([`Pauses::heard`],
+//! from `Limiter::hold`): a call sleeping until a slot it reserved before
+//! the pause was written, for a time inside it, reserves again, and the
+//! store finds its new slot after the pause.
 
 use std::collections::HashMap;
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
+use tokio::sync::futures::Notified;
 
 use crate::limiter::timer;
 
@@ -55,4 +61,65 @@ pub(crate) async fn sleep_or_freed(at: Instant, freed: &Notify) -> bool {
         sleep.as_mut().poll(cx).map(|()| false)
     })
     .await
+}
+
+/// The pauses this process heard, by rendered key: when each was asked for
+/// and when it ends. An entry goes once its pause has ended.
+#[derive(Debug, Default)]
+pub(crate) struct Pauses {
+    heard: Mutex<HashMap<Box<str>, Heard>>,
+    /// Told of every pause heard: each call sleeping until a reserved slot
+    /// checks its keys.
+    news: Notify,
+}
+
+/// One key's latest pause.
+#[derive(Debug, Clone, Copy)]
+struct Heard {
+    /// When the pause was asked of the store.
+    at: Instant,
+    until: Instant,
+}
+
+impl Pauses {
+    /// A pause of `pause` was written over `keys` (rendered), asked of the
+    /// store at `at`.
+    pub(crate) fn heard<'k>(
+        &self,
+        keys: impl Iterator<Item = &'k str>,
+        at: Instant,
+        pause: Duration,
+    ) {
+        let until = at + pause;
+        {
+            let mut heard = self.heard.lock();
+            let now = Instant::now();
+            heard.retain(|_, h| h.until > now);
+            for key in keys {
+                let entry = heard.entry(Box::from(key)).or_insert(Heard { at, until });
+                *entry = Heard {
+                    at,
+                    until: entry.until.max(until),
+                };
+            }
+        }
+        self.news.notify_waiters();
+    }
+
+    /// Whether a pause over one of `keys`, asked after `reserved` (when a
+    /// call's slot was asked for), ends after that slot (`slot`): the store
+    /// had not seen the pause when it gave the slot, which falls inside it.
+    pub(crate) fn cut(&self, keys: &[Box<str>], reserved: Instant, slot: Instant) -> bool {
+        let heard = self.heard.lock();
+        !heard.is_empty()
+            && keys
+                .iter()
+                .filter_map(|key| heard.get(key))
+                .any(|h| h.at > reserved && h.until > slot)
+    }
+
+    /// Resolves once a pause is heard (after it is enabled).
+    pub(crate) fn news(&self) -> Notified<'_> {
+        self.news.notified()
+    }
 }

@@ -3,7 +3,7 @@
 //! ([`Limiter::hold`]): a pause until the upstream's `Retry-After`, and a
 //! correction of the remaining amount down to the upstream's own count.
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use smallvec::SmallVec;
 
@@ -16,6 +16,7 @@ use crate::limiter::settle::{applied, rate_targets};
 use crate::limiter::spec::CallSpec;
 use crate::model::clock::micros;
 use crate::model::error::{Error, LimitError};
+use crate::model::key::Key;
 use crate::store::target::Op;
 
 /// What a group of a call counts, to read an upstream's rate-limit headers
@@ -302,6 +303,12 @@ impl Limiter {
     /// next call sees it. Allow-listed groups and in-flight limits are left
     /// alone; nothing said, nothing done.
     ///
+    /// A call of this process sleeping until a slot it reserved before the
+    /// pause (a waiting call on GCRA or a bucket), inside it, reserves again
+    /// and goes after the pause; the slot it had stays taken, as the pause
+    /// took it. Another process does not hear the pause this way: its
+    /// reserved calls go at their slots, and its next calls see the pause.
+    ///
     /// ```
     /// use ratewall::{CallSpec, Counts, GroupSpec, Hold, Keys, Limit, Limiter};
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
@@ -334,7 +341,7 @@ impl Limiter {
         };
         async move {
             match owned? {
-                Some(owned) => self.hold_groups(spec, &owned, hold).await,
+                Some(owned) => self.hold_groups(spec, &owned, hold, Instant::now()).await,
                 None => Ok(()),
             }
         }
@@ -359,14 +366,18 @@ impl Limiter {
         })
     }
 
-    /// Holds each group of `owned` at `hold`.
+    /// Holds each group of `owned` at `hold` (asked at `at`). A call of
+    /// this process sleeping until a slot it reserved before, inside the
+    /// pause, reserves again ([`Pauses`](crate::limiter::room::Pauses)).
     async fn hold_groups(
         &self,
         spec: &CallSpec,
         owned: &OwnedAttempt,
         hold: &Hold,
+        at: Instant,
     ) -> Result<(), Error> {
         let attempt = owned.attempt();
+        let mut paused: SmallVec<[Key; 2]> = SmallVec::new();
         let resolved = attempt.resolved;
         for group in 0..resolved.groups.len() {
             if attempt.skipped & (1 << group) != 0 {
@@ -395,7 +406,15 @@ impl Limiter {
             for (after, left) in holds.into_iter().flatten() {
                 let mut call = attempt.call(spec, Op::Hold { after, left }, &targets);
                 applied(self.pipeline.run(&mut call, ALL).await)?;
+                if after > 0 {
+                    paused.extend(targets.iter().map(|t| t.key.render()));
+                }
             }
+        }
+        if let Some(pause) = hold.pause
+            && !paused.is_empty()
+        {
+            self.pauses.heard(paused.iter().map(Key::as_str), at, pause);
         }
         Ok(())
     }

@@ -5,7 +5,10 @@
 //! - GCRA and the buckets reserve: one operation through the pipeline
 //!   ([`Op::Reserve`]) finds and commits the earliest slot every limit
 //!   allows, and the call sleeps until it. A [`Reserved`] slot is given back
-//!   ([`Op::Cancel`]) when the call's future is dropped before the slot.
+//!   ([`Op::Cancel`]) when the call's future is dropped before the slot. A
+//!   pause this process writes (`Limiter::hold`) after the slot was given,
+//!   over one of the call's keys, that ends after the slot, makes the call
+//!   reserve again: the store finds its new slot after the pause.
 //! - The window algorithms retry: the call sleeps for each refusal's
 //!   `retry_after` and asks again, as long as the next try is within the
 //!   maximum wait; a refund in this process (a settled estimate) wakes one
@@ -16,7 +19,11 @@
 //! to both operations as to any other (deny lists, failure policy, shadow
 //! mode, metrics).
 
+use std::pin::pin;
+use std::task::Poll;
 use std::time::{Duration, Instant};
+
+use smallvec::SmallVec;
 
 use crate::layer::{ALL, counters};
 use crate::limiter::admission::Admission;
@@ -140,7 +147,7 @@ pub(crate) fn call<'l>(
             Duration::ZERO
         };
         match how {
-            How::Reserve => reserve(limiter, spec, &attempt, max_wait),
+            How::Reserve => reserve(limiter, spec, &attempt, max_wait, Instant::now()),
             How::Retry => retry(limiter, spec, identities, tiers, costs, max_wait),
         }
     })
@@ -158,18 +165,28 @@ fn reservable(attempt: &Attempt<'_>, max_wait: Duration) -> u64 {
         .fold(asked, u64::min)
 }
 
-/// Reserves a slot and sleeps until it.
+/// Reserves a slot and sleeps until it: a call that started waiting at
+/// `started`, for at most `max_wait`.
 fn reserve<'l>(
     limiter: &'l Limiter,
     spec: &'l CallSpec,
     attempt: &Attempt<'_>,
     max_wait: Duration,
+    started: Instant,
 ) -> CallFuture<'l> {
-    let op = Op::Reserve(reservable(attempt, max_wait));
+    let left = max_wait.saturating_sub(started.elapsed());
+    let op = Op::Reserve(reservable(attempt, left));
+    // Taken before the store is asked: a pause asked for after this is one
+    // the slot may not have seen.
+    let asked = Asked {
+        at: Instant::now(),
+        started,
+        max_wait,
+    };
     if let Store::Memory(memory) = &limiter.pipeline.store {
         let mut reservation = None;
         let decided = attempt.decide_now(limiter, spec, memory, op, &mut reservation);
-        return match held(limiter, spec, attempt, decided, reservation) {
+        return match held(limiter, spec, attempt, decided, reservation, asked) {
             Ok((permit, None)) => CallFuture::ready(Ok(admitted(permit))),
             Ok((permit, Some(held))) => CallFuture::remote(sleep_for(permit, held)),
             Err(rejection) => CallFuture::ready(Err(rejection)),
@@ -180,7 +197,7 @@ fn reserve<'l>(
         let attempt = owned.attempt();
         let mut reservation = None;
         let decided = attempt.decide(limiter, spec, op, &mut reservation).await;
-        match held(limiter, spec, &attempt, decided, reservation)? {
+        match held(limiter, spec, &attempt, decided, reservation, asked)? {
             (permit, None) => Ok(admitted(permit)),
             (permit, Some(held)) => sleep_for(permit, held).await,
         }
@@ -195,6 +212,7 @@ fn held<'l>(
     attempt: &Attempt<'_>,
     decided: Decided<'l>,
     reservation: Option<Box<Reservation>>,
+    asked: Asked,
 ) -> Result<(Permit<'l>, Option<Reserved<'l>>), Rejection> {
     let mut permit = decided?;
     let local = match permit.admission() {
@@ -225,17 +243,71 @@ fn held<'l>(
             reservation: *reservation,
             local,
             until: Instant::now() + wait,
+            asked,
             runtime: tokio::runtime::Handle::try_current().ok(),
             armed: true,
         }),
     ))
 }
 
-/// Sleeps until the held slot, then admits the call.
+/// Sleeps until the held slot, then admits the call; reserves again
+/// ([`again`]) if this process hears a pause over one of the call's keys
+/// that the slot falls inside.
 async fn sleep_for<'l>(permit: Permit<'l>, mut held: Reserved<'l>) -> Decided<'l> {
-    timer::sleep_until(held.until).await;
+    let limiter = held.limiter;
+    let keys: SmallVec<[Box<str>; 2]> = held
+        .attempt
+        .attempt()
+        .targets(limiter)
+        .iter()
+        .map(|t| Box::from(t.key.render().as_str()))
+        .collect();
+    loop {
+        // Enabled before the pauses are read, so none heard in between is
+        // missed.
+        let mut news = pin!(limiter.pauses.news());
+        news.as_mut().enable();
+        if limiter.pauses.cut(&keys, held.asked.at, held.until) {
+            return again(permit, held).await;
+        }
+        let mut slot = pin!(timer::sleep_until(held.until));
+        let slept = std::future::poll_fn(|cx| {
+            if slot.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(true);
+            }
+            news.as_mut().poll(cx).map(|()| false)
+        })
+        .await;
+        if slept {
+            held.armed = false;
+            return Ok(admitted(permit));
+        }
+    }
+}
+
+/// Reserves again, for the rest of the call's wait, a call whose slot a
+/// pause heard since cut: the store, which has the pause now, finds the
+/// new slot after it. The old slot is not given back: a slot given back
+/// is handed to the next reservation, which would put it inside the pause
+/// again; it stays taken, as the pause took it (what a pause leaves is
+/// the same with or without it, unless the queue reached past the pause).
+async fn again<'l>(permit: Permit<'l>, mut held: Reserved<'l>) -> Decided<'l> {
+    let (limiter, spec, asked) = (held.limiter, held.spec, held.asked);
+    let attempt = held.attempt.clone();
     held.armed = false;
-    Ok(admitted(permit))
+    drop((permit, held));
+    tracing::debug!(
+        call = spec.name(),
+        "a pause was heard over a reserved slot: reserving again, after it"
+    );
+    reserve(
+        limiter,
+        spec,
+        &attempt.attempt(),
+        asked.max_wait,
+        asked.started,
+    )
+    .await
 }
 
 /// Records an admitted waiting call's wait.
@@ -248,6 +320,15 @@ fn admitted(permit: Permit<'_>) -> Permit<'_> {
     permit
 }
 
+/// When a call's slot was asked for, and its wait: since `started`, at
+/// most `max_wait`.
+#[derive(Debug, Clone, Copy)]
+struct Asked {
+    at: Instant,
+    started: Instant,
+    max_wait: Duration,
+}
+
 /// A reserved slot a call is waiting for: given back if the call's future
 /// is dropped first.
 struct Reserved<'l> {
@@ -258,6 +339,8 @@ struct Reserved<'l> {
     /// Reserved in process by the failure policy's fallback.
     local: bool,
     until: Instant,
+    /// When the slot was asked for, and the call's wait.
+    asked: Asked,
     /// The runtime a remote backend's cancel is spawned on.
     runtime: Option<tokio::runtime::Handle>,
     armed: bool,

@@ -16,9 +16,11 @@
 //! (costs known only from a response body, such as a language model's
 //! token usage, are settled with the call API: [`crate::Permit::settle_cost`]).
 //!
-//! A request already waiting for its reserved slot when the upstream
-//! speaks keeps that slot (it was reserved before); if the upstream refuses
-//! it too, its answer pauses the budget again.
+//! A request of this instance already waiting for a slot it reserved, when
+//! the upstream's pause is heard, reserves again if its slot falls inside
+//! the pause, and goes after it. One waiting in another instance keeps its
+//! slot (that instance has not heard the pause); if the upstream refuses it
+//! too, its answer pauses the budget again there.
 
 use std::fmt;
 use std::future::Future;
@@ -115,8 +117,8 @@ struct Shared<F, RB> {
 /// [`UpstreamLayer::max_pause`]; a `429`/`503` without one pauses it for
 /// [`UpstreamLayer::pause_on_refusal`]), its remaining counts bound it, and
 /// a `429`'s estimate is given back in a spec whose groups settle their
-/// cost. A request already waiting for its reserved slot when the upstream
-/// speaks keeps that slot.
+/// cost. A request of this instance waiting for a slot it reserved inside
+/// a pause the upstream then said reserves again, after the pause.
 ///
 /// ```
 /// use std::sync::Arc;
