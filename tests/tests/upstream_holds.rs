@@ -361,3 +361,43 @@ async fn a_slot_reserved_before_a_pause_moves_after_it_in_redis() {
         a_slot_reserved_before_a_pause_moves_after_it(instance(&server).await, algorithm).await;
     }
 }
+
+#[tokio::test]
+async fn a_refusal_remembered_before_a_pause_is_not_answered_after_it() {
+    let server = RedisServer::start();
+    let limiter = instance(&server).await;
+    let spec = CallSpec::owned(
+        "tokens",
+        vec![GroupSpec::owned(
+            "tokens_tpm",
+            vec![Limit::per_minute(600).expect("limit")],
+        )],
+    );
+    let keys = || Keys::new(&[&"team"]);
+    let _spent = limiter
+        .call_with(&spec, keys().costs(&[300]))
+        .await
+        .expect("half the minute's budget");
+    // 400 tokens: 10 s of refill away. The refusal is remembered (the deny
+    // cache in front of Redis) for those 10 s.
+    let refused = limiter
+        .call_with(&spec, keys().costs(&[400]))
+        .await
+        .expect_err("over the budget");
+    let before = refused.retry_after().expect("a retry time");
+    assert!(before <= Duration::from_secs(11), "{before:?}");
+    let said = Hold::from_headers([("retry-after", &b"60"[..])], &[Counts::Tokens]);
+    limiter.hold(&spec, keys(), &said).await.expect("held");
+    // The pause, then 40 s of refill: asked of the store, not answered
+    // from the refusal remembered before it (which said 10 s).
+    let after = limiter
+        .call_with(&spec, keys().costs(&[400]))
+        .await
+        .expect_err("paused")
+        .retry_after()
+        .expect("a retry time");
+    assert!(
+        after > Duration::from_secs(60),
+        "{after:?} after a 60 s pause (before it: {before:?})"
+    );
+}

@@ -507,7 +507,9 @@ impl Layer for DenyLayer {
                     Lookup::Miss => {}
                 }
             }
-            Op::Refund(_) | Op::Reset | Op::Cancel(_) | Op::CancelOnce(_) => {
+            // The state changed: a refusal remembered before says too little
+            // (a hold's pause makes the wait longer than it said).
+            Op::Refund(_) | Op::Reset | Op::Cancel(_) | Op::CancelOnce(_) | Op::Hold { .. } => {
                 self.cache.forget(call.targets)
             }
             _ => {}
