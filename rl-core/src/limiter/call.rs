@@ -91,7 +91,8 @@ impl Permit<'_> {
 
     /// How long the call waited for room before it was admitted (zero for
     /// a call that did not wait): for a reserved slot, the time from the
-    /// store's decision to the slot; for a window algorithm, the time spent
+    /// store's decision to the slot (for a call a pause moved to a new slot,
+    /// from its first slot's ask); for a window algorithm, the time spent
     /// sleeping and retrying.
     pub fn waited(&self) -> Duration {
         self.waited

@@ -147,7 +147,14 @@ pub(crate) fn call<'l>(
             Duration::ZERO
         };
         match how {
-            How::Reserve => reserve(limiter, spec, &attempt, max_wait, Instant::now()),
+            How::Reserve => reserve(
+                limiter,
+                spec,
+                &attempt,
+                max_wait,
+                Instant::now(),
+                Duration::ZERO,
+            ),
             How::Retry => retry(limiter, spec, identities, tiers, costs, max_wait),
         }
     })
@@ -166,13 +173,15 @@ fn reservable(attempt: &Attempt<'_>, max_wait: Duration) -> u64 {
 }
 
 /// Reserves a slot and sleeps until it: a call that started waiting at
-/// `started`, for at most `max_wait`.
+/// `started`, for at most `max_wait`, and waited `before` already (a call
+/// a pause moved).
 fn reserve<'l>(
     limiter: &'l Limiter,
     spec: &'l CallSpec,
     attempt: &Attempt<'_>,
     max_wait: Duration,
     started: Instant,
+    before: Duration,
 ) -> CallFuture<'l> {
     let left = max_wait.saturating_sub(started.elapsed());
     let op = Op::Reserve(reservable(attempt, left));
@@ -182,6 +191,7 @@ fn reserve<'l>(
         at: Instant::now(),
         started,
         max_wait,
+        before,
     };
     if let Store::Memory(memory) = &limiter.pipeline.store {
         let mut reservation = None;
@@ -228,7 +238,8 @@ fn held<'l>(
     if wait.is_zero() {
         return Ok((permit, None));
     }
-    permit.waited = wait;
+    // A call moved by a pause counts its wait from its first slot's ask.
+    permit.waited = asked.before + wait;
     tracing::debug!(
         call = spec.name(),
         wait_us = wait.as_micros() as u64,
@@ -306,6 +317,7 @@ async fn again<'l>(permit: Permit<'l>, mut held: Reserved<'l>) -> Decided<'l> {
         &attempt.attempt(),
         asked.max_wait,
         asked.started,
+        asked.started.elapsed(),
     )
     .await
 }
@@ -321,12 +333,14 @@ fn admitted(permit: Permit<'_>) -> Permit<'_> {
 }
 
 /// When a call's slot was asked for, and its wait: since `started`, at
-/// most `max_wait`.
+/// most `max_wait`; `before`: what it waited before this slot was asked
+/// for (zero but for a call a pause moved).
 #[derive(Debug, Clone, Copy)]
 struct Asked {
     at: Instant,
     started: Instant,
     max_wait: Duration,
+    before: Duration,
 }
 
 /// A reserved slot a call is waiting for: given back if the call's future
