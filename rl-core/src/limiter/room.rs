@@ -11,16 +11,18 @@
 //! store finds its new slot after the pause.
 
 use std::collections::HashMap;
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
 
 use crate::limiter::timer;
+use crate::store::target::Target;
 
 /// The waiting calls of one limiter, by call name.
 #[derive(Debug, Default)]
@@ -52,16 +54,23 @@ impl Room {
 
 /// Sleeps until `at`, or until room is given back (`true`: woken by it).
 pub(crate) async fn sleep_or_freed(at: Instant, freed: &Notify) -> bool {
+    sleep_or_told(at, pin!(freed.notified())).await
+}
+
+/// Sleeps until `at`, or until `told` resolves (`true`: woken by it).
+pub(crate) async fn sleep_or_told(at: Instant, mut told: Pin<&mut Notified<'_>>) -> bool {
     let mut sleep = pin!(timer::sleep_until(at));
-    let mut notified = pin!(freed.notified());
     std::future::poll_fn(|cx| {
-        if notified.as_mut().poll(cx).is_ready() {
+        if told.as_mut().poll(cx).is_ready() {
             return Poll::Ready(true);
         }
         sleep.as_mut().poll(cx).map(|()| false)
     })
     .await
 }
+
+/// Rendered keys ([`Pauses::keys`]).
+pub(crate) type PausedKeys = SmallVec<[Box<str>; 2]>;
 
 /// The pauses this process heard, by rendered key: when each was asked for
 /// and when it ends. An entry goes once its pause has ended.
@@ -82,25 +91,32 @@ struct Heard {
 }
 
 impl Pauses {
-    /// A pause of `pause` was written over `keys` (rendered), asked of the
-    /// store at `at`.
-    pub(crate) fn heard<'k>(
-        &self,
-        keys: impl Iterator<Item = &'k str>,
-        at: Instant,
-        pause: Duration,
-    ) {
+    /// The keys of `targets`, rendered: what pauses are kept by.
+    pub(crate) fn keys(targets: &[Target<'_>]) -> PausedKeys {
+        targets
+            .iter()
+            .map(|t| Box::from(t.key.render().as_str()))
+            .collect()
+    }
+
+    /// A pause of `pause` was written over `keys`, asked of the store at
+    /// `at`.
+    pub(crate) fn heard(&self, keys: PausedKeys, at: Instant, pause: Duration) {
         let until = at + pause;
         {
             let mut heard = self.heard.lock();
             let now = Instant::now();
             heard.retain(|_, h| h.until > now);
             for key in keys {
-                let entry = heard.entry(Box::from(key)).or_insert(Heard { at, until });
-                *entry = Heard {
-                    at,
-                    until: entry.until.max(until),
-                };
+                heard
+                    .entry(key)
+                    .and_modify(|h| {
+                        *h = Heard {
+                            at,
+                            until: h.until.max(until),
+                        }
+                    })
+                    .or_insert(Heard { at, until });
             }
         }
         self.news.notify_waiters();
@@ -111,11 +127,9 @@ impl Pauses {
     /// had not seen the pause when it gave the slot, which falls inside it.
     pub(crate) fn cut(&self, keys: &[Box<str>], reserved: Instant, slot: Instant) -> bool {
         let heard = self.heard.lock();
-        !heard.is_empty()
-            && keys
-                .iter()
-                .filter_map(|key| heard.get(key))
-                .any(|h| h.at > reserved && h.until > slot)
+        keys.iter()
+            .filter_map(|key| heard.get(key))
+            .any(|h| h.at > reserved && h.until > slot)
     }
 
     /// Resolves once a pause is heard (after it is enabled).

@@ -12,11 +12,11 @@ use crate::limiter::Limiter;
 use crate::limiter::attempt::{Attempt, OwnedAttempt};
 use crate::limiter::call::Keys;
 use crate::limiter::resolve::{self, Targets};
+use crate::limiter::room::{PausedKeys, Pauses};
 use crate::limiter::settle::{applied, rate_targets};
 use crate::limiter::spec::CallSpec;
 use crate::model::clock::micros;
 use crate::model::error::{Error, LimitError};
-use crate::model::key::Key;
 use crate::store::target::Op;
 
 /// What a group of a call counts, to read an upstream's rate-limit headers
@@ -368,7 +368,7 @@ impl Limiter {
 
     /// Holds each group of `owned` at `hold` (asked at `at`). A call of
     /// this process sleeping until a slot it reserved before, inside the
-    /// pause, reserves again ([`Pauses`](crate::limiter::room::Pauses)).
+    /// pause, reserves again ([`Pauses`]).
     async fn hold_groups(
         &self,
         spec: &CallSpec,
@@ -377,7 +377,7 @@ impl Limiter {
         at: Instant,
     ) -> Result<(), Error> {
         let attempt = owned.attempt();
-        let mut paused: SmallVec<[Key; 2]> = SmallVec::new();
+        let mut paused = PausedKeys::new();
         let resolved = attempt.resolved;
         for group in 0..resolved.groups.len() {
             if attempt.skipped & (1 << group) != 0 {
@@ -407,14 +407,14 @@ impl Limiter {
                 let mut call = attempt.call(spec, Op::Hold { after, left }, &targets);
                 applied(self.pipeline.run(&mut call, ALL).await)?;
                 if after > 0 {
-                    paused.extend(targets.iter().map(|t| t.key.render()));
+                    paused.extend(Pauses::keys(&targets));
                 }
             }
         }
         if let Some(pause) = hold.pause
             && !paused.is_empty()
         {
-            self.pauses.heard(paused.iter().map(Key::as_str), at, pause);
+            self.pauses.heard(paused, at, pause);
         }
         Ok(())
     }

@@ -20,15 +20,13 @@
 //! mode, metrics).
 
 use std::pin::pin;
-use std::task::Poll;
 use std::time::{Duration, Instant};
-
-use smallvec::SmallVec;
 
 use crate::layer::{ALL, counters};
 use crate::limiter::admission::Admission;
 use crate::limiter::attempt::{Attempt, OwnedAttempt, misconfigured};
 use crate::limiter::call::{CallFuture, Decided, Permit};
+use crate::limiter::room::Pauses;
 use crate::limiter::spec::{CallSpec, Counting};
 use crate::limiter::{Limiter, resolve, room, timer};
 use crate::model::clock::micros;
@@ -266,13 +264,7 @@ fn held<'l>(
 /// that the slot falls inside.
 async fn sleep_for<'l>(permit: Permit<'l>, mut held: Reserved<'l>) -> Decided<'l> {
     let limiter = held.limiter;
-    let keys: SmallVec<[Box<str>; 2]> = held
-        .attempt
-        .attempt()
-        .targets(limiter)
-        .iter()
-        .map(|t| Box::from(t.key.render().as_str()))
-        .collect();
+    let keys = Pauses::keys(&held.attempt.attempt().targets(limiter));
     loop {
         // Enabled before the pauses are read, so none heard in between is
         // missed.
@@ -281,15 +273,7 @@ async fn sleep_for<'l>(permit: Permit<'l>, mut held: Reserved<'l>) -> Decided<'l
         if limiter.pauses.cut(&keys, held.asked.at, held.until) {
             return again(permit, held).await;
         }
-        let mut slot = pin!(timer::sleep_until(held.until));
-        let slept = std::future::poll_fn(|cx| {
-            if slot.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(true);
-            }
-            news.as_mut().poll(cx).map(|()| false)
-        })
-        .await;
-        if slept {
+        if !room::sleep_or_told(held.until, news).await {
             held.armed = false;
             return Ok(admitted(permit));
         }
