@@ -152,8 +152,27 @@ fn refused(call: &Call<'_>, index: usize, decision: &Decision, source: Source) {
     }
 }
 
-/// The log line of a refusal of `target`.
+/// The log line of a refusal of `target`: `info`, or `debug` for one
+/// answered from a remembered refusal or while waiting for a lease. Only
+/// the level is looked at here; the line is built out of line, when a
+/// subscriber wants it (a refusal in a service that logs nothing at that
+/// level costs one load and a compare).
+#[inline]
 fn logged(target: &Target<'_>, decision: &Decision, source: Source) {
+    let level = if matches!(source, Source::Cache | Source::Lease) {
+        tracing::Level::DEBUG
+    } else {
+        tracing::Level::INFO
+    };
+    if tracing::level_enabled!(level) {
+        written(target, decision, source);
+    }
+}
+
+/// [`logged`]'s line, when its level is enabled.
+#[cold]
+#[inline(never)]
+fn written(target: &Target<'_>, decision: &Decision, source: Source) {
     let Target {
         name, key, limit, ..
     } = target;
