@@ -19,7 +19,7 @@ pub(crate) struct KeyRef<'a> {
 }
 
 impl<'a> KeyRef<'a> {
-    #[inline]
+    #[inline(always)]
     pub(crate) fn of(key: &'a Key) -> Self {
         Self {
             head: key.head(),
