@@ -1,14 +1,20 @@
 //! The in-memory hot path against the Rust anchor, `governor` (keyed, `u64`
 //! keys, its default quanta clock), measured side by side in one run:
-//! single thread, GCRA, every call allowed; one hot key, and 100 000 keys
-//! visited in a scattered order (so most lookups miss the CPU caches).
+//! single thread, GCRA; one hot key, and 100 000 keys visited in a
+//! scattered order (so most lookups miss the CPU caches).
 //!
 //! `cargo bench -p ratewall --bench peer`
 //!
 //! Each `rl` figure is a whole decision: `annotated_fn` is a
 //! `#[rate_limit(key = user)] async fn(user: u64)` on the global in-memory
 //! limiter, polled once (in memory it completes without suspending);
-//! `memory_store` is the store alone with a prebuilt key.
+//! `acquire_prebuilt_key` is the public `limiter.requests().acquire` with
+//! keys built before the run, polled once; `memory_store` is the store
+//! alone with a prebuilt key.
+//!
+//! The `peer/*` groups admit every call; the `peer_refused/*` groups
+//! refuse every call (every key spent for the hour beforehand, on both
+//! sides): `governor` refusing against a refusal through the macro.
 
 use std::future::Future;
 use std::hint::black_box;
@@ -35,6 +41,12 @@ async fn annotated(user: u64) -> Result<u64, Rejection> {
     Ok(user)
 }
 
+/// One call per hour: spent for every key before the refused groups run.
+#[rate_limit(period = 3600, threshold = 1, key = user, name = "peer_spent")]
+async fn spent(user: u64) -> Result<u64, Rejection> {
+    Ok(user)
+}
+
 /// Polls a future that completes without suspending.
 fn now<F: Future>(future: F) -> F::Output {
     match pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
@@ -44,7 +56,7 @@ fn now<F: Future>(future: F) -> F::Output {
 }
 
 fn peer(c: &mut Criterion) {
-    Limiter::builder().memory().install().unwrap();
+    let limiter = Limiter::builder().memory().install().unwrap();
     let governor = RateLimiter::keyed(Quota::per_second(NonZeroU32::MAX));
     let limit = Limit::new(1_000_000_000, Duration::from_secs(1)).unwrap();
     let store = MemoryBackend::new();
@@ -55,6 +67,14 @@ fn peer(c: &mut Criterion) {
         assert!(governor.check_key(&i).is_ok());
         assert!(now(annotated(i)).is_ok());
         store.acquire_one(&Request::new(&keys[i as usize], &limit, 1));
+        assert!(now(limiter.requests().acquire(&keys[i as usize], &limit, 1)).is_ok());
+    }
+    let governor_spent = RateLimiter::keyed(Quota::per_hour(NonZeroU32::MIN));
+    for i in 0..KEYS {
+        assert!(governor_spent.check_key(&i).is_ok());
+        assert!(governor_spent.check_key(&i).is_err());
+        assert!(now(spent(i)).is_ok());
+        assert!(now(spent(i)).is_err());
     }
 
     for (shape, key_of) in [
@@ -77,12 +97,38 @@ fn peer(c: &mut Criterion) {
                 black_box(now(annotated(key_of(black_box(i))))).is_ok()
             })
         });
+        group.bench_function("rl_acquire_prebuilt_key", |b| {
+            let mut i = 0u64;
+            b.iter(|| {
+                i += 1;
+                let key = &keys[key_of(black_box(i)) as usize];
+                black_box(now(limiter.requests().acquire(key, &limit, 1))).is_ok()
+            })
+        });
         group.bench_function("rl_memory_store_prebuilt_key", |b| {
             let mut i = 0u64;
             b.iter(|| {
                 i += 1;
                 let key = &keys[key_of(black_box(i)) as usize];
                 black_box(store.acquire_one(&Request::new(key, &limit, 1)))
+            })
+        });
+        group.finish();
+
+        let mut group = c.benchmark_group(format!("peer_refused/{shape}"));
+        group.throughput(Throughput::Elements(1));
+        group.bench_function("governor_check_key", |b| {
+            let mut i = 0u64;
+            b.iter(|| {
+                i += 1;
+                black_box(governor_spent.check_key(&key_of(black_box(i)))).is_err()
+            })
+        });
+        group.bench_function("rl_annotated_fn", |b| {
+            let mut i = 0u64;
+            b.iter(|| {
+                i += 1;
+                black_box(now(spent(key_of(black_box(i))))).is_err()
             })
         });
         group.finish();
