@@ -434,7 +434,10 @@ impl Limiter {
                 crate::layer::counters::count(&resolved.counters.allowed);
                 Some(Ok(admitted))
             }
-            Err(decision) => Some(Err(self.refused_direct(spec, resolved, &target, &decision))),
+            // By reference: the store has just written the decision, and
+            // moving it out would copy it in pieces wider than the store's
+            // writes (a load that stalls until they land).
+            Err(ref decision) => Some(Err(self.refused_direct(spec, resolved, &target, decision))),
         }
     }
 
