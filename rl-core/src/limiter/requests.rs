@@ -5,7 +5,9 @@
 
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use hashbrown::{Equivalent, HashMap};
 use parking_lot::Mutex;
@@ -150,52 +152,67 @@ impl<'l> Requests<'l> {
     /// per scope and limit, shared by every key that remembers it), so the
     /// decisions after skip both lookups. A key remembers one store and one
     /// limit's state; used with another it decides as a fresh key does.
-    pub async fn acquire(&self, key: &Key, limit: &Limit, cost: u64) -> Result<Decision, Error> {
-        // One request: its one target on the stack.
-        let request = Request::new(key, limit, cost);
-        if let Some(decision) = self.lane(&request) {
-            return Ok(decision);
+    ///
+    /// The future decides when first polled, and borrows the key and the
+    /// limit, not this handle (`let decided = limiter.requests().acquire(..)`
+    /// may be awaited later).
+    pub fn acquire<'a>(
+        &self,
+        key: &'a Key,
+        limit: &'a Limit,
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, Error>> + use<'a, 'l>
+    where
+        'l: 'a,
+    {
+        Acquiring {
+            requests: *self,
+            key,
+            limit,
+            cost,
+            road: None,
         }
-        // Boxed: held inline, the full road's future (over 1 KB) would make
-        // every `acquire` future that large, lane or not (80 B boxed); a
-        // round trip or the full pipeline dwarfs the allocation.
-        Box::pin(async move {
-            let targets = [target_of(&request, key.scope())];
-            Ok(*self.decide_targets(Op::Acquire, &targets).await?.binding())
-        })
-        .await
     }
 
-    /// The raw requests' direct lane: one request decided by the memory
-    /// store while no layer has anything to do with it but observe (no list
-    /// entry, no shadowed name; the deny cache never answers a call that
-    /// wants every decision; the test
+    /// The raw requests' direct lane: the memory store, when it may decide
+    /// `request` while no layer has anything to do with it but observe (no
+    /// list entry, no shadowed name; the deny cache never answers a call
+    /// that wants every decision; the test
     /// `the_raw_lane_knows_every_layer_of_a_memory_pipeline` holds this list
-    /// of layers to the builder's). Validated, decided, and observed as on
-    /// the full road: an admission is counted here, a refusal goes up
-    /// through the layers. `None` when the request takes the full road.
-    ///
-    /// The key remembers where the store keeps its state and the counter of
-    /// its admissions ([`Remembered`]), found on its first decision here.
+    /// of layers to the builder's). `None` when the request takes the full
+    /// road.
     #[inline(always)]
-    fn lane(&self, request: &Request<'_>) -> Option<Decision> {
+    fn lane(&self, request: &Request<'_>) -> Option<&'l MemoryBackend> {
         let limiter = self.limiter;
         let Store::Memory(memory) = &limiter.pipeline.store else {
             return None;
         };
         let registry = &limiter.registry;
-        let (key, limit) = (request.key, request.limit);
         // What `validate` checks of one acquire: its cost, and that an
         // in-flight limit is taken by a call (an error the full road gives).
         if registry.any_listed(ListKind::Deny)
             || registry.any_listed(ListKind::Allow)
             || registry.any_shadow()
-            || limit.is_in_flight()
-            || limit.check_cost(request.cost).is_err()
+            || request.limit.is_in_flight()
+            || request.limit.check_cost(request.cost).is_err()
         {
             return None;
         }
-        let state = limit.state_id();
+        Some(memory)
+    }
+
+    /// Decides `request` on the [`Requests::lane`] of `memory`, as the full
+    /// road would: validated (by the lane), decided, and observed; an
+    /// admission is counted here, a refusal goes up through the layers.
+    ///
+    /// The key remembers where the store keeps its state and the counter of
+    /// its admissions ([`Remembered`]), found on its first decision here.
+    /// An admission returns the store's decision as it is, so it is written
+    /// once, in the caller's place for it, not copied there.
+    #[inline(always)]
+    fn on_lane(&self, memory: &MemoryBackend, request: &Request<'_>) -> Decision {
+        let key = request.key;
+        let state = request.limit.state_id();
         let remembered = match key.memo().get(memory.id(), state) {
             Some(memo) => Some(memo),
             None => self.remember(memory, request),
@@ -216,14 +233,14 @@ impl<'l> Requests<'l> {
             None => (target_of(request, key.scope()), None),
         };
         let decision = memory.acquire_target(&target);
-        if decision.allowed {
-            match counted {
-                Some(counted) => counters::count(counted),
-                None => counters::decision(target.name, "allowed", Source::Backend.name()),
-            }
-            return Some(decision);
+        if !decision.allowed {
+            return self.refused(&[target], decision);
         }
-        Some(self.refused(&[target], decision))
+        match counted {
+            Some(counted) => counters::count(counted),
+            None => counters::decision(target.name, "allowed", Source::Backend.name()),
+        }
+        decision
     }
 
     /// What `request`'s key remembers in `memory` from now on (its first
@@ -467,6 +484,51 @@ impl Remembering {
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.0.lock().len()
+    }
+}
+
+/// [`Acquiring`]'s full road, boxed.
+type FullRoad<'a> = Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send + 'a>>;
+
+/// [`Requests::acquire`]'s future: decided on its first poll, on the
+/// lane where it can be, from the arguments where they lie (an `async fn`
+/// would first move them into its running state, reading back in wide
+/// pieces what its caller had just written in narrow ones); otherwise the
+/// full road, boxed (held inline, its future, over 1 KB, would make every
+/// `acquire` future that large; a round trip or the full pipeline dwarfs
+/// the allocation).
+struct Acquiring<'a, 'l> {
+    requests: Requests<'l>,
+    key: &'a Key,
+    limit: &'a Limit,
+    cost: u64,
+    road: Option<FullRoad<'a>>,
+}
+
+impl<'a, 'l: 'a> Future for Acquiring<'a, 'l> {
+    type Output = Result<Decision, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if let Some(road) = &mut this.road {
+            return road.as_mut().poll(cx);
+        }
+        // One request: its one target on the stack.
+        let request = Request::new(this.key, this.limit, this.cost);
+        if let Some(memory) = this.requests.lane(&request) {
+            return Poll::Ready(Ok(this.requests.on_lane(memory, &request)));
+        }
+        let (requests, key) = (this.requests, this.key);
+        this.road
+            .insert(Box::pin(async move {
+                let targets = [target_of(&request, key.scope())];
+                Ok(*requests
+                    .decide_targets(Op::Acquire, &targets)
+                    .await?
+                    .binding())
+            }))
+            .as_mut()
+            .poll(cx)
     }
 }
 

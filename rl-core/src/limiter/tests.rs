@@ -405,6 +405,34 @@ fn keys_of_one_scope_and_limit_share_one_memory() {
     );
 }
 
+/// `acquire` is a future like any other: it decides when first polled, not
+/// when built (one built and dropped takes nothing), it can be sent to
+/// another thread, it outlives the `requests()` handle it came from, and it
+/// answers the same on the lane and on the full road.
+#[test]
+fn an_acquire_decides_when_polled_and_can_be_sent() {
+    fn sendable<F: std::future::Future + Send>(future: F) -> F {
+        future
+    }
+    let clock = ManualClock::new(1_700_000_000_000_000);
+    let (lane, full) = lane_and_full_road(&clock);
+    let limit = Limit::per_minute(1).unwrap();
+    for limiter in [&lane, &full] {
+        let key = limiter.key("sms_raw", &"alice");
+        drop(limiter.requests().acquire(&key, &limit, 1));
+        let polled = |limiter: &Limiter| {
+            let acquired = sendable(limiter.requests().acquire(&key, &limit, 1));
+            std::thread::scope(|scope| scope.spawn(|| acquired.now_or_never()).join())
+                .unwrap()
+                .expect("in memory")
+                .unwrap()
+                .allowed
+        };
+        // One call a minute: the dropped future took nothing.
+        assert_eq!([polled(limiter), polled(limiter)], [true, false]);
+    }
+}
+
 /// A key that remembers is what a key was before: sent, shared and unwind
 /// safe (what it remembers is set once and never changed).
 #[test]
