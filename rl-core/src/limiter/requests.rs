@@ -171,6 +171,7 @@ impl<'l> Requests<'l> {
             limit,
             cost,
             road: None,
+            decided: false,
         }
     }
 
@@ -496,13 +497,16 @@ type FullRoad<'a> = Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send 
 /// pieces what its caller had just written in narrow ones); otherwise the
 /// full road, boxed (held inline, its future, over 1 KB, would make every
 /// `acquire` future that large; a round trip or the full pipeline dwarfs
-/// the allocation).
+/// the allocation). Polled again once it has answered, it panics, as an
+/// `async fn`'s future does, rather than decide (and take) a second time.
 struct Acquiring<'a, 'l> {
     requests: Requests<'l>,
     key: &'a Key,
     limit: &'a Limit,
     cost: u64,
     road: Option<FullRoad<'a>>,
+    /// Whether the lane answered.
+    decided: bool,
 }
 
 impl<'a, 'l: 'a> Future for Acquiring<'a, 'l> {
@@ -513,9 +517,11 @@ impl<'a, 'l: 'a> Future for Acquiring<'a, 'l> {
         if let Some(road) = &mut this.road {
             return road.as_mut().poll(cx);
         }
+        assert!(!this.decided, "`acquire` polled after it answered");
         // One request: its one target on the stack.
         let request = Request::new(this.key, this.limit, this.cost);
         if let Some(memory) = this.requests.lane(&request) {
+            this.decided = true;
             return Poll::Ready(Ok(this.requests.on_lane(memory, &request)));
         }
         let (requests, key) = (this.requests, this.key);

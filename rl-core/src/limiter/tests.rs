@@ -433,6 +433,31 @@ fn an_acquire_decides_when_polled_and_can_be_sent() {
     }
 }
 
+/// Polled again after it answered, `acquire`'s future panics, as an
+/// `async fn`'s does, on the lane and on the full road: it never decides,
+/// and takes, twice.
+#[test]
+fn an_acquire_polled_after_it_answered_panics_instead_of_taking_again() {
+    let clock = ManualClock::new(1_700_000_000_000_000);
+    let (lane, full) = lane_and_full_road(&clock);
+    let limit = Limit::per_minute(2).unwrap();
+    for limiter in [&lane, &full] {
+        let key = limiter.key("sms_raw", &"bob");
+        let mut acquired = std::pin::pin!(limiter.requests().acquire(&key, &limit, 1));
+        let mut poll = || {
+            acquired
+                .as_mut()
+                .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+        };
+        assert!(matches!(poll(), std::task::Poll::Ready(Ok(d)) if d.allowed));
+        let again = std::panic::catch_unwind(std::panic::AssertUnwindSafe(poll));
+        assert!(again.is_err(), "a second poll answered");
+        // The second poll took nothing: one of the two calls is left.
+        let left = limiter.requests().acquire(&key, &limit, 1).now_or_never();
+        assert!(left.unwrap().unwrap().allowed);
+    }
+}
+
 /// A key that remembers is what a key was before: sent, shared and unwind
 /// safe (what it remembers is set once and never changed).
 #[test]
