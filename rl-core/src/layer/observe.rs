@@ -159,26 +159,28 @@ fn refused(call: &Call<'_>, index: usize, decision: &Decision, source: Source) {
 /// level costs one load and a compare).
 #[inline]
 fn logged(target: &Target<'_>, decision: &Decision, source: Source) {
-    let level = if matches!(source, Source::Cache | Source::Lease) {
+    let remembered = matches!(source, Source::Cache | Source::Lease);
+    let level = if remembered {
         tracing::Level::DEBUG
     } else {
         tracing::Level::INFO
     };
     if tracing::level_enabled!(level) {
-        written(target, decision, source);
+        written(target, decision, source, remembered);
     }
 }
 
-/// [`logged`]'s line, when its level is enabled.
+/// [`logged`]'s line, when its level is enabled: `remembered`, a refusal
+/// answered from a remembered one or while waiting for a lease (`debug`).
 #[cold]
 #[inline(never)]
-fn written(target: &Target<'_>, decision: &Decision, source: Source) {
+fn written(target: &Target<'_>, decision: &Decision, source: Source, remembered: bool) {
     let Target {
         name, key, limit, ..
     } = target;
     let retry_after_ms = decision.retry_after.as_millis() as u64;
     let identity = Shown(key.identity);
-    if matches!(source, Source::Cache | Source::Lease) {
+    if remembered {
         tracing::debug!(
             limit = name,
             identity = %identity,
