@@ -5,10 +5,10 @@
 //!   (partition, identity), so calls on different identities rarely contend;
 //! - in each shard, one hash table per kind of state ([`Tat`], [`Window`],
 //!   [`Meter`], [`Log`], [`Slots`]) and per form of identity (a number, or
-//!   text), so an identity costs what its algorithm needs (a GCRA identity
-//!   that is a number: a 4-byte partition, the 8-byte number, the TAT, the
-//!   interval it is measured in and when it was written, 40 bytes; as
-//!   text: 56 bytes, the text inline up to 24 bytes);
+//!   text), so an identity costs what its algorithm needs (a GCRA number:
+//!   a 4-byte partition, the 8-byte number, the TAT, when it was written
+//!   and the interval it is measured in (4 bytes, see [`Tat`]), 32 bytes; as
+//!   text: 48 bytes, the text inline up to 24 bytes);
 //! - a partition is one key head (`prefix:{scope:`) with one algorithm,
 //!   period and slot count, interned once as a `u32`; a resolved call
 //!   carries its partitions ([`Slot`]), so deciding needs no lookup but the
@@ -71,15 +71,15 @@ macro_rules! tabled {
             }
         }
 
-        impl<I> Tables<I> {
+        impl<I: IdentityForm> Tables<I> {
             fn len(&self) -> usize {
                 0 $(+ self.$field.len())*
             }
 
-            /// Drops every idle state; returns how many.
-            fn sweep(&mut self, now: u64) -> usize {
+            /// Drops every idle state (see [`sweep_table`]); returns how many.
+            fn sweep(&mut self, now: u64, hasher: &Hasher) -> usize {
                 let before = self.len();
-                $(self.$field.retain(|entry| !entry.state.is_idle(now));)*
+                $(sweep_table(&mut self.$field, now, hasher);)*
                 before - self.len()
             }
         }
@@ -115,8 +115,8 @@ impl AllTables {
         self.numbers.len() + self.texts.len()
     }
 
-    fn sweep(&mut self, now: u64) -> usize {
-        self.numbers.sweep(now) + self.texts.sweep(now)
+    fn sweep(&mut self, now: u64, hasher: &Hasher) -> usize {
+        self.numbers.sweep(now, hasher) + self.texts.sweep(now, hasher)
     }
 }
 
@@ -181,8 +181,8 @@ struct Located {
 ///   chosen by hash, so calls on different identities rarely contend, and
 ///   a multi-key decision locks its shards in order.
 /// - Compact: one table per kind of state and form of identity; a GCRA
-///   identity that is a number takes 40 bytes of table, one that is text
-///   56 bytes (text inline up to 24 bytes).
+///   identity that is a number takes 32 bytes of table, one that is text
+///   48 bytes (text inline up to 24 bytes).
 /// - Bounded: every state expires when it becomes equivalent to a fresh one;
 ///   a shard sweeps idle states whenever it has doubled since its last
 ///   sweep, so rotating keys cannot grow memory without bound. A refused
@@ -336,9 +336,9 @@ impl MemoryBackend {
             .shards
             .iter()
             .map(|shard| {
-                let mut shard = shard.lock();
+                let shard = &mut *shard.lock();
                 sweep_freed(&mut shard.freed, now);
-                shard.tables.sweep(now)
+                shard.tables.sweep(now, &shard.hasher)
             })
             .sum();
         let replies: usize = self.replies.iter().map(|r| r.lock().sweep(now)).sum();
@@ -794,6 +794,6 @@ mod sync;
 #[cfg(test)]
 mod tests;
 
-use identity::{IPV4, IdentityForm, hash_of};
+use identity::{IPV4, IdentityForm, hash_of, sweep_table};
 use ops::*;
 use partitions::Partitions;

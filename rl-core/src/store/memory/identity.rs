@@ -1,5 +1,5 @@
-//! How the memory store holds an identity (a number as is, text inline)
-//! and hashes it under its partition.
+//! How the memory store holds an identity (a number as is, text inline),
+//! hashes it under its partition, and sweeps the tables that hold them.
 
 use super::*;
 
@@ -68,5 +68,24 @@ pub(super) fn hash_of(hasher: &Hasher, partition: u32, identity: IdentityRef<'_>
             hasher.hash_one((u64::from(partition) << 32) ^ u64::from(ip).rotate_left(32))
         }
         IdentityRef::Text(text) => hasher.hash_one((partition, text)),
+    }
+}
+
+/// Drops the idle states of `table`, then gives back its room if that left
+/// it at most a quarter full: it keeps twice what it holds, so its entries
+/// stay as close together as when they were inserted (a table grown for
+/// states since swept would otherwise spread the live ones over twice the
+/// cache lines, for good).
+pub(super) fn sweep_table<S: State, I: IdentityForm>(
+    table: &mut HashTable<Entry<S, I>>,
+    now: u64,
+    hasher: &Hasher,
+) {
+    table.retain(|entry| !entry.state.is_idle(now));
+    let held = table.len();
+    if held.saturating_mul(4) <= table.capacity() {
+        table.shrink_to(held * 2, |e| {
+            hash_of(hasher, e.partition, e.identity.as_ref())
+        });
     }
 }

@@ -381,7 +381,7 @@ fn insert<S: Tabled, I: Side>(
     now: u64,
 ) {
     if shard.tables.len() >= shard.sweep_at {
-        shard.tables.sweep(now);
+        shard.tables.sweep(now, &shard.hasher);
         sweep_freed(&mut shard.freed, now);
         shard.sweep_at = (shard.tables.len() * 2).max(MIN_SWEEP);
     }

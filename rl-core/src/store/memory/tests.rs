@@ -4,8 +4,8 @@ use crate::model::key::Key;
 
 #[test]
 fn an_identity_entry_is_small() {
-    assert_eq!(std::mem::size_of::<Entry<Tat, u64>>(), 40);
-    assert_eq!(std::mem::size_of::<Entry<Tat, CompactString>>(), 56);
+    assert_eq!(std::mem::size_of::<Entry<Tat, u64>>(), 32);
+    assert_eq!(std::mem::size_of::<Entry<Tat, CompactString>>(), 48);
     assert!(std::mem::size_of::<Entry<Window, CompactString>>() <= 48);
 }
 
@@ -129,4 +129,41 @@ fn two_stores_used_in_turn_by_one_thread_keep_their_own_partitions() {
         assert!(!store.acquire_one(&Request::new(&b, &limit, 1)).allowed);
         assert_eq!(store.len(), 2);
     }
+}
+
+#[test]
+fn a_sweep_gives_back_the_room_of_the_states_it_dropped_and_keeps_the_rest_findable() {
+    let clock = ManualClock::new(1_000_000);
+    let store = MemoryBackend::with_clock(clock.clone());
+    let (second, hour) = (Limit::per_second(1).unwrap(), Limit::per_hour(1).unwrap());
+    // Room taken by the GCRA tables of numbers, over every shard.
+    let room = || -> usize {
+        store
+            .shards
+            .iter()
+            .map(|shard| shard.lock().tables.numbers.gcra.capacity())
+            .sum()
+    };
+    let brief: Vec<Key> = (0..40_000u32)
+        .map(|i| Key::from_display("rl", "brief", &i))
+        .collect();
+    let kept: Vec<Key> = (0..1_000u32)
+        .map(|i| Key::from_display("rl", "kept", &i))
+        .collect();
+    for (keys, limit) in [(&brief, &second), (&kept, &hour)] {
+        for key in keys {
+            assert!(store.acquire_one(&Request::new(key, limit, 1)).allowed);
+        }
+    }
+    let grown = room();
+    clock.advance(std::time::Duration::from_secs(2));
+    assert_eq!(store.evict_expired(), 40_000);
+    assert_eq!(store.len(), 1_000);
+    let left = room();
+    assert!(left * 8 <= grown, "room {grown} -> {left} for 1 000 states");
+    // Rehashed where a lookup finds them: each is still spent for the hour.
+    for key in &kept {
+        assert!(!store.acquire_one(&Request::new(key, &hour, 1)).allowed);
+    }
+    assert_eq!(store.len(), 1_000);
 }
