@@ -16,13 +16,19 @@
 //! - `annotated`: a `#[rate_limit(key = user)] async fn(user: u64)` on the
 //!   global in-memory limiter;
 //! - `acquire`: `limiter.requests().acquire(&key, &limit, 1)` with keys
-//!   built once before the loop;
+//!   built once before the loop, on a limiter of its own (each path's
+//!   store holds its own keys only, as `governor`'s does);
 //! - `annotated_polled`: the annotated fn polled once with a no-op waker
 //!   outside any runtime (the criterion bench's way), to show what the
 //!   runtime adds.
 //!
 //! `peer_loop N PATH allowed|refused KEYS` runs one path once (for a
 //! profiler).
+//!
+//! Each path's store holds its own keys only, as `governor`'s does: the
+//! acquire path has a limiter of its own, and the refused shapes are built
+//! after the allowed ones ran (their states idle by then, swept as the
+//! installed store grows).
 //!
 //! The runs of every path are interleaved (path A run 1, path B run 1, …),
 //! so a change in the machine's load falls on all of them alike.
@@ -76,7 +82,13 @@ fn main() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(5_000_000);
     let runs = 5;
-    let limiter = Limiter::builder().memory().install().unwrap();
+    // The annotated fns decide on the installed limiter; `acquire` on a
+    // limiter of its own, so each path's store holds only its own keys, as
+    // `governor`'s does (one store holding both paths' 100 000 keys would
+    // put twice the entries in the tables the measured path walks).
+    Limiter::builder().memory().install().unwrap();
+    let own = Limiter::builder().memory().build().unwrap();
+    let limiter = &own;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
