@@ -193,7 +193,7 @@ impl Prebuilt {
         find_the_global_recorder();
         Self {
             allowed: allowed(name),
-            rejected: Counted::new(key(name, "rejected", "backend")),
+            rejected: rejected(name),
             leased: Counted::new(key(name, "allowed", "lease")),
         }
     }
@@ -205,6 +205,14 @@ impl Prebuilt {
 pub(crate) fn allowed(name: &str) -> Counted {
     find_the_global_recorder();
     Counted::new(key(name, "allowed", "backend"))
+}
+
+/// The counter of `name`'s refusals by the store (`outcome="rejected",
+/// source="backend"`): [`Prebuilt::rejected`], and what a raw request's
+/// key keeps.
+pub(crate) fn rejected(name: &str) -> Counted {
+    find_the_global_recorder();
+    Counted::new(key(name, "rejected", "backend"))
 }
 
 /// Adds one to a prebuilt counter: through its kept handle when the

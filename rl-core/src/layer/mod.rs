@@ -354,7 +354,6 @@ pub(crate) trait Layer: Send + Sync + Debug {
     fn after_refusal(&self, refusal: &LaneRefusal<'_>) {
         let targets = [*refusal.target];
         let mut call = Call::new(Op::Acquire, &targets, refusal.name, refusal.policy);
-        call.counters = refusal.counters;
         let mut answer = Answer::Decided {
             decisions: Decisions::one(*refusal.decision),
             source: Source::Backend,
@@ -415,8 +414,9 @@ pub(crate) struct LaneRefusal<'a> {
     /// The store's refusal.
     pub(crate) decision: &'a crate::model::decision::Decision,
     pub(crate) policy: FailurePolicy,
-    /// The call's metric keys.
-    pub(crate) counters: Option<&'a counters::Prebuilt>,
+    /// The counter of the call's refusals, when it was built beforehand
+    /// (a resolved spec's, or what a raw request's key remembers).
+    pub(crate) rejected: Option<&'a crate::model::memo::Counted>,
 }
 
 /// A store and the layers around it.
@@ -475,20 +475,23 @@ impl Pipeline {
     /// lane on a memory store: every one of those layers only observes, so
     /// an acquire the store allowed needs nothing from them but its count
     /// (`rl_decisions_total{outcome="allowed", source="backend"}`), and
-    /// any other answer goes up through them with [`Pipeline::observe`].
+    /// a refusal goes up through them with [`Pipeline::observe_refusal`].
     pub(crate) fn direct(&self, mask: Mask) -> bool {
         matches!(self.store, Store::Memory(_)) && mask & !self.observers == 0
     }
 
-    /// Up through every layer of `mask` with an answer the store gave
-    /// (what [`Pipeline::run_memory`] does after the store answered).
-    pub(crate) fn observe(&self, call: &mut Call<'_>, mask: Mask, answer: &mut Answer) {
-        self.up(call, self.layers.len(), mask, answer);
+    /// The layers that only count and log ([`Layer::only_observes`]).
+    pub(crate) fn observers(&self) -> Mask {
+        self.observers
     }
 
-    /// [`Pipeline::observe`] for a refusal on the direct lane: up through
-    /// the layers of `mask` (all of them only observe, [`Pipeline::direct`])
-    /// without a call or answer built for them.
+    /// A refusal of the memory store on a lane, up through the layers of
+    /// `mask` that act after the store (as [`Pipeline::run_memory`] passes
+    /// the store's answer up), without a call or answer built for them: on
+    /// the macro's direct lane all of them only observe
+    /// ([`Pipeline::direct`]); the raw requests' lane passes only those
+    /// (no other layer of a memory pipeline has work with a refusal there,
+    /// see `Requests::lane`).
     pub(crate) fn observe_refusal(&self, mask: Mask, refusal: &LaneRefusal<'_>) {
         let mut bits = mask & self.afters;
         while bits != 0 {

@@ -41,8 +41,8 @@ impl Layer for Observe {
     /// without the call and answer: its log line and its count.
     fn after_refusal(&self, refusal: &LaneRefusal<'_>) {
         logged(refusal.target, refusal.decision, Source::Backend);
-        match refusal.counters {
-            Some(keys) => counters::count(&keys.rejected),
+        match refusal.rejected {
+            Some(rejected) => counters::count(rejected),
             None => counters::decision(refusal.name, "rejected", Source::Backend.name()),
         }
     }

@@ -532,7 +532,7 @@ impl Limiter {
             target,
             decision,
             policy: resolved.policy,
-            counters: Some(&resolved.counters),
+            rejected: Some(&resolved.counters.rejected),
         };
         self.pipeline.observe_refusal(resolved.mask, &refusal);
         // Observing layers leave the answer as it is: the store's refusal,

@@ -13,7 +13,7 @@ use hashbrown::{Equivalent, HashMap};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 
-use crate::layer::{ALL, Answer, Call, Source, counters};
+use crate::layer::{ALL, Answer, Call, LaneRefusal, Source, counters};
 use crate::limiter::Limiter;
 use crate::limiter::admission::Admission;
 use crate::limiter::attempt::admit;
@@ -23,7 +23,7 @@ use crate::model::error::{BackendError, Error};
 use crate::model::key::Key;
 use crate::model::limit::{Limit, StateId};
 use crate::model::lists::ListKind;
-use crate::model::memo::Remembered;
+use crate::model::memo::{Counted, Remembered};
 use crate::model::policy::FailurePolicy;
 use crate::model::rejection::{Name, Rejection};
 use crate::store::Store;
@@ -219,26 +219,26 @@ impl<'l> Requests<'l> {
             None => self.remember(memory, request),
         };
         // A key that remembers another store or limit is found again.
-        let (target, counted) = match remembered {
+        let target = match remembered {
             Some(memo) => {
                 let slot = Slot {
                     store: memo.store,
                     partition: memo.partition,
                 };
-                let target = Target {
+                Target {
                     slot: Some(slot),
                     ..target_of(request, &memo.name)
-                };
-                (target, Some(&memo.allowed))
+                }
             }
-            None => (target_of(request, key.scope()), None),
+            None => target_of(request, key.scope()),
         };
         let decision = memory.acquire_target(&target);
         if !decision.allowed {
-            return self.refused(&[target], decision);
+            self.refused(&target, &decision, remembered.map(|memo| &memo.rejected));
+            return decision;
         }
-        match counted {
-            Some(counted) => counters::count(counted),
+        match remembered {
+            Some(memo) => counters::count(&memo.allowed),
             None => counters::decision(target.name, "allowed", Source::Backend.name()),
         }
         decision
@@ -267,36 +267,33 @@ impl<'l> Requests<'l> {
                     partition: memory.slot(key.head(), limit).partition,
                     name: key.scope().into(),
                     allowed: counters::allowed(key.scope()),
+                    rejected: counters::rejected(key.scope()),
                 });
             key.memo().set(shared);
         }
         key.memo().get(memory.id(), state)
     }
 
-    /// A refusal on [`Requests::lane`], passed up through every layer as
-    /// the full road passes the store's answer.
+    /// A refusal on [`Requests::lane`], passed up through the observing
+    /// layers as the macro's direct lane passes one
+    /// ([`Layer::after_refusal`]): the other layers of a memory pipeline
+    /// have no work with it there (no shadow mode, no list, no failure, no
+    /// deny cache consulted); counted by the key's remembered counter when
+    /// it has one.
+    ///
+    /// [`Layer::after_refusal`]: crate::layer::Layer::after_refusal
     #[cold]
     #[inline(never)]
-    fn refused(&self, targets: &[Target<'_>; 1], decision: Decision) -> Decision {
-        let name = targets[0].name;
-        let mut call = Call::new(
-            Op::Acquire,
-            targets,
-            name,
-            self.limiter.policy_for(name, None),
-        );
-        call.every_decision = true;
-        let mut answer = Answer::Decided {
-            decisions: Decisions::one(decision),
-            source: Source::Backend,
+    fn refused(&self, target: &Target<'_>, decision: &Decision, rejected: Option<&Counted>) {
+        let refusal = LaneRefusal {
+            name: target.name,
+            target,
+            decision,
+            policy: self.limiter.policy_for(target.name, None),
+            rejected,
         };
-        self.limiter.pipeline.observe(&mut call, ALL, &mut answer);
-        match answer {
-            Answer::Decided { decisions, .. } | Answer::Shadowed { decisions, .. } => {
-                *decisions.binding()
-            }
-            _ => decision,
-        }
+        let pipeline = &self.limiter.pipeline;
+        pipeline.observe_refusal(pipeline.observers(), &refusal);
     }
 
     /// Decides several limits together, all-or-nothing, in one round trip,

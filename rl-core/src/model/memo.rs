@@ -44,6 +44,8 @@ pub(crate) struct Remembered {
     pub(crate) name: Box<str>,
     /// `rl_decisions_total{limit = scope, outcome = "allowed", source = "backend"}`.
     pub(crate) allowed: Counted,
+    /// `rl_decisions_total{limit = scope, outcome = "rejected", source = "backend"}`.
+    pub(crate) rejected: Counted,
 }
 
 /// A key's memory: set once (its first decision on the raw lane of a
