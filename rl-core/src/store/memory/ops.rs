@@ -291,9 +291,50 @@ fn decide<S: Tabled>(
     commit: bool,
     clock: u64,
 ) -> Decision {
-    on_state::<S, _>(shard, at, target, (now, commit, clock), |state| {
-        state.decide(target.limit, now, target.cost, commit)
-    })
+    let decide = Decide {
+        target,
+        now,
+        commit,
+    };
+    on_state::<S, _>(shard, at, target, (now, commit, clock), decide)
+}
+
+/// What a decision does with the state it found or made: run once, and
+/// inlined there (a closure can only be hinted to inline; the memory
+/// store's GCRA decision was left out of line on the full road).
+trait OnState<S> {
+    type Out;
+    fn run(self, state: &mut S) -> Self::Out;
+}
+
+/// [`State::decide`] of a target at `now`.
+struct Decide<'a> {
+    target: &'a Target<'a>,
+    now: u64,
+    commit: bool,
+}
+
+impl<S: State> OnState<S> for Decide<'_> {
+    type Out = Decision;
+    #[inline(always)]
+    fn run(self, state: &mut S) -> Decision {
+        let target = self.target;
+        state.decide(target.limit, self.now, target.cost, self.commit)
+    }
+}
+
+/// [`State::admit`] of a target at `now`.
+struct Admit<'a> {
+    target: &'a Target<'a>,
+    now: u64,
+}
+
+impl<S: State> OnState<S> for Admit<'_> {
+    type Out = Result<(), Decision>;
+    #[inline(always)]
+    fn run(self, state: &mut S) -> Result<(), Decision> {
+        state.admit(self.target.limit, self.now, self.target.cost)
+    }
 }
 
 /// [`decide_in`] with `commit`, for a caller that uses no figure of an
@@ -305,9 +346,7 @@ pub(super) fn admit_in(
     now: u64,
 ) -> Result<(), Decision> {
     with_state!(target.limit.algorithm(), S => {
-        on_state::<S, _>(shard, at, target, (now, true, now), |state| {
-            state.admit(target.limit, now, target.cost)
-        })
+        on_state::<S, _>(shard, at, target, (now, true, now), Admit { target, now })
     })
 }
 
@@ -321,7 +360,7 @@ fn on_state<S: Tabled, R>(
     at: &Located,
     target: &Target<'_>,
     times: (u64, bool, u64),
-    decide: impl FnOnce(&mut S) -> R,
+    decide: impl OnState<S, Out = R>,
 ) -> R {
     match target.key.identity {
         IdentityRef::Number(_) | IdentityRef::Ipv4(_) => {
@@ -356,15 +395,15 @@ fn decide_held<S: Tabled, I: Side, R>(
     at: &Located,
     target: &Target<'_>,
     (now, commit, clock): (u64, bool, u64),
-    decide: impl FnOnce(&mut S) -> R,
+    decide: impl OnState<S, Out = R>,
 ) -> R {
     let identity = target.key.identity;
     let table = S::table(I::tables(&mut shard.tables));
     if let Some(entry) = table.find_mut(at.hash, matches::<S, I>(at, identity)) {
-        return decide(&mut entry.state);
+        return decide.run(&mut entry.state);
     }
     let mut state = S::default();
-    let decided = decide(&mut state);
+    let decided = decide.run(&mut state);
     if commit && !state.is_idle(now) {
         insert::<S, I>(shard, at, identity, state, clock);
     }
