@@ -794,6 +794,6 @@ mod sync;
 #[cfg(test)]
 mod tests;
 
-use identity::{IPV4, IdentityForm, hash_of, sweep_table};
+use identity::{IPV4, IdentityForm, entry_hash, hash_of, sweep_table};
 use ops::*;
 use partitions::Partitions;

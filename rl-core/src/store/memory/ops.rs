@@ -430,12 +430,10 @@ fn insert<S: Tabled, I: Side>(
         identity: I::hold(identity),
         state,
     };
-    // An entry's hash is recomputed from what it holds when its table grows
-    // (kept out of the entry to keep it small); as in `MemoryBackend::locate`.
+    // The table rehashes its entries when it grows (see `entry_hash`).
     let hasher = shard.hasher.clone();
-    S::table(I::tables(&mut shard.tables)).insert_unique(at.hash, entry, move |e| {
-        hash_of(&hasher, e.partition, e.identity.as_ref())
-    });
+    S::table(I::tables(&mut shard.tables))
+        .insert_unique(at.hash, entry, move |e| entry_hash(&hasher, e));
 }
 
 fn refund<S: Tabled>(
