@@ -22,6 +22,7 @@ use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
 
 use crate::limiter::timer;
+use crate::model::clock::later;
 use crate::store::target::Target;
 
 /// The waiting calls of one limiter, by call name.
@@ -102,7 +103,7 @@ impl Pauses {
     /// A pause of `pause` was written over `keys`, asked of the store at
     /// `at`.
     pub(crate) fn heard(&self, keys: PausedKeys, at: Instant, pause: Duration) {
-        let until = at + pause;
+        let until = later(at, pause);
         {
             let mut heard = self.heard.lock();
             let now = Instant::now();

@@ -66,6 +66,12 @@ pub struct Hold {
 }
 
 impl Hold {
+    /// The longest pause a hold carries: one day (an upstream's daily
+    /// quota spent). A longer one, said or given ([`Hold::pause`]), is held
+    /// for this long; the upstream's next refusal pauses the budget again.
+    /// No header value or duration can make a hold panic or overflow.
+    pub const MAX_PAUSE: Duration = Duration::from_secs(86_400);
+
     /// Nothing said.
     pub fn new() -> Self {
         Self::default()
@@ -74,8 +80,10 @@ impl Hold {
     /// No call passes in any group of the call for `pause` (the upstream's
     /// `Retry-After`); then calls resume at the limits' rate, not in a burst
     /// (GCRA and the buckets hold exactly; a window algorithm holds until
-    /// its current window or slot ends). The longest of two pauses holds.
+    /// its current window or slot ends). The longest of two pauses holds;
+    /// a pause past [`Hold::MAX_PAUSE`] is held for that long.
     pub fn pause(mut self, pause: Duration) -> Self {
+        let pause = pause.min(Self::MAX_PAUSE);
         self.pause = Some(self.pause.map_or(pause, |p| p.max(pause)));
         self
     }

@@ -29,7 +29,7 @@ use crate::limiter::call::{CallFuture, Decided, Permit};
 use crate::limiter::room::Pauses;
 use crate::limiter::spec::{CallSpec, Counting};
 use crate::limiter::{Limiter, resolve, room, timer};
-use crate::model::clock::micros;
+use crate::model::clock::{later, micros};
 use crate::model::error::LimitError;
 use crate::model::key::{Identities, Identity, Key};
 use crate::model::limit::Limit;
@@ -251,7 +251,7 @@ fn held<'l>(
             attempt: attempt.to_owned(),
             reservation: *reservation,
             local,
-            until: Instant::now() + wait,
+            until: later(Instant::now(), wait),
             asked,
             runtime: tokio::runtime::Handle::try_current().ok(),
             armed: true,
@@ -470,6 +470,6 @@ fn next_try(rejection: &Rejection, start: Instant, max_wait: Duration) -> Option
         return None;
     };
     let retry = rejection.retry_after()?.max(Duration::from_micros(1));
-    let at = Instant::now() + retry;
-    (at <= start + max_wait).then_some(at)
+    let at = later(Instant::now(), retry);
+    (at <= later(start, max_wait)).then_some(at)
 }

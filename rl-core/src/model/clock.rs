@@ -3,12 +3,22 @@
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// `d` in whole microseconds, the unit every decision computes in,
 /// saturating at `u64::MAX` (about 584 000 years).
 pub(crate) fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The instant `d` after `at`, saturating: a duration past what an
+/// `Instant` can hold (an upstream's `Retry-After` of 10^19 s, a wait of
+/// `Duration::MAX`) ends a century after `at` instead of panicking.
+pub(crate) fn later(at: Instant, d: Duration) -> Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 86_400);
+    at.checked_add(d)
+        .or_else(|| at.checked_add(CENTURY))
+        .unwrap_or(at)
 }
 
 /// A source of the current time, in whole microseconds since the Unix epoch.
