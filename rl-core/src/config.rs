@@ -175,8 +175,8 @@ impl LimitsEntry {
 /// assert_eq!(limiter.settings().limits("sms_phone").unwrap().len(), 2);
 /// assert_eq!(limiter.settings().policy_for("sms_phone", None), FailurePolicy::local(4).unwrap());
 ///
-/// let bad = LimitsFile::parse("[limits.sms_phone]\nrates = [\"5 per hour\"]").unwrap_err();
-/// assert!(bad.to_string().starts_with("limit `sms_phone`: rate \"5 per hour\""));
+/// let bad = LimitsFile::parse("[limits.sms_phone]\nrates = [\"5 every hour\"]").unwrap_err();
+/// assert!(bad.to_string().starts_with("limit `sms_phone`: rate \"5 every hour\""));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

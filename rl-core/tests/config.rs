@@ -113,8 +113,8 @@ fn an_empty_file_sets_nothing() {
 fn errors_name_the_limit_the_key_and_the_bad_value() {
     let cases: &[(&str, &[&str])] = &[
         (
-            "[limits.sms]\nrates = [\"5 per hour\"]",
-            &["limit `sms`", "rate \"5 per hour\"", "THRESHOLD/PERIOD"],
+            "[limits.sms]\nrates = [\"5 every hour\"]",
+            &["limit `sms`", "rate \"5 every hour\"", "THRESHOLD/PERIOD"],
         ),
         (
             "[limits.sms]\nrates = [\"5/1h\"]\nalgorithm = \"fast\"",
@@ -200,7 +200,7 @@ fn errors_name_the_limit_the_key_and_the_bad_value() {
 
 #[test]
 fn one_bad_limit_refuses_the_whole_file() {
-    let text = "[limits.a]\nrates = [\"1/1m\"]\n[limits.b]\nrates = [\"1 per minute\"]";
+    let text = "[limits.a]\nrates = [\"1/1m\"]\n[limits.b]\nrates = [\"1 every minute\"]";
     assert!(matches!(
         LimitsFile::parse(text),
         Err(ConfigError::BadRate { ref name, .. }) if name == "b"

@@ -1,20 +1,46 @@
-//! Durations (`"500ms"`, `"1m"`) and rates (`"5/1h"`) as text.
+//! Durations (`"500ms"`, `"1m"`, `"30 seconds"`) and rates (`"5/1h"`,
+//! `"10/minute"`, `"1000 per hour"`) as text.
 
 use std::fmt;
 
 /// The duration units and their size in microseconds; a bare integer is
-/// seconds.
-pub const DURATION_UNITS: [(&str, u64); 9] = [
+/// seconds. The short forms first (what [`format_duration`] writes), then
+/// the words users of other limiters type (`minute`, `2 hours`).
+pub const DURATION_UNITS: [(&str, u64); 25] = [
     ("us", 1),
     ("µs", 1),
     ("ms", 1_000),
     ("s", 1_000_000),
-    ("sec", 1_000_000),
     ("m", 60_000_000),
-    ("min", 60_000_000),
     ("h", 3_600_000_000),
     ("d", 86_400_000_000),
+    ("microsecond", 1),
+    ("microseconds", 1),
+    ("millisecond", 1_000),
+    ("milliseconds", 1_000),
+    ("sec", 1_000_000),
+    ("secs", 1_000_000),
+    ("second", 1_000_000),
+    ("seconds", 1_000_000),
+    ("min", 60_000_000),
+    ("mins", 60_000_000),
+    ("minute", 60_000_000),
+    ("minutes", 60_000_000),
+    ("hr", 3_600_000_000),
+    ("hrs", 3_600_000_000),
+    ("hour", 3_600_000_000),
+    ("hours", 3_600_000_000),
+    ("day", 86_400_000_000),
+    ("days", 86_400_000_000),
 ];
+
+/// The size of `unit` in microseconds, if it is one of [`DURATION_UNITS`].
+fn unit_micros(unit: &str) -> Option<u64> {
+    DURATION_UNITS
+        .iter()
+        .find(|(name, _)| *name == unit)
+        .map(|(_, size)| *size)
+}
 
 /// A text that is not a duration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,8 +50,9 @@ impl fmt::Display for BadDuration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "cannot parse duration {:?}: expected an integer followed by one of us, ms, s, m, h, d \
-             (e.g. \"500ms\", \"1m\"); a bare integer is seconds",
+            "cannot parse duration {:?}: expected an integer followed by a unit: us, ms, s, m, h, d \
+             or a word (second, minutes, hour, ...), e.g. \"500ms\", \"1m\", \"30 seconds\"; \
+             a bare integer is seconds",
             self.0
         )
     }
@@ -41,7 +68,8 @@ impl fmt::Display for BadRate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "cannot parse rate {:?}: expected THRESHOLD/PERIOD, e.g. \"5/1h\", \"100/30s\" or \"10/d\"",
+            "cannot parse rate {:?}: expected THRESHOLD/PERIOD or THRESHOLD per PERIOD, \
+             e.g. \"5/1h\", \"100/30s\", \"10/minute\" or \"10 per minute\"",
             self.0
         )
     }
@@ -50,13 +78,16 @@ impl fmt::Display for BadRate {
 impl std::error::Error for BadRate {}
 
 /// Microseconds in a duration such as `"250us"`, `"500ms"`, `"30s"`,
-/// `"1m"`, `"1h"`, `"1d"`, or a bare integer of seconds; whitespace around
-/// the number and the unit is ignored. Zero is read as zero (whether it is
-/// allowed is [`crate::check_limit`]'s business).
+/// `"1m"`, `"1h"`, `"1d"`, the same with a word for the unit (`"30
+/// seconds"`, `"1 minute"`, `"2 hours"`: [`DURATION_UNITS`]), or a bare
+/// integer of seconds; whitespace around the number and the unit is
+/// ignored. Zero is read as zero (whether it is allowed is
+/// [`crate::check_limit`]'s business).
 ///
 /// ```
 /// use ratewall_grammar::parse_duration_micros;
 /// assert_eq!(parse_duration_micros("1m"), Ok(60_000_000));
+/// assert_eq!(parse_duration_micros("2 minutes"), Ok(120_000_000));
 /// assert_eq!(parse_duration_micros(" 30 "), Ok(30_000_000));
 /// assert!(parse_duration_micros("1.5s").is_err());
 /// assert!(parse_duration_micros("99999999999999999999d").is_err());
@@ -73,11 +104,7 @@ pub fn parse_duration_micros(text: &str) -> Result<u64, BadDuration> {
     let size = if unit.is_empty() {
         1_000_000
     } else {
-        DURATION_UNITS
-            .iter()
-            .find(|(name, _)| *name == unit)
-            .map(|(_, size)| *size)
-            .ok_or_else(bad)?
+        unit_micros(unit).ok_or_else(bad)?
     };
     number.checked_mul(size).ok_or_else(bad)
 }
@@ -91,32 +118,33 @@ pub struct Rate {
     pub period_us: u64,
 }
 
-/// Reads `"5/1h"`, `"100/30s"` or `"10/d"` (a threshold, `/`, then a
-/// duration, or a bare unit meaning one of it).
+/// Reads a threshold, then `/` or the word `per`, then a duration or a
+/// bare unit meaning one of it: `"5/1h"`, `"100/30s"`, `"10/d"`,
+/// `"10/minute"`, `"10 per minute"`, `"1000 per hour"`, `"5 per 30
+/// seconds"` (the forms of Python's `limits` and most limiters).
 ///
 /// ```
 /// use ratewall_grammar::{Rate, parse_rate};
 /// assert_eq!(parse_rate("10/d"), Ok(Rate { threshold: 10, period_us: 86_400_000_000 }));
 /// assert_eq!(parse_rate(" 3 / 500ms ").unwrap().period_us, 500_000);
-/// assert!(parse_rate("5 per hour").is_err());
+/// assert_eq!(parse_rate("10 per minute"), parse_rate("10/1m"));
+/// assert_eq!(parse_rate("1000 per hour"), parse_rate("1000/1h"));
+/// assert!(parse_rate("5 per").is_err());
 /// assert!(parse_rate("5/").is_err());
 /// ```
 pub fn parse_rate(text: &str) -> Result<Rate, BadRate> {
     let bad = || BadRate(text.to_owned());
-    let (threshold, period) = text.split_once('/').ok_or_else(bad)?;
+    let (threshold, period) = text
+        .split_once('/')
+        .or_else(|| text.trim().split_once(" per "))
+        .ok_or_else(bad)?;
     let threshold: u64 = threshold.trim().parse().map_err(|_| bad())?;
     let period = period.trim();
     let period_us = if period.starts_with(|c: char| c.is_ascii_digit()) {
         parse_duration_micros(period).map_err(|_| bad())?
-    } else if period.is_empty() {
-        return Err(bad());
     } else {
         // A bare unit: one of it.
-        DURATION_UNITS
-            .iter()
-            .find(|(name, _)| *name == period)
-            .map(|(_, size)| *size)
-            .ok_or_else(bad)?
+        unit_micros(period).ok_or_else(bad)?
     };
     Ok(Rate {
         threshold,
@@ -158,8 +186,14 @@ mod tests {
             ("500ms", 500_000),
             ("30s", 30_000_000),
             ("30sec", 30_000_000),
+            ("30 seconds", 30_000_000),
+            ("1 second", 1_000_000),
             ("1m", 60_000_000),
             ("2min", 120_000_000),
+            ("1 minute", 60_000_000),
+            ("2 hours", 7_200_000_000),
+            ("1 day", 86_400_000_000),
+            ("250 milliseconds", 250_000),
             ("1h", 3_600_000_000),
             ("1d", 86_400_000_000),
             ("30", 30_000_000),
@@ -179,7 +213,9 @@ mod tests {
             "m",
             "-1s",
             "1.5s",
-            "1 minute",
+            "1 Minute",
+            "1 fortnight",
+            "minute",
             "99999999999999999999d",
             "18446744073710s",
         ] {
@@ -187,6 +223,7 @@ mod tests {
         }
         let message = BadDuration("5 minutes".into()).to_string();
         assert!(message.contains("\"5 minutes\"") && message.contains("us, ms, s, m, h, d"));
+        assert!(message.contains("30 seconds"), "{message}");
     }
 
     #[test]
@@ -203,6 +240,46 @@ mod tests {
         for text in ["5", "/1h", "x/1h", "5/1w", "5/", "5/ ", "-5/1h", "5/w"] {
             assert_eq!(parse_rate(text), Err(BadRate(text.to_owned())), "{text:?}");
         }
+    }
+
+    #[test]
+    fn rates_take_the_words_other_limiters_use() {
+        let rate = |threshold, period_us| {
+            Ok(Rate {
+                threshold,
+                period_us,
+            })
+        };
+        for (text, expected) in [
+            ("10/minute", rate(10, 60_000_000)),
+            ("10 per minute", rate(10, 60_000_000)),
+            ("10/second", rate(10, 1_000_000)),
+            ("10/seconds", rate(10, 1_000_000)),
+            ("1000 per hour", rate(1_000, 3_600_000_000)),
+            ("5/30s", rate(5, 30_000_000)),
+            ("5 per 30 seconds", rate(5, 30_000_000)),
+            ("5 per 30s", rate(5, 30_000_000)),
+            ("100/day", rate(100, 86_400_000_000)),
+            ("  7  per  2 minutes ", rate(7, 120_000_000)),
+            ("3 / 1 hour", rate(3, 3_600_000_000)),
+        ] {
+            assert_eq!(parse_rate(text), expected, "{text:?}");
+        }
+        for text in [
+            "10 per",
+            "per minute",
+            "10 per per minute",
+            "10 per Minute",
+            "10 minute",
+            "10 every minute",
+            "10perminute",
+            "10 per minute/1m",
+            "10/per minute",
+        ] {
+            assert_eq!(parse_rate(text), Err(BadRate(text.to_owned())), "{text:?}");
+        }
+        let message = BadRate("10 a minute".into()).to_string();
+        assert!(message.contains("10 per minute"), "{message}");
     }
 
     #[test]

@@ -541,7 +541,7 @@ fn parse_rate_list(input: ParseStream, what: &str, assign: &str) -> Result<Arg<V
     Ok(Arg::new(rates, span))
 }
 
-/// `"5/1h"`, `"100/30s"`, `"10/d"`: [`ratewall_grammar::parse_rate`], the grammar
+/// `"5/1h"`, `"100/30s"`, `"10/d"`, `"10 per minute"`: [`ratewall_grammar::parse_rate`], the grammar
 /// of `ratewall::Limit`'s `FromStr`. `None` when unreadable. Zero values are
 /// read and left to validation.
 pub(crate) fn parse_rate(text: &str) -> Option<Rate> {
@@ -1028,13 +1028,16 @@ mod tests {
         assert_eq!(rate("7/min"), Some((7, 60_000_000)));
         assert_eq!(rate("2/30"), Some((2, 30_000_000)));
         assert_eq!(rate("0/1h"), Some((0, 3_600_000_000)), "left to validation");
+        assert_eq!(rate("10 per minute"), Some((10, 60_000_000)));
+        assert_eq!(rate("10/second"), Some((10, 1_000_000)));
+        assert_eq!(rate("5 per 30 seconds"), Some((5, 30_000_000)));
         for bad in [
             "5",
             "5/",
             "x/1h",
             "-1/1h",
             "5/1w",
-            "5 per hour",
+            "5 every hour",
             "5/1h/2",
             "/1h",
         ] {
@@ -1044,10 +1047,9 @@ mod tests {
 
     #[test]
     fn unreadable_new_values_are_refused_with_how_to_fix() {
-        assert!(
-            error(quote!(limits = ["5 per hour"]))
-                .starts_with("cannot parse rate \"5 per hour\": expected THRESHOLD/PERIOD")
-        );
+        assert!(error(quote!(limits = ["5 every hour"])).starts_with(
+            "cannot parse rate \"5 every hour\": expected THRESHOLD/PERIOD or THRESHOLD per PERIOD"
+        ));
         assert_eq!(
             error(quote!(limits = "5/1h")),
             "`limits` takes a list of strings, even for one limit: `limits = [\"5/1h\"]`"

@@ -45,9 +45,9 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 ///
 /// | argument | value | default | meaning |
 /// |---|---|---|---|
-/// | `period` | integer (seconds) or duration string: `"250us"`, `"500ms"`, `"30s"`, `"1m"`, `"1h"`, `"1d"` | required, unless `limits` | the window `threshold` applies to |
+/// | `period` | integer (seconds) or duration string: `"250us"`, `"500ms"`, `"30s"`, `"1m"`, `"1h"`, `"1d"`, `"30 seconds"`, `"1 minute"` | required, unless `limits` | the window `threshold` applies to |
 /// | `threshold` | integer ≥ 1 | required, unless `limits` | calls (units of `cost`) admitted per `period` |
-/// | `limits` | list of `"THRESHOLD/PERIOD"` strings: `["1/1m", "5/1h", "10/d"]` (a period, or a bare unit meaning one of it) | instead of `period` + `threshold` | several limits on the key, decided together: a call passes only if every one admits it, and a refused call consumes none of them; at most one limit per period |
+/// | `limits` | list of rate strings, `THRESHOLD/PERIOD` or `THRESHOLD per PERIOD`: `["1/1m", "5/1h", "10/d"]`, `["10/minute", "1000 per hour", "5 per 30 seconds"]` (a period, or a bare unit meaning one of it) | instead of `period` + `threshold` | several limits on the key, decided together: a call passes only if every one admits it, and a refused call consumes none of them; at most one limit per period |
 /// | `key` | any expression over the arguments whose value is `Display` | none: one limit shared by every call | whose quota the call uses; evaluated by reference, never moves an argument |
 /// | `algorithm` | `fixed_window`, `sliding_log`, `sliding_window`, `token_bucket`, `leaky_bucket`, `gcra` (identifier or string) | `gcra` | how calls are counted (each limit of `limits`) |
 /// | `cost` | integer ≥ 1, or an expression over the arguments giving an unsigned integer (`cost = req.max_tokens`) | `1` | units each call takes (from each limit of its group); an expression is each call's own cost, checked against the capacity when the call is made (above it: refused as unavailable, logged) |

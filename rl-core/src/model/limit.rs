@@ -437,8 +437,10 @@ impl fmt::Display for Limit {
     }
 }
 
-/// Parses `"5/1h"`, `"100/30s"` or `"10/d"` into a limit with the default
-/// algorithm (the grammar of [`ratewall_grammar::parse_rate`]).
+/// Parses `"5/1h"`, `"100/30s"`, `"10/d"`, `"10/minute"` or `"1000 per
+/// hour"` into a limit with the default algorithm (the grammar of
+/// [`ratewall_grammar::parse_rate`], the same the macro checks at compile
+/// time).
 impl FromStr for Limit {
     type Err = LimitError;
 
@@ -605,8 +607,16 @@ mod tests {
             "3/500ms".parse::<Limit>().unwrap(),
             Limit::new(3, Duration::from_millis(500)).unwrap()
         );
+        assert_eq!(
+            "5 per hour".parse::<Limit>().unwrap(),
+            Limit::per_hour(5).unwrap()
+        );
+        assert_eq!(
+            "10/minute".parse::<Limit>().unwrap(),
+            Limit::per_minute(10).unwrap()
+        );
         assert!(matches!(
-            "5 per hour".parse::<Limit>(),
+            "5 every hour".parse::<Limit>(),
             Err(LimitError::BadRate(_))
         ));
         assert!(matches!(

@@ -1,6 +1,6 @@
 use ratewall::{Rejection, rate_limit};
 
-#[rate_limit(key = user, tier = plan, tiers(free = ["1/1m"], pro = ["5 per hour"]))]
+#[rate_limit(key = user, tier = plan, tiers(free = ["1/1m"], pro = ["5 every hour"]))]
 async fn unreadable(user: u64, plan: &str) -> Result<u64, Rejection> {
     Ok(user + plan.len() as u64)
 }

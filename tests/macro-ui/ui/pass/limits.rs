@@ -19,6 +19,15 @@ async fn bucket() -> Result<(), Rejection> {
     Ok(())
 }
 
+/// The words other limiters use: `10/minute`, `1000 per hour`, `5 per 30
+/// seconds`, read as `10/1m`, `1000/1h`, `5/30s` (checked at compile time
+/// all the same).
+#[rate_limit(limits = ["10/minute", "1000 per hour", "5 per 30 seconds"], key = user, name = "words")]
+async fn worded(user: u64) -> Result<(), Rejection> {
+    let _ = user;
+    Ok(())
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     Limiter::builder().memory().install().unwrap();
@@ -39,4 +48,13 @@ async fn main() {
         bucket().await.unwrap();
     }
     assert_eq!(bucket().await.unwrap_err().limit().unwrap().burst(), 4);
+    for _ in 0..5 {
+        worded(1).await.unwrap();
+    }
+    let refused = worded(1).await.unwrap_err().limit().unwrap().clone();
+    assert_eq!(
+        (refused.threshold(), refused.period()),
+        (5, std::time::Duration::from_secs(30)),
+        "5 per 30 seconds binds first"
+    );
 }
