@@ -1,5 +1,6 @@
-//! The observability layer: one count per decision, one log line per
-//! refusal or failure, backend latency.
+//! The observability layer: one count per decision, backend latency, a
+//! DEBUG line per refusal and at most one INFO line per limit name every
+//! ten seconds ([`summary`]), a WARN line per backend failure.
 //!
 //! | metric | kind | labels |
 //! |---|---|---|
@@ -17,6 +18,11 @@
 //! Every refusal is `outcome="rejected"`, wherever it was decided: `source`
 //! says where (the backend, the deny cache, or the in-process fallback).
 
+mod summary;
+
+use std::time::Instant;
+
+use self::summary::{Kind, Line, Summaries};
 use super::{Answer, Call, LaneRefusal, Layer, Source, counters};
 use crate::model::decision::Decision;
 use crate::model::error::{BackendError, Error};
@@ -26,7 +32,10 @@ use crate::store::target::Target;
 
 /// Counts and logs every call.
 #[derive(Debug, Default)]
-pub(crate) struct Observe;
+pub(crate) struct Observe {
+    /// What each limit name has refused since its last INFO line.
+    summaries: Summaries,
+}
 
 impl Layer for Observe {
     fn acts_before(&self) -> bool {
@@ -40,7 +49,7 @@ impl Layer for Observe {
     /// What [`Observe::after`] does with the store's refusal of an acquire,
     /// without the call and answer: its log line and its count.
     fn after_refusal(&self, refusal: &LaneRefusal<'_>) {
-        logged(refusal.target, refusal.decision, Source::Backend);
+        self.logged(refusal.target, refusal.decision, Source::Backend);
         match refusal.rejected {
             Some(rejected) => counters::count(rejected),
             None => counters::decision(refusal.name, "rejected", Source::Backend.name()),
@@ -75,7 +84,7 @@ impl Layer for Observe {
             backend_failed(call, error);
         }
         match call.op {
-            op if op.admits() => decided(call, answer),
+            op if op.admits() => self.decided(call, answer),
             op => {
                 let result = match answer {
                     Answer::Failed(_) | Answer::Unavailable(_) => "error",
@@ -92,111 +101,148 @@ impl Layer for Observe {
     }
 }
 
-/// Counts an acquire's outcome and logs refusals.
-fn decided(call: &Call<'_>, answer: &Answer) {
-    let (outcome, source) = match answer {
-        Answer::Decided { decisions, source } if decisions.allowed() => ("allowed", *source),
-        Answer::Decided { decisions, source } => {
-            let index = decisions.binding_index();
-            refused(call, index, decisions.binding(), *source);
-            ("rejected", *source)
-        }
-        Answer::Refused {
-            index,
-            decision,
-            source,
-        } => {
-            refused(call, *index, decision, *source);
-            ("rejected", *source)
-        }
-        Answer::Shadowed { decisions, source } => {
-            let target = call.targets.get(decisions.binding_index());
-            tracing::info!(
-                limit = target.map_or(call.name, |t| t.name),
-                retry_after_ms = decisions.binding().retry_after.as_millis() as u64,
-                "shadow mode: would have rate limited"
-            );
-            ("shadow_rejected", *source)
-        }
-        Answer::Denied { index, .. } => {
-            if let Some(target) = call.targets.get(*index) {
-                tracing::info!(
-                    limit = target.name,
-                    identity = %Shown(target.key.identity),
-                    "denied by the deny list"
-                );
+impl Observe {
+    /// Counts an acquire's outcome and logs refusals.
+    fn decided(&self, call: &Call<'_>, answer: &Answer) {
+        let (outcome, source) = match answer {
+            Answer::Decided { decisions, source } if decisions.allowed() => ("allowed", *source),
+            Answer::Decided { decisions, source } => {
+                let index = decisions.binding_index();
+                self.refused(call, index, decisions.binding(), *source);
+                ("rejected", *source)
             }
-            ("denied", Source::List)
+            Answer::Refused {
+                index,
+                decision,
+                source,
+            } => {
+                self.refused(call, *index, decision, *source);
+                ("rejected", *source)
+            }
+            Answer::Shadowed { decisions, source } => {
+                if tracing::level_enabled!(tracing::Level::INFO) {
+                    let target = call.targets.get(decisions.binding_index());
+                    self.shadowed(target.map_or(call.name, |t| t.name), decisions.binding());
+                }
+                ("shadow_rejected", *source)
+            }
+            Answer::Denied { index, .. } => {
+                if tracing::level_enabled!(tracing::Level::INFO)
+                    && let Some(target) = call.targets.get(*index)
+                {
+                    self.denied(target);
+                }
+                ("denied", Source::List)
+            }
+            Answer::AllowListed => ("allow_listed", Source::List),
+            Answer::FailedOpen(_) => ("failed_open", Source::Policy),
+            Answer::Unavailable(Error::Limit(error)) => {
+                tracing::error!(limit = call.name, %error, "rate limit misconfigured");
+                ("unavailable", Source::Policy)
+            }
+            Answer::Unavailable(_) | Answer::Failed(_) | Answer::Applied { .. } => {
+                ("unavailable", Source::Policy)
+            }
+        };
+        match (call.counters, outcome, source) {
+            (Some(keys), "allowed", Source::Backend) => counters::count(&keys.allowed),
+            (Some(keys), "rejected", Source::Backend) => counters::count(&keys.rejected),
+            (Some(keys), "allowed", Source::Lease) => counters::count(&keys.leased),
+            _ => counters::decision(call.name, outcome, source.name()),
         }
-        Answer::AllowListed => ("allow_listed", Source::List),
-        Answer::FailedOpen(_) => ("failed_open", Source::Policy),
-        Answer::Unavailable(Error::Limit(error)) => {
-            tracing::error!(limit = call.name, %error, "rate limit misconfigured");
-            ("unavailable", Source::Policy)
+    }
+
+    fn refused(&self, call: &Call<'_>, index: usize, decision: &Decision, source: Source) {
+        if let Some(target) = call.targets.get(index) {
+            self.logged(target, decision, source);
         }
-        Answer::Unavailable(_) | Answer::Failed(_) | Answer::Applied { .. } => {
-            ("unavailable", Source::Policy)
+    }
+
+    /// The log lines of a refusal of `target`: one at DEBUG, and at INFO
+    /// the first of a quiet interval in full or a summary of the interval
+    /// ([`summary`]). Only the level is looked at here; the lines are built
+    /// out of line, when a subscriber wants them (a refusal in a service
+    /// that logs nothing at INFO costs one load and a compare).
+    #[inline]
+    fn logged(&self, target: &Target<'_>, decision: &Decision, source: Source) {
+        if tracing::level_enabled!(tracing::Level::INFO) {
+            self.written(target, decision, source);
         }
-    };
-    match (call.counters, outcome, source) {
-        (Some(keys), "allowed", Source::Backend) => counters::count(&keys.allowed),
-        (Some(keys), "rejected", Source::Backend) => counters::count(&keys.rejected),
-        (Some(keys), "allowed", Source::Lease) => counters::count(&keys.leased),
-        _ => counters::decision(call.name, outcome, source.name()),
     }
-}
 
-fn refused(call: &Call<'_>, index: usize, decision: &Decision, source: Source) {
-    if let Some(target) = call.targets.get(index) {
-        logged(target, decision, source);
-    }
-}
-
-/// The log line of a refusal of `target`: `info`, or `debug` for one
-/// answered from a remembered refusal or while waiting for a lease. Only
-/// the level is looked at here; the line is built out of line, when a
-/// subscriber wants it (a refusal in a service that logs nothing at that
-/// level costs one load and a compare).
-#[inline]
-fn logged(target: &Target<'_>, decision: &Decision, source: Source) {
-    let remembered = matches!(source, Source::Cache | Source::Lease);
-    let level = if remembered {
-        tracing::Level::DEBUG
-    } else {
-        tracing::Level::INFO
-    };
-    if tracing::level_enabled!(level) {
-        written(target, decision, source, remembered);
-    }
-}
-
-/// [`logged`]'s line, when its level is enabled: `remembered`, a refusal
-/// answered from a remembered one or while waiting for a lease (`debug`).
-#[cold]
-#[inline(never)]
-fn written(target: &Target<'_>, decision: &Decision, source: Source, remembered: bool) {
-    let Target {
-        name, key, limit, ..
-    } = target;
-    let retry_after_ms = decision.retry_after.as_millis() as u64;
-    let identity = Shown(key.identity);
-    if remembered {
+    /// [`Observe::logged`]'s lines, when INFO or DEBUG is enabled.
+    #[cold]
+    #[inline(never)]
+    fn written(&self, target: &Target<'_>, decision: &Decision, source: Source) {
+        let Target {
+            name, key, limit, ..
+        } = target;
+        let retry_after_ms = decision.retry_after.as_millis() as u64;
+        let identity = Shown(key.identity);
+        // Answered from a remembered refusal, or while waiting for a lease.
+        let remembered = matches!(source, Source::Cache | Source::Lease);
         tracing::debug!(
-            limit = name,
-            identity = %identity,
-            retry_after_ms,
-            source = source.name(),
-            "rate limited (remembered refusal, or waiting for a lease)"
-        );
-    } else {
-        tracing::info!(
             limit = name,
             identity = %identity,
             rate = %limit,
             retry_after_ms,
             source = source.name(),
+            remembered,
             "rate limited"
         );
+        match self.summaries.heard(name, Kind::Limited, Instant::now()) {
+            Line::Counted => {}
+            Line::First => tracing::info!(
+                limit = name,
+                identity = %identity,
+                rate = %limit,
+                retry_after_ms,
+                source = source.name(),
+                "rate limited (further refusals of this limit: one summary line every 10 s at INFO, each at DEBUG)"
+            ),
+            summary @ Line::Summary { .. } => summary.write_summary(name, Kind::Limited),
+        }
+    }
+
+    /// A refusal shadow mode turned into an admission, by `name`.
+    #[cold]
+    #[inline(never)]
+    fn shadowed(&self, name: &str, decision: &Decision) {
+        let retry_after_ms = decision.retry_after.as_millis() as u64;
+        tracing::debug!(
+            limit = name,
+            retry_after_ms,
+            "shadow mode: would have rate limited"
+        );
+        match self.summaries.heard(name, Kind::Shadowed, Instant::now()) {
+            Line::Counted => {}
+            Line::First => tracing::info!(
+                limit = name,
+                retry_after_ms,
+                "shadow mode: would have rate limited (further ones: one summary line every 10 s at INFO, each at DEBUG)"
+            ),
+            summary @ Line::Summary { .. } => summary.write_summary(name, Kind::Shadowed),
+        }
+    }
+
+    /// A call of `target` refused by the deny list.
+    #[cold]
+    #[inline(never)]
+    fn denied(&self, target: &Target<'_>) {
+        let identity = Shown(target.key.identity);
+        tracing::debug!(limit = target.name, identity = %identity, "denied by the deny list");
+        match self
+            .summaries
+            .heard(target.name, Kind::Denied, Instant::now())
+        {
+            Line::Counted => {}
+            Line::First => tracing::info!(
+                limit = target.name,
+                identity = %identity,
+                "denied by the deny list (further ones: one summary line every 10 s at INFO, each at DEBUG)"
+            ),
+            summary @ Line::Summary { .. } => summary.write_summary(target.name, Kind::Denied),
+        }
     }
 }
 

@@ -162,7 +162,7 @@ impl LimiterBuilder {
         let fallback = Arc::new(MemoryBackend::with_shared_clock(clock.clone()));
         // Outermost first; see `crate::layer` for what each does and why in
         // this order.
-        let mut layers: Vec<Box<dyn Layer>> = vec![Box::new(Observe)];
+        let mut layers: Vec<Box<dyn Layer>> = vec![Box::<Observe>::default()];
         let remote = self.backend.is_some();
         // Above the deny list: a call the lists answer (a deny-listed
         // identity) is one after which the shared lists are read again.
