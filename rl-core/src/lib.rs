@@ -120,11 +120,11 @@
 //!   already in process), calls whose every limit has a lease size, with a
 //!   Tokio runtime (a background task gives leases back). Shadowed names,
 //!   idempotent calls and raw `acquire_all` calls do not lease.
-//! - **Visibility.** `rl_decisions_total{source="lease"}` counts the calls
-//!   decided from leases; the gauge `rl_leased_units{limit}` the units
-//!   held unused ([`Limiter::leased_units`]); `rl_lease_takes_total`,
-//!   `rl_lease_units_total{event="taken"|"returned"}` and
-//!   `rl_lease_returns_total{result}` the traffic. `rl-admin inspect`
+//! - **Visibility.** `ratewall_decisions_total{source="lease"}` counts the calls
+//!   decided from leases; the gauge `ratewall_leased_units{limit}` the units
+//!   held unused ([`Limiter::leased_units`]); `ratewall_lease_takes_total`,
+//!   `ratewall_lease_units_total{event="taken"|"returned"}` and
+//!   `ratewall_lease_returns_total{result}` the traffic. `rl-admin inspect`
 //!   lists the lease records Redis keeps for an identity's limit.
 //!
 //! # Which algorithm

@@ -369,10 +369,10 @@ fn every_refusal_is_counted_as_rejected_with_where_it_was_decided_and_memory_lim
             }
         }
     });
-    let decisions = ledger.counters("rl_decisions_total");
+    let decisions = ledger.counters("ratewall_decisions_total");
     let count = |outcome, source| {
         ledger.counter(
-            "rl_decisions_total",
+            "ratewall_decisions_total",
             &[("outcome", outcome), ("source", source)],
         )
     };
@@ -384,7 +384,7 @@ fn every_refusal_is_counted_as_rejected_with_where_it_was_decided_and_memory_lim
     );
     assert_eq!(count("rejected", "cache"), 3, "{decisions:?}");
     assert_eq!(
-        ledger.counter("rl_decisions_total", &[]),
+        ledger.counter("ratewall_decisions_total", &[]),
         2 + 5 + 3,
         "no other outcome: {decisions:?}"
     );

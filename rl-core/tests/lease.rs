@@ -354,10 +354,10 @@ fn decisions_from_leases_are_counted_with_source_lease_and_takes_are_counted() {
             calls
         })
     });
-    let decisions = ledger.counters("rl_decisions_total");
+    let decisions = ledger.counters("ratewall_decisions_total");
     let allowed = |source| {
         ledger.counter(
-            "rl_decisions_total",
+            "ratewall_decisions_total",
             &[("source", source), ("outcome", "allowed")],
         )
     };
@@ -370,13 +370,13 @@ fn decisions_from_leases_are_counted_with_source_lease_and_takes_are_counted() {
     // The 100 calls after the lease was taken are decided from it.
     assert!(allowed("lease") >= 100, "{decisions:?}");
     assert!(allowed("backend") > 0);
-    assert!(ledger.counter("rl_lease_takes_total", &[("limit", "api")]) >= 1);
+    assert!(ledger.counter("ratewall_lease_takes_total", &[("limit", "api")]) >= 1);
 }
 
 #[test]
 fn the_leased_units_gauge_shows_what_a_name_holds_and_drops_to_zero_on_shutdown() {
     let ledger = Ledger::default();
-    let gauge = |ledger: &Ledger| ledger.gauge("rl_leased_units", &[("limit", "api")]);
+    let gauge = |ledger: &Ledger| ledger.gauge("ratewall_leased_units", &[("limit", "api")]);
     metrics::with_local_recorder(&ledger, || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -377,19 +377,19 @@ fn waits_are_recorded_and_a_slot_given_back_is_counted() {
         );
     });
     assert_eq!(
-        ledger.histogram("rl_wait_seconds", &[("limit", "metered")]),
+        ledger.histogram("ratewall_wait_seconds", &[("limit", "metered")]),
         [0.0, 0.1]
     );
     assert_eq!(
         ledger.counter(
-            "rl_operations_total",
+            "ratewall_operations_total",
             &[("limit", "metered"), ("op", "cancel"), ("result", "ok")]
         ),
         1
     );
     let decisions = |outcome| {
         ledger.counter(
-            "rl_decisions_total",
+            "ratewall_decisions_total",
             &[
                 ("limit", "metered"),
                 ("outcome", outcome),

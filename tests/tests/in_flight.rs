@@ -579,9 +579,9 @@ async fn with_the_macro_on_redis_never_more_than_max_in_flight_of_1000_slow_call
 fn metrics_count_the_calls_in_flight_per_name_their_releases_and_leases_found_expired() {
     let ledger = Ledger::default();
     let _recorder = metrics::set_default_local_recorder(&ledger);
-    let in_flight = || ledger.gauge("rl_in_flight", &[("limit", "m_jobs")]);
-    let releases = || ledger.counter("rl_in_flight_releases_total", &[("limit", "m_jobs")]);
-    let expired = || ledger.counter("rl_in_flight_expired_total", &[("limit", "m_jobs")]);
+    let in_flight = || ledger.gauge("ratewall_in_flight", &[("limit", "m_jobs")]);
+    let releases = || ledger.counter("ratewall_in_flight_releases_total", &[("limit", "m_jobs")]);
+    let expired = || ledger.counter("ratewall_in_flight_expired_total", &[("limit", "m_jobs")]);
     // One thread: the keeper task records through this thread's recorder.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

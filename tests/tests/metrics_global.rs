@@ -73,11 +73,11 @@ fn global() -> &'static Registry {
     })
 }
 
-/// `rl_decisions_total` of `name`'s decisions with `outcome`, decided by
+/// `ratewall_decisions_total` of `name`'s decisions with `outcome`, decided by
 /// the backend.
 fn decided(name: &str, outcome: &'static str) -> Key {
     Key::from_parts(
-        "rl_decisions_total",
+        "ratewall_decisions_total",
         vec![
             Label::new("limit", name.to_owned()),
             Label::new("outcome", outcome),

@@ -109,7 +109,7 @@ impl Abandoned {
         let mut queue = self.queue.lock();
         if queue.len() >= CAPACITY {
             queue.pop_front();
-            metrics::counter!("rl_abandoned_total", "result" => "dropped").increment(1);
+            metrics::counter!("ratewall_abandoned_total", "result" => "dropped").increment(1);
             tracing::warn!(
                 capacity = CAPACITY,
                 "too many abandoned calls waiting for the backend: the oldest will stay counted there"
@@ -117,7 +117,7 @@ impl Abandoned {
         }
         queue.push_back(cancel);
         drop(queue);
-        metrics::counter!("rl_abandoned_total", "result" => "queued").increment(1);
+        metrics::counter!("ratewall_abandoned_total", "result" => "queued").increment(1);
         self.ensure_task();
     }
 
@@ -177,7 +177,7 @@ impl Abandoned {
             {
                 queue.pop_front();
             }
-            metrics::counter!("rl_abandoned_total", "result" => "cancelled").increment(1);
+            metrics::counter!("ratewall_abandoned_total", "result" => "cancelled").increment(1);
         }
         if let Some(breaker) = &self.breaker {
             match &result {

@@ -110,7 +110,7 @@ impl Breaker {
         if permission == Permission::Probe || self.open_until.load(Ordering::Acquire) != 0 {
             self.open_until.store(0, Ordering::Release);
             self.probing.store(false, Ordering::Release);
-            metrics::gauge!("rl_circuit_open").set(0.0);
+            metrics::gauge!("ratewall_circuit_open").set(0.0);
             tracing::info!("rate limiter backend recovered; circuit closed");
         }
     }
@@ -124,7 +124,7 @@ impl Breaker {
             let until = self.now() + self.config.open_for.as_nanos() as u64;
             let was = self.open_until.swap(until.max(1), Ordering::AcqRel);
             self.probing.store(false, Ordering::Release);
-            metrics::gauge!("rl_circuit_open").set(1.0);
+            metrics::gauge!("ratewall_circuit_open").set(1.0);
             if was == 0 || permission == Permission::Probe {
                 tracing::warn!(failures, open_for = ?self.config.open_for, "rate limiter backend failing; circuit open");
             }

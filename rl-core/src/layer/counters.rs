@@ -1,5 +1,5 @@
-//! `rl_decisions_total{limit, outcome, source}` and
-//! `rl_backend_seconds{limit}`, recorded without rebuilding the metric key
+//! `ratewall_decisions_total{limit, outcome, source}` and
+//! `ratewall_backend_seconds{limit}`, recorded without rebuilding the metric key
 //! on every decision.
 //!
 //! `metrics::counter!` with runtime labels allocates the label vector and
@@ -52,7 +52,7 @@ thread_local! {
     static KEYS: RefCell<[Option<CachedKey>; SLOTS]> = const { RefCell::new([const { None }; SLOTS]) };
 }
 
-/// Adds one to `rl_decisions_total{limit = name, outcome, source}`: as
+/// Adds one to `ratewall_decisions_total{limit = name, outcome, source}`: as
 /// [`count`] does, with the key (and the global recorder's handle) kept per
 /// thread, so that a registry-backed recorder is not searched per call.
 pub(crate) fn decision(name: &str, outcome: &'static str, source: &'static str) {
@@ -90,11 +90,11 @@ pub(crate) fn decision(name: &str, outcome: &'static str, source: &'static str) 
     }
 }
 
-/// Records `seconds` in `rl_backend_seconds{limit = name}`, with the key
+/// Records `seconds` in `ratewall_backend_seconds{limit = name}`, with the key
 /// kept per thread ([`named`]): a remote call otherwise allocates the name,
 /// the label vector and the key's hash on every decision.
 pub(crate) fn backend_seconds(name: &str, seconds: f64) {
-    histogram_record("rl_backend_seconds", name, seconds);
+    histogram_record("ratewall_backend_seconds", name, seconds);
 }
 
 /// Slots per thread for the keys of [`named`] metrics (one per metric
@@ -297,7 +297,7 @@ fn find_the_global_recorder() {
 
 fn key(name: &str, outcome: &'static str, source: &'static str) -> Key {
     kept(Key::from_parts(
-        "rl_decisions_total",
+        "ratewall_decisions_total",
         vec![
             Label::new("limit", name.to_owned()),
             Label::new("outcome", outcome),
@@ -363,20 +363,20 @@ mod tests {
     fn named_counts_land_under_the_macros_key_whichever_name_string_carries_them() {
         let counters = Counters::default();
         metrics::with_local_recorder(&counters, || {
-            counter_add("rl_in_flight_releases_total", "jobs");
-            counter_add("rl_in_flight_releases_total", &String::from("jobs"));
-            counter_add("rl_in_flight_expired_total", "jobs");
+            counter_add("ratewall_in_flight_releases_total", "jobs");
+            counter_add("ratewall_in_flight_releases_total", &String::from("jobs"));
+            counter_add("ratewall_in_flight_expired_total", "jobs");
             let name = "jobs";
-            metrics::counter!("rl_in_flight_releases_total", "limit" => name).increment(1);
+            metrics::counter!("ratewall_in_flight_releases_total", "limit" => name).increment(1);
         });
         let other = Counters::default();
         metrics::with_local_recorder(&other, || {
-            counter_add("rl_in_flight_releases_total", "jobs")
+            counter_add("ratewall_in_flight_releases_total", "jobs")
         });
-        let releases = named_key("rl_in_flight_releases_total", "jobs");
+        let releases = named_key("ratewall_in_flight_releases_total", "jobs");
         assert_eq!(counters.get(&releases), Some(3));
         assert_eq!(
-            counters.get(&named_key("rl_in_flight_expired_total", "jobs")),
+            counters.get(&named_key("ratewall_in_flight_expired_total", "jobs")),
             Some(1)
         );
         assert_eq!(
@@ -394,7 +394,7 @@ mod tests {
             decision(&String::from("sms"), "allowed", "backend");
             decision("login", "rejected", "cache");
             let name = "sms";
-            metrics::counter!("rl_decisions_total", "limit" => name, "outcome" => "allowed", "source" => "backend")
+            metrics::counter!("ratewall_decisions_total", "limit" => name, "outcome" => "allowed", "source" => "backend")
                 .increment(1);
         });
         let second = Counters::default();
@@ -412,14 +412,14 @@ mod tests {
             backend_seconds(&String::from("sms"), 0.25);
             backend_seconds("login", 1.0);
             let name = "sms";
-            metrics::histogram!("rl_backend_seconds", "limit" => name).record(2.0);
+            metrics::histogram!("ratewall_backend_seconds", "limit" => name).record(2.0);
         });
         assert_eq!(
-            recorder.get(&named_key("rl_backend_seconds", "sms")),
+            recorder.get(&named_key("ratewall_backend_seconds", "sms")),
             vec![0.5, 0.25, 2.0]
         );
         assert_eq!(
-            recorder.get(&named_key("rl_backend_seconds", "login")),
+            recorder.get(&named_key("ratewall_backend_seconds", "login")),
             vec![1.0]
         );
     }

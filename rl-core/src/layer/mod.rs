@@ -7,7 +7,7 @@
 //!   Limiter::call / check / acquire_all / peek_all / refund_all / reset_all
 //!        │                                                        ▲
 //!        ▼                                                        │
-//!   observe       counts every outcome (rl_decisions_total), logs refusals
+//!   observe       counts every outcome (ratewall_decisions_total), logs refusals
 //!   lists         admits allow-listed calls, refuses deny-listed identities,
 //!                 without asking the store
 //!   validate      refuses a batch that could never be decided, for every store
@@ -62,7 +62,7 @@ use crate::store::target::{Op, Target};
 use crate::store::{Store, Stored, run_lease, run_remote};
 
 /// Where a call's answer was decided (the `source` label of
-/// `rl_decisions_total`).
+/// `ratewall_decisions_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Source {
@@ -474,7 +474,7 @@ impl Pipeline {
     /// Whether calls that pass the layers of `mask` may take the direct
     /// lane on a memory store: every one of those layers only observes, so
     /// an acquire the store allowed needs nothing from them but its count
-    /// (`rl_decisions_total{outcome="allowed", source="backend"}`), and
+    /// (`ratewall_decisions_total{outcome="allowed", source="backend"}`), and
     /// a refusal goes up through them with [`Pipeline::observe_refusal`].
     pub(crate) fn direct(&self, mask: Mask) -> bool {
         matches!(self.store, Store::Memory(_)) && mask & !self.observers == 0

@@ -4,16 +4,16 @@
 //!
 //! | metric | kind | labels |
 //! |---|---|---|
-//! | `rl_decisions_total` | counter | `limit` (the call's name), `outcome` (`allowed`, `rejected`, `shadow_rejected`, `denied`, `allow_listed`, `failed_open`, `unavailable`), `source` (`backend`, `cache`, `local`, `list`, `policy`, `lease`) |
-//! | `rl_operations_total` | counter | `limit`, `op` (`peek`, `refund`, `charge`, `hold`, `reset`, `cancel`), `result` (`ok`, `error`) |
-//! | `rl_backend_errors_total` | counter | `limit`, `op`, `error` (`timeout`, `unavailable`, `circuit_open`, `protocol`) |
-//! | `rl_backend_seconds` | histogram | `limit` |
-//! | `rl_wait_seconds` | histogram | `limit`: the wait of each admitted waiting call (recorded by the limiter's waiting calls) |
-//! | `rl_circuit_open` | gauge | (none): 1 while the breaker skips the backend |
-//! | `rl_leased_units` | gauge | `limit` (a group name): units held unused in this process's leases |
-//! | `rl_lease_takes_total` | counter | `limit`: leases taken |
-//! | `rl_lease_units_total` | counter | `limit`, `event` (`taken`, `returned`) |
-//! | `rl_lease_returns_total` | counter | `limit`, `result` (`returned`, `failed`) |
+//! | `ratewall_decisions_total` | counter | `limit` (the call's name), `outcome` (`allowed`, `rejected`, `shadow_rejected`, `denied`, `allow_listed`, `failed_open`, `unavailable`), `source` (`backend`, `cache`, `local`, `list`, `policy`, `lease`) |
+//! | `ratewall_operations_total` | counter | `limit`, `op` (`peek`, `refund`, `charge`, `hold`, `reset`, `cancel`), `result` (`ok`, `error`) |
+//! | `ratewall_backend_errors_total` | counter | `limit`, `op`, `error` (`timeout`, `unavailable`, `circuit_open`, `protocol`) |
+//! | `ratewall_backend_seconds` | histogram | `limit` |
+//! | `ratewall_wait_seconds` | histogram | `limit`: the wait of each admitted waiting call (recorded by the limiter's waiting calls) |
+//! | `ratewall_circuit_open` | gauge | (none): 1 while the breaker skips the backend |
+//! | `ratewall_leased_units` | gauge | `limit` (a group name): units held unused in this process's leases |
+//! | `ratewall_lease_takes_total` | counter | `limit`: leases taken |
+//! | `ratewall_lease_units_total` | counter | `limit`, `event` (`taken`, `returned`) |
+//! | `ratewall_lease_returns_total` | counter | `limit`, `result` (`returned`, `failed`) |
 //!
 //! Every refusal is `outcome="rejected"`, wherever it was decided: `source`
 //! says where (the backend, the deny cache, or the in-process fallback).
@@ -92,7 +92,7 @@ impl Layer for Observe {
                 };
                 let name = call.name.to_owned();
                 metrics::counter!(
-                    "rl_operations_total",
+                    "ratewall_operations_total",
                     "limit" => name, "op" => op.name(), "result" => result
                 )
                 .increment(1);
@@ -266,7 +266,7 @@ fn backend_failed(call: &Call<'_>, error: &BackendError) {
     };
     let name = call.name.to_owned();
     metrics::counter!(
-        "rl_backend_errors_total",
+        "ratewall_backend_errors_total",
         "limit" => name, "op" => call.op.name(), "error" => kind
     )
     .increment(1);

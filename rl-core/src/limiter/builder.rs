@@ -118,7 +118,7 @@ impl LimiterBuilder {
         self
     }
 
-    /// The key prefix (default `rl`): no braces, no whitespace.
+    /// The key prefix (default `ratewall`): no braces, no whitespace.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = Some(prefix.into());
         self
@@ -153,7 +153,7 @@ impl LimiterBuilder {
 
     /// Builds the limiter.
     pub fn build(self) -> Result<Limiter, Error> {
-        let prefix = self.prefix.unwrap_or_else(|| "rl".to_owned());
+        let prefix = self.prefix.unwrap_or_else(|| "ratewall".to_owned());
         if !valid_prefix(&prefix) {
             return Err(Error::BadPrefix(prefix));
         }

@@ -148,8 +148,8 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         for slot in self.held.slots.iter() {
-            counters::gauge_add("rl_in_flight", &slot.name, -1.0);
-            counters::counter_add("rl_in_flight_releases_total", &slot.name);
+            counters::gauge_add("ratewall_in_flight", &slot.name, -1.0);
+            counters::counter_add("ratewall_in_flight_releases_total", &slot.name);
         }
         match self.place {
             Place::Memory => {
@@ -284,7 +284,7 @@ impl Keeper {
             return None;
         }
         for slot in slots.iter() {
-            counters::gauge_add("rl_in_flight", &slot.name, 1.0);
+            counters::gauge_add("ratewall_in_flight", &slot.name, 1.0);
         }
         let held = Arc::new(AdmissionSlots {
             lease,
@@ -423,7 +423,10 @@ impl Keeper {
                         for slot in held.slots.iter() {
                             if !found.get(at).copied().unwrap_or(true) {
                                 held.lost.store(true, Ordering::Relaxed);
-                                counters::counter_add("rl_in_flight_expired_total", &slot.name);
+                                counters::counter_add(
+                                    "ratewall_in_flight_expired_total",
+                                    &slot.name,
+                                );
                                 tracing::warn!(
                                     limit = &*slot.name,
                                     "an in-flight slot's lease expired while its call was running (renewals \

@@ -107,7 +107,7 @@ impl fmt::Debug for Limiter {
 }
 
 impl Limiter {
-    /// Starts configuring a limiter (in-memory backend, prefix `rl`, fail-open).
+    /// Starts configuring a limiter (in-memory backend, prefix `ratewall`, fail-open).
     pub fn builder() -> LimiterBuilder {
         LimiterBuilder::default()
     }
@@ -166,7 +166,7 @@ impl Limiter {
     }
 
     /// Units this process holds unused in its leases now, across
-    /// identities and limits (also the `rl_leased_units` gauge, per limit
+    /// identities and limits (also the `ratewall_leased_units` gauge, per limit
     /// name, refreshed every twentieth of the lease TTL).
     pub fn leased_units(&self) -> u64 {
         self.leases.as_ref().map_or(0, |l| l.outstanding())
@@ -267,7 +267,7 @@ impl Limiter {
     /// (a refund could not give back a queued slot), or an in-flight limit
     /// (its slots free when running calls end, which no wait can be planned
     /// on). [`Permit::waited`](call::Permit::waited) says how long an
-    /// admitted call waited; `rl_wait_seconds` records it.
+    /// admitted call waited; `ratewall_wait_seconds` records it.
     ///
     /// ```
     /// use ratewall::{Algorithm, CallSpec, GroupSpec, Keys, Limit, Limiter, Tier};

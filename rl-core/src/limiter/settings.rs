@@ -114,7 +114,7 @@ impl<'l> Settings<'l> {
     /// [`LimiterBuilder::deny_cache`](crate::LimiterBuilder::deny_cache)) remembers, for a key and limit the
     /// backend just refused, that it stays refused until its `retry_after`,
     /// and refuses such calls in process (`outcome="rejected"`,
-    /// `source="cache"` in `rl_decisions_total`) instead of asking the
+    /// `source="cache"` in `ratewall_decisions_total`) instead of asking the
     /// backend again. Decisions are unchanged: only what the backend refused
     /// is remembered, from the instant before it was asked, for no longer
     /// than its `retry_after` and re-checked (by one caller) at least every

@@ -76,7 +76,7 @@ fn lane_and_full_road(clock: &ManualClock) -> (Limiter, Limiter) {
 
 /// 30 calls on `lane` and on `full` (from [`lane_and_full_road`]), 5 s
 /// apart, each told as text by `say(limiter, step)`: the same answers, in
-/// the same order, the same log lines, and the same `rl_decisions_total`
+/// the same order, the same log lines, and the same `ratewall_decisions_total`
 /// counts, admissions and refusals of `name` among them.
 fn assert_answered_alike(
     algorithm: Algorithm,
@@ -99,7 +99,7 @@ fn assert_answered_alike(
     }
     assert!(refusals_logged > 0, "{algorithm:?}: no refusal was logged");
     let by = |counts: &Counters| -> HashMap<String, u64> {
-        counts.by("rl_decisions_total", &["limit", "outcome", "source"])
+        counts.by("ratewall_decisions_total", &["limit", "outcome", "source"])
     };
     let counted = by(&lane_counts);
     assert_eq!(counted, by(&full_counts), "{algorithm:?}");
@@ -351,7 +351,7 @@ fn raw_acquires_meet_the_lists_and_shadow_mode_as_on_the_full_road() {
     let counts = Counters::default();
     let shadowed = metrics::with_local_recorder(&counts, || allowed("dave"));
     assert!(!shadowed);
-    let counted = counts.by("rl_decisions_total", &["limit", "outcome", "source"]);
+    let counted = counts.by("ratewall_decisions_total", &["limit", "outcome", "source"]);
     assert_eq!(
         counted.get("sms_raw shadow_rejected backend"),
         Some(&1),

@@ -309,7 +309,7 @@ async fn again<'l>(permit: Permit<'l>, mut held: Reserved<'l>) -> Decided<'l> {
 /// Records an admitted waiting call's wait.
 fn admitted(permit: Permit<'_>) -> Permit<'_> {
     counters::histogram_record(
-        "rl_wait_seconds",
+        "ratewall_wait_seconds",
         permit.spec.name(),
         permit.waited.as_secs_f64(),
     );
@@ -369,7 +369,7 @@ impl Drop for Reserved<'_> {
                     let result = backend.cancel(&requests, &reservation).await;
                     let outcome = if result.is_ok() { "ok" } else { "error" };
                     metrics::counter!(
-                        "rl_operations_total",
+                        "ratewall_operations_total",
                         "limit" => owned.clone(), "op" => "cancel", "result" => outcome
                     )
                     .increment(1);

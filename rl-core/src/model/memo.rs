@@ -42,9 +42,9 @@ pub(crate) struct Remembered {
     pub(crate) partition: u32,
     /// The head's scope: the name its requests are counted by.
     pub(crate) name: Box<str>,
-    /// `rl_decisions_total{limit = scope, outcome = "allowed", source = "backend"}`.
+    /// `ratewall_decisions_total{limit = scope, outcome = "allowed", source = "backend"}`.
     pub(crate) allowed: Counted,
-    /// `rl_decisions_total{limit = scope, outcome = "rejected", source = "backend"}`.
+    /// `ratewall_decisions_total{limit = scope, outcome = "rejected", source = "backend"}`.
     pub(crate) rejected: Counted,
 }
 

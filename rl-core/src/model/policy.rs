@@ -7,7 +7,7 @@ use std::num::NonZeroU64;
 ///
 /// The default is [`FailurePolicy::FailOpen`]: a limiter outage should not
 /// become a service outage. Every failure is logged at `WARN` and counted in
-/// `rl_backend_errors_total` whatever the policy. Pick
+/// `ratewall_backend_errors_total` whatever the policy. Pick
 /// [`FailurePolicy::FailClosed`] where letting calls through is worse than
 /// refusing them (e.g. sending paid SMS), and [`FailurePolicy::Local`] to keep
 /// limiting approximately with an in-process limiter.

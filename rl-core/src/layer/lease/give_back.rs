@@ -108,14 +108,15 @@ impl Leases {
         }
         let mut gauged = self.gauged.lock();
         for (name, units) in &outstanding {
-            metrics::gauge!("rl_leased_units", "limit" => name.to_string()).set(*units as f64);
+            metrics::gauge!("ratewall_leased_units", "limit" => name.to_string())
+                .set(*units as f64);
             if !gauged.contains(name) {
                 gauged.push(name.clone());
             }
         }
         for name in gauged.iter() {
             if !outstanding.iter().any(|(n, _)| n == name) {
-                metrics::gauge!("rl_leased_units", "limit" => name.to_string()).set(0.0);
+                metrics::gauge!("ratewall_leased_units", "limit" => name.to_string()).set(0.0);
             }
         }
     }
@@ -139,10 +140,10 @@ impl Leases {
                 }
             };
             let name = name.to_string();
-            metrics::counter!("rl_lease_returns_total", "limit" => name.clone(), "result" => result)
+            metrics::counter!("ratewall_lease_returns_total", "limit" => name.clone(), "result" => result)
                 .increment(1);
             if result == "returned" {
-                metrics::counter!("rl_lease_units_total", "limit" => name, "event" => "returned")
+                metrics::counter!("ratewall_lease_units_total", "limit" => name, "event" => "returned")
                     .increment(held.units);
             }
         }

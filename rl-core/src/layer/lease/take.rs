@@ -219,7 +219,7 @@ fn wait_at_limit(entry: &mut Watched, sent: u64, wait: u64, decision: &Decision)
 /// Counts a lease taken for `name`.
 fn count_take(name: &str, granted: u64) {
     let name = name.to_owned();
-    metrics::counter!("rl_lease_takes_total", "limit" => name.clone()).increment(1);
-    metrics::counter!("rl_lease_units_total", "limit" => name, "event" => "taken")
+    metrics::counter!("ratewall_lease_takes_total", "limit" => name.clone()).increment(1);
+    metrics::counter!("ratewall_lease_units_total", "limit" => name, "event" => "taken")
         .increment(granted);
 }

@@ -418,7 +418,7 @@ fn the_limit_label_is_the_call_with_its_tier() {
         admitted(&limiter, &spec, "pat", "pro", 1);
         admitted(&limiter, &spec, "pat", "gold", 1);
     });
-    let seen = labels.by("rl_decisions_total", &["limit", "outcome"]);
+    let seen = labels.by("ratewall_decisions_total", &["limit", "outcome"]);
     let expected: HashMap<String, u64> = [
         ("api@free allowed", 2),
         ("api@free rejected", 1),
