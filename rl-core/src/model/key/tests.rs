@@ -333,10 +333,11 @@ fn octet_text(draws: &mut Draws) -> String {
 
 #[test]
 fn distinct_scope_identity_pairs_never_share_a_key() {
-    // Keys are `Eq` and `Hash` alike: a key met again with another pair is
-    // two pairs sharing it. Nor do two pairs share a key's text (what a
-    // store keys on; `==` also compares where the parts start).
-    let mut seen: HashMap<Key, (String, String)> = HashMap::new();
+    // Keys are `Ord` and `Eq` alike: sorted, keys that are equal lie side
+    // by side, and one equal to its neighbour with another pair is two
+    // pairs sharing it. Nor do two pairs share a key's text (what a store
+    // keys on; `==` also compares where the parts start).
+    let mut keys: Vec<(Key, (String, String))> = Vec::new();
     let mut texts: HashMap<String, (String, String)> = HashMap::new();
     for (s, i) in short_pairs() {
         let key = Key::new("rl", &s, &i);
@@ -345,9 +346,12 @@ fn distinct_scope_identity_pairs_never_share_a_key() {
         if let Some(other) = texts.insert(key.as_str().to_owned(), pair.clone()) {
             assert_eq!(other, pair, "two pairs share a key's text");
         }
-        if let Some(other) = seen.insert(key, pair.clone()) {
-            assert_eq!(other, pair, "two pairs share a key");
-        }
+        keys.push((key, pair));
+    }
+    keys.sort();
+    for side_by_side in keys.windows(2) {
+        let ((a, pair_a), (b, pair_b)) = (&side_by_side[0], &side_by_side[1]);
+        assert_eq!(a == b, pair_a == pair_b, "{pair_a:?} / {pair_b:?}");
     }
     let mut draws = Draws::new(1);
     for _ in 0..SAMPLED {
@@ -360,6 +364,7 @@ fn distinct_scope_identity_pairs_never_share_a_key() {
             s1 == s2 && i1 == i2,
             "{s1:?} {i1:?} / {s2:?} {i2:?}"
         );
+        assert_eq!(a.as_str() == b.as_str(), a == b);
         assert_eq!(a, Key::new("rl", &s1, &i1));
     }
 }
