@@ -3,7 +3,7 @@
 //! the call API), and on the in-memory backend alone with the system clock
 //! and with a manual clock (to show what reading the wall clock costs).
 //!
-//! `cargo run --release -p ratewall --example memory_scaling`
+//! `cargo run --release -p ratewall-benches --example memory_scaling`
 use ratewall::{
     Algorithm, Clock, Key, Limit, Limiter, ManualClock, MemoryBackend, Rejection, Request,
     SystemClock, rate_limit,

@@ -4,7 +4,7 @@
 //! side runs in its own process (this binary, re-run with an argument), so
 //! neither sees memory the other freed.
 //!
-//! `cargo run --release -p ratewall --example memory_per_identity`
+//! `cargo run --release -p ratewall-benches --example memory_per_identity`
 //!
 //! Prints, per side: the resident set before and after (from
 //! `/proc/self/statm`), and the difference divided by the identities.

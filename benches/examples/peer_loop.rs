@@ -7,7 +7,7 @@
 //! paths one iteration at a time.
 //!
 //! ```text
-//! cargo run --release -p ratewall --example peer_loop -- 5000000
+//! cargo run --release -p ratewall-benches --example peer_loop -- 5000000
 //! ```
 //!
 //! Paths, allowed (every key far below its limit) and refused (every key

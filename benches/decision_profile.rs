@@ -3,7 +3,7 @@
 //! which are repeatable where wall-clock benches are not:
 //!
 //! ```text
-//! cargo bench -p ratewall --bench decision_profile --no-run
+//! cargo bench -p ratewall-benches --bench decision_profile --no-run
 //! valgrind --tool=callgrind --callgrind-out-file=cg.out \
 //!     target/release/deps/decision_profile-<hash> backend 200000
 //! callgrind_annotate cg.out | head -40

@@ -4,9 +4,9 @@
 //! order. The tiered one is decided by its `pro` tier (`tier = plan`, a
 //! `&str`), on the state of `peer@pro`.
 //!
-//! `cargo bench -p ratewall --bench tiers`; for instruction counts, which
-//! are repeatable where timings on a busy machine are not, see
-//! `examples/tier_instructions.rs`.
+//! `cargo bench -p ratewall-benches --bench tiers`; for instruction
+//! counts, which are repeatable where timings on a busy machine are not,
+//! see `benches/examples/tier_instructions.rs`.
 
 use std::future::Future;
 use std::hint::black_box;

@@ -14,7 +14,7 @@ use ratewall::{
     MemoryBackend, Rejection, Request, rate_limit,
 };
 
-#[path = "support/ledger.rs"]
+#[path = "../../rl-core/tests/support/ledger.rs"]
 mod ledger;
 use ledger::Ledger;
 

@@ -4,7 +4,7 @@
 //! `ServiceExt::oneshot` (everything completes without suspending, so a
 //! request is polled once), keyed by the peer IP of `ConnectInfo`.
 //!
-//! `cargo bench -p ratewall --features tower --bench tower`
+//! `cargo bench -p ratewall-benches --bench tower`
 //!
 //! - `allowed`: 1 024 client IPs in turn, every request admitted (GCRA on
 //!   both sides); `rl_layer` adds the `RateLimit` fields to each response

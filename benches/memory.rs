@@ -1,5 +1,5 @@
 //! In-memory decisions on an existing key, per algorithm, and through the limiter.
-//! Thread scaling: `cargo run --release -p ratewall --example memory_scaling`.
+//! Thread scaling: `cargo run --release -p ratewall-benches --example memory_scaling`.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};

@@ -14,7 +14,7 @@ use ratewall::{
     Reservation,
 };
 
-#[path = "support/ledger.rs"]
+#[path = "../../rl-core/tests/support/ledger.rs"]
 mod ledger;
 use ledger::Ledger;
 

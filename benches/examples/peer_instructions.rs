@@ -9,7 +9,7 @@
 //! `limiter.requests().acquire` with keys built before the loop.
 //!
 //! ```text
-//! cargo build --release -p ratewall --example peer_instructions
+//! cargo build --release -p ratewall-benches --example peer_instructions
 //! for v in governor annotated annotated_prometheus acquire acquire_prometheus; do for k in 1 100000; do
 //!   valgrind --tool=callgrind --callgrind-out-file=/dev/null \
 //!     --toggle-collect='peer_instructions::measured' \

@@ -7,7 +7,7 @@
 //! tower layer makes).
 //!
 //! ```text
-//! cargo build --release -p ratewall --example deny_cache_instructions
+//! cargo build --release -p ratewall-benches --example deny_cache_instructions
 //! for case in cached_refusal remote_refusal_uncached memory_refusal \
 //!     memory_refusal_cached remote_allowed_with_cache remote_allowed_without_cache \
 //!     call_static_refusal call_static_allowed call_owned_refusal call_owned_allowed; do
@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use ratewall::{CallSpec, GroupSpec, Limit, Limiter, Part, Request};
 
-#[path = "../benches/support/remote.rs"]
+#[path = "../support/remote.rs"]
 mod remote;
 
 use remote::Remote;

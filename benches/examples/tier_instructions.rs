@@ -4,7 +4,7 @@
 //! N calls are measured over them.
 //!
 //! ```text
-//! cargo build --release -p ratewall --example tier_instructions
+//! cargo build --release -p ratewall-benches --example tier_instructions
 //! for v in plain tiered; do
 //!   valgrind --tool=callgrind --callgrind-out-file=/dev/null \
 //!     --toggle-collect='tier_instructions::measured' \

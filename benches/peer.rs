@@ -3,7 +3,7 @@
 //! single thread, GCRA; one hot key, and 100 000 keys visited in a
 //! scattered order (so most lookups miss the CPU caches).
 //!
-//! `cargo bench -p ratewall --bench peer`
+//! `cargo bench -p ratewall-benches --bench peer`
 //!
 //! Each `rl` figure is a whole decision: `annotated_fn` is a
 //! `#[rate_limit(key = user)] async fn(user: u64)` on the global in-memory
