@@ -18,7 +18,11 @@ use std::collections::VecDeque;
 
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
-use ratewall::{Algorithm, Decision, Key, Limit, ManualClock, MemoryBackend, Request};
+use ratewall::{
+    Algorithm, Decision, Key, Limit,
+    backend::{MemoryBackend, Request},
+    clock::ManualClock,
+};
 
 /// Where every run starts (µs): a multiple of every period used here, so
 /// fixed windows and sliding-window slots start at the origin.

@@ -39,7 +39,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
 use ratewall::http::ClientIp;
-use ratewall::{Algorithm, FailurePolicy, Limit, Limiter, Masked, Rejection, rate_limit};
+use ratewall::{Algorithm, FailurePolicy, Limit, Limiter, Rejection, key::Masked, rate_limit};
 use serde::{Deserialize, Serialize};
 
 use crate::phone::{BadPhone, Phone};

@@ -155,14 +155,14 @@ impl LimitsEntry {
 ///
 /// A name is the `name` of `#[rate_limit]` (by default `module::function`)
 /// or of an `also(...)` group, or a tier's `<name>@<tier>`, quoted:
-/// `[limits."api@pro"]` (see [`crate::Tier`]). [`LimitsFile::apply`] sets, for each name in
+/// `[limits."api@pro"]` (see [`crate::call::Tier`]). [`LimitsFile::apply`] sets, for each name in
 /// the file, its limits, its failure policy (none given: the one of the
 /// macro or the limiter) and its shadow mode, and puts the listed
 /// identities on this limiter's allow and deny lists (identities are
 /// written as their `Display` form; an entry from a file does not expire).
 ///
 /// ```
-/// use ratewall::{FailurePolicy, Limiter, LimitsFile};
+/// use ratewall::{FailurePolicy, Limiter, config::LimitsFile};
 ///
 /// let file = LimitsFile::parse(r#"
 ///     [limits.sms_phone]
@@ -222,10 +222,10 @@ impl LimitsFile {
         Self::parse(&text)
     }
 
-    /// Sets, on `limiter`, every name's limits ([`Settings::set_limits`](crate::Settings::set_limits),
+    /// Sets, on `limiter`, every name's limits ([`Settings::set_limits`](crate::settings::Settings::set_limits),
     /// skipped when unchanged so the state and the published limits stay),
-    /// failure policy ([`Settings::set_policy`](crate::Settings::set_policy)) and shadow mode
-    /// ([`Settings::set_shadow`](crate::Settings::set_shadow)). Everything is checked before anything is
+    /// failure policy ([`Settings::set_policy`](crate::settings::Settings::set_policy)) and shadow mode
+    /// ([`Settings::set_shadow`](crate::settings::Settings::set_shadow)). Everything is checked before anything is
     /// applied: on `Err`, the limiter is unchanged.
     pub fn apply(&self, limiter: &Limiter) -> Result<(), ConfigError> {
         for (name, entry) in &self.entries {

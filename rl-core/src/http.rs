@@ -38,7 +38,7 @@ pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 /// an allowed response.
 ///
 /// ```
-/// use ratewall::{Decision, Figures, Limit, http::insert_rate_limit_headers};
+/// use ratewall::{Decision, Limit, backend::Figures, http::insert_rate_limit_headers};
 /// let mut headers = http::HeaderMap::new();
 /// let decision = Decision::new(Figures {
 ///     allowed: true,

@@ -233,7 +233,7 @@ impl From<Rejection> for tonic::Status {
     /// entry expires); `UNAVAILABLE` when the limiter could not decide.
     ///
     /// ```
-    /// use ratewall::{Decision, Figures, Limit, Rejection};
+    /// use ratewall::{Decision, Limit, Rejection, backend::Figures};
     /// let decision = Decision::new(Figures { allowed: false, limit: 1, retry_after_us: 1_500_000, ..Figures::default() });
     /// let status = tonic::Status::from(Rejection::limited("api", decision, Limit::per_minute(1).unwrap()));
     /// assert_eq!(status.code(), tonic::Code::ResourceExhausted);
@@ -330,12 +330,12 @@ mod tests {
     }
 
     fn too_many_in_flight() -> Rejection {
-        let decision = Decision::new(crate::Figures {
+        let decision = Decision::new(crate::backend::Figures {
             allowed: false,
             limit: 10,
             retry_after_us: crate::algorithm::RETRY_HINT_US,
             reset_after_us: 10_000_000,
-            ..crate::Figures::default()
+            ..crate::backend::Figures::default()
         });
         Rejection::limited("jobs", decision, Limit::in_flight(10).unwrap())
     }

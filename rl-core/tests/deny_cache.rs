@@ -10,8 +10,11 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use ratewall::{
-    Algorithm, Backend, BackendError, BoxFuture, Decisions, Key, Limit, Limiter, ManualClock,
-    MemoryBackend, Rejection, Request, rate_limit,
+    Algorithm, Key, Limit, Limiter, Rejection,
+    backend::{Backend, BoxFuture, Decisions, MemoryBackend, Request},
+    clock::ManualClock,
+    error::BackendError,
+    rate_limit,
 };
 
 #[path = "support/ledger.rs"]
@@ -549,7 +552,10 @@ impl Backend for Switchable {
 
 #[tokio::test]
 async fn while_the_backend_fails_what_it_refused_or_left_without_room_stays_refused() {
-    use ratewall::{Admission, BreakerConfig, CallSpec, FailurePolicy, GroupSpec, RejectionReason};
+    use ratewall::{
+        CallSpec, FailurePolicy, GroupSpec, RejectionReason, builder::BreakerConfig,
+        call::Admission,
+    };
     let backend = Arc::new(Switchable::default());
     let limiter = Limiter::builder()
         .shared_backend(backend.clone())
@@ -597,7 +603,7 @@ async fn while_the_backend_fails_what_it_refused_or_left_without_room_stays_refu
     let local = limiter.call(&sms, &[&"fresh"]).await.unwrap();
     assert!(matches!(
         local.admission(),
-        ratewall::Admission::Local { .. }
+        ratewall::call::Admission::Local { .. }
     ));
     assert!(limiter.call(&sms, &[&"fresh"]).await.is_err());
 

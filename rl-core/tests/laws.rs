@@ -3,7 +3,11 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use ratewall::{Algorithm, Key, Limit, ManualClock, MemoryBackend, Request};
+use ratewall::{
+    Algorithm, Key, Limit,
+    backend::{MemoryBackend, Request},
+    clock::ManualClock,
+};
 
 const T0: u64 = 1_700_000_000_000_000;
 

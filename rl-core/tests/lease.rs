@@ -9,8 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ratewall::{
-    Algorithm, Backend, BackendError, BoxFuture, CallSpec, Counting, Decisions, GroupSpec,
-    LeaseReturn, Leased, Limit, Limiter, MemoryBackend, Request,
+    Algorithm, CallSpec, GroupSpec, Limit, Limiter,
+    backend::{Backend, BoxFuture, Decisions, LeaseReturn, Leased, MemoryBackend, Request},
+    call::Counting,
+    error::BackendError,
 };
 
 #[path = "support/ledger.rs"]

@@ -5,8 +5,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ratewall::{
-    Algorithm, Backend, CallSpec, Counting, GroupSpec, Key, Limit, Limiter, ManualClock,
-    MemoryBackend, Request,
+    Algorithm, CallSpec, GroupSpec, Key, Limit, Limiter,
+    backend::{Backend, MemoryBackend, Request},
+    call::Counting,
+    clock::ManualClock,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -234,7 +236,7 @@ async fn the_call_future_is_send_even_for_identities_that_are_not_sync() {
     let identity: std::rc::Rc<str> = "not-sync".into();
     let first = assert_send(limiter.call_with(
         &SPEC,
-        ratewall::Keys::parts(&[ratewall::Part::Display(&identity)]),
+        ratewall::Keys::parts(&[ratewall::key::Part::Display(&identity)]),
     ));
     drop(identity);
     assert!(first.await.is_ok());
@@ -379,34 +381,52 @@ impl Backend for Broken {
     fn acquire<'a>(
         &'a self,
         _: &'a [Request<'a>],
-    ) -> ratewall::BoxFuture<'a, Result<ratewall::Decisions, ratewall::BackendError>> {
+    ) -> ratewall::backend::BoxFuture<
+        'a,
+        Result<ratewall::backend::Decisions, ratewall::error::BackendError>,
+    > {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        Box::pin(async { Err(ratewall::BackendError::unavailable("connection refused")) })
+        Box::pin(async {
+            Err(ratewall::error::BackendError::unavailable(
+                "connection refused",
+            ))
+        })
     }
     fn peek<'a>(
         &'a self,
         r: &'a [Request<'a>],
-    ) -> ratewall::BoxFuture<'a, Result<ratewall::Decisions, ratewall::BackendError>> {
+    ) -> ratewall::backend::BoxFuture<
+        'a,
+        Result<ratewall::backend::Decisions, ratewall::error::BackendError>,
+    > {
         self.acquire(r)
     }
     fn refund<'a>(
         &'a self,
         _: &'a [Request<'a>],
         _: u64,
-    ) -> ratewall::BoxFuture<'a, Result<(), ratewall::BackendError>> {
-        Box::pin(async { Err(ratewall::BackendError::unavailable("connection refused")) })
+    ) -> ratewall::backend::BoxFuture<'a, Result<(), ratewall::error::BackendError>> {
+        Box::pin(async {
+            Err(ratewall::error::BackendError::unavailable(
+                "connection refused",
+            ))
+        })
     }
     fn reset<'a>(
         &'a self,
         _: &'a [Request<'a>],
-    ) -> ratewall::BoxFuture<'a, Result<(), ratewall::BackendError>> {
-        Box::pin(async { Err(ratewall::BackendError::unavailable("connection refused")) })
+    ) -> ratewall::backend::BoxFuture<'a, Result<(), ratewall::error::BackendError>> {
+        Box::pin(async {
+            Err(ratewall::error::BackendError::unavailable(
+                "connection refused",
+            ))
+        })
     }
 }
 
 #[tokio::test]
 async fn each_failure_policy_is_honoured_and_the_circuit_stops_calling_a_failing_backend() {
-    use ratewall::{BreakerConfig, FailurePolicy};
+    use ratewall::{FailurePolicy, builder::BreakerConfig};
     let limit = Limit::per_minute(4).unwrap();
     for (policy, expected_allowed) in [
         (FailurePolicy::FailOpen, 10),
@@ -463,14 +483,14 @@ async fn shadow_mode_decides_and_counts_but_never_refuses() {
     limiter.settings().set_shadow("shadowed", true);
     assert!(matches!(
         limiter.requests().check("shadowed", &requests, None).await,
-        Ok(ratewall::Admission::Backend(_))
+        Ok(ratewall::call::Admission::Backend(_))
     ));
     let shadowed = limiter
         .requests()
         .check("shadowed", &requests, None)
         .await
         .unwrap();
-    let ratewall::Admission::Shadowed(decisions) = shadowed else {
+    let ratewall::call::Admission::Shadowed(decisions) = shadowed else {
         panic!("expected a shadowed admission: {shadowed:?}")
     };
     assert!(!decisions.allowed());

@@ -10,8 +10,10 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use ratewall::{
-    Algorithm, Backend, BackendError, Decision, Key, Limit, ManualClock, MemoryBackend, Request,
-    Reservation,
+    Algorithm, Decision, Key, Limit,
+    backend::{Backend, MemoryBackend, Request, Reservation},
+    clock::ManualClock,
+    error::BackendError,
 };
 
 #[path = "support/ledger.rs"]

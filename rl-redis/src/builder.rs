@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratewall::{BackendError, Clock};
+use ratewall::{clock::Clock, error::BackendError};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 #[cfg(feature = "cluster")]
 use redis::cluster::ClusterClientBuilder;
@@ -56,11 +56,11 @@ struct MasterAuth {
 /// [`RedisBackend::cluster_builder`] or [`RedisBackend::sentinel_builder`].
 ///
 /// ```no_run
-/// use ratewall::ManualClock;
+/// use ratewall::clock::ManualClock;
 /// use ratewall_redis::RedisBackend;
 /// use std::time::Duration;
 ///
-/// # async fn demo() -> Result<(), ratewall::BackendError> {
+/// # async fn demo() -> Result<(), ratewall::error::BackendError> {
 /// let clock = ManualClock::new(1_700_000_000_000_000);
 /// let backend = RedisBackend::builder("redis://127.0.0.1:6379/")
 ///     .timeout(Duration::from_millis(200))
@@ -224,7 +224,7 @@ impl RedisBackendBuilder {
     ///
     /// Every app instance should then see the same time: client clocks drift
     /// and are skewed across machines, which is why the server's time is the
-    /// default. Meant for deterministic tests with a [`ratewall::ManualClock`].
+    /// default. Meant for deterministic tests with a [`ratewall::clock::ManualClock`].
     pub fn client_clock(self, clock: impl Clock) -> Self {
         self.shared_client_clock(Arc::new(clock))
     }
@@ -240,7 +240,7 @@ impl RedisBackendBuilder {
     /// not depend on it: a state past its time is treated as fresh.
     ///
     /// Only useful with a client clock that does not advance with real time
-    /// (a [`ratewall::ManualClock`] in tests), because Redis expires keys in
+    /// (a [`ratewall::clock::ManualClock`] in tests), because Redis expires keys in
     /// real time.
     pub fn extra_ttl(mut self, extra: Duration) -> Self {
         self.extra_ttl = extra;
@@ -540,7 +540,7 @@ impl RedisBackend {
     ///
     /// ```no_run
     /// use ratewall_redis::RedisBackend;
-    /// # async fn demo() -> Result<(), ratewall::BackendError> {
+    /// # async fn demo() -> Result<(), ratewall::error::BackendError> {
     /// let backend = RedisBackend::connect_sentinel(
     ///     ["redis://10.0.0.1:26379/", "redis://10.0.0.2:26379/"],
     ///     "mymaster",

@@ -3,7 +3,7 @@
 //!
 //! The limiter publishes a name's limits on its first remote decision for
 //! that name, again every hour and after `Limiter::set_limits`
-//! ([`ratewall::Backend::publish_limits`]). [`RedisBackend`] keeps them in one
+//! ([`ratewall::backend::Backend::publish_limits`]). [`RedisBackend`] keeps them in one
 //! hash per key prefix:
 //!
 //! - key `<prefix>:{limits}`: its own hash tag, so it is a single key on Redis
@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ratewall::{Algorithm, BackendError, Limit};
+use ratewall::{Algorithm, Limit, error::BackendError};
 use redis::{Cmd, FromRedisValue};
 use serde_json::{Value, json};
 
@@ -44,7 +44,7 @@ const FORMAT_VERSION: u64 = 1;
 /// let registered = RegisteredLimits::new("sms", vec![Limit::per_minute(1)?], UNIX_EPOCH);
 /// assert_eq!(registered.name, "sms");
 /// assert_eq!(registered.limits[0].threshold(), 1);
-/// # Ok::<(), ratewall::LimitError>(())
+/// # Ok::<(), ratewall::error::LimitError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -227,7 +227,7 @@ impl RedisBackend {
     }
 
     /// Records `limits` as those of `name` under `prefix` and sets the
-    /// registry's TTL again ([`ratewall::Backend::publish_limits`]).
+    /// registry's TTL again ([`ratewall::backend::Backend::publish_limits`]).
     pub(crate) async fn publish(
         &self,
         prefix: &str,

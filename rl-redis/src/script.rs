@@ -19,7 +19,11 @@
 
 use std::sync::LazyLock;
 
-use ratewall::{Algorithm, BackendError, Decision, Decisions, Figures, Request, Reservation};
+use ratewall::{
+    Algorithm, Decision,
+    backend::{Decisions, Figures, Request, Reservation},
+    error::BackendError,
+};
 use redis::Cmd;
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");

@@ -5,7 +5,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use ratewall::BackendError;
+use ratewall::error::BackendError;
 use redis::{ConnectionAddr, IntoConnectionInfo};
 
 use crate::backend::RedisBackend;

@@ -11,7 +11,11 @@
 use std::path::Path;
 use std::time::Duration;
 
-use ratewall::{Algorithm, Backend, Decision, Key, Limit, ManualClock, MemoryBackend, Request};
+use ratewall::{
+    Algorithm, Decision, Key, Limit,
+    backend::{Backend, MemoryBackend, Request},
+    clock::ManualClock,
+};
 use ratewall_redis::{CallMode, RedisBackend};
 use ratewall_tests::harness::RedisServer;
 

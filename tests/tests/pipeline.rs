@@ -8,8 +8,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ratewall::{
-    Admission, Algorithm, Backend, BackendError, BreakerConfig, CallSpec, Counting, Error,
-    FailurePolicy, GroupSpec, Key, Limit, LimitError, Limiter, MemoryBackend, Rejection, Request,
+    Algorithm, CallSpec, Error, FailurePolicy, GroupSpec, Key, Limit, Limiter, Rejection,
+    backend::{Backend, MemoryBackend, Request},
+    builder::BreakerConfig,
+    call::{Admission, Counting},
+    error::{BackendError, LimitError},
     rate_limit,
 };
 use ratewall_redis::RedisBackend;
@@ -311,7 +314,7 @@ async fn memory_and_redis_refuse_exactly_the_same_invalid_batches() {
             .collect();
         for (store, backend, limiter) in &stores {
             let at = format!("{what}, {store}");
-            let limit_error = |result: Result<ratewall::Decisions, Error>| match result {
+            let limit_error = |result: Result<ratewall::backend::Decisions, Error>| match result {
                 Err(Error::Limit(error)) => error,
                 other => panic!("{at}: {other:?}"),
             };

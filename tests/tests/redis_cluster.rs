@@ -7,7 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use ratewall::{Algorithm, Backend, Decisions, Key, Limit, ManualClock, MemoryBackend, Request};
+use ratewall::{
+    Algorithm, Key, Limit,
+    backend::{Backend, Decisions, MemoryBackend, Request},
+    clock::ManualClock,
+};
 use ratewall_redis::RedisBackend;
 use ratewall_tests::harness::RedisCluster;
 

@@ -4,7 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratewall::{Algorithm, Backend, Decision, Key, Limit, Request};
+use ratewall::{
+    Algorithm, Decision, Key, Limit,
+    backend::{Backend, Request},
+};
 use ratewall_redis::RedisBackend;
 use ratewall_tests::harness::{RedisCluster, RedisServer};
 

@@ -20,8 +20,10 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use ratewall::{
-    Algorithm, Backend, BackendError, Clock, Decisions, Key, LeaseReturn, Leased, Limit,
-    ManualClock, MemoryBackend, Request, Reservation,
+    Algorithm, Key, Limit,
+    backend::{Backend, Decisions, LeaseReturn, Leased, MemoryBackend, Request, Reservation},
+    clock::{Clock, ManualClock},
+    error::BackendError,
 };
 use ratewall_redis::{CallMode, RedisBackend};
 use ratewall_tests::harness::RedisServer;

@@ -7,8 +7,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ratewall::{
-    Algorithm, Backend, BackendError, BoxFuture, Decisions, Key, Limit, ManualClock, MemoryBackend,
-    Request,
+    Algorithm, Key, Limit,
+    backend::{Backend, BoxFuture, Decisions, MemoryBackend, Request},
+    clock::ManualClock,
+    error::BackendError,
 };
 use ratewall_redis::RedisBackend;
 use ratewall_tests::harness::{RedisCluster, RedisServer};
@@ -568,7 +570,7 @@ async fn a_limiter_takes_back_the_calls_it_gave_up_on_once_redis_answers() {
     // out and lets it through (fail open)...
     proxy.drop_next_reply();
     let permit = limiter.call(&spec, &[&"tenant"]).await.unwrap();
-    assert_eq!(permit.admission(), &ratewall::Admission::FailedOpen);
+    assert_eq!(permit.admission(), &ratewall::call::Admission::FailedOpen);
     drop(permit);
     // ...and takes it back as soon as Redis answers again.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -584,7 +586,7 @@ async fn a_limiter_takes_back_the_calls_it_gave_up_on_once_redis_answers() {
     // Calls are decided in Redis again.
     assert!(matches!(
         limiter.call(&spec, &[&"tenant"]).await.unwrap().admission(),
-        ratewall::Admission::Backend(_)
+        ratewall::call::Admission::Backend(_)
     ));
     assert_eq!(left().await, 8);
 }

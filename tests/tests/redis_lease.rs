@@ -9,7 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use ratewall::{Algorithm, Backend, CallSpec, GroupSpec, Key, Limit, Limiter, Request};
+use ratewall::{
+    Algorithm, CallSpec, GroupSpec, Key, Limit, Limiter,
+    backend::{Backend, Request},
+};
 use ratewall_redis::RedisBackend;
 use ratewall_tests::harness::RedisServer;
 

@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ratewall::{
-    Admission, Algorithm, BreakerConfig, FailurePolicy, Key, Limit, Limiter, Rejection, Request,
+    Algorithm, FailurePolicy, Key, Limit, Limiter, Rejection, backend::Request,
+    builder::BreakerConfig, call::Admission,
 };
 use ratewall_redis::RedisBackend;
 use ratewall_tests::harness::{RedisCluster, RedisServer};

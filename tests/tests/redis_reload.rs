@@ -8,7 +8,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use ratewall::{Algorithm, Backend, BackendError, Key, Limit, Request};
+use ratewall::{
+    Algorithm, Key, Limit,
+    backend::{Backend, Request},
+    error::BackendError,
+};
 use ratewall_redis::{CallMode, RedisBackend};
 use ratewall_tests::harness::{RedisCluster, RedisServer};
 

@@ -7,8 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratewall::{
-    Algorithm, Backend, BackendError, Clock, Decisions, Key, Limit, Limiter, ManualClock,
-    MemoryBackend, Request, SystemClock,
+    Algorithm, Key, Limit, Limiter,
+    backend::{Backend, Decisions, MemoryBackend, Request},
+    clock::{Clock, ManualClock, SystemClock},
+    error::BackendError,
 };
 use ratewall_redis::{CallMode, RedisBackend};
 use ratewall_tests::harness::{RedisServer, ServerKind};

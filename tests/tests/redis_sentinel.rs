@@ -7,7 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ratewall::{Backend, BackendError, Key, Limit, Request};
+use ratewall::{
+    Key, Limit,
+    backend::{Backend, Request},
+    error::BackendError,
+};
 use ratewall_redis::RedisBackend;
 use ratewall_tests::harness::{PortReservation, RedisSentinel, RedisServer};
 

@@ -8,7 +8,11 @@
 use std::fs;
 use std::path::PathBuf;
 
-use ratewall::{Algorithm, Backend, BackendError, Key, Limit, Request};
+use ratewall::{
+    Algorithm, Key, Limit,
+    backend::{Backend, Request},
+    error::BackendError,
+};
 use ratewall_redis::{CallMode, RedisBackend, RedisUrl};
 use ratewall_tests::harness::{PortReservation, RedisCluster, RedisSentinel, RedisServer, TempDir};
 use rcgen::{

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratewall::{
-    Admission, Algorithm, CallSpec, FailurePolicy, GroupSpec, Keys, Limit, Limiter, ManualClock,
-    Request,
+    Algorithm, CallSpec, FailurePolicy, GroupSpec, Keys, Limit, Limiter, backend::Request,
+    call::Admission, clock::ManualClock,
 };
 use ratewall_redis::{RedisBackend, RedisBackendBuilder};
 use ratewall_tests::harness::{RedisCluster, RedisServer};

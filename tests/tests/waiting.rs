@@ -11,8 +11,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ratewall::{
-    Algorithm, Backend, CallSpec, GroupSpec, Key, Limit, Limiter, ManualClock, MemoryBackend,
-    Permit, Rejection, Request, rate_limit,
+    Algorithm, CallSpec, GroupSpec, Key, Limit, Limiter, Permit, Rejection,
+    backend::{Backend, MemoryBackend, Request},
+    clock::ManualClock,
+    rate_limit,
 };
 use ratewall_redis::RedisBackend;
 use ratewall_tests::harness::{RedisCluster, RedisServer};
@@ -714,7 +716,7 @@ async fn a_call_mixing_a_window_and_a_bucket_cannot_wait_and_says_why() {
 async fn a_call_counting_only_some_calls_cannot_wait() {
     let limiter = memory();
     let settled = spec("settled", vec![limit(Algorithm::Gcra, 10, 1)])
-        .with_counting(ratewall::Counting::Settled);
+        .with_counting(ratewall::call::Counting::Settled);
     let refused = limiter
         .call_with(
             &settled,
@@ -734,9 +736,9 @@ async fn a_tiered_call_waits_on_its_tiers_limits_and_a_tier_that_mixes_kinds_can
             "tiered",
             vec![
                 // One call every 100 ms.
-                ratewall::Tier::owned("free", vec![limit(Algorithm::LeakyBucket, 10, 1)]),
+                ratewall::call::Tier::owned("free", vec![limit(Algorithm::LeakyBucket, 10, 1)]),
                 // A bucket and a window in one tier: no single wait fits both.
-                ratewall::Tier::owned(
+                ratewall::call::Tier::owned(
                     "mixed",
                     vec![
                         limit(Algorithm::LeakyBucket, 10, 1),
@@ -871,7 +873,7 @@ async fn redis_never_reserves_an_in_flight_limit() {
     let req = [Request::new(&key, &rate, 1), Request::new(&key, &slots, 1)];
     let refused = backend.reserve(&req, Duration::from_secs(1)).await;
     assert!(
-        matches!(&refused, Err(ratewall::BackendError::Invalid(e)) if e.to_string().contains("in-flight")),
+        matches!(&refused, Err(ratewall::error::BackendError::Invalid(e)) if e.to_string().contains("in-flight")),
         "{refused:?}"
     );
 }
@@ -942,7 +944,7 @@ async fn reserve_n(
     backend: &RedisBackend,
     req: &[Request<'_>],
     n: usize,
-) -> Vec<ratewall::Reservation> {
+) -> Vec<ratewall::backend::Reservation> {
     let mut held = Vec::new();
     for _ in 0..n {
         held.push(backend.reserve(req, Duration::from_secs(10)).await.unwrap());

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ratewall::{Decisions, Key, Limit};
+use ratewall::{Key, Limit, backend::Decisions};
 use ratewall_redis::{LeaseRecord, RedisBackend, RegisteredLimits};
 use serde::Serialize;
 
@@ -49,7 +49,11 @@ pub struct ListRow {
 
 impl ListsReport {
     /// The report of `entries` under `prefix`.
-    pub fn new(prefix: &str, changed: Option<String>, entries: &[ratewall::ListEntry]) -> Self {
+    pub fn new(
+        prefix: &str,
+        changed: Option<String>,
+        entries: &[ratewall::lists::ListEntry],
+    ) -> Self {
         Self {
             prefix: prefix.to_owned(),
             changed,

@@ -145,7 +145,7 @@ pub(crate) struct DenyCache {
     /// Keys held, across shards (lets refunds skip the lookup when empty).
     held: AtomicUsize,
     /// The cache's monotonic clock (the cycle counter where it is reliable,
-    /// as [`crate::SystemClock`] reads it: a few instructions, where
+    /// as [`crate::clock::SystemClock`] reads it: a few instructions, where
     /// `Instant::elapsed` reads the system clock and subtracts timespecs)
     /// and its reading when the cache was made.
     clock: quanta::Clock,

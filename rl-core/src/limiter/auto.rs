@@ -1,7 +1,7 @@
 //! Finding an upstream's limit ([`Auto`], [`Limiter::learn`]): a budget
 //! whose stated limits are a starting point, scaled by what every instance
 //! learns of the upstream and shares through the store
-//! ([`crate::Backend::adjust`]).
+//! ([`crate::backend::Backend::adjust`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -39,18 +39,18 @@ use crate::store::Store;
 ///   accepted, multiplicative on refusal), up to the stated limits.
 ///
 /// Each instance applies the shared scale to its own limits of the group
-/// (as [`crate::Settings::set_limits`] would, logged at debug level) when
+/// (as [`crate::settings::Settings::set_limits`] would, logged at debug level) when
 /// it hears an answer, and reads it at least once per [`Auto::every`]
 /// while its calls are answered; an instance its budget refuses (paused by
 /// another one's refusal) reads it with [`Limiter::refresh_learned`] before
 /// it calls again, as the client layer does. In-flight limits are left as
 /// stated; a tiered group has no limits of its own and is left alone. The
 /// learned limits replace a runtime override
-/// ([`crate::Settings::set_limits`]) of the group: scaling starts from the
+/// ([`crate::settings::Settings::set_limits`]) of the group: scaling starts from the
 /// compiled-in (stated) ones.
 ///
 /// ```
-/// use ratewall::{Auto, CallSpec, GroupSpec, Hold, Limit, Limiter};
+/// use ratewall::{CallSpec, GroupSpec, Limit, Limiter, upstream::{Auto, Hold}};
 /// use std::time::Duration;
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let limiter = Limiter::builder().memory().build()?;
@@ -152,7 +152,7 @@ impl Auto {
     }
 
     /// The scale this instance applies to `group`'s stated limits, in parts
-    /// per million ([`crate::SCALE_ONE`]: as stated), if it learned one.
+    /// per million ([`crate::upstream::SCALE_ONE`]: as stated), if it learned one.
     pub fn scale(&self, group: &str) -> Option<u64> {
         self.known.lock().get(group).map(|k| k.scale)
     }
@@ -254,7 +254,7 @@ impl Limiter {
     /// Pausing the budget is [`Limiter::hold`]'s.
     ///
     /// Fails when the store cannot keep a learned scale (a custom
-    /// [`crate::Backend`] without [`crate::Backend::adjust`]) or cannot be
+    /// [`crate::backend::Backend`] without [`crate::backend::Backend::adjust`]) or cannot be
     /// reached; the limits are then left as they were.
     pub async fn learn(
         &self,
@@ -280,11 +280,11 @@ impl Limiter {
     /// operations it made.
     ///
     /// ```
-    /// use ratewall::{Auto, CallSpec, GroupSpec, Hold, Limit, Limiter};
+    /// use ratewall::{CallSpec, GroupSpec, Limit, Limiter, upstream::{Auto, Hold}};
     /// use std::sync::Arc;
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
     /// // Two instances sharing one store.
-    /// let store: Arc<dyn ratewall::Backend> = Arc::new(ratewall::MemoryBackend::new());
+    /// let store: Arc<dyn ratewall::backend::Backend> = Arc::new(ratewall::backend::MemoryBackend::new());
     /// let (one, other) = (
     ///     Limiter::builder().shared_backend(store.clone()).build()?,
     ///     Limiter::builder().shared_backend(store).build()?,
@@ -400,7 +400,7 @@ mod tests {
             .unwrap()
             .with_algorithm(crate::Algorithm::SlidingLog)
             .unwrap();
-        assert!(scaled(&[log], crate::SCALE_CEILING).is_err());
+        assert!(scaled(&[log], crate::upstream::SCALE_CEILING).is_err());
     }
 
     #[test]

@@ -61,7 +61,7 @@ pub struct Requests<'l> {
 impl<'l> Requests<'l> {
     /// Decides `requests` (named `name` in metrics, logs and rejections)
     /// through every layer and applies the failure policy (`policy`
-    /// overrides the limiter's; a runtime [`Settings::set_policy`](crate::Settings::set_policy) for
+    /// overrides the limiter's; a runtime [`Settings::set_policy`](crate::settings::Settings::set_policy) for
     /// `name` wins over both): the call is admitted, or refused with a
     /// [`Rejection`]. [`Limiter::call`] does the same from a [`CallSpec`].
     pub async fn check(
@@ -303,10 +303,10 @@ impl<'l> Requests<'l> {
         self.decide(Op::Acquire, requests).await
     }
 
-    /// Like [`Requests::acquire_all`](crate::Requests::acquire_all), idempotent by `request_id`: a retry
+    /// Like [`Requests::acquire_all`](crate::call::Requests::acquire_all), idempotent by `request_id`: a retry
     /// with the same id (e.g. after a timeout whose reply was lost) gets the
     /// first call's decisions back instead of being charged again. Needs a
-    /// backend that implements [`crate::Backend::acquire_once`] (memory and
+    /// backend that implements [`crate::backend::Backend::acquire_once`] (memory and
     /// Redis do).
     pub async fn acquire_all_once(
         &self,
@@ -327,7 +327,7 @@ impl<'l> Requests<'l> {
     }
 
     /// Takes each request's cost on top of what its state holds, whatever
-    /// the limits say: debt later calls pay ([`crate::Backend::charge`],
+    /// the limits say: debt later calls pay ([`crate::backend::Backend::charge`],
     /// what [`crate::Permit::settle_cost`] does above an estimate).
     pub async fn charge_all(&self, requests: &[Request<'_>]) -> Result<(), Error> {
         self.apply(Op::Charge, requests, false).await

@@ -9,7 +9,7 @@ use super::Limiter;
 use super::resolve;
 use crate::model::key::{Key, Part};
 use crate::testing::{Counters, NowOrNever, logged};
-use crate::{Algorithm, CallSpec, GroupSpec, Limit, ManualClock};
+use crate::{Algorithm, CallSpec, GroupSpec, Limit, clock::ManualClock};
 
 /// `sms`: one group `sms_phone` of 3 per minute under `algorithm`.
 fn sms(algorithm: Algorithm) -> CallSpec {
@@ -205,7 +205,7 @@ fn a_call_leaves_the_direct_lane_while_something_else_must_see_it() {
 #[test]
 fn the_readme_diagram_lists_the_builders_layers_in_order() {
     let limiter = Limiter::builder()
-        .backend(crate::MemoryBackend::new())
+        .backend(crate::backend::MemoryBackend::new())
         .build()
         .expect("limiter");
     let built: Vec<&str> = limiter

@@ -28,7 +28,7 @@ pub struct Decision {
 /// and [`Decision::new`] turns into a [`Decision`].
 ///
 /// ```
-/// use ratewall::{Decision, Figures};
+/// use ratewall::{Decision, backend::Figures};
 /// let refused = Decision::new(Figures {
 ///     allowed: false,
 ///     limit: 5,

@@ -27,7 +27,7 @@ pub(crate) type StateId = (Algorithm, u64, u64);
 /// assert_eq!(limit.threshold(), 5);
 /// assert_eq!(limit.period(), Duration::from_secs(60));
 /// assert!(Limit::new(0, Duration::from_secs(1)).is_err());
-/// # Ok::<(), ratewall::LimitError>(())
+/// # Ok::<(), ratewall::error::LimitError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Limit {
@@ -74,7 +74,7 @@ impl Limit {
     /// assert_eq!(ten.threshold(), 10);
     /// assert_eq!(ten.to_string(), "max_in_flight=10 (lease 10s)");
     /// assert!(Limit::in_flight(0).is_err());
-    /// # Ok::<(), ratewall::LimitError>(())
+    /// # Ok::<(), ratewall::error::LimitError>(())
     /// ```
     pub fn in_flight(max: u64) -> Result<Self, LimitError> {
         Self::in_flight_with_ttl(max, Self::DEFAULT_LEASE_TTL)
@@ -192,7 +192,7 @@ impl Limit {
     /// assert!(Limit::per_minute(100)?.with_algorithm(Algorithm::SlidingLog)?.with_lease(10).is_err());
     /// assert!(hot.with_algorithm(Algorithm::SlidingLog).is_err()); // a leasing limit stays leasable
     /// assert!(Limit::in_flight(10)?.with_lease(2).is_err()); // slots are held, not spent
-    /// # Ok::<(), ratewall::LimitError>(())
+    /// # Ok::<(), ratewall::error::LimitError>(())
     /// ```
     pub fn with_lease(self, lease: u64) -> Result<Self, LimitError> {
         match ratewall_grammar::check_lease(self.threshold, self.algorithm, self.burst, lease) {
@@ -459,12 +459,12 @@ impl FromStr for Limit {
 /// [`ratewall_grammar::parse_duration_micros`]).
 ///
 /// ```
-/// use ratewall::parse_duration;
+/// use ratewall::clock::parse_duration;
 /// use std::time::Duration;
 /// assert_eq!(parse_duration("1m")?, Duration::from_secs(60));
 /// assert_eq!(parse_duration("500ms")?, Duration::from_millis(500));
 /// assert!(parse_duration("soon").is_err());
-/// # Ok::<(), ratewall::LimitError>(())
+/// # Ok::<(), ratewall::error::LimitError>(())
 /// ```
 pub fn parse_duration(text: &str) -> Result<Duration, LimitError> {
     ratewall_grammar::parse_duration_micros(text)

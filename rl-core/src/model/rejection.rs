@@ -32,7 +32,7 @@ pub enum RejectionReason {
 /// A refused call. Convert it into your handler's error type with `From`.
 ///
 /// ```
-/// use ratewall::{Decision, Figures, Limit, Rejection};
+/// use ratewall::{Decision, Limit, Rejection, backend::Figures};
 /// let limit = Limit::per_minute(1).unwrap();
 /// let decision = Decision::new(Figures {
 ///     allowed: false,

@@ -66,7 +66,7 @@ impl<'a> Request<'a> {
     /// both would be judged against the state before either wrote.
     ///
     /// ```
-    /// use ratewall::{Key, Limit, Request};
+    /// use ratewall::{Key, Limit, backend::Request};
     /// let key = Key::new("app", "sms", "+33600000000");
     /// let (minute, hour) = (Limit::per_minute(1).unwrap(), Limit::per_hour(5).unwrap());
     /// assert!(Request::check_batch(&[Request::new(&key, &minute, 1), Request::new(&key, &hour, 1)]).is_ok());
@@ -84,7 +84,7 @@ impl<'a> Request<'a> {
     /// one that queues waiting calls (GCRA, token bucket, leaky bucket).
     ///
     /// ```
-    /// use ratewall::{Algorithm, Key, Limit, Request};
+    /// use ratewall::{Algorithm, Key, Limit, backend::Request};
     /// let key = Key::new("app", "jobs", "tenant-1");
     /// let gcra = Limit::per_second(10).unwrap();
     /// assert!(Request::check_reservation(&[Request::new(&key, &gcra, 1)]).is_ok());
@@ -100,7 +100,7 @@ impl<'a> Request<'a> {
     /// amount (past the limit is debt).
     ///
     /// ```
-    /// use ratewall::{Key, Limit, Request};
+    /// use ratewall::{Key, Limit, backend::Request};
     /// let key = Key::new("app", "tokens", "team-a");
     /// let minute = Limit::per_minute(100).unwrap();
     /// assert!(Request::check_charge(&[Request::new(&key, &minute, 250)]).is_ok());
@@ -199,7 +199,7 @@ pub(crate) fn check_lease_batch(
 /// decided ([`Request::check_batch`]).
 ///
 /// Implementations must give the semantics of the in-memory reference
-/// ([`crate::MemoryBackend`]); `ratewall-redis` is held to it by differential tests.
+/// ([`crate::backend::MemoryBackend`]); `ratewall-redis` is held to it by differential tests.
 pub trait Backend: Send + Sync + Debug + 'static {
     /// Decides and, when every request is allowed, consumes.
     fn acquire<'a>(
@@ -223,7 +223,7 @@ pub trait Backend: Send + Sync + Debug + 'static {
     /// limits is an error ([`BackendError::Protocol`]).
     ///
     /// The default implementation ignores the id and calls
-    /// [`Backend::acquire`] (not idempotent); [`crate::MemoryBackend`] and
+    /// [`Backend::acquire`] (not idempotent); [`crate::backend::MemoryBackend`] and
     /// `ratewall_redis::RedisBackend` override it.
     fn acquire_once<'a>(
         &'a self,
@@ -244,7 +244,7 @@ pub trait Backend: Send + Sync + Debug + 'static {
     /// order. Idempotent: cancelling twice gives back once.
     ///
     /// The default implementation answers that the store cannot
-    /// ([`BackendError::Protocol`]); [`crate::MemoryBackend`] and
+    /// ([`BackendError::Protocol`]); [`crate::backend::MemoryBackend`] and
     /// `ratewall_redis::RedisBackend` implement it.
     fn cancel_once<'a>(
         &'a self,
@@ -295,7 +295,7 @@ pub trait Backend: Send + Sync + Debug + 'static {
     /// nothing more). One atomic step; in-flight limits are refused.
     ///
     /// The default answers that the store cannot
-    /// ([`BackendError::Protocol`]); [`crate::MemoryBackend`] and
+    /// ([`BackendError::Protocol`]); [`crate::backend::MemoryBackend`] and
     /// `ratewall_redis::RedisBackend` implement it.
     fn charge<'a>(
         &'a self,
@@ -320,7 +320,7 @@ pub trait Backend: Send + Sync + Debug + 'static {
     /// refused.
     ///
     /// The default answers that the store cannot
-    /// ([`BackendError::Protocol`]); [`crate::MemoryBackend`] and
+    /// ([`BackendError::Protocol`]); [`crate::backend::MemoryBackend`] and
     /// `ratewall_redis::RedisBackend` implement it.
     fn hold<'a>(
         &'a self,
@@ -338,13 +338,13 @@ pub trait Backend: Send + Sync + Debug + 'static {
 
     /// Applies `adjust` to the learned scale of limit `name` under key
     /// prefix `prefix` (what every instance sharing the budget learned of
-    /// its upstream's limit, see [`crate::Auto`]) atomically, by the
+    /// its upstream's limit, see [`crate::upstream::Auto`]) atomically, by the
     /// store's time, and answers the scale after it, in parts per million
-    /// of the stated limits ([`crate::SCALE_ONE`]). A scale is forgotten a
+    /// of the stated limits ([`crate::upstream::SCALE_ONE`]). A scale is forgotten a
     /// day after it last changed (back to the stated limits).
     ///
     /// The default answers that the store cannot
-    /// ([`BackendError::Protocol`]); [`crate::MemoryBackend`] and
+    /// ([`BackendError::Protocol`]); [`crate::backend::MemoryBackend`] and
     /// `ratewall_redis::RedisBackend` implement it.
     fn adjust<'a>(
         &'a self,
@@ -376,7 +376,7 @@ pub trait Backend: Send + Sync + Debug + 'static {
     ///
     /// The default grants nothing (it is [`Backend::acquire`]): a backend
     /// that does not implement leasing decides every call itself.
-    /// [`crate::MemoryBackend`] and `ratewall_redis::RedisBackend` implement it.
+    /// [`crate::backend::MemoryBackend`] and `ratewall_redis::RedisBackend` implement it.
     fn acquire_lease<'a>(
         &'a self,
         requests: &'a [Request<'a>],
@@ -416,7 +416,7 @@ pub trait Backend: Send + Sync + Debug + 'static {
     /// Whether the backend implements [`Backend::acquire_once`] and
     /// [`Backend::cancel_once`]: a limiter then gives a call it may have to
     /// take back a request id (see
-    /// [`LimiterBuilder::cancel_abandoned`](crate::LimiterBuilder::cancel_abandoned)).
+    /// [`LimiterBuilder::cancel_abandoned`](crate::builder::LimiterBuilder::cancel_abandoned)).
     /// The default is `false`.
     fn cancels_once(&self) -> bool {
         false

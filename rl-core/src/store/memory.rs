@@ -190,7 +190,7 @@ struct Located {
 /// - Allocation-free on the hot path once an identity exists.
 ///
 /// ```
-/// use ratewall::{Backend, Key, Limit, ManualClock, MemoryBackend, Request};
+/// use ratewall::{Key, Limit, backend::{Backend, MemoryBackend, Request}, clock::ManualClock};
 ///
 /// # tokio_test_block_on(async {
 /// let clock = ManualClock::new(0);
@@ -276,7 +276,7 @@ impl MemoryBackend {
         Self::with_clock(SystemClock)
     }
 
-    /// A backend on the given clock (a [`crate::ManualClock`] in tests).
+    /// A backend on the given clock (a [`crate::clock::ManualClock`] in tests).
     pub fn with_clock(clock: impl Clock) -> Self {
         Self::with_shared_clock(Arc::new(clock))
     }

@@ -7,8 +7,9 @@ use std::collections::HashMap;
 use crate::testing::NowOrNever;
 
 use crate::{
-    Admission, Algorithm, CallSpec, Counting, FailurePolicy, GroupSpec, Limit, LimitError, Limiter,
-    RejectionReason, Tier,
+    Algorithm, CallSpec, FailurePolicy, GroupSpec, Limit, Limiter, RejectionReason,
+    call::{Admission, Counting, Tier},
+    error::LimitError,
 };
 
 fn limit(text: &str) -> Limit {

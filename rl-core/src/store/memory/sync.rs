@@ -21,7 +21,7 @@ impl MemoryBackend {
     /// period of the batch, and swept like expired state.
     ///
     /// ```
-    /// use ratewall::{Key, Limit, MemoryBackend, Request};
+    /// use ratewall::{Key, Limit, backend::{MemoryBackend, Request}};
     /// let backend = MemoryBackend::new();
     /// let limit = Limit::per_minute(5).unwrap();
     /// let key = Key::new("rl", "pay", "alice");
@@ -53,7 +53,7 @@ impl MemoryBackend {
     /// [`Backend::charge`].
     ///
     /// ```
-    /// use ratewall::{Key, Limit, MemoryBackend, Request};
+    /// use ratewall::{Key, Limit, backend::{MemoryBackend, Request}};
     /// let backend = MemoryBackend::new();
     /// let limit = Limit::per_minute(10).unwrap();
     /// let key = Key::new("rl", "tokens", "team-a");
@@ -69,7 +69,7 @@ impl MemoryBackend {
     /// `after` from now, synchronously, as [`Backend::hold`].
     ///
     /// ```
-    /// use ratewall::{Key, Limit, MemoryBackend, Request};
+    /// use ratewall::{Key, Limit, backend::{MemoryBackend, Request}};
     /// use std::time::Duration;
     /// let backend = MemoryBackend::new();
     /// let limit = Limit::per_minute(600).unwrap(); // one every 100 ms
@@ -91,7 +91,7 @@ impl MemoryBackend {
     /// it. A scale unchanged for a day is forgotten.
     ///
     /// ```
-    /// use ratewall::{Adjust, ManualClock, MemoryBackend, SCALE_ONE};
+    /// use ratewall::{backend::MemoryBackend, clock::ManualClock, upstream::{Adjust, SCALE_ONE}};
     /// use std::time::Duration;
     /// let backend = MemoryBackend::with_clock(ManualClock::new(1_000_000));
     /// let lower = Adjust::Lower { keep: SCALE_ONE / 2, cooldown: Duration::from_secs(5), floor: 0 };
@@ -128,7 +128,7 @@ impl MemoryBackend {
     /// here ([`Backend::reserve`] does).
     ///
     /// ```
-    /// use ratewall::{Algorithm, Key, Limit, ManualClock, MemoryBackend, Request};
+    /// use ratewall::{Algorithm, Key, Limit, backend::{MemoryBackend, Request}, clock::ManualClock};
     /// let backend = MemoryBackend::with_clock(ManualClock::new(1_000_000));
     /// let limit = Limit::per_second(10).unwrap().with_algorithm(Algorithm::LeakyBucket).unwrap().with_burst(1).unwrap();
     /// let key = Key::new("rl", "jobs", "queue");
@@ -149,7 +149,7 @@ impl MemoryBackend {
     /// [`Backend::acquire_lease`] (not validated here).
     ///
     /// ```
-    /// use ratewall::{Key, Limit, MemoryBackend, Request};
+    /// use ratewall::{Key, Limit, backend::{MemoryBackend, Request}};
     /// let backend = MemoryBackend::new();
     /// let limit = Limit::per_minute(100).unwrap().with_algorithm(ratewall::Algorithm::FixedWindow).unwrap();
     /// let key = Key::new("rl", "api", "tenant-1");
