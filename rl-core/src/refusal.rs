@@ -99,7 +99,7 @@ impl Refusal {
 
 /// A decision's `retry_after` in whole milliseconds, rounded up.
 pub(crate) fn retry_after_ms(decision: &Decision) -> u64 {
-    decision.retry_after.as_micros().div_ceil(1_000) as u64
+    decision.retry_after().as_micros().div_ceil(1_000) as u64
 }
 
 /// `RateLimit-Policy` (`"name";q=QUOTA;w=WINDOW`) and `RateLimit`
@@ -121,7 +121,7 @@ pub(crate) fn write_fields<W: std::fmt::Write>(
     decision: &Decision,
     limit: &Limit,
 ) -> std::fmt::Result {
-    write_policy(policy, name, decision.limit, window_secs(limit))?;
+    write_policy(policy, name, decision.limit(), window_secs(limit))?;
     write_current(current, name, decision)
 }
 
@@ -155,7 +155,7 @@ pub(crate) fn write_current<W: std::fmt::Write>(
     let mut digits = itoa::Buffer::new();
     push_sf_string(current, name)?;
     current.write_str(";r=")?;
-    current.write_str(digits.format(decision.remaining))?;
+    current.write_str(digits.format(decision.remaining()))?;
     current.write_str(";t=")?;
     current.write_str(digits.format(decision.reset_after_secs()))
 }

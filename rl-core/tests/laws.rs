@@ -21,8 +21,8 @@ fn admitted(limit: &Limit, arrivals: &[(u64, u64)]) -> Vec<(u64, u64)> {
         clock.advance_micros(gap);
         let cost = cost.min(limit.capacity());
         let d = backend.acquire_one(&Request::new(&key, limit, cost));
-        if d.allowed {
-            out.push((d.at_micros, cost));
+        if d.allowed() {
+            out.push((d.at_micros(), cost));
         }
     }
     out

@@ -127,7 +127,7 @@ async fn taken(backend: &Counted, name: &str, identity: &str, limit: &Limit) -> 
         .peek(&[Request::new(&key, limit, 1)])
         .await
         .unwrap()[0];
-    limit.threshold() - decision.remaining
+    limit.threshold() - decision.remaining()
 }
 
 #[tokio::test]

@@ -272,7 +272,7 @@ async fn an_allow_listed_identity_bypasses_its_limit_but_not_the_others() {
             .unwrap();
         let (name, decision, _) = permit.binding().unwrap();
         assert_eq!(name, "sms_ip", "only the IP was decided");
-        assert_eq!(decision.limit, 3);
+        assert_eq!(decision.limit(), 3);
         permit.settle(true).await;
     }
     let refused = limiter

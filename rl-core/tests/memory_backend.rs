@@ -30,7 +30,7 @@ async fn a_thousand_concurrent_tasks_on_one_key_admit_exactly_the_threshold() {
                         .acquire(&key, &limit, 1)
                         .await
                         .unwrap()
-                        .allowed
+                        .allowed()
                     {
                         admitted.fetch_add(1, Ordering::SeqCst);
                     }
@@ -68,11 +68,11 @@ async fn a_batch_refused_by_one_limit_consumes_nothing_from_the_others() {
     clock.advance(Duration::from_secs(61));
     let refused = backend.acquire(&batch).await.unwrap();
     assert!(!refused.allowed());
-    assert!(refused[0].allowed, "the minute limit alone would allow");
-    assert!(!refused[1].allowed, "the daily limit refuses");
+    assert!(refused[0].allowed(), "the minute limit alone would allow");
+    assert!(!refused[1].allowed(), "the daily limit refuses");
     // The refused batch took nothing from the minute limit.
     let minute_alone = backend.peek(&batch[..1]).await.unwrap();
-    assert_eq!(minute_alone[0].remaining, 1);
+    assert_eq!(minute_alone[0].remaining(), 1);
 }
 
 #[tokio::test]
@@ -182,7 +182,7 @@ async fn reset_forgets_one_identity_only() {
             .acquire(&alice, &limit, 1)
             .await
             .unwrap()
-            .allowed
+            .allowed()
     );
     assert!(
         !limiter
@@ -190,7 +190,7 @@ async fn reset_forgets_one_identity_only() {
             .acquire(&bob, &limit, 1)
             .await
             .unwrap()
-            .allowed
+            .allowed()
     );
 }
 
@@ -330,7 +330,7 @@ async fn a_refunded_permit_gives_its_units_back_and_a_reset_forgets_the_identity
         .decisions()
         .unwrap()
         .iter()
-        .map(|d| d.remaining)
+        .map(|d| d.remaining())
         .collect();
     assert_eq!(remaining, [1, 4]);
 }
@@ -362,12 +362,12 @@ async fn settling_an_uncounted_call_resets_groups_that_ask_for_it_and_refunds_th
         .decisions()
         .unwrap()
         .iter()
-        .map(|d| d.remaining)
+        .map(|d| d.remaining())
         .collect();
     // The user was reset (3 - 1 = 2 left); the IP kept its 2 failures (9 - 3 = 6 left).
     assert_eq!(remaining, [2, 6]);
     let (name, decision, _) = next.binding().unwrap();
-    assert_eq!((name, decision.remaining), ("settle_user", 2));
+    assert_eq!((name, decision.remaining()), ("settle_user", 2));
 }
 
 /// A backend that always fails, to exercise the limiter's failure handling
@@ -519,7 +519,7 @@ async fn a_wall_clock_stepping_back_never_makes_state_look_older() {
     let refused = backend.acquire(&request).await.unwrap();
     assert!(!refused.allowed());
     assert_eq!(
-        refused[0].retry_after,
+        refused[0].retry_after(),
         Duration::from_secs(60),
         "measured from the latest time seen"
     );
@@ -587,7 +587,7 @@ async fn a_retried_request_id_is_charged_once_through_the_limiter() {
         .unwrap();
     assert_eq!(first, retried, "the retry replays the first decision");
     assert_eq!(
-        limiter.requests().peek_all(&requests).await.unwrap()[0].remaining,
+        limiter.requests().peek_all(&requests).await.unwrap()[0].remaining(),
         1,
         "charged once"
     );

@@ -659,7 +659,7 @@ impl RedisBackend {
                 );
             }
             group.place(&reply.decisions, &mut decided);
-            if reply.decisions.iter().all(|d| d.allowed) {
+            if reply.decisions.iter().all(|d| d.allowed()) {
                 taken.push((index, reply.now));
             } else {
                 refused = Some(index);

@@ -33,7 +33,7 @@ fn cancel_fields(reservation: &Reservation, slot: u64) -> Vec<(u64, u64)> {
         .iter()
         .enumerate()
         .map(|(i, d)| {
-            let reset = micros(d.reset_after);
+            let reset = micros(d.reset_after());
             (
                 u64::from(reservation.took_freed_slot(i)),
                 slot.saturating_add(reset),

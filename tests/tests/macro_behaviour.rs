@@ -495,7 +495,7 @@ async fn remaining(limiter: &Limiter, name: &str, identity: &str, limit: &str) -
         .await
         .unwrap()
         .binding()
-        .remaining
+        .remaining()
 }
 
 #[rate_limit(

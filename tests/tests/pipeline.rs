@@ -209,7 +209,7 @@ async fn with_the_breaker_open_settling_peeking_and_resetting_return_at_once() {
     );
     eprintln!(
         "logins with Redis frozen: {times:?}; peek {peek:?} ({} remaining), reset {reset_took:?} ({reset:?})",
-        peeked[0].remaining
+        peeked[0].remaining()
     );
     for (attempt, took) in times.iter().enumerate().take(2) {
         assert!(
@@ -224,7 +224,11 @@ async fn with_the_breaker_open_settling_peeking_and_resetting_return_at_once() {
         );
     }
     assert!(peek < AT_ONCE, "peek took {peek:?}");
-    assert_eq!(peeked[0].remaining, 3, "every local failure was given back");
+    assert_eq!(
+        peeked[0].remaining(),
+        3,
+        "every local failure was given back"
+    );
     assert!(reset_took < AT_ONCE, "reset took {reset_took:?}");
     // The backend's part of a reset fails fast: refused by the open circuit,
     // or queued behind the call given up on (sent once Redis answers).
@@ -413,7 +417,7 @@ fn outcome(result: Result<(), Rejection>) -> String {
         Err(rejection) => format!(
             "refused by {} ({} left)",
             rejection.name(),
-            rejection.decision().map_or(0, |d| d.remaining)
+            rejection.decision().map_or(0, |d| d.remaining())
         ),
     }
 }

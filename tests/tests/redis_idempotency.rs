@@ -39,7 +39,7 @@ async fn behind(proxy: &Proxy) -> RedisBackend {
 }
 
 fn remaining(decisions: &Decisions) -> Vec<u64> {
-    decisions.iter().map(|d| d.remaining).collect()
+    decisions.iter().map(|d| d.remaining()).collect()
 }
 
 async fn peek_remaining(backend: &dyn Backend, requests: &[Request<'_>]) -> Vec<u64> {
@@ -420,7 +420,7 @@ async fn the_default_acquire_once_is_a_plain_acquire() {
     let call = [Request::new(&key, &limit, 1)];
     backend.acquire_once(&call, "same").await.expect("first");
     let second = backend.acquire_once(&call, "same").await.expect("second");
-    assert_eq!(second[0].remaining, 3, "not idempotent: charged twice");
+    assert_eq!(second[0].remaining(), 3, "not idempotent: charged twice");
 }
 
 // ---- taking back a call given up on (`Backend::cancel_once`) ----
@@ -562,7 +562,7 @@ async fn a_limiter_takes_back_the_calls_it_gave_up_on_once_redis_answers() {
             .peek(&[Request::new(&key, &window, 1)])
             .await
             .unwrap()[0]
-            .remaining
+            .remaining()
     };
     assert!(limiter.call(&spec, &[&"tenant"]).await.is_ok());
     assert_eq!(left().await, 9);

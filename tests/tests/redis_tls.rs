@@ -128,7 +128,7 @@ async fn decide_twice(backend: &RedisBackend, identity: &str) {
     assert!(backend.acquire(&request).await.expect("acquire").allowed());
     let refused = backend.acquire(&request).await.expect("acquire");
     assert!(!refused.allowed());
-    assert!(refused[0].retry_after.as_secs() > 50);
+    assert!(refused[0].retry_after().as_secs() > 50);
 }
 
 #[tokio::test]

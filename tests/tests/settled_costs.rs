@@ -84,7 +84,7 @@ async fn used(limiter: &Limiter, scope: &str, identity: &str, limit: &Limit) -> 
         .peek_all(&[Request::new(&key, limit, 1)])
         .await
         .expect("peek");
-    limit.capacity() - decisions[0].remaining
+    limit.capacity() - decisions[0].remaining()
 }
 
 /// A limiter on the in-memory store over `clock`.

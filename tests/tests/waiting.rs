@@ -75,7 +75,7 @@ async fn redis_on(server: &RedisServer, clock: &ManualClock) -> Arc<Limiter> {
 static REAL_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn at_micros(permit: &Permit<'_>) -> u64 {
-    permit.admission().decisions().expect("decided")[0].at_micros
+    permit.admission().decisions().expect("decided")[0].at_micros()
 }
 
 // ---- callers queue and leave at the drain rate ----
@@ -266,7 +266,7 @@ async fn until_queue_wait(limiter: &Limiter, key: &Key, limit: &Limit, expected:
             .peek_all(&[Request::new(key, limit, 1)])
             .await
             .unwrap();
-        if peek.binding().retry_after == expected {
+        if peek.binding().retry_after() == expected {
             return;
         }
         assert!(
@@ -487,7 +487,7 @@ async fn a_window_waiter_never_sleeps_past_its_deadline(limiter: Arc<Limiter>) {
             )
             .await
             .unwrap();
-        let reset = permit.admission().decisions().expect("decided")[0].reset_after;
+        let reset = permit.admission().decisions().expect("decided")[0].reset_after();
         if reset >= Duration::from_secs(2) {
             break;
         }
@@ -551,7 +551,12 @@ async fn several_limits_reserve_one_slot_that_respects_each(
             .await
             .unwrap();
         let slot = reservation.slot_micros().expect("reserved");
-        assert!(reservation.decisions().iter().all(|d| d.at_micros == slot));
+        assert!(
+            reservation
+                .decisions()
+                .iter()
+                .all(|d| d.at_micros() == slot)
+        );
         slots.push(slot - T0);
     }
     // The second call waits for the user's bucket (the IP has a burst of
@@ -582,7 +587,7 @@ async fn several_limits_reserve_one_slot_that_respects_each(
         for at in times {
             clock.set_micros(T0 + at);
             assert!(
-                store.acquire_one(&Request::new(&key, &limit, 1)).allowed,
+                store.acquire_one(&Request::new(&key, &limit, 1)).allowed(),
                 "{limit} at +{at} µs"
             );
         }
@@ -648,8 +653,8 @@ async fn several_limits_in_real_time(limiter: Arc<Limiter>, label: &str) {
                     .await
                     .unwrap();
                 let decisions = permit.admission().decisions().unwrap().clone();
-                assert_eq!(decisions[0].at_micros, decisions[1].at_micros);
-                (Instant::now(), decisions[0].at_micros)
+                assert_eq!(decisions[0].at_micros(), decisions[1].at_micros());
+                (Instant::now(), decisions[0].at_micros())
             })
         })
         .collect();

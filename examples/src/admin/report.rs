@@ -272,11 +272,11 @@ impl InspectReport {
                 .map(|(i, (limit, decision))| LimitState {
                     limit: LimitDescription::new(limit),
                     key: format!("{key}:{}", limit.storage_suffix()),
-                    allowed: decision.allowed,
-                    limit_units: decision.limit,
-                    remaining: decision.remaining,
-                    retry_after_ms: millis(decision.retry_after),
-                    reset_after_ms: millis(decision.reset_after),
+                    allowed: decision.allowed(),
+                    limit_units: decision.limit(),
+                    remaining: decision.remaining(),
+                    retry_after_ms: millis(decision.retry_after()),
+                    reset_after_ms: millis(decision.reset_after()),
                     leases: leases
                         .get(i)
                         .into_iter()
@@ -289,7 +289,7 @@ impl InspectReport {
                         .collect(),
                     in_flight: limit
                         .is_in_flight()
-                        .then(|| decision.limit.saturating_sub(decision.remaining)),
+                        .then(|| decision.limit().saturating_sub(decision.remaining())),
                 })
                 .collect(),
         }

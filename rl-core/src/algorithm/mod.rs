@@ -70,7 +70,7 @@ pub(crate) trait State: Default + std::fmt::Debug + Send + 'static {
     #[inline]
     fn admit(&mut self, limit: &Limit, now: u64, cost: u64) -> Result<(), Decision> {
         let decision = self.decide(limit, now, cost, true);
-        if decision.allowed {
+        if decision.allowed() {
             Ok(())
         } else {
             Err(decision)

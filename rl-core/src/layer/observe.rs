@@ -113,7 +113,7 @@ fn decided(call: &Call<'_>, answer: &Answer) {
             let target = call.targets.get(decisions.binding_index());
             tracing::info!(
                 limit = target.map_or(call.name, |t| t.name),
-                retry_after_ms = decisions.binding().retry_after.as_millis() as u64,
+                retry_after_ms = decisions.binding().retry_after().as_millis() as u64,
                 "shadow mode: would have rate limited"
             );
             ("shadow_rejected", *source)
@@ -178,7 +178,7 @@ fn written(target: &Target<'_>, decision: &Decision, source: Source, remembered:
     let Target {
         name, key, limit, ..
     } = target;
-    let retry_after_ms = decision.retry_after.as_millis() as u64;
+    let retry_after_ms = decision.retry_after().as_millis() as u64;
     let identity = Shown(key.identity);
     if remembered {
         tracing::debug!(

@@ -627,7 +627,7 @@ fn with_decision<T>(
 ) -> impl FnOnce(&MemoryBackend, &Target<'_>) -> Result<T, Decision> {
     move |memory, target| {
         let decision = memory.acquire_target(target);
-        if decision.allowed {
+        if decision.allowed() {
             Ok(admitted(&decision, target.limit))
         } else {
             Err(decision)

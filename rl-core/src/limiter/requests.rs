@@ -45,10 +45,10 @@ use crate::limiter::spec::CallSpec;
 /// let limit = Limit::per_minute(2)?;
 /// let key = limiter.key("say_hi", &7);
 /// let requests = limiter.requests();
-/// assert!(requests.acquire(&key, &limit, 1).await?.allowed);
-/// assert!(requests.acquire(&key, &limit, 1).await?.allowed);
+/// assert!(requests.acquire(&key, &limit, 1).await?.allowed());
+/// assert!(requests.acquire(&key, &limit, 1).await?.allowed());
 /// let third = requests.acquire(&key, &limit, 1).await?;
-/// assert!(!third.allowed);
+/// assert!(!third.allowed());
 /// assert_eq!(third.retry_after_secs(), 30); // rounded up: waiting that long suffices
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # });
@@ -233,7 +233,7 @@ impl<'l> Requests<'l> {
             None => target_of(request, key.scope()),
         };
         let decision = memory.acquire_target(&target);
-        if !decision.allowed {
+        if !decision.allowed() {
             self.refused(&target, &decision, remembered.map(|memo| &memo.rejected));
             return decision;
         }

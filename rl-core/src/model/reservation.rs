@@ -77,7 +77,7 @@ impl Reservation {
         if !self.allowed() {
             return None;
         }
-        self.decisions.iter().map(|d| d.at_micros).max()
+        self.decisions.iter().map(|d| d.at_micros()).max()
     }
 
     /// How long the call waits for its slot (zero when refused, or when it

@@ -152,8 +152,8 @@ impl Leased {
     /// identifies the state the lease left as long as nothing else wrote.
     pub fn stamp(decision: &crate::model::decision::Decision) -> u64 {
         decision
-            .at_micros
-            .saturating_add(micros(decision.reset_after))
+            .at_micros()
+            .saturating_add(micros(decision.reset_after()))
     }
 }
 

@@ -29,7 +29,7 @@ impl MemoryBackend {
     /// let first = backend.acquire_once_sync(&req, "retry-1").unwrap();
     /// let again = backend.acquire_once_sync(&req, "retry-1").unwrap();
     /// assert_eq!(first, again);
-    /// assert_eq!(backend.peek_sync(&req)[0].remaining, 4); // charged once
+    /// assert_eq!(backend.peek_sync(&req)[0].remaining(), 4); // charged once
     /// ```
     pub fn acquire_once_sync(
         &self,
@@ -59,7 +59,7 @@ impl MemoryBackend {
     /// let key = Key::new("rl", "tokens", "team-a");
     /// backend.charge_sync(&[Request::new(&key, &limit, 12)]); // 2 past the limit
     /// let now = backend.peek_sync(&[Request::new(&key, &limit, 1)]);
-    /// assert!(!now[0].allowed); // the debt is paid before anyone passes
+    /// assert!(!now[0].allowed()); // the debt is paid before anyone passes
     /// ```
     pub fn charge_sync(&self, requests: &[Request<'_>]) {
         self.charge_targets(&targets(requests));
@@ -78,8 +78,8 @@ impl MemoryBackend {
     /// // The upstream said: retry after 2 s.
     /// backend.hold_sync(&req, Duration::from_secs(2), 0);
     /// let refused = backend.peek_sync(&req);
-    /// assert!(!refused[0].allowed);
-    /// assert!(refused[0].retry_after > Duration::from_millis(1_999));
+    /// assert!(!refused[0].allowed());
+    /// assert!(refused[0].retry_after() > Duration::from_millis(1_999));
     /// ```
     pub fn hold_sync(&self, requests: &[Request<'_>], after: std::time::Duration, left: u64) {
         let after = micros(after);
@@ -156,7 +156,7 @@ impl MemoryBackend {
     /// let leased = backend.acquire_lease_sync(&[Request::new(&key, &limit, 1)], &[10]);
     /// assert!(leased.decisions.allowed());
     /// assert_eq!(leased.granted, [10]); // the call's unit and 10 more are taken
-    /// assert_eq!(leased.decisions.binding().remaining, 89);
+    /// assert_eq!(leased.decisions.binding().remaining(), 89);
     /// ```
     pub fn acquire_lease_sync(&self, requests: &[Request<'_>], extra: &[u64]) -> Leased {
         let (decisions, granted) = self.lease_targets(&targets(requests), extra);
