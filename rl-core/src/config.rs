@@ -188,6 +188,13 @@ pub struct LimitsFile {
 
 impl LimitsFile {
     /// Reads and validates a limits file's text; nothing is applied.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] for the first problem found, naming the limit, the key
+    /// and the bad value: [`ConfigError::Syntax`] when the text is not TOML;
+    /// another variant when it is TOML but not a limits file (an unknown key, a
+    /// table or value of the wrong type or out of range, a rate that makes no
+    /// limit, rates that would share state, a malformed list).
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
         let table: toml::Table = toml::from_str(text)
             .map_err(|e: toml::de::Error| ConfigError::Syntax(e.to_string().trim().to_owned()))?;
@@ -213,6 +220,10 @@ impl LimitsFile {
     }
 
     /// Reads the file at `path` and [parses](LimitsFile::parse) it.
+    ///
+    /// # Errors
+    /// [`ConfigError::Read`], with the path and the operating system's reason,
+    /// when the file cannot be read; otherwise as [`LimitsFile::parse`].
     pub fn load(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
@@ -227,6 +238,12 @@ impl LimitsFile {
     /// failure policy ([`Settings::set_policy`](crate::settings::Settings::set_policy)) and shadow mode
     /// ([`Settings::set_shadow`](crate::settings::Settings::set_shadow)). Everything is checked before anything is
     /// applied: on `Err`, the limiter is unchanged.
+    ///
+    /// # Errors
+    /// [`ConfigError::Conflict`] when a name's entry has no limits or limits
+    /// that would share state on one key ([`Limit::check_distinct`]). Every name
+    /// is checked before anything is applied: on `Err` the limiter is
+    /// unchanged.
     pub fn apply(&self, limiter: &Limiter) -> Result<(), ConfigError> {
         for (name, entry) in &self.entries {
             if entry.limits.is_empty() {
@@ -262,6 +279,11 @@ impl LimitsFile {
     /// Like [`LimitsFile::apply`], replacing `previous` (the file applied
     /// before, e.g. on a reload): the names only `previous` has go back to
     /// their compiled-in limits, no runtime failure policy and no shadow mode.
+    ///
+    /// # Errors
+    /// As [`LimitsFile::apply`], checked before anything changes: on `Err` the
+    /// limiter is unchanged (neither this file is applied nor `previous`
+    /// undone).
     pub fn apply_over(&self, previous: &LimitsFile, limiter: &Limiter) -> Result<(), ConfigError> {
         self.apply(limiter)?;
         for name in previous.names().filter(|name| self.get(name).is_none()) {

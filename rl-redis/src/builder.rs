@@ -278,6 +278,17 @@ impl RedisBackendBuilder {
     /// at 127.0.0.1:8080: it answered "HTTP/1.1 400 Bad Request"`, `...: it
     /// speaks TLS; for TLS use rediss://`), found by one more look at the
     /// address (at most a second) after the failure.
+    ///
+    /// # Errors
+    /// A [`BackendError`] when the backend cannot be built:
+    /// [`BackendError::Unavailable`] for a URL that cannot be read, a server
+    /// that cannot be reached or drops the connection, or (with sentinels) a
+    /// master the sentinels do not name;
+    /// [`BackendError::Timeout`] when connecting takes longer than the connect
+    /// timeout; [`BackendError::Protocol`] when the address answers but not as
+    /// asked (not Redis, or TLS where the URL says plain or the reverse: the
+    /// message says which), when the server refuses the Functions library in
+    /// [`CallMode::Functions`], or for any other reply the backend cannot use.
     pub async fn connect(self) -> Result<RedisBackend, BackendError> {
         let target = self.describe();
         let timeout = self.connect_timeout;
@@ -550,6 +561,9 @@ impl RedisBackend {
     /// # Ok(())
     /// # }
     /// ```
+    ///
+    /// # Errors
+    /// As [`RedisBackendBuilder::connect`].
     #[cfg(feature = "sentinel")]
     #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
     pub async fn connect_sentinel<I, S>(
@@ -567,11 +581,17 @@ impl RedisBackend {
 
     /// Connects to one Redis server with the default settings (server time,
     /// 1 s timeout, reconnecting connection, [`CallMode::Auto`]).
+    ///
+    /// # Errors
+    /// As [`RedisBackendBuilder::connect`].
     pub async fn connect(url: impl Into<String>) -> Result<Self, BackendError> {
         Self::builder(url).connect().await
     }
 
     /// Connects to a Redis Cluster with the default settings.
+    ///
+    /// # Errors
+    /// As [`RedisBackendBuilder::connect`].
     #[cfg(feature = "cluster")]
     #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub async fn connect_cluster<I, S>(urls: I) -> Result<Self, BackendError>

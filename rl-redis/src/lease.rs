@@ -116,6 +116,11 @@ impl RedisBackend {
     /// # Ok(())
     /// # }
     /// ```
+    ///
+    /// # Errors
+    /// [`BackendError::Timeout`] when Redis does not answer within the call
+    /// timeout; [`BackendError::Unavailable`] or [`BackendError::Protocol`] when
+    /// it cannot be reached or answers with an error.
     pub async fn leases(&self, key: &Key, limit: &Limit) -> Result<Vec<LeaseRecord>, BackendError> {
         let mut records_key = format!("{key}:");
         limit.write_storage_suffix(&mut records_key);

@@ -138,8 +138,12 @@ impl RedisBackend {
     /// Every limit name published under `prefix`, sorted by name (empty when
     /// nothing was published in the last [`RedisBackend::REGISTRY_TTL`]).
     ///
-    /// Fails with [`BackendError::Protocol`] naming the field when an entry
-    /// cannot be read (e.g. written by a newer version of this crate).
+    /// # Errors
+    /// [`BackendError::Timeout`] when Redis does not answer within the call
+    /// timeout; [`BackendError::Unavailable`] or [`BackendError::Protocol`]
+    /// when it cannot be reached or answers with an error;
+    /// [`BackendError::Protocol`] naming the field when an entry cannot be
+    /// read (e.g. written by a newer version of this crate).
     pub async fn registered_limits(
         &self,
         prefix: &str,
@@ -167,6 +171,12 @@ impl RedisBackend {
     /// page of 1000 keys per call, each call within the per-call timeout. On
     /// Redis Cluster every registry key has the hash tag `{limits}`, so one
     /// master holds them all and only it is scanned.
+    ///
+    /// # Errors
+    /// [`BackendError::Timeout`] when a page of the scan does not come within
+    /// the call timeout; [`BackendError::Unavailable`] or
+    /// [`BackendError::Protocol`] when Redis cannot be reached or answers with
+    /// an error.
     pub async fn registered_prefixes(&self) -> Result<Vec<String>, BackendError> {
         let (connection, settings) = self.parts();
         let suffix = Self::registry_key("");
@@ -210,6 +220,13 @@ impl RedisBackend {
     }
 
     /// The limits published under `prefix` for `name`, if any.
+    ///
+    /// # Errors
+    /// [`BackendError::Timeout`] when Redis does not answer within the call
+    /// timeout; [`BackendError::Unavailable`] or [`BackendError::Protocol`] when
+    /// it cannot be reached or answers with an error; [`BackendError::Protocol`]
+    /// naming the field when the entry cannot be read (e.g. written by a newer
+    /// version of this crate).
     pub async fn registered(
         &self,
         prefix: &str,

@@ -180,6 +180,9 @@ impl RedisUrl {
 
     /// Connects with the default settings ([`RedisUrl::builder`], then
     /// [`RedisBackendBuilder::connect`]).
+    ///
+    /// # Errors
+    /// As [`RedisBackendBuilder::connect`].
     pub async fn connect(&self) -> Result<RedisBackend, BackendError> {
         self.builder().connect().await
     }

@@ -117,6 +117,11 @@ impl Auto {
     }
 
     /// The share of the scale a refusal keeps (in `(0, 1]`; default 0.7).
+    ///
+    /// # Errors
+    /// [`LimitError::BadCall`], naming the setting and the value, when
+    /// `share_kept` is not in `(0, 1]` (zero, negative, above 1 or not a
+    /// number).
     pub fn keep(mut self, share_kept: f64) -> Result<Self, LimitError> {
         self.keep = share("keep", share_kept, false)?;
         Ok(self)
@@ -124,6 +129,10 @@ impl Auto {
 
     /// The share of the scale added per [`Auto::every`] while the upstream
     /// accepts (in `[0, 1]`; default 0.01).
+    ///
+    /// # Errors
+    /// [`LimitError::BadCall`], naming the setting and the value, when
+    /// `share_added` is not in `[0, 1]` (negative, above 1 or not a number).
     pub fn raise(mut self, share_added: f64) -> Result<Self, LimitError> {
         self.raise = share("raise", share_added, true)?;
         Ok(self)
@@ -138,6 +147,11 @@ impl Auto {
 
     /// The share of a said limit the budget takes (in `(0, 1]`; default 1:
     /// e.g. 0.98 leaves 2 % to calls this budget does not see).
+    ///
+    /// # Errors
+    /// [`LimitError::BadCall`], naming the setting and the value, when
+    /// `share_taken` is not in `(0, 1]` (zero, negative, above 1 or not a
+    /// number).
     pub fn margin(mut self, share_taken: f64) -> Result<Self, LimitError> {
         self.margin = share("margin", share_taken, false)?;
         Ok(self)
@@ -146,6 +160,10 @@ impl Auto {
     /// The least share of the stated limits a budget keeps (in `(0, 1]`;
     /// default 0.01): a call's cost must fit it, or it is refused as
     /// invalid.
+    ///
+    /// # Errors
+    /// [`LimitError::BadCall`], naming the setting and the value, when `least`
+    /// is not in `(0, 1]` (zero, negative, above 1 or not a number).
     pub fn floor(mut self, least: f64) -> Result<Self, LimitError> {
         self.floor = share("floor", least, false)?;
         Ok(self)
@@ -253,9 +271,14 @@ impl Limiter {
     /// limits of the group. Answers how many store operations it made.
     /// Pausing the budget is [`Limiter::hold`]'s.
     ///
-    /// Fails when the store cannot keep a learned scale (a custom
-    /// [`crate::backend::Backend`] without [`crate::backend::Backend::adjust`]) or cannot be
-    /// reached; the limits are then left as they were.
+    /// # Errors
+    /// [`Error::Backend`] when the store cannot keep a learned scale (a
+    /// custom [`crate::backend::Backend`] without
+    /// [`crate::backend::Backend::adjust`] answers
+    /// [`BackendError::Protocol`](crate::error::BackendError::Protocol)) or
+    /// cannot be reached, and [`Error::Limit`] when a scale makes a group's
+    /// limits invalid; that group keeps the limits it had (the groups before
+    /// it in `spec` have theirs applied).
     pub async fn learn(
         &self,
         spec: &CallSpec,
@@ -299,6 +322,12 @@ impl Limiter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # });
     /// ```
+    ///
+    /// # Errors
+    /// As [`Limiter::learn`]: [`Error::Backend`] when the store cannot keep a
+    /// learned scale or cannot be reached, [`Error::Limit`] when a scale makes a
+    /// group's limits invalid; that group keeps the limits it had (the groups
+    /// before it in `spec` have theirs applied).
     pub async fn refresh_learned(&self, spec: &CallSpec, auto: &Auto) -> Result<usize, Error> {
         self.adjust_learned(spec, auto, |_, name, _| auto.read_if_due(name))
             .await

@@ -152,6 +152,10 @@ impl LimiterBuilder {
     }
 
     /// Builds the limiter.
+    ///
+    /// # Errors
+    /// [`Error::BadPrefix`] when the key prefix is empty or holds `{`, `}` or
+    /// whitespace.
     pub fn build(self) -> Result<Limiter, Error> {
         let prefix = self.prefix.unwrap_or_else(|| "rl".to_owned());
         if !valid_prefix(&prefix) {
@@ -242,6 +246,11 @@ impl LimiterBuilder {
 
     /// Builds the limiter and installs it as the process-global one used by
     /// `#[rate_limit]`. Fails if one is already installed.
+    ///
+    /// # Errors
+    /// As [`LimiterBuilder::build`], and [`Error::AlreadyInstalled`] when a
+    /// global limiter is installed already (the one built here is dropped; the
+    /// installed one stays).
     pub fn install(self) -> Result<&'static Limiter, Error> {
         let limiter = self.build()?;
         let mut fresh = false;

@@ -113,6 +113,9 @@ impl Limiter {
     }
 
     /// The process-global limiter, once [`LimiterBuilder::install`] has run.
+    ///
+    /// # Errors
+    /// [`Error::NotInstalled`] until [`LimiterBuilder::install`] has run.
     #[inline]
     pub fn global() -> Result<&'static Limiter, Error> {
         // A match, not `ok_or`: the error is built (and dropped) only when

@@ -50,8 +50,10 @@ impl<'l> Settings<'l> {
     /// assert!(limiter.settings().limits("sms").is_none());
     /// ```
     ///
-    /// Refuses an empty list and limits that would share state (see
-    /// [`Limit::check_distinct`]).
+    /// # Errors
+    /// [`LimitError::NoLimits`] for an empty list and
+    /// [`LimitError::Overlapping`] for limits that would share state (see
+    /// [`Limit::check_distinct`]); the name's limits are then unchanged.
     pub fn set_limits(&self, name: &str, limits: Vec<Limit>) -> Result<(), LimitError> {
         if limits.is_empty() {
             return Err(LimitError::NoLimits);
@@ -151,6 +153,11 @@ impl<'l> Settings<'l> {
     /// within [`LimiterBuilder::lists_refresh`](crate::builder::LimiterBuilder::lists_refresh) (plus the time to their next
     /// call). The identity is rendered before the returned future, which is
     /// `Send`.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the limiter's remote backend cannot save the
+    /// entry; this limiter's lists are then unchanged too. A limiter on the
+    /// memory store does not fail.
     pub fn allow<'a>(
         &'a self,
         name: Option<&str>,
@@ -180,6 +187,9 @@ impl<'l> Settings<'l> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # });
     /// ```
+    ///
+    /// # Errors
+    /// As [`Settings::allow`](crate::settings::Settings::allow).
     pub fn deny<'a>(
         &'a self,
         name: Option<&str>,
@@ -221,6 +231,11 @@ impl<'l> Settings<'l> {
 
     /// Removes `identity` from the lists of the limit `name` (`None`: the
     /// entry for every limit); whether this limiter had it listed.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the limiter's remote backend cannot save the
+    /// removal; this limiter's lists are then unchanged too. A limiter on the
+    /// memory store does not fail.
     pub fn unlist<'a>(
         &'a self,
         name: Option<&str>,

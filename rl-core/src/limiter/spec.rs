@@ -380,6 +380,15 @@ impl CallSpec {
     /// let too_costly = CallSpec::owned("sms", vec![GroupSpec::owned("sms", vec![Limit::per_minute(1).unwrap()]).with_cost(2)]);
     /// assert!(too_costly.check().is_err());
     /// ```
+    ///
+    /// # Errors
+    /// A [`LimitError`] naming the call or group: [`LimitError::BadCall`] for
+    /// no group, more than [`MAX_GROUPS`], a group without limits or with more
+    /// than one in-flight limit; [`LimitError::Overlapping`] for two limits of
+    /// a group sharing state; [`LimitError::ZeroCost`] or
+    /// [`LimitError::CostExceedsCapacity`] for a cost that no limit of its group
+    /// can take; [`LimitError::BadTier`] for a tier name that is not one, a tier
+    /// named twice, or a tiered group whose name is empty or holds `@`.
     pub fn check(&self) -> Result<(), LimitError> {
         if self.groups.is_empty() {
             return Err(LimitError::BadCall(format!(

@@ -336,6 +336,13 @@ impl Limiter {
     ///
     /// The keys are read before this returns: the future borrows none of
     /// them (it is `Send` whatever form they take).
+    ///
+    /// # Errors
+    /// [`Error::Limit`] when `keys` cannot be decided for `spec` (not one
+    /// identity per group and one tier per tiered group, not one cost per
+    /// group, a tier none of its group's),
+    /// before anything is held; [`Error::Backend`] when the store fails a hold
+    /// (the groups held before it stay held).
     pub fn hold<'a>(
         &'a self,
         spec: &'a CallSpec,

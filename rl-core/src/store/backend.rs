@@ -73,6 +73,12 @@ impl<'a> Request<'a> {
     /// let also_minute = Limit::per_minute(3).unwrap();
     /// assert!(Request::check_batch(&[Request::new(&key, &minute, 1), Request::new(&key, &also_minute, 1)]).is_err());
     /// ```
+    ///
+    /// # Errors
+    /// [`LimitError::BadCall`] for an empty batch, [`LimitError::ZeroCost`] or
+    /// [`LimitError::CostExceedsCapacity`] for a cost out of
+    /// `1 ..= capacity`, and [`LimitError::Overlapping`] for two requests on
+    /// one state.
     pub fn check_batch(requests: &[Request<'_>]) -> Result<(), LimitError> {
         // (As for a peek: an acquire's in-flight limits also need a lease,
         // which the limiter checks and a backend that keeps leases checks.)
@@ -91,6 +97,11 @@ impl<'a> Request<'a> {
     /// let window = Limit::per_minute(10).unwrap().with_algorithm(Algorithm::FixedWindow).unwrap();
     /// assert!(Request::check_reservation(&[Request::new(&key, &window, 1)]).is_err());
     /// ```
+    ///
+    /// # Errors
+    /// As [`Request::check_batch`], and [`LimitError::BadCall`] for a limit
+    /// that cannot queue waiting calls (the window algorithms, a concurrency
+    /// limit).
     pub fn check_reservation(requests: &[Request<'_>]) -> Result<(), LimitError> {
         Self::check_for(requests, Op::Reserve(0))
     }
@@ -107,6 +118,10 @@ impl<'a> Request<'a> {
     /// let slots = Limit::in_flight(4).unwrap();
     /// assert!(Request::check_charge(&[Request::new(&key, &slots, 1)]).is_err());
     /// ```
+    ///
+    /// # Errors
+    /// [`LimitError::BadCall`] for an empty batch or a concurrency limit, and
+    /// [`LimitError::Overlapping`] for two requests on one state.
     pub fn check_charge(requests: &[Request<'_>]) -> Result<(), LimitError> {
         Self::check_for(requests, Op::Charge)
     }
@@ -200,6 +215,25 @@ pub(crate) fn check_lease_batch(
 ///
 /// Implementations must give the semantics of the in-memory reference
 /// ([`crate::backend::MemoryBackend`]); `ratewall-redis` is held to it by differential tests.
+///
+/// # Errors
+/// Every method answers a [`BackendError`] when the store cannot do what
+/// it asks:
+/// - [`BackendError::Invalid`]: the batch can never be decided
+///   ([`Request::check_batch`]; for [`Backend::reserve`],
+///   [`Request::check_reservation`]), found before anything is decided;
+/// - [`BackendError::Timeout`]: no answer within the store's timeout (the
+///   operation may still have run in the store: [`Backend::acquire_once`]
+///   is for calls that must not count twice);
+/// - [`BackendError::Unavailable`]: the store could not be reached, or the
+///   connection broke;
+/// - [`BackendError::Protocol`]: an answer the backend cannot read, or an
+///   operation it does not implement (the defaults of
+///   [`Backend::cancel_once`], [`Backend::charge`], [`Backend::hold`] and
+///   [`Backend::adjust`]).
+///
+/// [`BackendError::CircuitOpen`] is the limiter's own (its breaker did not
+/// call the backend); a backend does not return it.
 pub trait Backend: Send + Sync + Debug + 'static {
     /// Decides and, when every request is allowed, consumes.
     fn acquire<'a>(

@@ -102,6 +102,11 @@ impl fmt::Debug for TierFn {
 /// (`"100/1m"`, the grammar of `#[rate_limit(limits = [...])]`).
 pub trait IntoLimit: sealed::Sealed {
     /// The limit, or why not.
+    ///
+    /// # Errors
+    /// The [`LimitError`] of a limit that cannot be built (a `Result` passes
+    /// its error on), or of text that is not a rate
+    /// ([`LimitError::BadRate`]) or makes no limit.
     fn into_limit(self) -> Result<Limit, LimitError>;
 }
 
@@ -228,6 +233,12 @@ static NEXT_LAYER: AtomicU64 = AtomicU64::new(1);
 impl RateLimitLayer {
     /// A layer of one key: requests are limited by `limits` per key from
     /// `key`, under the name `name` (the call's and the group's).
+    ///
+    /// # Errors
+    /// [`LayerError::Limit`] when one of `limits` cannot be built or read,
+    /// [`LayerError::Header`] when `key` reads a header whose name is not one,
+    /// and [`LayerError::Spec`] when the limits cannot be decided together
+    /// (none, or two sharing state).
     pub fn new<L: IntoLimit>(
         name: &str,
         limits: impl IntoIterator<Item = L>,

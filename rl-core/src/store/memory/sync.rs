@@ -31,6 +31,10 @@ impl MemoryBackend {
     /// assert_eq!(first, again);
     /// assert_eq!(backend.peek_sync(&req)[0].remaining(), 4); // charged once
     /// ```
+    ///
+    /// # Errors
+    /// [`BackendError::Protocol`] when `request_id` was used, within the time
+    /// it is kept, for a call with a different number of limits.
     pub fn acquire_once_sync(
         &self,
         requests: &[Request<'_>],

@@ -211,6 +211,14 @@ impl RateLimitLayerBuilder {
     }
 
     /// The layer, or the first problem of its configuration.
+    ///
+    /// # Errors
+    /// The first problem of the configuration: [`LayerError::Limit`] for a
+    /// limit that cannot be built or read, [`LayerError::Header`] for a header
+    /// name that is not one, [`LayerError::DuplicateGroup`] for two keys with
+    /// one name, [`LayerError::Tier`] for a tier without a tiered key, and
+    /// [`LayerError::Spec`] when the keys cannot be decided together (see
+    /// [`CallSpec::check`]).
     pub fn build(self) -> Result<RateLimitLayer, LayerError> {
         if let Some(error) = self.error {
             return Err(error);
