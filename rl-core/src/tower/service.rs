@@ -104,9 +104,7 @@ pub trait IntoLimit: sealed::Sealed {
     /// The limit, or why not.
     ///
     /// # Errors
-    /// The [`LimitError`] of a limit that cannot be built (a `Result` passes
-    /// its error on), or of text that is not a rate
-    /// ([`LimitError::BadRate`]) or makes no limit.
+    /// The [`LimitError`] of a limit that cannot be built or read.
     fn into_limit(self) -> Result<Limit, LimitError>;
 }
 
@@ -235,10 +233,8 @@ impl RateLimitLayer {
     /// `key`, under the name `name` (the call's and the group's).
     ///
     /// # Errors
-    /// [`LayerError::Limit`] when one of `limits` cannot be built or read,
-    /// [`LayerError::Header`] when `key` reads a header whose name is not one,
-    /// and [`LayerError::Spec`] when the limits cannot be decided together
-    /// (none, or two sharing state).
+    /// As [`RateLimitLayerBuilder::build`] of one key: [`LayerError::Limit`],
+    /// [`LayerError::Header`] or [`LayerError::Spec`].
     pub fn new<L: IntoLimit>(
         name: &str,
         limits: impl IntoIterator<Item = L>,
