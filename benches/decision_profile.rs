@@ -22,7 +22,11 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use ratewall::{Key, Limit, Limiter, MemoryBackend, Rejection, Request, rate_limit};
+use ratewall::{
+    Key, Limit, Limiter, Rejection,
+    backend::{MemoryBackend, Request},
+    rate_limit,
+};
 
 #[path = "support/remote.rs"]
 mod remote;

@@ -6,7 +6,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use ratewall::{Limit, Limiter, Request};
+use ratewall::{Limit, Limiter, backend::Request};
 
 #[path = "support/remote.rs"]
 mod remote;

@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use ratewall::{Limit, Limiter, Rejection, Request, rate_limit};
+use ratewall::{Limit, Limiter, Rejection, backend::Request, rate_limit};
 
 /// A limit high enough that every call in the bench is allowed.
 static LIMIT: LazyLock<Limit> =

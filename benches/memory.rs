@@ -5,7 +5,10 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use ratewall::{Algorithm, Key, Limit, Limiter, MemoryBackend, Request};
+use ratewall::{
+    Algorithm, Key, Limit, Limiter,
+    backend::{MemoryBackend, Request},
+};
 
 fn limit(algorithm: Algorithm) -> Limit {
     // A generous limit so most decisions are "allowed" and write state.

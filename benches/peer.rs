@@ -31,7 +31,11 @@ use std::time::Duration;
 
 use criterion::{Bencher, Criterion, Throughput, criterion_group, criterion_main};
 use governor::{Quota, RateLimiter};
-use ratewall::{Key, Limit, Limiter, MemoryBackend, Rejection, Request, rate_limit};
+use ratewall::{
+    Key, Limit, Limiter, Rejection,
+    backend::{MemoryBackend, Request},
+    rate_limit,
+};
 
 /// Keys of the "many keys" variant.
 const KEYS: u64 = 100_000;

@@ -23,7 +23,7 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use ratewall::{CallSpec, GroupSpec, Limit, Limiter, Part, Request};
+use ratewall::{CallSpec, GroupSpec, Limit, Limiter, backend::Request, key::Part};
 
 #[path = "../support/remote.rs"]
 mod remote;

@@ -5,8 +5,10 @@
 //!
 //! `cargo run --release -p ratewall-benches --example memory_scaling`
 use ratewall::{
-    Algorithm, Clock, Key, Limit, Limiter, ManualClock, MemoryBackend, Rejection, Request,
-    SystemClock, rate_limit,
+    Algorithm, Key, Limit, Limiter, Rejection,
+    backend::{MemoryBackend, Request},
+    clock::{Clock, ManualClock, SystemClock},
+    rate_limit,
 };
 use std::future::Future;
 use std::pin::pin;

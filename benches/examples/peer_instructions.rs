@@ -129,7 +129,7 @@ fn decisions(path: Path, peers: &Peers, n: u64, key_of: &dyn Fn(u64) -> u64) {
                     .requests()
                     .acquire(&peers.keys[key as usize], &peers.limit, 1))
                 .expect("in memory")
-                .allowed
+                .allowed()
             }
         };
         assert!(allowed);

@@ -209,7 +209,7 @@ impl Shape {
             .acquire(key, &self.limit, 1)
             .await
             .expect("in memory")
-            .allowed
+            .allowed()
     }
 
     /// One run of `path`: N decisions in one loop.
@@ -257,7 +257,7 @@ impl Shape {
                         .acquire(&self.prebuilt[key as usize], &self.limit, 1)
                         .await
                         .expect("in memory");
-                    matched += u64::from(decision.allowed == expected);
+                    matched += u64::from(decision.allowed() == expected);
                 }
                 matched
             }),

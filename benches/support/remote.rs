@@ -1,7 +1,10 @@
 //! A remote backend in all but name, shared by the benches and the
 //! instruction-count examples that measure the limiter's remote path.
 
-use ratewall::{Backend, BackendError, BoxFuture, Decisions, MemoryBackend, Request};
+use ratewall::{
+    backend::{Backend, BoxFuture, Decisions, MemoryBackend, Request},
+    error::BackendError,
+};
 
 /// The memory backend behind the `Backend` trait (only the required
 /// methods), so a limiter built on it takes its remote path: breaker,

@@ -18,7 +18,11 @@ use std::collections::VecDeque;
 
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
-use ratewall::{Algorithm, Decision, Key, Limit, ManualClock, MemoryBackend, Request};
+use ratewall::{
+    Algorithm, Decision, Key, Limit,
+    backend::{MemoryBackend, Request},
+    clock::ManualClock,
+};
 
 /// Where every run starts (µs): a multiple of every period used here, so
 /// fixed windows and sliding-window slots start at the origin.
@@ -68,7 +72,7 @@ impl Run {
             .backend
             .acquire_sync(&[Request::new(&self.key, &self.limit, 1)])
             .binding();
-        if decision.allowed {
+        if decision.allowed() {
             self.admitted.push(at);
         }
         decision
@@ -84,7 +88,7 @@ impl Run {
 
     /// `calls` calls in the same microsecond; returns how many were admitted.
     pub fn burst(&mut self, at: u64, calls: u64) -> u64 {
-        (0..calls).filter(|_| self.call(at).allowed).count() as u64
+        (0..calls).filter(|_| self.call(at).allowed()).count() as u64
     }
 
     /// A saturating client over `[from, until)`: it calls again at once
@@ -99,14 +103,14 @@ impl Run {
         let mut expect_allowed = false;
         while at < until {
             let decision = self.call(at);
-            if decision.allowed {
+            if decision.allowed() {
                 expect_allowed = false;
                 continue;
             }
             if expect_allowed {
                 self.loose_retry_after += 1;
             }
-            let wait = decision.retry_after.as_micros() as u64;
+            let wait = decision.retry_after().as_micros() as u64;
             assert!(wait > 0, "a refusal with retry_after 0");
             if wait > 1 && self.would_allow(at + wait - 1) {
                 self.loose_retry_after += 1;
@@ -426,7 +430,7 @@ pub fn judge(limit: Limit, times: &[u64]) -> Tally {
             window.pop_front();
         }
         let exact_allows = (window.len() as u64) < t;
-        let allowed = run.call(at).allowed;
+        let allowed = run.call(at).allowed();
         tally.calls += 1;
         if allowed {
             tally.admitted += 1;

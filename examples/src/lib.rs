@@ -3,6 +3,10 @@
 //! and the accuracy simulation behind `docs/accuracy.md` ([`accuracy`]).
 
 #![forbid(unsafe_code)]
+// An unpublished crate: its functions are the examples' own start-up code,
+// read beside their callers, not an API with `# Errors` sections
+// (`missing_errors_doc` holds the published crates).
+#![allow(clippy::missing_errors_doc)]
 
 pub mod accuracy;
 pub mod admin;
@@ -18,7 +22,7 @@ use std::net::SocketAddr;
 use axum::Router;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use ratewall::LimiterBuilder;
+use ratewall::builder::LimiterBuilder;
 
 /// Logs to stderr; `RUST_LOG` filters (default `info`).
 pub fn init_tracing() {
@@ -131,9 +135,9 @@ pub async fn backend_from_env() -> Result<Option<ratewall_redis::RedisBackend>, 
 }
 
 /// A backend that did not connect, as a sentence naming `target`.
-fn backend_failed(target: &str, error: &ratewall::BackendError) -> StartupError {
+fn backend_failed(target: &str, error: &ratewall::error::BackendError) -> StartupError {
     match error {
-        ratewall::BackendError::Timeout(after) => StartupError::new(format!(
+        ratewall::error::BackendError::Timeout(after) => StartupError::new(format!(
             "{target} did not answer within {} s",
             after.as_secs_f64()
         )),
@@ -339,7 +343,11 @@ pub async fn change_list(
     identity: &(dyn std::fmt::Display + Sync),
     listed_for: &ListFor,
 ) -> Result<(), Response> {
-    let until = match listed_for.duration.as_deref().map(ratewall::parse_duration) {
+    let until = match listed_for
+        .duration
+        .as_deref()
+        .map(ratewall::clock::parse_duration)
+    {
         None => None,
         Some(Ok(duration)) => Some(std::time::SystemTime::now() + duration),
         Some(Err(error)) => {
@@ -378,7 +386,7 @@ pub async fn unlist(
 }
 
 /// Seconds until a list entry expires, from now (`None`: it does not).
-pub fn expires_in_s(entry: &ratewall::ListEntry) -> Option<u64> {
+pub fn expires_in_s(entry: &ratewall::lists::ListEntry) -> Option<u64> {
     entry.expires_at.map(|at| {
         at.duration_since(std::time::SystemTime::now())
             .map_or(0, |d| d.as_secs())
@@ -412,7 +420,7 @@ pub fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
         })
 }
 
-/// Applies the limits file at `path` ([`ratewall::LimitsFile`]: per limit
+/// Applies the limits file at `path` ([`ratewall::config::LimitsFile`]: per limit
 /// name its rates, algorithm, burst, `on_error` and `shadow`) to `limiter`
 /// now, and again on every SIGHUP (Unix). A file that cannot be read or is
 /// invalid on reload is logged and the limits in force are kept; names
@@ -426,11 +434,11 @@ where
     L: std::ops::Deref<Target = ratewall::Limiter> + Send + Sync + 'static,
 {
     let path = path.into();
-    let in_file = |error: ratewall::ConfigError| match error {
-        ratewall::ConfigError::Read { .. } => StartupError::new(error.to_string()),
+    let in_file = |error: ratewall::config::ConfigError| match error {
+        ratewall::config::ConfigError::Read { .. } => StartupError::new(error.to_string()),
         _ => StartupError::new(format!("limits file {}: {error}", path.display())),
     };
-    let file = ratewall::LimitsFile::load(&path).map_err(in_file)?;
+    let file = ratewall::config::LimitsFile::load(&path).map_err(in_file)?;
     file.apply(&limiter).map_err(in_file)?;
     tracing::info!(path = %path.display(), names = ?file.names().collect::<Vec<_>>(), "limits file applied");
     #[cfg(unix)]
@@ -439,7 +447,7 @@ where
         tokio::spawn(async move {
             let mut current = file;
             while hangups.recv().await.is_some() {
-                let reloaded = ratewall::LimitsFile::load(&path)
+                let reloaded = ratewall::config::LimitsFile::load(&path)
                     .and_then(|next| next.apply_over(&current, &limiter).map(|()| next));
                 match reloaded {
                     Ok(next) => {

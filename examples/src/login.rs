@@ -278,9 +278,8 @@ pub fn router(captchas: Captchas) -> Router {
 /// minutes).
 pub fn captchas_from_env() -> Result<Captchas, String> {
     let ttl = match std::env::var("LOGIN_CAPTCHA_TTL") {
-        Ok(text) => {
-            ratewall::parse_duration(text.trim()).map_err(|e| format!("LOGIN_CAPTCHA_TTL: {e}"))?
-        }
+        Ok(text) => ratewall::clock::parse_duration(text.trim())
+            .map_err(|e| format!("LOGIN_CAPTCHA_TTL: {e}"))?,
         Err(_) => crate::captcha::DEFAULT_TTL,
     };
     if ttl.is_zero() {
@@ -325,7 +324,7 @@ pub async fn main() -> Result<(), StartupError> {
     apply_env_limits(limiter)
         .map_err(|e| StartupError::new(format!("invalid login limits: {e}")))?;
     if let Ok(path) = std::env::var("LIMITS_FILE") {
-        crate::watch_limits_file(limiter, path)?; // ratewall::LimitsFile, reloaded on SIGHUP
+        crate::watch_limits_file(limiter, path)?; // ratewall::config::LimitsFile, reloaded on SIGHUP
     }
     tracing::info!("demo users: alice (wonderland), bob (builder)");
     crate::serve(router(captchas), "127.0.0.1:3001").await

@@ -39,7 +39,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
 use ratewall::http::ClientIp;
-use ratewall::{Algorithm, FailurePolicy, Limit, Limiter, Masked, Rejection, rate_limit};
+use ratewall::{Algorithm, FailurePolicy, Limit, Limiter, Rejection, key::Masked, rate_limit};
 use serde::{Deserialize, Serialize};
 
 use crate::phone::{BadPhone, Phone};
@@ -245,9 +245,9 @@ async fn show_limits(
                 .map(|(limit, d)| LimitState {
                     name: PHONE_LIMITS,
                     rate: limit.to_string(),
-                    limit: d.limit,
-                    remaining: d.remaining,
-                    reset_after_ms: d.reset_after.as_millis() as u64,
+                    limit: d.limit(),
+                    remaining: d.remaining(),
+                    reset_after_ms: d.reset_after().as_millis() as u64,
                 })
                 .collect();
             Json(serde_json::json!({ "phone": phone.e164(), "limits": states })).into_response()

@@ -24,7 +24,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use ratewall::{
-    Algorithm, Auto, CallSpec, Counts, FailurePolicy, GroupSpec, Hold, Keys, Limit, Limiter,
+    Algorithm, CallSpec, FailurePolicy, GroupSpec, Keys, Limit, Limiter,
+    upstream::{Auto, Counts, Hold},
 };
 use serde::{Deserialize, Serialize};
 
@@ -307,8 +308,8 @@ pub struct WorkerReport {
 /// burst. Both are window algorithms, so a waiting call retries them
 /// together. A budget known to match the upstream does not need it: each
 /// admission fits what the upstream has left.
-pub fn budget(rpm: u64, tpm: u64, spread: bool) -> Result<CallSpec, ratewall::LimitError> {
-    let minute = |n: u64| -> Result<Vec<Limit>, ratewall::LimitError> {
+pub fn budget(rpm: u64, tpm: u64, spread: bool) -> Result<CallSpec, ratewall::error::LimitError> {
+    let minute = |n: u64| -> Result<Vec<Limit>, ratewall::error::LimitError> {
         let mut limits = vec![
             Limit::per_minute(n)?
                 .with_algorithm(Algorithm::SlidingWindow)?

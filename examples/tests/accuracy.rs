@@ -55,7 +55,7 @@ fn the_saturating_client_is_admitted_exactly_when_a_client_polling_every_microse
             greedy.greedy(ORIGIN, ORIGIN + 6 * period);
             let mut poller = Run::new(limit);
             for at in ORIGIN..ORIGIN + 6 * period {
-                while poller.call(at).allowed {}
+                while poller.call(at).allowed() {}
             }
             assert_eq!(
                 greedy.admitted(),

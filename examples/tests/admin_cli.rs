@@ -7,7 +7,7 @@ use std::net::TcpListener;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use ratewall::{Algorithm, Limit, Limiter, Request};
+use ratewall::{Algorithm, Limit, Limiter, backend::Request};
 use ratewall_redis::RedisBackend;
 use ratewall_tests::harness::{RedisCluster, RedisSentinel, RedisServer};
 use serde_json::Value;

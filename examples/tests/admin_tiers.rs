@@ -6,7 +6,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use ratewall::{CallSpec, FailurePolicy, GroupSpec, Limiter, Tier};
+use ratewall::{CallSpec, FailurePolicy, GroupSpec, Limiter, call::Tier};
 use ratewall_redis::RedisBackend;
 use ratewall_tests::harness::RedisServer;
 use serde_json::Value;

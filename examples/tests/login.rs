@@ -392,7 +392,7 @@ async fn a_frozen_redis_never_turns_right_passwords_into_captchas_and_ends_with_
                     .peek_identity(name, &identity, &[limit])
                     .await
                     .unwrap()[0]
-                    .remaining
+                    .remaining()
             }
         };
         let user = left("login_user", "bob", user_limit).await;

@@ -155,14 +155,14 @@ impl LimitsEntry {
 ///
 /// A name is the `name` of `#[rate_limit]` (by default `module::function`)
 /// or of an `also(...)` group, or a tier's `<name>@<tier>`, quoted:
-/// `[limits."api@pro"]` (see [`crate::Tier`]). [`LimitsFile::apply`] sets, for each name in
+/// `[limits."api@pro"]` (see [`crate::call::Tier`]). [`LimitsFile::apply`] sets, for each name in
 /// the file, its limits, its failure policy (none given: the one of the
 /// macro or the limiter) and its shadow mode, and puts the listed
 /// identities on this limiter's allow and deny lists (identities are
 /// written as their `Display` form; an entry from a file does not expire).
 ///
 /// ```
-/// use ratewall::{FailurePolicy, Limiter, LimitsFile};
+/// use ratewall::{FailurePolicy, Limiter, config::LimitsFile};
 ///
 /// let file = LimitsFile::parse(r#"
 ///     [limits.sms_phone]
@@ -188,6 +188,13 @@ pub struct LimitsFile {
 
 impl LimitsFile {
     /// Reads and validates a limits file's text; nothing is applied.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] for the first problem found, naming the limit, the key
+    /// and the bad value: [`ConfigError::Syntax`] when the text is not TOML;
+    /// another variant when it is TOML but not a limits file (an unknown key, a
+    /// table or value of the wrong type or out of range, a rate that makes no
+    /// limit, rates that would share state, a malformed list).
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
         let table: toml::Table = toml::from_str(text)
             .map_err(|e: toml::de::Error| ConfigError::Syntax(e.to_string().trim().to_owned()))?;
@@ -213,6 +220,10 @@ impl LimitsFile {
     }
 
     /// Reads the file at `path` and [parses](LimitsFile::parse) it.
+    ///
+    /// # Errors
+    /// [`ConfigError::Read`], with the path and the operating system's reason,
+    /// when the file cannot be read; otherwise as [`LimitsFile::parse`].
     pub fn load(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
@@ -222,11 +233,17 @@ impl LimitsFile {
         Self::parse(&text)
     }
 
-    /// Sets, on `limiter`, every name's limits ([`Settings::set_limits`](crate::Settings::set_limits),
+    /// Sets, on `limiter`, every name's limits ([`Settings::set_limits`](crate::settings::Settings::set_limits),
     /// skipped when unchanged so the state and the published limits stay),
-    /// failure policy ([`Settings::set_policy`](crate::Settings::set_policy)) and shadow mode
-    /// ([`Settings::set_shadow`](crate::Settings::set_shadow)). Everything is checked before anything is
+    /// failure policy ([`Settings::set_policy`](crate::settings::Settings::set_policy)) and shadow mode
+    /// ([`Settings::set_shadow`](crate::settings::Settings::set_shadow)). Everything is checked before anything is
     /// applied: on `Err`, the limiter is unchanged.
+    ///
+    /// # Errors
+    /// [`ConfigError::Conflict`] when a name's entry has no limits or limits
+    /// that would share state on one key ([`Limit::check_distinct`]). Every name
+    /// is checked before anything is applied: on `Err` the limiter is
+    /// unchanged.
     pub fn apply(&self, limiter: &Limiter) -> Result<(), ConfigError> {
         for (name, entry) in &self.entries {
             if entry.limits.is_empty() {
@@ -262,6 +279,11 @@ impl LimitsFile {
     /// Like [`LimitsFile::apply`], replacing `previous` (the file applied
     /// before, e.g. on a reload): the names only `previous` has go back to
     /// their compiled-in limits, no runtime failure policy and no shadow mode.
+    ///
+    /// # Errors
+    /// As [`LimitsFile::apply`], checked before anything changes: on `Err` the
+    /// limiter is unchanged (neither this file is applied nor `previous`
+    /// undone).
     pub fn apply_over(&self, previous: &LimitsFile, limiter: &Limiter) -> Result<(), ConfigError> {
         self.apply(limiter)?;
         for name in previous.names().filter(|name| self.get(name).is_none()) {

@@ -38,7 +38,7 @@ pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 /// an allowed response.
 ///
 /// ```
-/// use ratewall::{Decision, Figures, Limit, http::insert_rate_limit_headers};
+/// use ratewall::{Decision, Limit, backend::Figures, http::insert_rate_limit_headers};
 /// let mut headers = http::HeaderMap::new();
 /// let decision = Decision::new(Figures {
 ///     allowed: true,
@@ -216,6 +216,10 @@ impl IpPrefix {
 
     /// Keys IPv4 addresses by their first `v4` bits and IPv6 addresses by
     /// their first `v6` bits.
+    ///
+    /// # Errors
+    /// [`IpPrefixError::V4`] for a `v4` of 0 or above 32, and
+    /// [`IpPrefixError::V6`] for a `v6` of 0 or above 128.
     pub const fn new(v4: u8, v6: u8) -> Result<Self, IpPrefixError> {
         if v4 == 0 || v4 > 32 {
             return Err(IpPrefixError::V4(v4));

@@ -36,7 +36,7 @@
 //!   `wait`, `crate`; see its docs.
 //! - Tiers: limits chosen per call by the caller's tier (`free`, `pro`),
 //!   each tier on its own state and live-configurable as `<name>@<tier>`
-//!   ([`GroupSpec::tiered`], [`Keys::tiers`](crate::Keys::tiers), [`Tier`]).
+//!   ([`GroupSpec::tiered`], [`Keys::tiers`](crate::Keys::tiers), [`Tier`](call::Tier)).
 //! - Waiting instead of failing ([`Keys::wait`](crate::Keys::wait), `wait = "2s"`):
 //!   on GCRA and the buckets a waiting call reserves the earliest slot every
 //!   limit allows, atomically, and sleeps until it (callers queue and leave
@@ -44,21 +44,22 @@
 //!   window algorithms it retries after each `retry_after` until its
 //!   deadline.
 //! - [`Limiter`]: a backend, a key prefix and a [`FailurePolicy`]; one is
-//!   installed globally with [`LimiterBuilder::install`].
+//!   installed globally with
+//!   [`LimiterBuilder::install`](builder::LimiterBuilder::install).
 //! - A deny cache in front of remote backends: a key the backend just
 //!   refused is refused in process until its `retry_after`, so a flood on
-//!   a blocked identity never reaches Redis ([`Settings::set_deny_cache`]).
+//!   a blocked identity never reaches Redis ([`Settings::set_deny_cache`](settings::Settings::set_deny_cache)).
 //! - Quota leasing for hot identities on a remote backend
 //!   ([`Limit::with_lease`], `lease = N`): a process reserves units of a
 //!   busy identity's limit in the backend and decides its calls in process
 //!   from them, never admitting more than the limit; cold identities are
 //!   decided by the backend as before. [`Limiter::shutdown`] gives unused
 //!   units back.
-//! - [`MemoryBackend`]: the embedded default, sharded, bounded memory.
+//! - [`MemoryBackend`](backend::MemoryBackend): the embedded default, sharded, bounded memory.
 //!   `ratewall-redis` provides the Redis and Redis Cluster backend.
 //! - Six [`Algorithm`]s with one contract; being limited is a [`Decision`],
 //!   not an error, and a refused call becomes a [`Rejection`].
-//! - `LimitsFile` (feature `config`): limits, failure policies and shadow
+//! - `config::LimitsFile` (feature `config`): limits, failure policies and shadow
 //!   mode per name from a TOML file, applied to a running limiter.
 //! - `ratewall::http` (feature `axum`): a [`Rejection`] as a `429` with
 //!   `Retry-After` and the IETF `RateLimit` fields, the client's IP behind
@@ -71,7 +72,7 @@
 //!   `actix_web::ResponseError for Rejection` (feature `actix`).
 //! - Concurrency limits ([`Limit::in_flight`], `max_in_flight = N`): at most
 //!   `N` calls of a key running at once across instances, leased slots held
-//!   by the [`Permit`] ([`InFlight`]) and decided with the rate limits.
+//!   by the [`Permit`] ([`InFlight`](call::InFlight)) and decided with the rate limits.
 //!
 //! # Quota leasing
 //! One hot identity (a big tenant, a global "10 000 SMS per minute") costs
@@ -80,13 +81,15 @@
 //! limiter on a remote backend watches each identity's rate: a cold
 //! identity (under about 80 units a second with the default TTL) takes no
 //! lease and is decided by the backend as before; a hot one reserves units
-//! in the backend in one atomic call ([`Backend::acquire_lease`]) and
+//! in the backend in one atomic call
+//! ([`Backend::acquire_lease`](backend::Backend::acquire_lease)) and
 //! decides its next calls in process from them, all-or-nothing over every
 //! limit of the call. A lease is sized to a tenth of the lease TTL
-//! ([`LimiterBuilder::lease_ttl`], default 1 s) at the identity's observed
-//! rate, at most `N`, and never more than half of what the backend has
-//! left, so the last units of a limit are shared rather than stranded; the
-//! next lease is taken ahead when one is half spent.
+//! ([`LimiterBuilder::lease_ttl`](builder::LimiterBuilder::lease_ttl),
+//! default 1 s) at the identity's observed rate, at most `N`, and never
+//! more than half of what the backend has left, so the last units of a
+//! limit are shared rather than stranded; the next lease is taken ahead
+//! when one is half spent.
 //!
 //! - **Never above the limit.** A leased unit is taken in the backend when
 //!   it is leased, so the backend never admits it twice, and it is used
@@ -116,7 +119,7 @@
 //!   `T` through in `[t', t' + P)`. Concurrency limits
 //!   ([`Limit::in_flight`]) do not take quota leases either: their slots
 //!   (leased for a TTL, renewed while a call runs) are held, not spent.
-//! - **Where it applies.** Remote backends only (the [`MemoryBackend`] is
+//! - **Where it applies.** Remote backends only (the [`MemoryBackend`](backend::MemoryBackend) is
 //!   already in process), calls whose every limit has a lease size, with a
 //!   Tokio runtime (a background task gives leases back). Shadowed names,
 //!   idempotent calls and raw `acquire_all` calls do not lease.
@@ -168,9 +171,6 @@ mod store;
 mod layer;
 // The façade: `Limiter`, its builder, the call API, runtime overrides.
 mod limiter;
-// Limits from a TOML file.
-#[cfg(feature = "config")]
-mod config;
 // How a rejection is said over HTTP and gRPC, for every integration.
 #[cfg_attr(
     not(feature = "tower"),
@@ -197,38 +197,136 @@ pub mod __private;
 #[cfg(test)]
 mod testing;
 
-#[cfg(feature = "config")]
-#[cfg_attr(docsrs, doc(cfg(feature = "config")))]
-pub use config::{ConfigError, LimitsEntry, LimitsFile};
-pub use layer::Source;
-pub use layer::breaker::BreakerConfig;
+// The crate root: what a newcomer uses first. Everything else public is
+// reached through a module named by use, below; each name has one public
+// path (`__private` is the macro's hidden glue). A test
+// (`tests/architecture.rs`) holds the root to at most 20 items.
 pub use limiter::Limiter;
-pub use limiter::admission::Admission;
-pub use limiter::auto::Auto;
-pub use limiter::builder::LimiterBuilder;
-pub use limiter::call::{Admitted, CallFuture, Keys, Permit};
-pub use limiter::in_flight::InFlight;
-pub use limiter::requests::Requests;
-pub use limiter::settings::Settings;
-pub use limiter::spec::{CallSpec, Counting, GroupSpec, MAX_GROUPS, Tier};
-pub use limiter::upstream::{Counts, Hold};
-pub use model::clock::{Clock, ManualClock, SystemClock};
-pub use model::decision::{Decision, Decisions, Figures};
-pub use model::error::{BackendError, Cause, Error, LimitError};
-// The grammar's types that `LimitError` carries.
-pub use model::key::{Key, Part};
-pub use model::learned::{Adjust, Learned, SCALE_CEILING, SCALE_FLOOR, SCALE_ONE};
-pub use model::limit::{Algorithm, Limit, parse_duration};
-pub use model::lists::{ListEntry, ListKind};
-pub use model::mask::Masked;
+pub use limiter::call::{Keys, Permit};
+pub use limiter::spec::{CallSpec, GroupSpec};
+pub use model::decision::Decision;
+pub use model::error::Error;
+pub use model::key::Key;
+pub use model::limit::{Algorithm, Limit};
 pub use model::policy::FailurePolicy;
 pub use model::rejection::{Rejection, RejectionReason};
-pub use model::reservation::Reservation;
-pub use model::settings::NameSettings;
-pub use ratewall_grammar::{LeaseProblem, Problem};
-pub use store::backend::{Backend, BoxFuture, LeaseReturn, Leased, Request, SharedLists};
-pub use store::memory::MemoryBackend;
 
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use ratewall_macros::rate_limit;
+
+pub mod builder {
+    //! Building a [`Limiter`](crate::Limiter): its [`LimiterBuilder`]
+    //! (from [`Limiter::builder`](crate::Limiter::builder)) and the settings
+    //! of the circuit breaker in front of a remote backend
+    //! ([`BreakerConfig`]). Reach for it to name the builder's type, e.g.
+    //! in a function that configures one, or to tune the breaker.
+    pub use crate::layer::breaker::BreakerConfig;
+    pub use crate::limiter::builder::LimiterBuilder;
+}
+
+pub mod settings {
+    //! Changing a running limiter: [`Settings`], the handle
+    //! [`Limiter::settings`](crate::Limiter::settings) returns (limits,
+    //! failure policies, shadow mode, lists and the deny cache per limit
+    //! name, at run time), and [`NameSettings`], what is set for one name.
+    //! Reach for it to change limits without a restart.
+    pub use crate::limiter::settings::Settings;
+    pub use crate::model::settings::NameSettings;
+}
+
+pub mod lists {
+    //! Allow and deny lists: an identity on an allow list bypasses a limit
+    //! name, one on a deny list is refused at once. [`ListEntry`] is one
+    //! entry, as
+    //! [`Settings::list_entries`](crate::settings::Settings::list_entries)
+    //! lists them, and [`ListKind`] says which list it is on. Reach for it
+    //! to read the lists of a running limiter; entries are added through
+    //! [`Limiter::settings`](crate::Limiter::settings).
+    pub use crate::model::lists::{ListEntry, ListKind};
+}
+
+pub mod call {
+    //! The call API's pieces beyond the four at the crate root
+    //! ([`CallSpec`](crate::CallSpec), [`GroupSpec`](crate::GroupSpec),
+    //! [`Keys`](crate::Keys), [`Permit`](crate::Permit)): the futures a call
+    //! returns ([`CallFuture`], [`Admitted`]), what admitted calls count
+    //! ([`Counting`]), tiers ([`Tier`]), the slots of a concurrency limit
+    //! ([`InFlight`]), how a call got through ([`Admission`], [`Source`]),
+    //! raw requests without a spec ([`Requests`], from
+    //! [`Limiter::requests`](crate::Limiter::requests)) and the most groups
+    //! one call may have ([`MAX_GROUPS`]). Reach for it when calling the
+    //! limiter by hand rather than through `#[rate_limit]`, or when naming
+    //! these types in your own signatures.
+    pub use crate::layer::Source;
+    pub use crate::limiter::admission::Admission;
+    pub use crate::limiter::call::{Admitted, CallFuture};
+    pub use crate::limiter::in_flight::InFlight;
+    pub use crate::limiter::requests::Requests;
+    pub use crate::limiter::spec::{Counting, MAX_GROUPS, Tier};
+}
+
+pub mod upstream {
+    //! Budgets for calls out, to an upstream with limits of its own: what
+    //! the upstream said ([`Hold`], read from its headers for what each
+    //! group [`Counts`]), given to
+    //! [`Limiter::hold`](crate::Limiter::hold) so that every instance
+    //! sharing the budget hears it; limits learned from the upstream
+    //! ([`Auto`]) as a shared scale of the stated limits ([`Adjust`],
+    //! [`Learned`], in parts per million: [`SCALE_ONE`], between
+    //! [`SCALE_FLOOR`] and [`SCALE_CEILING`]). Reach for it in a client that
+    //! calls a rate-limited API.
+    pub use crate::limiter::auto::Auto;
+    pub use crate::limiter::upstream::{Counts, Hold};
+    pub use crate::model::learned::{Adjust, Learned, SCALE_CEILING, SCALE_FLOOR, SCALE_ONE};
+}
+
+pub mod backend {
+    //! What a store implements and answers: the [`Backend`] trait (with
+    //! [`BoxFuture`], [`Request`], [`Leased`], [`LeaseReturn`],
+    //! [`SharedLists`], [`Reservation`]), the answers it gives ([`Figures`],
+    //! made into a [`Decision`](crate::Decision), gathered per call in
+    //! [`Decisions`]) and the in-memory store, [`MemoryBackend`]. Reach for it to give a limiter a backend
+    //! explicitly, to read every decision of a call, or to implement a
+    //! store of your own (`ratewall-redis` does).
+    pub use crate::model::decision::{Decisions, Figures};
+    pub use crate::model::reservation::Reservation;
+    pub use crate::store::backend::{
+        Backend, BoxFuture, LeaseReturn, Leased, Request, SharedLists,
+    };
+    pub use crate::store::memory::MemoryBackend;
+}
+
+pub mod clock {
+    //! Time: the [`Clock`] trait the limiter reads, the [`SystemClock`] it
+    //! uses by default, a [`ManualClock`] for deterministic tests, and
+    //! [`parse_duration`] for durations written like `"500ms"` or `"1h"`.
+    //! Reach for it in tests, or to read durations from configuration.
+    pub use crate::model::clock::{Clock, ManualClock, SystemClock};
+    pub use crate::model::limit::parse_duration;
+}
+
+pub mod error {
+    //! What [`Error`](crate::Error) carries: a backend's failure
+    //! ([`BackendError`], with its [`Cause`]) and an invalid limit
+    //! ([`LimitError`], naming the [`Problem`] or the [`LeaseProblem`]).
+    //! Reach for it to match on why a call failed or a limit was refused.
+    pub use crate::model::error::{BackendError, Cause, LimitError};
+    pub use ratewall_grammar::{LeaseProblem, Problem};
+}
+
+pub mod key {
+    //! Identities beyond [`Key`](crate::Key): a [`Part`] (one identity as a
+    //! call passes it: an integer, text, an IP address or anything
+    //! `Display`) and [`Masked`], which displays an identity with all but
+    //! its first two and last two characters replaced by `*`. Reach for it
+    //! when passing identities by hand ([`Keys::parts`](crate::Keys::parts))
+    //! or keeping them out of your own logs.
+    pub use crate::model::key::Part;
+    pub use crate::model::mask::Masked;
+}
+
+// Limits from a TOML file.
+#[cfg(feature = "config")]
+#[cfg_attr(docsrs, doc(cfg(feature = "config")))]
+pub mod config;

@@ -99,7 +99,7 @@ impl Refusal {
 
 /// A decision's `retry_after` in whole milliseconds, rounded up.
 pub(crate) fn retry_after_ms(decision: &Decision) -> u64 {
-    decision.retry_after.as_micros().div_ceil(1_000) as u64
+    decision.retry_after().as_micros().div_ceil(1_000) as u64
 }
 
 /// `RateLimit-Policy` (`"name";q=QUOTA;w=WINDOW`) and `RateLimit`
@@ -121,7 +121,7 @@ pub(crate) fn write_fields<W: std::fmt::Write>(
     decision: &Decision,
     limit: &Limit,
 ) -> std::fmt::Result {
-    write_policy(policy, name, decision.limit, window_secs(limit))?;
+    write_policy(policy, name, decision.limit(), window_secs(limit))?;
     write_current(current, name, decision)
 }
 
@@ -155,7 +155,7 @@ pub(crate) fn write_current<W: std::fmt::Write>(
     let mut digits = itoa::Buffer::new();
     push_sf_string(current, name)?;
     current.write_str(";r=")?;
-    current.write_str(digits.format(decision.remaining))?;
+    current.write_str(digits.format(decision.remaining()))?;
     current.write_str(";t=")?;
     current.write_str(digits.format(decision.reset_after_secs()))
 }
@@ -233,7 +233,7 @@ impl From<Rejection> for tonic::Status {
     /// entry expires); `UNAVAILABLE` when the limiter could not decide.
     ///
     /// ```
-    /// use ratewall::{Decision, Figures, Limit, Rejection};
+    /// use ratewall::{Decision, Limit, Rejection, backend::Figures};
     /// let decision = Decision::new(Figures { allowed: false, limit: 1, retry_after_us: 1_500_000, ..Figures::default() });
     /// let status = tonic::Status::from(Rejection::limited("api", decision, Limit::per_minute(1).unwrap()));
     /// assert_eq!(status.code(), tonic::Code::ResourceExhausted);
@@ -330,12 +330,12 @@ mod tests {
     }
 
     fn too_many_in_flight() -> Rejection {
-        let decision = Decision::new(crate::Figures {
+        let decision = Decision::new(crate::backend::Figures {
             allowed: false,
             limit: 10,
             retry_after_us: crate::algorithm::RETRY_HINT_US,
             reset_after_us: 10_000_000,
-            ..crate::Figures::default()
+            ..crate::backend::Figures::default()
         });
         Rejection::limited("jobs", decision, Limit::in_flight(10).unwrap())
     }

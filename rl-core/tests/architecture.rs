@@ -19,6 +19,11 @@
 //! re-export. The test reads the code (comments and doc comments are not
 //! code; unit-test modules may reach anywhere), so a `use` that points up
 //! fails it with the file, the line and the rule.
+//!
+//! It also holds the public surface `lib.rs` chooses: at most 20 items at
+//! the crate root (what a newcomer uses first; modules and `#[doc(hidden)]`
+//! glue not counted), the rest in modules named by use, each name at one
+//! public path.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -337,4 +342,276 @@ fn the_limiter_keeps_a_small_facade() {
         "Limiter has {} public methods (at most {MAX_LIMITER_METHODS}): {methods:?}",
         methods.len()
     );
+}
+
+/// The most public items the crate root may hold besides modules: what a
+/// newcomer uses first. The rest lives in modules named by use.
+const MAX_ROOT_ITEMS: usize = 20;
+
+/// `text` without its comments (doc comments included): `//` to the end of
+/// the line, outside string literals.
+fn without_comments(text: &str) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        let mut in_string = false;
+        let mut cut = line.len();
+        let bytes = line.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'\\' if in_string => i += 1,
+                b'"' => in_string = !in_string,
+                b'/' if !in_string && bytes.get(i + 1) == Some(&b'/') => {
+                    cut = i;
+                    break;
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        out.push_str(&line[..cut]);
+        out.push('\n');
+    }
+    out
+}
+
+/// The index just past the bracket that closes the one at `open`.
+fn closing(text: &str, open: usize) -> usize {
+    let (up, down) = match text.as_bytes()[open] {
+        b'[' => (b'[', b']'),
+        b'(' => (b'(', b')'),
+        _ => (b'{', b'}'),
+    };
+    let mut depth = 0;
+    for (i, b) in text.bytes().enumerate().skip(open) {
+        if b == up {
+            depth += 1;
+        } else if b == down {
+            depth -= 1;
+            if depth == 0 {
+                return i + 1;
+            }
+        }
+    }
+    text.len()
+}
+
+/// One item of a module's code: its attributes (joined) and the item
+/// itself, up to its `;` or through its `{ .. }` block.
+#[derive(Debug)]
+struct SourceItem {
+    attributes: String,
+    item: String,
+}
+
+/// The items of `code` (comments already removed), at its own depth.
+fn source_items(code: &str) -> Vec<SourceItem> {
+    let mut items = Vec::new();
+    let mut rest = code.trim_start();
+    let mut attributes = String::new();
+    while !rest.is_empty() {
+        if rest.starts_with("#![") || rest.starts_with("#[") {
+            let open = rest.find('[').expect("an attribute's bracket");
+            let end = closing(rest, open);
+            attributes.push_str(&rest[..end]);
+            rest = rest[end..].trim_start();
+            continue;
+        }
+        // The item ends at the first `;` or at the end of its first block.
+        let semicolon = rest.find(';').unwrap_or(rest.len());
+        let end = match rest.find('{') {
+            Some(open) if open < semicolon => {
+                let end = closing(rest, open);
+                // `pub use a::{b, c};`: the block is a use tree, the `;` follows.
+                if rest[end..].trim_start().starts_with(';') {
+                    end + rest[end..].find(';').expect("the `;`") + 1
+                } else {
+                    end
+                }
+            }
+            _ => (semicolon + 1).min(rest.len()),
+        };
+        items.push(SourceItem {
+            attributes: std::mem::take(&mut attributes),
+            item: rest[..end].trim().to_owned(),
+        });
+        rest = rest[end..].trim_start();
+    }
+    items
+}
+
+/// The names a use tree brings in: `a::{b, c::d as e}` gives `b` and `e`;
+/// a glob gives `*`.
+fn use_leaves(tree: &str) -> Vec<String> {
+    let tree = tree.trim().trim_end_matches(';').trim();
+    if tree.ends_with('}') {
+        let open = tree.find('{').expect("a use group");
+        let inner = &tree[open + 1..tree.len() - 1];
+        let mut leaves = Vec::new();
+        let (mut depth, mut start) = (0, 0);
+        for (i, c) in inner.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    leaves.extend(use_leaves(&inner[start..i]));
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        leaves.extend(use_leaves(&inner[start..]));
+        return leaves;
+    }
+    if tree.is_empty() {
+        return Vec::new();
+    }
+    let name = match tree.split_once(" as ") {
+        Some((_, alias)) => alias.trim(),
+        None => tree.rsplit("::").next().unwrap_or(tree).trim(),
+    };
+    vec![name.to_owned()]
+}
+
+/// What a public item names: `Some(names)` for a public item that is not a
+/// module (a `pub use` may name several), `None` otherwise.
+fn public_names(item: &str) -> Option<Vec<String>> {
+    let rest = item.strip_prefix("pub ")?;
+    if let Some(tree) = rest.strip_prefix("use ") {
+        return Some(use_leaves(tree));
+    }
+    // `pub const fn f`, `pub async fn f`, `pub unsafe trait T`: the kind of
+    // item is the first of these words, its name the word after it; else
+    // `pub const N: ..` or `pub static N: ..`.
+    let words: Vec<&str> = rest.split_whitespace().take(4).collect();
+    const KINDS: [&str; 7] = ["fn", "struct", "enum", "trait", "type", "union", "mod"];
+    let at = words
+        .iter()
+        .position(|w| KINDS.contains(w))
+        .or_else(|| matches!(words.first(), Some(&"const" | &"static")).then_some(0))?;
+    if words[at] == "mod" {
+        return None;
+    }
+    let name: String = words
+        .get(at + 1)?
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    Some(vec![name])
+}
+
+/// The public items of a crate root that are not modules and not
+/// `#[doc(hidden)]`, by the name each brings in.
+fn root_items(lib: &str) -> Vec<String> {
+    source_items(&without_comments(lib))
+        .iter()
+        .filter(|i| !i.attributes.replace(' ', "").contains("doc(hidden)"))
+        .filter_map(|i| {
+            // An exported `macro_rules!` is public without `pub`.
+            match i.item.strip_prefix("macro_rules!") {
+                Some(rest) if i.attributes.contains("macro_export") => {
+                    Some(vec![rest.split(['{', '(', '[']).next()?.trim().to_owned()])
+                }
+                _ => public_names(&i.item),
+            }
+        })
+        .flatten()
+        .collect()
+}
+
+/// Every name re-exported by a public module declared inline in the crate
+/// root (`pub mod x { pub use ..; }`), as `x::Name`.
+fn module_items(lib: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for item in source_items(&without_comments(lib)) {
+        let Some(rest) = item.item.strip_prefix("pub mod ") else {
+            continue;
+        };
+        let Some(open) = rest.find('{') else { continue };
+        let module = rest[..open].trim();
+        let body = &rest[open + 1..rest.len() - 1];
+        for inner in source_items(body) {
+            for name in public_names(&inner.item).unwrap_or_default() {
+                out.push(format!("{module}::{name}"));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_crate_root_holds_at_most_20_items_and_each_name_one_path() {
+    let lib = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs"))
+        .expect("read lib.rs");
+    let root = root_items(&lib);
+    // The checker sees the root: these are there, modules and glue are not.
+    for expected in ["Limiter", "Limit", "Decision", "Rejection", "rate_limit"] {
+        assert!(
+            root.iter().any(|n| n == expected),
+            "{expected} not seen: {root:?}"
+        );
+    }
+    assert!(
+        !root.iter().any(|n| n == "*"),
+        "a glob re-export at the root: {root:?}"
+    );
+    assert!(
+        root.len() <= MAX_ROOT_ITEMS,
+        "the crate root holds {} public items (at most {MAX_ROOT_ITEMS}); move the rest into a module named by use:\n{}",
+        root.len(),
+        root.join("\n")
+    );
+    let modules = module_items(&lib);
+    assert!(
+        modules.iter().any(|n| n == "backend::MemoryBackend"),
+        "the checker sees the modules: {modules:?}"
+    );
+    let mut seen = std::collections::BTreeMap::new();
+    let mut twice = Vec::new();
+    for path in root.iter().cloned().chain(modules.iter().cloned()) {
+        let name = path.rsplit("::").next().unwrap_or(&path).to_owned();
+        if let Some(first) = seen.insert(name, path.clone()) {
+            twice.push(format!("{first} and {path}"));
+        }
+    }
+    assert!(
+        twice.is_empty(),
+        "names reachable at two public paths: {twice:?}"
+    );
+}
+
+#[test]
+fn the_root_checker_counts_re_exports_and_items_and_skips_modules_and_hidden_ones() {
+    let lib = r#"
+//! Docs naming `pub use fake::Thing;`.
+#![forbid(unsafe_code)]
+mod private;
+pub mod open;
+#[doc(hidden)]
+pub mod __glue;
+#[doc(hidden)]
+pub use private::Hidden;
+pub use private::{A, b::{C, D as E}};
+// pub use private::Commented;
+pub use private::F;
+#[cfg(feature = "x")]
+pub use other::g;
+pub fn h() {}
+pub const fn i() {}
+pub const J: u8 = 1;
+pub(crate) use private::K;
+pub struct L { field: u8 }
+#[macro_export]
+macro_rules! m { () => {}; }
+macro_rules! local { () => {}; }
+pub mod inline {
+    //! Inside.
+    pub use crate::private::{M, N};
+}
+"#;
+    assert_eq!(
+        root_items(lib),
+        ["A", "C", "E", "F", "g", "h", "i", "J", "L", "m"]
+    );
+    assert_eq!(module_items(lib), ["inline::M", "inline::N"]);
 }

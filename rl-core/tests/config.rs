@@ -4,7 +4,10 @@
 use std::sync::Arc;
 
 use ratewall::{
-    Admission, Algorithm, ConfigError, FailurePolicy, Limit, Limiter, LimitsFile, Request,
+    Algorithm, FailurePolicy, Limit, Limiter,
+    backend::Request,
+    call::Admission,
+    config::{ConfigError, LimitsFile},
 };
 
 const DOCUMENTED: &str = r#"

@@ -9,8 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ratewall::{
-    Algorithm, Backend, BackendError, BoxFuture, CallSpec, Counting, Decisions, GroupSpec,
-    LeaseReturn, Leased, Limit, Limiter, MemoryBackend, Request,
+    Algorithm, CallSpec, GroupSpec, Limit, Limiter,
+    backend::{Backend, BoxFuture, Decisions, LeaseReturn, Leased, MemoryBackend, Request},
+    call::Counting,
+    error::BackendError,
 };
 
 #[path = "support/ledger.rs"]
@@ -125,7 +127,7 @@ async fn taken(backend: &Counted, name: &str, identity: &str, limit: &Limit) -> 
         .peek(&[Request::new(&key, limit, 1)])
         .await
         .unwrap()[0];
-    limit.threshold() - decision.remaining
+    limit.threshold() - decision.remaining()
 }
 
 #[tokio::test]

@@ -7,8 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use ratewall::{
-    Backend, BackendError, BoxFuture, CallSpec, Decisions, GroupSpec, Limit, Limiter,
-    MemoryBackend, RejectionReason, Request,
+    CallSpec, GroupSpec, Limit, Limiter, RejectionReason,
+    backend::{Backend, BoxFuture, Decisions, MemoryBackend, Request},
+    error::BackendError,
 };
 
 /// The in-memory backend, counting the calls that reach it.
@@ -180,7 +181,7 @@ async fn a_deny_listed_identity_is_refused_by_the_raw_api_too() {
 #[cfg(feature = "config")]
 #[tokio::test]
 async fn lists_come_from_a_limits_file_and_a_reload_removes_what_it_no_longer_lists() {
-    use ratewall::{LimitsFile, ListKind};
+    use ratewall::{config::LimitsFile, lists::ListKind};
     let first = LimitsFile::parse(
         r#"
         [lists]
@@ -257,7 +258,7 @@ async fn an_allow_listed_identity_bypasses_its_limit_but_not_the_others() {
             GroupSpec::owned("sms_ip", vec![Limit::per_hour(3).unwrap()]),
         ],
     )
-    .with_counting(ratewall::Counting::Settled);
+    .with_counting(ratewall::call::Counting::Settled);
     limiter
         .settings()
         .allow(Some("sms_phone"), &"+15550100", None)
@@ -271,7 +272,7 @@ async fn an_allow_listed_identity_bypasses_its_limit_but_not_the_others() {
             .unwrap();
         let (name, decision, _) = permit.binding().unwrap();
         assert_eq!(name, "sms_ip", "only the IP was decided");
-        assert_eq!(decision.limit, 3);
+        assert_eq!(decision.limit(), 3);
         permit.settle(true).await;
     }
     let refused = limiter
@@ -314,7 +315,7 @@ async fn an_allow_listed_identity_bypasses_its_limit_but_not_the_others() {
             .unwrap();
         assert!(matches!(
             permit.admission(),
-            ratewall::Admission::AllowListed
+            ratewall::call::Admission::AllowListed
         ));
         assert!(permit.binding().is_none());
         permit.settle(false).await;
@@ -345,5 +346,5 @@ async fn an_allow_listed_identity_bypasses_its_limit_but_not_the_others() {
         .check("sms_ip", &[Request::new(&key, &limit, 1)], None)
         .await
         .unwrap();
-    assert!(matches!(admitted, ratewall::Admission::AllowListed));
+    assert!(matches!(admitted, ratewall::call::Admission::AllowListed));
 }

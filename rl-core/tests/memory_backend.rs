@@ -5,8 +5,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ratewall::{
-    Algorithm, Backend, CallSpec, Counting, GroupSpec, Key, Limit, Limiter, ManualClock,
-    MemoryBackend, Request,
+    Algorithm, CallSpec, GroupSpec, Key, Limit, Limiter,
+    backend::{Backend, MemoryBackend, Request},
+    call::Counting,
+    clock::ManualClock,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -28,7 +30,7 @@ async fn a_thousand_concurrent_tasks_on_one_key_admit_exactly_the_threshold() {
                         .acquire(&key, &limit, 1)
                         .await
                         .unwrap()
-                        .allowed
+                        .allowed()
                     {
                         admitted.fetch_add(1, Ordering::SeqCst);
                     }
@@ -66,11 +68,11 @@ async fn a_batch_refused_by_one_limit_consumes_nothing_from_the_others() {
     clock.advance(Duration::from_secs(61));
     let refused = backend.acquire(&batch).await.unwrap();
     assert!(!refused.allowed());
-    assert!(refused[0].allowed, "the minute limit alone would allow");
-    assert!(!refused[1].allowed, "the daily limit refuses");
+    assert!(refused[0].allowed(), "the minute limit alone would allow");
+    assert!(!refused[1].allowed(), "the daily limit refuses");
     // The refused batch took nothing from the minute limit.
     let minute_alone = backend.peek(&batch[..1]).await.unwrap();
-    assert_eq!(minute_alone[0].remaining, 1);
+    assert_eq!(minute_alone[0].remaining(), 1);
 }
 
 #[tokio::test]
@@ -180,7 +182,7 @@ async fn reset_forgets_one_identity_only() {
             .acquire(&alice, &limit, 1)
             .await
             .unwrap()
-            .allowed
+            .allowed()
     );
     assert!(
         !limiter
@@ -188,7 +190,7 @@ async fn reset_forgets_one_identity_only() {
             .acquire(&bob, &limit, 1)
             .await
             .unwrap()
-            .allowed
+            .allowed()
     );
 }
 
@@ -234,7 +236,7 @@ async fn the_call_future_is_send_even_for_identities_that_are_not_sync() {
     let identity: std::rc::Rc<str> = "not-sync".into();
     let first = assert_send(limiter.call_with(
         &SPEC,
-        ratewall::Keys::parts(&[ratewall::Part::Display(&identity)]),
+        ratewall::Keys::parts(&[ratewall::key::Part::Display(&identity)]),
     ));
     drop(identity);
     assert!(first.await.is_ok());
@@ -328,7 +330,7 @@ async fn a_refunded_permit_gives_its_units_back_and_a_reset_forgets_the_identity
         .decisions()
         .unwrap()
         .iter()
-        .map(|d| d.remaining)
+        .map(|d| d.remaining())
         .collect();
     assert_eq!(remaining, [1, 4]);
 }
@@ -360,12 +362,12 @@ async fn settling_an_uncounted_call_resets_groups_that_ask_for_it_and_refunds_th
         .decisions()
         .unwrap()
         .iter()
-        .map(|d| d.remaining)
+        .map(|d| d.remaining())
         .collect();
     // The user was reset (3 - 1 = 2 left); the IP kept its 2 failures (9 - 3 = 6 left).
     assert_eq!(remaining, [2, 6]);
     let (name, decision, _) = next.binding().unwrap();
-    assert_eq!((name, decision.remaining), ("settle_user", 2));
+    assert_eq!((name, decision.remaining()), ("settle_user", 2));
 }
 
 /// A backend that always fails, to exercise the limiter's failure handling
@@ -379,34 +381,52 @@ impl Backend for Broken {
     fn acquire<'a>(
         &'a self,
         _: &'a [Request<'a>],
-    ) -> ratewall::BoxFuture<'a, Result<ratewall::Decisions, ratewall::BackendError>> {
+    ) -> ratewall::backend::BoxFuture<
+        'a,
+        Result<ratewall::backend::Decisions, ratewall::error::BackendError>,
+    > {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        Box::pin(async { Err(ratewall::BackendError::unavailable("connection refused")) })
+        Box::pin(async {
+            Err(ratewall::error::BackendError::unavailable(
+                "connection refused",
+            ))
+        })
     }
     fn peek<'a>(
         &'a self,
         r: &'a [Request<'a>],
-    ) -> ratewall::BoxFuture<'a, Result<ratewall::Decisions, ratewall::BackendError>> {
+    ) -> ratewall::backend::BoxFuture<
+        'a,
+        Result<ratewall::backend::Decisions, ratewall::error::BackendError>,
+    > {
         self.acquire(r)
     }
     fn refund<'a>(
         &'a self,
         _: &'a [Request<'a>],
         _: u64,
-    ) -> ratewall::BoxFuture<'a, Result<(), ratewall::BackendError>> {
-        Box::pin(async { Err(ratewall::BackendError::unavailable("connection refused")) })
+    ) -> ratewall::backend::BoxFuture<'a, Result<(), ratewall::error::BackendError>> {
+        Box::pin(async {
+            Err(ratewall::error::BackendError::unavailable(
+                "connection refused",
+            ))
+        })
     }
     fn reset<'a>(
         &'a self,
         _: &'a [Request<'a>],
-    ) -> ratewall::BoxFuture<'a, Result<(), ratewall::BackendError>> {
-        Box::pin(async { Err(ratewall::BackendError::unavailable("connection refused")) })
+    ) -> ratewall::backend::BoxFuture<'a, Result<(), ratewall::error::BackendError>> {
+        Box::pin(async {
+            Err(ratewall::error::BackendError::unavailable(
+                "connection refused",
+            ))
+        })
     }
 }
 
 #[tokio::test]
 async fn each_failure_policy_is_honoured_and_the_circuit_stops_calling_a_failing_backend() {
-    use ratewall::{BreakerConfig, FailurePolicy};
+    use ratewall::{FailurePolicy, builder::BreakerConfig};
     let limit = Limit::per_minute(4).unwrap();
     for (policy, expected_allowed) in [
         (FailurePolicy::FailOpen, 10),
@@ -463,14 +483,14 @@ async fn shadow_mode_decides_and_counts_but_never_refuses() {
     limiter.settings().set_shadow("shadowed", true);
     assert!(matches!(
         limiter.requests().check("shadowed", &requests, None).await,
-        Ok(ratewall::Admission::Backend(_))
+        Ok(ratewall::call::Admission::Backend(_))
     ));
     let shadowed = limiter
         .requests()
         .check("shadowed", &requests, None)
         .await
         .unwrap();
-    let ratewall::Admission::Shadowed(decisions) = shadowed else {
+    let ratewall::call::Admission::Shadowed(decisions) = shadowed else {
         panic!("expected a shadowed admission: {shadowed:?}")
     };
     assert!(!decisions.allowed());
@@ -499,7 +519,7 @@ async fn a_wall_clock_stepping_back_never_makes_state_look_older() {
     let refused = backend.acquire(&request).await.unwrap();
     assert!(!refused.allowed());
     assert_eq!(
-        refused[0].retry_after,
+        refused[0].retry_after(),
         Duration::from_secs(60),
         "measured from the latest time seen"
     );
@@ -567,7 +587,7 @@ async fn a_retried_request_id_is_charged_once_through_the_limiter() {
         .unwrap();
     assert_eq!(first, retried, "the retry replays the first decision");
     assert_eq!(
-        limiter.requests().peek_all(&requests).await.unwrap()[0].remaining,
+        limiter.requests().peek_all(&requests).await.unwrap()[0].remaining(),
         1,
         "charged once"
     );

@@ -148,6 +148,14 @@ pub const fn capacity(threshold: u64, algorithm: Algorithm, burst: u64) -> u64 {
 ///     Err(Problem::UnevenSlots { period_us: 1_001, slots: 10 })
 /// );
 /// ```
+///
+/// # Errors
+/// The first bound the parts break, checked in this order:
+/// [`Problem::ZeroThreshold`], [`Problem::ZeroPeriod`],
+/// [`Problem::ZeroBurst`], [`Problem::ZeroSlots`], [`Problem::UnevenSlots`]
+/// (sliding window), [`Problem::InFlightTooLarge`] and
+/// [`Problem::LeaseTtlOutOfRange`] (a concurrency limit),
+/// [`Problem::TooLarge`], [`Problem::SlidingLogTooLarge`].
 pub const fn check_limit(
     threshold: u64,
     period_us: u64,

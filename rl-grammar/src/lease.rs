@@ -107,6 +107,12 @@ impl std::error::Error for LeaseProblem {}
 ///     Err(LeaseProblem::Algorithm(Algorithm::SlidingLog))
 /// );
 /// ```
+///
+/// # Errors
+/// [`LeaseProblem::Zero`] for a lease of 0, [`LeaseProblem::Algorithm`] for
+/// an algorithm that cannot lease (the sliding log, a concurrency limit),
+/// and [`LeaseProblem::TooLarge`] for a lease at or above the capacity,
+/// checked in that order.
 pub const fn check_lease(
     threshold: u64,
     algorithm: Algorithm,

@@ -92,6 +92,11 @@ impl std::error::Error for BadRate {}
 /// assert!(parse_duration_micros("1.5s").is_err());
 /// assert!(parse_duration_micros("99999999999999999999d").is_err());
 /// ```
+///
+/// # Errors
+/// [`BadDuration`] with the text when it is not a whole number with an
+/// optional unit of [`DURATION_UNITS`] (`"1.5s"`, `"soon"`), or when the
+/// duration does not fit a `u64` of microseconds.
 pub fn parse_duration_micros(text: &str) -> Result<u64, BadDuration> {
     let bad = || BadDuration(text.to_owned());
     let trimmed = text.trim();
@@ -132,6 +137,10 @@ pub struct Rate {
 /// assert!(parse_rate("5 per").is_err());
 /// assert!(parse_rate("5/").is_err());
 /// ```
+///
+/// # Errors
+/// [`BadRate`] with the text when it is not a whole threshold, `/` and a
+/// duration [`parse_duration_micros`] reads (or a bare unit).
 pub fn parse_rate(text: &str) -> Result<Rate, BadRate> {
     let bad = || BadRate(text.to_owned());
     let (threshold, period) = text

@@ -43,6 +43,11 @@ impl std::error::Error for BadTierName {}
 /// assert!(check_tier_name("a@b").is_err());
 /// assert!(check_tier_name("pro plan").is_err());
 /// ```
+///
+/// # Errors
+/// [`BadTierName`] with the name when it is empty, longer than
+/// [`TIER_NAME_MAX`] bytes, or holds a character other than ASCII letters,
+/// digits, `_`, `-` and `.`.
 pub fn check_tier_name(name: &str) -> Result<(), BadTierName> {
     let valid = !name.is_empty()
         && name.len() <= TIER_NAME_MAX

@@ -25,7 +25,7 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// headers are options below.
 ///
 /// ```text
-/// use ratewall::{rate_limit, Limiter, Rejection};
+/// use ratewall::{Limiter, Rejection, rate_limit};
 ///
 /// #[rate_limit(period = 30, threshold = 2, key = user_id)]
 /// async fn say_hi(user_id: u64) -> Result<String, Rejection> {

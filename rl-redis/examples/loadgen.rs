@@ -70,7 +70,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use plotters::prelude::*;
-use ratewall::{Algorithm, Backend, Key, Limit, Limiter, Request};
+use ratewall::{
+    Algorithm, Key, Limit, Limiter,
+    backend::{Backend, Request},
+};
 use ratewall_redis::{CallMode, RedisBackend};
 use serde::Serialize;
 

@@ -6,7 +6,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use ratewall::{Backend, BackendError, BoxFuture, Clock, Decision, Decisions, Request};
+use ratewall::{
+    Decision,
+    backend::{Backend, BoxFuture, Decisions, Request},
+    clock::Clock,
+    error::BackendError,
+};
 use redis::aio::ConnectionManager;
 #[cfg(feature = "cluster")]
 use redis::cluster_async::ClusterConnection;
@@ -142,7 +147,7 @@ pub(crate) struct Reloader {
 }
 
 /// Decides rate limits in Redis or Redis Cluster, with the exact semantics of
-/// [`ratewall::MemoryBackend`].
+/// [`ratewall::backend::MemoryBackend`].
 ///
 /// - **One round trip, atomic.** Every call (any number of limits, any mix
 ///   of algorithms) is one command that reads, decides and writes in Lua:
@@ -216,7 +221,7 @@ pub(crate) struct Reloader {
 /// the same call as the decision.
 ///
 /// ```no_run
-/// use ratewall::{Backend, Key, Limit, Limiter, Request};
+/// use ratewall::{Key, Limit, Limiter, backend::{Backend, Request}};
 /// use ratewall_redis::RedisBackend;
 /// use std::time::Duration;
 ///
@@ -581,7 +586,7 @@ impl RedisBackend {
             .iter()
             .find(|r| r.limit.is_in_flight() && r.holder == 0)
         {
-            return Err(BackendError::Invalid(ratewall::LimitError::BadCall(
+            return Err(BackendError::Invalid(ratewall::error::LimitError::BadCall(
                 format!(
                     "{} needs a lease id (`Request::with_holder`): each slot is one member named by it",
                     request.limit
@@ -654,7 +659,7 @@ impl RedisBackend {
                 );
             }
             group.place(&reply.decisions, &mut decided);
-            if reply.decisions.iter().all(|d| d.allowed) {
+            if reply.decisions.iter().all(|d| d.allowed()) {
                 taken.push((index, reply.now));
             } else {
                 refused = Some(index);
@@ -862,14 +867,14 @@ impl Backend for RedisBackend {
         &'a self,
         requests: &'a [Request<'a>],
         max_wait: Duration,
-    ) -> BoxFuture<'a, Result<ratewall::Reservation, BackendError>> {
+    ) -> BoxFuture<'a, Result<ratewall::backend::Reservation, BackendError>> {
         Box::pin(self.reserve_batch(requests, max_wait))
     }
 
     fn cancel<'a>(
         &'a self,
         requests: &'a [Request<'a>],
-        reservation: &'a ratewall::Reservation,
+        reservation: &'a ratewall::backend::Reservation,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(self.cancel_batch(requests, reservation))
     }
@@ -899,7 +904,7 @@ impl Backend for RedisBackend {
         &'a self,
         prefix: &'a str,
         name: &'a str,
-        adjust: ratewall::Adjust,
+        adjust: ratewall::upstream::Adjust,
     ) -> BoxFuture<'a, Result<u64, BackendError>> {
         Box::pin(self.adjust_learned(prefix, name, adjust))
     }
@@ -908,7 +913,7 @@ impl Backend for RedisBackend {
     fn save_list_entry<'a>(
         &'a self,
         prefix: &'a str,
-        entry: &'a ratewall::ListEntry,
+        entry: &'a ratewall::lists::ListEntry,
         removed: bool,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(self.save_list(prefix, entry, removed))
@@ -922,14 +927,14 @@ impl Backend for RedisBackend {
         requests: &'a [Request<'a>],
         extra: &'a [u64],
         ttl: Duration,
-    ) -> BoxFuture<'a, Result<ratewall::Leased, BackendError>> {
+    ) -> BoxFuture<'a, Result<ratewall::backend::Leased, BackendError>> {
         Box::pin(self.lease_batch(requests, extra, ttl))
     }
 
     /// Gives each lease back with one call on its own key.
     fn return_lease<'a>(
         &'a self,
-        returns: &'a [ratewall::LeaseReturn<'a>],
+        returns: &'a [ratewall::backend::LeaseReturn<'a>],
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(self.release_batch(returns))
     }
@@ -939,7 +944,7 @@ impl Backend for RedisBackend {
         &'a self,
         prefix: &'a str,
         known: u64,
-    ) -> BoxFuture<'a, Result<Option<ratewall::SharedLists>, BackendError>> {
+    ) -> BoxFuture<'a, Result<Option<ratewall::backend::SharedLists>, BackendError>> {
         Box::pin(self.load_list(prefix, known))
     }
 }
@@ -947,7 +952,7 @@ impl Backend for RedisBackend {
 impl RedisBackend {
     async fn renew_leases(&self, requests: &[Request<'_>]) -> Result<Vec<bool>, BackendError> {
         if let Some(request) = requests.iter().find(|r| !r.limit.is_in_flight()) {
-            return Err(BackendError::Invalid(ratewall::LimitError::BadCall(
+            return Err(BackendError::Invalid(ratewall::error::LimitError::BadCall(
                 format!(
                     "only in-flight slots have leases to renew, not {}",
                     request.limit

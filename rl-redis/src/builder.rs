@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratewall::{BackendError, Clock};
+use ratewall::{clock::Clock, error::BackendError};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 #[cfg(feature = "cluster")]
 use redis::cluster::ClusterClientBuilder;
@@ -56,11 +56,11 @@ struct MasterAuth {
 /// [`RedisBackend::cluster_builder`] or [`RedisBackend::sentinel_builder`].
 ///
 /// ```no_run
-/// use ratewall::ManualClock;
+/// use ratewall::clock::ManualClock;
 /// use ratewall_redis::RedisBackend;
 /// use std::time::Duration;
 ///
-/// # async fn demo() -> Result<(), ratewall::BackendError> {
+/// # async fn demo() -> Result<(), ratewall::error::BackendError> {
 /// let clock = ManualClock::new(1_700_000_000_000_000);
 /// let backend = RedisBackend::builder("redis://127.0.0.1:6379/")
 ///     .timeout(Duration::from_millis(200))
@@ -224,7 +224,7 @@ impl RedisBackendBuilder {
     ///
     /// Every app instance should then see the same time: client clocks drift
     /// and are skewed across machines, which is why the server's time is the
-    /// default. Meant for deterministic tests with a [`ratewall::ManualClock`].
+    /// default. Meant for deterministic tests with a [`ratewall::clock::ManualClock`].
     pub fn client_clock(self, clock: impl Clock) -> Self {
         self.shared_client_clock(Arc::new(clock))
     }
@@ -240,7 +240,7 @@ impl RedisBackendBuilder {
     /// not depend on it: a state past its time is treated as fresh.
     ///
     /// Only useful with a client clock that does not advance with real time
-    /// (a [`ratewall::ManualClock`] in tests), because Redis expires keys in
+    /// (a [`ratewall::clock::ManualClock`] in tests), because Redis expires keys in
     /// real time.
     pub fn extra_ttl(mut self, extra: Duration) -> Self {
         self.extra_ttl = extra;
@@ -278,6 +278,17 @@ impl RedisBackendBuilder {
     /// at 127.0.0.1:8080: it answered "HTTP/1.1 400 Bad Request"`, `...: it
     /// speaks TLS; for TLS use rediss://`), found by one more look at the
     /// address (at most a second) after the failure.
+    ///
+    /// # Errors
+    /// A [`BackendError`] when the backend cannot be built:
+    /// [`BackendError::Unavailable`] for a URL that cannot be read, a server
+    /// that cannot be reached or drops the connection, or (with sentinels) a
+    /// master the sentinels do not name;
+    /// [`BackendError::Timeout`] when connecting takes longer than the connect
+    /// timeout; [`BackendError::Protocol`] when the address answers but not as
+    /// asked (not Redis, or TLS where the URL says plain or the reverse: the
+    /// message says which), when the server refuses the Functions library in
+    /// [`CallMode::Functions`], or for any other reply the backend cannot use.
     pub async fn connect(self) -> Result<RedisBackend, BackendError> {
         let target = self.describe();
         let timeout = self.connect_timeout;
@@ -540,7 +551,7 @@ impl RedisBackend {
     ///
     /// ```no_run
     /// use ratewall_redis::RedisBackend;
-    /// # async fn demo() -> Result<(), ratewall::BackendError> {
+    /// # async fn demo() -> Result<(), ratewall::error::BackendError> {
     /// let backend = RedisBackend::connect_sentinel(
     ///     ["redis://10.0.0.1:26379/", "redis://10.0.0.2:26379/"],
     ///     "mymaster",
@@ -550,6 +561,9 @@ impl RedisBackend {
     /// # Ok(())
     /// # }
     /// ```
+    ///
+    /// # Errors
+    /// As [`RedisBackendBuilder::connect`].
     #[cfg(feature = "sentinel")]
     #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
     pub async fn connect_sentinel<I, S>(
@@ -567,11 +581,17 @@ impl RedisBackend {
 
     /// Connects to one Redis server with the default settings (server time,
     /// 1 s timeout, reconnecting connection, [`CallMode::Auto`]).
+    ///
+    /// # Errors
+    /// As [`RedisBackendBuilder::connect`].
     pub async fn connect(url: impl Into<String>) -> Result<Self, BackendError> {
         Self::builder(url).connect().await
     }
 
     /// Connects to a Redis Cluster with the default settings.
+    ///
+    /// # Errors
+    /// As [`RedisBackendBuilder::connect`].
     #[cfg(feature = "cluster")]
     #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub async fn connect_cluster<I, S>(urls: I) -> Result<Self, BackendError>

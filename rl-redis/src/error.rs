@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use ratewall::BackendError;
+use ratewall::error::BackendError;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 /// Maps a Redis error met while doing `what` to the limiter's error kinds:

@@ -1,4 +1,4 @@
-//! Learned scales ([`ratewall::Backend::adjust`]): what every instance
+//! Learned scales ([`ratewall::backend::Backend::adjust`]): what every instance
 //! sharing a budget learned of its upstream's limit, one small hash per
 //! limit name, changed by `lua/learned.lua`.
 //!
@@ -13,7 +13,10 @@
 
 use std::time::Duration;
 
-use ratewall::{Adjust, BackendError, SCALE_CEILING, SCALE_FLOOR, SCALE_ONE};
+use ratewall::{
+    error::BackendError,
+    upstream::{Adjust, SCALE_CEILING, SCALE_FLOOR, SCALE_ONE},
+};
 
 use crate::backend::{RedisBackend, micros};
 use crate::registry::{Query, RegistryScript};

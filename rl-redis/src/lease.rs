@@ -1,5 +1,5 @@
 //! Quota leasing on Redis: taking and giving back leases
-//! ([`ratewall::Backend::acquire_lease`], [`ratewall::Backend::return_lease`])
+//! ([`ratewall::backend::Backend::acquire_lease`], [`ratewall::backend::Backend::return_lease`])
 //! with `lua/lease.lua`, and reading the lease records operators see.
 //!
 //! Each take that grants units also records the lease in a sorted set next
@@ -13,7 +13,11 @@
 
 use std::time::Duration;
 
-use ratewall::{BackendError, Decisions, Key, LeaseReturn, Leased, Limit, Request};
+use ratewall::{
+    Key, Limit,
+    backend::{Decisions, LeaseReturn, Leased, Request},
+    error::BackendError,
+};
 
 use crate::backend::{RedisBackend, micros};
 use crate::script::{LEASES_SUFFIX, Op, Plan, parse_reply};
@@ -53,7 +57,7 @@ impl RedisBackend {
         }
         if self.groups(requests).is_some() {
             // Several hash tags on a cluster: one call per tag, no lease.
-            let decisions = ratewall::Backend::acquire(self, requests).await?;
+            let decisions = ratewall::backend::Backend::acquire(self, requests).await?;
             return Ok(Leased::new(decisions, vec![0; requests.len()]));
         }
         let numbers: Vec<[u64; 3]> = extra.iter().map(|&n| [n, 0, 0]).collect();
@@ -112,6 +116,11 @@ impl RedisBackend {
     /// # Ok(())
     /// # }
     /// ```
+    ///
+    /// # Errors
+    /// [`BackendError::Timeout`] when Redis does not answer within the call
+    /// timeout; [`BackendError::Unavailable`] or [`BackendError::Protocol`] when
+    /// it cannot be reached or answers with an error.
     pub async fn leases(&self, key: &Key, limit: &Limit) -> Result<Vec<LeaseRecord>, BackendError> {
         let mut records_key = format!("{key}:");
         limit.write_storage_suffix(&mut records_key);

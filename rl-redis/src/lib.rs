@@ -22,8 +22,8 @@
 //! ```
 //!
 //! # Features
-//! - [`RedisBackend`] implements [`ratewall::Backend`] with the same decisions
-//!   as [`ratewall::MemoryBackend`] (held to it by differential tests): fixed
+//! - [`RedisBackend`] implements [`ratewall::backend::Backend`] with the same decisions
+//!   as [`ratewall::backend::MemoryBackend`] (held to it by differential tests): fixed
 //!   window, sliding log, sliding-window counter, token bucket, leaky bucket
 //!   and GCRA, all state in integer microseconds.
 //! - **A Redis Functions library** on Redis ≥ 7: loaded once per server
@@ -66,7 +66,7 @@
 //! - TLS: `rediss://` URLs, for standalone, cluster and Sentinel, through
 //!   rustls; a private CA (`RedisBackendBuilder::tls_root_certificates`)
 //!   and client certificates (`RedisBackendBuilder::tls_client_certificate`).
-//! - Idempotent decisions ([`ratewall::Backend::acquire_once`]): a retry with
+//! - Idempotent decisions ([`ratewall::backend::Backend::acquire_once`]): a retry with
 //!   the same request id after a lost reply returns the kept reply instead
 //!   of charging again, decided and kept in the same call.
 //! - A per-call timeout ([`RedisBackendBuilder::timeout`], 1 s by default).
@@ -113,7 +113,7 @@
 //! | `token_bucket`, `leaky_bucket` | 24-byte string: three packed doubles (scaled level, updated, fresh at) | 120 B |
 //! | `gcra` | 24-byte string: three packed doubles (the TAT, the interval it is measured in, written at) | 104 B (+32 B over the bare TAT, measured) |
 //!
-//! An allowed [`ratewall::Backend::acquire_once`] also keeps its reply, as a
+//! An allowed [`ratewall::backend::Backend::acquire_once`] also keeps its reply, as a
 //! comma-separated string, under `<first key>:req:<escaped id>` for the
 //! longest period of the call.
 //!
@@ -163,7 +163,7 @@ pub use registry::RegisteredLimits;
 /// Support for this crate's tools (the load generator). Not a public API.
 #[doc(hidden)]
 pub mod __private {
-    use ratewall::Request;
+    use ratewall::backend::Request;
 
     use crate::CallMode;
     use crate::script::{Op, Plan, Time, Via};

@@ -1,5 +1,5 @@
 //! The allow and deny lists every instance of one key prefix shares
-//! ([`ratewall::Backend::save_list_entry`], [`ratewall::Backend::load_lists`]).
+//! ([`ratewall::backend::Backend::save_list_entry`], [`ratewall::backend::Backend::load_lists`]).
 //!
 //! - key `<prefix>:{lists}`: a hash; field the JSON array `[name, identity]`
 //!   (`name` empty for every limit, `identity` in key form), value the JSON
@@ -15,7 +15,11 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ratewall::{BackendError, ListEntry, ListKind, SharedLists};
+use ratewall::{
+    backend::SharedLists,
+    error::BackendError,
+    lists::{ListEntry, ListKind},
+};
 use serde_json::{Value, json};
 
 use crate::backend::RedisBackend;

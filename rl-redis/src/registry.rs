@@ -3,7 +3,7 @@
 //!
 //! The limiter publishes a name's limits on its first remote decision for
 //! that name, again every hour and after `Limiter::set_limits`
-//! ([`ratewall::Backend::publish_limits`]). [`RedisBackend`] keeps them in one
+//! ([`ratewall::backend::Backend::publish_limits`]). [`RedisBackend`] keeps them in one
 //! hash per key prefix:
 //!
 //! - key `<prefix>:{limits}`: its own hash tag, so it is a single key on Redis
@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ratewall::{Algorithm, BackendError, Limit};
+use ratewall::{Algorithm, Limit, error::BackendError};
 use redis::{Cmd, FromRedisValue};
 use serde_json::{Value, json};
 
@@ -44,7 +44,7 @@ const FORMAT_VERSION: u64 = 1;
 /// let registered = RegisteredLimits::new("sms", vec![Limit::per_minute(1)?], UNIX_EPOCH);
 /// assert_eq!(registered.name, "sms");
 /// assert_eq!(registered.limits[0].threshold(), 1);
-/// # Ok::<(), ratewall::LimitError>(())
+/// # Ok::<(), ratewall::error::LimitError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -138,8 +138,12 @@ impl RedisBackend {
     /// Every limit name published under `prefix`, sorted by name (empty when
     /// nothing was published in the last [`RedisBackend::REGISTRY_TTL`]).
     ///
-    /// Fails with [`BackendError::Protocol`] naming the field when an entry
-    /// cannot be read (e.g. written by a newer version of this crate).
+    /// # Errors
+    /// [`BackendError::Timeout`] when Redis does not answer within the call
+    /// timeout; [`BackendError::Unavailable`] or [`BackendError::Protocol`]
+    /// when it cannot be reached or answers with an error;
+    /// [`BackendError::Protocol`] naming the field when an entry cannot be
+    /// read (e.g. written by a newer version of this crate).
     pub async fn registered_limits(
         &self,
         prefix: &str,
@@ -167,6 +171,12 @@ impl RedisBackend {
     /// page of 1000 keys per call, each call within the per-call timeout. On
     /// Redis Cluster every registry key has the hash tag `{limits}`, so one
     /// master holds them all and only it is scanned.
+    ///
+    /// # Errors
+    /// [`BackendError::Timeout`] when a page of the scan does not come within
+    /// the call timeout; [`BackendError::Unavailable`] or
+    /// [`BackendError::Protocol`] when Redis cannot be reached or answers with
+    /// an error.
     pub async fn registered_prefixes(&self) -> Result<Vec<String>, BackendError> {
         let (connection, settings) = self.parts();
         let suffix = Self::registry_key("");
@@ -210,6 +220,13 @@ impl RedisBackend {
     }
 
     /// The limits published under `prefix` for `name`, if any.
+    ///
+    /// # Errors
+    /// [`BackendError::Timeout`] when Redis does not answer within the call
+    /// timeout; [`BackendError::Unavailable`] or [`BackendError::Protocol`] when
+    /// it cannot be reached or answers with an error; [`BackendError::Protocol`]
+    /// naming the field when the entry cannot be read (e.g. written by a newer
+    /// version of this crate).
     pub async fn registered(
         &self,
         prefix: &str,
@@ -227,7 +244,7 @@ impl RedisBackend {
     }
 
     /// Records `limits` as those of `name` under `prefix` and sets the
-    /// registry's TTL again ([`ratewall::Backend::publish_limits`]).
+    /// registry's TTL again ([`ratewall::backend::Backend::publish_limits`]).
     pub(crate) async fn publish(
         &self,
         prefix: &str,

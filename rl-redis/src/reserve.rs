@@ -1,5 +1,5 @@
-//! Waiting calls on Redis: [`RedisBackend`]'s [`ratewall::Backend::reserve`]
-//! and [`ratewall::Backend::cancel`], each one call of the batch entry point
+//! Waiting calls on Redis: [`RedisBackend`]'s [`ratewall::backend::Backend::reserve`]
+//! and [`ratewall::backend::Backend::cancel`], each one call of the batch entry point
 //! (`lua/batch.lua`, ops `reserve` and `cancel`).
 //!
 //! On Redis Cluster a call whose limits span several hash tags cannot be
@@ -12,7 +12,11 @@
 
 use std::time::Duration;
 
-use ratewall::{BackendError, Decision, Decisions, Request, Reservation};
+use ratewall::{
+    Decision,
+    backend::{Decisions, Request, Reservation},
+    error::BackendError,
+};
 
 use crate::backend::{Group, RedisBackend, micros};
 use crate::script::{Op, Plan, Time, parse_reservation};
@@ -29,7 +33,7 @@ fn cancel_fields(reservation: &Reservation, slot: u64) -> Vec<(u64, u64)> {
         .iter()
         .enumerate()
         .map(|(i, d)| {
-            let reset = micros(d.reset_after);
+            let reset = micros(d.reset_after());
             (
                 u64::from(reservation.took_freed_slot(i)),
                 slot.saturating_add(reset),
@@ -228,10 +232,10 @@ fn gathered(count: usize, groups: &[Group<'_>], taken: &[Option<Reservation>]) -
 fn refused(count: usize, groups: &[Group<'_>], index: usize, reply: &Reservation) -> Reservation {
     let now = reply.now_micros();
     let mut decisions: Vec<Decision> = vec![
-        Decision::new(ratewall::Figures {
+        Decision::new(ratewall::backend::Figures {
             allowed: true,
             at_micros: now,
-            ..ratewall::Figures::default()
+            ..ratewall::backend::Figures::default()
         });
         count
     ];

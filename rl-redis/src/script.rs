@@ -19,7 +19,11 @@
 
 use std::sync::LazyLock;
 
-use ratewall::{Algorithm, BackendError, Decision, Decisions, Figures, Request, Reservation};
+use ratewall::{
+    Algorithm, Decision,
+    backend::{Decisions, Figures, Request, Reservation},
+    error::BackendError,
+};
 use redis::Cmd;
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
@@ -1170,7 +1174,7 @@ mod tests {
         let replay = parse_reply(Op::AcquireOnce, 1, &[1, 5, 4, 0, 12, 77, 1, 99]).unwrap();
         assert!(replay.replayed);
         assert_eq!(replay.now, 77);
-        assert_eq!(replay.decisions[0].at_micros, 77);
+        assert_eq!(replay.decisions[0].at_micros(), 77);
         let fresh = parse_reply(Op::AcquireOnce, 1, &[1, 5, 4, 0, 12, 99, 0, 99]).unwrap();
         assert!(!fresh.replayed);
     }

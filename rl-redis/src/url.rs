@@ -5,7 +5,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use ratewall::BackendError;
+use ratewall::error::BackendError;
 use redis::{ConnectionAddr, IntoConnectionInfo};
 
 use crate::backend::RedisBackend;
@@ -180,6 +180,9 @@ impl RedisUrl {
 
     /// Connects with the default settings ([`RedisUrl::builder`], then
     /// [`RedisBackendBuilder::connect`]).
+    ///
+    /// # Errors
+    /// As [`RedisBackendBuilder::connect`].
     pub async fn connect(&self) -> Result<RedisBackend, BackendError> {
         self.builder().connect().await
     }

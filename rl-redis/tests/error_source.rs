@@ -6,7 +6,7 @@
 use std::error::Error as _;
 use std::time::Duration;
 
-use ratewall::BackendError;
+use ratewall::error::BackendError;
 use ratewall_redis::RedisBackend;
 
 /// A loopback port nothing listens on (bound, then released).

@@ -5,7 +5,10 @@
 
 use std::future::Future;
 
-use ratewall::{Backend, Key, Limit, Request};
+use ratewall::{
+    Key, Limit,
+    backend::{Backend, Request},
+};
 use ratewall_redis::{CallMode, RedisBackend};
 
 /// Compiles only for a `Send` future; returns it unpolled.

@@ -11,7 +11,11 @@
 use std::path::Path;
 use std::time::Duration;
 
-use ratewall::{Algorithm, Backend, Decision, Key, Limit, ManualClock, MemoryBackend, Request};
+use ratewall::{
+    Algorithm, Decision, Key, Limit,
+    backend::{Backend, MemoryBackend, Request},
+    clock::ManualClock,
+};
 use ratewall_redis::{CallMode, RedisBackend};
 use ratewall_tests::harness::RedisServer;
 
@@ -75,7 +79,7 @@ async fn trace(
     if algorithm != Algorithm::InFlight {
         let first = [Request::new(&key, &limit, 1)];
         backend
-            .refund(&first, singles[0].at_micros)
+            .refund(&first, singles[0].at_micros())
             .await
             .expect("refund");
     }
@@ -125,14 +129,14 @@ async fn every_algorithm_decides_alike_in_memory_and_on_redis_through_functions_
         assert!(
             expected.singles[..THRESHOLD as usize]
                 .iter()
-                .all(|d| d.allowed),
+                .all(|d| d.allowed()),
             "{algorithm}: {expected:?}"
         );
         assert!(
-            !expected.singles[THRESHOLD as usize].allowed,
+            !expected.singles[THRESHOLD as usize].allowed(),
             "{algorithm}: {expected:?}"
         );
-        assert!(expected.after_reset.allowed, "{algorithm}: {expected:?}");
+        assert!(expected.after_reset.allowed(), "{algorithm}: {expected:?}");
         for mode in [CallMode::Functions, CallMode::Scripts] {
             let clock = ManualClock::new(EPOCH_US);
             let redis = RedisBackend::builder(server.url())

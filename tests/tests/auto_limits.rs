@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use ratewall::tower::{Draw, UpstreamLayer};
 use ratewall::{
-    Adjust, Auto, CallSpec, Counts, GroupSpec, Hold, Keys, Limit, Limiter, ManualClock,
-    MemoryBackend, SCALE_ONE,
+    CallSpec, GroupSpec, Keys, Limit, Limiter,
+    backend::MemoryBackend,
+    clock::ManualClock,
+    upstream::{Adjust, Auto, Counts, Hold, SCALE_ONE},
 };
 use ratewall_redis::RedisBackend;
 use ratewall_tests::harness::{RedisCluster, RedisServer};
@@ -314,30 +316,36 @@ async fn the_client_layer_learns_from_the_upstreams_refusals() {
 async fn a_store_that_cannot_keep_a_scale_is_an_error_and_the_limits_stay() {
     #[derive(Debug)]
     struct Forgetful(MemoryBackend);
-    impl ratewall::Backend for Forgetful {
+    impl ratewall::backend::Backend for Forgetful {
         fn acquire<'a>(
             &'a self,
-            requests: &'a [ratewall::Request<'a>],
-        ) -> ratewall::BoxFuture<'a, Result<ratewall::Decisions, ratewall::BackendError>> {
+            requests: &'a [ratewall::backend::Request<'a>],
+        ) -> ratewall::backend::BoxFuture<
+            'a,
+            Result<ratewall::backend::Decisions, ratewall::error::BackendError>,
+        > {
             self.0.acquire(requests)
         }
         fn peek<'a>(
             &'a self,
-            requests: &'a [ratewall::Request<'a>],
-        ) -> ratewall::BoxFuture<'a, Result<ratewall::Decisions, ratewall::BackendError>> {
+            requests: &'a [ratewall::backend::Request<'a>],
+        ) -> ratewall::backend::BoxFuture<
+            'a,
+            Result<ratewall::backend::Decisions, ratewall::error::BackendError>,
+        > {
             self.0.peek(requests)
         }
         fn refund<'a>(
             &'a self,
-            requests: &'a [ratewall::Request<'a>],
+            requests: &'a [ratewall::backend::Request<'a>],
             at_micros: u64,
-        ) -> ratewall::BoxFuture<'a, Result<(), ratewall::BackendError>> {
+        ) -> ratewall::backend::BoxFuture<'a, Result<(), ratewall::error::BackendError>> {
             self.0.refund(requests, at_micros)
         }
         fn reset<'a>(
             &'a self,
-            requests: &'a [ratewall::Request<'a>],
-        ) -> ratewall::BoxFuture<'a, Result<(), ratewall::BackendError>> {
+            requests: &'a [ratewall::backend::Request<'a>],
+        ) -> ratewall::backend::BoxFuture<'a, Result<(), ratewall::error::BackendError>> {
             self.0.reset(requests)
         }
     }

@@ -10,8 +10,11 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use ratewall::{
-    Algorithm, Backend, BackendError, BoxFuture, Decisions, Key, Limit, Limiter, ManualClock,
-    MemoryBackend, Rejection, Request, rate_limit,
+    Algorithm, Key, Limit, Limiter, Rejection,
+    backend::{Backend, BoxFuture, Decisions, MemoryBackend, Request},
+    clock::ManualClock,
+    error::BackendError,
+    rate_limit,
 };
 
 #[path = "../../rl-core/tests/support/ledger.rs"]
@@ -125,15 +128,15 @@ async fn a_remembered_refusal_reports_the_backend_decision_with_the_wait_left() 
         from_backend.decision().unwrap(),
         remembered.decision().unwrap(),
     );
-    assert!(!r.allowed);
-    assert_eq!(r.remaining, 0);
-    assert_eq!(r.limit, b.limit);
-    assert!(r.retry_after > Duration::ZERO);
+    assert!(!r.allowed());
+    assert_eq!(r.remaining(), 0);
+    assert_eq!(r.limit(), b.limit());
+    assert!(r.retry_after() > Duration::ZERO);
     assert!(
-        r.retry_after <= b.retry_after - Duration::from_millis(20),
+        r.retry_after() <= b.retry_after() - Duration::from_millis(20),
         "{:?} then {:?}",
-        b.retry_after,
-        r.retry_after
+        b.retry_after(),
+        r.retry_after()
     );
     assert_eq!(remembered.name(), "sms");
     assert_eq!(remembered.limit(), Some(&limit));
@@ -240,7 +243,8 @@ async fn a_call_with_any_remembered_refusal_is_refused_and_consumes_nothing_else
         .await
         .unwrap();
     assert_eq!(
-        ip_state[0].remaining, 99,
+        ip_state[0].remaining(),
+        99,
         "only the first call took from the IP"
     );
     // The IP was not the refusing limit: another phone from it is decided.
@@ -420,11 +424,11 @@ proptest! {
             clock.advance_micros(gap);
             let cost = cost.min(limit.capacity());
             let decision = backend.acquire_one(&Request::new(&key, &limit, cost));
-            if decision.allowed {
+            if decision.allowed() {
                 continue;
             }
-            let now = decision.at_micros;
-            let wait = decision.retry_after.as_micros() as u64;
+            let now = decision.at_micros();
+            let wait = decision.retry_after().as_micros() as u64;
             for &(fraction, extra) in &probes {
                 let at = now + (wait as f64 * fraction) as u64;
                 let probe_cost = (cost + extra).min(limit.capacity());
@@ -549,7 +553,10 @@ impl Backend for Switchable {
 
 #[tokio::test]
 async fn while_the_backend_fails_what_it_refused_or_left_without_room_stays_refused() {
-    use ratewall::{Admission, BreakerConfig, CallSpec, FailurePolicy, GroupSpec, RejectionReason};
+    use ratewall::{
+        CallSpec, FailurePolicy, GroupSpec, RejectionReason, builder::BreakerConfig,
+        call::Admission,
+    };
     let backend = Arc::new(Switchable::default());
     let limiter = Limiter::builder()
         .shared_backend(backend.clone())
@@ -597,7 +604,7 @@ async fn while_the_backend_fails_what_it_refused_or_left_without_room_stays_refu
     let local = limiter.call(&sms, &[&"fresh"]).await.unwrap();
     assert!(matches!(
         local.admission(),
-        ratewall::Admission::Local { .. }
+        ratewall::call::Admission::Local { .. }
     ));
     assert!(limiter.call(&sms, &[&"fresh"]).await.is_err());
 

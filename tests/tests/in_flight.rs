@@ -317,7 +317,7 @@ async fn rate_and_in_flight_are_all_or_nothing(limiter: &Limiter, identities: [&
             .peek_identity("report_user", &user, &[rate])
             .await
             .expect("peek")[0]
-            .remaining
+            .remaining()
     };
     let slots_left = || async {
         limiter
@@ -325,7 +325,7 @@ async fn rate_and_in_flight_are_all_or_nothing(limiter: &Limiter, identities: [&
             .peek_identity("report_tenant", &tenant, &[slots])
             .await
             .expect("peek")[0]
-            .remaining
+            .remaining()
     };
 
     let held = limiter.call(&spec, &[&user, &tenant]).await.expect("first");

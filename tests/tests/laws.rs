@@ -3,7 +3,11 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use ratewall::{Algorithm, Key, Limit, ManualClock, MemoryBackend, Request};
+use ratewall::{
+    Algorithm, Key, Limit,
+    backend::{MemoryBackend, Request},
+    clock::ManualClock,
+};
 
 const T0: u64 = 1_700_000_000_000_000;
 
@@ -17,8 +21,8 @@ fn admitted(limit: &Limit, arrivals: &[(u64, u64)]) -> Vec<(u64, u64)> {
         clock.advance_micros(gap);
         let cost = cost.min(limit.capacity());
         let d = backend.acquire_one(&Request::new(&key, limit, cost));
-        if d.allowed {
-            out.push((d.at_micros, cost));
+        if d.allowed() {
+            out.push((d.at_micros(), cost));
         }
     }
     out

@@ -6,7 +6,11 @@
 
 use std::time::Duration;
 
-use ratewall::{Algorithm, Backend, Key, Limit, ManualClock, MemoryBackend, Request};
+use ratewall::{
+    Algorithm, Key, Limit,
+    backend::{Backend, MemoryBackend, Request},
+    clock::ManualClock,
+};
 use ratewall_redis::RedisBackend;
 use ratewall_tests::harness::RedisServer;
 

@@ -14,8 +14,11 @@ use std::time::Duration;
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use ratewall::{
-    Algorithm, Backend, BackendError, BoxFuture, Decisions, Limit, Limiter, ManualClock, Rejection,
-    Request, rate_limit,
+    Algorithm, Limit, Limiter, Rejection,
+    backend::{Backend, BoxFuture, Decisions, Request},
+    clock::ManualClock,
+    error::BackendError,
+    rate_limit,
 };
 
 /// A limiter over a manual clock standing at an arbitrary instant.
@@ -492,7 +495,7 @@ async fn remaining(limiter: &Limiter, name: &str, identity: &str, limit: &str) -
         .await
         .unwrap()
         .binding()
-        .remaining
+        .remaining()
 }
 
 #[rate_limit(

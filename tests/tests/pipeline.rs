@@ -8,8 +8,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ratewall::{
-    Admission, Algorithm, Backend, BackendError, BreakerConfig, CallSpec, Counting, Error,
-    FailurePolicy, GroupSpec, Key, Limit, LimitError, Limiter, MemoryBackend, Rejection, Request,
+    Algorithm, CallSpec, Error, FailurePolicy, GroupSpec, Key, Limit, Limiter, Rejection,
+    backend::{Backend, MemoryBackend, Request},
+    builder::BreakerConfig,
+    call::{Admission, Counting},
+    error::{BackendError, LimitError},
     rate_limit,
 };
 use ratewall_redis::RedisBackend;
@@ -206,7 +209,7 @@ async fn with_the_breaker_open_settling_peeking_and_resetting_return_at_once() {
     );
     eprintln!(
         "logins with Redis frozen: {times:?}; peek {peek:?} ({} remaining), reset {reset_took:?} ({reset:?})",
-        peeked[0].remaining
+        peeked[0].remaining()
     );
     for (attempt, took) in times.iter().enumerate().take(2) {
         assert!(
@@ -221,7 +224,11 @@ async fn with_the_breaker_open_settling_peeking_and_resetting_return_at_once() {
         );
     }
     assert!(peek < AT_ONCE, "peek took {peek:?}");
-    assert_eq!(peeked[0].remaining, 3, "every local failure was given back");
+    assert_eq!(
+        peeked[0].remaining(),
+        3,
+        "every local failure was given back"
+    );
     assert!(reset_took < AT_ONCE, "reset took {reset_took:?}");
     // The backend's part of a reset fails fast: refused by the open circuit,
     // or queued behind the call given up on (sent once Redis answers).
@@ -311,7 +318,7 @@ async fn memory_and_redis_refuse_exactly_the_same_invalid_batches() {
             .collect();
         for (store, backend, limiter) in &stores {
             let at = format!("{what}, {store}");
-            let limit_error = |result: Result<ratewall::Decisions, Error>| match result {
+            let limit_error = |result: Result<ratewall::backend::Decisions, Error>| match result {
                 Err(Error::Limit(error)) => error,
                 other => panic!("{at}: {other:?}"),
             };
@@ -410,7 +417,7 @@ fn outcome(result: Result<(), Rejection>) -> String {
         Err(rejection) => format!(
             "refused by {} ({} left)",
             rejection.name(),
-            rejection.decision().map_or(0, |d| d.remaining)
+            rejection.decision().map_or(0, |d| d.remaining())
         ),
     }
 }

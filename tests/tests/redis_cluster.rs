@@ -7,7 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use ratewall::{Algorithm, Backend, Decisions, Key, Limit, ManualClock, MemoryBackend, Request};
+use ratewall::{
+    Algorithm, Key, Limit,
+    backend::{Backend, Decisions, MemoryBackend, Request},
+    clock::ManualClock,
+};
 use ratewall_redis::RedisBackend;
 use ratewall_tests::harness::RedisCluster;
 
@@ -180,7 +184,7 @@ async fn limits_over_several_hash_tags_are_all_or_nothing_and_decide_like_the_me
                 assert_eq!(m, r, "acquire at step {step}");
                 if m.allowed() {
                     allowed += 1;
-                    last_allowed = Some((p, i, d, m[0].at_micros));
+                    last_allowed = Some((p, i, d, m[0].at_micros()));
                 } else {
                     refused += 1;
                 }
@@ -220,11 +224,12 @@ async fn a_refusal_by_a_later_hash_tag_gives_back_what_earlier_ones_reserved_on_
     );
     let refused = backend.acquire(&call(&second)).await.expect("acquire");
     assert!(
-        !refused.allowed() && refused[0].allowed && !refused[1].allowed,
+        !refused.allowed() && refused[0].allowed() && !refused[1].allowed(),
         "{refused:?}"
     );
     assert_eq!(
-        refused[0].remaining, 1,
+        refused[0].remaining(),
+        1,
         "the phone limit reports its state without the reservation"
     );
     let phone_key = format!("{second}:{}", per_phone.storage_suffix());
@@ -346,7 +351,7 @@ async fn callers_over_two_hash_tags_are_never_refused_while_the_ip_has_room_on_a
             let admitted: Vec<u64> = decided
                 .iter()
                 .filter(|d| d.allowed())
-                .map(|d| d[1].at_micros)
+                .map(|d| d[1].at_micros())
                 .collect();
             assert_eq!(
                 admitted.len() as u64,
@@ -357,8 +362,8 @@ async fn callers_over_two_hash_tags_are_never_refused_while_the_ip_has_room_on_a
             // A call the IP refused (its phone had room) must come after all
             // the IP's units were taken: both are decided on the IP's master,
             // at its TIME, so the decision times order them.
-            for refused in decided.iter().filter(|d| d[0].allowed && !d[1].allowed) {
-                let at = refused[1].at_micros;
+            for refused in decided.iter().filter(|d| d[0].allowed() && !d[1].allowed()) {
+                let at = refused[1].at_micros();
                 let before = admitted.iter().filter(|&&t| t <= at).count() as u64;
                 assert_eq!(
                     before, IP_QUOTA,
@@ -371,7 +376,7 @@ async fn callers_over_two_hash_tags_are_never_refused_while_the_ip_has_room_on_a
             let phones_used: HashSet<usize> = decided
                 .iter()
                 .filter(|d| d.allowed())
-                .map(|d| d[0].remaining as usize)
+                .map(|d| d[0].remaining() as usize)
                 .collect();
             assert_eq!(phones_used, HashSet::from([0]));
         }

@@ -4,7 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratewall::{Algorithm, Backend, Decision, Key, Limit, Request};
+use ratewall::{
+    Algorithm, Decision, Key, Limit,
+    backend::{Backend, Request},
+};
 use ratewall_redis::RedisBackend;
 use ratewall_tests::harness::{RedisCluster, RedisServer};
 
@@ -48,8 +51,8 @@ async fn race(backends: &Arc<Vec<RedisBackend>>, key: &Key, limit: &Limit) -> Ve
 fn assert_exact(decisions: &[Decision], limit: &Limit) {
     let mut remaining: Vec<u64> = decisions
         .iter()
-        .filter(|d| d.allowed)
-        .map(|d| d.remaining)
+        .filter(|d| d.allowed())
+        .map(|d| d.remaining())
         .collect();
     assert_eq!(
         remaining.len() as u64,
@@ -68,8 +71,8 @@ fn assert_exact(decisions: &[Decision], limit: &Limit) {
     assert!(
         decisions
             .iter()
-            .filter(|d| !d.allowed)
-            .all(|d| d.remaining == 0 && d.retry_after > Duration::ZERO)
+            .filter(|d| !d.allowed())
+            .all(|d| d.remaining() == 0 && d.retry_after() > Duration::ZERO)
     );
 }
 

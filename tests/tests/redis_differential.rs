@@ -20,8 +20,10 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use ratewall::{
-    Algorithm, Backend, BackendError, Clock, Decisions, Key, LeaseReturn, Leased, Limit,
-    ManualClock, MemoryBackend, Request, Reservation,
+    Algorithm, Key, Limit,
+    backend::{Backend, Decisions, LeaseReturn, Leased, MemoryBackend, Request, Reservation},
+    clock::{Clock, ManualClock},
+    error::BackendError,
 };
 use ratewall_redis::{CallMode, RedisBackend};
 use ratewall_tests::harness::RedisServer;
@@ -360,12 +362,12 @@ async fn run_case_on(
                     Advance::Micros(us) => us,
                     Advance::RetryAfter(offset) => shift(
                         last.as_ref()
-                            .map_or(0, |d| d.binding().retry_after.as_micros() as u64),
+                            .map_or(0, |d| d.binding().retry_after().as_micros() as u64),
                         offset,
                     ),
                     Advance::ResetAfter(offset) => shift(
                         last.as_ref()
-                            .map_or(0, |d| d.binding().reset_after.as_micros() as u64),
+                            .map_or(0, |d| d.binding().reset_after().as_micros() as u64),
                         offset,
                     ),
                     Advance::Boundary(offset) => {
@@ -386,7 +388,8 @@ async fn run_case_on(
                 same(&format!("step {index}"), step, now, &m, &r)?;
                 if let Ok(decisions) = m {
                     if decisions.allowed() {
-                        last_allowed = Some((*key, limits.clone(), *cost, decisions[0].at_micros));
+                        last_allowed =
+                            Some((*key, limits.clone(), *cost, decisions[0].at_micros()));
                     }
                     last = Some(decisions);
                 }
@@ -486,7 +489,7 @@ async fn run_case_on(
                 );
                 if let Ok(leased) = m {
                     if leased.decisions.allowed() {
-                        let at = leased.decisions[0].at_micros;
+                        let at = leased.decisions[0].at_micros();
                         last_allowed = Some((*key, limits.clone(), *cost, at));
                         last_lease = Some((*key, limits.clone(), leased.clone()));
                     }
@@ -506,7 +509,7 @@ async fn run_case_on(
                                 request.limit,
                                 granted * parts / 1_000,
                             ),
-                            at_micros: decision.at_micros,
+                            at_micros: decision.at_micros(),
                             stamp: Leased::stamp(decision),
                             granted,
                         })

@@ -7,8 +7,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ratewall::{
-    Algorithm, Backend, BackendError, BoxFuture, Decisions, Key, Limit, ManualClock, MemoryBackend,
-    Request,
+    Algorithm, Key, Limit,
+    backend::{Backend, BoxFuture, Decisions, MemoryBackend, Request},
+    clock::ManualClock,
+    error::BackendError,
 };
 use ratewall_redis::RedisBackend;
 use ratewall_tests::harness::{RedisCluster, RedisServer};
@@ -37,7 +39,7 @@ async fn behind(proxy: &Proxy) -> RedisBackend {
 }
 
 fn remaining(decisions: &Decisions) -> Vec<u64> {
-    decisions.iter().map(|d| d.remaining).collect()
+    decisions.iter().map(|d| d.remaining()).collect()
 }
 
 async fn peek_remaining(backend: &dyn Backend, requests: &[Request<'_>]) -> Vec<u64> {
@@ -418,7 +420,7 @@ async fn the_default_acquire_once_is_a_plain_acquire() {
     let call = [Request::new(&key, &limit, 1)];
     backend.acquire_once(&call, "same").await.expect("first");
     let second = backend.acquire_once(&call, "same").await.expect("second");
-    assert_eq!(second[0].remaining, 3, "not idempotent: charged twice");
+    assert_eq!(second[0].remaining(), 3, "not idempotent: charged twice");
 }
 
 // ---- taking back a call given up on (`Backend::cancel_once`) ----
@@ -560,7 +562,7 @@ async fn a_limiter_takes_back_the_calls_it_gave_up_on_once_redis_answers() {
             .peek(&[Request::new(&key, &window, 1)])
             .await
             .unwrap()[0]
-            .remaining
+            .remaining()
     };
     assert!(limiter.call(&spec, &[&"tenant"]).await.is_ok());
     assert_eq!(left().await, 9);
@@ -568,7 +570,7 @@ async fn a_limiter_takes_back_the_calls_it_gave_up_on_once_redis_answers() {
     // out and lets it through (fail open)...
     proxy.drop_next_reply();
     let permit = limiter.call(&spec, &[&"tenant"]).await.unwrap();
-    assert_eq!(permit.admission(), &ratewall::Admission::FailedOpen);
+    assert_eq!(permit.admission(), &ratewall::call::Admission::FailedOpen);
     drop(permit);
     // ...and takes it back as soon as Redis answers again.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -584,7 +586,7 @@ async fn a_limiter_takes_back_the_calls_it_gave_up_on_once_redis_answers() {
     // Calls are decided in Redis again.
     assert!(matches!(
         limiter.call(&spec, &[&"tenant"]).await.unwrap().admission(),
-        ratewall::Admission::Backend(_)
+        ratewall::call::Admission::Backend(_)
     ));
     assert_eq!(left().await, 8);
 }

@@ -9,7 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use ratewall::{Algorithm, Backend, CallSpec, GroupSpec, Key, Limit, Limiter, Request};
+use ratewall::{
+    Algorithm, CallSpec, GroupSpec, Key, Limit, Limiter,
+    backend::{Backend, Request},
+};
 use ratewall_redis::RedisBackend;
 use ratewall_tests::harness::RedisServer;
 
@@ -111,11 +114,12 @@ async fn one_hot_identity_on_four_instances_takes_a_tenth_of_the_round_trips_and
                     calls += 1;
                     match limiter.call(&spec, &[&"tenant-1"]).await {
                         Ok(permit) => {
-                            let at = permit.admission().decisions().expect("decided")[0].at_micros;
+                            let at =
+                                permit.admission().decisions().expect("decided")[0].at_micros();
                             *admitted.entry(at / period.as_micros() as u64).or_default() += 1;
                         }
                         Err(rejection) => {
-                            let at = rejection.decision().expect("rate limited").at_micros;
+                            let at = rejection.decision().expect("rate limited").at_micros();
                             *refused.entry(at / period.as_micros() as u64).or_default() += 1;
                             // A window's quota spent well before its end:
                             // the demand exceeded the limit.
@@ -501,7 +505,7 @@ async fn a_holder_killed_at_its_peak_strands_at_most_one_lease_and_for_no_longer
             .peek(&[Request::new(&key, &limit, 1)])
             .await
             .expect("peek")[0];
-        let right_after = seen.remaining;
+        let right_after = seen.remaining();
         // The held units were taken in Redis (nothing over-admits): since
         // the first lease, at most what refilled came back.
         let now = server_micros(&server).await;
@@ -538,7 +542,7 @@ async fn a_holder_killed_at_its_peak_strands_at_most_one_lease_and_for_no_longer
                 "{algorithm}: a stranded lease refills within {back_within:?}"
             );
             let deficit = limit.burst() - right_after;
-            bound = bound.max(seen.at_micros + deficit * interval);
+            bound = bound.max(seen.at_micros() + deficit * interval);
         }
         let bound = bound + ROUNDING_US;
         let back_at = loop {
@@ -546,14 +550,14 @@ async fn a_holder_killed_at_its_peak_strands_at_most_one_lease_and_for_no_longer
                 .peek(&[Request::new(&key, &limit, 1)])
                 .await
                 .expect("peek")[0];
-            if peek.remaining == limit.burst() {
-                break peek.at_micros;
+            if peek.remaining() == limit.burst() {
+                break peek.at_micros();
             }
             assert!(
-                peek.at_micros < bound,
+                peek.at_micros() < bound,
                 "{algorithm}: the killed holder's {held} units were not back within {back_within:?} ({} remaining {} us after the kill)",
-                peek.remaining,
-                peek.at_micros.saturating_sub(killed_at)
+                peek.remaining(),
+                peek.at_micros().saturating_sub(killed_at)
             );
             // Liveness only (the bound above is the server's): a server
             // that stopped answering fails here.

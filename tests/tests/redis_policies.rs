@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ratewall::{
-    Admission, Algorithm, BreakerConfig, FailurePolicy, Key, Limit, Limiter, Rejection, Request,
+    Algorithm, FailurePolicy, Key, Limit, Limiter, Rejection, backend::Request,
+    builder::BreakerConfig, call::Admission,
 };
 use ratewall_redis::RedisBackend;
 use ratewall_tests::harness::{RedisCluster, RedisServer};
@@ -81,13 +82,14 @@ impl Outcome {
         match result {
             Ok(Admission::Backend(decisions)) => Outcome::Redis {
                 allowed: true,
-                remaining: decisions[0].remaining,
+                remaining: decisions[0].remaining(),
             },
             Ok(Admission::FailedOpen) => Outcome::FailedOpen,
             Ok(Admission::Local { decisions, share }) => {
                 assert_eq!(share.get(), SHARE);
                 assert_eq!(
-                    decisions[0].limit, local,
+                    decisions[0].limit(),
+                    local,
                     "the local limit is threshold / share"
                 );
                 Outcome::Local { allowed: true }
@@ -97,11 +99,11 @@ impl Outcome {
             Err(rejection) => {
                 let threshold = rejection.limit().expect("a limited rejection").threshold();
                 let decision = rejection.decision().expect("a limited rejection");
-                assert!(decision.retry_after > Duration::ZERO, "{rejection}");
+                assert!(decision.retry_after() > Duration::ZERO, "{rejection}");
                 match threshold {
                     THRESHOLD => Outcome::Redis {
                         allowed: false,
-                        remaining: decision.remaining,
+                        remaining: decision.remaining(),
                     },
                     t if t == local => Outcome::Local { allowed: false },
                     other => panic!("refused by a limit of {other}: {rejection}"),

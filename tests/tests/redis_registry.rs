@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratewall::{Algorithm, Limit, Limiter, Rejection, Request, rate_limit};
+use ratewall::{Algorithm, Limit, Limiter, Rejection, backend::Request, rate_limit};
 use ratewall_redis::RedisBackend;
 use ratewall_tests::harness::{RedisCluster, RedisSentinel, RedisServer};
 use serde_json::Value;

@@ -8,7 +8,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use ratewall::{Algorithm, Backend, BackendError, Key, Limit, Request};
+use ratewall::{
+    Algorithm, Key, Limit,
+    backend::{Backend, Request},
+    error::BackendError,
+};
 use ratewall_redis::{CallMode, RedisBackend};
 use ratewall_tests::harness::{RedisCluster, RedisServer};
 
@@ -90,7 +94,7 @@ async fn load_while_flushing(backend: Arc<RedisBackend>, servers: &[RedisServer]
                         let batch = [Request::new(&key, limit, 1), Request::new(&other, next, 1)];
                         match backend.acquire(&batch).await {
                             Ok(decisions) if decisions.allowed() => {
-                                let at = decisions[0].at_micros;
+                                let at = decisions[0].at_micros();
                                 backend.refund(&batch[..1], at).await
                             }
                             Ok(_) => Ok(()),
@@ -227,7 +231,7 @@ async fn the_first_call_after_function_flush_succeeds_and_loads_the_library_agai
         .acquire(&[Request::new(&key, &limit, 1)])
         .await
         .expect("decided after FUNCTION FLUSH");
-    assert_eq!(decisions[0].remaining, 1);
+    assert_eq!(decisions[0].remaining(), 1);
     assert!(library_loaded(&server).await, "loaded again by the call");
 }
 

@@ -6,7 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use ratewall::{Algorithm, Backend, BackendError, Key, Limit, Request};
+use ratewall::{
+    Algorithm, Key, Limit,
+    backend::{Backend, Request},
+    error::BackendError,
+};
 use ratewall_redis::RedisBackend;
 use ratewall_tests::harness::RedisServer;
 
@@ -297,7 +301,9 @@ async fn calls_time_out_while_redis_is_frozen_and_succeed_once_it_resumes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_redis_fails_each_call_fast_and_a_restarted_one_decides_again_within_the_open_time()
  {
-    use ratewall::{Admission, BreakerConfig, CallSpec, FailurePolicy, GroupSpec, Limiter};
+    use ratewall::{
+        CallSpec, FailurePolicy, GroupSpec, Limiter, builder::BreakerConfig, call::Admission,
+    };
     /// The bound on a call once the connection is refused.
     const FAST: Duration = Duration::from_millis(50);
     let open_for = BreakerConfig::default().open_for;

@@ -7,8 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratewall::{
-    Algorithm, Backend, BackendError, Clock, Decisions, Key, Limit, Limiter, ManualClock,
-    MemoryBackend, Request, SystemClock,
+    Algorithm, Key, Limit, Limiter,
+    backend::{Backend, Decisions, MemoryBackend, Request},
+    clock::{Clock, ManualClock, SystemClock},
+    error::BackendError,
 };
 use ratewall_redis::{CallMode, RedisBackend};
 use ratewall_tests::harness::{RedisServer, ServerKind};
@@ -67,8 +69,8 @@ async fn take_three(backend: &RedisBackend, key: &Key, limit: &Limit) -> i64 {
         .acquire(&[Request::new(key, limit, 3)])
         .await
         .expect("acquire")[0];
-    assert!(decision.allowed, "{decision:?}");
-    decision.reset_after.as_micros().div_ceil(1_000) as i64
+    assert!(decision.allowed(), "{decision:?}");
+    decision.reset_after().as_micros().div_ceil(1_000) as i64
 }
 
 #[tokio::test]
@@ -200,7 +202,7 @@ async fn after_ten_thousand_distinct_identities_every_key_has_a_ttl() {
                 let decision = backend.acquire(&request).await.expect("acquire")[0];
                 match identity % 5 {
                     0 => backend
-                        .refund(&request, decision.at_micros)
+                        .refund(&request, decision.at_micros())
                         .await
                         .expect("refund"),
                     1 => drop(backend.peek(&request).await.expect("peek")),
@@ -385,7 +387,7 @@ async fn server_time_gives_one_timeline_to_clients_whose_clocks_differ_by_ten_se
                 .acquire_all(&requests)
                 .await
                 .expect("acquire");
-            let at = decisions[0].at_micros;
+            let at = decisions[0].at_micros();
             let now = SystemClock.now_micros();
             assert!(
                 at.abs_diff(now) < 1_000_000,
@@ -423,7 +425,7 @@ async fn a_call_exactly_retry_after_a_rejection_is_allowed_for_every_algorithm()
                 }
                 clock.advance_micros(100_003);
             };
-            let wait = refused.retry_after.as_micros() as u64;
+            let wait = refused.retry_after().as_micros() as u64;
             assert!(wait > 0, "{algorithm}: refused with retry_after 0");
             clock.advance_micros(wait - 1);
             assert!(
@@ -471,7 +473,7 @@ async fn a_state_given_back_entirely_is_deleted() {
         let request = [Request::new(&key, &limit, 2)];
         let decision = backend.acquire(&request).await.expect("acquire")[0];
         backend
-            .refund(&request, decision.at_micros)
+            .refund(&request, decision.at_micros())
             .await
             .expect("refund");
         for storage in storage_keys(&key, &limit) {
@@ -480,7 +482,7 @@ async fn a_state_given_back_entirely_is_deleted() {
         }
         let peek = backend.peek(&request).await.expect("peek")[0];
         assert_eq!(
-            (peek.remaining, peek.reset_after),
+            (peek.remaining(), peek.reset_after()),
             (limit.capacity(), Duration::ZERO),
             "{algorithm}"
         );
@@ -669,11 +671,11 @@ async fn sms_limits_over_two_identities_are_one_call_and_all_or_nothing_on_stand
     let refused = &outcomes[2];
     assert!(!refused.allowed());
     assert!(
-        !refused[3].allowed,
+        !refused[3].allowed(),
         "the per-IP limit refuses the third phone"
     );
     assert!(
-        refused[0].allowed && refused[0].remaining == 1,
+        refused[0].allowed() && refused[0].remaining() == 1,
         "the phone's own limits report they would allow it"
     );
     // Nothing was consumed from the third phone's limits.
@@ -710,8 +712,8 @@ async fn a_full_sliding_log_at_its_cap_stays_below_the_slowlog_threshold() {
             .acquire(&[Request::new(&key, &limit, 1 + call % 3)])
             .await
             .expect("acquire")[0];
-        assert!(!decision.allowed);
-        assert!(decision.retry_after > Duration::ZERO);
+        assert!(!decision.allowed());
+        assert!(decision.retry_after() > Duration::ZERO);
     }
     let slow: Vec<redis::Value> = server.cmd(&["SLOWLOG", "GET", "128"]).await;
     assert!(
@@ -742,25 +744,25 @@ async fn sliding_log_entries_of_one_microsecond_never_collide_even_after_a_refun
         }
     };
     let first = take(3).await;
-    assert!(first.allowed);
+    assert!(first.allowed());
     for cost in [2, 70] {
-        assert!(take(cost).await.allowed);
+        assert!(take(cost).await.allowed());
     }
     let entries: u64 = server.cmd(&["ZCARD", log]).await;
     assert_eq!(entries, 75, "one entry per admitted unit");
     backend
-        .refund(&[Request::new(&key, &limit, 3)], first.at_micros)
+        .refund(&[Request::new(&key, &limit, 3)], first.at_micros())
         .await
         .expect("refund");
     let entries: u64 = server.cmd(&["ZCARD", log]).await;
     assert_eq!(entries, 72);
     // The same microsecond again: 28 units fit exactly, not one more.
     let after = take(28).await;
-    assert!(after.allowed);
-    assert_eq!(after.remaining, 0);
+    assert!(after.allowed());
+    assert_eq!(after.remaining(), 0);
     let entries: u64 = server.cmd(&["ZCARD", log]).await;
     assert_eq!(entries, 100, "no entry overwrote another");
-    assert!(!take(1).await.allowed);
+    assert!(!take(1).await.allowed());
     let members: Vec<String> = server.cmd(&["ZRANGE", log, "0", "-1"]).await;
     assert_eq!(members.iter().collect::<HashSet<_>>().len(), 100);
 }

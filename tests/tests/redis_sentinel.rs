@@ -7,7 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ratewall::{Backend, BackendError, Key, Limit, Request};
+use ratewall::{
+    Key, Limit,
+    backend::{Backend, Request},
+    error::BackendError,
+};
 use ratewall_redis::RedisBackend;
 use ratewall_tests::harness::{PortReservation, RedisSentinel, RedisServer};
 
@@ -105,7 +109,7 @@ async fn decisions_go_to_the_sentinels_master_and_follow_a_failover_with_the_sam
     for expected in [4, 3] {
         let decisions = backend.acquire(&call).await.expect("acquire on the master");
         assert!(decisions.allowed());
-        assert_eq!(decisions[0].remaining, expected);
+        assert_eq!(decisions[0].remaining(), expected);
     }
     assert!(code_calls(&master).await >= 2, "decided on the master");
     assert_eq!(code_calls(&replica).await, 0, "never on the replica");
@@ -128,7 +132,7 @@ async fn decisions_go_to_the_sentinels_master_and_follow_a_failover_with_the_sam
                 let result = backend
                     .acquire(&[Request::new(&key, &limit, 1)])
                     .await
-                    .map(|d| d[0].remaining);
+                    .map(|d| d[0].remaining());
                 attempts.push(Attempt {
                     started,
                     took: started.elapsed(),
@@ -166,7 +170,7 @@ async fn decisions_go_to_the_sentinels_master_and_follow_a_failover_with_the_sam
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert!(after.allowed());
-    assert_eq!(after[0].remaining, 2, "the replicated state carried over");
+    assert_eq!(after[0].remaining(), 2, "the replicated state carried over");
     assert!(
         code_calls(&replica).await >= 1,
         "now decided on the new master"
@@ -274,7 +278,10 @@ async fn a_switch_over_with_the_old_master_alive_is_followed_and_never_decided_o
     let ten = Limit::per_minute(10).expect("limit");
     let key = Key::new("sent", "otp", "carol");
     let call = [Request::new(&key, &ten, 1)];
-    assert_eq!(backend.acquire(&call).await.expect("first")[0].remaining, 9);
+    assert_eq!(
+        backend.acquire(&call).await.expect("first")[0].remaining(),
+        9
+    );
     let synced: i64 = master.cmd(&["WAIT", "1", "2000"]).await;
     assert_eq!(synced, 1);
 
@@ -312,13 +319,14 @@ async fn a_switch_over_with_the_old_master_alive_is_followed_and_never_decided_o
     };
     let switched = named.elapsed();
     assert_eq!(
-        first[0].remaining, 8,
+        first[0].remaining(),
+        8,
         "decided on the promoted node's state, as of the promotion"
     );
     let on_old_master = code_calls(&master).await;
     for expected in [7, 6, 5] {
         assert_eq!(
-            backend.acquire(&call).await.expect("acquire")[0].remaining,
+            backend.acquire(&call).await.expect("acquire")[0].remaining(),
             expected
         );
     }

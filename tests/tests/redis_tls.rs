@@ -8,7 +8,11 @@
 use std::fs;
 use std::path::PathBuf;
 
-use ratewall::{Algorithm, Backend, BackendError, Key, Limit, Request};
+use ratewall::{
+    Algorithm, Key, Limit,
+    backend::{Backend, Request},
+    error::BackendError,
+};
 use ratewall_redis::{CallMode, RedisBackend, RedisUrl};
 use ratewall_tests::harness::{PortReservation, RedisCluster, RedisSentinel, RedisServer, TempDir};
 use rcgen::{
@@ -124,7 +128,7 @@ async fn decide_twice(backend: &RedisBackend, identity: &str) {
     assert!(backend.acquire(&request).await.expect("acquire").allowed());
     let refused = backend.acquire(&request).await.expect("acquire");
     assert!(!refused.allowed());
-    assert!(refused[0].retry_after.as_secs() > 50);
+    assert!(refused[0].retry_after().as_secs() > 50);
 }
 
 #[tokio::test]

@@ -10,8 +10,10 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use ratewall::{
-    Algorithm, Backend, BackendError, Decision, Key, Limit, ManualClock, MemoryBackend, Request,
-    Reservation,
+    Algorithm, Decision, Key, Limit,
+    backend::{Backend, MemoryBackend, Request, Reservation},
+    clock::ManualClock,
+    error::BackendError,
 };
 
 #[path = "../../rl-core/tests/support/ledger.rs"]
@@ -67,7 +69,7 @@ fn a_slot_beyond_the_longest_wait_is_refused_at_once_and_reserves_nothing() {
         assert_eq!(refused.wait(), Duration::ZERO);
         // The usual refusal: the time until this call alone would pass.
         assert_eq!(
-            refused.decisions().binding().retry_after,
+            refused.decisions().binding().retry_after(),
             Duration::from_millis(200),
             "{algorithm:?}"
         );
@@ -90,7 +92,7 @@ fn calls_that_do_not_wait_see_reserved_slots_as_taken() {
         let refused = store.acquire_sync(&req);
         assert!(!refused.allowed(), "{algorithm:?}");
         assert_eq!(
-            refused.binding().retry_after,
+            refused.binding().retry_after(),
             Duration::from_millis(250),
             "{algorithm:?}: free after the slot at 300 ms"
         );
@@ -181,7 +183,7 @@ fn a_call_over_several_limits_is_committed_on_all_at_the_latest_earliest_time() 
         reserved
             .decisions()
             .iter()
-            .all(|d| d.at_micros == slot(&reserved))
+            .all(|d| d.at_micros() == slot(&reserved))
     );
 }
 
@@ -309,7 +311,7 @@ proptest! {
                 Step::Acquire(chosen, cost) => {
                     let decisions = store.acquire_sync(&requests(chosen, *cost));
                     if decisions.allowed() {
-                        let now = decisions[0].at_micros;
+                        let now = decisions[0].at_micros();
                         admitted.extend(chosen.iter().map(|&i| (i, now, *cost)));
                     }
                 }
@@ -328,7 +330,7 @@ proptest! {
             for (at, cost) in times {
                 replay_clock.set_micros(at);
                 let decision: Decision = replay.acquire_one(&Request::new(&keys[i], limit, cost));
-                prop_assert!(decision.allowed, "limit {i} ({limit}) admitted a call at +{} µs it alone would refuse", at - T0);
+                prop_assert!(decision.allowed(), "limit {i} ({limit}) admitted a call at +{} µs it alone would refuse", at - T0);
             }
         }
     }

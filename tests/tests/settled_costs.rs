@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratewall::{
-    Admission, Algorithm, CallSpec, FailurePolicy, GroupSpec, Keys, Limit, Limiter, ManualClock,
-    Request,
+    Algorithm, CallSpec, FailurePolicy, GroupSpec, Keys, Limit, Limiter, backend::Request,
+    call::Admission, clock::ManualClock,
 };
 use ratewall_redis::{RedisBackend, RedisBackendBuilder};
 use ratewall_tests::harness::{RedisCluster, RedisServer};
@@ -84,7 +84,7 @@ async fn used(limiter: &Limiter, scope: &str, identity: &str, limit: &Limit) -> 
         .peek_all(&[Request::new(&key, limit, 1)])
         .await
         .expect("peek");
-    limit.capacity() - decisions[0].remaining
+    limit.capacity() - decisions[0].remaining()
 }
 
 /// A limiter on the in-memory store over `clock`.

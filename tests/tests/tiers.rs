@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratewall::{
-    CallSpec, FailurePolicy, GroupSpec, Limiter, LimitsFile, Rejection, Tier, rate_limit,
+    CallSpec, FailurePolicy, GroupSpec, Limiter, Rejection, call::Tier, config::LimitsFile,
+    rate_limit,
 };
 use ratewall_redis::RedisBackend;
 use ratewall_tests::harness::{RedisCluster, RedisServer};

@@ -5,7 +5,10 @@
 
 use std::time::Duration;
 
-use ratewall::{Algorithm, CallSpec, Counts, FailurePolicy, GroupSpec, Hold, Keys, Limit, Limiter};
+use ratewall::{
+    Algorithm, CallSpec, FailurePolicy, GroupSpec, Keys, Limit, Limiter,
+    upstream::{Counts, Hold},
+};
 use ratewall_redis::RedisBackend;
 use ratewall_tests::harness::RedisServer;
 

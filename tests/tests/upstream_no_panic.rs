@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use ratewall::tower::{Draw, UpstreamError, UpstreamLayer};
-use ratewall::{Algorithm, CallSpec, Counts, GroupSpec, Hold, Keys, Limit, Limiter};
+use ratewall::{
+    Algorithm, CallSpec, GroupSpec, Keys, Limit, Limiter,
+    upstream::{Counts, Hold},
+};
 use ratewall_redis::RedisBackend;
 use ratewall_tests::harness::RedisServer;
 use tower::{Layer, Service, ServiceExt};

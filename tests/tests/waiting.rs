@@ -11,8 +11,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ratewall::{
-    Algorithm, Backend, CallSpec, GroupSpec, Key, Limit, Limiter, ManualClock, MemoryBackend,
-    Permit, Rejection, Request, rate_limit,
+    Algorithm, CallSpec, GroupSpec, Key, Limit, Limiter, Permit, Rejection,
+    backend::{Backend, MemoryBackend, Request},
+    clock::ManualClock,
+    rate_limit,
 };
 use ratewall_redis::RedisBackend;
 use ratewall_tests::harness::{RedisCluster, RedisServer};
@@ -73,7 +75,7 @@ async fn redis_on(server: &RedisServer, clock: &ManualClock) -> Arc<Limiter> {
 static REAL_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn at_micros(permit: &Permit<'_>) -> u64 {
-    permit.admission().decisions().expect("decided")[0].at_micros
+    permit.admission().decisions().expect("decided")[0].at_micros()
 }
 
 // ---- callers queue and leave at the drain rate ----
@@ -264,7 +266,7 @@ async fn until_queue_wait(limiter: &Limiter, key: &Key, limit: &Limit, expected:
             .peek_all(&[Request::new(key, limit, 1)])
             .await
             .unwrap();
-        if peek.binding().retry_after == expected {
+        if peek.binding().retry_after() == expected {
             return;
         }
         assert!(
@@ -485,7 +487,7 @@ async fn a_window_waiter_never_sleeps_past_its_deadline(limiter: Arc<Limiter>) {
             )
             .await
             .unwrap();
-        let reset = permit.admission().decisions().expect("decided")[0].reset_after;
+        let reset = permit.admission().decisions().expect("decided")[0].reset_after();
         if reset >= Duration::from_secs(2) {
             break;
         }
@@ -549,7 +551,12 @@ async fn several_limits_reserve_one_slot_that_respects_each(
             .await
             .unwrap();
         let slot = reservation.slot_micros().expect("reserved");
-        assert!(reservation.decisions().iter().all(|d| d.at_micros == slot));
+        assert!(
+            reservation
+                .decisions()
+                .iter()
+                .all(|d| d.at_micros() == slot)
+        );
         slots.push(slot - T0);
     }
     // The second call waits for the user's bucket (the IP has a burst of
@@ -580,7 +587,7 @@ async fn several_limits_reserve_one_slot_that_respects_each(
         for at in times {
             clock.set_micros(T0 + at);
             assert!(
-                store.acquire_one(&Request::new(&key, &limit, 1)).allowed,
+                store.acquire_one(&Request::new(&key, &limit, 1)).allowed(),
                 "{limit} at +{at} µs"
             );
         }
@@ -646,8 +653,8 @@ async fn several_limits_in_real_time(limiter: Arc<Limiter>, label: &str) {
                     .await
                     .unwrap();
                 let decisions = permit.admission().decisions().unwrap().clone();
-                assert_eq!(decisions[0].at_micros, decisions[1].at_micros);
-                (Instant::now(), decisions[0].at_micros)
+                assert_eq!(decisions[0].at_micros(), decisions[1].at_micros());
+                (Instant::now(), decisions[0].at_micros())
             })
         })
         .collect();
@@ -714,7 +721,7 @@ async fn a_call_mixing_a_window_and_a_bucket_cannot_wait_and_says_why() {
 async fn a_call_counting_only_some_calls_cannot_wait() {
     let limiter = memory();
     let settled = spec("settled", vec![limit(Algorithm::Gcra, 10, 1)])
-        .with_counting(ratewall::Counting::Settled);
+        .with_counting(ratewall::call::Counting::Settled);
     let refused = limiter
         .call_with(
             &settled,
@@ -734,9 +741,9 @@ async fn a_tiered_call_waits_on_its_tiers_limits_and_a_tier_that_mixes_kinds_can
             "tiered",
             vec![
                 // One call every 100 ms.
-                ratewall::Tier::owned("free", vec![limit(Algorithm::LeakyBucket, 10, 1)]),
+                ratewall::call::Tier::owned("free", vec![limit(Algorithm::LeakyBucket, 10, 1)]),
                 // A bucket and a window in one tier: no single wait fits both.
-                ratewall::Tier::owned(
+                ratewall::call::Tier::owned(
                     "mixed",
                     vec![
                         limit(Algorithm::LeakyBucket, 10, 1),
@@ -871,7 +878,7 @@ async fn redis_never_reserves_an_in_flight_limit() {
     let req = [Request::new(&key, &rate, 1), Request::new(&key, &slots, 1)];
     let refused = backend.reserve(&req, Duration::from_secs(1)).await;
     assert!(
-        matches!(&refused, Err(ratewall::BackendError::Invalid(e)) if e.to_string().contains("in-flight")),
+        matches!(&refused, Err(ratewall::error::BackendError::Invalid(e)) if e.to_string().contains("in-flight")),
         "{refused:?}"
     );
 }
@@ -942,7 +949,7 @@ async fn reserve_n(
     backend: &RedisBackend,
     req: &[Request<'_>],
     n: usize,
-) -> Vec<ratewall::Reservation> {
+) -> Vec<ratewall::backend::Reservation> {
     let mut held = Vec::new();
     for _ in 0..n {
         held.push(backend.reserve(req, Duration::from_secs(10)).await.unwrap());

@@ -19,9 +19,9 @@
 //! in Redis (`<prefix>:{limits}`, see [`ratewall_redis::RegisteredLimits`]): a name
 //! is listed once a service has decided a call for it, and `inspect` and
 //! `reset` use exactly the limits that service decides with. `inspect` peeks
-//! through [`Requests::peek_identity`](ratewall::Requests::peek_identity) and never consumes; `reset` forgets the
+//! through [`Requests::peek_identity`](ratewall::call::Requests::peek_identity) and never consumes; `reset` forgets the
 //! identity's state for every limit of the name
-//! ([`Requests::reset_identity`](ratewall::Requests::reset_identity); for a concurrency limit, that frees every
+//! ([`Requests::reset_identity`](ratewall::call::Requests::reset_identity); for a concurrency limit, that frees every
 //! slot held for the identity). For a concurrency limit (`max_in_flight`),
 //! `inspect` shows the calls of the identity in flight now, over every
 //! instance (`in flight now: 3 of 10`; JSON `"in_flight": 3`).
@@ -41,7 +41,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use ratewall::{BackendError, Limiter};
+use ratewall::{Limiter, error::BackendError};
 use ratewall_redis::{RedisBackend, RedisUrl, RegisteredLimits};
 
 pub use report::{
@@ -138,7 +138,7 @@ pub struct ListChange {
 }
 
 fn parse_timeout(text: &str) -> Result<Duration, String> {
-    match ratewall::parse_duration(text) {
+    match ratewall::clock::parse_duration(text) {
         Ok(timeout) if !timeout.is_zero() => Ok(timeout),
         Ok(_) => Err("the timeout must be above zero".to_owned()),
         Err(error) => Err(error.to_string()),
@@ -370,7 +370,7 @@ async fn lists_report(
     deployment: &Deployment,
     changed: Option<String>,
 ) -> Result<Report, AdminError> {
-    use ratewall::Backend as _;
+    use ratewall::backend::Backend as _;
     let entries = deployment
         .backend
         .load_lists(&deployment.prefix, u64::MAX)

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ratewall::{Decisions, Key, Limit};
+use ratewall::{Key, Limit, backend::Decisions};
 use ratewall_redis::{LeaseRecord, RedisBackend, RegisteredLimits};
 use serde::Serialize;
 
@@ -49,7 +49,11 @@ pub struct ListRow {
 
 impl ListsReport {
     /// The report of `entries` under `prefix`.
-    pub fn new(prefix: &str, changed: Option<String>, entries: &[ratewall::ListEntry]) -> Self {
+    pub fn new(
+        prefix: &str,
+        changed: Option<String>,
+        entries: &[ratewall::lists::ListEntry],
+    ) -> Self {
         Self {
             prefix: prefix.to_owned(),
             changed,
@@ -268,11 +272,11 @@ impl InspectReport {
                 .map(|(i, (limit, decision))| LimitState {
                     limit: LimitDescription::new(limit),
                     key: format!("{key}:{}", limit.storage_suffix()),
-                    allowed: decision.allowed,
-                    limit_units: decision.limit,
-                    remaining: decision.remaining,
-                    retry_after_ms: millis(decision.retry_after),
-                    reset_after_ms: millis(decision.reset_after),
+                    allowed: decision.allowed(),
+                    limit_units: decision.limit(),
+                    remaining: decision.remaining(),
+                    retry_after_ms: millis(decision.retry_after()),
+                    reset_after_ms: millis(decision.reset_after()),
                     leases: leases
                         .get(i)
                         .into_iter()
@@ -285,7 +289,7 @@ impl InspectReport {
                         .collect(),
                     in_flight: limit
                         .is_in_flight()
-                        .then(|| decision.limit.saturating_sub(decision.remaining)),
+                        .then(|| decision.limit().saturating_sub(decision.remaining())),
                 })
                 .collect(),
         }

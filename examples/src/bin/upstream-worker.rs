@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratewall::{Auto, Limiter};
+use ratewall::{Limiter, upstream::Auto};
 use ratewall_examples::StartupError;
 use ratewall_examples::upstream::{budget, env_number, worker};
 

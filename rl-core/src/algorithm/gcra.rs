@@ -341,12 +341,12 @@ mod tests {
         let (one, two) = (Limit::per_day(1).unwrap(), Limit::per_day(2).unwrap());
         assert!(one.emission_interval_micros() >= 1 << 31);
         let mut tat = Tat::default();
-        assert!(tat.decide(&one, 0, 1, true).allowed);
-        assert!(!tat.decide(&one, H, 1, true).allowed);
-        assert!(tat.decide(&two, H, 1, true).allowed);
+        assert!(tat.decide(&one, 0, 1, true).allowed());
+        assert!(!tat.decide(&one, H, 1, true).allowed());
+        assert!(tat.decide(&two, H, 1, true).allowed());
         let refused = tat.decide(&two, 2 * H, 1, true);
-        assert!(!refused.allowed);
-        assert_eq!(refused.retry_after, Duration::from_micros(10 * H));
+        assert!(!refused.allowed());
+        assert_eq!(refused.retry_after(), Duration::from_micros(10 * H));
         assert_eq!(std::mem::size_of::<Tat>(), 20);
         assert_eq!(std::mem::align_of::<Tat>(), 4);
     }

@@ -75,19 +75,19 @@ mod tests {
     fn slots_are_held_until_given_back_and_never_more_than_the_limit() {
         let limit = Limit::in_flight(2).unwrap();
         let mut state = Flight::default();
-        assert!(state.decide(&limit, 0, 1, true).allowed);
-        assert!(state.decide(&limit, 0, 1, true).allowed);
+        assert!(state.decide(&limit, 0, 1, true).allowed());
+        assert!(state.decide(&limit, 0, 1, true).allowed());
         let refused = state.decide(&limit, 1_000_000_000, 1, true);
-        assert!(!refused.allowed);
-        assert_eq!(refused.retry_after.as_micros(), u128::from(RETRY_HINT_US));
+        assert!(!refused.allowed());
+        assert_eq!(refused.retry_after().as_micros(), u128::from(RETRY_HINT_US));
         assert!(
             !state.is_idle(u64::MAX - 1),
             "a held slot never expires in memory"
         );
         state.refund(&limit, 0, 1, 0);
         let again = state.decide(&limit, 0, 1, true);
-        assert!(again.allowed);
-        assert_eq!(again.remaining, 0);
+        assert!(again.allowed());
+        assert_eq!(again.remaining(), 0);
         state.refund(&limit, 0, 1, 0);
         state.refund(&limit, 0, 1, 0);
         state.refund(&limit, 0, 1, 0);

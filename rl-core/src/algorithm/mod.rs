@@ -70,7 +70,7 @@ pub(crate) trait State: Default + std::fmt::Debug + Send + 'static {
     #[inline]
     fn admit(&mut self, limit: &Limit, now: u64, cost: u64) -> Result<(), Decision> {
         let decision = self.decide(limit, now, cost, true);
-        if decision.allowed {
+        if decision.allowed() {
             Ok(())
         } else {
             Err(decision)
@@ -103,7 +103,7 @@ pub(crate) trait State: Default + std::fmt::Debug + Send + 'static {
     fn hold(&mut self, limit: &Limit, now: u64, after: u64, left: u64);
 
     /// Gives back `units` unused units of a lease taken at `at` that left
-    /// the state expiring at `stamp` ([`crate::Leased::stamp`]), only where
+    /// the state expiring at `stamp` ([`crate::backend::Leased::stamp`]), only where
     /// giving them back cannot let a later call pass outside the
     /// algorithm's bound: the window algorithms count per window or slot,
     /// so they refund as [`State::refund`] does (in the lease's window or

@@ -155,10 +155,10 @@ impl Timeline {
         let mut admitted = 0;
         while self.now < end {
             let d = decide(&self.limit, &mut self.cell, self.now, 1, true);
-            if d.allowed {
+            if d.allowed() {
                 admitted += 1;
             } else {
-                self.now += us(d.retry_after).max(1);
+                self.now += us(d.retry_after()).max(1);
             }
         }
         admitted
@@ -171,9 +171,9 @@ fn us(d: Duration) -> u64 {
 
 #[track_caller]
 fn assert_allowed(d: Decision, remaining: u64, reset_after_us: u64) {
-    assert!(d.allowed, "expected allowed: {d:?}");
+    assert!(d.allowed(), "expected allowed: {d:?}");
     assert_eq!(
-        (d.remaining, us(d.reset_after), us(d.retry_after)),
+        (d.remaining(), us(d.reset_after()), us(d.retry_after())),
         (remaining, reset_after_us, 0),
         "{d:?}"
     );
@@ -181,8 +181,8 @@ fn assert_allowed(d: Decision, remaining: u64, reset_after_us: u64) {
 
 #[track_caller]
 fn assert_refused(d: Decision, retry_after_us: u64) {
-    assert!(!d.allowed, "expected refused: {d:?}");
-    assert_eq!(us(d.retry_after), retry_after_us, "{d:?}");
+    assert!(!d.allowed(), "expected refused: {d:?}");
+    assert_eq!(us(d.retry_after()), retry_after_us, "{d:?}");
 }
 
 // ---------- fixed window ----------
@@ -194,7 +194,7 @@ fn fixed_window_admits_threshold_per_aligned_window_and_reopens_at_its_end() {
     assert_allowed(t.at(3 * S).call(1), 0, 7 * S);
     let refused = t.at(4 * S).call(1);
     assert_refused(refused, 6 * S);
-    assert_eq!((refused.remaining, us(refused.reset_after)), (0, 6 * S));
+    assert_eq!((refused.remaining(), us(refused.reset_after())), (0, 6 * S));
     assert_refused(t.at(10 * S - 1).call(1), 1);
     assert_allowed(t.at(10 * S).call(1), 1, 10 * S);
 }
@@ -204,7 +204,7 @@ fn fixed_window_refusals_consume_nothing() {
     let mut t = Timeline::new(Algorithm::FixedWindow, 1, 10);
     t.at(0).call(1);
     for _ in 0..100 {
-        assert!(!t.call(1).allowed);
+        assert!(!t.call(1).allowed());
     }
     assert_allowed(t.at(10 * S).call(1), 0, 10 * S);
 }
@@ -215,7 +215,7 @@ fn fixed_window_cost_counts_units_and_refund_returns_them_within_the_window() {
     let taken = t.at(S).call(3);
     assert_allowed(taken, 2, 9 * S);
     assert_refused(t.call(3), 9 * S);
-    t.refund(3, taken.at_micros);
+    t.refund(3, taken.at_micros());
     assert_allowed(t.call(5), 0, 9 * S);
 }
 
@@ -224,7 +224,7 @@ fn fixed_window_refund_of_a_previous_window_changes_nothing() {
     let mut t = Timeline::new(Algorithm::FixedWindow, 1, 10);
     let old = t.at(0).call(1);
     t.at(10 * S).call(1);
-    t.refund(1, old.at_micros);
+    t.refund(1, old.at_micros());
     assert_refused(t.call(1), 10 * S);
 }
 
@@ -237,7 +237,7 @@ fn sliding_log_refuses_until_the_oldest_entry_leaves_the_window() {
     assert_allowed(t.at(S).call(1), 0, 10 * S);
     let refused = t.at(2 * S).call(1);
     assert_refused(refused, 8 * S);
-    assert_eq!(us(refused.reset_after), 9 * S);
+    assert_eq!(us(refused.reset_after()), 9 * S);
     assert_refused(t.at(10 * S - 1).call(1), 1);
     assert_allowed(t.at(10 * S).call(1), 0, 10 * S);
     assert_refused(t.call(1), S);
@@ -251,7 +251,7 @@ fn sliding_log_retry_after_accounts_for_cost() {
     t.at(2 * S).call(1);
     // cost 2 needs the two oldest entries gone: the second leaves at 11 s.
     assert_refused(t.at(3 * S).call(2), 8 * S);
-    assert!(!t.at(11 * S - 1).call(2).allowed);
+    assert!(!t.at(11 * S - 1).call(2).allowed());
     assert_allowed(t.at(11 * S).call(2), 0, 10 * S);
 }
 
@@ -261,7 +261,7 @@ fn sliding_log_counts_calls_in_the_same_microsecond_separately() {
     for remaining in [2, 1, 0] {
         assert_allowed(t.at(5).call(1), remaining, 10 * S);
     }
-    assert!(!t.call(1).allowed);
+    assert!(!t.call(1).allowed());
 }
 
 #[test]
@@ -269,7 +269,7 @@ fn sliding_log_refund_removes_the_refunded_entries() {
     let mut t = Timeline::new(Algorithm::SlidingLog, 2, 10);
     t.at(0).call(1);
     let second = t.at(S).call(1);
-    t.refund(1, second.at_micros);
+    t.refund(1, second.at_micros());
     assert_allowed(t.at(2 * S).call(1), 0, 10 * S);
 }
 
@@ -280,17 +280,17 @@ fn sliding_window_decays_the_oldest_slot_linearly() {
     // 10 per 10 s, 10 slots of 1 s; all 10 admitted at the start of slot 0.
     let mut t = Timeline::new(Algorithm::SlidingWindow, 10, 10);
     for _ in 0..10 {
-        assert!(t.at(0).call(1).allowed);
+        assert!(t.at(0).call(1).allowed());
     }
     let refused = t.call(1);
     // Slot 0 is fully inside the window until 10 s, then decays over 1 s;
     // one unit fits once 10·(1 - r) <= 9, i.e. r = 100 ms into slot 10.
     assert_refused(refused, 10 * S + 100_000);
-    assert_eq!(us(refused.reset_after), 11 * S);
+    assert_eq!(us(refused.reset_after()), 11 * S);
     assert_refused(t.at(10 * S + 99_999).call(1), 1);
     let allowed = t.at(10 * S + 100_000).call(1);
-    assert!(allowed.allowed);
-    assert_eq!(allowed.remaining, 0);
+    assert!(allowed.allowed());
+    assert_eq!(allowed.remaining(), 0);
 }
 
 #[test]
@@ -302,16 +302,16 @@ fn sliding_window_counts_full_slots_inside_the_window() {
     let refused = t.at(9 * S + 500_000).call(1);
     // Slot 0 leaves between 10 s and 11 s: one unit fits when 2·(1 - r) <= 1 → r = 0.5 s.
     assert_refused(refused, S);
-    assert_eq!(us(refused.reset_after), 16 * S - (9 * S + 500_000));
+    assert_eq!(us(refused.reset_after()), 16 * S - (9 * S + 500_000));
 }
 
 #[test]
 fn sliding_window_refund_returns_units_to_their_slot() {
     let mut t = Timeline::new(Algorithm::SlidingWindow, 2, 10);
     let taken = t.at(0).call(2);
-    assert!(!t.call(1).allowed);
-    t.refund(1, taken.at_micros);
-    assert!(t.call(1).allowed);
+    assert!(!t.call(1).allowed());
+    t.refund(1, taken.at_micros());
+    assert!(t.call(1).allowed());
 }
 
 // ---------- token bucket ----------
@@ -332,12 +332,12 @@ fn token_bucket_starts_full_and_refills_fractionally() {
 fn token_bucket_burst_above_threshold_admits_the_burst_then_the_rate() {
     let mut t = Timeline::new(Algorithm::TokenBucket, 1, 10).with_burst(3);
     for _ in 0..3 {
-        assert!(t.at(0).call(1).allowed);
+        assert!(t.at(0).call(1).allowed());
     }
     let refused = t.call(1);
     assert_refused(refused, 10 * S);
-    assert_eq!(refused.limit, 3);
-    assert_eq!(us(refused.reset_after), 30 * S);
+    assert_eq!(refused.limit(), 3);
+    assert_eq!(us(refused.reset_after()), 30 * S);
 }
 
 #[test]
@@ -373,7 +373,10 @@ fn gcra_admits_the_burst_then_one_per_emission_interval() {
     assert_allowed(t.call(1), 0, 10 * S);
     let refused = t.call(1);
     assert_refused(refused, 5 * S);
-    assert_eq!((refused.remaining, us(refused.reset_after)), (0, 10 * S));
+    assert_eq!(
+        (refused.remaining(), us(refused.reset_after())),
+        (0, 10 * S)
+    );
     assert_refused(t.at(5 * S - 1).call(1), 1);
     assert_allowed(t.at(5 * S).call(1), 0, 10 * S);
 }
@@ -401,12 +404,12 @@ fn peeking_never_consumes() {
         let mut t = Timeline::new(algorithm, 2, 10);
         for _ in 0..5 {
             let d = t.at(0).peek(1);
-            assert!(d.allowed, "{algorithm}");
-            assert_eq!(d.remaining, 2, "{algorithm}");
-            assert_eq!(d.reset_after, Duration::ZERO, "{algorithm}");
+            assert!(d.allowed(), "{algorithm}");
+            assert_eq!(d.remaining(), 2, "{algorithm}");
+            assert_eq!(d.reset_after(), Duration::ZERO, "{algorithm}");
         }
-        assert!(t.call(2).allowed, "{algorithm}");
-        assert!(!t.peek(1).allowed, "{algorithm}");
+        assert!(t.call(2).allowed(), "{algorithm}");
+        assert!(!t.peek(1).allowed(), "{algorithm}");
     }
 }
 
@@ -418,16 +421,16 @@ fn a_call_exactly_retry_after_later_is_allowed_for_every_algorithm() {
         for step in 0..40u64 {
             now += step * 137_731 % 2_000_000;
             let d = t.at(now).call(1 + step % 2);
-            if !d.allowed {
-                let wait = us(d.retry_after);
+            if !d.allowed() {
+                let wait = us(d.retry_after());
                 assert!(wait > 0, "{algorithm}");
                 assert!(
-                    !t.at(now + wait - 1).peek(1 + step % 2).allowed,
+                    !t.at(now + wait - 1).peek(1 + step % 2).allowed(),
                     "{algorithm} at {now}: {d:?}"
                 );
                 now += wait;
                 assert!(
-                    t.at(now).call(1 + step % 2).allowed,
+                    t.at(now).call(1 + step % 2).allowed(),
                     "{algorithm} at {now}: {d:?}"
                 );
             }
@@ -449,8 +452,8 @@ fn state_expires_exactly_when_it_equals_a_fresh_one() {
         let fresh = decide(&t.limit, &mut Cell::default(), expires, 1, false);
         let aged = t.at(expires - T0).peek(1);
         assert_eq!(
-            (aged.allowed, aged.remaining),
-            (fresh.allowed, fresh.remaining),
+            (aged.allowed(), aged.remaining()),
+            (fresh.allowed(), fresh.remaining()),
             "{algorithm}"
         );
     }
@@ -491,41 +494,41 @@ fn a_charge_past_the_limit_refuses_until_the_debt_has_drained() {
         Algorithm::LeakyBucket,
     ] {
         let mut t = Timeline::new(algorithm, 4, 8);
-        assert!(t.at(0).call(1).allowed);
+        assert!(t.at(0).call(1).allowed());
         t.charge(5);
         let refused = t.peek(1);
         assert_refused(refused, 6 * S);
-        assert_eq!(refused.remaining, 0, "{algorithm}");
-        assert!(!t.at(6 * S - 1).peek(1).allowed, "{algorithm}");
-        assert!(t.at(6 * S).call(1).allowed, "{algorithm}");
+        assert_eq!(refused.remaining(), 0, "{algorithm}");
+        assert!(!t.at(6 * S - 1).peek(1).allowed(), "{algorithm}");
+        assert!(t.at(6 * S).call(1).allowed(), "{algorithm}");
     }
 }
 
 #[test]
 fn a_window_counts_its_debt_until_the_window_ends() {
     let mut t = Timeline::new(Algorithm::FixedWindow, 4, 10);
-    assert!(t.at(S).call(1).allowed);
+    assert!(t.at(S).call(1).allowed());
     t.charge(5);
     let refused = t.peek(1);
     assert_refused(refused, 9 * S);
-    assert_eq!(refused.remaining, 0);
+    assert_eq!(refused.remaining(), 0);
     // The next window starts fresh: a window's count never outlives it.
     assert_allowed(t.at(10 * S).call(4), 0, 10 * S);
 
     let mut t = Timeline::new(Algorithm::SlidingWindow, 4, 10);
-    assert!(t.at(0).call(1).allowed);
+    assert!(t.at(0).call(1).allowed());
     t.charge(5);
-    assert!(!t.peek(1).allowed);
+    assert!(!t.peek(1).allowed());
     // Charged to the current slot, it decays out of the window as that
     // slot does.
-    assert!(!t.at(10 * S).peek(1).allowed);
-    assert!(t.at(11 * S).call(4).allowed);
+    assert!(!t.at(10 * S).peek(1).allowed());
+    assert!(t.at(11 * S).call(4).allowed());
 }
 
 #[test]
 fn the_sliding_log_takes_at_most_its_threshold_of_debt_at_one_time() {
     let mut t = Timeline::new(Algorithm::SlidingLog, 4, 10);
-    assert!(t.at(S).call(1).allowed);
+    assert!(t.at(S).call(1).allowed());
     t.charge(100);
     assert_eq!(t.cell.log_len(), 4);
     assert_refused(t.peek(1), 10 * S);
@@ -533,7 +536,7 @@ fn the_sliding_log_takes_at_most_its_threshold_of_debt_at_one_time() {
     assert_eq!(t.cell.log_len(), 6);
     // Room for one more needs three to leave: the third oldest is at 1 s.
     assert_refused(t.at(3 * S).peek(1), 8 * S);
-    assert!(t.at(12 * S).call(4).allowed);
+    assert!(t.at(12 * S).call(4).allowed());
 }
 
 #[test]
@@ -546,8 +549,8 @@ fn a_charge_creates_state_and_gives_it_a_ttl() {
         t.at(123).charge(2);
         let expires = t.cell.expires_at(algorithm);
         assert!(expires > T0 + 123, "{algorithm}");
-        assert!(!t.peek(2).allowed, "{algorithm}: 2 of 3 charged");
-        assert!(t.peek(1).allowed, "{algorithm}: 1 of 3 left");
+        assert!(!t.peek(2).allowed(), "{algorithm}: 2 of 3 charged");
+        assert!(t.peek(1).allowed(), "{algorithm}: 1 of 3 left");
     }
 }
 
@@ -559,7 +562,7 @@ fn debt_stops_at_the_cap_where_integers_stay_exact() {
     let mut t = Timeline::new(Algorithm::FixedWindow, 1, 1);
     t.at(0).charge(u64::MAX);
     t.charge(u64::MAX);
-    assert!(!t.peek(1).allowed);
+    assert!(!t.peek(1).allowed());
 }
 
 // ---------- holds: an upstream's word ----------
@@ -574,15 +577,15 @@ fn a_pause_refuses_until_it_ends_then_gcra_and_the_buckets_resume_at_their_rate(
     ] {
         let mut t = Timeline::new(algorithm, 4, 8);
         t.at(0).hold(5 * S, 0);
-        assert!(!t.peek(1).allowed, "{algorithm}");
+        assert!(!t.peek(1).allowed(), "{algorithm}");
         assert!(
-            !t.at(5 * S).peek(1).allowed,
+            !t.at(5 * S).peek(1).allowed(),
             "{algorithm}: none left at the pause's end"
         );
         // The first call passes just after it; then one per emission.
-        assert!(t.at(5 * S + 1).call(1).allowed, "{algorithm}");
-        assert!(!t.peek(1).allowed, "{algorithm}: no burst after a pause");
-        assert!(t.at(7 * S + 1).call(1).allowed, "{algorithm}");
+        assert!(t.at(5 * S + 1).call(1).allowed(), "{algorithm}");
+        assert!(!t.peek(1).allowed(), "{algorithm}: no burst after a pause");
+        assert!(t.at(7 * S + 1).call(1).allowed(), "{algorithm}");
     }
 }
 
@@ -594,16 +597,16 @@ fn a_remaining_count_lowers_what_is_left_and_never_raises_it() {
         }
         let mut t = Timeline::new(algorithm, 10, 60);
         t.at(0).hold(0, 3);
-        assert_eq!(t.peek(1).remaining, 3, "{algorithm}");
+        assert_eq!(t.peek(1).remaining(), 3, "{algorithm}");
         // Saying more is left changes nothing.
         t.hold(0, 8);
-        assert_eq!(t.peek(1).remaining, 3, "{algorithm}");
-        assert!(t.call(3).allowed, "{algorithm}");
-        assert!(!t.peek(1).allowed, "{algorithm}");
+        assert_eq!(t.peek(1).remaining(), 3, "{algorithm}");
+        assert!(t.call(3).allowed(), "{algorithm}");
+        assert!(!t.peek(1).allowed(), "{algorithm}");
         // Nothing said of a fresh state above its capacity.
         let mut fresh = Timeline::new(algorithm, 10, 60);
         fresh.at(0).hold(0, 10);
-        assert_eq!(fresh.peek(1).remaining, 10, "{algorithm}");
+        assert_eq!(fresh.peek(1).remaining(), 10, "{algorithm}");
     }
 }
 
@@ -612,7 +615,7 @@ fn a_window_holds_only_until_its_window_ends() {
     let mut t = Timeline::new(Algorithm::FixedWindow, 4, 10);
     t.at(S).hold(60 * S, 0);
     assert_refused(t.peek(1), 9 * S);
-    assert!(t.at(10 * S).call(4).allowed);
+    assert!(t.at(10 * S).call(4).allowed());
 }
 
 #[test]
@@ -625,20 +628,20 @@ fn a_sliding_window_pause_lasts_about_its_length_not_a_whole_period() {
     let mut t = slots(Timeline::new(Algorithm::SlidingWindow, 60, 60));
     t.at(100 * S).call(20);
     t.at(100 * S + S / 2).hold(20 * S, 0);
-    assert!(!t.peek(1).allowed);
+    assert!(!t.peek(1).allowed());
     assert!(
-        !t.at(120 * S + S / 2 - 1).peek(1).allowed,
+        !t.at(120 * S + S / 2 - 1).peek(1).allowed(),
         "held until the pause ends"
     );
     // Its slot leaves the window over the next slot (room opening as it
     // does), and the 20 taken before still count.
-    assert!(t.at(121 * S + S / 2).peek(1).allowed);
-    assert_eq!(t.at(122 * S).peek(1).remaining, 40);
+    assert!(t.at(121 * S + S / 2).peek(1).allowed());
+    assert_eq!(t.at(122 * S).peek(1).remaining(), 40);
     // A pause longer than the window holds the window (from the current slot).
     let mut long = slots(Timeline::new(Algorithm::SlidingWindow, 60, 60));
     long.at(100 * S).hold(600 * S, 0);
-    assert!(!long.at(159 * S).peek(1).allowed);
-    assert!(long.at(161 * S).peek(1).allowed);
+    assert!(!long.at(159 * S).peek(1).allowed());
+    assert!(long.at(161 * S).peek(1).allowed());
 }
 
 #[test]
@@ -650,11 +653,11 @@ fn debt_read_under_a_longer_interval_stays_within_the_cap() {
     t.at(0).charge(u64::MAX);
     t.limit = Limit::new(1, Duration::from_secs(1)).unwrap();
     let refused = t.at(S).peek(1);
-    assert!(!refused.allowed);
-    assert!(us(refused.retry_after) <= super::DEBT_CAP, "{refused:?}");
+    assert!(!refused.allowed());
+    assert!(us(refused.retry_after()) <= super::DEBT_CAP, "{refused:?}");
     t.hold(u64::MAX, 0);
     t.charge(u64::MAX);
-    assert!(!t.peek(1).allowed);
+    assert!(!t.peek(1).allowed());
 }
 
 #[test]
@@ -687,7 +690,7 @@ fn admit_decides_and_leaves_the_state_as_a_committed_decide() {
             let decision = decided.state(algorithm).decide(limit, now, cost, true);
             let admission = admitted.state(algorithm).admit(limit, now, cost);
             match admission {
-                Ok(()) => assert!(decision.allowed, "{algorithm:?}, step {step}"),
+                Ok(()) => assert!(decision.allowed(), "{algorithm:?}, step {step}"),
                 Err(refusal) => {
                     assert_eq!(refusal, decision, "{algorithm:?}, step {step}");
                     refusals += 1;

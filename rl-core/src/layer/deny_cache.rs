@@ -43,7 +43,6 @@ use parking_lot::RwLock;
 use smallvec::SmallVec;
 
 use super::{Answer, Call, Layer, Plan, Source};
-use crate::model::clock::micros;
 use crate::model::decision::{Decision, Decisions};
 use crate::model::error::Error;
 use crate::model::key::Key;
@@ -145,7 +144,7 @@ pub(crate) struct DenyCache {
     /// Keys held, across shards (lets refunds skip the lookup when empty).
     held: AtomicUsize,
     /// The cache's monotonic clock (the cycle counter where it is reliable,
-    /// as [`crate::SystemClock`] reads it: a few instructions, where
+    /// as [`crate::clock::SystemClock`] reads it: a few instructions, where
     /// `Instant::elapsed` reads the system clock and subtracts timespecs)
     /// and its reading when the cache was made.
     clock: quanta::Clock,
@@ -292,10 +291,10 @@ impl DenyCache {
             if target.limit.is_in_flight() {
                 continue;
             }
-            let wait = if !decision.allowed {
-                decision.retry_after
-            } else if decision.remaining < target.cost {
-                decision.reset_after
+            let wait = if !decision.allowed() {
+                decision.retry_after()
+            } else if decision.remaining() < target.cost {
+                decision.reset_after()
             } else {
                 forget.push(index);
                 continue;
@@ -557,16 +556,9 @@ fn aged(entry: &Refusal, now: u64) -> Decision {
     let elapsed = Duration::from_nanos(now.saturating_sub(entry.since));
     // Whole microseconds, rounded up, like every backend's figures.
     let retry_us = (entry.until - now).div_ceil(1_000);
-    let d = entry.decision;
-    let retry_after = Duration::from_micros(retry_us);
-    Decision {
-        allowed: false,
-        limit: d.limit,
-        remaining: 0,
-        retry_after,
-        reset_after: d.reset_after.saturating_sub(elapsed).max(retry_after),
-        at_micros: d.at_micros.saturating_add(micros(elapsed)),
-    }
+    entry
+        .decision
+        .refused_later(Duration::from_micros(retry_us), elapsed)
 }
 
 #[cfg(test)]

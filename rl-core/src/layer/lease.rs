@@ -169,14 +169,14 @@ impl Lease {
         sent: u64,
         timing: &Timing,
     ) -> Self {
-        let reset_after = micros(decision.reset_after);
+        let reset_after = micros(decision.reset_after());
         let due = |us: u64| sent.saturating_add(us.saturating_mul(1_000));
         let (top, spacing) = match limit.algorithm() {
             Algorithm::FixedWindow => (due(reset_after), 0),
             Algorithm::SlidingWindow => {
                 let size = limit.period_micros() / limit.slots();
-                let slot_end = (decision.at_micros / size + 1) * size;
-                (due(slot_end - decision.at_micros), 0)
+                let slot_end = (decision.at_micros() / size + 1) * size;
+                (due(slot_end - decision.at_micros()), 0)
             }
             // The last unit's theoretical arrival time is the state's new
             // expiry (1 µs early: the meters round it up); unit `k` below
@@ -194,13 +194,13 @@ impl Lease {
         Self {
             limit: *limit,
             units,
-            at: decision.at_micros,
+            at: decision.at_micros(),
             stamp: Leased::stamp(decision),
             sent,
             ends: sent.saturating_add(timing.ttl),
             top,
             spacing,
-            room: decision.remaining,
+            room: decision.remaining(),
             granted,
             initial: units,
             reset_after,
@@ -401,14 +401,7 @@ impl Watched {
         let elapsed = Duration::from_nanos(now.saturating_sub(self.wait_since));
         let retry =
             Duration::from_micros(self.wait_until.saturating_sub(now).div_ceil(1_000).max(1));
-        Decision {
-            allowed: false,
-            limit: d.limit,
-            remaining: 0,
-            retry_after: retry,
-            reset_after: d.reset_after.saturating_sub(elapsed).max(retry),
-            at_micros: d.at_micros.saturating_add(micros(elapsed)),
-        }
+        d.refused_later(retry, elapsed)
     }
 
     /// Units held, usable at `now`, in both leases.

@@ -2,7 +2,7 @@
 //! its limit names (or of every name) is refused at once, without asking
 //! the backend, with its own reason ([`crate::RejectionReason::Denied`]);
 //! a call whose every group is allow-listed is admitted without a decision
-//! ([`crate::Admission::AllowListed`]). The groups of an allow-listed
+//! ([`crate::call::Admission::AllowListed`]). The groups of an allow-listed
 //! identity are left out of a call when it is built (see
 //! [`crate::Limiter::allow`]), so the others are still decided.
 

@@ -177,7 +177,7 @@ impl Observe {
         let Target {
             name, key, limit, ..
         } = target;
-        let retry_after_ms = decision.retry_after.as_millis() as u64;
+        let retry_after_ms = decision.retry_after().as_millis() as u64;
         let identity = Shown(key.identity);
         // Answered from a remembered refusal, or while waiting for a lease.
         let remembered = matches!(source, Source::Cache | Source::Lease);
@@ -208,7 +208,7 @@ impl Observe {
     #[cold]
     #[inline(never)]
     fn shadowed(&self, name: &str, decision: &Decision) {
-        let retry_after_ms = decision.retry_after.as_millis() as u64;
+        let retry_after_ms = decision.retry_after().as_millis() as u64;
         tracing::debug!(
             limit = name,
             retry_after_ms,

@@ -1,7 +1,7 @@
 //! Finding an upstream's limit ([`Auto`], [`Limiter::learn`]): a budget
 //! whose stated limits are a starting point, scaled by what every instance
 //! learns of the upstream and shares through the store
-//! ([`crate::Backend::adjust`]).
+//! ([`crate::backend::Backend::adjust`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -39,18 +39,18 @@ use crate::store::Store;
 ///   accepted, multiplicative on refusal), up to the stated limits.
 ///
 /// Each instance applies the shared scale to its own limits of the group
-/// (as [`crate::Settings::set_limits`] would, logged at debug level) when
+/// (as [`crate::settings::Settings::set_limits`] would, logged at debug level) when
 /// it hears an answer, and reads it at least once per [`Auto::every`]
 /// while its calls are answered; an instance its budget refuses (paused by
 /// another one's refusal) reads it with [`Limiter::refresh_learned`] before
 /// it calls again, as the client layer does. In-flight limits are left as
 /// stated; a tiered group has no limits of its own and is left alone. The
 /// learned limits replace a runtime override
-/// ([`crate::Settings::set_limits`]) of the group: scaling starts from the
+/// ([`crate::settings::Settings::set_limits`]) of the group: scaling starts from the
 /// compiled-in (stated) ones.
 ///
 /// ```
-/// use ratewall::{Auto, CallSpec, GroupSpec, Hold, Limit, Limiter};
+/// use ratewall::{CallSpec, GroupSpec, Limit, Limiter, upstream::{Auto, Hold}};
 /// use std::time::Duration;
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let limiter = Limiter::builder().memory().build()?;
@@ -117,6 +117,11 @@ impl Auto {
     }
 
     /// The share of the scale a refusal keeps (in `(0, 1]`; default 0.7).
+    ///
+    /// # Errors
+    /// [`LimitError::BadCall`], naming the setting and the value, when
+    /// `share_kept` is not in `(0, 1]` (zero, negative, above 1 or not a
+    /// number).
     pub fn keep(mut self, share_kept: f64) -> Result<Self, LimitError> {
         self.keep = share("keep", share_kept, false)?;
         Ok(self)
@@ -124,6 +129,10 @@ impl Auto {
 
     /// The share of the scale added per [`Auto::every`] while the upstream
     /// accepts (in `[0, 1]`; default 0.01).
+    ///
+    /// # Errors
+    /// [`LimitError::BadCall`], naming the setting and the value, when
+    /// `share_added` is not in `[0, 1]` (negative, above 1 or not a number).
     pub fn raise(mut self, share_added: f64) -> Result<Self, LimitError> {
         self.raise = share("raise", share_added, true)?;
         Ok(self)
@@ -138,6 +147,11 @@ impl Auto {
 
     /// The share of a said limit the budget takes (in `(0, 1]`; default 1:
     /// e.g. 0.98 leaves 2 % to calls this budget does not see).
+    ///
+    /// # Errors
+    /// [`LimitError::BadCall`], naming the setting and the value, when
+    /// `share_taken` is not in `(0, 1]` (zero, negative, above 1 or not a
+    /// number).
     pub fn margin(mut self, share_taken: f64) -> Result<Self, LimitError> {
         self.margin = share("margin", share_taken, false)?;
         Ok(self)
@@ -146,13 +160,17 @@ impl Auto {
     /// The least share of the stated limits a budget keeps (in `(0, 1]`;
     /// default 0.01): a call's cost must fit it, or it is refused as
     /// invalid.
+    ///
+    /// # Errors
+    /// [`LimitError::BadCall`], naming the setting and the value, when `least`
+    /// is not in `(0, 1]` (zero, negative, above 1 or not a number).
     pub fn floor(mut self, least: f64) -> Result<Self, LimitError> {
         self.floor = share("floor", least, false)?;
         Ok(self)
     }
 
     /// The scale this instance applies to `group`'s stated limits, in parts
-    /// per million ([`crate::SCALE_ONE`]: as stated), if it learned one.
+    /// per million ([`crate::upstream::SCALE_ONE`]: as stated), if it learned one.
     pub fn scale(&self, group: &str) -> Option<u64> {
         self.known.lock().get(group).map(|k| k.scale)
     }
@@ -253,9 +271,14 @@ impl Limiter {
     /// limits of the group. Answers how many store operations it made.
     /// Pausing the budget is [`Limiter::hold`]'s.
     ///
-    /// Fails when the store cannot keep a learned scale (a custom
-    /// [`crate::Backend`] without [`crate::Backend::adjust`]) or cannot be
-    /// reached; the limits are then left as they were.
+    /// # Errors
+    /// [`Error::Backend`] when the store cannot keep a learned scale (a
+    /// custom [`crate::backend::Backend`] without
+    /// [`crate::backend::Backend::adjust`] answers
+    /// [`BackendError::Protocol`](crate::error::BackendError::Protocol)) or
+    /// cannot be reached, and [`Error::Limit`] when a scale makes a group's
+    /// limits invalid; that group keeps the limits it had (the groups before
+    /// it in `spec` have theirs applied).
     pub async fn learn(
         &self,
         spec: &CallSpec,
@@ -280,11 +303,11 @@ impl Limiter {
     /// operations it made.
     ///
     /// ```
-    /// use ratewall::{Auto, CallSpec, GroupSpec, Hold, Limit, Limiter};
+    /// use ratewall::{CallSpec, GroupSpec, Limit, Limiter, upstream::{Auto, Hold}};
     /// use std::sync::Arc;
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
     /// // Two instances sharing one store.
-    /// let store: Arc<dyn ratewall::Backend> = Arc::new(ratewall::MemoryBackend::new());
+    /// let store: Arc<dyn ratewall::backend::Backend> = Arc::new(ratewall::backend::MemoryBackend::new());
     /// let (one, other) = (
     ///     Limiter::builder().shared_backend(store.clone()).build()?,
     ///     Limiter::builder().shared_backend(store).build()?,
@@ -299,6 +322,12 @@ impl Limiter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # });
     /// ```
+    ///
+    /// # Errors
+    /// As [`Limiter::learn`]: [`Error::Backend`] when the store cannot keep a
+    /// learned scale or cannot be reached, [`Error::Limit`] when a scale makes a
+    /// group's limits invalid; that group keeps the limits it had (the groups
+    /// before it in `spec` have theirs applied).
     pub async fn refresh_learned(&self, spec: &CallSpec, auto: &Auto) -> Result<usize, Error> {
         self.adjust_learned(spec, auto, |_, name, _| auto.read_if_due(name))
             .await
@@ -400,7 +429,7 @@ mod tests {
             .unwrap()
             .with_algorithm(crate::Algorithm::SlidingLog)
             .unwrap();
-        assert!(scaled(&[log], crate::SCALE_CEILING).is_err());
+        assert!(scaled(&[log], crate::upstream::SCALE_CEILING).is_err());
     }
 
     #[test]

@@ -53,7 +53,7 @@ const DEFAULT_LISTS_REFRESH: Duration = Duration::from_secs(1);
 impl LimiterBuilder {
     /// Whether the limiter remembers the backend's refusals and refuses
     /// repeats in process until their `retry_after` (see
-    /// [`Settings::set_deny_cache`](crate::Settings::set_deny_cache)). Default: on for a remote backend, off
+    /// [`Settings::set_deny_cache`](crate::settings::Settings::set_deny_cache)). Default: on for a remote backend, off
     /// for the in-memory one, whose decisions cost about as much as a
     /// remembered refusal and follow the limiter's [`Clock`].
     pub fn deny_cache(mut self, enabled: bool) -> Self {
@@ -141,7 +141,7 @@ impl LimiterBuilder {
     /// a call the limiter gave up on (a timeout, a broken connection) and
     /// answered by its failure policy is taken back in the store once it
     /// answers again (see [`Limiter::pending_cancels`]). Calls that count
-    /// selectively ([`Counting::Settled`](crate::Counting::Settled):
+    /// selectively ([`Counting::Settled`](crate::call::Counting::Settled):
     /// `count = failures`, `count_if`) always do, since their refunds must
     /// not leak; with `true`, every other call does too, at the cost of one
     /// more key written per decision in the store. Default `false`: a call
@@ -152,6 +152,10 @@ impl LimiterBuilder {
     }
 
     /// Builds the limiter.
+    ///
+    /// # Errors
+    /// [`Error::BadPrefix`] when the key prefix is empty or holds `{`, `}` or
+    /// whitespace.
     pub fn build(self) -> Result<Limiter, Error> {
         let prefix = self.prefix.unwrap_or_else(|| "ratewall".to_owned());
         if !valid_prefix(&prefix) {
@@ -242,6 +246,11 @@ impl LimiterBuilder {
 
     /// Builds the limiter and installs it as the process-global one used by
     /// `#[rate_limit]`. Fails if one is already installed.
+    ///
+    /// # Errors
+    /// As [`LimiterBuilder::build`], and [`Error::AlreadyInstalled`] when a
+    /// global limiter is installed already (the one built here is dropped; the
+    /// installed one stays).
     pub fn install(self) -> Result<&'static Limiter, Error> {
         let limiter = self.build()?;
         let mut fresh = false;

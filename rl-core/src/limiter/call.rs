@@ -165,7 +165,7 @@ fn rate_origin(
         .fold(
             None,
             |best: Option<(usize, Decision, Limit)>, ((g, limit), decision)| match best {
-                Some((_, b, _)) if b.remaining <= decision.remaining => best,
+                Some((_, b, _)) if b.remaining() <= decision.remaining() => best,
                 _ => Some((g, decision, limit)),
             },
         )

@@ -113,6 +113,9 @@ impl Limiter {
     }
 
     /// The process-global limiter, once [`LimiterBuilder::install`] has run.
+    ///
+    /// # Errors
+    /// [`Error::NotInstalled`] until [`LimiterBuilder::install`] has run.
     #[inline]
     pub fn global() -> Result<&'static Limiter, Error> {
         // A match, not `ok_or`: the error is built (and dropped) only when
@@ -138,7 +141,7 @@ impl Limiter {
         Key::from_display(&self.prefix, scope, identity)
     }
 
-    /// Whether decisions go to a remote store (a [`Backend`](crate::Backend)
+    /// Whether decisions go to a remote store (a [`Backend`](crate::backend::Backend)
     /// such as Redis): calls then suspend for a round trip, while on the
     /// in-memory store [`CallFuture::now`] always has the result.
     #[inline]
@@ -242,7 +245,7 @@ impl Limiter {
     /// - **GCRA, token bucket, leaky bucket**: the call reserves the
     ///   earliest slot every limit of the call allows, atomically, in the
     ///   same single round trip as any decision (see
-    ///   [`crate::Backend::reserve`]), and sleeps until it: callers queue
+    ///   [`crate::backend::Backend::reserve`]), and sleeps until it: callers queue
     ///   instead of stampeding, and leave at the limit's rate (a leaky bucket
     ///   with `burst = 1` is a true smoother). A slot later than the wait is
     ///   refused at once, with its `retry_after` and nothing reserved.
@@ -270,7 +273,7 @@ impl Limiter {
     /// admitted call waited; `ratewall_wait_seconds` records it.
     ///
     /// ```
-    /// use ratewall::{Algorithm, CallSpec, GroupSpec, Keys, Limit, Limiter, Tier};
+    /// use ratewall::{Algorithm, CallSpec, GroupSpec, Keys, Limit, Limiter, call::Tier};
     /// use std::time::{Duration, Instant};
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
     /// let limiter = Limiter::builder().memory().build()?;
@@ -627,7 +630,7 @@ fn with_decision<T>(
 ) -> impl FnOnce(&MemoryBackend, &Target<'_>) -> Result<T, Decision> {
     move |memory, target| {
         let decision = memory.acquire_target(target);
-        if decision.allowed {
+        if decision.allowed() {
             Ok(admitted(&decision, target.limit))
         } else {
             Err(decision)

@@ -45,10 +45,10 @@ use crate::limiter::spec::CallSpec;
 /// let limit = Limit::per_minute(2)?;
 /// let key = limiter.key("say_hi", &7);
 /// let requests = limiter.requests();
-/// assert!(requests.acquire(&key, &limit, 1).await?.allowed);
-/// assert!(requests.acquire(&key, &limit, 1).await?.allowed);
+/// assert!(requests.acquire(&key, &limit, 1).await?.allowed());
+/// assert!(requests.acquire(&key, &limit, 1).await?.allowed());
 /// let third = requests.acquire(&key, &limit, 1).await?;
-/// assert!(!third.allowed);
+/// assert!(!third.allowed());
 /// assert_eq!(third.retry_after_secs(), 30); // rounded up: waiting that long suffices
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # });
@@ -61,9 +61,17 @@ pub struct Requests<'l> {
 impl<'l> Requests<'l> {
     /// Decides `requests` (named `name` in metrics, logs and rejections)
     /// through every layer and applies the failure policy (`policy`
-    /// overrides the limiter's; a runtime [`Settings::set_policy`](crate::Settings::set_policy) for
+    /// overrides the limiter's; a runtime [`Settings::set_policy`](crate::settings::Settings::set_policy) for
     /// `name` wins over both): the call is admitted, or refused with a
     /// [`Rejection`]. [`Limiter::call`] does the same from a [`CallSpec`].
+    ///
+    /// # Errors
+    /// A [`Rejection`] when the call is not admitted, and why
+    /// ([`Rejection::reason`](crate::Rejection::reason)): a limit refuses it, an
+    /// identity is on a deny list, the batch can never be decided (no request,
+    /// a cost of 0 or above a limit's capacity, one state named twice), or the
+    /// backend fails and the failure policy refuses
+    /// ([`FailurePolicy::FailClosed`]).
     pub async fn check(
         &self,
         name: &str,
@@ -156,6 +164,13 @@ impl<'l> Requests<'l> {
     /// The future decides when first polled, and borrows the key and the
     /// limit, not this handle (`let decided = limiter.requests().acquire(..)`
     /// may be awaited later).
+    ///
+    /// # Errors
+    /// As [`Requests::acquire_all`](crate::call::Requests::acquire_all) of
+    /// one request: [`Error::Limit`] for a cost of 0 or above the limit's
+    /// capacity, or a concurrency limit; [`Error::Denied`] when the key's
+    /// identity is on a deny list; [`Error::Backend`] when the backend
+    /// fails and the failure policy does not decide in process.
     pub fn acquire<'a>(
         &self,
         key: &'a Key,
@@ -233,7 +248,7 @@ impl<'l> Requests<'l> {
             None => target_of(request, key.scope()),
         };
         let decision = memory.acquire_target(&target);
-        if !decision.allowed {
+        if !decision.allowed() {
             self.refused(&target, &decision, remembered.map(|memo| &memo.rejected));
             return decision;
         }
@@ -299,15 +314,29 @@ impl<'l> Requests<'l> {
     /// Decides several limits together, all-or-nothing, in one round trip,
     /// and returns every decision (the deny cache, which knows only a
     /// refusal's binding limit, does not answer these).
+    ///
+    /// # Errors
+    /// [`Error::Limit`] when the batch can never be decided (no request, a cost
+    /// of 0 or above a limit's capacity, one state named twice, a concurrency
+    /// limit, which only a call's permit takes); [`Error::Denied`] when an
+    /// identity is on a deny list; [`Error::Backend`] when the backend fails and
+    /// the failure policy does not decide in process (`FailurePolicy::Local`
+    /// does; with fail-open or fail-closed the error is returned).
     pub async fn acquire_all(&self, requests: &[Request<'_>]) -> Result<Decisions, Error> {
         self.decide(Op::Acquire, requests).await
     }
 
-    /// Like [`Requests::acquire_all`](crate::Requests::acquire_all), idempotent by `request_id`: a retry
+    /// Like [`Requests::acquire_all`](crate::call::Requests::acquire_all), idempotent by `request_id`: a retry
     /// with the same id (e.g. after a timeout whose reply was lost) gets the
     /// first call's decisions back instead of being charged again. Needs a
-    /// backend that implements [`crate::Backend::acquire_once`] (memory and
+    /// backend that implements [`crate::backend::Backend::acquire_once`] (memory and
     /// Redis do).
+    ///
+    /// # Errors
+    /// As [`Requests::acquire_all`](crate::call::Requests::acquire_all);
+    /// [`Error::Backend`] also when the backend refuses `request_id` (the
+    /// memory store does when it was first used for a different number of
+    /// limits).
     pub async fn acquire_all_once(
         &self,
         requests: &[Request<'_>],
@@ -317,29 +346,54 @@ impl<'l> Requests<'l> {
     }
 
     /// Evaluates limits without consuming anything.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] when the batch can never be decided (no request, a cost
+    /// of 0 or above a limit's capacity, one state named twice);
+    /// [`Error::Backend`] when the backend fails, unless the failure policy is
+    /// `FailurePolicy::Local`, which peeks the in-process state instead.
     pub async fn peek_all(&self, requests: &[Request<'_>]) -> Result<Decisions, Error> {
         self.decide(Op::Peek, requests).await
     }
 
     /// Gives back what an allowed decision made at `at_micros` consumed.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] for a batch with no request or one state named twice;
+    /// [`Error::Backend`] when the backend fails, whatever the failure policy
+    /// (the units stay taken).
     pub async fn refund_all(&self, requests: &[Request<'_>], at_micros: u64) -> Result<(), Error> {
         self.apply(Op::Refund(at_micros), requests, false).await
     }
 
     /// Takes each request's cost on top of what its state holds, whatever
-    /// the limits say: debt later calls pay ([`crate::Backend::charge`],
+    /// the limits say: debt later calls pay ([`crate::backend::Backend::charge`],
     /// what [`crate::Permit::settle_cost`] does above an estimate).
+    ///
+    /// # Errors
+    /// [`Error::Limit`] for a batch with no request, one state named twice, or
+    /// a concurrency limit (it counts running calls, not units);
+    /// [`Error::Backend`] when the backend fails, whatever the failure policy.
     pub async fn charge_all(&self, requests: &[Request<'_>]) -> Result<(), Error> {
         self.apply(Op::Charge, requests, false).await
     }
 
     /// Forgets the state of the given keys and limits in the backend.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] for a batch with no request or one state named twice;
+    /// [`Error::Backend`] when the backend fails, whatever the failure policy.
     pub async fn reset_all(&self, requests: &[Request<'_>]) -> Result<(), Error> {
         self.apply(Op::Reset, requests, false).await
     }
 
     /// Forgets the requests' state in the in-process fallback and in the
     /// backend.
+    ///
+    /// # Errors
+    /// As [`Requests::reset_all`](crate::call::Requests::reset_all); the
+    /// in-process state is forgotten first, and stays forgotten when the
+    /// backend then fails.
     pub async fn reset_everywhere(&self, requests: &[Request<'_>]) -> Result<(), Error> {
         self.apply(Op::Reset, requests, true).await?;
         self.apply(Op::Reset, requests, false).await
@@ -348,6 +402,13 @@ impl<'l> Requests<'l> {
     /// Gives back what an admission took: from the backend, or from the
     /// in-process fallback for [`Admission::Local`]; nothing for a
     /// fail-open or shadowed one. Each decision is refunded at its own time.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] for requests that name one state twice;
+    /// [`Error::Backend`] when the backend fails to refund an
+    /// [`Admission::Backend`] (decisions of one time refunded before the
+    /// failure stay refunded). An in-process admission
+    /// ([`Admission::Local`]) is refunded in process, never in the backend.
     pub async fn refund_admission(
         &self,
         requests: &[Request<'_>],
@@ -364,6 +425,9 @@ impl<'l> Requests<'l> {
     /// The current state of `identity` under `name` for each of `limits`,
     /// without consuming (e.g. an admin page: remaining and reset per limit).
     /// The key is built before the returned future, which is `Send`.
+    ///
+    /// # Errors
+    /// As [`Requests::peek_all`](crate::call::Requests::peek_all).
     pub fn peek_identity<'a>(
         &'a self,
         name: &str,
@@ -380,6 +444,9 @@ impl<'l> Requests<'l> {
 
     /// Forgets `identity` under `name` for each of `limits` (e.g. support
     /// staff unblocking a user), in the backend and in the local fallback.
+    ///
+    /// # Errors
+    /// As [`Requests::reset_everywhere`](crate::call::Requests::reset_everywhere).
     pub fn reset_identity<'a>(
         &'a self,
         name: &str,

@@ -545,7 +545,7 @@ pub(crate) fn rate_binding<'a>(
             if limit.is_in_flight() {
                 continue;
             }
-            if best.is_none_or(|(_, b, _)| decision.remaining < b.remaining) {
+            if best.is_none_or(|(_, b, _)| decision.remaining() < b.remaining()) {
                 best = Some((name, decision, *limit));
             }
         }

@@ -50,8 +50,10 @@ impl<'l> Settings<'l> {
     /// assert!(limiter.settings().limits("sms").is_none());
     /// ```
     ///
-    /// Refuses an empty list and limits that would share state (see
-    /// [`Limit::check_distinct`]).
+    /// # Errors
+    /// [`LimitError::NoLimits`] for an empty list and
+    /// [`LimitError::Overlapping`] for limits that would share state (see
+    /// [`Limit::check_distinct`]); the name's limits are then unchanged.
     pub fn set_limits(&self, name: &str, limits: Vec<Limit>) -> Result<(), LimitError> {
         if limits.is_empty() {
             return Err(LimitError::NoLimits);
@@ -64,7 +66,7 @@ impl<'l> Settings<'l> {
     }
 
     /// [`Settings::set_limits`] for what a budget learned of its upstream
-    /// ([`crate::Auto`]): logged at debug level (it may change every second).
+    /// ([`crate::upstream::Auto`]): logged at debug level (it may change every second).
     pub(crate) fn apply_learned(&self, name: &str, limits: Vec<Limit>) -> Result<(), LimitError> {
         Limit::check_distinct(&limits)?;
         let limits: Arc<[Limit]> = limits.into();
@@ -111,7 +113,7 @@ impl<'l> Settings<'l> {
     /// a call wins. Off forgets what was remembered for `name`.
     ///
     /// The deny cache (on by default for remote backends, see
-    /// [`LimiterBuilder::deny_cache`](crate::LimiterBuilder::deny_cache)) remembers, for a key and limit the
+    /// [`LimiterBuilder::deny_cache`](crate::builder::LimiterBuilder::deny_cache)) remembers, for a key and limit the
     /// backend just refused, that it stays refused until its `retry_after`,
     /// and refuses such calls in process (`outcome="rejected"`,
     /// `source="cache"` in `ratewall_decisions_total`) instead of asking the
@@ -119,13 +121,13 @@ impl<'l> Settings<'l> {
     /// is remembered, from the instant before it was asked, for no longer
     /// than its `retry_after` and re-checked (by one caller) at least every
     /// maximum hold; this limiter's refunds, resets and
-    /// [`Settings::set_limits`](crate::Settings::set_limits) forget the key or name at once. It keeps time
+    /// [`Settings::set_limits`](crate::settings::Settings::set_limits) forget the key or name at once. It keeps time
     /// with the process' monotonic clock: turn it off where the backend
     /// decides on a manual clock. A limiter built without it (the memory
     /// store's default) ignores this setting.
     ///
     /// ```
-    /// use ratewall::{Limit, Limiter, Request};
+    /// use ratewall::{Limit, Limiter, backend::Request};
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
     /// let limiter = Limiter::builder().deny_cache(true).build()?;
     /// let limit = Limit::per_hour(1)?;
@@ -148,9 +150,14 @@ impl<'l> Settings<'l> {
     /// entry of the identity for that name (an identity is on one list per
     /// name). This limiter applies it from its next call; a remote backend
     /// shares it with every instance of the key prefix, which apply it
-    /// within [`LimiterBuilder::lists_refresh`](crate::LimiterBuilder::lists_refresh) (plus the time to their next
+    /// within [`LimiterBuilder::lists_refresh`](crate::builder::LimiterBuilder::lists_refresh) (plus the time to their next
     /// call). The identity is rendered before the returned future, which is
     /// `Send`.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the limiter's remote backend cannot save the
+    /// entry; this limiter's lists are then unchanged too. A limiter on the
+    /// memory store does not fail.
     pub fn allow<'a>(
         &'a self,
         name: Option<&str>,
@@ -165,7 +172,7 @@ impl<'l> Settings<'l> {
     /// are refused at once, without asking the backend
     /// ([`crate::RejectionReason::Denied`]; over HTTP `403`, with a
     /// `Retry-After` only when the entry expires). Shared as
-    /// [`Settings::allow`](crate::Settings::allow) is.
+    /// [`Settings::allow`](crate::settings::Settings::allow) is.
     ///
     /// ```
     /// use ratewall::{CallSpec, GroupSpec, Limit, Limiter};
@@ -180,6 +187,9 @@ impl<'l> Settings<'l> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # });
     /// ```
+    ///
+    /// # Errors
+    /// As [`Settings::allow`](crate::settings::Settings::allow).
     pub fn deny<'a>(
         &'a self,
         name: Option<&str>,
@@ -221,6 +231,11 @@ impl<'l> Settings<'l> {
 
     /// Removes `identity` from the lists of the limit `name` (`None`: the
     /// entry for every limit); whether this limiter had it listed.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the limiter's remote backend cannot save the
+    /// removal; this limiter's lists are then unchanged too. A limiter on the
+    /// memory store does not fail.
     pub fn unlist<'a>(
         &'a self,
         name: Option<&str>,

@@ -184,7 +184,7 @@ impl Limiter {
             }
         };
         let decisions = decisions.as_slice().get(range).unwrap_or_default();
-        let mut times: SmallVec<[u64; 2]> = decisions.iter().map(|d| d.at_micros).collect();
+        let mut times: SmallVec<[u64; 2]> = decisions.iter().map(|d| d.at_micros()).collect();
         times.sort_unstable();
         times.dedup();
         for at in times {
@@ -192,7 +192,7 @@ impl Limiter {
             let group: SmallVec<[Target<'_>; 4]> = targets
                 .iter()
                 .zip(decisions)
-                .filter(|(t, d)| d.at_micros == at && !t.limit.is_in_flight())
+                .filter(|(t, d)| d.at_micros() == at && !t.limit.is_in_flight())
                 .map(|(t, _)| *t)
                 .collect();
             if group.is_empty() {

@@ -54,7 +54,7 @@ pub struct GroupSpec {
 
 impl GroupSpec {
     /// A group named `name` (the key's scope, the name in rejections, logs
-    /// and [`Settings::set_limits`](crate::Settings::set_limits)) with compiled-in `limits`, one unit per
+    /// and [`Settings::set_limits`](crate::settings::Settings::set_limits)) with compiled-in `limits`, one unit per
     /// call.
     pub const fn new(name: &'static str, limits: &'static [Limit]) -> Self {
         Self {
@@ -139,14 +139,14 @@ impl GroupSpec {
     /// A tiered group named `name`: each call gives its tier (e.g. the
     /// caller's plan, with [`Keys::tiers`](crate::Keys::tiers)), and is decided by that
     /// tier's limits, on that tier's own state. A tier's limits are looked
-    /// up at run time as `<name>@<tier>` (`api@pro`): [`Settings::set_limits`](crate::Settings::set_limits),
+    /// up at run time as `<name>@<tier>` (`api@pro`): [`Settings::set_limits`](crate::settings::Settings::set_limits),
     /// a limits file and admin overrides change a declared tier, or add one
     /// that is not declared here. A call whose tier is none of these is
     /// decided by the `default` tier if there is one; else it cannot be
     /// decided and the failure policy answers it (see [`Tier`]).
     ///
     /// ```
-    /// use ratewall::{CallSpec, GroupSpec, Limit, Limiter, Tier};
+    /// use ratewall::{CallSpec, GroupSpec, Limit, Limiter, call::Tier};
     /// static FREE: [Limit; 1] = [Limit::from_parts_const(2, 60_000_000, ratewall::Algorithm::Gcra, 2, 10)];
     /// static TIERS: [Tier; 1] = [Tier::new("free", &FREE)];
     /// static API: [GroupSpec; 1] = [GroupSpec::tiered("api", &TIERS)];
@@ -215,7 +215,7 @@ impl GroupSpec {
 /// minute; a success gives its unit back):
 ///
 /// ```
-/// use ratewall::{CallSpec, Counting, GroupSpec, Limit, Limiter};
+/// use ratewall::{CallSpec, GroupSpec, Limit, Limiter, call::Counting};
 ///
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let limiter = Limiter::builder().memory().build()?;
@@ -296,7 +296,7 @@ impl CallSpec {
     }
 
     /// The failure policy of these calls, over the limiter's (a runtime
-    /// [`Settings::set_policy`](crate::Settings::set_policy) for the name wins over both).
+    /// [`Settings::set_policy`](crate::settings::Settings::set_policy) for the name wins over both).
     pub const fn with_policy(mut self, policy: FailurePolicy) -> Self {
         self.policy = Some(policy);
         self
@@ -380,6 +380,15 @@ impl CallSpec {
     /// let too_costly = CallSpec::owned("sms", vec![GroupSpec::owned("sms", vec![Limit::per_minute(1).unwrap()]).with_cost(2)]);
     /// assert!(too_costly.check().is_err());
     /// ```
+    ///
+    /// # Errors
+    /// A [`LimitError`] naming the call or group: [`LimitError::BadCall`] for
+    /// no group, more than [`MAX_GROUPS`], a group without limits or with more
+    /// than one in-flight limit; [`LimitError::Overlapping`] for two limits of
+    /// a group sharing state; [`LimitError::ZeroCost`] or
+    /// [`LimitError::CostExceedsCapacity`] for a cost that no limit of its group
+    /// can take; [`LimitError::BadTier`] for a tier name that is not one, a tier
+    /// named twice, or a tiered group whose name is empty or holds `@`.
     pub fn check(&self) -> Result<(), LimitError> {
         if self.groups.is_empty() {
             return Err(LimitError::BadCall(format!(
@@ -455,7 +464,7 @@ pub(crate) fn check_group(name: &str, limits: &[Limit], cost: u64) -> Result<(),
 /// tier is a limit name, `<group>@<tier>` (`api@pro`): the scope of its
 /// keys (its own state), the name in rejections, `RateLimit` fields and
 /// logs, and the name its limits are set under at run time
-/// ([`Settings::set_limits`](crate::Settings::set_limits), a limits file), where a name `<group>@<tier>`
+/// ([`Settings::set_limits`](crate::settings::Settings::set_limits), a limits file), where a name `<group>@<tier>`
 /// also adds a tier the code does not declare. Shadow mode, the deny-cache
 /// setting and allow/deny entries of the group's name apply to its tiers.
 /// The `limit` label of a tiered call's metrics is `<call>@<tier>` (the
@@ -465,15 +474,15 @@ pub(crate) fn check_group(name: &str, limits: &[Limit], cost: u64) -> Result<(),
 /// by the tier named `default` when the group has one. Otherwise it cannot
 /// be decided: an error naming the tier is logged, and the failure policy
 /// answers — [`FailurePolicy::FailOpen`] admits it
-/// ([`Admission::FailedOpen`](crate::Admission::FailedOpen)); `FailClosed` and `Local` refuse it as
+/// ([`Admission::FailedOpen`](crate::call::Admission::FailedOpen)); `FailClosed` and `Local` refuse it as
 /// unavailable ([`LimitError::UnknownTier`]), counted under the call's own
 /// name. Give a `default` tier when the tier comes from the client.
 ///
 /// ```
-/// use ratewall::{Limit, Tier};
+/// use ratewall::{Limit, call::Tier};
 /// let pro = Tier::owned("pro", vec![Limit::per_minute(1000)?, "20/1s".parse()?]);
 /// assert_eq!((pro.name(), pro.limits().len()), ("pro", 2));
-/// # Ok::<(), ratewall::LimitError>(())
+/// # Ok::<(), ratewall::error::LimitError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct Tier {

@@ -9,7 +9,7 @@ use super::Limiter;
 use super::resolve;
 use crate::model::key::{Key, Part};
 use crate::testing::{Counters, NowOrNever, logged};
-use crate::{Algorithm, CallSpec, GroupSpec, Limit, ManualClock};
+use crate::{Algorithm, CallSpec, GroupSpec, Limit, clock::ManualClock};
 
 /// `sms`: one group `sms_phone` of 3 per minute under `algorithm`.
 fn sms(algorithm: Algorithm) -> CallSpec {
@@ -205,7 +205,7 @@ fn a_call_leaves_the_direct_lane_while_something_else_must_see_it() {
 #[test]
 fn the_readme_diagram_lists_the_builders_layers_in_order() {
     let limiter = Limiter::builder()
-        .backend(crate::MemoryBackend::new())
+        .backend(crate::backend::MemoryBackend::new())
         .build()
         .expect("limiter");
     let built: Vec<&str> = limiter
@@ -341,7 +341,7 @@ fn raw_acquires_meet_the_lists_and_shadow_mode_as_on_the_full_road() {
             .now_or_never()
             .unwrap()
             .unwrap()
-            .allowed
+            .allowed()
     };
     assert!(allowed("dave"));
     assert!(!allowed("dave"));
@@ -384,7 +384,7 @@ fn keys_of_one_scope_and_limit_share_one_memory() {
     let keys: Vec<_> = (0..1_000u32).map(|i| limiter.key("sms_raw", &i)).collect();
     let acquire = |key: &Key, limit: &Limit| {
         let decided = limiter.requests().acquire(key, limit, 1).now_or_never();
-        assert!(decided.unwrap().unwrap().allowed);
+        assert!(decided.unwrap().unwrap().allowed());
     };
     for key in &keys {
         acquire(key, &minute);
@@ -426,7 +426,7 @@ fn an_acquire_decides_when_polled_and_can_be_sent() {
                 .unwrap()
                 .expect("in memory")
                 .unwrap()
-                .allowed
+                .allowed()
         };
         // One call a minute: the dropped future took nothing.
         assert_eq!([polled(limiter), polled(limiter)], [true, false]);
@@ -449,12 +449,12 @@ fn an_acquire_polled_after_it_answered_panics_instead_of_taking_again() {
                 .as_mut()
                 .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
         };
-        assert!(matches!(poll(), std::task::Poll::Ready(Ok(d)) if d.allowed));
+        assert!(matches!(poll(), std::task::Poll::Ready(Ok(d)) if d.allowed()));
         let again = std::panic::catch_unwind(std::panic::AssertUnwindSafe(poll));
         assert!(again.is_err(), "a second poll answered");
         // The second poll took nothing: one of the two calls is left.
         let left = limiter.requests().acquire(&key, &limit, 1).now_or_never();
-        assert!(left.unwrap().unwrap().allowed);
+        assert!(left.unwrap().unwrap().allowed());
     }
 }
 
@@ -477,7 +477,7 @@ fn a_key_used_with_another_store_or_limit_decides_there_as_a_fresh_key() {
     let key = a.key("sms_raw", &"frank");
     let allowed = |limiter: &Limiter, key: &Key, limit: &Limit| {
         let decided = limiter.requests().acquire(key, limit, 1).now_or_never();
-        decided.unwrap().unwrap().allowed
+        decided.unwrap().unwrap().allowed()
     };
     let mut said = Vec::new();
     for _ in 0..2 {
@@ -506,7 +506,7 @@ fn keys_shared_by_threads_admit_exactly_their_limits() {
                 for _ in 0..40 {
                     for key in &keys {
                         let decided = limiter.requests().acquire(key, &limit, 1).now_or_never();
-                        if decided.unwrap().unwrap().allowed {
+                        if decided.unwrap().unwrap().allowed() {
                             admitted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         }
                     }

@@ -7,7 +7,7 @@
 //! A tier is a limit name of its own, `<group>@<tier>` (`api@pro`):
 //!
 //! - its limits are looked up at run time under that name, like any
-//!   group's ([`Settings::set_limits`](crate::Settings::set_limits), a limits file, admin overrides), and
+//!   group's ([`Settings::set_limits`](crate::settings::Settings::set_limits), a limits file, admin overrides), and
 //!   a name `<group>@<tier>` with limits adds a tier the code does not
 //!   declare, usable from the next call;
 //! - it is the scope of its keys (`prefix:{api@pro:alice}`), so each tier

@@ -42,7 +42,7 @@ pub enum Counts {
 /// budget already that full is left as it is).
 ///
 /// ```
-/// use ratewall::{Counts, Hold};
+/// use ratewall::upstream::{Counts, Hold};
 /// use std::time::Duration;
 /// // A 429 with `retry-after: 20` and OpenAI-style remaining counts.
 /// let headers = [
@@ -91,7 +91,7 @@ impl Hold {
     /// At most `units` are left now in group `group` (by index in the
     /// spec): the upstream's own remaining count. The smallest of two counts
     /// holds. A group past the most a spec can have
-    /// ([`MAX_GROUPS`](crate::MAX_GROUPS)) is ignored.
+    /// ([`MAX_GROUPS`](crate::call::MAX_GROUPS)) is ignored.
     pub fn left(mut self, group: usize, units: u64) -> Self {
         at_most(&mut self.left, group, units);
         self
@@ -99,8 +99,8 @@ impl Hold {
 
     /// The upstream's limit for group `group` is `units` (its
     /// `x-ratelimit-limit-*` headers): what a budget that finds its limit
-    /// ([`crate::Auto`]) takes as it is. The smallest of two holds; a group
-    /// past [`MAX_GROUPS`](crate::MAX_GROUPS) is ignored.
+    /// ([`crate::upstream::Auto`]) takes as it is. The smallest of two holds; a group
+    /// past [`MAX_GROUPS`](crate::call::MAX_GROUPS) is ignored.
     pub fn limit(mut self, group: usize, units: u64) -> Self {
         at_most(&mut self.limit, group, units);
         self
@@ -134,7 +134,7 @@ impl Hold {
     }
 
     /// Whether nothing was said that holds a budget (no pause, no count
-    /// left; a limit said is for [`crate::Auto`]).
+    /// left; a limit said is for [`crate::upstream::Auto`]).
     fn holds_nothing(&self) -> bool {
         self.pause.is_none() && self.left.iter().all(Option::is_none)
     }
@@ -239,7 +239,7 @@ impl Hold {
 }
 
 /// Sets group `group`'s count in `counts` to at most `units` (the
-/// smallest said holds); a group past [`MAX_GROUPS`](crate::MAX_GROUPS) is
+/// smallest said holds); a group past [`MAX_GROUPS`](crate::call::MAX_GROUPS) is
 /// ignored.
 fn at_most(counts: &mut SmallVec<[Option<u64>; 2]>, group: usize, units: u64) {
     if group >= crate::limiter::spec::MAX_GROUPS {
@@ -318,7 +318,7 @@ impl Limiter {
     /// reserved calls go at their slots, and its next calls see the pause.
     ///
     /// ```
-    /// use ratewall::{CallSpec, Counts, GroupSpec, Hold, Keys, Limit, Limiter};
+    /// use ratewall::{CallSpec, GroupSpec, Keys, Limit, Limiter, upstream::{Counts, Hold}};
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
     /// let limiter = Limiter::builder().memory().build()?;
     /// let chat = CallSpec::owned("chat", vec![
@@ -336,6 +336,13 @@ impl Limiter {
     ///
     /// The keys are read before this returns: the future borrows none of
     /// them (it is `Send` whatever form they take).
+    ///
+    /// # Errors
+    /// [`Error::Limit`] when `keys` cannot be decided for `spec` (not one
+    /// identity per group and one tier per tiered group, not one cost per
+    /// group, a tier none of its group's),
+    /// before anything is held; [`Error::Backend`] when the store fails a hold
+    /// (the groups held before it stay held).
     pub fn hold<'a>(
         &'a self,
         spec: &'a CallSpec,

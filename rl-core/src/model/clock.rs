@@ -42,7 +42,7 @@ pub trait Clock: Send + Sync + Debug + 'static {
 /// of microseconds. A remote backend keeps its own time (Redis `TIME`).
 ///
 /// ```
-/// use ratewall::{Clock, SystemClock};
+/// use ratewall::clock::{Clock, SystemClock};
 /// let (a, b) = (SystemClock.now_micros(), SystemClock.now_micros());
 /// assert!(b >= a);
 /// let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
@@ -84,7 +84,7 @@ impl Clock for SystemClock {
 /// A clock that only moves when told to; clones share the same time.
 ///
 /// ```
-/// use ratewall::{Clock, ManualClock};
+/// use ratewall::clock::{Clock, ManualClock};
 /// use std::time::Duration;
 /// let clock = ManualClock::new(1_000);
 /// clock.advance(Duration::from_millis(2));

@@ -2,33 +2,48 @@
 
 use std::time::Duration;
 
+use crate::model::clock::micros;
+
 /// The answer for one limit.
 ///
 /// Maps directly onto HTTP `Retry-After` and the IETF `RateLimit` fields.
+/// Read through its accessors; a store builds one with [`Decision::new`].
+///
+/// ```
+/// use ratewall::{Decision, backend::Figures};
+/// use std::time::Duration;
+/// let allowed = Decision::new(Figures {
+///     allowed: true,
+///     limit: 10,
+///     remaining: 9,
+///     reset_after_us: 6_000_000,
+///     ..Figures::default()
+/// });
+/// assert!(allowed.allowed());
+/// assert_eq!((allowed.limit(), allowed.remaining()), (10, 9));
+/// assert_eq!(allowed.retry_after(), Duration::ZERO);
+/// assert_eq!(allowed.reset_after(), Duration::from_secs(6));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Decision {
-    /// Whether the call is admitted.
-    pub allowed: bool,
-    /// The limit's capacity: the threshold, or the burst for token bucket,
-    /// leaky bucket and GCRA.
-    pub limit: u64,
-    /// Units still available right now, after this decision (never negative).
-    pub remaining: u64,
-    /// Zero when allowed; otherwise how long until a call of the same cost
-    /// would be allowed, assuming no other traffic.
-    pub retry_after: Duration,
-    /// How long until the limit is back to its full quota.
-    pub reset_after: Duration,
-    /// The backend's time of the decision, in microseconds since the Unix
-    /// epoch (needed to refund exactly what this decision took).
-    pub at_micros: u64,
+    allowed: bool,
+    limit: u64,
+    remaining: u64,
+    retry_after: Duration,
+    reset_after: Duration,
+    at_micros: u64,
 }
 
 /// A decision's figures in whole microseconds, by name: what stores compute
 /// and [`Decision::new`] turns into a [`Decision`].
 ///
+/// Unlike [`Decision`], its fields are public and it is not
+/// `#[non_exhaustive]`: a store in another crate (`ratewall-redis`) builds
+/// it by struct literal, which a non-exhaustive struct would forbid there.
+///
 /// ```
-/// use ratewall::{Decision, Figures};
+/// use ratewall::{Decision, backend::Figures};
 /// let refused = Decision::new(Figures {
 ///     allowed: false,
 ///     limit: 5,
@@ -66,6 +81,81 @@ impl Decision {
             retry_after: Duration::from_micros(figures.retry_after_us),
             reset_after: Duration::from_micros(figures.reset_after_us),
             at_micros: figures.at_micros,
+        }
+    }
+
+    /// Whether the call is admitted.
+    #[inline]
+    pub const fn allowed(&self) -> bool {
+        self.allowed
+    }
+
+    /// The limit's capacity: the threshold, or the burst for token bucket,
+    /// leaky bucket and GCRA.
+    #[inline]
+    pub const fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Units still available right now, after this decision (never negative).
+    #[inline]
+    pub const fn remaining(&self) -> u64 {
+        self.remaining
+    }
+
+    /// Zero when allowed; otherwise how long until a call of the same cost
+    /// would be allowed, assuming no other traffic.
+    #[inline]
+    pub const fn retry_after(&self) -> Duration {
+        self.retry_after
+    }
+
+    /// How long until the limit is back to its full quota.
+    #[inline]
+    pub const fn reset_after(&self) -> Duration {
+        self.reset_after
+    }
+
+    /// The backend's time of the decision, in microseconds since the Unix
+    /// epoch (needed to refund exactly what this decision took).
+    #[inline]
+    pub const fn at_micros(&self) -> u64 {
+        self.at_micros
+    }
+
+    /// The same figures, allowed with no wait: a reservation that took its
+    /// slot from units given back (the state itself would have refused).
+    #[inline]
+    pub(crate) const fn into_allowed(self) -> Self {
+        Self {
+            allowed: true,
+            retry_after: Duration::ZERO,
+            ..self
+        }
+    }
+
+    /// The same figures, refused (a limit that can never be reserved).
+    #[inline]
+    pub(crate) const fn into_refused(self) -> Self {
+        Self {
+            allowed: false,
+            ..self
+        }
+    }
+
+    /// This decision, remembered in process, as a refusal `elapsed` later
+    /// with `retry_after` left (the deny cache, a lease's holder waiting at
+    /// its limit): nothing remaining, the reset `elapsed` nearer but never
+    /// before the retry, the time `elapsed` on.
+    #[inline]
+    pub(crate) fn refused_later(self, retry_after: Duration, elapsed: Duration) -> Self {
+        Self {
+            allowed: false,
+            limit: self.limit,
+            remaining: 0,
+            retry_after,
+            reset_after: self.reset_after.saturating_sub(elapsed).max(retry_after),
+            at_micros: self.at_micros.saturating_add(micros(elapsed)),
         }
     }
 

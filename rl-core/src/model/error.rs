@@ -121,7 +121,7 @@ impl From<UnknownAlgorithm> for LimitError {
 /// error's [`source`](std::error::Error::source):
 ///
 /// ```
-/// use ratewall::BackendError;
+/// use ratewall::error::BackendError;
 /// use std::error::Error as _;
 ///
 /// let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");

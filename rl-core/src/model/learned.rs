@@ -18,7 +18,7 @@ pub const SCALE_FLOOR: u64 = 1_000;
 /// the upstream says its limit is higher than the stated one.
 pub const SCALE_CEILING: u64 = 1_000 * SCALE_ONE;
 
-/// One change to a learned scale ([`crate::Backend::adjust`]), in parts per
+/// One change to a learned scale ([`crate::backend::Backend::adjust`]), in parts per
 /// million ([`SCALE_ONE`] is the stated limits). The store applies it
 /// atomically, by its own time, and answers the scale after it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -27,7 +27,7 @@ pub(crate) type StateId = (Algorithm, u64, u64);
 /// assert_eq!(limit.threshold(), 5);
 /// assert_eq!(limit.period(), Duration::from_secs(60));
 /// assert!(Limit::new(0, Duration::from_secs(1)).is_err());
-/// # Ok::<(), ratewall::LimitError>(())
+/// # Ok::<(), ratewall::error::LimitError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Limit {
@@ -53,6 +53,12 @@ impl Limit {
 
     /// `threshold` units per `period`, with the default algorithm ([`Algorithm::Gcra`])
     /// and a burst equal to the threshold.
+    ///
+    /// # Errors
+    /// [`LimitError::ZeroThreshold`] for a `threshold` of 0,
+    /// [`LimitError::ZeroPeriod`] for a `period` under one microsecond, and
+    /// [`LimitError::TooLarge`] when `threshold × period` (in µs) exceeds 2^52,
+    /// beyond what every store computes exactly.
     pub fn new(threshold: u64, period: Duration) -> Result<Self, LimitError> {
         Self::from_parts(
             threshold,
@@ -74,8 +80,14 @@ impl Limit {
     /// assert_eq!(ten.threshold(), 10);
     /// assert_eq!(ten.to_string(), "max_in_flight=10 (lease 10s)");
     /// assert!(Limit::in_flight(0).is_err());
-    /// # Ok::<(), ratewall::LimitError>(())
+    /// # Ok::<(), ratewall::error::LimitError>(())
     /// ```
+    ///
+    /// # Errors
+    /// As [`Limit::in_flight_with_ttl`]: [`LimitError::ZeroThreshold`] for a
+    /// `max` of 0, [`LimitError::Other`] with
+    /// [`Problem::InFlightTooLarge`](crate::error::Problem::InFlightTooLarge)
+    /// above 100 000.
     pub fn in_flight(max: u64) -> Result<Self, LimitError> {
         Self::in_flight_with_ttl(max, Self::DEFAULT_LEASE_TTL)
     }
@@ -85,6 +97,14 @@ impl Limit {
     /// when its instance dies, they come back at most `ttl` later. The key
     /// of the slots carries the lease (`if:<ttl_us>`): changing it starts
     /// from an empty set of slots.
+    ///
+    /// # Errors
+    /// [`LimitError::ZeroThreshold`] for a `max` of 0, [`LimitError::ZeroPeriod`]
+    /// for a zero `ttl`, and [`LimitError::Other`] with
+    /// [`Problem::InFlightTooLarge`](crate::error::Problem::InFlightTooLarge)
+    /// for a `max` above 100 000 or
+    /// [`Problem::LeaseTtlOutOfRange`](crate::error::Problem::LeaseTtlOutOfRange)
+    /// for a `ttl` outside 1 s ..= 1 h.
     pub fn in_flight_with_ttl(max: u64, ttl: Duration) -> Result<Self, LimitError> {
         Self::from_parts(
             max,
@@ -107,27 +127,52 @@ impl Limit {
     }
 
     /// `threshold` units per second.
+    ///
+    /// # Errors
+    /// As [`Limit::new`]: [`LimitError::ZeroThreshold`] for 0,
+    /// [`LimitError::TooLarge`] above 4 503 599 627 per second.
     pub fn per_second(threshold: u64) -> Result<Self, LimitError> {
         Self::new(threshold, Duration::from_secs(1))
     }
 
     /// `threshold` units per minute.
+    ///
+    /// # Errors
+    /// As [`Limit::new`]: [`LimitError::ZeroThreshold`] for 0,
+    /// [`LimitError::TooLarge`] above 75 059 993 per minute.
     pub fn per_minute(threshold: u64) -> Result<Self, LimitError> {
         Self::new(threshold, Duration::from_secs(60))
     }
 
     /// `threshold` units per hour.
+    ///
+    /// # Errors
+    /// As [`Limit::new`]: [`LimitError::ZeroThreshold`] for 0,
+    /// [`LimitError::TooLarge`] above 1 250 999 per hour.
     pub fn per_hour(threshold: u64) -> Result<Self, LimitError> {
         Self::new(threshold, Duration::from_secs(3_600))
     }
 
     /// `threshold` units per day.
+    ///
+    /// # Errors
+    /// As [`Limit::new`]: [`LimitError::ZeroThreshold`] for 0,
+    /// [`LimitError::TooLarge`] above 52 124 per day (a longer period allows
+    /// fewer units: `threshold × period` in µs stays within 2^52).
     pub fn per_day(threshold: u64) -> Result<Self, LimitError> {
         Self::new(threshold, Duration::from_secs(86_400))
     }
 
     /// The same limit decided by another algorithm (an error if the limit
     /// leases and `algorithm` cannot, see [`Limit::with_lease`]).
+    ///
+    /// # Errors
+    /// The bound of [`Limit::from_parts`] the limit breaks under `algorithm`
+    /// (e.g. [`LimitError::SlidingLogTooLarge`] for a sliding log above
+    /// [`Limit::SLIDING_LOG_CAP`], [`LimitError::UnevenSlots`] for a sliding
+    /// window whose slots do not divide the period), or [`LimitError::Lease`]
+    /// when the limit leases and `algorithm` cannot lease or its capacity no
+    /// longer holds the lease.
     pub fn with_algorithm(self, algorithm: Algorithm) -> Result<Self, LimitError> {
         Self::from_parts(
             self.threshold,
@@ -141,6 +186,13 @@ impl Limit {
 
     /// The same limit with another burst (capacity of token bucket, leaky bucket
     /// and GCRA; ignored by the window algorithms).
+    ///
+    /// # Errors
+    /// [`LimitError::ZeroBurst`] for a `burst` of 0 (whatever the algorithm),
+    /// [`LimitError::TooLarge`] when a burst above the threshold makes
+    /// `burst × period` (in µs) exceed 2^52 (GCRA and the buckets), and
+    /// [`LimitError::Lease`] when the limit's lease is no longer below the new
+    /// capacity.
     pub fn with_burst(self, burst: u64) -> Result<Self, LimitError> {
         Self::from_parts(
             self.threshold,
@@ -153,6 +205,11 @@ impl Limit {
     }
 
     /// The same limit with another number of sub-windows (sliding-window counter).
+    ///
+    /// # Errors
+    /// [`LimitError::ZeroSlots`] for 0 slots, and [`LimitError::UnevenSlots`]
+    /// when the limit is a sliding window whose period (in µs) `slots` does not
+    /// divide.
     pub fn with_slots(self, slots: u64) -> Result<Self, LimitError> {
         Self::from_parts(
             self.threshold,
@@ -165,6 +222,14 @@ impl Limit {
     }
 
     /// The same limit with another threshold.
+    ///
+    /// # Errors
+    /// [`LimitError::ZeroThreshold`] for 0, [`LimitError::TooLarge`] when
+    /// `threshold × period` (in µs) exceeds 2^52,
+    /// [`LimitError::SlidingLogTooLarge`] for a sliding log above
+    /// [`Limit::SLIDING_LOG_CAP`], [`LimitError::Other`] for a concurrency limit
+    /// above 100 000, and [`LimitError::Lease`] when the limit's lease is no
+    /// longer below the new capacity.
     pub fn with_threshold(self, threshold: u64) -> Result<Self, LimitError> {
         let burst = if self.burst == self.threshold {
             threshold
@@ -192,8 +257,14 @@ impl Limit {
     /// assert!(Limit::per_minute(100)?.with_algorithm(Algorithm::SlidingLog)?.with_lease(10).is_err());
     /// assert!(hot.with_algorithm(Algorithm::SlidingLog).is_err()); // a leasing limit stays leasable
     /// assert!(Limit::in_flight(10)?.with_lease(2).is_err()); // slots are held, not spent
-    /// # Ok::<(), ratewall::LimitError>(())
+    /// # Ok::<(), ratewall::error::LimitError>(())
     /// ```
+    ///
+    /// # Errors
+    /// [`LimitError::Lease`] with the reason
+    /// ([`LeaseProblem`](crate::error::LeaseProblem)): `Zero` for a lease of
+    /// 0, `Algorithm` for the sliding log and for a concurrency limit,
+    /// `TooLarge` for a lease at or above the capacity.
     pub fn with_lease(self, lease: u64) -> Result<Self, LimitError> {
         match ratewall_grammar::check_lease(self.threshold, self.algorithm, self.burst, lease) {
             Ok(()) => Ok(Self { lease, ..self }),
@@ -238,6 +309,19 @@ impl Limit {
 
     /// Builds a limit from raw parts, validating them all
     /// ([`ratewall_grammar::check_limit`]).
+    ///
+    /// # Errors
+    /// The first bound the parts break, as a [`LimitError`] naming the bad
+    /// value, checked in this order: [`LimitError::ZeroThreshold`],
+    /// [`LimitError::ZeroPeriod`], [`LimitError::ZeroBurst`],
+    /// [`LimitError::ZeroSlots`]; [`LimitError::UnevenSlots`] for a sliding
+    /// window whose `slots` do not divide `period_us`; for a concurrency limit
+    /// ([`Algorithm::InFlight`]), [`LimitError::Other`] with a `max` above
+    /// 100 000 or a `period_us` (the slot lease) outside 1 s ..= 1 h;
+    /// [`LimitError::TooLarge`] when the capacity (the larger of threshold and,
+    /// for GCRA and the buckets, burst) times `period_us` exceeds 2^52; and
+    /// [`LimitError::SlidingLogTooLarge`] for a sliding log above
+    /// [`Limit::SLIDING_LOG_CAP`].
     pub fn from_parts(
         threshold: u64,
         period_us: u64,
@@ -335,6 +419,11 @@ impl Limit {
     }
 
     /// Checks that a call of `cost` units could ever be allowed.
+    ///
+    /// # Errors
+    /// [`LimitError::ZeroCost`] for a cost of 0, and
+    /// [`LimitError::CostExceedsCapacity`] for a cost above
+    /// [`Limit::capacity`].
     pub fn check_cost(&self, cost: u64) -> Result<(), LimitError> {
         if cost == 0 {
             Err(LimitError::ZeroCost)
@@ -397,6 +486,10 @@ impl Limit {
 
     /// Checks that limits meant for one key have distinct state ids (e.g. not
     /// `"5/1h"` and `"10/1h"` with one algorithm: the smaller one suffices).
+    ///
+    /// # Errors
+    /// [`LimitError::Overlapping`], naming the first two limits that share an
+    /// algorithm and a period (and, for the sliding window, a slot count).
     pub fn check_distinct(limits: &[Limit]) -> Result<(), LimitError> {
         for (i, a) in limits.iter().enumerate() {
             if let Some(b) = limits[i + 1..]
@@ -461,13 +554,19 @@ impl FromStr for Limit {
 /// [`ratewall_grammar::parse_duration_micros`]).
 ///
 /// ```
-/// use ratewall::parse_duration;
+/// use ratewall::clock::parse_duration;
 /// use std::time::Duration;
 /// assert_eq!(parse_duration("1m")?, Duration::from_secs(60));
 /// assert_eq!(parse_duration("500ms")?, Duration::from_millis(500));
 /// assert!(parse_duration("soon").is_err());
-/// # Ok::<(), ratewall::LimitError>(())
+/// # Ok::<(), ratewall::error::LimitError>(())
 /// ```
+///
+/// # Errors
+/// [`LimitError::BadDuration`] with the text when it is not a whole number
+/// with an optional unit (`us` or `µs`, `ms`, `s` or `sec`, `m` or `min`,
+/// `h`, `d`), e.g. `"1.5s"` or `"soon"`, or when the duration does not fit
+/// a `u64` of microseconds.
 pub fn parse_duration(text: &str) -> Result<Duration, LimitError> {
     ratewall_grammar::parse_duration_micros(text)
         .map(Duration::from_micros)

@@ -53,7 +53,7 @@ impl std::str::FromStr for ListKind {
     }
 }
 
-/// One entry of a list, as listed by [`Settings::list_entries`](crate::Settings::list_entries).
+/// One entry of a list, as listed by [`Settings::list_entries`](crate::settings::Settings::list_entries).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ListEntry {

@@ -6,7 +6,7 @@ use std::fmt;
 /// replaced by `*` (short identities are fully masked).
 ///
 /// ```
-/// use ratewall::Masked;
+/// use ratewall::key::Masked;
 /// assert_eq!(Masked("sms:+8613800000000").to_string(), "sm**************00");
 /// assert_eq!(Masked("bob").to_string(), "***");
 /// ```

@@ -32,7 +32,7 @@ pub enum RejectionReason {
 /// A refused call. Convert it into your handler's error type with `From`.
 ///
 /// ```
-/// use ratewall::{Decision, Figures, Limit, Rejection};
+/// use ratewall::{Decision, Limit, Rejection, backend::Figures};
 /// let limit = Limit::per_minute(1).unwrap();
 /// let decision = Decision::new(Figures {
 ///     allowed: false,
@@ -192,7 +192,7 @@ impl Rejection {
     /// entry that expires (`None` for one that does not).
     pub fn retry_after(&self) -> Option<Duration> {
         match &self.0.reason {
-            RejectionReason::Limited { decision, .. } => Some(decision.retry_after),
+            RejectionReason::Limited { decision, .. } => Some(decision.retry_after()),
             RejectionReason::Denied { until: Some(until) } => Some(
                 until
                     .duration_since(std::time::SystemTime::now())
@@ -240,7 +240,7 @@ impl fmt::Display for Rejection {
                     f,
                     "rate limited by `{}`: retry after {:?}",
                     self.name(),
-                    decision.retry_after
+                    decision.retry_after()
                 )
             }
             RejectionReason::Unavailable(error) => {

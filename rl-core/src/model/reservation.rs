@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::model::decision::Decisions;
 
-/// The answer to [`crate::Backend::reserve`]: a waiting call's place in the
+/// The answer to [`crate::backend::Backend::reserve`]: a waiting call's place in the
 /// queue of every limit it carries, reserved all-or-nothing.
 ///
 /// When allowed, every limit was committed as of one time, the *slot*
@@ -16,12 +16,12 @@ use crate::model::decision::Decisions;
 /// may wait), nothing was changed and the decisions are those of an acquire
 /// at the store's time, with their usual `retry_after`.
 ///
-/// A reservation is given back with [`crate::Backend::cancel`]; what that
+/// A reservation is given back with [`crate::backend::Backend::cancel`]; what that
 /// needs besides the decisions is which limits took a slot another
 /// cancelled call had given back ([`Reservation::took_freed_slot`]).
 ///
 /// ```
-/// use ratewall::{Decision, Decisions, Figures, Reservation};
+/// use ratewall::{Decision, backend::{Decisions, Figures, Reservation}};
 /// use std::time::Duration;
 /// let slot = Decision::new(Figures { allowed: true, limit: 1, at_micros: 1_250_000, ..Figures::default() });
 /// let reserved = Reservation::new(Decisions::one(slot), 1_000_000, [false]);
@@ -77,7 +77,7 @@ impl Reservation {
         if !self.allowed() {
             return None;
         }
-        self.decisions.iter().map(|d| d.at_micros).max()
+        self.decisions.iter().map(|d| d.at_micros()).max()
     }
 
     /// How long the call waits for its slot (zero when refused, or when it

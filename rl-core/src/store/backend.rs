@@ -66,13 +66,19 @@ impl<'a> Request<'a> {
     /// both would be judged against the state before either wrote.
     ///
     /// ```
-    /// use ratewall::{Key, Limit, Request};
+    /// use ratewall::{Key, Limit, backend::Request};
     /// let key = Key::new("app", "sms", "+33600000000");
     /// let (minute, hour) = (Limit::per_minute(1).unwrap(), Limit::per_hour(5).unwrap());
     /// assert!(Request::check_batch(&[Request::new(&key, &minute, 1), Request::new(&key, &hour, 1)]).is_ok());
     /// let also_minute = Limit::per_minute(3).unwrap();
     /// assert!(Request::check_batch(&[Request::new(&key, &minute, 1), Request::new(&key, &also_minute, 1)]).is_err());
     /// ```
+    ///
+    /// # Errors
+    /// [`LimitError::BadCall`] for an empty batch, [`LimitError::ZeroCost`] or
+    /// [`LimitError::CostExceedsCapacity`] for a cost out of
+    /// `1 ..= capacity`, and [`LimitError::Overlapping`] for two requests on
+    /// one state.
     pub fn check_batch(requests: &[Request<'_>]) -> Result<(), LimitError> {
         // (As for a peek: an acquire's in-flight limits also need a lease,
         // which the limiter checks and a backend that keeps leases checks.)
@@ -84,13 +90,18 @@ impl<'a> Request<'a> {
     /// one that queues waiting calls (GCRA, token bucket, leaky bucket).
     ///
     /// ```
-    /// use ratewall::{Algorithm, Key, Limit, Request};
+    /// use ratewall::{Algorithm, Key, Limit, backend::Request};
     /// let key = Key::new("app", "jobs", "tenant-1");
     /// let gcra = Limit::per_second(10).unwrap();
     /// assert!(Request::check_reservation(&[Request::new(&key, &gcra, 1)]).is_ok());
     /// let window = Limit::per_minute(10).unwrap().with_algorithm(Algorithm::FixedWindow).unwrap();
     /// assert!(Request::check_reservation(&[Request::new(&key, &window, 1)]).is_err());
     /// ```
+    ///
+    /// # Errors
+    /// As [`Request::check_batch`], and [`LimitError::BadCall`] for a limit
+    /// that cannot queue waiting calls (the window algorithms, a concurrency
+    /// limit).
     pub fn check_reservation(requests: &[Request<'_>]) -> Result<(), LimitError> {
         Self::check_for(requests, Op::Reserve(0))
     }
@@ -100,13 +111,17 @@ impl<'a> Request<'a> {
     /// amount (past the limit is debt).
     ///
     /// ```
-    /// use ratewall::{Key, Limit, Request};
+    /// use ratewall::{Key, Limit, backend::Request};
     /// let key = Key::new("app", "tokens", "team-a");
     /// let minute = Limit::per_minute(100).unwrap();
     /// assert!(Request::check_charge(&[Request::new(&key, &minute, 250)]).is_ok());
     /// let slots = Limit::in_flight(4).unwrap();
     /// assert!(Request::check_charge(&[Request::new(&key, &slots, 1)]).is_err());
     /// ```
+    ///
+    /// # Errors
+    /// [`LimitError::BadCall`] for an empty batch or a concurrency limit, and
+    /// [`LimitError::Overlapping`] for two requests on one state.
     pub fn check_charge(requests: &[Request<'_>]) -> Result<(), LimitError> {
         Self::check_for(requests, Op::Charge)
     }
@@ -152,8 +167,8 @@ impl Leased {
     /// identifies the state the lease left as long as nothing else wrote.
     pub fn stamp(decision: &crate::model::decision::Decision) -> u64 {
         decision
-            .at_micros
-            .saturating_add(micros(decision.reset_after))
+            .at_micros()
+            .saturating_add(micros(decision.reset_after()))
     }
 }
 
@@ -199,7 +214,26 @@ pub(crate) fn check_lease_batch(
 /// decided ([`Request::check_batch`]).
 ///
 /// Implementations must give the semantics of the in-memory reference
-/// ([`crate::MemoryBackend`]); `ratewall-redis` is held to it by differential tests.
+/// ([`crate::backend::MemoryBackend`]); `ratewall-redis` is held to it by differential tests.
+///
+/// # Errors
+/// Every method answers a [`BackendError`] when the store cannot do what
+/// it asks:
+/// - [`BackendError::Invalid`]: the batch can never be decided
+///   ([`Request::check_batch`]; for [`Backend::reserve`],
+///   [`Request::check_reservation`]), found before anything is decided;
+/// - [`BackendError::Timeout`]: no answer within the store's timeout (the
+///   operation may still have run in the store: [`Backend::acquire_once`]
+///   is for calls that must not count twice);
+/// - [`BackendError::Unavailable`]: the store could not be reached, or the
+///   connection broke;
+/// - [`BackendError::Protocol`]: an answer the backend cannot read, or an
+///   operation it does not implement (the defaults of
+///   [`Backend::cancel_once`], [`Backend::charge`], [`Backend::hold`] and
+///   [`Backend::adjust`]).
+///
+/// [`BackendError::CircuitOpen`] is the limiter's own (its breaker did not
+/// call the backend); a backend does not return it.
 pub trait Backend: Send + Sync + Debug + 'static {
     /// Decides and, when every request is allowed, consumes.
     fn acquire<'a>(
@@ -223,7 +257,7 @@ pub trait Backend: Send + Sync + Debug + 'static {
     /// limits is an error ([`BackendError::Protocol`]).
     ///
     /// The default implementation ignores the id and calls
-    /// [`Backend::acquire`] (not idempotent); [`crate::MemoryBackend`] and
+    /// [`Backend::acquire`] (not idempotent); [`crate::backend::MemoryBackend`] and
     /// `ratewall_redis::RedisBackend` override it.
     fn acquire_once<'a>(
         &'a self,
@@ -244,7 +278,7 @@ pub trait Backend: Send + Sync + Debug + 'static {
     /// order. Idempotent: cancelling twice gives back once.
     ///
     /// The default implementation answers that the store cannot
-    /// ([`BackendError::Protocol`]); [`crate::MemoryBackend`] and
+    /// ([`BackendError::Protocol`]); [`crate::backend::MemoryBackend`] and
     /// `ratewall_redis::RedisBackend` implement it.
     fn cancel_once<'a>(
         &'a self,
@@ -295,7 +329,7 @@ pub trait Backend: Send + Sync + Debug + 'static {
     /// nothing more). One atomic step; in-flight limits are refused.
     ///
     /// The default answers that the store cannot
-    /// ([`BackendError::Protocol`]); [`crate::MemoryBackend`] and
+    /// ([`BackendError::Protocol`]); [`crate::backend::MemoryBackend`] and
     /// `ratewall_redis::RedisBackend` implement it.
     fn charge<'a>(
         &'a self,
@@ -320,7 +354,7 @@ pub trait Backend: Send + Sync + Debug + 'static {
     /// refused.
     ///
     /// The default answers that the store cannot
-    /// ([`BackendError::Protocol`]); [`crate::MemoryBackend`] and
+    /// ([`BackendError::Protocol`]); [`crate::backend::MemoryBackend`] and
     /// `ratewall_redis::RedisBackend` implement it.
     fn hold<'a>(
         &'a self,
@@ -338,13 +372,13 @@ pub trait Backend: Send + Sync + Debug + 'static {
 
     /// Applies `adjust` to the learned scale of limit `name` under key
     /// prefix `prefix` (what every instance sharing the budget learned of
-    /// its upstream's limit, see [`crate::Auto`]) atomically, by the
+    /// its upstream's limit, see [`crate::upstream::Auto`]) atomically, by the
     /// store's time, and answers the scale after it, in parts per million
-    /// of the stated limits ([`crate::SCALE_ONE`]). A scale is forgotten a
+    /// of the stated limits ([`crate::upstream::SCALE_ONE`]). A scale is forgotten a
     /// day after it last changed (back to the stated limits).
     ///
     /// The default answers that the store cannot
-    /// ([`BackendError::Protocol`]); [`crate::MemoryBackend`] and
+    /// ([`BackendError::Protocol`]); [`crate::backend::MemoryBackend`] and
     /// `ratewall_redis::RedisBackend` implement it.
     fn adjust<'a>(
         &'a self,
@@ -376,7 +410,7 @@ pub trait Backend: Send + Sync + Debug + 'static {
     ///
     /// The default grants nothing (it is [`Backend::acquire`]): a backend
     /// that does not implement leasing decides every call itself.
-    /// [`crate::MemoryBackend`] and `ratewall_redis::RedisBackend` implement it.
+    /// [`crate::backend::MemoryBackend`] and `ratewall_redis::RedisBackend` implement it.
     fn acquire_lease<'a>(
         &'a self,
         requests: &'a [Request<'a>],
@@ -416,7 +450,7 @@ pub trait Backend: Send + Sync + Debug + 'static {
     /// Whether the backend implements [`Backend::acquire_once`] and
     /// [`Backend::cancel_once`]: a limiter then gives a call it may have to
     /// take back a request id (see
-    /// [`LimiterBuilder::cancel_abandoned`](crate::LimiterBuilder::cancel_abandoned)).
+    /// [`LimiterBuilder::cancel_abandoned`](crate::builder::LimiterBuilder::cancel_abandoned)).
     /// The default is `false`.
     fn cancels_once(&self) -> bool {
         false

@@ -190,7 +190,7 @@ struct Located {
 /// - Allocation-free on the hot path once an identity exists.
 ///
 /// ```
-/// use ratewall::{Backend, Key, Limit, ManualClock, MemoryBackend, Request};
+/// use ratewall::{Key, Limit, backend::{Backend, MemoryBackend, Request}, clock::ManualClock};
 ///
 /// # tokio_test_block_on(async {
 /// let clock = ManualClock::new(0);
@@ -276,7 +276,7 @@ impl MemoryBackend {
         Self::with_clock(SystemClock)
     }
 
-    /// A backend on the given clock (a [`crate::ManualClock`] in tests).
+    /// A backend on the given clock (a [`crate::clock::ManualClock`] in tests).
     pub fn with_clock(clock: impl Clock) -> Self {
         Self::with_shared_clock(Arc::new(clock))
     }
@@ -493,7 +493,7 @@ impl MemoryBackend {
         }
         let decisions = self.acquire_targets(targets);
         if decisions.allowed() {
-            let at = decisions.iter().map(|d| d.at_micros).max().unwrap_or(now);
+            let at = decisions.iter().map(|d| d.at_micros()).max().unwrap_or(now);
             let longest = targets
                 .iter()
                 .map(|t| t.limit.period_micros())
@@ -541,7 +541,7 @@ impl MemoryBackend {
             .map(|kept| {
                 kept.decisions
                     .iter()
-                    .map(|d| d.at_micros)
+                    .map(|d| d.at_micros())
                     .max()
                     .unwrap_or(now)
             });
@@ -588,7 +588,7 @@ impl MemoryBackend {
                     } else {
                         0
                     };
-                    let extra = lease_size(want, before.remaining, target.cost);
+                    let extra = lease_size(want, before.remaining(), target.cost);
                     granted[i] = extra;
                     let taking = Target {
                         cost: target.cost + extra,
@@ -625,9 +625,12 @@ impl MemoryBackend {
                     .zip(located)
                     .map(|(target, at)| {
                         let shard = guards.shard(at.shard);
-                        let mut decision = decide_in(shard, at, target, now, false, now);
-                        decision.allowed &= !target.limit.is_in_flight();
-                        decision
+                        let decision = decide_in(shard, at, target, now, false, now);
+                        if target.limit.is_in_flight() {
+                            decision.into_refused()
+                        } else {
+                            decision
+                        }
                     })
                     .collect();
                 let count = targets.len();
@@ -643,7 +646,7 @@ impl MemoryBackend {
             for (target, at) in targets.iter().zip(located) {
                 let shard = guards.shard(at.shard);
                 let decision = decide_in(shard, at, target, now, false, now);
-                let wait = micros(decision.retry_after);
+                let wait = micros(decision.retry_after());
                 earliest.push(now.saturating_add(wait));
                 freed.push(freed_of(shard, at, target, now));
                 probe.push(decision);
@@ -664,10 +667,8 @@ impl MemoryBackend {
                 let shard = guards.shard(at.shard);
                 if freed.has(slot, target.cost) {
                     take_freed(shard, at, target, slot);
-                    let mut decision = decide_in(shard, at, target, slot, false, now);
-                    decision.allowed = true;
-                    decision.retry_after = std::time::Duration::ZERO;
-                    decisions.push(decision);
+                    let decision = decide_in(shard, at, target, slot, false, now);
+                    decisions.push(decision.into_allowed());
                     took.push(true);
                 } else {
                     decisions.push(decide_in(shard, at, target, slot, true, now));
@@ -693,7 +694,7 @@ impl MemoryBackend {
                 let Some(decision) = reservation.decisions().as_slice().get(index) else {
                     break;
                 };
-                let mark = slot.saturating_add(micros(decision.reset_after));
+                let mark = slot.saturating_add(micros(decision.reset_after()));
                 let shard = guards.shard(at.shard);
                 let restored = !reservation.took_freed_slot(index)
                     && unreserve_in(shard, at, target, now, slot, mark);

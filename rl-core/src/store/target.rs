@@ -61,7 +61,7 @@ pub(crate) struct Target<'a> {
     pub(crate) cost: u64,
     pub(crate) slot: Option<Slot>,
     /// The lease id an in-flight limit's slot is held under (0: none; see
-    /// [`crate::Request::holder`]).
+    /// [`crate::backend::Request::holder`]).
     pub(crate) lease: u64,
 }
 
@@ -78,11 +78,11 @@ pub(crate) enum Op<'a> {
     Refund(u64),
     /// Take each target's cost on top of what its state holds, whatever
     /// the limit says (a settled call's cost above its estimate: debt that
-    /// later calls pay, see [`crate::Backend::charge`]).
+    /// later calls pay, see [`crate::backend::Backend::charge`]).
     Charge,
     /// Raise each target's state so that at most `left` units remain
     /// `after` µs from now (an upstream's own word: a pause, a remaining
-    /// count; see [`crate::Backend::hold`]). The cost is ignored.
+    /// count; see [`crate::backend::Backend::hold`]). The cost is ignored.
     Hold {
         /// µs from now.
         after: u64,

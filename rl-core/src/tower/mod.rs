@@ -10,7 +10,7 @@
 //! limited by its own group of limits; all of a request's keys are decided
 //! together, all-or-nothing, in one round trip. Keys are limits by name,
 //! shared with the macro and changed at run time by
-//! [`Settings::set_limits`](crate::Settings::set_limits). A key can be
+//! [`Settings::set_limits`](crate::settings::Settings::set_limits). A key can be
 //! tiered ([`RateLimitLayerBuilder::tiered_key`]): its limits then depend
 //! on a tier read from each request (e.g. the plan of an API key).
 //!

@@ -102,6 +102,9 @@ impl fmt::Debug for TierFn {
 /// (`"100/1m"`, the grammar of `#[rate_limit(limits = [...])]`).
 pub trait IntoLimit: sealed::Sealed {
     /// The limit, or why not.
+    ///
+    /// # Errors
+    /// The [`LimitError`] of a limit that cannot be built or read.
     fn into_limit(self) -> Result<Limit, LimitError>;
 }
 
@@ -146,7 +149,7 @@ impl IntoLimit for String {
 /// its limits, decided together, all-or-nothing, in one round trip. Groups
 /// are limits by name, shared with `#[rate_limit]`: a group named
 /// `"api_ip"` keyed by the client IP counts in the same keys as
-/// `also(name = "api_ip", key = ip)`, and [`Settings::set_limits`](crate::Settings::set_limits)`("api_ip", ..)`,
+/// `also(name = "api_ip", key = ip)`, and [`Settings::set_limits`](crate::settings::Settings::set_limits)`("api_ip", ..)`,
 /// a limits file or an admin override changes it for the next request.
 ///
 /// | request | answer |
@@ -228,6 +231,10 @@ static NEXT_LAYER: AtomicU64 = AtomicU64::new(1);
 impl RateLimitLayer {
     /// A layer of one key: requests are limited by `limits` per key from
     /// `key`, under the name `name` (the call's and the group's).
+    ///
+    /// # Errors
+    /// As [`RateLimitLayerBuilder::build`] of one key: [`LayerError::Limit`],
+    /// [`LayerError::Header`] or [`LayerError::Spec`].
     pub fn new<L: IntoLimit>(
         name: &str,
         limits: impl IntoIterator<Item = L>,
@@ -237,8 +244,8 @@ impl RateLimitLayer {
     }
 
     /// Starts a layer whose calls are named `name`: the `limit` label of
-    /// its metrics and the name [`Settings::set_policy`](crate::Settings::set_policy) and
-    /// [`Settings::set_shadow`](crate::Settings::set_shadow) take for the whole call (each key's limits go
+    /// its metrics and the name [`Settings::set_policy`](crate::settings::Settings::set_policy) and
+    /// [`Settings::set_shadow`](crate::settings::Settings::set_shadow) take for the whole call (each key's limits go
     /// by the key's own name).
     pub fn builder(name: &str) -> RateLimitLayerBuilder {
         RateLimitLayerBuilder {

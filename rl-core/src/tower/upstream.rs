@@ -124,7 +124,7 @@ struct Shared<F, RB> {
 /// use std::sync::Arc;
 /// use std::time::Duration;
 /// use ratewall::tower::{Draw, UpstreamLayer};
-/// use ratewall::{CallSpec, Counts, GroupSpec, Limit, Limiter};
+/// use ratewall::{CallSpec, GroupSpec, Limit, Limiter, upstream::Counts};
 /// use tower::{Layer, Service, ServiceExt, service_fn};
 ///
 /// # #[tokio::main(flavor = "current_thread")]

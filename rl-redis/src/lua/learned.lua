@@ -1,6 +1,6 @@
 -- ratewall-redis: one change to a learned scale (what every instance sharing
 -- a budget learned of its upstream's limit), by the server's time. The same
--- rule as `ratewall::Learned::adjusted`.
+-- rule as `ratewall::upstream::Learned::adjusted`.
 --
 -- KEYS[1]  the scale's hash, `<prefix>:{learned}:<name>`: scale (parts per
 --          million of the stated limits), changed and lowered (µs)

@@ -57,12 +57,12 @@ fn a_refusal_is_remembered_until_its_retry_after_from_the_call_start() {
     cache.learn("sms", &call, &Decisions::one(refused(100)), 10 * MS);
     let first = hit(cache.lookup(&call, 10 * MS)).expect("remembered");
     assert_eq!(first.index, 0);
-    assert_eq!(first.decision.retry_after, Duration::from_millis(100));
+    assert_eq!(first.decision.retry_after(), Duration::from_millis(100));
     let later = hit(cache.lookup(&call, 40 * MS)).expect("still remembered");
-    assert_eq!(later.decision.retry_after, Duration::from_millis(70));
-    assert_eq!(later.decision.remaining, 0);
-    assert_eq!(later.decision.reset_after, Duration::from_millis(170));
-    assert_eq!(later.decision.at_micros, 1_000 + 30_000);
+    assert_eq!(later.decision.retry_after(), Duration::from_millis(70));
+    assert_eq!(later.decision.remaining(), 0);
+    assert_eq!(later.decision.reset_after(), Duration::from_millis(170));
+    assert_eq!(later.decision.at_micros(), 1_000 + 30_000);
     assert!(hit(cache.lookup(&call, 110 * MS - 1)).is_some());
     assert_eq!(
         cache.lookup(&call, 110 * MS),
@@ -79,7 +79,7 @@ fn a_partial_microsecond_left_rounds_up_so_waiting_it_out_suffices() {
     let call = [target(&key, &limit, 1)];
     cache.learn("sms", &call, &Decisions::one(refused(1)), 0);
     let hit = hit(cache.lookup(&call, 999_500)).expect("remembered");
-    assert_eq!(hit.decision.retry_after, Duration::from_micros(1));
+    assert_eq!(hit.decision.retry_after(), Duration::from_micros(1));
 }
 
 #[test]
@@ -137,7 +137,7 @@ fn a_multi_limit_call_remembers_the_binding_refusal_and_any_cached_target_refuse
     cache.learn("send", &call, &decisions, 0);
     let found = hit(cache.lookup(&call, MS)).expect("the binding refusal");
     assert_eq!(found.index, 2);
-    assert_eq!(found.decision.retry_after, Duration::from_millis(499));
+    assert_eq!(found.decision.retry_after(), Duration::from_millis(499));
     // Another phone from the same IP is refused by the IP's entry.
     let other = Key::new("rl", "sms", "+2");
     let other_call = [target(&other, &minute, 1), target(&ip, &minute, 1)];

@@ -61,7 +61,7 @@ impl Leases {
                             Take {
                                 limit: &take.limit,
                                 decision,
-                                allowed: decision.allowed,
+                                allowed: decision.allowed(),
                                 extra: take.extra,
                                 granted,
                                 own: 1,
@@ -83,7 +83,7 @@ impl Leases {
                 // Forgotten meanwhile: give the units straight back.
                 if let (Some(d), Some(&granted)) =
                     (leased.decisions.as_slice().first(), leased.granted.first())
-                    && d.allowed
+                    && d.allowed()
                 {
                     retired.push(Pending {
                         key: take.key.clone(),
@@ -137,8 +137,9 @@ impl Leases {
             }
             units
         } else {
-            if !take.decision.allowed && take.extra > 0 {
-                let retry = u64::try_from(take.decision.retry_after.as_nanos()).unwrap_or(u64::MAX);
+            if !take.decision.allowed() && take.extra > 0 {
+                let retry =
+                    u64::try_from(take.decision.retry_after().as_nanos()).unwrap_or(u64::MAX);
                 let wait = retry
                     .max(self.refill_time(take.limit, take.extra))
                     .min(self.timing.ttl);

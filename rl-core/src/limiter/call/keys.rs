@@ -9,7 +9,7 @@ use super::*;
 /// borrows none of it.
 ///
 /// ```
-/// use ratewall::{CallSpec, GroupSpec, Keys, Limit, Limiter, Part};
+/// use ratewall::{CallSpec, GroupSpec, Keys, Limit, Limiter, key::Part};
 /// use std::time::Duration;
 /// let limiter = Limiter::builder().memory().build().unwrap();
 /// let spec = CallSpec::owned("api", vec![
@@ -95,7 +95,7 @@ impl<'a> Keys<'a> {
     /// [`Tier`] for an unknown tier.
     ///
     /// ```
-    /// use ratewall::{CallSpec, FailurePolicy, GroupSpec, Keys, Limiter, Tier};
+    /// use ratewall::{CallSpec, FailurePolicy, GroupSpec, Keys, Limiter, call::Tier};
     /// let limiter = Limiter::builder().memory().build().unwrap();
     /// let api = CallSpec::owned("api", vec![GroupSpec::owned_tiered("api", vec![
     ///     Tier::owned("free", vec!["1/1m".parse().unwrap()]),

@@ -24,9 +24,9 @@ fn the_binding_limit_is_a_rate_limit_even_when_an_in_flight_slot_has_fewer_left(
     let (name, decision, limit) = permit.binding().unwrap();
     assert_eq!(name, "jobs");
     assert_eq!(limit, Limit::per_minute(100).unwrap());
-    assert_eq!(decision.remaining, 99);
+    assert_eq!(decision.remaining(), 99);
     let (group, decision, limit) = permit.binding_group().unwrap();
-    assert_eq!((group, decision.remaining), (0, 99));
+    assert_eq!((group, decision.remaining()), (0, 99));
     assert_eq!(limit, Limit::per_minute(100).unwrap());
 }
 

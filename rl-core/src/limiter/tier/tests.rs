@@ -7,8 +7,9 @@ use std::collections::HashMap;
 use crate::testing::NowOrNever;
 
 use crate::{
-    Admission, Algorithm, CallSpec, Counting, FailurePolicy, GroupSpec, Limit, LimitError, Limiter,
-    RejectionReason, Tier,
+    Algorithm, CallSpec, FailurePolicy, GroupSpec, Limit, Limiter, RejectionReason,
+    call::{Admission, Counting, Tier},
+    error::LimitError,
 };
 
 fn limit(text: &str) -> Limit {
@@ -82,14 +83,14 @@ fn each_tier_keeps_its_own_state() {
         .now_or_never()
         .unwrap()
         .unwrap();
-    assert_eq!(peeked.binding().remaining, 0);
+    assert_eq!(peeked.binding().remaining(), 0);
     let untouched = limiter
         .requests()
         .peek_identity("api@pro", &"dave", &pro)
         .now_or_never()
         .unwrap()
         .unwrap();
-    assert_eq!(untouched.binding().remaining, 5);
+    assert_eq!(untouched.binding().remaining(), 5);
 }
 
 #[test]
@@ -267,7 +268,7 @@ fn the_binding_limit_of_a_tiered_call_is_its_tiers() {
     let (name, decision, limit) = permit.binding().unwrap();
     assert_eq!(name, "api@pro");
     assert_eq!(limit.threshold(), 5);
-    assert_eq!(decision.remaining, 4);
+    assert_eq!(decision.remaining(), 4);
 }
 
 #[test]

@@ -21,7 +21,7 @@ impl MemoryBackend {
     /// period of the batch, and swept like expired state.
     ///
     /// ```
-    /// use ratewall::{Key, Limit, MemoryBackend, Request};
+    /// use ratewall::{Key, Limit, backend::{MemoryBackend, Request}};
     /// let backend = MemoryBackend::new();
     /// let limit = Limit::per_minute(5).unwrap();
     /// let key = Key::new("rl", "pay", "alice");
@@ -29,8 +29,12 @@ impl MemoryBackend {
     /// let first = backend.acquire_once_sync(&req, "retry-1").unwrap();
     /// let again = backend.acquire_once_sync(&req, "retry-1").unwrap();
     /// assert_eq!(first, again);
-    /// assert_eq!(backend.peek_sync(&req)[0].remaining, 4); // charged once
+    /// assert_eq!(backend.peek_sync(&req)[0].remaining(), 4); // charged once
     /// ```
+    ///
+    /// # Errors
+    /// [`BackendError::Protocol`] when `request_id` was used, within the time
+    /// it is kept, for a call with a different number of limits.
     pub fn acquire_once_sync(
         &self,
         requests: &[Request<'_>],
@@ -53,13 +57,13 @@ impl MemoryBackend {
     /// [`Backend::charge`].
     ///
     /// ```
-    /// use ratewall::{Key, Limit, MemoryBackend, Request};
+    /// use ratewall::{Key, Limit, backend::{MemoryBackend, Request}};
     /// let backend = MemoryBackend::new();
     /// let limit = Limit::per_minute(10).unwrap();
     /// let key = Key::new("rl", "tokens", "team-a");
     /// backend.charge_sync(&[Request::new(&key, &limit, 12)]); // 2 past the limit
     /// let now = backend.peek_sync(&[Request::new(&key, &limit, 1)]);
-    /// assert!(!now[0].allowed); // the debt is paid before anyone passes
+    /// assert!(!now[0].allowed()); // the debt is paid before anyone passes
     /// ```
     pub fn charge_sync(&self, requests: &[Request<'_>]) {
         self.charge_targets(&targets(requests));
@@ -69,7 +73,7 @@ impl MemoryBackend {
     /// `after` from now, synchronously, as [`Backend::hold`].
     ///
     /// ```
-    /// use ratewall::{Key, Limit, MemoryBackend, Request};
+    /// use ratewall::{Key, Limit, backend::{MemoryBackend, Request}};
     /// use std::time::Duration;
     /// let backend = MemoryBackend::new();
     /// let limit = Limit::per_minute(600).unwrap(); // one every 100 ms
@@ -78,8 +82,8 @@ impl MemoryBackend {
     /// // The upstream said: retry after 2 s.
     /// backend.hold_sync(&req, Duration::from_secs(2), 0);
     /// let refused = backend.peek_sync(&req);
-    /// assert!(!refused[0].allowed);
-    /// assert!(refused[0].retry_after > Duration::from_millis(1_999));
+    /// assert!(!refused[0].allowed());
+    /// assert!(refused[0].retry_after() > Duration::from_millis(1_999));
     /// ```
     pub fn hold_sync(&self, requests: &[Request<'_>], after: std::time::Duration, left: u64) {
         let after = micros(after);
@@ -91,7 +95,7 @@ impl MemoryBackend {
     /// it. A scale unchanged for a day is forgotten.
     ///
     /// ```
-    /// use ratewall::{Adjust, ManualClock, MemoryBackend, SCALE_ONE};
+    /// use ratewall::{backend::MemoryBackend, clock::ManualClock, upstream::{Adjust, SCALE_ONE}};
     /// use std::time::Duration;
     /// let backend = MemoryBackend::with_clock(ManualClock::new(1_000_000));
     /// let lower = Adjust::Lower { keep: SCALE_ONE / 2, cooldown: Duration::from_secs(5), floor: 0 };
@@ -128,7 +132,7 @@ impl MemoryBackend {
     /// here ([`Backend::reserve`] does).
     ///
     /// ```
-    /// use ratewall::{Algorithm, Key, Limit, ManualClock, MemoryBackend, Request};
+    /// use ratewall::{Algorithm, Key, Limit, backend::{MemoryBackend, Request}, clock::ManualClock};
     /// let backend = MemoryBackend::with_clock(ManualClock::new(1_000_000));
     /// let limit = Limit::per_second(10).unwrap().with_algorithm(Algorithm::LeakyBucket).unwrap().with_burst(1).unwrap();
     /// let key = Key::new("rl", "jobs", "queue");
@@ -149,14 +153,14 @@ impl MemoryBackend {
     /// [`Backend::acquire_lease`] (not validated here).
     ///
     /// ```
-    /// use ratewall::{Key, Limit, MemoryBackend, Request};
+    /// use ratewall::{Key, Limit, backend::{MemoryBackend, Request}};
     /// let backend = MemoryBackend::new();
     /// let limit = Limit::per_minute(100).unwrap().with_algorithm(ratewall::Algorithm::FixedWindow).unwrap();
     /// let key = Key::new("rl", "api", "tenant-1");
     /// let leased = backend.acquire_lease_sync(&[Request::new(&key, &limit, 1)], &[10]);
     /// assert!(leased.decisions.allowed());
     /// assert_eq!(leased.granted, [10]); // the call's unit and 10 more are taken
-    /// assert_eq!(leased.decisions.binding().remaining, 89);
+    /// assert_eq!(leased.decisions.binding().remaining(), 89);
     /// ```
     pub fn acquire_lease_sync(&self, requests: &[Request<'_>], extra: &[u64]) -> Leased {
         let (decisions, granted) = self.lease_targets(&targets(requests), extra);

@@ -53,10 +53,10 @@ fn tables_grow_past_many_identities_and_keep_every_state() {
         .map(|i| Key::from_display("rl", "s", &i))
         .collect();
     for key in &keys {
-        assert!(store.acquire_one(&Request::new(key, &limit, 1)).allowed);
+        assert!(store.acquire_one(&Request::new(key, &limit, 1)).allowed());
     }
     for key in &keys {
-        assert!(!store.acquire_one(&Request::new(key, &limit, 1)).allowed);
+        assert!(!store.acquire_one(&Request::new(key, &limit, 1)).allowed());
     }
     assert_eq!(store.len(), 5_000);
 }
@@ -93,7 +93,7 @@ fn an_address_shares_state_with_its_text_and_never_with_the_number_of_its_value(
     assert!(!acquire(Identity::of(Part::Text("0.0.0.5"))));
     assert!(!acquire(Identity::render(&address)));
     let key = Key::new("rl", "s", "0.0.0.5");
-    assert!(!store.acquire_one(&Request::new(&key, &limit, 1)).allowed);
+    assert!(!store.acquire_one(&Request::new(&key, &limit, 1)).allowed());
     assert!(!acquire(Identity::of(Part::Unsigned(5))));
     assert_eq!(store.len(), 2);
 }
@@ -106,7 +106,7 @@ fn one_identity_under_two_scopes_or_two_limits_has_two_states() {
     let a = Key::new("rl", "a", "x");
     let b = Key::new("rl", "b", "x");
     for (key, limit) in [(&a, &minute), (&b, &minute), (&a, &hour)] {
-        assert!(store.acquire_one(&Request::new(key, limit, 1)).allowed);
+        assert!(store.acquire_one(&Request::new(key, limit, 1)).allowed());
     }
     assert_eq!(store.len(), 3);
 }
@@ -120,13 +120,13 @@ fn two_stores_used_in_turn_by_one_thread_keep_their_own_partitions() {
     let limit = Limit::per_minute(1).unwrap();
     let a = Key::new("rl", "a", "x");
     let b = Key::new("rl", "b", "x");
-    assert!(first.acquire_one(&Request::new(&a, &limit, 1)).allowed);
-    assert!(second.acquire_one(&Request::new(&b, &limit, 1)).allowed);
-    assert!(first.acquire_one(&Request::new(&b, &limit, 1)).allowed);
-    assert!(second.acquire_one(&Request::new(&a, &limit, 1)).allowed);
+    assert!(first.acquire_one(&Request::new(&a, &limit, 1)).allowed());
+    assert!(second.acquire_one(&Request::new(&b, &limit, 1)).allowed());
+    assert!(first.acquire_one(&Request::new(&b, &limit, 1)).allowed());
+    assert!(second.acquire_one(&Request::new(&a, &limit, 1)).allowed());
     for store in [&first, &second] {
-        assert!(!store.acquire_one(&Request::new(&a, &limit, 1)).allowed);
-        assert!(!store.acquire_one(&Request::new(&b, &limit, 1)).allowed);
+        assert!(!store.acquire_one(&Request::new(&a, &limit, 1)).allowed());
+        assert!(!store.acquire_one(&Request::new(&b, &limit, 1)).allowed());
         assert_eq!(store.len(), 2);
     }
 }
@@ -152,7 +152,7 @@ fn a_sweep_gives_back_the_room_of_the_states_it_dropped_and_keeps_the_rest_finda
         .collect();
     for (keys, limit) in [(&brief, &second), (&kept, &hour)] {
         for key in keys {
-            assert!(store.acquire_one(&Request::new(key, limit, 1)).allowed);
+            assert!(store.acquire_one(&Request::new(key, limit, 1)).allowed());
         }
     }
     let grown = room();
@@ -163,7 +163,7 @@ fn a_sweep_gives_back_the_room_of_the_states_it_dropped_and_keeps_the_rest_finda
     assert!(left * 8 <= grown, "room {grown} -> {left} for 1 000 states");
     // Rehashed where a lookup finds them: each is still spent for the hour.
     for key in &kept {
-        assert!(!store.acquire_one(&Request::new(key, &hour, 1)).allowed);
+        assert!(!store.acquire_one(&Request::new(key, &hour, 1)).allowed());
     }
     assert_eq!(store.len(), 1_000);
 }

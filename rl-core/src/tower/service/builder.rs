@@ -22,7 +22,7 @@ pub struct RateLimitLayerBuilder {
 impl RateLimitLayerBuilder {
     /// Adds a key: `limits` per key from `key`, in a group named `name` (the
     /// key's scope, the name in rejections and the name
-    /// [`Settings::set_limits`](crate::Settings::set_limits) changes). Every key of a layer is decided in
+    /// [`Settings::set_limits`](crate::settings::Settings::set_limits) changes). Every key of a layer is decided in
     /// the same call, all-or-nothing: a request refused by one consumes
     /// nothing from the others.
     pub fn key<L: IntoLimit>(
@@ -93,10 +93,10 @@ impl RateLimitLayerBuilder {
     /// or the plan of the user an authentication layer put in the
     /// extensions), each tier on its own state. Declare its tiers with
     /// [`tier`](RateLimitLayerBuilder::tier) right after; tiers configured
-    /// at run time as `<name>@<tier>` ([`Settings::set_limits`](crate::Settings::set_limits)) are used
+    /// at run time as `<name>@<tier>` ([`Settings::set_limits`](crate::settings::Settings::set_limits)) are used
     /// too. A request whose tier is none of these (or `None`) is decided by
     /// the tier named `default` when there is one, else it cannot be
-    /// decided and the failure policy answers (see [`crate::Tier`]): give a
+    /// decided and the failure policy answers (see [`crate::call::Tier`]): give a
     /// `default` when the tier comes from the client.
     ///
     /// ```
@@ -175,7 +175,7 @@ impl RateLimitLayerBuilder {
     }
 
     /// Decides on `limiter` instead of the global one (by default, the one
-    /// [`LimiterBuilder::install`](crate::LimiterBuilder::install) sets,
+    /// [`LimiterBuilder::install`](crate::builder::LimiterBuilder::install) sets,
     /// looked up per request: `503` until it is installed).
     pub fn limiter(mut self, limiter: Arc<Limiter>) -> Self {
         self.limiter = Some(limiter);
@@ -183,7 +183,7 @@ impl RateLimitLayerBuilder {
     }
 
     /// The failure policy of these calls, over the limiter's (a runtime
-    /// [`Settings::set_policy`](crate::Settings::set_policy) for the layer's name wins over both).
+    /// [`Settings::set_policy`](crate::settings::Settings::set_policy) for the layer's name wins over both).
     pub fn policy(mut self, policy: FailurePolicy) -> Self {
         self.policy = Some(policy);
         self
@@ -211,6 +211,14 @@ impl RateLimitLayerBuilder {
     }
 
     /// The layer, or the first problem of its configuration.
+    ///
+    /// # Errors
+    /// The first problem of the configuration: [`LayerError::Limit`] for a
+    /// limit that cannot be built or read, [`LayerError::Header`] for a header
+    /// name that is not one, [`LayerError::DuplicateGroup`] for two keys with
+    /// one name, [`LayerError::Tier`] for a tier without a tiered key, and
+    /// [`LayerError::Spec`] when the keys cannot be decided together (see
+    /// [`CallSpec::check`]).
     pub fn build(self) -> Result<RateLimitLayer, LayerError> {
         if let Some(error) = self.error {
             return Err(error);

@@ -37,7 +37,7 @@ pub(super) fn kept_fields(
     decision: &Decision,
     limit: &Limit,
 ) -> Option<Fields> {
-    let (quota, window) = (decision.limit, refusal::window_secs(limit));
+    let (quota, window) = (decision.limit(), refusal::window_secs(limit));
     let format = || {
         let mut policy = String::with_capacity(name.len() + 32);
         let _ = refusal::write_policy(&mut policy, name, quota, window);
@@ -97,7 +97,7 @@ pub(super) fn tiered_fields(permit: &Permit<'_>) -> Option<Fields> {
 fn current_field(start: &[u8], decision: &Decision) -> Option<HeaderValue> {
     let mut text = [0u8; 160];
     let (mut remaining, mut reset) = (itoa::Buffer::new(), itoa::Buffer::new());
-    let remaining = remaining.format(decision.remaining).as_bytes();
+    let remaining = remaining.format(decision.remaining()).as_bytes();
     let reset = reset.format(decision.reset_after_secs()).as_bytes();
     let len = start.len() + remaining.len() + 3 + reset.len();
     if len > text.len() {

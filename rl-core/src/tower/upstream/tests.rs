@@ -8,7 +8,7 @@ use tower::{Layer, Service, ServiceExt};
 
 use super::{Draw, UpstreamError, UpstreamLayer};
 use crate::testing::{NowOrNever, logged};
-use crate::{CallSpec, Counts, GroupSpec, Limit, Limiter};
+use crate::{CallSpec, GroupSpec, Limit, Limiter, upstream::Counts};
 
 /// A spec of one group: 100 a second and at most `in_flight` at once
 /// (`None`: no in-flight limit).

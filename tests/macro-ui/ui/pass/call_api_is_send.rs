@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratewall::{CallSpec, Counting, GroupSpec, Keys, Limiter, Rejection, Tier};
+use ratewall::{CallSpec, GroupSpec, Keys, Limiter, Rejection, call::{Counting, Tier}};
 
 async fn login(
     limiter: Arc<Limiter>,
