@@ -279,7 +279,7 @@ async fn reset_forgets_the_identity_for_every_limit_of_the_name() {
     assert_eq!(before["limits"][0]["remaining"], 0);
     // (No refused call here: a limiter that saw one keeps refusing in
     // process until its retry_after, whatever another process resets; see
-    // `Limiter::set_deny_cache`.)
+    // `Settings::set_deny_cache`.)
 
     let run = on(&server, &["reset", "sms_phone", PHONE]);
     run.assert_ok();

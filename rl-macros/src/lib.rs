@@ -67,7 +67,7 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// | `reset_on_success` | flag, on the function or in an `also(...)` | off | with `count`/`count_if`: a call that does not count forgets this group's state for its key (consecutive-failure counting) instead of giving back its own units |
 /// | `on_reject` | expression callable as `FnOnce(ratewall::Rejection) -> ReturnType` (closure or path, e.g. `IntoResponse::into_response`) | `Err(From::from(rejection))` | the value a refused call returns; with it the function may return any type |
 /// | `headers` | flag (needs `ratewall`'s `axum` feature) | off | adds `RateLimit-Policy` and `RateLimit` (the binding limit) to a successful response; the return type must implement `WithHeaders`: `http::Response<B>` or `Result<Response<B>, E>` |
-/// | `wait` | integer (seconds) or duration string, > 0 | refuse at once | wait up to this long for room instead of being refused: on `gcra`, `token_bucket` and `leaky_bucket` the call reserves the earliest slot every limit allows and sleeps until it (callers queue); on the window algorithms it retries after each `retry_after` until the deadline (see `Limiter::call_waiting`); not with `tier` or `max_in_flight` |
+/// | `wait` | integer (seconds) or duration string, > 0 | refuse at once | wait up to this long for room instead of being refused: on `gcra`, `token_bucket` and `leaky_bucket` the call reserves the earliest slot every limit allows and sleeps until it (callers queue); on the window algorithms it retries after each `retry_after` until the deadline (see `ratewall::Keys::wait`); a tiered call waits on its tier's limits; not with `max_in_flight`, `count` or `count_if`, nor over limits mixing the window algorithms with the others |
 /// | `crate` | string path to `ratewall` | `"::ratewall"` | for crates that re-export `ratewall` |
 ///
 /// Every argument is checked at compile time, at the offending token:
@@ -365,6 +365,31 @@ fn rate_limit_impl(args: TokenStream2, item: TokenStream2) -> TokenStream2 {
 
 #[cfg(test)]
 mod tests {
+    /// The argument table of this crate's docs lists exactly the
+    /// arguments the parser declares (`attr::ARGUMENTS`, from the one
+    /// `arguments!` table): the one list every other doc links to.
+    #[test]
+    fn the_documented_argument_table_is_the_declared_one() {
+        let docs = include_str!("lib.rs");
+        let mut documented: Vec<&str> = docs
+            .lines()
+            .filter_map(|line| line.strip_prefix("/// | `"))
+            .filter_map(|row| row.split(" |").next())
+            .flat_map(|cell| cell.split('`').step_by(2))
+            .map(|name| name.trim_matches(|c: char| c == '+' || c.is_whitespace()))
+            .map(|name| name.trim_end_matches("(...)"))
+            .filter(|name| !name.is_empty())
+            .collect();
+        documented.sort_unstable();
+        documented.dedup();
+        let mut declared = crate::attr::ARGUMENTS.to_vec();
+        declared.sort_unstable();
+        assert_eq!(
+            documented, declared,
+            "the macro's argument table against its parser"
+        );
+    }
+
     use quote::quote;
 
     #[test]

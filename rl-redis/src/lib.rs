@@ -185,3 +185,17 @@ pub mod __private {
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+// The examples that need this crate in the workspace's README and in the
+// pages of `ratewall::guide` that `ratewall` cannot doctest itself (they
+// connect to Redis): compiled here (`cargo test --doc`; the paths are
+// outside this package, so only under `doctest`, never when packaged).
+#[cfg(doctest)]
+mod workspace_docs {
+    #[doc = include_str!("../../README.md")]
+    struct Readme;
+    #[doc = include_str!("../../rl-core/docs/guide/redis.md")]
+    struct GuideRedis;
+    #[doc = include_str!("../../rl-core/docs/guide/leasing.md")]
+    struct GuideLeasing;
+}

@@ -2,7 +2,7 @@
 //! with which limits, for operators' tools (e.g. `rl-admin`).
 //!
 //! The limiter publishes a name's limits on its first remote decision for
-//! that name, again every hour and after `Limiter::set_limits`
+//! that name, again every hour and after `Settings::set_limits`
 //! ([`ratewall::backend::Backend::publish_limits`]). [`RedisBackend`] keeps them in one
 //! hash per key prefix:
 //!

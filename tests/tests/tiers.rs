@@ -1,5 +1,5 @@
 //! Tiers (per-identity limits) through `#[rate_limit(tier = .., tiers(..))]`
-//! and `Limiter::call_tiered`, on both backends: the in-memory store and a
+//! and `Keys::tiers`, on both backends: the in-memory store and a
 //! `redis-server` started by the harness (and a Redis Cluster for the
 //! concurrency test). Every behaviour test runs once per backend.
 

@@ -1,4 +1,4 @@
-//! Waiting calls (`Limiter::call_waiting`, `CallSpec::with_wait`,
+//! Waiting calls (`Keys::wait`, `CallSpec::with_wait`,
 //! `#[rate_limit(wait = ...)]`) on the in-memory store and on a real Redis
 //! server (and a cluster): callers queue on a leaky bucket and leave at its
 //! drain rate, none waits past its deadline, a dropped waiter's slot goes to

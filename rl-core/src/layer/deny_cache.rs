@@ -14,7 +14,7 @@
 //!
 //! What invalidates an entry early: this limiter refunding or resetting the
 //! key (count-failures mode, [`crate::Limiter::reset_everywhere`]), new
-//! limits for its name ([`crate::Limiter::set_limits`]), shadow mode, or
+//! limits for its name ([`crate::settings::Settings::set_limits`]), shadow mode, or
 //! turning the cache off for the name. A reset made by another process is
 //! seen within the maximum hold (1 s by default): a remembered refusal is
 //! trusted that long at most, then re-checked.

@@ -4,7 +4,7 @@
 //! a call whose every group is allow-listed is admitted without a decision
 //! ([`crate::call::Admission::AllowListed`]). The groups of an allow-listed
 //! identity are left out of a call when it is built (see
-//! [`crate::Limiter::allow`]), so the others are still decided.
+//! [`crate::settings::Settings::allow`]), so the others are still decided.
 
 use std::sync::Arc;
 

@@ -97,7 +97,7 @@ impl<'l> Requests<'l> {
         targets: &[Target<'_>],
         policy: Option<FailurePolicy>,
     ) -> Result<Admission, Rejection> {
-        // Allow-listed keys are not decided (see `Limiter::allow`).
+        // Allow-listed keys are not decided (see `Settings::allow`).
         if self.limiter.registry.any_listed(ListKind::Allow) {
             return self.check_listed(name, requests, targets, policy).await;
         }

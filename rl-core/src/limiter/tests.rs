@@ -200,10 +200,10 @@ fn a_call_leaves_the_direct_lane_while_something_else_must_see_it() {
     assert!(!direct(&limiter, &in_flight));
 }
 
-/// The README's architecture diagram names the builder's layers, in the
+/// The guide's architecture diagram names the builder's layers, in the
 /// builder's order (a remote store: every layer is there).
 #[test]
-fn the_readme_diagram_lists_the_builders_layers_in_order() {
+fn the_guide_diagram_lists_the_builders_layers_in_order() {
     let limiter = Limiter::builder()
         .backend(crate::backend::MemoryBackend::new())
         .build()
@@ -224,17 +224,15 @@ fn the_readme_diagram_lists_the_builders_layers_in_order() {
             "Abandoned" => "abandon",
             "Breaker" => "breaker",
             "Publish" => "publish",
-            other => panic!("a layer the README does not know: {other}"),
+            other => panic!("a layer the guide does not know: {other}"),
         })
         .collect();
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-        .expect("the workspace README");
-    let diagram = readme
-        .split("## Architecture")
+    let page = include_str!("../../docs/guide/architecture.md");
+    let diagram = page
+        .split("```text")
         .nth(1)
-        .and_then(|section| section.split("```text").nth(1))
         .and_then(|block| block.split("```").next())
-        .expect("the README's architecture diagram");
+        .expect("the guide's architecture diagram");
     // The layer lines: three spaces, a name, two or more spaces.
     let listed: Vec<&str> = diagram
         .lines()
@@ -245,7 +243,7 @@ fn the_readme_diagram_lists_the_builders_layers_in_order() {
                 .then_some(name)
         })
         .collect();
-    assert_eq!(listed, built, "the README's layers against the builder's");
+    assert_eq!(listed, built, "the guide's layers against the builder's");
 }
 
 /// One raw `requests().acquire` of `cost` for `key` under `limit`, told

@@ -1,4 +1,4 @@
-//! Waiting calls ([`Limiter::call_waiting`], `CallSpec::with_wait`,
+//! Waiting calls ([`Keys::wait`](crate::Keys::wait), `CallSpec::with_wait`,
 //! `#[rate_limit(wait = "2s")]`): a call that would be refused waits for
 //! room instead, up to its maximum wait.
 //!

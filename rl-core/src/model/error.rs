@@ -96,7 +96,7 @@ pub enum LimitError {
     /// tier: the call cannot be decided, and the failure policy says what
     /// it gets.
     #[error(
-        "tier {tier:?} of `{group}` is unknown: declare it, configure `{group}@{tier}` (e.g. `Limiter::set_limits`), or give `{group}` a `default` tier"
+        "tier {tier:?} of `{group}` is unknown: declare it, configure `{group}@{tier}` (e.g. `limiter.settings().set_limits(\"{group}@{tier}\", ..)`), or give `{group}` a `default` tier"
     )]
     UnknownTier {
         /// The group's name.
