@@ -5,7 +5,6 @@
 #![forbid(unsafe_code)]
 
 pub mod accuracy;
-pub mod admin;
 pub mod captcha;
 pub mod gateway;
 pub mod login;

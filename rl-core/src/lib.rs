@@ -124,7 +124,7 @@
 //!   decided from leases; the gauge `ratewall_leased_units{limit}` the units
 //!   held unused ([`Limiter::leased_units`]); `ratewall_lease_takes_total`,
 //!   `ratewall_lease_units_total{event="taken"|"returned"}` and
-//!   `ratewall_lease_returns_total{result}` the traffic. `rl-admin inspect`
+//!   `ratewall_lease_returns_total{result}` the traffic. `ratewall inspect`
 //!   lists the lease records Redis keeps for an identity's limit.
 //!
 //! # Which algorithm

@@ -81,6 +81,7 @@
 //! | `cluster` | yes | Redis Cluster: [`RedisBackend::connect_cluster`], [`RedisBackend::cluster_builder`] |
 //! | `sentinel` | yes | Redis Sentinel: [`RedisBackend::connect_sentinel`], [`RedisBackend::sentinel_builder`] |
 //! | `tls` | no | `rediss://` through rustls (ring), `RedisBackendBuilder::tls_root_certificates`, `RedisBackendBuilder::tls_client_certificate`, `master_tls` for Sentinel |
+//! | `cli` | no | the `ratewall` command-line tool (`cargo install ratewall-redis --features cli`): lists the limits a deployment registered, inspects and resets an identity's state, edits the shared allow and deny lists; turns on `tls` |
 //!
 //! With `tls`, certificates are checked against the system's roots unless
 //! roots are given. rustls uses the process' default crypto provider;

@@ -1,6 +1,6 @@
 //! [`RedisUrl`]: one string naming a deployment (a server, a Redis Cluster
 //! or the master of a Sentinel deployment), the grammar every tool of this
-//! workspace reads (`REDIS_URL` of the services, `--redis` of `rl-admin`).
+//! workspace reads (`REDIS_URL` of the services, `--redis` of the `ratewall` CLI).
 
 use std::fmt;
 use std::str::FromStr;
@@ -35,7 +35,7 @@ const EXPECTED: &str = "expected one server (redis://host:6379/, rediss:// for T
     commas (Redis Cluster), or redis+sentinel://host:26379,host:26379/master-name (Sentinel)";
 
 /// Where a backend connects, written as one string: the grammar every
-/// service of this workspace reads from `REDIS_URL` and `rl-admin` from
+/// service of this workspace reads from `REDIS_URL` and the `ratewall` CLI from
 /// `--redis`.
 ///
 /// | written as | deployment |
