@@ -4,7 +4,8 @@
 //! `ServiceExt::oneshot` (everything completes without suspending, so a
 //! request is polled once), keyed by the peer IP of `ConnectInfo`.
 //!
-//! `cargo bench -p ratewall --features tower --bench tower`
+//! `cargo bench -p ratewall --features tower,axum --bench tower` (feature `axum`:
+//! the layer reads the client address from axum's `ConnectInfo`)
 //!
 //! - `allowed`: 1 024 client IPs in turn, every request admitted (GCRA on
 //!   both sides); `rl_layer` adds the `RateLimit` fields to each response

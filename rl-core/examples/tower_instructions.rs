@@ -7,7 +7,7 @@
 //! headers (ours trusting `10.0.0.0/8`, theirs `SmartIpKeyExtractor`).
 //!
 //! ```text
-//! cargo build --release -p ratewall --features tower --example tower_instructions
+//! cargo build --release -p ratewall --features tower,axum --example tower_instructions
 //! for v in bare rl rl_no_headers rl_proxied tower_governor tower_governor_headers tower_governor_smart; do
 //!   valgrind --tool=callgrind --callgrind-out-file=/dev/null \
 //!     --toggle-collect='tower_instructions::measured' \

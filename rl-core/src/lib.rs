@@ -60,13 +60,17 @@
 //!   not an error, and a refused call becomes a [`Rejection`].
 //! - `LimitsFile` (feature `config`): limits, failure policies and shadow
 //!   mode per name from a TOML file, applied to a running limiter.
-//! - `ratewall::http` (feature `axum`): a [`Rejection`] as a `429` with
-//!   `Retry-After` and the IETF `RateLimit` fields, the client's IP behind
-//!   trusted proxies, keyed by network (IPv6 by `/64` by default).
-//! - `ratewall::tower` (feature `tower`): a `tower::Layer` limiting routes, routers
-//!   and gRPC servers by client IP or network, header, path parameter,
-//!   request extension or function, several keys all-or-nothing; gRPC
-//!   requests are refused with `RESOURCE_EXHAUSTED`.
+//! - `ratewall::http` (feature `axum`, or `tower`): a [`Rejection`] as a
+//!   `429` with `Retry-After` and the IETF `RateLimit` fields, the client's
+//!   IP behind trusted proxies, keyed by network (IPv6 by `/64` by
+//!   default); with `axum`, axum's `IntoResponse` for [`Rejection`] and the
+//!   `ClientIp` extractor.
+//! - `ratewall::tower` (feature `tower`, without axum): a `tower::Layer`
+//!   limiting routes, routers and gRPC servers (axum, tonic, hyper: any
+//!   tower service over `http` requests) by client IP or network, header,
+//!   request extension or function, and with feature `axum` too by path
+//!   parameter, several keys all-or-nothing; gRPC requests are refused with
+//!   `RESOURCE_EXHAUSTED`.
 //! - `From<Rejection> for tonic::Status` (feature `tonic`) and
 //!   `actix_web::ResponseError for Rejection` (feature `actix`).
 //! - Concurrency limits ([`Limit::in_flight`], `max_in_flight = N`): at most
@@ -180,9 +184,9 @@ mod config;
     )
 )]
 mod refusal;
-// axum integration: 429 responses, client IPs, headers.
-#[cfg(feature = "axum")]
-#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+// HTTP: 429 responses, client IPs, headers (and axum's side of them).
+#[cfg(any(feature = "axum", feature = "tower"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "axum", feature = "tower"))))]
 pub mod http;
 // Route-level limits: a tower layer.
 #[cfg(feature = "tower")]
