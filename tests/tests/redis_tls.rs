@@ -418,3 +418,44 @@ async fn an_application_installs_its_own_rustls_provider_after_connecting_over_t
         .expect("connect over TLS after the install");
     decide_twice(&later, "after-later").await;
 }
+
+/// The connection over TLS is this crate's own (redis-rs' reconnecting
+/// manager makes only its own TLS connections): after the server restarts,
+/// the first calls fail and a later one connects again and decides (the
+/// library loaded again into the empty server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_over_tls_connects_again_after_the_server_restarts() {
+    let pki = Pki::generate();
+    let (server, tls_port) = start(&pki, false);
+    let backend = RedisBackend::builder(rediss(&tls_port))
+        .tls_root_certificates(pki.ca_pem.as_bytes())
+        .timeout(std::time::Duration::from_millis(500))
+        .connect()
+        .await
+        .expect("connect over TLS");
+    decide_twice(&backend, "before-restart").await;
+    let server = std::sync::Arc::new(server);
+    let restarting = server.clone();
+    tokio::task::spawn_blocking(move || restarting.restart())
+        .await
+        .expect("restart");
+    let limit = Limit::per_minute(1).expect("limit");
+    let key = Key::new("tls", "otp", "after-restart");
+    let request = [Request::new(&key, &limit, 1)];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut failures = Vec::new();
+    loop {
+        match backend.acquire(&request).await {
+            Ok(decisions) => {
+                assert!(decisions.allowed(), "a fresh identity after the restart");
+                break;
+            }
+            Err(error) => failures.push(error.to_string()),
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no call decided within 10 s of the restart: {failures:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
