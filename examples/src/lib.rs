@@ -9,7 +9,6 @@
 #![allow(clippy::missing_errors_doc)]
 
 pub mod accuracy;
-pub mod admin;
 pub mod captcha;
 pub mod gateway;
 pub mod login;
@@ -148,13 +147,17 @@ fn backend_failed(target: &str, error: &ratewall::error::BackendError) -> Startu
 /// Connects to one Redis node (a URL [`redis_url`] accepted) and asks
 /// `PING`, turning what goes wrong into a sentence that names the node
 /// (credentials masked). What `PING` cannot tell apart (an answer that is
-/// not Redis, a reset, a TLS handshake left unanswered) is left to the
-/// backend's connect, which looks at the address and says what answers
-/// there.
+/// not Redis, a reset) is left to the backend's connect, which looks at
+/// the address and says what answers there; so is a TLS node
+/// (`rediss://`, `valkeys://`): ratewall-redis makes its TLS connections
+/// itself, and redis-rs here has no TLS of its own (its TLS would set the
+/// process-wide rustls provider).
 async fn ping(url: &str) -> Result<(), StartupError> {
     let shown = ratewall_redis::redact_url(url);
-    let tls = url.trim_start().to_ascii_lowercase().starts_with("rediss")
-        || url.trim_start().to_ascii_lowercase().starts_with("valkeys");
+    let lower = url.trim_start().to_ascii_lowercase();
+    if lower.starts_with("rediss") || lower.starts_with("valkeys") {
+        return Ok(());
+    }
     let client = redis::Client::open(url).map_err(|error| {
         StartupError::new(format!("REDIS_URL: invalid Redis URL `{shown}`: {error}"))
     })?;
@@ -179,13 +182,9 @@ async fn ping(url: &str) -> Result<(), StartupError> {
     let error = match answered {
         Ok(Ok(_)) => return Ok(()),
         Ok(Err(error)) => error,
-        Err(_) if tls => return Ok(()),
         Err(_) => return Err(no_answer()),
     };
     let reason = if error.is_timeout() {
-        if tls {
-            return Ok(());
-        }
         return Err(no_answer());
     } else if error.kind() == redis::ErrorKind::AuthenticationFailed {
         "refused the user name or password given in REDIS_URL (authentication failed)".to_owned()

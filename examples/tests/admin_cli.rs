@@ -1,4 +1,4 @@
-//! `rl-admin`, the real binary, against a real `redis-server` after a real
+//! The `ratewall` CLI (ratewall-redis, feature `cli`), the real binary, against a real `redis-server` after a real
 //! limiter on the Redis backend made decisions: it lists the registry,
 //! inspects an identity without consuming, resets it, prints JSON, and
 //! fails with a clear message and exit code (never a panic).
@@ -14,7 +14,6 @@ use serde_json::Value;
 
 mod common;
 
-const ADMIN: &str = env!("CARGO_BIN_EXE_rl-admin");
 const GATEWAY: &str = env!("CARGO_BIN_EXE_gateway");
 const PHONE: &str = "+8613800000000";
 
@@ -99,15 +98,15 @@ fn admin(args: &[&str]) -> Run {
         status,
         stdout,
         stderr,
-    } = Command::new(ADMIN)
+    } = Command::new(common::ratewall_cli())
         .args(args)
         .env_remove("REDIS_URL")
         .output()
-        .expect("run rl-admin");
+        .expect("run ratewall");
     Run {
         code: status
             .code()
-            .expect("rl-admin exited, not killed by a signal"),
+            .expect("ratewall exited, not killed by a signal"),
         stdout: String::from_utf8(stdout).unwrap(),
         stderr: String::from_utf8(stderr).unwrap(),
     }
@@ -361,7 +360,7 @@ async fn the_default_prefix_against_the_gateway_exits_3_naming_the_prefix_it_use
         all.extend(args);
         admin(&all).assert_failed(
             3,
-            "no limits registered under prefix `rl`: the registry `rl:{limits}` is empty (no \
+            "no limits registered under prefix `ratewall`: the registry `ratewall:{limits}` is empty (no \
              service with this prefix decided a call in the last 7 days); prefixes with a \
              registry in this Redis: `gateway` (pass one with --prefix)",
         );

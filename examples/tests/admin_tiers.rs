@@ -1,4 +1,4 @@
-//! `rl-admin`, the real binary, on tiers (`<group>@<tier>` names) after a
+//! The `ratewall` CLI, the real binary, on tiers (`<group>@<tier>` names) after a
 //! limiter on a real `redis-server` decided tiered calls: the registry
 //! lists each tier, `inspect` and `reset` take a tier's name, and a deny
 //! entry for the group reaches every tier.
@@ -11,19 +11,19 @@ use ratewall_redis::RedisBackend;
 use ratewall_tests::harness::RedisServer;
 use serde_json::Value;
 
-const ADMIN: &str = env!("CARGO_BIN_EXE_rl-admin");
+mod common;
 
-/// `rl-admin --redis <server> --prefix app <args>`: its JSON output.
+/// `ratewall --redis <server> --prefix app <args>`: its JSON output.
 fn admin(server: &RedisServer, args: &[&str]) -> Value {
     let url = server.url();
-    let output = Command::new(ADMIN)
+    let output = Command::new(common::ratewall_cli())
         .args(["--redis", &url, "--prefix", "app", "--json"])
         .args(args)
         .env_remove("REDIS_URL")
         .output()
-        .expect("run rl-admin");
+        .expect("run ratewall");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "rl-admin {args:?}: {stderr}");
+    assert!(output.status.success(), "ratewall {args:?}: {stderr}");
     serde_json::from_slice(&output.stdout).expect("JSON")
 }
 
@@ -42,7 +42,7 @@ fn api() -> CallSpec {
 }
 
 #[tokio::test]
-async fn rl_admin_lists_inspects_resets_and_denies_by_tier() {
+async fn the_cli_lists_inspects_resets_and_denies_by_tier() {
     let server = RedisServer::start();
     let limiter = Limiter::builder()
         .backend(RedisBackend::connect(server.url()).await.unwrap())

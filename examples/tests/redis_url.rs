@@ -1,4 +1,4 @@
-//! One URL grammar: the services (`REDIS_URL`) and `rl-admin` (`--redis`)
+//! One URL grammar: the services (`REDIS_URL`) and the `ratewall` CLI (`--redis`)
 //! accept and refuse exactly the same strings, both through
 //! `ratewall_redis::RedisUrl`, with the same sentence saying what is wrong,
 //! and both name an address that does not speak Redis. The real binaries,
@@ -15,7 +15,6 @@ use std::time::Duration;
 use common::run_to_exit;
 use ratewall_redis::RedisUrl;
 
-const ADMIN: &str = env!("CARGO_BIN_EXE_rl-admin");
 const SMS: &str = env!("CARGO_BIN_EXE_sms");
 const LOGIN: &str = env!("CARGO_BIN_EXE_login");
 const GATEWAY: &str = env!("CARGO_BIN_EXE_gateway");
@@ -32,15 +31,15 @@ fn closed_port() -> u16 {
         .port()
 }
 
-/// `rl-admin --redis <url> --timeout 1s limits`: exit code and stderr.
+/// `ratewall --redis <url> --timeout 1s limits`: exit code and stderr.
 fn admin(url: &str) -> (i32, String) {
-    let output = Command::new(ADMIN)
+    let output = Command::new(common::ratewall_cli())
         .args(["--redis", url, "--timeout", "1s", "limits"])
         .env_remove("REDIS_URL")
         .output()
-        .expect("run rl-admin");
+        .expect("run ratewall");
     (
-        output.status.code().expect("rl-admin exited"),
+        output.status.code().expect("ratewall exited"),
         String::from_utf8(output.stderr).unwrap(),
     )
 }
@@ -94,7 +93,7 @@ fn table() -> Vec<(String, Option<&'static str>)> {
 }
 
 #[test]
-fn the_services_and_rl_admin_accept_and_refuse_the_same_urls_with_the_same_reason() {
+fn the_services_and_the_cli_accept_and_refuse_the_same_urls_with_the_same_reason() {
     let table = table();
     // The services wait up to 5 s on an address that never answers: run
     // every row at once.
@@ -119,7 +118,7 @@ fn the_services_and_rl_admin_accept_and_refuse_the_same_urls_with_the_same_reaso
                 let error = url.parse::<RedisUrl>().expect_err(url);
                 assert!(error.reason().contains(reason), "{url}: {error}");
                 assert_eq!(admin_code, 2, "{url}: {admin_err}");
-                assert_eq!(admin_err.trim_end(), format!("rl-admin: {error}"), "{url}");
+                assert_eq!(admin_err.trim_end(), format!("ratewall: {error}"), "{url}");
                 assert_eq!(
                     sms_err.trim_end(),
                     format!("sms: REDIS_URL: {error}"),

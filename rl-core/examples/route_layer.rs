@@ -2,7 +2,8 @@
 //! one route of an axum router, keyed by client IP, while another route
 //! stays unlimited.
 //!
-//! `cargo run -p ratewall --features tower --example route_layer`
+//! `cargo run -p ratewall --features tower,axum --example route_layer` (feature
+//! `axum`: the layer reads the client address from axum's `ConnectInfo`)
 //!
 //! The example sends requests straight to the router (no socket) and prints
 //! each answer. Served for real, the router needs connect info for the

@@ -1,6 +1,9 @@
-//! HTTP integration (feature `axum`): the `429` response and the client's IP.
+//! HTTP integration (feature `axum` or `tower`): the `429` response and the
+//! client's IP, over the `http` crate's types; with feature `axum`, a
+//! [`Rejection`] is an axum `IntoResponse` and [`ClientIp`] an extractor.
 //!
-//! A [`Rejection`] converts into `429 Too Many Requests` with
+//! A [`Rejection`] is answered (axum's `IntoResponse`, the tower layer) with
+//! `429 Too Many Requests` and
 //! - `Retry-After`: whole seconds, rounded up, so a client that waits exactly
 //!   that long is allowed;
 //! - the IETF `RateLimit-Policy` and `RateLimit` fields
@@ -17,11 +20,14 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use arrayvec::ArrayString;
+#[cfg(feature = "axum")]
 use axum::extract::{ConnectInfo, FromRequestParts};
+#[cfg(feature = "axum")]
 use axum::response::{IntoResponse, Response};
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
+#[cfg(feature = "axum")]
 use http::request::Parts;
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use http::{Extensions, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use ipnet::IpNet;
 
 use crate::model::decision::Decision;
@@ -89,32 +95,80 @@ impl<T: WithHeaders, E> WithHeaders for Result<T, E> {
     }
 }
 
+/// `rejection` as an HTTP response: its status (`429`, `403`, `503`),
+/// `Content-Type: application/json`, `Retry-After` and the `RateLimit`
+/// fields when it has them, and its JSON body (see the module docs).
+pub(crate) fn rejection_response<B: From<String>>(rejection: &Rejection) -> http::Response<B> {
+    let refusal = Refusal::of(rejection);
+    let mut response = http::Response::new(B::from(refusal.body));
+    *response.status_mut() =
+        StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if let Some(secs) = refusal.retry_after_secs {
+        headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+    }
+    if let Some((policy, current)) = refusal.fields
+        && let (Ok(policy), Ok(current)) = (
+            HeaderValue::try_from(policy),
+            HeaderValue::try_from(current),
+        )
+    {
+        headers.insert(RATELIMIT_POLICY, policy);
+        headers.insert(RATELIMIT, current);
+    }
+    response
+}
+
+/// The response of the module docs (feature `axum`).
+#[cfg(feature = "axum")]
 impl IntoResponse for Rejection {
     fn into_response(self) -> Response {
-        let refusal = Refusal::of(&self);
-        let status =
-            StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-        let mut response = (status, refusal.body).into_response();
-        let headers = response.headers_mut();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if let Some(secs) = refusal.retry_after_secs {
-            headers.insert(RETRY_AFTER, HeaderValue::from(secs));
-        }
-        if let Some((policy, current)) = refusal.fields
-            && let (Ok(policy), Ok(current)) = (
-                HeaderValue::try_from(policy),
-                HeaderValue::try_from(current),
-            )
-        {
-            headers.insert(RATELIMIT_POLICY, policy);
-            headers.insert(RATELIMIT, current);
-        }
-        response
+        rejection_response(&self)
     }
 }
 
-/// Proxies whose `X-Forwarded-For` is believed. Add it as an axum
-/// `Extension`; without it [`ClientIp`] uses the socket's address only.
+/// The address of a request's peer (the other end of its connection), for
+/// servers that do not give axum's `ConnectInfo<SocketAddr>`: a hyper
+/// server (`service_fn` knows the address it accepted), a tonic server
+/// behind a custom transport. Insert it into the request's extensions,
+/// `request.extensions_mut().insert(PeerAddr(remote))`, before
+/// [`ClientIp`] or the tower layer's `KeyFrom::client_ip` reads it.
+///
+/// The peer is read, in this order, from axum's `ConnectInfo<SocketAddr>`
+/// (feature `axum`), a `PeerAddr`, then tonic's `TcpConnectInfo` (features
+/// `tower` and `tonic`).
+///
+/// ```
+/// use ratewall::http::PeerAddr;
+/// let mut request = http::Request::new(());
+/// request.extensions_mut().insert(PeerAddr("192.0.2.7:52100".parse().unwrap()));
+/// assert_eq!(request.extensions().get::<PeerAddr>().unwrap().0.port(), 52100);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PeerAddr(pub SocketAddr);
+
+/// The socket peer the server put in a request's `extensions` (see
+/// [`PeerAddr`] for where it is read from).
+#[inline]
+pub(crate) fn peer(extensions: &Extensions) -> Option<IpAddr> {
+    #[cfg(feature = "axum")]
+    if let Some(ConnectInfo(addr)) = extensions.get::<ConnectInfo<SocketAddr>>() {
+        return Some(addr.ip());
+    }
+    if let Some(PeerAddr(addr)) = extensions.get::<PeerAddr>() {
+        return Some(addr.ip());
+    }
+    #[cfg(all(feature = "tower", feature = "tonic"))]
+    if let Some(info) = extensions.get::<tonic::transport::server::TcpConnectInfo>() {
+        return info.remote_addr().map(|addr| addr.ip());
+    }
+    None
+}
+
+/// Proxies whose `X-Forwarded-For` is believed. Add it to the request's
+/// extensions (e.g. as an axum `Extension`); without it [`ClientIp`] uses
+/// the socket's address only.
 ///
 /// ```
 /// use ratewall::http::TrustedProxies;
@@ -160,8 +214,8 @@ impl std::str::FromStr for TrustedProxies {
 /// network, since one host or subscriber commonly holds a whole `/64` and
 /// could otherwise pick a fresh address (and a fresh quota) per request.
 ///
-/// Set it for [`ClientIp`] as an axum `Extension` (like
-/// [`TrustedProxies`]), or per key of the tower layer
+/// Set it for [`ClientIp`] in the request's extensions (e.g. as an axum
+/// `Extension`, like [`TrustedProxies`]), or per key of the tower layer
 /// (`ratewall::tower::KeyFrom::client_network`, feature `tower`).
 ///
 /// ```
@@ -363,7 +417,9 @@ impl std::fmt::Display for IpKey {
 /// The client's IP address: the socket peer, or, when the peer is a
 /// [`TrustedProxies`] member, the right-most `X-Forwarded-For` entry that is
 /// not itself a trusted proxy. Spoofed entries left of a trusted hop are
-/// ignored. Needs `into_make_service_with_connect_info::<SocketAddr>()`.
+/// ignored. As an axum extractor (feature `axum`) it needs the peer
+/// address: `into_make_service_with_connect_info::<SocketAddr>()`, or a
+/// [`PeerAddr`] extension.
 ///
 /// As a rate-limit key (`#[rate_limit(key = ip)]`), it is its network under
 /// its [`IpPrefix`] (`Display` renders [`ClientIp::key`]): an IPv4 address
@@ -489,11 +545,14 @@ impl ClientIp {
     }
 }
 
+/// The client of a request (feature `axum`); `500` when the server gives
+/// no peer address.
+#[cfg(feature = "axum")]
 impl<S: Send + Sync> FromRequestParts<S> for ClientIp {
     type Rejection = (StatusCode, &'static str);
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip()).ok_or((
+        let peer = peer(&parts.extensions).ok_or((
             StatusCode::INTERNAL_SERVER_ERROR,
             "ClientIp needs the router served with into_make_service_with_connect_info::<SocketAddr>()",
         ))?;
@@ -512,7 +571,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientIp {
 /// What a successful response says of the call's binding limit.
 impl crate::limiter::call::Permit<'_> {
     /// Adds `RateLimit-Policy` and `RateLimit` for the binding limit to a
-    /// successful response (feature `axum`).
+    /// successful response (feature `axum` or `tower`).
     pub fn add_headers<R: WithHeaders>(&self, response: &mut R) {
         if let (Some((name, decision, limit)), Some(headers)) =
             (self.binding(), response.headers_mut())
@@ -525,7 +584,6 @@ impl crate::limiter::call::Permit<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn limited(retry_us: u64) -> Rejection {
         let decision = Decision::new(crate::model::decision::Figures {
@@ -538,6 +596,7 @@ mod tests {
         Rejection::limited("sms::send", decision, Limit::per_hour(5).unwrap())
     }
 
+    #[cfg(feature = "axum")]
     #[tokio::test]
     async fn a_limited_rejection_is_a_429_with_retry_after_rounded_up_and_ietf_fields() {
         let response = limited(1_000_001).into_response();
@@ -556,17 +615,50 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "axum")]
     #[test]
     fn retry_after_is_never_zero_on_a_429() {
         assert_eq!(limited(1).into_response().headers()[RETRY_AFTER], "1");
         assert_eq!(
-            limited(Duration::from_secs(60).as_micros() as u64)
+            limited(std::time::Duration::from_secs(60).as_micros() as u64)
                 .into_response()
                 .headers()[RETRY_AFTER],
             "60"
         );
     }
 
+    #[test]
+    fn without_axum_the_same_response_is_made() {
+        let response: http::Response<String> = rejection_response(&limited(1_000_001));
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers()[RETRY_AFTER], "2");
+        assert_eq!(response.headers()[CONTENT_TYPE], "application/json");
+        assert_eq!(
+            response.headers()["ratelimit-policy"],
+            "\"sms::send\";q=5;w=3600"
+        );
+        assert_eq!(
+            response.body(),
+            r#"{"error":"rate_limited","retry_after_ms":1001}"#
+        );
+    }
+
+    #[test]
+    fn the_peer_is_read_from_connect_info_or_a_peer_addr() {
+        let addr: SocketAddr = "198.51.100.7:4000".parse().unwrap();
+        let mut extensions = Extensions::new();
+        assert_eq!(peer(&extensions), None);
+        extensions.insert(PeerAddr(addr));
+        assert_eq!(peer(&extensions), Some(addr.ip()));
+        #[cfg(feature = "axum")]
+        {
+            let via_axum: SocketAddr = "203.0.113.9:5000".parse().unwrap();
+            extensions.insert(ConnectInfo(via_axum));
+            assert_eq!(peer(&extensions), Some(via_axum.ip()));
+        }
+    }
+
+    #[cfg(feature = "axum")]
     #[test]
     fn an_unavailable_rejection_is_a_503() {
         let rejection = Rejection::unavailable("x", crate::Error::NotInstalled);

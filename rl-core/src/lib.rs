@@ -78,9 +78,9 @@ mod limiter;
     )
 )]
 mod refusal;
-// axum integration: 429 responses, client IPs, headers.
-#[cfg(feature = "axum")]
-#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+// HTTP: 429 responses, client IPs, headers (and axum's side of them).
+#[cfg(any(feature = "axum", feature = "tower"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "axum", feature = "tower"))))]
 pub mod http;
 // Route-level limits: a tower layer.
 #[cfg(feature = "tower")]

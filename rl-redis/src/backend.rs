@@ -43,6 +43,73 @@ pub(crate) enum Connection {
     /// The master named by Redis Sentinels (looked up again after failures).
     #[cfg(feature = "sentinel")]
     Sentinel(SentinelConnection),
+    /// One server over this crate's TLS, reopened after it broke.
+    #[cfg(feature = "__tls")]
+    Tls(crate::tls::standalone::TlsStandalone),
+    /// A Redis Cluster whose nodes are reached over this crate's TLS, and
+    /// the TLS configuration they connect with (held while it lives).
+    #[cfg(all(feature = "cluster", feature = "__tls"))]
+    TlsCluster(
+        ClusterConnection<crate::tls::cluster::TlsNode>,
+        #[allow(
+            dead_code,
+            reason = "held, never read: keeps the configuration registered while the connection lives"
+        )]
+        Arc<crate::tls::cluster::ClusterTls>,
+    ),
+}
+
+/// Sends `cmd` on a cluster connection by `deadline`.
+#[cfg(feature = "cluster")]
+async fn cluster_query<C, T>(
+    connection: &ClusterConnection<C>,
+    deadline: Instant,
+    cmd: &Cmd,
+) -> Option<RedisResult<T>>
+where
+    C: redis::aio::ConnectionLike
+        + redis::cluster_async::Connect
+        + Clone
+        + Send
+        + Sync
+        + Unpin
+        + 'static,
+    T: FromRedisValue,
+{
+    let mut c = connection.clone();
+    tokio::time::timeout_at(deadline, cmd.query_async(&mut c))
+        .await
+        .ok()
+}
+
+/// Sends `cmd` to the master holding `key`'s hash slot by `deadline`.
+#[cfg(feature = "cluster")]
+async fn cluster_query_at_key<C, T>(
+    connection: &ClusterConnection<C>,
+    deadline: Instant,
+    key: &str,
+    cmd: &Cmd,
+) -> Option<RedisResult<T>>
+where
+    C: redis::aio::ConnectionLike
+        + redis::cluster_async::Connect
+        + Clone
+        + Send
+        + Sync
+        + Unpin
+        + 'static,
+    T: FromRedisValue,
+{
+    use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+    let mut c = connection.clone();
+    let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_key(
+        key,
+        SlotAddr::Master,
+    )));
+    tokio::time::timeout_at(deadline, c.route_command(cmd.clone(), routing))
+        .await
+        .ok()
+        .map(|reply| reply.and_then(|value| Ok(T::from_redis_value(value)?)))
 }
 
 impl Connection {
@@ -74,14 +141,13 @@ impl Connection {
                 }
             }
             #[cfg(feature = "cluster")]
-            Connection::Cluster(c) => {
-                let mut c = c.clone();
-                tokio::time::timeout_at(deadline, cmd.query_async(&mut c))
-                    .await
-                    .ok()
-            }
+            Connection::Cluster(c) => cluster_query(c, deadline, cmd).await,
             #[cfg(feature = "sentinel")]
             Connection::Sentinel(c) => c.query(deadline, cmd).await,
+            #[cfg(feature = "__tls")]
+            Connection::Tls(c) => c.query(deadline, cmd).await,
+            #[cfg(all(feature = "cluster", feature = "__tls"))]
+            Connection::TlsCluster(c, _) => cluster_query(c, deadline, cmd).await,
         }
     }
 
@@ -96,17 +162,9 @@ impl Connection {
     ) -> Option<RedisResult<T>> {
         match self {
             #[cfg(feature = "cluster")]
-            Connection::Cluster(c) => {
-                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-                let mut c = c.clone();
-                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
-                    Route::with_key(key, SlotAddr::Master),
-                ));
-                tokio::time::timeout_at(deadline, c.route_command(cmd.clone(), routing))
-                    .await
-                    .ok()
-                    .map(|reply| reply.and_then(|value| Ok(T::from_redis_value(value)?)))
-            }
+            Connection::Cluster(c) => cluster_query_at_key(c, deadline, key, cmd).await,
+            #[cfg(all(feature = "cluster", feature = "__tls"))]
+            Connection::TlsCluster(c, _) => cluster_query_at_key(c, deadline, key, cmd).await,
             _ => {
                 let _ = key;
                 self.query(deadline, cmd).await
@@ -121,6 +179,10 @@ impl Connection {
             Connection::Cluster(_) => "cluster",
             #[cfg(feature = "sentinel")]
             Connection::Sentinel(_) => "sentinel",
+            #[cfg(feature = "__tls")]
+            Connection::Tls(_) => "standalone over TLS",
+            #[cfg(all(feature = "cluster", feature = "__tls"))]
+            Connection::TlsCluster(..) => "cluster over TLS",
         }
     }
 }
@@ -354,6 +416,10 @@ impl RedisBackend {
     pub fn is_cluster(&self) -> bool {
         #[cfg(feature = "cluster")]
         {
+            #[cfg(feature = "__tls")]
+            if matches!(self.connection, Connection::TlsCluster(..)) {
+                return true;
+            }
             matches!(self.connection, Connection::Cluster(_))
         }
         #[cfg(not(feature = "cluster"))]

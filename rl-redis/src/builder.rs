@@ -80,14 +80,14 @@ pub struct RedisBackendBuilder {
     extra_ttl: Duration,
     master_auth: MasterAuth,
     call_mode: CallMode,
-    #[cfg(feature = "tls")]
-    tls: Option<redis::TlsCertificates>,
+    #[cfg(feature = "__tls")]
+    tls: crate::tls::Certificates,
 }
 
 impl fmt::Debug for RedisBackendBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisBackendBuilder")
-            .field("target", &self.describe())
+        let mut f = f.debug_struct("RedisBackendBuilder");
+        f.field("target", &self.describe())
             .field("timeout", &self.timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("client_clock", &self.clock)
@@ -95,8 +95,10 @@ impl fmt::Debug for RedisBackendBuilder {
             .field("master_username", &self.master_auth.username)
             .field("master_db", &self.master_auth.db)
             .field("master_tls", &self.master_auth.tls)
-            .field("call_mode", &self.call_mode)
-            .finish_non_exhaustive()
+            .field("call_mode", &self.call_mode);
+        #[cfg(feature = "__tls")]
+        f.field("tls", &self.tls);
+        f.finish_non_exhaustive()
     }
 }
 
@@ -110,8 +112,8 @@ impl RedisBackendBuilder {
             extra_ttl: Duration::ZERO,
             master_auth: MasterAuth::default(),
             call_mode: CallMode::Auto,
-            #[cfg(feature = "tls")]
-            tls: None,
+            #[cfg(feature = "__tls")]
+            tls: crate::tls::Certificates::default(),
         }
     }
 
@@ -149,12 +151,15 @@ impl RedisBackendBuilder {
         self
     }
 
-    /// Sentinel deployments only: reach the master over TLS (`tls`
-    /// feature; the sentinels' own scheme is that of their URLs,
+    /// Sentinel deployments only: reach the master over TLS (feature `tls`
+    /// or `tls-aws-lc-rs`; the sentinels' own scheme is that of their URLs,
     /// `rediss://` for TLS). Certificates are checked against the system's
     /// roots, or those given to [`RedisBackendBuilder::tls_root_certificates`].
-    #[cfg(all(feature = "tls", feature = "sentinel"))]
-    #[cfg_attr(docsrs, doc(cfg(all(feature = "tls", feature = "sentinel"))))]
+    #[cfg(all(feature = "__tls", feature = "sentinel"))]
+    #[cfg_attr(
+        docsrs,
+        doc(cfg(all(any(feature = "tls", feature = "tls-aws-lc-rs"), feature = "sentinel")))
+    )]
     pub fn master_tls(mut self, tls: bool) -> Self {
         self.master_auth.tls = tls;
         self
@@ -162,39 +167,29 @@ impl RedisBackendBuilder {
 
     /// Trust these CA certificates (PEM) instead of the system's roots for
     /// every TLS connection (`rediss://` URLs, a Sentinel master with
-    /// `RedisBackendBuilder::master_tls`), e.g. a private CA. `tls`
-    /// feature.
-    #[cfg(feature = "tls")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    /// `RedisBackendBuilder::master_tls`), e.g. a private CA. Feature `tls`
+    /// or `tls-aws-lc-rs`; PEM that holds no certificate fails
+    /// [`RedisBackendBuilder::connect`], saying so.
+    #[cfg(feature = "__tls")]
+    #[cfg_attr(docsrs, doc(cfg(any(feature = "tls", feature = "tls-aws-lc-rs"))))]
     pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        let mut certs = self.tls.take().unwrap_or(redis::TlsCertificates {
-            client_tls: None,
-            root_cert: None,
-        });
-        certs.root_cert = Some(pem.into());
-        self.tls = Some(certs);
+        self.tls.roots = Some(pem.into());
         self
     }
 
     /// Present this client certificate chain and private key (both PEM)
     /// on every TLS connection, for servers that require client
-    /// certificates (`tls-auth-clients yes`). `tls` feature.
-    #[cfg(feature = "tls")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    /// certificates (`tls-auth-clients yes`). Feature `tls` or
+    /// `tls-aws-lc-rs`; a chain or key that cannot be read fails
+    /// [`RedisBackendBuilder::connect`], saying which.
+    #[cfg(feature = "__tls")]
+    #[cfg_attr(docsrs, doc(cfg(any(feature = "tls", feature = "tls-aws-lc-rs"))))]
     pub fn tls_client_certificate(
         mut self,
         certificate_pem: impl Into<Vec<u8>>,
         key_pem: impl Into<Vec<u8>>,
     ) -> Self {
-        let mut certs = self.tls.take().unwrap_or(redis::TlsCertificates {
-            client_tls: None,
-            root_cert: None,
-        });
-        certs.client_tls = Some(redis::ClientTlsConfig {
-            client_cert: certificate_pem.into(),
-            client_key: key_pem.into(),
-        });
-        self.tls = Some(certs);
+        self.tls.client = Some((certificate_pem.into(), key_pem.into()));
         self
     }
 
@@ -358,21 +353,14 @@ impl RedisBackendBuilder {
 
     /// Opens the connection (checking the server answers).
     async fn open(self, target: &str) -> Result<Connection, OpenError> {
-        // redis-rs builds rustls configurations with the process' default
-        // crypto provider: make it ring unless the application chose one
-        // (which this leaves in place).
-        #[cfg(feature = "tls")]
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        match self.target {
+        match &self.target {
             Target::Standalone(url) => {
-                #[cfg(feature = "tls")]
-                let client = match &self.tls {
-                    Some(certs) => redis::Client::build_with_tls(url.as_str(), certs.clone()),
-                    None => redis::Client::open(url.as_str()),
-                };
-                #[cfg(not(feature = "tls"))]
-                let client = redis::Client::open(url.as_str());
-                let client = client.map_err(|err| {
+                let (url, tls) = crate::url::plain(url)
+                    .map_err(|why| invalid(format!("invalid Redis URL {target}: {why}")))?;
+                if tls {
+                    return self.open_tls(&url, target).await;
+                }
+                let client = redis::Client::open(url.as_str()).map_err(|err| {
                     OpenError::Backend(BackendError::unavailable_with_source(
                         format!("invalid Redis URL {target}: {err}"),
                         err,
@@ -393,25 +381,39 @@ impl RedisBackendBuilder {
             }
             #[cfg(feature = "cluster")]
             Target::Cluster(urls) => {
-                let builder = ClusterClientBuilder::new(urls)
+                let mut nodes = Vec::with_capacity(urls.len());
+                let mut tls = Vec::with_capacity(urls.len());
+                for url in urls {
+                    let (url, is_tls) = crate::url::plain(url).map_err(|why| {
+                        invalid(format!("invalid Redis Cluster URLs {target}: {why}"))
+                    })?;
+                    nodes.push(url);
+                    tls.push(is_tls);
+                }
+                let client = ClusterClientBuilder::new(nodes)
                     .connection_timeout(self.timeout)
-                    .response_timeout(self.timeout);
-                #[cfg(feature = "tls")]
-                let builder = match &self.tls {
-                    Some(certs) => builder.certs(certs.clone()),
-                    None => builder,
-                };
-                let client = builder.build().map_err(|err| {
-                    OpenError::Backend(BackendError::unavailable_with_source(
-                        format!("invalid Redis Cluster URLs {target}: {err}"),
-                        err,
-                    ))
-                })?;
-                let connection = client
-                    .get_async_connection()
-                    .await
-                    .map_err(OpenError::Redis)?;
-                Ok(Connection::Cluster(connection))
+                    .response_timeout(self.timeout)
+                    .build()
+                    .map_err(|err| {
+                        OpenError::Backend(BackendError::unavailable_with_source(
+                            format!("invalid Redis Cluster URLs {target}: {err}"),
+                            err,
+                        ))
+                    })?;
+                match (tls.iter().all(|t| *t), tls.iter().any(|t| *t)) {
+                    (false, false) => {
+                        let connection = client
+                            .get_async_connection()
+                            .await
+                            .map_err(OpenError::Redis)?;
+                        Ok(Connection::Cluster(connection))
+                    }
+                    (true, _) => self.open_tls_cluster(&client, target).await,
+                    (false, true) => Err(invalid(format!(
+                        "invalid Redis Cluster URLs {target}: some nodes use TLS and others do \
+                         not; every node of a Redis Cluster is reached the same way"
+                    ))),
+                }
             }
             #[cfg(feature = "sentinel")]
             Target::Sentinel {
@@ -428,27 +430,113 @@ impl RedisBackendBuilder {
                 let config = AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(self.timeout))
                     .set_response_timeout(Some(self.timeout));
-                #[cfg(feature = "tls")]
-                let tls = crate::sentinel::Tls {
-                    master: self.master_auth.tls,
-                    certificates: self.tls.clone(),
+                #[cfg(feature = "__tls")]
+                let tls = {
+                    let sentinels_tls = sentinels
+                        .iter()
+                        .any(|url| crate::url::plain(url).is_ok_and(|(_, tls)| tls));
+                    crate::sentinel::Tls {
+                        master: self.master_auth.tls,
+                        connector: if self.master_auth.tls || sentinels_tls {
+                            Some(self.connector(target)?)
+                        } else {
+                            None
+                        },
+                    }
                 };
-                #[cfg(not(feature = "tls"))]
+                #[cfg(not(feature = "__tls"))]
                 let tls = crate::sentinel::Tls::default();
                 let connection =
-                    SentinelConnection::new(&sentinels, master_name, redis, config, tls).map_err(
-                        |err| {
+                    SentinelConnection::new(sentinels, master_name.clone(), redis, config, tls)
+                        .map_err(|err| {
                             OpenError::Backend(BackendError::unavailable_with_source(
                                 format!("invalid sentinel URLs {target}: {err}"),
                                 err,
                             ))
-                        },
-                    )?;
+                        })?;
                 connection.connection().await.map_err(OpenError::Redis)?;
                 Ok(Connection::Sentinel(connection))
             }
         }
     }
+
+    /// This builder's TLS configuration, for `target`'s messages.
+    #[cfg(feature = "__tls")]
+    fn connector(&self, target: &str) -> Result<crate::tls::Connector, OpenError> {
+        crate::tls::Connector::new(&self.tls, self.timeout)
+            .map_err(|why| invalid(format!("invalid TLS settings for {target}: {why}")))
+    }
+
+    /// Opens a connection to one server over TLS (`url`: its `rediss://`
+    /// URL made plain).
+    #[cfg(feature = "__tls")]
+    async fn open_tls(&self, url: &str, target: &str) -> Result<Connection, OpenError> {
+        use redis::IntoConnectionInfo as _;
+        let info = url.into_connection_info().map_err(|err| {
+            OpenError::Backend(BackendError::unavailable_with_source(
+                format!("invalid Redis URL {target}: {err}"),
+                err,
+            ))
+        })?;
+        let redis::ConnectionAddr::Tcp(host, port) = info.addr() else {
+            return Err(invalid(format!(
+                "invalid Redis URL {target}: TLS needs a TCP address"
+            )));
+        };
+        let connection = crate::tls::standalone::TlsStandalone::new(
+            self.connector(target)?,
+            host.clone(),
+            *port,
+            info.redis_settings().clone(),
+            redis::AsyncConnectionConfig::new().set_response_timeout(Some(self.timeout)),
+        );
+        connection.connection().await.map_err(OpenError::Redis)?;
+        Ok(Connection::Tls(connection))
+    }
+
+    #[cfg(not(feature = "__tls"))]
+    async fn open_tls(&self, _url: &str, target: &str) -> Result<Connection, OpenError> {
+        Err(needs_tls(target))
+    }
+
+    /// Opens a Redis Cluster connection whose nodes are reached over TLS.
+    #[cfg(all(feature = "cluster", feature = "__tls"))]
+    async fn open_tls_cluster(
+        &self,
+        client: &redis::cluster::ClusterClient,
+        target: &str,
+    ) -> Result<Connection, OpenError> {
+        let tls = crate::tls::cluster::register(&self.tls, self.timeout)
+            .map_err(|why| invalid(format!("invalid TLS settings for {target}: {why}")))?;
+        let connection = client
+            .get_async_generic_connection::<crate::tls::cluster::TlsNode>()
+            .await
+            .map_err(OpenError::Redis)?;
+        Ok(Connection::TlsCluster(connection, tls))
+    }
+
+    #[cfg(all(feature = "cluster", not(feature = "__tls")))]
+    async fn open_tls_cluster(
+        &self,
+        _client: &redis::cluster::ClusterClient,
+        target: &str,
+    ) -> Result<Connection, OpenError> {
+        Err(needs_tls(target))
+    }
+}
+
+/// A setting that cannot work, said in `message`.
+fn invalid(message: String) -> OpenError {
+    OpenError::Backend(BackendError::unavailable(message))
+}
+
+/// Why `target` cannot be reached in a build without TLS.
+#[cfg(not(feature = "__tls"))]
+fn needs_tls(target: &str) -> OpenError {
+    invalid(format!(
+        "invalid Redis URL {target}: TLS (`rediss://`) needs the `tls` or `tls-aws-lc-rs` \
+         feature of ratewall-redis"
+    ))
 }
 
 /// Why opening a connection failed: a bad setting, or what the server (or
@@ -499,7 +587,7 @@ async fn resolve_mode(
 /// The ways to build a backend: here, beside the builder they return.
 impl RedisBackend {
     /// Configures a backend on one Redis server, e.g. `redis://127.0.0.1:6379/`
-    /// (`rediss://` for TLS, with the `tls` feature).
+    /// (`rediss://` for TLS, with feature `tls` or `tls-aws-lc-rs`).
     pub fn builder(url: impl Into<String>) -> RedisBackendBuilder {
         RedisBackendBuilder::standalone(url.into())
     }

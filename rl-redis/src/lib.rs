@@ -49,7 +49,8 @@
 //! - Every key expires as soon as its state no longer matters; refused calls
 //!   and peeks write nothing.
 //! - Standalone Redis ([`RedisBackend::connect`], a reconnecting
-//!   `ConnectionManager`), Redis Cluster ([`RedisBackend::connect_cluster`];
+//!   `ConnectionManager`; over TLS, one connection of this crate's own,
+//!   reopened by the first call after it breaks), Redis Cluster ([`RedisBackend::connect_cluster`];
 //!   a decision over several hash tags decides each at its own master's
 //!   time, see [`RedisBackend`]) and Redis Sentinel
 //!   ([`RedisBackend::connect_sentinel`]: the master is found through the
@@ -64,7 +65,8 @@
 //!   127.0.0.1:8080: it answered "HTTP/1.1 400 Bad Request"`, `...: it
 //!   speaks TLS; for TLS use rediss://`).
 //! - TLS: `rediss://` URLs, for standalone, cluster and Sentinel, through
-//!   rustls; a private CA (`RedisBackendBuilder::tls_root_certificates`)
+//!   rustls with ring or aws-lc-rs, never touching the process-wide default
+//!   provider; a private CA (`RedisBackendBuilder::tls_root_certificates`)
 //!   and client certificates (`RedisBackendBuilder::tls_client_certificate`).
 //! - Idempotent decisions ([`ratewall::backend::Backend::acquire_once`]): a retry with
 //!   the same request id after a lost reply returns the kept reply instead
@@ -80,15 +82,24 @@
 //! |---|---|---|
 //! | `cluster` | yes | Redis Cluster: [`RedisBackend::connect_cluster`], [`RedisBackend::cluster_builder`] |
 //! | `sentinel` | yes | Redis Sentinel: [`RedisBackend::connect_sentinel`], [`RedisBackend::sentinel_builder`] |
-//! | `tls` | no | `rediss://` through rustls (ring), `RedisBackendBuilder::tls_root_certificates`, `RedisBackendBuilder::tls_client_certificate`, `master_tls` for Sentinel |
+//! | `tls` | no | `rediss://` through rustls with the ring crypto provider, `RedisBackendBuilder::tls_root_certificates`, `RedisBackendBuilder::tls_client_certificate`, `master_tls` for Sentinel |
+//! | `tls-aws-lc-rs` | no | the same with the aws-lc-rs provider (builds C code); with both TLS features, aws-lc-rs is used |
+//! | `cli` | no | the `ratewall` command-line tool (`cargo install ratewall-redis --features cli`): lists the limits a deployment registered, inspects and resets an identity's state, edits the shared allow and deny lists; turns on `tls` |
 //!
-//! With `tls`, certificates are checked against the system's roots unless
-//! roots are given. rustls uses the process' default crypto provider;
-//! connecting installs ring as that default when the application has not
-//! installed one.
+//! With TLS, certificates are checked against the system's roots unless
+//! roots are given. Every TLS configuration is built with the provider the
+//! features name, handed to it explicitly: this crate never reads nor
+//! installs rustls' process-wide default provider, so an application
+//! installs its own (e.g. aws-lc-rs, for its other TLS clients) before or
+//! after connecting, and gets `Ok`. (redis-rs' own TLS would install one:
+//! this crate makes its TLS connections itself and hands the streams to
+//! redis-rs.) Redis Cluster over TLS: the cluster backends of one process
+//! share one TLS configuration (redis-rs opens node connections with no way
+//! to tell backends apart); one with other certificates than a live one is
+//! refused when connecting, saying so.
 //!
 //! ```no_run
-//! # #[cfg(feature = "tls")]
+//! # #[cfg(any(feature = "tls", feature = "tls-aws-lc-rs"))]
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use ratewall_redis::{CallMode, RedisBackend};
 //!
@@ -150,6 +161,8 @@ mod reserve;
 mod script;
 #[cfg(feature = "sentinel")]
 mod sentinel;
+#[cfg(feature = "__tls")]
+mod tls;
 mod url;
 
 pub use crate::url::{DEFAULT_SENTINEL_PORT, RedisUrl, RedisUrlError};

@@ -51,12 +51,12 @@ pub(crate) fn addresses<'u>(urls: impl IntoIterator<Item = &'u str>) -> Vec<Addr
             } else {
                 "redis"
             };
+            let (url, tls) = crate::url::plain(url).ok()?;
             let info = url.into_connection_info().ok()?;
-            let (host, port, tls) = match info.addr() {
-                ConnectionAddr::Tcp(host, port) => (host.clone(), *port, false),
-                ConnectionAddr::TcpTls { host, port, .. } => (host.clone(), *port, true),
-                _ => return None,
+            let ConnectionAddr::Tcp(host, port) = info.addr() else {
+                return None;
             };
+            let (host, port) = (host.clone(), *port);
             Some(Address {
                 host,
                 port,
@@ -139,10 +139,10 @@ async fn explain_one(address: &Address, timeout: Duration) -> Option<String> {
         Answer::Closed => Some(format!(
             "not a Redis server at {at}: it closed the connection without answering PING \
              (a TLS port does that: {use_tls}{})",
-            if cfg!(feature = "tls") {
+            if cfg!(feature = "__tls") {
                 ""
             } else {
-                ", with the `tls` feature of ratewall-redis"
+                ", with the `tls` or `tls-aws-lc-rs` feature of ratewall-redis"
             }
         )),
     }
@@ -188,13 +188,12 @@ fn classify(bytes: &[u8]) -> Answer {
 
 /// Whether the server answers a TLS ClientHello with a TLS record (made
 /// by rustls; the certificate is never checked: only the protocol counts).
-#[cfg(feature = "tls")]
+#[cfg(feature = "__tls")]
 async fn speaks_tls(address: &Address, timeout: Duration) -> bool {
     use std::sync::Arc;
 
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let Ok(config) =
-        rustls::ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions()
+    let Ok(config) = rustls::ClientConfig::builder_with_provider(crate::tls::provider())
+        .with_safe_default_protocol_versions()
     else {
         return false;
     };
@@ -224,7 +223,7 @@ async fn speaks_tls(address: &Address, timeout: Duration) -> bool {
     looked.ok().flatten().unwrap_or(false)
 }
 
-#[cfg(not(feature = "tls"))]
+#[cfg(not(feature = "__tls"))]
 async fn speaks_tls(_: &Address, _: Duration) -> bool {
     false
 }
@@ -259,6 +258,7 @@ mod tests {
             "valkey://h:7000",
             "redis+unix:///run/redis.sock",
             "not a url",
+            "rediss://[::1]:6380/",
         ]);
         assert_eq!(
             found,
@@ -275,9 +275,16 @@ mod tests {
                     tls: false,
                     family: "valkey"
                 },
+                Address {
+                    host: "::1".to_owned(),
+                    port: 6380,
+                    tls: true,
+                    family: "redis"
+                },
             ]
         );
         assert_eq!(found[0].shown(), "127.0.0.1:6379");
+        assert_eq!(found[2].shown(), "[::1]:6380");
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The limits registry: which limit names a deployment decides in Redis, and
-//! with which limits, for operators' tools (e.g. `rl-admin`).
+//! with which limits, for operators' tools (e.g. the `ratewall` CLI).
 //!
 //! The limiter publishes a name's limits on its first remote decision for
 //! that name, again every hour and after `Settings::set_limits`

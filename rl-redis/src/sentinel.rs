@@ -63,47 +63,120 @@ const WATCH_LIVENESS: Duration = Duration::from_secs(1);
 #[derive(Clone, Default)]
 pub(crate) struct Tls {
     /// Whether the master is reached over TLS.
-    #[cfg(feature = "tls")]
+    #[cfg(feature = "__tls")]
     pub(crate) master: bool,
-    /// Private roots or a client certificate, for every TLS connection.
-    #[cfg(feature = "tls")]
-    pub(crate) certificates: Option<redis::TlsCertificates>,
+    /// This crate's TLS, when the master or a sentinel is reached over TLS.
+    #[cfg(feature = "__tls")]
+    pub(crate) connector: Option<crate::tls::Connector>,
+}
+
+/// Where a connection goes: an address, whether over TLS, and how to log in.
+struct Node<'a> {
+    host: &'a str,
+    port: u16,
+    tls: bool,
+    redis: &'a RedisConnectionInfo,
 }
 
 impl Tls {
     /// Whether the master is reached over TLS.
     fn master(&self) -> bool {
-        #[cfg(feature = "tls")]
+        #[cfg(feature = "__tls")]
         {
             self.master
         }
-        #[cfg(not(feature = "tls"))]
+        #[cfg(not(feature = "__tls"))]
         {
             false
         }
     }
 
-    /// Whether connections need certificates of their own (redis-rs'
-    /// `Sentinel` only trusts the system's roots, so discovery is then
-    /// done here).
-    fn custom(&self) -> bool {
-        #[cfg(feature = "tls")]
+    /// Whether any connection is made over TLS: discovery is then done
+    /// here (redis-rs' `Sentinel` connects with redis-rs' own TLS, which
+    /// this crate does not use: see `crate::tls`).
+    fn any(&self) -> bool {
+        #[cfg(feature = "__tls")]
         {
-            self.certificates.is_some()
+            self.connector.is_some()
         }
-        #[cfg(not(feature = "tls"))]
+        #[cfg(not(feature = "__tls"))]
         {
             false
         }
     }
 
-    /// A client for `info`, with the certificates when it is a TLS address.
-    fn client(&self, info: redis::ConnectionInfo) -> RedisResult<redis::Client> {
-        #[cfg(feature = "tls")]
-        if let (Some(certs), ConnectionAddr::TcpTls { .. }) = (&self.certificates, info.addr()) {
-            return redis::Client::build_with_tls(info, certs.clone());
+    /// The connector of a TLS node.
+    #[cfg(feature = "__tls")]
+    fn connector(&self) -> RedisResult<&crate::tls::Connector> {
+        self.connector.as_ref().ok_or_else(|| {
+            RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "no TLS settings for a TLS node",
+            ))
+        })
+    }
+
+    /// A multiplexed connection to `node`.
+    async fn multiplexed(
+        &self,
+        node: Node<'_>,
+        config: &AsyncConnectionConfig,
+    ) -> RedisResult<MultiplexedConnection> {
+        #[cfg(feature = "__tls")]
+        if node.tls {
+            return self
+                .connector()?
+                .multiplexed(node.host, node.port, node.redis, config.clone())
+                .await;
         }
-        redis::Client::open(info)
+        redis::Client::open(node.info()?)?
+            .get_multiplexed_async_connection_with_config(config)
+            .await
+    }
+
+    /// A RESP2 pub/sub connection to `node`.
+    async fn pubsub(&self, node: Node<'_>) -> RedisResult<redis::aio::PubSub> {
+        #[cfg(feature = "__tls")]
+        if node.tls {
+            return self
+                .connector()?
+                .pubsub(node.host, node.port, node.redis)
+                .await;
+        }
+        redis::Client::open(node.info()?)?.get_async_pubsub().await
+    }
+}
+
+impl Node<'_> {
+    /// The plain TCP address and login, for redis-rs.
+    fn info(&self) -> RedisResult<redis::ConnectionInfo> {
+        if self.tls {
+            return Err(RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "TLS needs the `tls` or `tls-aws-lc-rs` feature of ratewall-redis",
+            )));
+        }
+        Ok((self.host.to_owned(), self.port)
+            .into_connection_info()?
+            .set_redis_settings(self.redis.clone()))
+    }
+}
+
+/// The address and login of the sentinel at `url` (`redis://` or
+/// `rediss://`), whether over TLS, for [`Node`].
+fn sentinel_address(url: &str) -> RedisResult<(String, u16, bool, RedisConnectionInfo)> {
+    let (plain, tls) = crate::url::plain(url).map_err(|why| {
+        RedisError::from((ErrorKind::InvalidClientConfig, "invalid sentinel URL", why))
+    })?;
+    let info = plain.as_str().into_connection_info()?;
+    match info.addr() {
+        ConnectionAddr::Tcp(host, port) => {
+            Ok((host.clone(), *port, tls, info.redis_settings().clone()))
+        }
+        _ => Err(RedisError::from((
+            ErrorKind::InvalidClientConfig,
+            "a sentinel is reached over TCP",
+        ))),
     }
 }
 
@@ -124,8 +197,9 @@ struct Inner {
     redis: RedisConnectionInfo,
     config: AsyncConnectionConfig,
     tls: Tls,
-    /// The sentinels (and their cached connections); locked while resolving.
-    sentinel: tokio::sync::Mutex<Sentinel>,
+    /// redis-rs' sentinel client (and its cached connections) when no
+    /// connection is over TLS; locked while resolving in either case.
+    sentinel: tokio::sync::Mutex<Option<Sentinel>>,
     current: Mutex<Current>,
     /// The master address last announced by `+switch-master`, tried first
     /// by the next look-up.
@@ -182,24 +256,13 @@ impl Inner {
         host: String,
         port: u16,
     ) -> RedisResult<MultiplexedConnection> {
-        let addr = if self.tls.master() {
-            ConnectionAddr::TcpTls {
-                host,
-                port,
-                insecure: false,
-                tls_params: None,
-            }
-        } else {
-            ConnectionAddr::Tcp(host, port)
+        let node = Node {
+            host: &host,
+            port,
+            tls: self.tls.master(),
+            redis: &self.redis,
         };
-        let info = addr
-            .into_connection_info()?
-            .set_redis_settings(self.redis.clone());
-        let mut connection = self
-            .tls
-            .client(info)?
-            .get_multiplexed_async_connection_with_config(&self.config)
-            .await?;
+        let mut connection = self.tls.multiplexed(node, &self.config).await?;
         let role: Value = redis::cmd("ROLE").query_async(&mut connection).await?;
         let is_master = matches!(
             &role,
@@ -216,17 +279,19 @@ impl Inner {
     }
 
     /// Asks each sentinel in turn for the master's address, then connects
-    /// to it (checking `ROLE`): discovery with certificates of our own.
+    /// to it (checking `ROLE`): discovery over this crate's TLS.
     async fn discover(&self) -> RedisResult<MultiplexedConnection> {
         let mut last = None;
         for url in &self.sentinel_urls {
             let found = async {
-                let info = url.as_str().into_connection_info()?;
-                let mut sentinel = self
-                    .tls
-                    .client(info)?
-                    .get_multiplexed_async_connection_with_config(&self.config)
-                    .await?;
+                let (host, port, tls, redis) = sentinel_address(url)?;
+                let node = Node {
+                    host: &host,
+                    port,
+                    tls,
+                    redis: &redis,
+                };
+                let mut sentinel = self.tls.multiplexed(node, &self.config).await?;
                 let address: Option<(String, u16)> = redis::cmd("SENTINEL")
                     .arg("GET-MASTER-ADDR-BY-NAME")
                     .arg(&self.master_name)
@@ -260,12 +325,12 @@ impl SentinelConnection {
         config: AsyncConnectionConfig,
         tls: Tls,
     ) -> RedisResult<Self> {
-        let sentinel = Sentinel::build(sentinel_urls.to_vec())?;
-        let mut node =
-            SentinelNodeConnectionInfo::default().set_redis_connection_info(redis.clone());
-        if tls.master() {
-            node = node.set_tls_mode(redis::TlsMode::Secure);
-        }
+        let sentinel = if tls.any() {
+            None
+        } else {
+            Some(Sentinel::build(sentinel_urls.to_vec())?)
+        };
+        let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(redis.clone());
         Ok(Self {
             inner: Arc::new(Inner {
                 master_name,
@@ -305,10 +370,10 @@ impl SentinelConnection {
             Some((host, port)) => self.inner.connect_to_master(host, port).await.ok(),
             None => None,
         };
-        let connection = match from_announcement {
-            Some(connection) => connection,
-            None if self.inner.tls.custom() => self.inner.discover().await?,
-            None => {
+        let connection = match (from_announcement, sentinel.as_mut()) {
+            (Some(connection), _) => connection,
+            (None, None) => self.inner.discover().await?,
+            (None, Some(sentinel)) => {
                 let client = sentinel
                     .async_master_for(&self.inner.master_name, Some(&self.inner.node))
                     .await?;
@@ -382,10 +447,14 @@ async fn watch(weak: Weak<Inner>) {
                 .upgrade()
                 .map(|inner| inner.tls.clone())
                 .unwrap_or_default();
-            let mut pubsub = tls
-                .client(url.as_str().into_connection_info()?)?
-                .get_async_pubsub()
-                .await?;
+            let (host, port, is_tls, redis) = sentinel_address(url)?;
+            let node = Node {
+                host: &host,
+                port,
+                tls: is_tls,
+                redis: &redis,
+            };
+            let mut pubsub = tls.pubsub(node).await?;
             pubsub.subscribe(&[SWITCH_MASTER, PROMOTED_SLAVE]).await?;
             Ok::<_, RedisError>(pubsub)
         };

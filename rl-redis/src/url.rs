@@ -1,6 +1,6 @@
 //! [`RedisUrl`]: one string naming a deployment (a server, a Redis Cluster
 //! or the master of a Sentinel deployment), the grammar every tool of this
-//! workspace reads (`REDIS_URL` of the services, `--redis` of `rl-admin`).
+//! workspace reads (`REDIS_URL` of the services, `--redis` of the `ratewall` CLI).
 
 use std::fmt;
 use std::str::FromStr;
@@ -35,7 +35,7 @@ const EXPECTED: &str = "expected one server (redis://host:6379/, rediss:// for T
     commas (Redis Cluster), or redis+sentinel://host:26379,host:26379/master-name (Sentinel)";
 
 /// Where a backend connects, written as one string: the grammar every
-/// service of this workspace reads from `REDIS_URL` and `rl-admin` from
+/// service of this workspace reads from `REDIS_URL` and the `ratewall` CLI from
 /// `--redis`.
 ///
 /// | written as | deployment |
@@ -169,7 +169,7 @@ impl RedisUrl {
                 if let Some(password) = &sentinel.password {
                     builder = builder.master_credentials(sentinel.username.as_deref(), password);
                 }
-                #[cfg(feature = "tls")]
+                #[cfg(feature = "__tls")]
                 {
                     builder = builder.master_tls(sentinel.tls);
                 }
@@ -314,12 +314,11 @@ fn node(text: &str) -> Result<Node, String> {
         }
         return Err(format!("unknown scheme `{scheme}://`; {EXPECTED}"));
     }
-    if tls && !cfg!(feature = "tls") {
-        return Err(format!(
-            "`{scheme}://` (TLS) needs the `tls` feature of ratewall-redis"
-        ));
+    if tls && !cfg!(feature = "__tls") {
+        return Err(needs_tls(scheme));
     }
-    let parsed = ::url::Url::parse(text).map_err(|error| format!("{error}; {EXPECTED}"))?;
+    let (text, _) = plain(text)?;
+    let parsed = ::url::Url::parse(&text).map_err(|error| format!("{error}; {EXPECTED}"))?;
     let info = parsed
         .into_connection_info()
         .map_err(|error| config_error(&error))?;
@@ -329,6 +328,36 @@ fn node(text: &str) -> Result<Node, String> {
         unix,
         db: info.redis_settings().db(),
     })
+}
+
+/// Why a TLS URL cannot be used in a build without TLS.
+fn needs_tls(scheme: &str) -> String {
+    format!("`{scheme}://` (TLS) needs the `tls` or `tls-aws-lc-rs` feature of ratewall-redis")
+}
+
+/// `url` with its TLS scheme (`rediss://`, `valkeys://`) made plain, and
+/// whether it had one; other URLs as they are. redis-rs reads the result:
+/// this crate does TLS itself (`crate::tls`) and turns on no TLS of
+/// redis-rs, which would refuse `rediss://`. A TLS URL takes no fragment
+/// (redis-rs reads `#insecure` as "check no certificate", which this crate
+/// never does).
+pub(crate) fn plain(url: &str) -> Result<(String, bool), String> {
+    let Some(scheme) = scheme(url) else {
+        return Ok((url.to_owned(), false));
+    };
+    let plain = match scheme.to_ascii_lowercase().as_str() {
+        "rediss" => "redis",
+        "valkeys" => "valkey",
+        _ => return Ok((url.to_owned(), false)),
+    };
+    if url.contains('#') {
+        return Err(format!(
+            "a `{scheme}://` URL takes no fragment (`#insecure`, which would check no \
+             certificate, is not supported: trust a private CA with \
+             RedisBackendBuilder::tls_root_certificates)"
+        ));
+    }
+    Ok((format!("{plain}{}", &url[scheme.len()..]), true))
 }
 
 /// redis-rs' reason for refusing a URL, without its error kind.
@@ -391,10 +420,8 @@ fn sentinel(text: &str, tls: bool) -> Result<Target, String> {
     let form =
         "expected redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/master-name[/db]";
     let (scheme, rest) = text.split_once("://").unwrap_or(("", text));
-    if tls && !cfg!(feature = "tls") {
-        return Err(format!(
-            "`{scheme}://` (TLS) needs the `tls` feature of ratewall-redis"
-        ));
+    if tls && !cfg!(feature = "__tls") {
+        return Err(needs_tls(scheme));
     }
     if rest.contains(['?', '#']) {
         return Err(format!("a sentinel URL takes no query or fragment; {form}"));
@@ -434,9 +461,10 @@ fn sentinel(text: &str, tls: bool) -> Result<Target, String> {
         node(&url).map_err(|reason| format!("sentinel {position} (`{host}`): {reason}"))?;
         sentinels.push(url);
     }
-    // The master's credentials and database, read like a server URL's.
+    // The master's credentials and database, read like a server URL's
+    // (without TLS: only they are read).
     let master = format!(
-        "{node_scheme}://{}{}/{db}",
+        "redis://{}{}/{db}",
         userinfo.map(|u| format!("{u}@")).unwrap_or_default(),
         sentinels[0]
             .trim_start_matches(&format!("{node_scheme}://"))
@@ -576,8 +604,30 @@ mod tests {
             let got = reason(text);
             assert!(got.contains(wanted), "{text:?}: {got}");
         }
-        #[cfg(feature = "tls")]
-        assert!(reason("rediss://a:1,redis://b:2").contains("some nodes use TLS"));
+        #[cfg(feature = "__tls")]
+        {
+            assert!(reason("rediss://a:1,redis://b:2").contains("some nodes use TLS"));
+            assert!(reason("rediss://h:6380/#insecure").contains("takes no fragment"));
+            assert!(reason("valkeys://h:6380/0#x").contains("`valkeys://` URL takes no fragment"));
+        }
+        #[cfg(not(feature = "__tls"))]
+        assert!(reason("rediss://h:6380/").contains("`tls` or `tls-aws-lc-rs` feature"));
+    }
+
+    #[test]
+    fn tls_urls_are_read_as_plain_ones_that_remember_tls() {
+        assert_eq!(
+            plain("rediss://:pw@h:6380/1"),
+            Ok(("redis://:pw@h:6380/1".to_owned(), true))
+        );
+        assert_eq!(plain("VALKEYS://h"), Ok(("valkey://h".to_owned(), true)));
+        assert_eq!(
+            plain("redis://h/#anything"),
+            Ok(("redis://h/#anything".to_owned(), false))
+        );
+        assert_eq!(plain("no scheme"), Ok(("no scheme".to_owned(), false)));
+        #[cfg(feature = "__tls")]
+        assert!("rediss://h:6380/2".parse::<RedisUrl>().is_ok());
     }
 
     #[cfg(not(all(feature = "cluster", feature = "sentinel")))]

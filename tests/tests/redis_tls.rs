@@ -3,7 +3,8 @@
 //! chain this test generates (rcgen: a private CA, a server certificate for
 //! 127.0.0.1, a client certificate): standalone, mutual TLS, a cluster
 //! whose nodes talk TLS to clients and to each other, and a master found
-//! through a sentinel, both over TLS.
+//! through a sentinel, both over TLS; and an application that installs its
+//! own rustls provider after the backend connected.
 
 use std::fs;
 use std::path::PathBuf;
@@ -272,6 +273,27 @@ async fn a_cluster_over_tls_decides_across_hash_tags_with_the_library_on_every_m
         .expect("connect to the cluster over TLS");
     assert!(backend.is_cluster());
     assert_eq!(backend.call_mode(), CallMode::Functions);
+    // The cluster backends of one process share one TLS configuration:
+    // another with the same certificates connects, one with other roots is
+    // refused, saying why.
+    let same = RedisBackend::cluster_builder(tls_ports.iter().map(rediss))
+        .tls_root_certificates(pki.ca_pem.as_bytes())
+        .connect()
+        .await
+        .expect("a second cluster backend with the same certificates");
+    decide_twice(&same, "same-certificates").await;
+    let other = Pki::generate();
+    let refused = RedisBackend::cluster_builder(tls_ports.iter().map(rediss))
+        .tls_root_certificates(other.ca_pem.as_bytes())
+        .connect()
+        .await
+        .expect_err("a cluster backend with other certificates than a live one");
+    assert!(
+        refused
+            .to_string()
+            .contains("the cluster backends of one process share one TLS configuration"),
+        "{refused}"
+    );
     for master in cluster.masters() {
         let listed: redis::Value = master
             .cmd(&[
@@ -340,4 +362,104 @@ async fn a_master_found_through_a_sentinel_is_reached_over_tls() {
         "decided on the master: {stats}"
     );
     drop(sentinel);
+}
+
+/// A backend on a TLS server and one on a master found through a TLS
+/// sentinel, which both decided, leave rustls' process-wide provider
+/// alone: the application installs its own afterwards (ring here, as it
+/// would aws-lc-rs) and gets `Ok`, and both backends keep deciding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_application_installs_its_own_rustls_provider_after_connecting_over_tls() {
+    let pki = Pki::generate();
+    let (_server, tls_port) = start(&pki, false);
+    let standalone = RedisBackend::builder(rediss(&tls_port))
+        .tls_root_certificates(pki.ca_pem.as_bytes())
+        .connect()
+        .await
+        .expect("connect over TLS");
+    decide_twice(&standalone, "before-standalone").await;
+
+    let (_master, master_tls) = start(&pki, false);
+    let sentinel_tls = PortReservation::new();
+    let mut extra: Vec<String> = pki
+        .server_args(sentinel_tls.port(), false)
+        .chunks(2)
+        .map(|kv| kv.join(" ").replace("--", ""))
+        .collect();
+    extra.push("tls-replication yes".to_owned());
+    let _sentinel = RedisSentinel::start_monitoring_with_config(
+        "provider-master",
+        master_tls.port(),
+        1,
+        1_000,
+        5_000,
+        &extra.join("\n"),
+    );
+    let sentinel = RedisBackend::sentinel_builder([rediss(&sentinel_tls)], "provider-master")
+        .master_tls(true)
+        .tls_root_certificates(pki.ca_pem.as_bytes())
+        .connect()
+        .await
+        .expect("connect through the sentinel over TLS");
+    decide_twice(&sentinel, "before-sentinel").await;
+
+    assert!(
+        rustls::crypto::CryptoProvider::get_default().is_none(),
+        "connecting over TLS installed a process-wide rustls provider"
+    );
+    let installed = rustls::crypto::ring::default_provider().install_default();
+    assert!(
+        installed.is_ok(),
+        "the application could not install its own provider"
+    );
+    decide_twice(&standalone, "after-standalone").await;
+    decide_twice(&sentinel, "after-sentinel").await;
+    // A backend connected after the application's install works as well.
+    let later = RedisBackend::builder(rediss(&tls_port))
+        .tls_root_certificates(pki.ca_pem.as_bytes())
+        .connect()
+        .await
+        .expect("connect over TLS after the install");
+    decide_twice(&later, "after-later").await;
+}
+
+/// The connection over TLS is this crate's own (redis-rs' reconnecting
+/// manager makes only its own TLS connections): after the server restarts,
+/// the first calls fail and a later one connects again and decides (the
+/// library loaded again into the empty server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_over_tls_connects_again_after_the_server_restarts() {
+    let pki = Pki::generate();
+    let (server, tls_port) = start(&pki, false);
+    let backend = RedisBackend::builder(rediss(&tls_port))
+        .tls_root_certificates(pki.ca_pem.as_bytes())
+        .timeout(std::time::Duration::from_millis(500))
+        .connect()
+        .await
+        .expect("connect over TLS");
+    decide_twice(&backend, "before-restart").await;
+    let server = std::sync::Arc::new(server);
+    let restarting = server.clone();
+    tokio::task::spawn_blocking(move || restarting.restart())
+        .await
+        .expect("restart");
+    let limit = Limit::per_minute(1).expect("limit");
+    let key = Key::new("tls", "otp", "after-restart");
+    let request = [Request::new(&key, &limit, 1)];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut failures = Vec::new();
+    loop {
+        match backend.acquire(&request).await {
+            Ok(decisions) => {
+                assert!(decisions.allowed(), "a fresh identity after the restart");
+                break;
+            }
+            Err(error) => failures.push(error.to_string()),
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no call decided within 10 s of the restart: {failures:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }

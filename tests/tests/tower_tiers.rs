@@ -168,7 +168,7 @@ fn a_tier_without_a_tiered_key_is_a_build_error() {
     assert!(error.to_string().contains("is not a tier name"), "{error}");
     let error = RateLimitLayer::builder("api")
         .tiered_key("api_key", KeyFrom::header("x-api-key"), |_| None)
-        .tier("pro", ["10 per minute"])
+        .tier("pro", ["10 per fortnight"])
         .build()
         .unwrap_err();
     assert!(

@@ -1,10 +1,13 @@
 //! Runs a service binary on a free port, on the in-memory backend or on a
-//! real `redis-server` started by the harness.
+//! real `redis-server` started by the harness; builds the `ratewall` CLI of
+//! `ratewall-redis` for the tests that run it.
 
 #![allow(dead_code)]
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use ratewall_tests::harness::{RedisServer, TempDir};
@@ -183,4 +186,96 @@ pub fn run_to_exit(binary: &str, env: &[(&str, &str)], within: Duration) -> (Opt
 /// The body of a response as JSON.
 pub async fn json(response: reqwest::Response) -> serde_json::Value {
     response.json().await.unwrap()
+}
+
+/// How to build the `ratewall` CLI by hand, from the workspace root.
+const BUILD_CLI: &str = "cargo build -p ratewall-redis --features cli --bin ratewall";
+
+/// The path of the `ratewall` binary (package `ratewall-redis`, feature
+/// `cli`), built once per test process.
+///
+/// `env!("CARGO_BIN_EXE_...")` names only this package's binaries, so the
+/// CLI is built here with the cargo running the tests (`$CARGO`), from the
+/// workspace root, into the target directory and profile of this test
+/// executable (`<target>/<profile>/deps/<test>`): the binary lands at
+/// `<target>/<profile>/ratewall`. Already built and unchanged, this costs
+/// cargo's check that it is fresh.
+///
+/// # Panics
+///
+/// Panics, saying how to build it by hand, if it cannot be built.
+pub fn ratewall_cli() -> &'static str {
+    static BUILT: OnceLock<Result<String, String>> = OnceLock::new();
+    match BUILT.get_or_init(build_ratewall_cli) {
+        Ok(path) => path,
+        Err(why) => panic!("{why}"),
+    }
+}
+
+fn build_ratewall_cli() -> Result<String, String> {
+    let failed = |why: String| {
+        format!(
+            "cannot build the `ratewall` CLI for this test: {why}\nbuild it with `{BUILD_CLI}` from the workspace root"
+        )
+    };
+    let test_exe =
+        std::env::current_exe().map_err(|e| failed(format!("no test executable path: {e}")))?;
+    // <target>/<profile>/deps/<test>
+    let profile_dir = test_exe.parent().and_then(Path::parent).ok_or_else(|| {
+        failed(format!(
+            "{} is not in <target>/<profile>/deps/",
+            test_exe.display()
+        ))
+    })?;
+    let target_dir = profile_dir
+        .parent()
+        .ok_or_else(|| failed(format!("{} has no parent", profile_dir.display())))?;
+    let profile = match profile_dir.file_name().and_then(|name| name.to_str()) {
+        Some("debug") => "dev",
+        Some(name) => name,
+        None => {
+            return Err(failed(format!(
+                "{} names no profile",
+                profile_dir.display()
+            )));
+        }
+    };
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or_else(|| failed("the examples crate has no parent directory".to_owned()))?;
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = Command::new(&cargo)
+        .current_dir(workspace)
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "ratewall-redis",
+            "--features",
+            "cli",
+            "--bin",
+            "ratewall",
+        ])
+        .arg("--profile")
+        .arg(profile)
+        .arg("--target-dir")
+        .arg(target_dir)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| failed(format!("cannot run {}: {e}", Path::new(&cargo).display())))?;
+    if !output.status.success() {
+        return Err(failed(format!(
+            "`{BUILD_CLI}` exited with {}:\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        )));
+    }
+    let binary: PathBuf = profile_dir.join(format!("ratewall{}", std::env::consts::EXE_SUFFIX));
+    if !binary.is_file() {
+        return Err(failed(format!("cargo built no {}", binary.display())));
+    }
+    binary
+        .into_os_string()
+        .into_string()
+        .map_err(|path| failed(format!("{} is not UTF-8", PathBuf::from(path).display())))
 }

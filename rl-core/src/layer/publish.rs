@@ -1,7 +1,7 @@
 //! The publishing layer: tells a remote backend, once an hour per name, the
 //! limits each name currently decides with (for operators' tools such as
-//! `rl-admin`), only after the backend has answered a decision, so an
-//! outage never costs a call a second timeout.
+//! ratewall-redis' `ratewall` CLI), only after the backend has answered a
+//! decision, so an outage never costs a call a second timeout.
 
 use std::collections::HashMap;
 use std::sync::Arc;

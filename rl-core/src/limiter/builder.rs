@@ -62,7 +62,7 @@ impl LimiterBuilder {
     }
 
     /// How long a remembered refusal is trusted at most (default 1 s). A
-    /// reset made by another process (e.g. `rl-admin reset`) is seen within
+    /// reset made by another process (e.g. `ratewall reset`) is seen within
     /// this bound; a flood on a refused key reaches the backend once per
     /// this period (one caller re-checks, the others stay refused).
     pub fn deny_cache_max_hold(mut self, max_hold: Duration) -> Self {

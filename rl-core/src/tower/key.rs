@@ -2,13 +2,12 @@
 //! without one is answered.
 
 use std::fmt::{self, Write as _};
-use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 
 use arrayvec::ArrayString;
-use axum::extract::{ConnectInfo, FromRequestParts, RawPathParams};
+#[cfg(feature = "axum")]
+use axum::extract::{FromRequestParts, RawPathParams};
 use http::request::Parts;
 use http::{Extensions, HeaderMap, HeaderName};
 
@@ -18,9 +17,9 @@ use crate::http::{ClientIp, IpKey, IpPrefix, TrustedProxies};
 ///
 /// | source | a request without it gets |
 /// |---|---|
-/// | [`KeyFrom::client_ip`], [`KeyFrom::client_network`] | `500`: the server gives no peer address (serve with `into_make_service_with_connect_info::<SocketAddr>()`; tonic servers give it) |
+/// | [`KeyFrom::client_ip`], [`KeyFrom::client_network`] | `500`: the server gives no peer address (axum: serve with `into_make_service_with_connect_info::<SocketAddr>()`; tonic servers give it; others insert a [`PeerAddr`](crate::http::PeerAddr)) |
 /// | [`KeyFrom::header`] | `400` when absent, empty or not UTF-8 |
-/// | [`KeyFrom::path_param`] | `500` when the request has no such parameter (add the layer with `route_layer`), `400` when not UTF-8 |
+/// | `KeyFrom::path_param` (feature `axum`) | `500` when the request has no such parameter (add the layer with `route_layer`), `400` when not UTF-8 |
 /// | [`KeyFrom::extension`] | `500`: the layer that inserts it must run before this one |
 /// | [`KeyFrom::from_fn`] | `400` when the function returns `None` |
 ///
@@ -40,7 +39,8 @@ pub(crate) enum Source {
     ClientIp(Option<IpPrefix>),
     /// A header; an invalid name is reported by the layer's `build`.
     Header(Result<HeaderName, Box<str>>),
-    /// A path parameter of the matched route.
+    /// A path parameter of the matched route (axum's router).
+    #[cfg(feature = "axum")]
     PathParam(Box<str>),
     /// A value an earlier layer put in the request's extensions.
     Extension {
@@ -65,6 +65,7 @@ impl fmt::Debug for KeyFrom {
             Source::ClientIp(Some(prefix)) => write!(f, "client_network({prefix:?})"),
             Source::Header(Ok(name)) => write!(f, "header({:?})", name.as_str()),
             Source::Header(Err(name)) => write!(f, "header({name:?}) (invalid)"),
+            #[cfg(feature = "axum")]
             Source::PathParam(name) => write!(f, "path_param({name:?})"),
             Source::Extension { type_name, .. } => write!(f, "extension::<{type_name}>()"),
             Source::Fn(_) => f.write_str("from_fn(..)"),
@@ -82,8 +83,9 @@ fn get_extension<T: fmt::Display + Send + Sync + 'static>(
 
 impl KeyFrom {
     /// The client's IP address, by the rules of [`ClientIp`]: the socket
-    /// peer (axum's `ConnectInfo<SocketAddr>`, or tonic's `TcpConnectInfo`
-    /// with feature `tonic`), or the right-most untrusted `X-Forwarded-For`
+    /// peer (axum's `ConnectInfo<SocketAddr>` with feature `axum`, a
+    /// [`PeerAddr`](crate::http::PeerAddr) extension, or tonic's
+    /// `TcpConnectInfo` with feature `tonic`), or the right-most untrusted `X-Forwarded-For`
     /// hop when the peer is a trusted proxy (the layer's
     /// [`trusted_proxies`](super::RateLimitLayerBuilder::trusted_proxies),
     /// else a [`TrustedProxies`] extension). Keyed by the request's
@@ -118,6 +120,9 @@ impl KeyFrom {
     /// an unmatched request has no parameters and would get `500` instead of
     /// `404`; a layer around a whole router runs before routing and never
     /// sees any). Reading it copies the route's parameters (one allocation).
+    /// Feature `axum`: the parameters are those of axum's router.
+    #[cfg(feature = "axum")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
     pub fn path_param(name: &str) -> Self {
         Self {
             source: Source::PathParam(name.into()),
@@ -168,11 +173,18 @@ impl KeyFrom {
     /// Whether the key needs the request's [`Parts`] (not just its headers
     /// and extensions).
     pub(crate) fn needs_parts(&self) -> bool {
-        matches!(self.source, Source::PathParam(_) | Source::Fn(_))
+        self.is_path_param() || matches!(self.source, Source::Fn(_))
     }
 
     pub(crate) fn is_path_param(&self) -> bool {
-        matches!(self.source, Source::PathParam(_))
+        #[cfg(feature = "axum")]
+        {
+            matches!(self.source, Source::PathParam(_))
+        }
+        #[cfg(not(feature = "axum"))]
+        {
+            false
+        }
     }
 }
 
@@ -273,16 +285,29 @@ impl Extracted<'_> {
 pub(crate) type Keys<'p> = smallvec::SmallVec<[Extracted<'p>; 2]>;
 
 /// The path parameters of a request, read once when a key needs them.
+#[cfg(feature = "axum")]
 pub(crate) type PathParams =
     Option<Result<RawPathParams, axum::extract::rejection::RawPathParamsRejection>>;
 
+/// Without axum's router there are no path parameters to read.
+#[cfg(not(feature = "axum"))]
+pub(crate) type PathParams = Option<std::convert::Infallible>;
+
 /// Reads the route's path parameters (axum's extractor completes at once).
+#[cfg(feature = "axum")]
 pub(crate) fn path_params(parts: &mut Parts) -> PathParams {
+    use std::task::{Context, Poll, Waker};
     let future = std::pin::pin!(RawPathParams::from_request_parts(parts, &()));
     match future.poll(&mut Context::from_waker(Waker::noop())) {
         Poll::Ready(result) => Some(result),
         Poll::Pending => None,
     }
+}
+
+/// Without axum's router there are no path parameters to read.
+#[cfg(not(feature = "axum"))]
+pub(crate) fn path_params(_parts: &mut Parts) -> PathParams {
+    None
 }
 
 /// Why a request has no key, and what it is answered.
@@ -329,21 +354,9 @@ impl Client {
 /// the server gives no peer address.
 #[inline]
 pub(crate) fn client_address(head: Head<'_>, trusted: Option<&TrustedProxies>) -> Option<IpAddr> {
-    let peer = peer(head.extensions)?;
+    let peer = crate::http::peer(head.extensions)?;
     let trusted = trusted.or_else(|| head.extensions.get::<TrustedProxies>());
     Some(ClientIp::resolve(peer, head.headers, trusted).ip())
-}
-
-/// The socket peer, as the server put it in the request's extensions.
-fn peer(extensions: &Extensions) -> Option<IpAddr> {
-    if let Some(ConnectInfo(addr)) = extensions.get::<ConnectInfo<SocketAddr>>() {
-        return Some(addr.ip());
-    }
-    #[cfg(feature = "tonic")]
-    if let Some(info) = extensions.get::<tonic::transport::server::TcpConnectInfo>() {
-        return info.remote_addr().map(|addr| addr.ip());
-    }
-    None
 }
 
 /// Extracts the key of `source` (group `group`) from a request.
@@ -392,8 +405,9 @@ pub(crate) fn client_ip(
 #[cold]
 pub(crate) fn no_client_address() -> Problem {
     Problem::server(
-        "no client address for the rate limit: serve the router with \
-         into_make_service_with_connect_info::<SocketAddr>()"
+        "no client address for the rate limit: serve an axum router with \
+         into_make_service_with_connect_info::<SocketAddr>(), or insert a \
+         ratewall::http::PeerAddr into the request's extensions"
             .to_owned(),
     )
 }
@@ -406,11 +420,14 @@ fn extract_other<'p>(
     head: Head<'p>,
     params: &'p PathParams,
 ) -> Result<Extracted<'p>, Problem> {
+    #[cfg(not(feature = "axum"))]
+    let _ = params;
     match &source.source {
         // Extracted by `extract` itself; never passed here.
         Source::ClientIp(_) => Err(no_client_address()),
         Source::Header(Ok(name)) => header(head.headers, name).map(Extracted::Text),
         Source::Header(Err(name)) => Err(Problem::server(format!("invalid header name `{name}`"))),
+        #[cfg(feature = "axum")]
         Source::PathParam(name) => match params {
             Some(Ok(params)) => params
                 .iter()
@@ -451,6 +468,7 @@ fn extract_other<'p>(
     }
 }
 
+#[cfg(feature = "axum")]
 fn no_path_param(name: &str) -> Problem {
     Problem::server(format!(
         "no path parameter `{name}` for the rate limit: add the layer with `route_layer` \
@@ -482,6 +500,9 @@ fn header<'p>(headers: &'p HeaderMap, name: &HeaderName) -> Result<&'p str, Prob
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(feature = "axum")]
+    use axum::extract::ConnectInfo;
+    use std::net::SocketAddr;
 
     fn parts(request: http::Request<()>) -> Parts {
         request.into_parts().0
@@ -524,6 +545,40 @@ mod tests {
         assert_eq!(header(&headers, &name).unwrap(), "clé");
     }
 
+    #[test]
+    fn the_client_ip_is_read_from_a_peer_addr_extension() {
+        let mut request = http::Request::new(());
+        let peer: SocketAddr = "198.51.100.7:4000".parse().unwrap();
+        request.extensions_mut().insert(crate::http::PeerAddr(peer));
+        let parts = parts(request);
+        let key = extract(
+            &KeyFrom::client_ip(),
+            "g",
+            Head::of_parts(&parts),
+            &None,
+            &mut Client::default(),
+            None,
+        );
+        assert_eq!(key.unwrap().to_string(), "198.51.100.7");
+        let no_peer = parts_without_peer();
+        let problem = extract(
+            &KeyFrom::client_ip(),
+            "g",
+            Head::of_parts(&no_peer),
+            &None,
+            &mut Client::default(),
+            None,
+        )
+        .err()
+        .unwrap();
+        assert!(problem.server && problem.message.contains("PeerAddr"));
+    }
+
+    fn parts_without_peer() -> Parts {
+        parts(http::Request::new(()))
+    }
+
+    #[cfg(feature = "axum")]
     #[test]
     fn the_client_ip_needs_a_peer_and_uses_the_request_prefix() {
         let no_peer = parts(http::Request::new(()));
@@ -569,6 +624,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "axum")]
     #[test]
     fn the_client_ip_follows_trusted_proxies_given_to_the_layer() {
         let mut request = http::Request::builder()
@@ -640,6 +696,7 @@ mod tests {
         assert!(!none.server && none.message.contains("`g`"));
     }
 
+    #[cfg(feature = "axum")]
     #[test]
     fn a_path_param_needs_routing_first() {
         let mut parts = parts(http::Request::new(()));

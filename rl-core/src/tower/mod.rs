@@ -1,8 +1,13 @@
 //! Route-level rate limits (feature `tower`), and limits on what we send
 //! out ([`UpstreamLayer`], for client services). The route layer: a [`tower::Layer`] for axum
 //! routers and routes (`Router::layer`, `route_layer`), tonic servers and
-//! any tower HTTP service, built on [`Limiter::call`](crate::Limiter::call)
-//! like `#[rate_limit]`.
+//! any tower service over `http` requests (hyper's), built on
+//! [`Limiter::call`](crate::Limiter::call) like `#[rate_limit]`. It needs
+//! no axum: feature `tower` compiles none, and with feature `axum` keys
+//! also come from the path parameters of axum's router
+//! (`KeyFrom::path_param`) and the client address from axum's
+//! `ConnectInfo`; elsewhere from a [`PeerAddr`](crate::http::PeerAddr)
+//! extension or tonic's peer address (feature `tonic`).
 //!
 //! A [`RateLimitLayer`] has a name and one or more keys, each read from the
 //! request by a [`KeyFrom`] (the client IP or its network, a header, a path
@@ -48,6 +53,7 @@
 //! # }
 //! ```
 
+mod body;
 mod key;
 mod response;
 mod service;
@@ -55,6 +61,7 @@ mod service;
 mod tests;
 mod upstream;
 
+pub use body::ResponseBody;
 pub use key::KeyFrom;
 pub use service::{
     IntoLimit, LayerError, MissingKey, RateLimit, RateLimitLayer, RateLimitLayerBuilder,

@@ -1,13 +1,12 @@
 //! What the layer answers instead of calling the service: a refusal, or a
 //! request without a key, over HTTP or as a gRPC status.
 
-use axum::body::Body;
-use axum::response::IntoResponse;
+use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
 use super::key::Problem;
-use crate::http::{RATELIMIT, RATELIMIT_POLICY};
+use crate::http::{RATELIMIT, RATELIMIT_POLICY, rejection_response};
 use crate::model::rejection::Rejection;
 use crate::refusal::{self, GRPC_RETRY_PUSHBACK_MS, Refusal};
 
@@ -24,12 +23,12 @@ pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
 }
 
 /// The answer to a refused call: the `429` / `503` of
-/// [`IntoResponse for Rejection`](crate::Rejection), or for gRPC a
-/// trailers-only response with `RESOURCE_EXHAUSTED` / `UNAVAILABLE`,
-/// `grpc-retry-pushback-ms` and the `RateLimit` fields.
-pub(crate) fn refused(rejection: Rejection, grpc: bool) -> Response<Body> {
+/// [`crate::http`] (axum's `IntoResponse for Rejection` gives the same), or
+/// for gRPC a trailers-only response with `RESOURCE_EXHAUSTED` /
+/// `UNAVAILABLE`, `grpc-retry-pushback-ms` and the `RateLimit` fields.
+pub(crate) fn refused(rejection: Rejection, grpc: bool) -> Response<Bytes> {
     if !grpc {
-        return rejection.into_response();
+        return rejection_response(&rejection);
     }
     let refusal = Refusal::of(&rejection);
     let mut response = grpc_status(refusal.grpc_code, &rejection.to_string());
@@ -52,7 +51,7 @@ pub(crate) fn refused(rejection: Rejection, grpc: bool) -> Response<Body> {
 /// The answer to a request without a key: `400` (the request lacks it) or
 /// `500` (the server does), with `{"error":CODE,"message":...}`; for gRPC
 /// `INVALID_ARGUMENT` or `INTERNAL`.
-pub(crate) fn no_key(problem: &Problem, grpc: bool) -> Response<Body> {
+pub(crate) fn no_key(problem: &Problem, grpc: bool) -> Response<Bytes> {
     if grpc {
         let code = if problem.server {
             GRPC_INTERNAL
@@ -72,7 +71,8 @@ pub(crate) fn no_key(problem: &Problem, grpc: bool) -> Response<Body> {
     body.push_str(r#"","message":""#);
     refusal::push_json_str(&mut body, &problem.message);
     body.push_str(r#""}"#);
-    let mut response = (status, body).into_response();
+    let mut response = Response::new(Bytes::from(body));
+    *response.status_mut() = status;
     response
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -80,8 +80,8 @@ pub(crate) fn no_key(problem: &Problem, grpc: bool) -> Response<Body> {
 }
 
 /// A trailers-only gRPC response: HTTP `200`, the status in the headers.
-fn grpc_status(code: u8, message: &str) -> Response<Body> {
-    let mut response = Response::new(Body::empty());
+fn grpc_status(code: u8, message: &str) -> Response<Bytes> {
+    let mut response = Response::new(Bytes::new());
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
     headers.insert("grpc-status", HeaderValue::from(u16::from(code)));
@@ -137,8 +137,8 @@ mod tests {
         assert_eq!(unavailable.headers()["grpc-status"], "14");
     }
 
-    #[tokio::test]
-    async fn a_request_without_a_key_gets_a_json_400_or_500_naming_it() {
+    #[test]
+    fn a_request_without_a_key_gets_a_json_400_or_500_naming_it() {
         let problem = Problem {
             server: false,
             code: "rate_limit_key_missing",
@@ -146,9 +146,7 @@ mod tests {
         };
         let response = no_key(&problem, false);
         assert_eq!(response.status(), StatusCode::BAD_REQUEST);
-        let body = axum::body::to_bytes(response.into_body(), 1024)
-            .await
-            .unwrap();
+        let body = response.into_body();
         assert_eq!(
             &body[..],
             br#"{"error":"rate_limit_key_missing","message":"missing header `x-api-key`"}"#

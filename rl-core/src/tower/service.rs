@@ -8,13 +8,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 
-use axum::BoxError;
-use axum::body::{Body, Bytes, HttpBody};
+use ::tower::BoxError;
+use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Request, Response};
+use http_body::Body as HttpBody;
 use pin_project_lite::pin_project;
 use smallvec::SmallVec;
 
+use super::body::ResponseBody;
 use super::key::{self, Client, Extracted, Head, KeyFrom, Keys, PathParams, Problem, Source};
 use super::response;
 use crate::http::{RATELIMIT, RATELIMIT_POLICY, TrustedProxies};
@@ -318,7 +320,7 @@ impl Extras {
 
     /// Gives back the slots of an admitted request whose response is
     /// ready, and adds the fields to the response unless it has its own.
-    fn finish(self, response: &mut Response<Body>) {
+    fn finish<T>(self, response: &mut Response<T>) {
         let Self { fields, in_flight } = self;
         drop(in_flight);
         if let Some((policy, current)) = fields {
@@ -338,11 +340,11 @@ enum Verdict {
     Admit(Option<Box<Extras>>),
     /// Answered without the service (boxed: a verdict moves through the
     /// deciding calls, and an admission is the common case).
-    Answer(Box<Response<Body>>),
+    Answer(Box<Response<Bytes>>),
 }
 
 impl Verdict {
-    fn answer(response: Response<Body>) -> Self {
+    fn answer(response: Response<Bytes>) -> Self {
         Self::Answer(Box::new(response))
     }
 }
@@ -635,7 +637,7 @@ where
     ResBody: HttpBody<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
-    type Response = Response<Body>;
+    type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
     type Future = ResponseFuture<S, B>;
 
@@ -698,7 +700,7 @@ pin_project! {
         S: ::tower::Service<Request<B>>,
     {
         // Answered without the service.
-        Answered { response: Option<Response<Body>> },
+        Answered { response: Option<Response<Bytes>> },
         // Admitted: the service's response, the fields to add to it, and
         // the in-flight slots held until it is ready.
         Admitted { #[pin] future: S::Future, extras: Option<Box<Extras>> },
@@ -719,7 +721,7 @@ impl<S: ::tower::Service<Request<B>>, B> fmt::Debug for ResponseFuture<S, B> {
 }
 
 impl<S: ::tower::Service<Request<B>>, B> ResponseFuture<S, B> {
-    fn answered(response: Response<Body>) -> Self {
+    fn answered(response: Response<Bytes>) -> Self {
         Self {
             state: State::Answered {
                 response: Some(response),
@@ -740,7 +742,7 @@ where
     ResBody: HttpBody<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
-    type Output = Result<Response<Body>, S::Error>;
+    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut state = self.project().state;
@@ -749,11 +751,11 @@ where
                 StateProj::Answered { response } => {
                     // Polled again after completion: an empty 500 rather than a panic.
                     let response = response.take().unwrap_or_else(|| {
-                        let mut gone = Response::new(Body::empty());
+                        let mut gone = Response::new(Bytes::new());
                         *gone.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
                         gone
                     });
-                    return Poll::Ready(Ok(response));
+                    return Poll::Ready(Ok(response.map(ResponseBody::full)));
                 }
                 StateProj::Admitted { future, extras } => {
                     let output = ready!(future.poll(cx));
@@ -761,7 +763,7 @@ where
                     // error too).
                     let extras = extras.take();
                     return Poll::Ready(output.map(|response| {
-                        let mut response = response.map(Body::new);
+                        let mut response = response.map(ResponseBody::inner);
                         if let Some(extras) = extras {
                             (*extras).finish(&mut response);
                         }

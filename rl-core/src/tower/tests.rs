@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
+#[cfg(feature = "axum")]
 use axum::extract::ConnectInfo;
 use axum::routing::get;
 use http::{Request, StatusCode};
@@ -31,14 +32,20 @@ fn app(missing: MissingKey) -> Router {
         .route_layer(layer)
 }
 
-/// A request from socket peer `peer` (none: the server gave no address).
+/// A request from socket peer `peer` (none: the server gave no address),
+/// as axum's `ConnectInfo` gives it (a `PeerAddr` without feature `axum`).
 fn request(peer: Option<&str>) -> Request<Body> {
     let mut request = Request::get("/").body(Body::empty()).unwrap();
     if let Some(peer) = peer {
         let ip: IpAddr = peer.parse().unwrap();
+        #[cfg(feature = "axum")]
         request
             .extensions_mut()
             .insert(ConnectInfo(SocketAddr::new(ip, 40_000)));
+        #[cfg(not(feature = "axum"))]
+        request
+            .extensions_mut()
+            .insert(crate::http::PeerAddr(SocketAddr::new(ip, 40_000)));
     }
     request
 }

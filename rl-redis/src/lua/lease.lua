@@ -14,7 +14,7 @@
 -- keys: per request the state key `<key>:<algorithm>:<period>`, then
 -- `<state key>:leases`: a sorted set
 -- of the leases taken (member `<at>:<granted>`, score: the last time the
--- units can be used), for operators (rl-admin). All keys share one hash tag.
+-- units can be used), for operators (the `ratewall` CLI). All keys share one hash tag.
 --
 -- Reply (lease): per request allowed (1/0), limit, remaining,
 -- retry_after_us, reset_after_us, granted; then the now used.

@@ -1,19 +1,22 @@
-//! `rl-admin`: operations on a running deployment's Redis.
+//! `ratewall`: list, inspect and reset the rate limits of a running
+//! deployment in its Redis, and edit its shared allow and deny lists.
+//! Installed with `cargo install ratewall-redis --features cli`.
 //!
 //! ```text
-//! rl-admin --redis redis://127.0.0.1:6379/ --prefix sms limits
-//! rl-admin --redis redis://127.0.0.1:6379/ --prefix sms inspect sms_phone +8613800000000
-//! rl-admin --redis redis://127.0.0.1:6379/ --prefix sms reset sms_phone +8613800000000
-//! rl-admin --redis redis://127.0.0.1:6379/ --prefix sms deny +8613800000000 --name sms_phone --for 1h
-//! rl-admin --redis redis://127.0.0.1:6379/ --prefix sms lists
-//! rl-admin --redis redis://10.0.0.1:7000/,redis://10.0.0.2:7000/ --prefix sms limits
-//! rl-admin --redis redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/mymaster --prefix sms limits
+//! ratewall --redis redis://127.0.0.1:6379/ --prefix sms limits
+//! ratewall --redis redis://127.0.0.1:6379/ --prefix sms inspect sms_phone +8613800000000
+//! ratewall --redis redis://127.0.0.1:6379/ --prefix sms reset sms_phone +8613800000000
+//! ratewall --redis redis://127.0.0.1:6379/ --prefix sms deny +8613800000000 --name sms_phone --for 1h
+//! ratewall --redis redis://127.0.0.1:6379/ --prefix sms lists
+//! ratewall --redis redis://10.0.0.1:7000/,redis://10.0.0.2:7000/ --prefix sms limits
+//! ratewall --redis redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/mymaster --prefix sms limits
 //! ```
 //!
-//! `--redis` (or `REDIS_URL`) is read with [`ratewall_redis::RedisUrl`],
-//! the grammar the services read `REDIS_URL` with: one server, node URLs
-//! separated by commas for Redis Cluster, `redis+sentinel://...` for the
-//! master of a Sentinel deployment.
+//! `--redis` (or `REDIS_URL`) is read with [`ratewall_redis::RedisUrl`]:
+//! one server, node URLs separated by commas for Redis Cluster,
+//! `redis+sentinel://...` for the master of a Sentinel deployment.
+//! `--prefix` is the deployment's key prefix (default `ratewall`, the
+//! limiter's default).
 //!
 //! The limits of each name come from the limits registry the limiter keeps
 //! in Redis (`<prefix>:{limits}`, see [`ratewall_redis::RegisteredLimits`]): a name
@@ -44,15 +47,12 @@ use clap::{Parser, Subcommand};
 use ratewall::{Limiter, error::BackendError};
 use ratewall_redis::{RedisBackend, RedisUrl, RegisteredLimits};
 
-pub use report::{
-    InspectReport, LimitDescription, LimitState, LimitsReport, ListRow, ListsReport, NameReport,
-    Report, ResetReport,
-};
+use report::{InspectReport, LimitsReport, ListsReport, Report, ResetReport};
 
-/// The command line of `rl-admin`.
+/// The command line of `ratewall`.
 #[derive(Debug, Parser)]
 #[command(
-    name = "rl-admin",
+    name = "ratewall",
     version,
     about = "Inspect and reset rate limits in a running deployment's Redis",
     after_help = "IDENTITY is written as the service formats it (e.g. the normalised \
@@ -60,7 +60,7 @@ username, the phone number, the client IP).\n\nURL: redis://[[user]:password@]ho
 (rediss:// for TLS; valkey://, valkeys://, redis+unix:///path also work), several node URLs \
 separated by commas for Redis Cluster, or \
 redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/MASTER_NAME[/db] for the master \
-of a Sentinel deployment: the same grammar as the services' REDIS_URL.\n\nExit codes: 0 done, \
+of a Sentinel deployment (the grammar of ratewall_redis::RedisUrl).\n\nExit codes: 0 done, \
 1 Redis failed, 2 bad usage (arguments, URL, prefix), 3 not in the registry (unknown limit \
 name, or nothing registered under the prefix)."
 )]
@@ -73,8 +73,8 @@ pub struct Cli {
     /// Replaced by the sentinel URL form of --redis (refused with how to write it)
     #[arg(long, value_name = "MASTER_NAME", global = true, hide = true)]
     pub sentinel: Option<String>,
-    /// The deployment's key prefix (the limiter's `prefix`)
-    #[arg(long, default_value = "rl", global = true)]
+    /// The deployment's key prefix (the limiter's `prefix`; its default is `ratewall`)
+    #[arg(long, default_value = "ratewall", global = true)]
     pub prefix: String,
     /// Print JSON instead of a table
     #[arg(long, global = true)]
@@ -87,7 +87,7 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// What `rl-admin` does.
+/// What `ratewall` does.
 #[derive(Debug, Clone, Subcommand)]
 pub enum Command {
     /// List the limit names in the registry and their limits
@@ -95,14 +95,14 @@ pub enum Command {
     /// Show limit, remaining and reset of each of NAME's limits for IDENTITY
     /// (never consumes)
     Inspect {
-        /// The limit name, as `rl-admin limits` lists it
+        /// The limit name, as `ratewall limits` lists it
         name: String,
         /// The identity, as the service formats it
         identity: String,
     },
     /// Forget IDENTITY's state for all of NAME's limits
     Reset {
-        /// The limit name, as `rl-admin limits` lists it
+        /// The limit name, as `ratewall limits` lists it
         name: String,
         /// The identity, as the service formats it
         identity: String,
@@ -145,7 +145,7 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
     }
 }
 
-/// Why `rl-admin` failed; [`AdminError::exit_code`] tells the kinds apart.
+/// Why `ratewall` failed; [`AdminError::exit_code`] tells the kinds apart.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AdminError {
@@ -222,7 +222,7 @@ fn unknown_name(name: &str, prefix: &str, known: &[String], prefixes: &[String])
     } else {
         let _ = write!(
             message,
-            "the registry `{key}` has {} (see `rl-admin limits`)",
+            "the registry `{key}` has {} (see `ratewall limits`)",
             known
                 .iter()
                 .map(|n| format!("`{n}`"))
@@ -245,10 +245,9 @@ impl AdminError {
     }
 }
 
-/// Reads `--redis` with the grammar the services read `REDIS_URL` with
-/// ([`ratewall_redis::RedisUrl`]); a refusal is bad usage (exit code 2)
+/// Reads `--redis` with [`ratewall_redis::RedisUrl`]; a refusal is bad usage (exit code 2)
 /// and says what is wrong.
-pub fn redis_url(text: &str) -> Result<RedisUrl, AdminError> {
+fn redis_url(text: &str) -> Result<RedisUrl, AdminError> {
     text.parse()
         .map_err(|error: ratewall_redis::RedisUrlError| AdminError::Usage(error.to_string()))
 }
@@ -386,7 +385,7 @@ async fn lists_report(
 }
 
 /// Runs one command against the deployment's Redis.
-pub async fn run(cli: &Cli) -> Result<Report, AdminError> {
+async fn run(cli: &Cli) -> Result<Report, AdminError> {
     let deployment = Deployment::connect(cli).await?;
     let scope = |name: &Option<String>| {
         name.as_deref()
@@ -498,9 +497,9 @@ pub async fn run(cli: &Cli) -> Result<Report, AdminError> {
     }
 }
 
-/// The `rl-admin` binary: parses the command line (exit code 2 on bad
-/// usage), runs the command, prints the report or the error.
-pub fn main() -> ExitCode {
+/// Parses the command line (exit code 2 on bad usage), runs the command,
+/// prints the report or the error.
+fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -508,7 +507,7 @@ pub fn main() -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("rl-admin: cannot start the async runtime: {error}");
+            eprintln!("ratewall: cannot start the async runtime: {error}");
             return ExitCode::FAILURE;
         }
     };
@@ -527,7 +526,7 @@ pub fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!("rl-admin: {error}");
+            eprintln!("ratewall: {error}");
             ExitCode::from(error.exit_code())
         }
     }
@@ -546,7 +545,7 @@ mod tests {
     #[test]
     fn options_go_before_or_after_the_command() {
         let cli = Cli::try_parse_from([
-            "rl-admin",
+            "ratewall",
             "inspect",
             "sms",
             "+331",

@@ -1,4 +1,4 @@
-//! What `rl-admin` prints: one report per command, as a table or as JSON.
+//! What `ratewall` prints: one report per command, as a table or as JSON.
 
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -12,13 +12,13 @@ use serde::Serialize;
 #[serde(untagged)]
 #[non_exhaustive]
 pub enum Report {
-    /// `rl-admin limits`.
+    /// `ratewall limits`.
     Limits(LimitsReport),
-    /// `rl-admin inspect`.
+    /// `ratewall inspect`.
     Inspect(InspectReport),
-    /// `rl-admin reset`.
+    /// `ratewall reset`.
     Reset(ResetReport),
-    /// `rl-admin lists`, `allow`, `deny`, `unlist`.
+    /// `ratewall lists`, `allow`, `deny`, `unlist`.
     Lists(ListsReport),
 }
 
@@ -177,7 +177,7 @@ pub struct NameReport {
     pub limits: Vec<LimitDescription>,
 }
 
-/// `rl-admin limits`: every name in the registry.
+/// `ratewall limits`: every name in the registry.
 #[derive(Debug, Clone, Serialize)]
 pub struct LimitsReport {
     /// The key prefix.
@@ -233,7 +233,7 @@ pub struct LimitState {
     pub in_flight: Option<u64>,
 }
 
-/// `rl-admin inspect`: one identity's state under one name.
+/// `ratewall inspect`: one identity's state under one name.
 #[derive(Debug, Clone, Serialize)]
 pub struct InspectReport {
     /// The key prefix.
@@ -296,7 +296,7 @@ impl InspectReport {
     }
 }
 
-/// `rl-admin reset`: what was forgotten.
+/// `ratewall reset`: what was forgotten.
 #[derive(Debug, Clone, Serialize)]
 pub struct ResetReport {
     /// The key prefix.
