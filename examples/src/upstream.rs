@@ -437,27 +437,35 @@ pub async fn worker(
                         tracing::warn!(%error, "could not share the upstream's pause");
                     }
                 };
-                // The pause first: every worker sees it one store call
-                // after the 429, not two, so fewer calls reach the upstream
-                // while it is full.
+                let costs = [1, estimate];
+                let learn = || async {
+                    if let Some(auto) = &auto {
+                        let keys = Keys::new(&[&"model", &"model"]).costs(&costs);
+                        match limiter.learn(&spec, keys, auto, !refused, &said).await {
+                            Ok(operations) => {
+                                store_calls.fetch_add(operations as u64, Ordering::Relaxed);
+                            }
+                            Err(error) => {
+                                tracing::warn!(%error, "could not learn the upstream's limit")
+                            }
+                        }
+                    }
+                };
+                // A refusal is learned from before its pause is written and
+                // its estimate given back (both change the count it reads);
+                // then the pause: every worker sees it one store call later.
                 if refused {
+                    learn().await;
                     pause().await;
                 }
                 permit.settle_cost(used).await;
                 // The estimate given back reopened that much room under the
-                // pause: it is written again over it.
+                // pause: it is written again over it. An accepted call is
+                // learned from once settled.
                 if refused {
                     pause().await;
-                }
-                if let Some(auto) = &auto {
-                    match limiter.learn(&spec, auto, !refused, &said).await {
-                        Ok(operations) => {
-                            store_calls.fetch_add(operations as u64, Ordering::Relaxed);
-                        }
-                        Err(error) => {
-                            tracing::warn!(%error, "could not learn the upstream's limit")
-                        }
-                    }
+                } else {
+                    learn().await;
                 }
             }
         }));

@@ -26,6 +26,11 @@ use crate::script::{
 #[cfg(feature = "sentinel")]
 use crate::sentinel::SentinelConnection;
 
+/// The furthest a peek looks ahead (a day, as the longest pause a
+/// budget is held for): the time it decides at stays exact in Lua's
+/// doubles.
+const MAX_AHEAD_US: u64 = 86_400_000_000;
+
 /// `d` in whole microseconds, the unit of every script argument,
 /// saturating at `u64::MAX`.
 pub(crate) fn micros(d: Duration) -> u64 {
@@ -863,6 +868,27 @@ impl Backend for RedisBackend {
         Box::pin(async move {
             validate(requests)?;
             let decisions = self.each_group(Op::Peek, 0, requests).await?;
+            if decisions.len() != requests.len() {
+                return Err(BackendError::protocol(
+                    "a limit of the call was left undecided",
+                ));
+            }
+            Ok(Decisions::new(decisions))
+        })
+    }
+
+    fn peek_ahead<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        ahead: std::time::Duration,
+    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
+        Box::pin(async move {
+            validate(requests)?;
+            // 0 is the plain peek (its single-limit entry points).
+            let ahead = u64::try_from(ahead.as_micros())
+                .unwrap_or(u64::MAX)
+                .min(MAX_AHEAD_US);
+            let decisions = self.each_group(Op::Peek, ahead, requests).await?;
             if decisions.len() != requests.len() {
                 return Err(BackendError::protocol(
                     "a limit of the call was left undecided",

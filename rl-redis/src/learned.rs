@@ -8,7 +8,8 @@
 //!   tag); the key still starts with `<prefix>:` for key-pattern ACLs.
 //! - fields: `scale` (parts per million of the stated limits), `changed`
 //!   and `lowered` (µs, by the server's `TIME` unless the backend keeps
-//!   time itself).
+//!   time itself), `ceiling` (the upstream's limit as last found, parts per
+//!   million; 0: none) and `found` (µs).
 //! - TTL: [`RedisBackend::LEARNED_TTL`] (1 day), set again on every write.
 
 use std::time::Duration;
@@ -43,15 +44,36 @@ impl RedisBackend {
         name: &str,
         adjust: Adjust,
     ) -> Result<u64, BackendError> {
-        let (op, amount, interval, floor) = match adjust {
-            Adjust::Raise { step, every } => ("raise", step.min(SCALE_ONE), micros(every), 0),
+        let (op, params): (&str, Vec<u64>) = match adjust {
+            Adjust::Raise {
+                step,
+                approach,
+                headroom,
+                every,
+                believe_for,
+            } => (
+                "raise",
+                vec![step, approach, headroom, micros(every), micros(believe_for)],
+            ),
             Adjust::Lower {
                 keep,
+                estimate,
+                headroom,
                 cooldown,
                 floor,
-            } => ("lower", keep.min(SCALE_ONE), micros(cooldown), floor),
-            Adjust::Set { scale } => ("set", scale.clamp(SCALE_FLOOR, SCALE_CEILING), 0, 0),
-            _ => ("read", 0, 0, 0),
+            } => (
+                "lower",
+                vec![
+                    keep,
+                    estimate,
+                    headroom,
+                    micros(cooldown),
+                    floor.clamp(SCALE_FLOOR, SCALE_ONE),
+                ],
+            ),
+            Adjust::Found { estimate, headroom } => ("found", vec![estimate, headroom]),
+            Adjust::Set { scale } => ("set", vec![scale.clamp(SCALE_FLOOR, SCALE_CEILING)]),
+            _ => ("read", Vec::new()),
         };
         let now = self
             .parts()
@@ -59,15 +81,13 @@ impl RedisBackend {
             .clock
             .as_ref()
             .map_or_else(String::new, |clock| clock.now_micros().to_string());
-        let args = vec![
+        let mut args = vec![
             op.to_owned(),
-            amount.to_string(),
-            interval.to_string(),
             Self::LEARNED_TTL.as_millis().to_string(),
             SCALE_ONE.to_string(),
-            floor.clamp(SCALE_FLOOR, SCALE_ONE).to_string(),
             now,
         ];
+        args.extend(params.iter().map(u64::to_string));
         let scale: u64 = self
             .registry_query(
                 "adjusting a learned limit",

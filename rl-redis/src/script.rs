@@ -537,7 +537,11 @@ impl<'p, 'r> Plan<'p, 'r> {
         requests: &'p [Request<'r>],
         request_id_key: Option<&'p str>,
     ) -> Self {
-        let entry = if requests.iter().any(|r| r.limit.is_in_flight()) {
+        // A peek ahead (`at_micros` from now) is the batch's: the single
+        // entry points decide at the server's time only.
+        let entry = if requests.iter().any(|r| r.limit.is_in_flight())
+            || (op == Op::Peek && at_micros > 0)
+        {
             Entry::for_call(op, 2, None)
         } else {
             Entry::for_call(

@@ -70,6 +70,11 @@ fn refused(pause: u64) -> Hold {
     Hold::new().pause(Duration::from_secs(pause))
 }
 
+/// The budget's identities: one model, in both groups.
+fn gpt() -> Keys<'static> {
+    Keys::new(&[&"gpt", &"gpt"])
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_heard_by_one_instance_lowers_every_instances_limit_once() {
     let server = RedisServer::start();
@@ -79,7 +84,7 @@ async fn a_refusal_heard_by_one_instance_lowers_every_instances_limit_once() {
     // The overload's first 429 lowers the shared scale to 70 %; the next
     // ones, within its pause, do not lower it again.
     for _ in 0..5 {
-        a.learn(&spec, &auto_a, false, &refused(5))
+        a.learn(&spec, gpt(), &auto_a, false, &refused(5))
             .await
             .expect("learned");
     }
@@ -91,7 +96,7 @@ async fn a_refusal_heard_by_one_instance_lowers_every_instances_limit_once() {
     );
     // The other instance, hearing an accepted answer, reads the scale
     // (raising it is not due: it changed less than a second ago).
-    b.learn(&spec, &auto_b, true, &Hold::new())
+    b.learn(&spec, gpt(), &auto_b, true, &Hold::new())
         .await
         .expect("learned");
     assert_eq!(thresholds(&b, &spec, 1), [168_000, 0]);
@@ -124,27 +129,27 @@ async fn an_instance_paused_by_another_ones_refusal_resumes_with_the_learned_lim
     // loaded machine.
     let every = Duration::from_millis(400);
     let (auto_a, auto_b) = (Auto::new(), Auto::new().every(every));
-    let gpt = || Keys::new(&[&"gpt", &"gpt"]);
     // b hears an accepted answer: the stated limits.
-    b.learn(&spec, &auto_b, true, &Hold::new())
+    b.learn(&spec, gpt(), &auto_b, true, &Hold::new())
         .await
         .expect("read");
     assert_eq!(thresholds(&b, &spec, 1), [240_000, 0]);
-    // a hears a 429 asking for 45 s of the minute: it pauses the budget for
-    // everyone and lowers the shared scale to a quarter.
-    a.hold(&spec, gpt(), &refused(45)).await.expect("held");
-    a.learn(&spec, &auto_a, false, &refused(45))
+    // a hears a 429 asking for 45 s of the minute, its budget nearly
+    // empty (the refusal its own calls cannot explain): it lowers the shared
+    // scale to 70 % and pauses the budget for everyone.
+    a.learn(&spec, gpt(), &auto_a, false, &refused(45))
         .await
         .expect("lowered");
-    assert_eq!(thresholds(&a, &spec, 1), [60_000, 0]);
+    a.hold(&spec, gpt(), &refused(45)).await.expect("held");
+    assert_eq!(thresholds(&a, &spec, 1), [168_000, 0]);
     // b is paused and still applies what it last heard.
     assert!(b.call_with(&spec, gpt()).await.is_err(), "paused");
     assert_eq!(thresholds(&b, &spec, 1), [240_000, 0]);
     // Its read is due once `every` has passed since the last one.
     tokio::time::sleep(every * 2).await;
     assert_eq!(b.refresh_learned(&spec, &auto_b).await.expect("read"), 2);
-    assert_eq!(thresholds(&b, &spec, 1), [60_000, 0]);
-    assert_eq!(thresholds(&b, &spec, 0), [600]);
+    assert_eq!(thresholds(&b, &spec, 1), [168_000, 0]);
+    assert_eq!(thresholds(&b, &spec, 0), [1_680]);
     assert_eq!(
         b.refresh_learned(&spec, &auto_b).await.expect("read"),
         0,
@@ -173,7 +178,7 @@ async fn an_instance_paused_by_another_ones_refusal_resumes_with_the_learned_lim
         matches!(answer, Err(ratewall::tower::UpstreamError::Refused(_))),
         "paused: {answer:?}"
     );
-    assert_eq!(thresholds(&c, &chat(), 1), [60_000, 0]);
+    assert_eq!(thresholds(&c, &chat(), 1), [168_000, 0]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -200,17 +205,24 @@ async fn a_limit_the_upstream_says_is_taken_at_the_margin_by_every_instance_on_a
         ],
         &[Counts::Requests, Counts::Tokens],
     );
-    let operations = a.learn(&spec, &auto_a, true, &said).await.expect("learned");
+    let operations = a
+        .learn(&spec, gpt(), &auto_a, true, &said)
+        .await
+        .expect("learned");
     assert_eq!(operations, 2, "one per group");
     assert_eq!(thresholds(&a, &spec, 0), [588]);
     assert_eq!(thresholds(&a, &spec, 1), [58_800, 0]);
     // Said again: nothing to write.
-    let again = a.learn(&spec, &auto_a, true, &said).await.expect("learned");
+    let again = a
+        .learn(&spec, gpt(), &auto_a, true, &said)
+        .await
+        .expect("learned");
     assert_eq!(again, 0);
     // A refusal when the upstream says its limit does not lower it: the
     // limit said is the upstream's own word.
     a.learn(
         &spec,
+        gpt(),
         &auto_a,
         false,
         &said.clone().pause(Duration::from_secs(1)),
@@ -218,7 +230,7 @@ async fn a_limit_the_upstream_says_is_taken_at_the_margin_by_every_instance_on_a
     .await
     .expect("learned");
     assert_eq!(thresholds(&a, &spec, 1), [58_800, 0]);
-    b.learn(&spec, &auto_b, true, &Hold::new())
+    b.learn(&spec, gpt(), &auto_b, true, &Hold::new())
         .await
         .expect("learned");
     assert_eq!(thresholds(&b, &spec, 0), [588]);
@@ -226,7 +238,7 @@ async fn a_limit_the_upstream_says_is_taken_at_the_margin_by_every_instance_on_a
 }
 
 #[tokio::test]
-async fn accepted_calls_raise_the_scale_by_a_share_per_interval_up_to_the_stated_limits() {
+async fn accepted_calls_climb_back_below_the_refusals_level_then_probe_up_to_the_stated_limits() {
     let clock = ManualClock::new(1_000_000);
     let limiter = Limiter::builder()
         .memory()
@@ -236,25 +248,36 @@ async fn accepted_calls_raise_the_scale_by_a_share_per_interval_up_to_the_stated
     let spec = chat();
     let auto = Auto::new().every(Duration::ZERO);
     limiter
-        .learn(&spec, &auto, false, &refused(1))
+        .learn(&spec, gpt(), &auto, false, &refused(1))
         .await
         .expect("learned");
     assert_eq!(thresholds(&limiter, &spec, 1), [168_000, 0]);
-    // 1 % of the scale per accepted answer a second apart.
+    // Toward 95 % of the scale that drew the refusal, a quarter of the gap
+    // per accepted answer a second apart: fast far from it.
     let mut seen = Vec::new();
     for _ in 0..3 {
         clock.advance(Duration::from_secs(1));
         limiter
-            .learn(&spec, &auto, true, &Hold::new())
+            .learn(&spec, gpt(), &auto, true, &Hold::new())
             .await
             .expect("learned");
         seen.push(thresholds(&limiter, &spec, 1)[0]);
     }
-    assert_eq!(seen, [169_680, 171_377, 173_090]);
+    assert_eq!(seen, [183_000, 194_250, 202_687]);
+    // Then a plateau below that level, for the ten minutes it is believed.
+    for _ in 0..590 {
+        clock.advance(Duration::from_secs(1));
+        limiter
+            .learn(&spec, gpt(), &auto, true, &Hold::new())
+            .await
+            .expect("learned");
+    }
+    assert_eq!(thresholds(&limiter, &spec, 1), [228_000, 0]);
+    // Then it probes, 1 % of the scale a second, up to the stated limits.
     for _ in 0..60 {
         clock.advance(Duration::from_secs(1));
         limiter
-            .learn(&spec, &auto, true, &Hold::new())
+            .learn(&spec, gpt(), &auto, true, &Hold::new())
             .await
             .expect("learned");
     }
@@ -271,7 +294,7 @@ async fn accepted_calls_raise_the_scale_by_a_share_per_interval_up_to_the_stated
     for _ in 0..10 {
         clock.advance(Duration::from_secs(1));
         limiter
-            .learn(&spec, &floored, false, &Hold::new())
+            .learn(&spec, gpt(), &floored, false, &Hold::new())
             .await
             .expect("learned");
     }
@@ -308,6 +331,7 @@ async fn the_client_layer_learns_from_the_upstreams_refusals() {
         .await
         .expect("sent");
     assert_eq!(answered.status(), 429);
+    // One call of a budget of 1 000 cannot explain the refusal: 70 % kept.
     let learned = limiter.settings().limits("partner_rpm").expect("learned");
     assert_eq!(learned[0].threshold(), 700);
 }
@@ -355,7 +379,7 @@ async fn a_store_that_cannot_keep_a_scale_is_an_error_and_the_limits_stay() {
         .expect("limiter");
     let spec = chat();
     let error = limiter
-        .learn(&spec, &Auto::new(), false, &refused(1))
+        .learn(&spec, gpt(), &Auto::new(), false, &refused(1))
         .await
         .expect_err("no scale kept");
     assert!(error.to_string().contains("learned limit"), "{error}");

@@ -230,7 +230,7 @@ impl Layer for Arc<Abandoned> {
             return None;
         }
         let message = match call.op {
-            Op::Acquire | Op::AcquireOnce(_) | Op::Reserve(_) | Op::Peek => {
+            Op::Acquire | Op::AcquireOnce(_) | Op::Reserve(_) | Op::Peek(_) => {
                 "calls given up on earlier are being taken back first"
             }
             Op::Reset => {

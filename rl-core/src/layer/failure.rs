@@ -102,7 +102,7 @@ impl Layer for Failure {
         call.notes.failure = Some(error.clone());
         let acquire = call.op.admits();
         *answer = match call.policy {
-            FailurePolicy::Local { share } if acquire || call.op == Op::Peek => {
+            FailurePolicy::Local { share } if acquire || matches!(call.op, Op::Peek(_)) => {
                 self.local(call, share)
             }
             FailurePolicy::FailClosed if acquire => Answer::Unavailable(error),

@@ -38,7 +38,9 @@ impl Layer for DenyList {
         if call.allow_listed {
             return Some(Answer::AllowListed);
         }
-        if !call.op.admits() && call.op != Op::Peek || !self.registry.any_listed(ListKind::Deny) {
+        if !call.op.admits() && !matches!(call.op, Op::Peek(_))
+            || !self.registry.any_listed(ListKind::Deny)
+        {
             return None;
         }
         call.targets.iter().enumerate().find_map(|(index, target)| {

@@ -9,58 +9,92 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use crate::layer::{ALL, Answer};
 use crate::limiter::Limiter;
+use crate::limiter::attempt::OwnedAttempt;
+use crate::limiter::call::Keys;
+use crate::limiter::resolve::Targets;
+use crate::limiter::settle::rate_targets;
 use crate::limiter::spec::CallSpec;
 use crate::limiter::upstream::Hold;
+use crate::model::decision::Decision;
 use crate::model::error::{Error, LimitError};
 use crate::model::learned::{Adjust, SCALE_CEILING, SCALE_FLOOR, SCALE_ONE};
 use crate::model::limit::Limit;
 use crate::store::Store;
+use crate::store::target::Op;
 
-/// How a budget finds its upstream's limit (`upstream_limit = "auto"`):
-/// its groups' stated limits are where it starts and the most it goes to;
-/// each answer of the upstream, heard through [`Limiter::learn`], moves
-/// one scale per group that every instance shares through the store:
+/// How a budget finds its upstream's limit: its groups' stated limits are
+/// where it starts and the most it goes to; each answer of the upstream,
+/// heard through [`Limiter::learn`], moves one scale per group that every
+/// instance shares through the store, the way TCP CUBIC finds a link's
+/// capacity: fast far from the last known limit, a plateau near it.
 ///
-/// - the upstream **says** its limit (`x-ratelimit-limit-*`, see
-///   [`Hold::limit`]): the group's first rate limit becomes that, times the
+/// - The upstream **says** its limit (`x-ratelimit-limit-*`, see
+///   [`Hold::limit`]): the group's first rate limit becomes that, times
 ///   [`Auto::margin`] (other limits of the group in proportion; the
-///   upstream's count is taken for that limit's period, e.g. a minute for
-///   OpenAI's headers); while it says its limit, refusals do not lower it
-///   (its remaining counts, [`Limiter::hold`], bound the budget then);
-/// - otherwise a **refusal** (`429`/`503`) keeps [`Auto::keep`] of the
-///   scale, or less when the upstream asks for a long pause: a pause of
-///   `p` in the first limit's period `P` keeps at most `(P - p) / P` (its
-///   window filled that soon, so calls went `P / (P - p)` times too fast;
-///   at least a tenth is kept). Once per pause (the refusals of one
-///   overload lower it once), down to [`Auto::floor`];
-/// - and an **accepted** call adds [`Auto::raise`] of the scale, at most
-///   once per [`Auto::every`] across all instances (additive while it is
-///   accepted, multiplicative on refusal), up to the stated limits.
+///   upstream's count is taken for that limit's period). While it says its
+///   limit, refusals do not lower it (its remaining counts,
+///   [`Limiter::hold`], bound the budget then).
+/// - It **refuses** (`429`/`503`) with a pause `p` (`Retry-After`) shorter
+///   than the first limit's period: the budget reads, in the store, how many
+///   units its own window will still hold `p` from now (the refused call's
+///   own cost still in it) — what the upstream counts when it has room
+///   for that call again — and takes that as the upstream's limit: the
+///   **ceiling** (when they hold at least a tenth of its limit then: a
+///   refusal the budget's own calls cannot explain is not read as one). The
+///   scale goes to [`Auto::headroom`] of it, never lower: a refusal a burst drew in a
+///   window whose count was right does not cut the budget below that
+///   count, and a limit halved under a full window is found from what the
+///   window will hold when the upstream frees room. A refusal without a
+///   usable pause (none, or one past the period: a quota of another
+///   window) keeps [`Auto::keep`] of the scale and takes the scale that
+///   drew it as the ceiling. Once per pause (the refusals of one overload
+///   lower it once), down to [`Auto::floor`]. A group the refusal was not
+///   about (the upstream says it still has room for the call's cost in
+///   it) is not lowered: what it says is left is heard as below.
+/// - It **says how much is left** (`x-ratelimit-remaining-*`, the IETF
+///   `r`), accepting: the budget's count now plus what is left is the
+///   upstream's limit, found without a refusal; the ceiling becomes that,
+///   and a scale above [`Auto::headroom`] of it comes down (at most once per
+///   [`Auto::every`] per instance and group: one store read each).
+/// - It **accepts**, saying nothing: at most once per [`Auto::every`]
+///   across all instances, the scale climbs toward [`Auto::headroom`] of
+///   the ceiling by [`Auto::approach`] of the gap and stops there, below the
+///   level that drew the refusal, for [`Auto::believe_for`] (10 minutes by
+///   default: a steady demand meets no refusal in that time). With no
+///   ceiling believed it probes upward by [`Auto::raise`] of the scale per
+///   [`Auto::every`], up to the stated limits.
+///
+/// The budget's count is the upstream's when its first limit counts like
+/// the upstream does: a window algorithm of the upstream's period (a
+/// `sliding_window` for a sliding window, with the upstream's buckets as
+/// slots), shared by every instance that calls it.
 ///
 /// Each instance applies the shared scale to its own limits of the group
-/// (as [`crate::settings::Settings::set_limits`] would, logged at debug level) when
-/// it hears an answer, and reads it at least once per [`Auto::every`]
-/// while its calls are answered; an instance its budget refuses (paused by
-/// another one's refusal) reads it with [`Limiter::refresh_learned`] before
-/// it calls again, as the client layer does. In-flight limits are left as
-/// stated; a tiered group has no limits of its own and is left alone. The
-/// learned limits replace a runtime override
-/// ([`crate::settings::Settings::set_limits`]) of the group: scaling starts from the
-/// compiled-in (stated) ones.
+/// (as [`Settings::set_limits`](crate::settings::Settings::set_limits)
+/// would, logged at debug level) when it hears an answer, and reads it at
+/// least once per [`Auto::every`] while its calls are answered; an instance
+/// its budget refuses (paused by another one's refusal) reads it with
+/// [`Limiter::refresh_learned`] before it calls again, as the client layer
+/// does. In-flight limits are left as stated; a tiered group has no limits
+/// of its own and is left alone. The learned limits replace a runtime
+/// override of the group: scaling starts from the compiled-in (stated)
+/// ones.
 ///
 /// ```
-/// use ratewall::{CallSpec, GroupSpec, Limit, Limiter, upstream::{Auto, Hold}};
+/// use ratewall::{CallSpec, GroupSpec, Keys, Limit, Limiter, upstream::{Auto, Hold}};
 /// use std::time::Duration;
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let limiter = Limiter::builder().memory().build()?;
 /// let spec = CallSpec::owned("llm", vec![GroupSpec::owned("llm_tpm", vec![Limit::per_minute(240_000)?])]);
 /// let auto = Auto::new();
-/// // The upstream refused with `Retry-After: 2`: the budget keeps 70 %.
-/// limiter.learn(&spec, &auto, false, &Hold::new().pause(Duration::from_secs(2))).await?;
+/// let keys = || Keys::new(&[&"gpt"]);
+/// // The upstream refused with no pause said: the budget keeps 70 %.
+/// limiter.learn(&spec, keys(), &auto, false, &Hold::new()).await?;
 /// assert_eq!(limiter.settings().limits("llm_tpm").unwrap()[0].threshold(), 168_000);
 /// // It says its limit: 60 000 tokens a minute.
-/// limiter.learn(&spec, &auto, true, &Hold::new().limit(0, 60_000)).await?;
+/// limiter.learn(&spec, keys(), &auto, true, &Hold::new().limit(0, 60_000)).await?;
 /// assert_eq!(limiter.settings().limits("llm_tpm").unwrap()[0].threshold(), 60_000);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # });
@@ -69,11 +103,14 @@ use crate::store::Store;
 pub struct Auto {
     keep: u64,
     raise: u64,
+    approach: u64,
+    headroom: u64,
+    believe_for: Duration,
     every: Duration,
     margin: u64,
     floor: u64,
-    /// Per group name: the scale this instance applies, and when it last
-    /// read the shared one.
+    /// Per group name: the scale this instance applies, when it last read
+    /// the shared one, and when it last heard a remaining count.
     known: Mutex<HashMap<Arc<str>, Known>>,
 }
 
@@ -81,6 +118,7 @@ pub struct Auto {
 struct Known {
     scale: u64,
     read_at: Instant,
+    found_at: Option<Instant>,
 }
 
 impl Default for Auto {
@@ -102,13 +140,18 @@ fn share(what: &str, value: f64, zero_ok: bool) -> Result<u64, LimitError> {
 }
 
 impl Auto {
-    /// Keeps 70 % on a refusal, adds 1 % of the scale per second while
-    /// accepted, takes a said limit as it is (margin 1), never below 1 % of
+    /// Keeps 70 % on a refusal without an estimate, stays 5 % under a
+    /// found limit (believed 10 minutes), closes a quarter of the gap to it
+    /// per second, probes 1 % of the scale per second when none is
+    /// believed, takes a said limit as it is (margin 1), never below 1 % of
     /// the stated limits.
     pub fn new() -> Self {
         Self {
             keep: 700_000,
             raise: 10_000,
+            approach: 250_000,
+            headroom: 950_000,
+            believe_for: Duration::from_secs(600),
             every: Duration::from_secs(1),
             margin: SCALE_ONE,
             floor: 10_000,
@@ -116,26 +159,56 @@ impl Auto {
         }
     }
 
-    /// The share of the scale a refusal keeps (in `(0, 1]`; default 0.7).
+    /// The share of the scale a refusal without an estimate keeps (in
+    /// `(0, 1]`; default 0.7).
     ///
     /// # Errors
-    /// [`LimitError::BadCall`], naming the setting and the value, when
-    /// `share_kept` is not in `(0, 1]` (zero, negative, above 1 or not a
-    /// number).
+    /// [`LimitError::BadCall`] for a share outside `(0, 1]`.
     pub fn keep(mut self, share_kept: f64) -> Result<Self, LimitError> {
         self.keep = share("keep", share_kept, false)?;
         Ok(self)
     }
 
-    /// The share of the scale added per [`Auto::every`] while the upstream
-    /// accepts (in `[0, 1]`; default 0.01).
+    /// The share of the scale added per [`Auto::every`] while probing: the
+    /// upstream accepts and no found limit is believed (in `[0, 1]`;
+    /// default 0.01).
     ///
     /// # Errors
-    /// [`LimitError::BadCall`], naming the setting and the value, when
-    /// `share_added` is not in `[0, 1]` (negative, above 1 or not a number).
+    /// [`LimitError::BadCall`] for a share outside `[0, 1]`.
     pub fn raise(mut self, share_added: f64) -> Result<Self, LimitError> {
         self.raise = share("raise", share_added, true)?;
         Ok(self)
+    }
+
+    /// The share of the gap to [`Auto::headroom`] of a believed limit the
+    /// scale closes per [`Auto::every`] (in `[0, 1]`; default 0.25): fast
+    /// far below it, slowly near it.
+    ///
+    /// # Errors
+    /// [`LimitError::BadCall`] for a share outside `[0, 1]`.
+    pub fn approach(mut self, share_closed: f64) -> Result<Self, LimitError> {
+        self.approach = share("approach", share_closed, true)?;
+        Ok(self)
+    }
+
+    /// The share of a found limit (by a refusal, or by what the upstream
+    /// says is left) the budget stays at or under (in `(0, 1]`; default
+    /// 0.95): room for the calls decided but not yet counted by the
+    /// upstream, and for a window counted a little unlike the upstream's.
+    ///
+    /// # Errors
+    /// [`LimitError::BadCall`] for a share outside `(0, 1]`.
+    pub fn headroom(mut self, share_kept: f64) -> Result<Self, LimitError> {
+        self.headroom = share("headroom", share_kept, false)?;
+        Ok(self)
+    }
+
+    /// How long a found limit is believed (default 10 minutes): the scale
+    /// stays under it that long, then probes upward again (and a lower
+    /// limit is found again by the refusal the probe draws).
+    pub fn believe_for(mut self, believe_for: Duration) -> Self {
+        self.believe_for = believe_for;
+        self
     }
 
     /// How often the scale is raised (across all instances) and read by
@@ -149,9 +222,7 @@ impl Auto {
     /// e.g. 0.98 leaves 2 % to calls this budget does not see).
     ///
     /// # Errors
-    /// [`LimitError::BadCall`], naming the setting and the value, when
-    /// `share_taken` is not in `(0, 1]` (zero, negative, above 1 or not a
-    /// number).
+    /// [`LimitError::BadCall`] for a share outside `(0, 1]`.
     pub fn margin(mut self, share_taken: f64) -> Result<Self, LimitError> {
         self.margin = share("margin", share_taken, false)?;
         Ok(self)
@@ -162,73 +233,100 @@ impl Auto {
     /// invalid.
     ///
     /// # Errors
-    /// [`LimitError::BadCall`], naming the setting and the value, when `least`
-    /// is not in `(0, 1]` (zero, negative, above 1 or not a number).
+    /// [`LimitError::BadCall`] for a share outside `(0, 1]`.
     pub fn floor(mut self, least: f64) -> Result<Self, LimitError> {
         self.floor = share("floor", least, false)?;
         Ok(self)
     }
 
     /// The scale this instance applies to `group`'s stated limits, in parts
-    /// per million ([`crate::upstream::SCALE_ONE`]: as stated), if it learned one.
+    /// per million ([`crate::upstream::SCALE_ONE`]: as stated), if it
+    /// learned one.
     pub fn scale(&self, group: &str) -> Option<u64> {
         self.known.lock().get(group).map(|k| k.scale)
     }
 
-    /// What to ask the store, for a group whose upstream answered
-    /// `accepted` (or not) and said `said` of its limit, with `first` its
-    /// first stated limit; `None`: nothing to ask now.
-    fn adjustment(
-        &self,
-        group: &str,
-        first: &Limit,
-        accepted: bool,
-        said: Option<u64>,
-        pause: Option<Duration>,
-    ) -> Option<Adjust> {
-        let known = self.known.lock().get(group).copied();
-        if let Some(said) = said {
-            let scale = (u128::from(said) * u128::from(self.margin)
-                / u128::from(first.threshold().max(1)))
-            .min(u128::from(SCALE_CEILING)) as u64;
-            let scale = scale.max(SCALE_FLOOR);
-            return (known.map(|k| k.scale) != Some(scale)).then_some(Adjust::Set { scale });
-        }
-        if !accepted {
-            let pause = pause.unwrap_or_default();
-            return Some(Adjust::Lower {
-                keep: self.keep.min(filled_share(first, pause)),
-                cooldown: pause.max(self.every),
-                floor: self.floor,
-            });
-        }
-        let due = known.is_none_or(|k| k.read_at.elapsed() >= self.every);
-        due.then_some(Adjust::Raise {
-            step: self.raise,
-            every: self.every,
-        })
+    fn known(&self, group: &str) -> Option<Known> {
+        self.known.lock().get(group).copied()
     }
 
-    /// A read of `group`'s shared scale, when this instance last read it
+    /// Whether this instance last read `group`'s scale [`Auto::every`] or
+    /// more ago (or never).
+    fn due(&self, group: &str) -> bool {
+        self.known(group)
+            .is_none_or(|k| k.read_at.elapsed() >= self.every)
+    }
+
+    /// Whether this instance last heard a remaining count for `group`
     /// [`Auto::every`] or more ago (or never).
-    fn read_if_due(&self, group: &str) -> Option<Adjust> {
-        let known = self.known.lock().get(group).copied();
-        let due = known.is_none_or(|k| k.read_at.elapsed() >= self.every);
-        due.then_some(Adjust::Read)
+    fn found_due(&self, group: &str) -> bool {
+        self.known(group)
+            .and_then(|k| k.found_at)
+            .is_none_or(|at| at.elapsed() >= self.every)
+    }
+
+    /// A raise, as this budget makes them.
+    fn raising(&self) -> Adjust {
+        Adjust::Raise {
+            step: self.raise,
+            approach: self.approach,
+            headroom: self.headroom,
+            every: self.every,
+            believe_for: self.believe_for,
+        }
+    }
+
+    /// A refusal's lowering, with the estimate of the upstream's limit its
+    /// count gave (parts per million; 0: none), after a pause of `pause`.
+    fn lowering(&self, estimate: u64, pause: Duration) -> Adjust {
+        Adjust::Lower {
+            keep: self.keep,
+            estimate,
+            headroom: self.headroom,
+            cooldown: pause.max(self.every),
+            floor: self.floor,
+        }
+    }
+
+    /// The scale an upstream's said limit `said` sets for a group whose
+    /// first stated limit is `first`.
+    fn said_scale(&self, first: &Limit, said: u64) -> u64 {
+        let scale = (u128::from(said) * u128::from(self.margin)
+            / u128::from(first.threshold().max(1)))
+        .min(u128::from(SCALE_CEILING)) as u64;
+        scale.max(SCALE_FLOOR)
     }
 }
 
-/// The share of `first`'s period in which the upstream's window filled,
-/// in parts per million: a refusal asking for `pause` in a window of
-/// period `P` says the window was full `P - pause` after it began, so
-/// calls went `P / (P - pause)` times faster than it allows (as from an
-/// empty window at a steady rate). At least a tenth; a pause of a period
-/// or more says only that.
-fn filled_share(first: &Limit, pause: Duration) -> u64 {
-    let period = u128::from(first.period_micros().max(1));
-    let pause = pause.as_micros().min(period);
-    let share = ((period - pause) * u128::from(SCALE_ONE) / period) as u64;
-    share.max(SCALE_ONE / 10)
+/// What [`Limiter::learn`] does for one group, before asking the store.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    /// Nothing now.
+    Nothing,
+    /// This change, as it is.
+    Adjust(Adjust),
+    /// A refusal with a usable pause: the budget's count `pause` from now
+    /// is the estimate (the refused call's own cost still in it: what the
+    /// upstream will have room for then).
+    Refused { pause: Duration },
+    /// The upstream has `left` units now: the budget's count now, plus
+    /// them, is the estimate.
+    Left { left: u64 },
+}
+
+/// `units` of a group whose first stated limit is `first`, as a scale in
+/// parts per million (at least one part).
+fn scale_of(units: u64, first: &Limit) -> u64 {
+    let scale = u128::from(units) * u128::from(SCALE_ONE) / u128::from(first.capacity().max(1));
+    u64::try_from(scale)
+        .unwrap_or(u64::MAX)
+        .clamp(1, SCALE_CEILING)
+}
+
+/// The units a decision says are taken now: its limit's capacity less what
+/// remains (a window's count, a bucket's level).
+fn taken(decision: &Decision) -> u64 {
+    decision.limit().saturating_sub(decision.remaining())
 }
 
 /// `stated` scaled by `scale` parts per million, rounded (thresholds and
@@ -263,33 +361,172 @@ fn scaled(stated: &[Limit], scale: u64) -> Result<Vec<Limit>, LimitError> {
 
 impl Limiter {
     /// Hears one answer of the upstream `spec`'s budget stands for, for a
-    /// budget that finds its limit ([`Auto`]): `accepted` is whether the
-    /// upstream took the call (not a `429`/`503`), `said` what its headers
-    /// said ([`Hold::from_headers`]: its limits, its pause). Each group's
-    /// shared scale is adjusted or read in the store (at most one operation
-    /// per group, none when nothing is due) and applied to this instance's
-    /// limits of the group. Answers how many store operations it made.
-    /// Pausing the budget is [`Limiter::hold`]'s.
+    /// budget that finds its limit ([`Auto`]), drawn on for `keys` (the
+    /// identities and costs the call was made with): `accepted` is whether
+    /// the upstream took the call (not a `429`/`503`), `said` what its
+    /// headers said ([`Hold::from_headers`]: its limits, its pause, what it
+    /// has left). Each group's shared scale is adjusted or read in the
+    /// store, after reading the budget's own count where an estimate needs
+    /// it (see [`Auto`]), and applied to this instance's limits of the
+    /// group. Answers how many store operations it made. Pausing the budget
+    /// is [`Limiter::hold`]'s: learn before holding what the upstream said
+    /// (a hold changes the count read), from a refusal before settling the
+    /// refused call (its cost is part of the count read), from an accepted
+    /// call after settling it (its real cost is).
     ///
     /// # Errors
-    /// [`Error::Backend`] when the store cannot keep a learned scale (a
-    /// custom [`crate::backend::Backend`] without
-    /// [`crate::backend::Backend::adjust`] answers
-    /// [`BackendError::Protocol`](crate::error::BackendError::Protocol)) or
-    /// cannot be reached, and [`Error::Limit`] when a scale makes a group's
-    /// limits invalid; that group keeps the limits it had (the groups before
-    /// it in `spec` have theirs applied).
-    pub async fn learn(
-        &self,
-        spec: &CallSpec,
-        auto: &Auto,
+    /// [`Error::Limit`] when `keys` do not fit `spec`, or a learned scale is
+    /// one the group's limits cannot take; [`Error::Backend`] when the
+    /// store cannot keep a learned scale (a custom
+    /// [`crate::backend::Backend`] without
+    /// [`crate::backend::Backend::adjust`]) or cannot be reached. Groups
+    /// adjusted before the failing one keep their new scale; the failing
+    /// group and those after it are left as they were.
+    pub fn learn<'a>(
+        &'a self,
+        spec: &'a CallSpec,
+        keys: Keys<'_>,
+        auto: &'a Auto,
         accepted: bool,
         said: &Hold,
-    ) -> Result<usize, Error> {
-        self.adjust_learned(spec, auto, |index, name, first| {
-            auto.adjustment(name, first, accepted, said.limit_in(index), said.paused())
-        })
-        .await
+    ) -> impl std::future::Future<Output = Result<usize, Error>> + Send + 'a {
+        // Everything the keys say is read here: the future borrows none of
+        // them (it is `Send` whatever form they take).
+        let costs = keys.given_costs();
+        let steps: Vec<Step> = spec
+            .groups()
+            .iter()
+            .enumerate()
+            .map(|(index, group)| {
+                let Some(first) = group.limits().iter().find(|l| !l.is_in_flight()) else {
+                    return Step::Nothing;
+                };
+                let name = group.name();
+                let cost = costs.get(index).copied().unwrap_or(group.cost());
+                if let Some(limit) = said.limit_in(index) {
+                    let scale = auto.said_scale(first, limit);
+                    return match auto.known(name) {
+                        Some(k) if k.scale == scale => Step::Nothing,
+                        _ => Step::Adjust(Adjust::Set { scale }),
+                    };
+                }
+                let left = said.left_in(index);
+                if !accepted {
+                    return match (left, said.paused()) {
+                        // Room left for the call here: not this group's refusal.
+                        (Some(left), _) if left >= cost => Step::Left { left },
+                        (_, Some(pause)) if pause < first.period() => Step::Refused { pause },
+                        (_, pause) => Step::Adjust(auto.lowering(0, pause.unwrap_or_default())),
+                    };
+                }
+                match left {
+                    Some(left) if auto.found_due(name) => Step::Left { left },
+                    _ if auto.due(name) => Step::Adjust(auto.raising()),
+                    _ => Step::Nothing,
+                }
+            })
+            .collect();
+        let needs_count = steps
+            .iter()
+            .any(|s| matches!(s, Step::Refused { .. } | Step::Left { .. }));
+        let owned = needs_count
+            .then(|| self.hold_attempt(spec, keys))
+            .transpose();
+        async move {
+            let owned = owned?;
+            let mut operations = 0;
+            let mut adjusts = Vec::with_capacity(steps.len());
+            for (index, step) in steps.iter().enumerate() {
+                let first = spec.groups()[index]
+                    .limits()
+                    .iter()
+                    .find(|l| !l.is_in_flight());
+                let adjust = match (*step, owned.as_ref(), first) {
+                    (Step::Adjust(adjust), _, _) => Some(adjust),
+                    (Step::Refused { pause }, Some(owned), Some(first)) => {
+                        operations += 1;
+                        let estimate = match self.count_of(spec, owned, index, pause).await {
+                            // The budget's own calls explain the refusal
+                            // only when they hold a tenth of its limit then.
+                            Some((units, capacity)) if units.saturating_mul(10) >= capacity => {
+                                scale_of(units, first)
+                            }
+                            _ => 0,
+                        };
+                        Some(auto.lowering(estimate, pause))
+                    }
+                    (Step::Left { left }, Some(owned), Some(first)) => {
+                        operations += 1;
+                        self.count_of(spec, owned, index, Duration::ZERO)
+                            .await
+                            .map(|(units, _)| Adjust::Found {
+                                estimate: scale_of(units.saturating_add(left), first),
+                                headroom: auto.headroom,
+                            })
+                    }
+                    _ => None,
+                };
+                adjusts.push(adjust);
+            }
+            let found: Vec<bool> = steps
+                .iter()
+                .map(|s| matches!(s, Step::Left { .. }))
+                .collect();
+            operations += self
+                .adjust_learned(spec, auto, |index, _, _| adjusts[index], &found)
+                .await?;
+            Ok(operations)
+        }
+    }
+
+    /// The units group `index` of `owned`'s call holds `ahead` from now in
+    /// its first rate limit, and that limit's capacity now, as the store
+    /// decides it (a peek: nothing is taken), or `None` when the store
+    /// cannot tell (logged).
+    async fn count_of(
+        &self,
+        spec: &CallSpec,
+        owned: &OwnedAttempt,
+        index: usize,
+        ahead: Duration,
+    ) -> Option<(u64, u64)> {
+        let attempt = owned.attempt();
+        if attempt.skipped & (1 << index) != 0 {
+            return None;
+        }
+        let mut targets = Targets::new();
+        if attempt.chosen.is_empty() {
+            attempt.resolved.fill_targets(
+                attempt.identities,
+                attempt.costs,
+                |i, _| i == index,
+                &mut targets,
+            );
+        } else {
+            attempt.resolved.fill_tiered(
+                attempt.identities,
+                attempt.costs,
+                &attempt.chosen,
+                |i| i == index,
+                &mut targets,
+            );
+        }
+        let targets = rate_targets(&targets);
+        let first = targets.first()?;
+        let one = [*first];
+        let ahead = crate::model::clock::micros(ahead);
+        let mut call = attempt.call(spec, Op::Peek(ahead), &one);
+        call.every_decision = true;
+        match self.pipeline.run(&mut call, ALL).await {
+            Answer::Decided { decisions, .. } | Answer::Shadowed { decisions, .. } => {
+                decisions.iter().next().map(|d| (taken(d), d.limit()))
+            }
+            Answer::Failed(error) | Answer::FailedOpen(error) | Answer::Unavailable(error) => {
+                tracing::debug!(call = spec.name(), %error, "the budget's count could not be read; learning without it");
+                None
+            }
+            _ => None,
+        }
     }
 
     /// Reads each of `spec`'s shared scales that this instance last read
@@ -303,11 +540,11 @@ impl Limiter {
     /// operations it made.
     ///
     /// ```
-    /// use ratewall::{CallSpec, GroupSpec, Limit, Limiter, upstream::{Auto, Hold}};
+    /// use ratewall::{CallSpec, GroupSpec, Keys, Limit, Limiter, backend::{Backend, MemoryBackend}, upstream::{Auto, Hold}};
     /// use std::sync::Arc;
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
     /// // Two instances sharing one store.
-    /// let store: Arc<dyn ratewall::backend::Backend> = Arc::new(ratewall::backend::MemoryBackend::new());
+    /// let store: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
     /// let (one, other) = (
     ///     Limiter::builder().shared_backend(store.clone()).build()?,
     ///     Limiter::builder().shared_backend(store).build()?,
@@ -315,7 +552,7 @@ impl Limiter {
     /// let spec = CallSpec::owned("llm", vec![GroupSpec::owned("llm_tpm", vec![Limit::per_minute(240_000)?])]);
     /// let (heard, resumed) = (Auto::new(), Auto::new());
     /// // One instance hears the upstream say its limit; the other heard nothing.
-    /// one.learn(&spec, &heard, true, &Hold::new().limit(0, 60_000)).await?;
+    /// one.learn(&spec, Keys::new(&[&"gpt"]), &heard, true, &Hold::new().limit(0, 60_000)).await?;
     /// assert_eq!(resumed.scale("llm_tpm"), None);
     /// other.refresh_learned(&spec, &resumed).await?;
     /// assert_eq!(other.settings().limits("llm_tpm").unwrap()[0].threshold(), 60_000);
@@ -324,23 +561,27 @@ impl Limiter {
     /// ```
     ///
     /// # Errors
-    /// As [`Limiter::learn`]: [`Error::Backend`] when the store cannot keep a
-    /// learned scale or cannot be reached, [`Error::Limit`] when a scale makes a
-    /// group's limits invalid; that group keeps the limits it had (the groups
-    /// before it in `spec` have theirs applied).
+    /// As [`Limiter::learn`]'s.
     pub async fn refresh_learned(&self, spec: &CallSpec, auto: &Auto) -> Result<usize, Error> {
-        self.adjust_learned(spec, auto, |_, name, _| auto.read_if_due(name))
-            .await
+        self.adjust_learned(
+            spec,
+            auto,
+            |_, name, _| auto.due(name).then_some(Adjust::Read),
+            &[],
+        )
+        .await
     }
 
     /// Asks the store for each of `spec`'s groups' `adjust` (given the
     /// group's index, name and first rate limit; `None`: nothing to ask)
-    /// and applies the scale it answers to this instance's limits.
+    /// and applies the scale it answers to this instance's limits; a group
+    /// marked in `found` records that a remaining count was heard now.
     async fn adjust_learned(
         &self,
         spec: &CallSpec,
         auto: &Auto,
         adjust: impl Fn(usize, &str, &Limit) -> Option<Adjust>,
+        found: &[bool],
     ) -> Result<usize, Error> {
         let mut operations = 0;
         for (index, group) in spec.groups().iter().enumerate() {
@@ -363,17 +604,23 @@ impl Limiter {
             // Applied under the lock, so `known` says what is applied; a
             // scale the limits cannot take is not recorded (asked again).
             let mut known = auto.known.lock();
-            let before = known.get(name).map(|k| k.scale);
-            if before != Some(scale) || self.registry.limits(name).is_none() {
+            let before = known.get(name).copied();
+            if before.map(|k| k.scale) != Some(scale) || self.registry.limits(name).is_none() {
                 let limits = scaled(stated, scale).map_err(Error::Limit)?;
                 tracing::debug!(limit = name, scale, ?adjust, "learned limit applied");
                 self.settings().apply_learned(name, limits)?;
             }
+            let now = Instant::now();
+            let found_at = match found.get(index) {
+                Some(true) => Some(now),
+                _ => before.and_then(|k| k.found_at),
+            };
             known.insert(
                 Arc::from(name),
                 Known {
                     scale,
-                    read_at: Instant::now(),
+                    read_at: now,
+                    found_at,
                 },
             );
         }
@@ -432,24 +679,123 @@ mod tests {
         assert!(scaled(&[log], crate::upstream::SCALE_CEILING).is_err());
     }
 
-    #[test]
-    fn a_long_pause_lowers_the_scale_as_much_as_the_window_filled_early() {
-        let minute = Limit::per_minute(240_000).unwrap();
-        let lower = |pause: u64| match Auto::new().adjustment(
-            "tpm",
-            &minute,
-            false,
-            None,
-            Some(Duration::from_secs(pause)),
-        ) {
-            Some(Adjust::Lower { keep, .. }) => keep,
-            other => panic!("{other:?}"),
+    use crate::clock::ManualClock;
+    use crate::{Algorithm, GroupSpec, Keys};
+
+    /// A budget of `requests` a 10 s sliding window (100 slots of 100 ms:
+    /// the strict upstream's shape) and `tokens` the same, on a manual clock.
+    fn budget(requests: u64, tokens: u64) -> (Limiter, ManualClock, CallSpec) {
+        let clock = ManualClock::new(1_000_000_000);
+        let limiter = Limiter::builder()
+            .memory()
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        let window = |n| {
+            Limit::new(n, Duration::from_secs(10))
+                .and_then(|l| l.with_algorithm(Algorithm::SlidingWindow))
+                .and_then(|l| l.with_slots(100))
+                .unwrap()
         };
-        // Full 15 s into the minute (a pause of 45 s): 4 times too fast.
-        assert_eq!(lower(45), 250_000);
-        // A short pause keeps the usual 70 %; a pause past the period, a tenth.
-        assert_eq!(lower(1), 700_000);
-        assert_eq!(lower(600), 100_000);
+        let spec = CallSpec::owned(
+            "llm",
+            vec![
+                GroupSpec::owned("llm_rpm", vec![window(requests)]),
+                GroupSpec::owned("llm_tpm", vec![window(tokens)]).settled(),
+            ],
+        );
+        (limiter, clock, spec)
+    }
+
+    fn threshold(limiter: &Limiter, name: &str) -> u64 {
+        limiter.settings().limits(name).unwrap()[0].threshold()
+    }
+
+    fn run<T>(future: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(future)
+    }
+
+    /// `calls` calls of `tokens` each, one every `gap_ms`.
+    fn send(
+        limiter: &Limiter,
+        clock: &ManualClock,
+        spec: &CallSpec,
+        calls: u64,
+        tokens: u64,
+        gap_ms: u64,
+    ) {
+        for _ in 0..calls {
+            let costs = [1, tokens];
+            let keys = Keys::new(&[&"gpt", &"gpt"]).costs(&costs);
+            let permit = run(limiter.call_with(spec, keys)).expect("room");
+            drop(permit);
+            clock.advance(Duration::from_millis(gap_ms));
+        }
+    }
+
+    #[test]
+    fn a_refusal_a_burst_drew_cuts_no_lower_than_what_the_window_holds() {
+        // The upstream's limit is the stated 1 000: all of them went out in
+        // the window's first second, and it asks for 9 s (until they leave).
+        let (limiter, clock, spec) = budget(1_000, 1_000_000);
+        send(&limiter, &clock, &spec, 1_000, 10, 1);
+        let refused = Hold::new().pause(Duration::from_secs(9));
+        let keys = Keys::new(&[&"gpt", &"gpt"]).costs(&[1, 10]);
+        run(limiter.learn(&spec, keys, &Auto::new(), false, &refused)).unwrap();
+        // 95 % of the 1 000 the window holds then (the old rule kept 10 %).
+        assert_eq!(threshold(&limiter, "llm_rpm"), 950);
+    }
+
+    #[test]
+    fn a_halved_limit_is_found_from_what_the_window_holds_when_the_upstream_has_room() {
+        // 100 a second for 10 s: the upstream halved to 500 and asks for 5 s
+        // (until half of the window has left).
+        let (limiter, clock, spec) = budget(1_000, 1_000_000);
+        send(&limiter, &clock, &spec, 1_000, 10, 10);
+        let refused = Hold::new().pause(Duration::from_secs(5));
+        let keys = Keys::new(&[&"gpt", &"gpt"]).costs(&[1, 10]);
+        run(limiter.learn(&spec, keys, &Auto::new(), false, &refused)).unwrap();
+        let learned = threshold(&limiter, "llm_rpm");
+        assert!((470..=480).contains(&learned), "{learned}");
+    }
+
+    #[test]
+    fn a_group_the_refusal_was_not_about_is_not_lowered() {
+        let (limiter, clock, spec) = budget(1_000, 1_000_000);
+        send(&limiter, &clock, &spec, 500, 10, 10);
+        // Requests ran out; 200 000 tokens are left, room for the call's 10.
+        let refused = Hold::new()
+            .pause(Duration::from_secs(5))
+            .left(0, 0)
+            .left(1, 200_000);
+        let keys = Keys::new(&[&"gpt", &"gpt"]).costs(&[1, 10]);
+        run(limiter.learn(&spec, keys, &Auto::new(), false, &refused)).unwrap();
+        assert!(threshold(&limiter, "llm_rpm") < 500);
+        // The tokens' limit implied: 5 000 used + 200 000 left, 95 % of it.
+        assert_eq!(threshold(&limiter, "llm_tpm"), 194_750);
+    }
+
+    #[test]
+    fn what_is_left_finds_a_lower_limit_without_a_refusal() {
+        let (limiter, clock, spec) = budget(1_000, 1_000_000);
+        send(&limiter, &clock, &spec, 300, 10, 10);
+        let said = Hold::new().left(0, 100);
+        let keys = Keys::new(&[&"gpt", &"gpt"]).costs(&[1, 10]);
+        run(limiter.learn(&spec, keys, &Auto::new(), true, &said)).unwrap();
+        assert_eq!(threshold(&limiter, "llm_rpm"), 380, "95 % of 300 + 100");
+    }
+
+    #[test]
+    fn a_pause_past_the_period_keeps_the_usual_share() {
+        let (limiter, clock, spec) = budget(1_000, 1_000_000);
+        send(&limiter, &clock, &spec, 10, 10, 10);
+        let refused = Hold::new().pause(Duration::from_secs(3_600));
+        let keys = Keys::new(&[&"gpt", &"gpt"]).costs(&[1, 10]);
+        run(limiter.learn(&spec, keys, &Auto::new(), false, &refused)).unwrap();
+        assert_eq!(threshold(&limiter, "llm_rpm"), 700);
     }
 
     #[test]
@@ -460,5 +806,7 @@ mod tests {
         assert!(Auto::new().raise(0.0).is_ok());
         assert!(Auto::new().margin(-0.1).is_err());
         assert!(Auto::new().floor(0.05).is_ok());
+        assert!(Auto::new().headroom(0.0).is_err());
+        assert!(Auto::new().approach(0.0).is_ok());
     }
 }

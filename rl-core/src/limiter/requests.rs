@@ -353,7 +353,7 @@ impl<'l> Requests<'l> {
     /// [`Error::Backend`] when the backend fails, unless the failure policy is
     /// `FailurePolicy::Local`, which peeks the in-process state instead.
     pub async fn peek_all(&self, requests: &[Request<'_>]) -> Result<Decisions, Error> {
-        self.decide(Op::Peek, requests).await
+        self.decide(Op::Peek(0), requests).await
     }
 
     /// Gives back what an allowed decision made at `at_micros` consumed.

@@ -363,7 +363,11 @@ impl Limiter {
     }
 
     /// The attempt a hold applies to: `keys` checked and resolved.
-    fn hold_attempt(&self, spec: &CallSpec, keys: Keys<'_>) -> Result<OwnedAttempt, Error> {
+    pub(crate) fn hold_attempt(
+        &self,
+        spec: &CallSpec,
+        keys: Keys<'_>,
+    ) -> Result<OwnedAttempt, Error> {
         if let Err(rejection) = keys.check(spec) {
             return Err(cannot_hold(spec, &rejection.to_string()));
         }

@@ -4,6 +4,7 @@
 use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
 use crate::model::clock::micros;
 use crate::model::decision::Decisions;
@@ -82,7 +83,7 @@ impl<'a> Request<'a> {
     pub fn check_batch(requests: &[Request<'_>]) -> Result<(), LimitError> {
         // (As for a peek: an acquire's in-flight limits also need a lease,
         // which the limiter checks and a backend that keeps leases checks.)
-        Self::check_for(requests, Op::Peek)
+        Self::check_for(requests, Op::Peek(0))
     }
 
     /// Checks a batch before a backend reserves a slot for it
@@ -298,6 +299,26 @@ pub trait Backend: Send + Sync + Debug + 'static {
         &'a self,
         requests: &'a [Request<'a>],
     ) -> BoxFuture<'a, Result<Decisions, BackendError>>;
+
+    /// Decides without consuming anything as of `ahead` from now: what
+    /// each state will hold then if no call comes in between (a window's
+    /// count once its older units have left, a bucket drained). Budgets
+    /// that find an upstream's limit ([`crate::upstream::Auto`]) read with
+    /// it how much of a window the upstream's `Retry-After` leaves.
+    ///
+    /// # Errors
+    /// The default answers [`BackendError::Protocol`]: a backend that
+    /// cannot peek ahead (the limiter then learns without it).
+    fn peek_ahead<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        ahead: Duration,
+    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
+        let _ = (requests, ahead);
+        Box::pin(std::future::ready(Err(BackendError::protocol(
+            "this backend cannot peek ahead",
+        ))))
+    }
 
     /// Gives back what an allowed [`Backend::acquire`] made at `at_micros`
     /// (the decision's [`crate::Decision::at_micros`]) consumed.

@@ -386,7 +386,7 @@ impl MemoryBackend {
         Ok(match op {
             Op::Acquire => Stored::Decided(self.acquire_targets(targets)),
             Op::AcquireOnce(id) => Stored::Decided(self.acquire_targets_once(targets, id)?),
-            Op::Peek => Stored::Decided(self.decide_targets(targets, false)),
+            Op::Peek(ahead) => Stored::Decided(self.decide_targets(targets, false, ahead)),
             Op::Refund(at) => {
                 self.refund_targets(targets, at);
                 Stored::Applied
@@ -448,9 +448,12 @@ impl MemoryBackend {
         })
     }
 
-    fn decide_targets(&self, targets: &[Target<'_>], commit: bool) -> Decisions {
-        self.with_locked(targets, |now, guards, located| {
-            decide_all(guards, targets, located, now, commit)
+    /// Decides `targets` (committing or not) now, or as of `ahead` µs from
+    /// now on copies of their states (`Op::Peek(ahead)`).
+    fn decide_targets(&self, targets: &[Target<'_>], commit: bool, ahead: u64) -> Decisions {
+        self.with_locked(targets, |now, guards, located| match ahead {
+            0 => decide_all(guards, targets, located, now, commit),
+            _ => project_all(guards, targets, located, now, now.saturating_add(ahead)),
         })
     }
 
@@ -764,21 +767,6 @@ impl MemoryBackend {
     }
 }
 
-/// The targets of `requests`, whose keys they borrow.
-fn targets<'a>(requests: &'a [Request<'a>]) -> SmallVec<[Target<'a>; 4]> {
-    requests
-        .iter()
-        .map(|r| Target {
-            name: "",
-            key: KeyRef::of(r.key),
-            limit: r.limit,
-            cost: r.cost,
-            slot: None,
-            lease: r.holder,
-        })
-        .collect()
-}
-
 /// Extra units a lease takes: up to `want`, but at most half of what is left
 /// once the call's own `cost` is taken from `remaining`, so that the last
 /// units of a limit are shared between the processes asking for them
@@ -798,3 +786,4 @@ mod tests;
 use identity::{IPV4, IdentityForm, entry_hash, hash_of, sweep_table};
 use ops::*;
 use partitions::Partitions;
+use sync::targets;

@@ -78,7 +78,11 @@ pub(crate) async fn run_remote(
             .acquire_once(requests, id)
             .await
             .map(Stored::Decided),
-        Op::Peek => backend.peek(requests).await.map(Stored::Decided),
+        Op::Peek(0) => backend.peek(requests).await.map(Stored::Decided),
+        Op::Peek(ahead) => backend
+            .peek_ahead(requests, std::time::Duration::from_micros(ahead))
+            .await
+            .map(Stored::Decided),
         Op::Refund(at) => backend.refund(requests, at).await.map(|()| Stored::Applied),
         Op::Charge => backend.charge(requests).await.map(|()| Stored::Applied),
         Op::Hold { after, left } => backend

@@ -72,8 +72,9 @@ pub(crate) enum Op<'a> {
     Acquire,
     /// [`Op::Acquire`], idempotent by request id.
     AcquireOnce(&'a str),
-    /// Decide without consuming.
-    Peek,
+    /// Decide without consuming, as of this many µs from now (0: now;
+    /// later: what the state will hold then, with no call in between).
+    Peek(u64),
     /// Give back what an acquire made at this time (µs) took.
     Refund(u64),
     /// Take each target's cost on top of what its state holds, whatever
@@ -108,7 +109,7 @@ impl Op<'_> {
         match self {
             Op::Acquire => "acquire",
             Op::AcquireOnce(_) => "acquire_once",
-            Op::Peek => "peek",
+            Op::Peek(_) => "peek",
             Op::Refund(_) => "refund",
             Op::Charge => "charge",
             Op::Hold { .. } => "hold",
@@ -123,7 +124,7 @@ impl Op<'_> {
     pub(crate) const fn decides(&self) -> bool {
         matches!(
             self,
-            Op::Acquire | Op::AcquireOnce(_) | Op::Peek | Op::Reserve(_)
+            Op::Acquire | Op::AcquireOnce(_) | Op::Peek(_) | Op::Reserve(_)
         )
     }
 

@@ -377,8 +377,30 @@ where
                     tracing::warn!(call = shared.spec.name(), %error, "the upstream's rate-limit word could not be shared");
                 }
             };
-            // A pause is shared first: every instance sees it one store
-            // call after the refusal, not two, so fewer requests reach the
+            let accepted = !matches!(status, 429 | 503);
+            let learn = || async {
+                if let Some(auto) = &shared.auto
+                    && let Err(error) = shared
+                        .limiter
+                        .learn(
+                            &shared.spec,
+                            keys().costs(&draw.costs),
+                            auto,
+                            accepted,
+                            &hold,
+                        )
+                        .await
+                {
+                    tracing::warn!(call = shared.spec.name(), %error, "the upstream's limit could not be learned");
+                }
+            };
+            // A refusal is learned from before its pause is written and its
+            // estimate given back: both change the count it reads.
+            if !accepted {
+                learn().await;
+            }
+            // A pause is shared next: every instance sees it one store
+            // call after the refusal's, so fewer requests reach the
             // upstream while it refuses.
             let pauses = hold.paused().is_some();
             if pauses {
@@ -394,20 +416,15 @@ where
                     false
                 }
             };
+            // An accepted call is learned from once settled (its real cost
+            // counted), before what the upstream said is left is written.
+            if accepted {
+                learn().await;
+            }
             // Shared after the settlement (again, after a pause: an estimate
             // given back cannot reopen it).
             if !pauses || settled {
                 share().await;
-            }
-            if let Some(auto) = &shared.auto {
-                let accepted = !matches!(status, 429 | 503);
-                if let Err(error) = shared
-                    .limiter
-                    .learn(&shared.spec, auto, accepted, &hold)
-                    .await
-                {
-                    tracing::warn!(call = shared.spec.name(), %error, "the upstream's limit could not be learned");
-                }
             }
             Ok(response)
         })

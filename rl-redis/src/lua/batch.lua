@@ -4,8 +4,8 @@
 --
 -- args: op (acquire | acquire_once | peek | refund | refund_once |
 -- cancel_once | charge | hold | reset | reserve | cancel | renew), time ('s' = server TIME, or the client's now
--- in us), at (us: a refund's time, a hold's delay, a reserve's longest wait, a cancel's
--- slot), extra TTL (ms), then per request: algorithm code, threshold, period
+-- in us), at (us: a refund's time, a hold's delay, a peek's time ahead of now, a
+-- reserve's longest wait, a cancel's slot), extra TTL (ms), then per request: algorithm code, threshold, period
 -- (us), burst, slots, cost; reserve and cancel add two fields per request
 -- (reserve: the earliest slot allowed, 0 for none, and 0; cancel: 1 if the
 -- limit took a given-back slot, and the mark its decision left). For an
@@ -314,10 +314,15 @@ local function batch(keys, args)
     out[#out + 1] = now
     return out
   elseif op == 'peek' then
+    -- As of `at` us from now (0: now): what each state holds then, with no
+    -- call in between (deciding writes nothing).
+    local when = now + (at or 0)
     for i = 1, count do
       local r = requests[i]
-      emit(i, ALG[r.alg].decide(r, now, false))
+      emit(i, ALG[r.alg].decide(r, when, false))
     end
+    -- The decisions' time.
+    now = when
   elseif op == 'cancel_once' then
     local kept = redis.call('GET', id_key)
     local longest = 0

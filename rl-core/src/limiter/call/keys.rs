@@ -171,6 +171,12 @@ impl<'a> Keys<'a> {
         self.wait
     }
 
+    /// This call's cost in each group, as given ([`Keys::costs`]; empty:
+    /// the groups' own).
+    pub(crate) fn given_costs(&self) -> &'a [u64] {
+        self.costs
+    }
+
     /// Whether these keys fit `spec`: one identity per group, and as many
     /// tiers as it has tiered groups when tiers are given (none given:
     /// each tiered group gets its `default` tier).

@@ -43,6 +43,20 @@ impl Backend for MemoryBackend {
         Box::pin(std::future::ready(result))
     }
 
+    fn peek_ahead<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+        ahead: std::time::Duration,
+    ) -> BoxFuture<'a, Result<Decisions, BackendError>> {
+        let result = Request::check_batch(requests)
+            .map_err(BackendError::Invalid)
+            .map(|()| {
+                let ahead = crate::model::clock::micros(ahead);
+                self.decide_targets(&targets(requests), false, ahead)
+            });
+        Box::pin(std::future::ready(result))
+    }
+
     fn refund<'a>(
         &'a self,
         requests: &'a [Request<'a>],

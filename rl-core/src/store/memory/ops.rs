@@ -82,6 +82,25 @@ pub(super) fn decide_in(
     with_state!(target.limit.algorithm(), S => decide::<S>(shard, at, target, now, commit, clock))
 }
 
+/// Decides every target as of `at` (later than the shard's time `now`)
+/// on a copy of its state: what the state will hold then with no call in
+/// between. The states are left as they are (a decision at a later time
+/// may drop entries that still count now).
+pub(super) fn project_all(
+    guards: &mut Locked<'_, Shard>,
+    targets: &[Target<'_>],
+    located: &[Located],
+    now: u64,
+    at: u64,
+) -> Decisions {
+    Decisions::new(targets.iter().zip(located).map(|(target, l)| {
+        let shard = guards.shard(l.shard);
+        with_state!(target.limit.algorithm(), S => {
+            on_state::<S, _>(shard, l, target, (now, false, now), Project { target, at })
+        })
+    }))
+}
+
 /// Takes back a reservation if it is still the last one of its queue.
 pub(super) fn unreserve_in(
     shard: &mut Shard,
@@ -320,6 +339,22 @@ impl<S: State> OnState<S> for Decide<'_> {
     fn run(self, state: &mut S) -> Decision {
         let target = self.target;
         state.decide(target.limit, self.now, target.cost, self.commit)
+    }
+}
+
+/// [`State::decide`] of a target at `at`, on a copy of its state.
+struct Project<'a> {
+    target: &'a Target<'a>,
+    at: u64,
+}
+
+impl<S: State + Clone> OnState<S> for Project<'_> {
+    type Out = Decision;
+    fn run(self, state: &mut S) -> Decision {
+        let target = self.target;
+        state
+            .clone()
+            .decide(target.limit, self.at, target.cost, false)
     }
 }
 

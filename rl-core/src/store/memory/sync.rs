@@ -45,7 +45,7 @@ impl MemoryBackend {
 
     /// Evaluates a batch synchronously without consuming.
     pub fn peek_sync(&self, requests: &[Request<'_>]) -> Decisions {
-        self.decide_targets(&targets(requests), false)
+        self.decide_targets(&targets(requests), false, 0)
     }
 
     /// Refunds a batch synchronously.
@@ -98,7 +98,13 @@ impl MemoryBackend {
     /// use ratewall::{backend::MemoryBackend, clock::ManualClock, upstream::{Adjust, SCALE_ONE}};
     /// use std::time::Duration;
     /// let backend = MemoryBackend::with_clock(ManualClock::new(1_000_000));
-    /// let lower = Adjust::Lower { keep: SCALE_ONE / 2, cooldown: Duration::from_secs(5), floor: 0 };
+    /// let lower = Adjust::Lower {
+    ///     keep: SCALE_ONE / 2,
+    ///     estimate: 0,
+    ///     headroom: SCALE_ONE,
+    ///     cooldown: Duration::from_secs(5),
+    ///     floor: 0,
+    /// };
     /// assert_eq!(backend.adjust_sync("rl", "tpm", lower), SCALE_ONE / 2);
     /// assert_eq!(backend.adjust_sync("rl", "tpm", lower), SCALE_ONE / 2); // once per cooldown
     /// assert_eq!(backend.adjust_sync("rl", "rpm", Adjust::Read), SCALE_ONE);
@@ -174,4 +180,19 @@ impl MemoryBackend {
             self.release_targets(&targets(request), back.at_micros, &[back.stamp]);
         }
     }
+}
+
+/// The targets of `requests`, whose keys they borrow.
+pub(super) fn targets<'a>(requests: &'a [Request<'a>]) -> SmallVec<[Target<'a>; 4]> {
+    requests
+        .iter()
+        .map(|r| Target {
+            name: "",
+            key: KeyRef::of(r.key),
+            limit: r.limit,
+            cost: r.cost,
+            slot: None,
+            lease: r.holder,
+        })
+        .collect()
 }
