@@ -99,7 +99,7 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// twice, `tiers` with `limits`, `period` or `threshold`, a tiered group's
 /// `name` containing `@`, and every limit rule above for each tier's limits
 /// (reported at the string); and a `wait` of zero, with `count` or
-/// `count_if`, with `tier`, with `max_in_flight` in any group, or over
+/// `count_if`, with `max_in_flight` in any group, or over
 /// limits mixing a window algorithm with `gcra` or a bucket (reported at
 /// `wait`).
 ///

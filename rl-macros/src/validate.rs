@@ -308,8 +308,9 @@ pub(crate) fn validate(args: Args, sig: &Signature) -> Result<Config> {
     errors.finish(config)
 }
 
-/// `wait`: longer than zero, every call counted, no tiers, no
-/// `max_in_flight` (`in_flight`: in any group), and every limit of the
+/// `wait`: longer than zero, every call counted (a tiered call waits on
+/// its tier's limits), no `max_in_flight` (`in_flight`: in any group), and
+/// every limit of the
 /// call of one kind: GCRA and the buckets reserve one time for all their
 /// limits, the window algorithms retry, and a call cannot do both.
 fn check_wait(

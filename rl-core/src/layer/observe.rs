@@ -2,18 +2,8 @@
 //! DEBUG line per refusal and at most one INFO line per limit name every
 //! ten seconds ([`summary`]), a WARN line per backend failure.
 //!
-//! | metric | kind | labels |
-//! |---|---|---|
-//! | `ratewall_decisions_total` | counter | `limit` (the call's name), `outcome` (`allowed`, `rejected`, `shadow_rejected`, `denied`, `allow_listed`, `failed_open`, `unavailable`), `source` (`backend`, `cache`, `local`, `list`, `policy`, `lease`) |
-//! | `ratewall_operations_total` | counter | `limit`, `op` (`peek`, `refund`, `charge`, `hold`, `reset`, `cancel`), `result` (`ok`, `error`) |
-//! | `ratewall_backend_errors_total` | counter | `limit`, `op`, `error` (`timeout`, `unavailable`, `circuit_open`, `protocol`) |
-//! | `ratewall_backend_seconds` | histogram | `limit` |
-//! | `ratewall_wait_seconds` | histogram | `limit`: the wait of each admitted waiting call (recorded by the limiter's waiting calls) |
-//! | `ratewall_circuit_open` | gauge | (none): 1 while the breaker skips the backend |
-//! | `ratewall_leased_units` | gauge | `limit` (a group name): units held unused in this process's leases |
-//! | `ratewall_lease_takes_total` | counter | `limit`: leases taken |
-//! | `ratewall_lease_units_total` | counter | `limit`, `event` (`taken`, `returned`) |
-//! | `ratewall_lease_returns_total` | counter | `limit`, `result` (`returned`, `failed`) |
+//! Every metric the limiter records, with its labels, is listed once, in
+//! the guide (`docs/guide/metrics.md`, `ratewall::guide::metrics`).
 //!
 //! Every refusal is `outcome="rejected"`, wherever it was decided: `source`
 //! says where (the backend, the deny cache, or the in-process fallback).
