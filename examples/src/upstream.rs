@@ -1,14 +1,16 @@
 //! The fourth showcase: budgets for calls *out* to an upstream that limits
-//! us (a language model's API: requests and tokens per minute), shared by
+//! us (a language model's API: requests and tokens per window), shared by
 //! every worker process through Redis.
 //!
-//! - [`MockUpstream`]: a strict upstream. Requests per minute and tokens per
-//!   minute over a sliding minute (60 one-second buckets: the current one
-//!   and the 59 before). A request asks for up to `max_tokens`; it is
-//!   refused with `429`, `Retry-After` and remaining-count headers when its
-//!   `max_tokens` does not fit what is left, else served, using a random
-//!   number of tokens (a quarter to all of `max_tokens`) that only its
-//!   response tells.
+//! - [`MockUpstream`]: a strict upstream. Requests and tokens over a sliding
+//!   window (10 s in 100 ms buckets by default: the current bucket and the
+//!   ones before it). A request asks for up to `max_tokens`; it is refused
+//!   with `429`, `Retry-After` (whole seconds, rounded up: when enough of
+//!   the oldest buckets have left for it) and remaining-count headers when
+//!   its `max_tokens` does not fit what is left, else served, using a
+//!   random number of tokens (a quarter to all of `max_tokens`) that only
+//!   its response tells. Every answer says what is left; it says its limits
+//!   unless told not to.
 //! - [`worker`]: callers that draw on one budget in Redis before each
 //!   request (requests at 1, tokens at `max_tokens` as the estimate), wait
 //!   for room instead of failing, settle the real tokens from each
@@ -28,9 +30,6 @@ use ratewall::{
     upstream::{Auto, Counts, Hold},
 };
 use serde::{Deserialize, Serialize};
-
-/// Buckets of the sliding minute.
-const BUCKETS: usize = 60;
 
 /// A request to the upstream.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -57,15 +56,18 @@ pub struct Served {
     pub refused: u64,
 }
 
-/// One second's requests and tokens.
+/// One bucket's requests and tokens.
 #[derive(Debug, Clone, Copy, Default)]
 struct Bucket {
-    second: u64,
+    /// The bucket's index: milliseconds since the epoch over the bucket's
+    /// length.
+    index: u64,
     requests: u64,
     tokens: u64,
 }
 
-/// What the upstream did in one second (its history, for the plot).
+/// What the upstream did in one second (its history, for the plot and the
+/// showcase's measures).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Second {
     /// Seconds since the epoch.
@@ -76,39 +78,73 @@ pub struct Second {
     pub tokens: u64,
     /// Requests refused with `429`.
     pub refused: u64,
-    /// Its token limit then.
+    /// Its token limit per window then.
     pub tpm: u64,
+    /// Its request limit per window then.
+    #[serde(default)]
+    pub rpm: u64,
     /// The longest `Retry-After` it said then (seconds; 0: none).
     #[serde(default)]
     pub retry_after: u64,
 }
 
+/// The shape of the upstream's window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    /// Its length.
+    pub window: Duration,
+    /// How many buckets it counts in.
+    pub buckets: u64,
+}
+
+impl Default for Shape {
+    /// 10 s in 100 buckets of 100 ms.
+    fn default() -> Self {
+        Self {
+            window: Duration::from_secs(10),
+            buckets: 100,
+        }
+    }
+}
+
+impl Shape {
+    fn bucket_ms(&self) -> u64 {
+        (self.window.as_millis() as u64 / self.buckets.max(1)).max(1)
+    }
+}
+
 #[derive(Debug)]
 struct Window {
-    buckets: [Bucket; BUCKETS],
+    shape: Shape,
+    buckets: Vec<Bucket>,
     served: Served,
     seed: u64,
     history: std::collections::BTreeMap<u64, Second>,
 }
 
 impl Window {
-    /// Requests and tokens in the sliding minute ending in `second`.
-    fn sums(&self, second: u64) -> (u64, u64) {
+    /// Requests and tokens in the sliding window ending in bucket `index`.
+    fn sums(&self, index: u64) -> (u64, u64) {
+        let n = self.shape.buckets;
         self.buckets
             .iter()
-            .filter(|b| b.second + (BUCKETS as u64) > second && b.second <= second)
+            .filter(|b| b.index + n > index && b.index <= index)
             .fold((0, 0), |(r, t), b| (r + b.requests, t + b.tokens))
     }
 
-    /// Seconds until `requests` more requests and `tokens` more tokens fit
-    /// (at least 1): when enough of the oldest buckets have left.
-    fn retry_after(&self, second: u64, rpm: u64, tpm: u64, tokens: u64) -> u64 {
-        (1..=BUCKETS as u64)
+    /// Whole seconds from `now_ms` until one more request of `tokens`
+    /// fits (at least 1): when enough of the oldest buckets have left.
+    fn retry_after(&self, now_ms: u64, limits: (u64, u64), tokens: u64) -> u64 {
+        let size = self.shape.bucket_ms();
+        let index = now_ms / size;
+        let free_at = (1..=self.shape.buckets)
             .find(|ahead| {
-                let (r, t) = self.sums(second + ahead);
-                r < rpm && t + tokens <= tpm
+                let (r, t) = self.sums(index + ahead);
+                r < limits.0 && t + tokens <= limits.1
             })
-            .unwrap_or(BUCKETS as u64)
+            .unwrap_or(self.shape.buckets);
+        let wait_ms = (index + free_at) * size - now_ms;
+        wait_ms.div_ceil(1_000).max(1)
     }
 
     fn random(&mut self) -> u64 {
@@ -120,26 +156,40 @@ impl Window {
     }
 }
 
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_millis() as u64
+}
+
 /// The strict upstream (see the module docs). Its limits may be changed
 /// while it runs ([`MockUpstream::set_limits`]), without telling anyone.
 #[derive(Debug, Clone)]
 pub struct MockUpstream {
-    rpm: Arc<AtomicU64>,
-    tpm: Arc<AtomicU64>,
+    requests: Arc<AtomicU64>,
+    tokens: Arc<AtomicU64>,
     says_limits: Arc<AtomicBool>,
     window: Arc<std::sync::Mutex<Window>>,
 }
 
 impl MockUpstream {
-    /// An upstream admitting `rpm` requests and `tpm` tokens per sliding
-    /// minute.
-    pub fn new(rpm: u64, tpm: u64) -> Self {
+    /// An upstream admitting `requests` requests and `tokens` tokens per
+    /// sliding window of the default [`Shape`] (10 s in 100 ms buckets).
+    pub fn new(requests: u64, tokens: u64) -> Self {
+        Self::shaped(requests, tokens, Shape::default())
+    }
+
+    /// An upstream admitting `requests` requests and `tokens` tokens per
+    /// sliding window of `shape`.
+    pub fn shaped(requests: u64, tokens: u64, shape: Shape) -> Self {
         Self {
-            rpm: Arc::new(AtomicU64::new(rpm)),
-            tpm: Arc::new(AtomicU64::new(tpm)),
+            requests: Arc::new(AtomicU64::new(requests)),
+            tokens: Arc::new(AtomicU64::new(tokens)),
             says_limits: Arc::new(AtomicBool::new(true)),
             window: Arc::new(std::sync::Mutex::new(Window {
-                buckets: [Bucket::default(); BUCKETS],
+                shape,
+                buckets: vec![Bucket::default(); shape.buckets.max(1) as usize],
                 served: Served::default(),
                 seed: 0x9E37_79B9_7F4A_7C15,
                 history: std::collections::BTreeMap::new(),
@@ -149,16 +199,30 @@ impl MockUpstream {
 
     /// Whether each answer says the limits
     /// (`x-ratelimit-limit-requests` / `-tokens`, as OpenAI's API does; on
-    /// by default). Off, a budget has only `429`s to learn them from.
+    /// by default). Off, a budget has only `429`s and remaining counts to
+    /// learn them from.
     pub fn saying_limits(self, says: bool) -> Self {
         self.says_limits.store(says, Ordering::SeqCst);
         self
     }
 
     /// Changes the limits from now on.
-    pub fn set_limits(&self, rpm: u64, tpm: u64) {
-        self.rpm.store(rpm, Ordering::SeqCst);
-        self.tpm.store(tpm, Ordering::SeqCst);
+    pub fn set_limits(&self, requests: u64, tokens: u64) {
+        self.requests.store(requests, Ordering::SeqCst);
+        self.tokens.store(tokens, Ordering::SeqCst);
+    }
+
+    /// Its limits now: requests and tokens per window.
+    pub fn limits(&self) -> (u64, u64) {
+        (
+            self.requests.load(Ordering::SeqCst),
+            self.tokens.load(Ordering::SeqCst),
+        )
+    }
+
+    /// The shape of its window.
+    pub fn shape(&self) -> Shape {
+        self.window.lock().expect("upstream window").shape
     }
 
     /// What it served and refused so far.
@@ -172,62 +236,60 @@ impl MockUpstream {
         window.history.values().copied().collect()
     }
 
-    /// Requests and tokens served in the sliding minute ending now (what
+    /// Requests and tokens served in the sliding window ending now (what
     /// its limits bound).
-    pub fn last_minute(&self) -> (u64, u64) {
-        let second = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .expect("after the epoch")
-            .as_secs();
-        self.window.lock().expect("upstream window").sums(second)
+    pub fn last_window(&self) -> (u64, u64) {
+        let window = self.window.lock().expect("upstream window");
+        window.sums(now_ms() / window.shape.bucket_ms())
     }
 
     /// Answers one request: served with its usage, or `429`.
     pub fn complete(&self, request: Completion) -> (StatusCode, HeaderMap, Option<Usage>) {
-        let second = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .expect("after the epoch")
-            .as_secs();
-        let (rpm, tpm) = (
-            self.rpm.load(Ordering::SeqCst),
-            self.tpm.load(Ordering::SeqCst),
-        );
+        let now = now_ms();
+        let second = now / 1_000;
+        let limits = self.limits();
         let mut window = self.window.lock().expect("upstream window");
-        let (requests, tokens) = window.sums(second);
+        let index = now / window.shape.bucket_ms();
+        let (requests, tokens) = window.sums(index);
         let mut headers = HeaderMap::new();
         let mut header = |name: &'static str, value: u64| {
             headers.insert(name, HeaderValue::from(value));
         };
         if self.says_limits.load(Ordering::SeqCst) {
-            header("x-ratelimit-limit-requests", rpm);
-            header("x-ratelimit-limit-tokens", tpm);
+            header("x-ratelimit-limit-requests", limits.0);
+            header("x-ratelimit-limit-tokens", limits.1);
         }
-        let this_second = window.history.entry(second).or_insert(Second {
+        window.history.entry(second).or_insert(Second {
             second,
-            tpm,
+            tpm: limits.1,
+            rpm: limits.0,
             ..Second::default()
         });
-        if requests >= rpm || tokens + request.max_tokens > tpm {
-            this_second.refused += 1;
+        if requests >= limits.0 || tokens + request.max_tokens > limits.1 {
             window.served.refused += 1;
-            let wait = window.retry_after(second, rpm, tpm, request.max_tokens);
+            let wait = window.retry_after(now, limits, request.max_tokens);
             if let Some(this_second) = window.history.get_mut(&second) {
+                this_second.refused += 1;
                 this_second.retry_after = this_second.retry_after.max(wait);
             }
             header("retry-after", wait);
             header(
                 "x-ratelimit-remaining-requests",
-                rpm.saturating_sub(requests),
+                limits.0.saturating_sub(requests),
             );
-            header("x-ratelimit-remaining-tokens", tpm.saturating_sub(tokens));
+            header(
+                "x-ratelimit-remaining-tokens",
+                limits.1.saturating_sub(tokens),
+            );
             return (StatusCode::TOO_MANY_REQUESTS, headers, None);
         }
         let quarter = (request.max_tokens / 4).max(1);
         let used = quarter + window.random() % (request.max_tokens - quarter + 1);
-        let bucket = &mut window.buckets[(second % BUCKETS as u64) as usize];
-        if bucket.second != second {
+        let n = window.shape.buckets;
+        let bucket = &mut window.buckets[(index % n) as usize];
+        if bucket.index != index {
             *bucket = Bucket {
-                second,
+                index,
                 ..Bucket::default()
             };
         }
@@ -239,10 +301,10 @@ impl MockUpstream {
         }
         window.served.requests += 1;
         window.served.tokens += used;
-        header("x-ratelimit-remaining-requests", rpm - requests - 1);
+        header("x-ratelimit-remaining-requests", limits.0 - requests - 1);
         header(
             "x-ratelimit-remaining-tokens",
-            tpm.saturating_sub(tokens + used),
+            limits.1.saturating_sub(tokens + used),
         );
         (StatusCode::OK, headers, Some(Usage { total_tokens: used }))
     }
@@ -298,39 +360,31 @@ pub struct WorkerReport {
     pub final_tpm: u64,
 }
 
-/// The budget every worker shares: the upstream's limits, each group
-/// counted like the upstream counts (a sliding minute of one-second slots).
-///
-/// A budget that may be wrong (`spread`: one that finds the limit) also
-/// spreads each minute (a quarter of it per sliding 15 s): a minute's
-/// budget is then not spent in its first second, so an upstream that
-/// lowered its limit refuses the few calls of one moment, not a minute's
-/// burst. Both are window algorithms, so a waiting call retries them
-/// together. A budget known to match the upstream does not need it: each
-/// admission fits what the upstream has left.
-pub fn budget(rpm: u64, tpm: u64, spread: bool) -> Result<CallSpec, ratewall::error::LimitError> {
-    let minute = |n: u64| -> Result<Vec<Limit>, ratewall::error::LimitError> {
-        let mut limits = vec![
-            Limit::per_minute(n)?
+/// The budget every worker shares: `requests` and `tokens` per window of
+/// `shape`, each group counted like the upstream counts (a sliding window
+/// of its length, one slot per bucket), so that a call the budget admits
+/// fits what the upstream has left, whatever the other workers did, and a
+/// budget that finds the limit ([`Auto`]) reads in its own window what the
+/// upstream counts.
+pub fn budget(
+    requests: u64,
+    tokens: u64,
+    shape: Shape,
+) -> Result<CallSpec, ratewall::error::LimitError> {
+    let window = |n: u64| -> Result<Vec<Limit>, ratewall::error::LimitError> {
+        Ok(vec![
+            Limit::new(n, shape.window)?
                 .with_algorithm(Algorithm::SlidingWindow)?
-                .with_slots(60)?,
-        ];
-        if spread {
-            limits.push(
-                Limit::new((n / 4).max(1), Duration::from_secs(15))?
-                    .with_algorithm(Algorithm::SlidingWindow)?
-                    .with_slots(15)?,
-            );
-        }
-        Ok(limits)
+                .with_slots(shape.buckets)?,
+        ])
     };
     // A store that cannot decide refuses: the upstream's limit is not ours
     // to guess.
     Ok(CallSpec::owned(
         "upstream",
         vec![
-            GroupSpec::owned("upstream_rpm", minute(rpm)?),
-            GroupSpec::owned("upstream_tpm", minute(tpm)?).settled(),
+            GroupSpec::owned("upstream_rpm", window(requests)?),
+            GroupSpec::owned("upstream_tpm", window(tokens)?).settled(),
         ],
     )
     .with_policy(FailurePolicy::FailClosed))
@@ -495,6 +549,22 @@ pub fn env_number(name: &str, default: u64) -> Result<u64, crate::StartupError> 
         }),
         Err(_) => Ok(default),
     }
+}
+
+/// The window's shape from the environment: `WINDOW_MS` (default 10 000)
+/// in `BUCKETS` buckets (default 100), for the showcase's binaries.
+pub fn shape_from_env() -> Result<Shape, crate::StartupError> {
+    let window = env_number("WINDOW_MS", 10_000)?;
+    let buckets = env_number("BUCKETS", 100)?;
+    if window == 0 || buckets == 0 || window % buckets != 0 {
+        return Err(crate::StartupError::new(format!(
+            "WINDOW_MS ({window}) must be a positive multiple of BUCKETS ({buckets})"
+        )));
+    }
+    Ok(Shape {
+        window: Duration::from_millis(window),
+        buckets,
+    })
 }
 
 /// The address the mock upstream binary listens on (`BIND`, default

@@ -1,22 +1,29 @@
 //! A worker of the `upstream` showcase (see `ratewall_examples::upstream`):
 //! `CONCURRENCY` callers (default 8) for `SECS` seconds (default 60) against
 //! the upstream at `UPSTREAM` (default `http://127.0.0.1:3004`), drawing on
-//! one budget of `RPM` requests and `TPM` tokens a minute (default 600 and
-//! 60 000) in the Redis at `REDIS_URL` (shared by every worker; in memory
-//! without it), each request asking for up to `MAX_TOKENS` (default 2 000).
-//! Prints what it did as one JSON line.
+//! one budget of `REQUESTS` requests and `TOKENS` tokens per window
+//! (default 980 and 19 600, 2 % under the mock upstream's defaults) of
+//! `WINDOW_MS` in `BUCKETS` slots (as the upstream counts: default 10 000
+//! in 100) in the Redis at `REDIS_URL` (shared by every worker; in memory
+//! without it), each request asking for up to `MAX_TOKENS` (default 40).
+//! With `AUTO=1` the budget finds the upstream's limit (`Auto`), starting
+//! from the stated one. Prints what it did as one JSON line.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use ratewall::{Limiter, upstream::Auto};
 use ratewall_examples::StartupError;
-use ratewall_examples::upstream::{budget, env_number, worker};
+use ratewall_examples::upstream::{budget, env_number, shape_from_env, worker};
 
 async fn run() -> Result<(), StartupError> {
     ratewall_examples::init_tracing();
     let learns = env_number("AUTO", 0)? != 0;
-    let spec = budget(env_number("RPM", 600)?, env_number("TPM", 60_000)?, learns)
+    let spec = budget(
+        env_number("REQUESTS", 980)?,
+        env_number("TOKENS", 19_600)?,
+        shape_from_env()?,
+    )
         .map_err(|e| StartupError::new(format!("invalid budget: {e}")))?;
     let limiter = ratewall_examples::builder_from_env(Limiter::builder().prefix("upstream"))
         .await?
@@ -39,7 +46,7 @@ async fn run() -> Result<(), StartupError> {
         auto,
         url,
         env_number("CONCURRENCY", 8)? as usize,
-        env_number("MAX_TOKENS", 2_000)?,
+        env_number("MAX_TOKENS", 40)?,
         Duration::from_secs(env_number("SECS", 60)?),
     )
     .await;

@@ -1,19 +1,22 @@
 //! The mock upstream of the `upstream` showcase (see
-//! `ratewall_examples::upstream`): `RPM` requests and `TPM` tokens per
-//! sliding minute (default 600 and 60 000), on `BIND` (default
-//! `127.0.0.1:3004`). `HALVE_AFTER` (seconds) halves both limits once, without
-//! telling anyone. Each answer says the limits in `x-ratelimit-limit-*`
-//! headers, as OpenAI's API does, unless `SAYS_LIMITS=0`.
+//! `ratewall_examples::upstream`): `REQUESTS` requests and `TOKENS` tokens
+//! per sliding window (default 1 000 and 20 000) of `WINDOW_MS` (default
+//! 10 000) counted in `BUCKETS` buckets (default 100), on `BIND` (default
+//! `127.0.0.1:3004`). `HALVE_AFTER` (seconds) halves both limits once,
+//! without telling anyone. Each answer says the limits in
+//! `x-ratelimit-limit-*` headers, as OpenAI's API does, unless
+//! `SAYS_LIMITS=0`.
 
 use std::time::Duration;
 
 use ratewall_examples::StartupError;
-use ratewall_examples::upstream::{MockUpstream, bind_address, env_number};
+use ratewall_examples::upstream::{MockUpstream, bind_address, env_number, shape_from_env};
 
 async fn run() -> Result<(), StartupError> {
     ratewall_examples::init_tracing();
-    let (rpm, tpm) = (env_number("RPM", 600)?, env_number("TPM", 60_000)?);
-    let upstream = MockUpstream::new(rpm, tpm).saying_limits(env_number("SAYS_LIMITS", 1)? != 0);
+    let (requests, tokens) = (env_number("REQUESTS", 1_000)?, env_number("TOKENS", 20_000)?);
+    let upstream = MockUpstream::shaped(requests, tokens, shape_from_env()?)
+        .saying_limits(env_number("SAYS_LIMITS", 1)? != 0);
     if let Ok(after) = std::env::var("HALVE_AFTER") {
         let after: u64 = after.parse().map_err(|_| {
             StartupError::new(format!("HALVE_AFTER must be seconds, got {after:?}"))
@@ -21,15 +24,15 @@ async fn run() -> Result<(), StartupError> {
         let halved = upstream.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(after)).await;
-            halved.set_limits(rpm / 2, tpm / 2);
-            tracing::info!(rpm = rpm / 2, tpm = tpm / 2, "limits halved");
+            halved.set_limits(requests / 2, tokens / 2);
+            tracing::info!(requests = requests / 2, tokens = tokens / 2, "limits halved");
         });
     }
     let addr = bind_address();
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| StartupError::new(format!("cannot listen on {addr}: {e}")))?;
-    tracing::info!(%addr, rpm, tpm, "mock upstream listening");
+    tracing::info!(%addr, requests, tokens, "mock upstream listening");
     upstream
         .serve(listener)
         .await
