@@ -170,6 +170,7 @@ pub struct MockUpstream {
     requests: Arc<AtomicU64>,
     tokens: Arc<AtomicU64>,
     says_limits: Arc<AtomicBool>,
+    says_left: Arc<AtomicBool>,
     window: Arc<std::sync::Mutex<Window>>,
 }
 
@@ -187,6 +188,7 @@ impl MockUpstream {
             requests: Arc::new(AtomicU64::new(requests)),
             tokens: Arc::new(AtomicU64::new(tokens)),
             says_limits: Arc::new(AtomicBool::new(true)),
+            says_left: Arc::new(AtomicBool::new(true)),
             window: Arc::new(std::sync::Mutex::new(Window {
                 shape,
                 buckets: vec![Bucket::default(); shape.buckets.max(1) as usize],
@@ -203,6 +205,15 @@ impl MockUpstream {
     /// learn them from.
     pub fn saying_limits(self, says: bool) -> Self {
         self.says_limits.store(says, Ordering::SeqCst);
+        self
+    }
+
+    /// Whether a served answer says what is left
+    /// (`x-ratelimit-remaining-requests` / `-tokens`; on by default). A
+    /// refusal always does. Off, a budget that finds the limit hears it
+    /// only from refusals.
+    pub fn saying_left(self, says: bool) -> Self {
+        self.says_left.store(says, Ordering::SeqCst);
         self
     }
 
@@ -301,11 +312,13 @@ impl MockUpstream {
         }
         window.served.requests += 1;
         window.served.tokens += used;
-        header("x-ratelimit-remaining-requests", limits.0 - requests - 1);
-        header(
-            "x-ratelimit-remaining-tokens",
-            limits.1.saturating_sub(tokens + used),
-        );
+        if self.says_left.load(Ordering::SeqCst) {
+            header("x-ratelimit-remaining-requests", limits.0 - requests - 1);
+            header(
+                "x-ratelimit-remaining-tokens",
+                limits.1.saturating_sub(tokens + used),
+            );
+        }
         (StatusCode::OK, headers, Some(Usage { total_tokens: used }))
     }
 
@@ -365,17 +378,27 @@ pub struct WorkerReport {
 /// of its length, one slot per bucket), so that a call the budget admits
 /// fits what the upstream has left, whatever the other workers did, and a
 /// budget that finds the limit ([`Auto`]) reads in its own window what the
-/// upstream counts.
+/// upstream counts. Each group is also paced: at most a tenth of it per
+/// tenth of the window (a sliding window too: calls that wait retry them
+/// together), so a window is not spent in its first moment. Unpaced,
+/// callers waiting on a window send its whole budget at once when it
+/// frees, then nothing: the upstream's window fills in bursts, a lowered
+/// limit draws a burst of refusals, and what the window holds when the
+/// upstream frees room says little of its limit.
 pub fn budget(
     requests: u64,
     tokens: u64,
     shape: Shape,
 ) -> Result<CallSpec, ratewall::error::LimitError> {
     let window = |n: u64| -> Result<Vec<Limit>, ratewall::error::LimitError> {
+        let tenth = shape.window / 10;
         Ok(vec![
             Limit::new(n, shape.window)?
                 .with_algorithm(Algorithm::SlidingWindow)?
                 .with_slots(shape.buckets)?,
+            Limit::new((n / 10).max(1), tenth)?
+                .with_algorithm(Algorithm::SlidingWindow)?
+                .with_slots(10)?,
         ])
     };
     // A store that cannot decide refuses: the upstream's limit is not ours

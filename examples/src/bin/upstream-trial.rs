@@ -11,6 +11,9 @@
 //!   the workers find the new limit (`AUTO=1`);
 //! - `auto4x`: told limits four times too high, no limit headers, `AUTO=1`.
 //!
+//! `STRICT=1`: a served answer says nothing (no remaining counts); only a
+//! refusal does.
+//!
 //! `RUNS` runs (default 1) of `SECS` seconds each (default 60; for `halved`
 //! `HALVE_AFTER` + 310: the five minutes after the halving). Prints one
 //! JSON line per run (see [`Trial`]); with `OUT_DIR`, also writes each
@@ -33,6 +36,7 @@ const TOKENS: u64 = 20_000;
 #[derive(Debug, Serialize)]
 struct Trial {
     scenario: String,
+    strict: bool,
     run: u64,
     secs: u64,
     /// Requests the workers sent, and of them refused by the upstream.
@@ -70,7 +74,14 @@ impl Redis {
             .map_err(|e| StartupError::new(format!("no free port: {e}")))?
             .port();
         let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .stdout(Stdio::null())
             .spawn()
             .map_err(|e| {
@@ -120,11 +131,20 @@ fn totals(history: &[Second], from: u64, to: u64) -> (u64, u64, u64) {
         })
 }
 
-async fn run_once(scenario: &str, run: u64, secs: u64, halve_after: u64) -> Result<Trial, StartupError> {
+async fn run_once(
+    scenario: &str,
+    run: u64,
+    secs: u64,
+    halve_after: u64,
+) -> Result<Trial, StartupError> {
     let redis = Redis::start()?;
     let shape = Shape::default();
     let says_limits = scenario == "known";
-    let upstream = MockUpstream::shaped(REQUESTS, TOKENS, shape).saying_limits(says_limits);
+    // STRICT=1: a served answer says nothing; only refusals say what is left.
+    let says_left = env_number("STRICT", 0).unwrap_or(0) == 0;
+    let upstream = MockUpstream::shaped(REQUESTS, TOKENS, shape)
+        .saying_limits(says_limits)
+        .saying_left(says_left);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| StartupError::new(format!("no free port: {e}")))?;
@@ -159,11 +179,17 @@ async fn run_once(scenario: &str, run: u64, secs: u64, halve_after: u64) -> Resu
                 .env("UPSTREAM", &url)
                 .env("SECS", secs.to_string())
                 .env("CONCURRENCY", "8")
-                .env("MAX_TOKENS", env_number("MAX_TOKENS", 40).unwrap_or(40).to_string())
+                .env(
+                    "MAX_TOKENS",
+                    env_number("MAX_TOKENS", 40).unwrap_or(40).to_string(),
+                )
                 .env("REQUESTS", stated_requests.to_string())
                 .env("TOKENS", stated_tokens.to_string())
                 .env("AUTO", auto)
-                .env("RUST_LOG", "warn")
+                .env(
+                    "RUST_LOG",
+                    std::env::var("WORKER_LOG").unwrap_or_else(|_| "warn".to_owned()),
+                )
                 .stdout(Stdio::piped())
                 .spawn()
                 .map_err(|e| StartupError::new(format!("cannot start a worker: {e}")))
@@ -224,6 +250,7 @@ async fn run_once(scenario: &str, run: u64, secs: u64, halve_after: u64) -> Resu
     }
     Ok(Trial {
         scenario: scenario.to_owned(),
+        strict: !says_left,
         run,
         secs,
         sent,
@@ -248,7 +275,11 @@ async fn run() -> Result<(), StartupError> {
         )));
     }
     let halve_after = env_number("HALVE_AFTER", 30)?;
-    let default_secs = if scenario == "halved" { halve_after + 310 } else { 60 };
+    let default_secs = if scenario == "halved" {
+        halve_after + 310
+    } else {
+        60
+    };
     let secs = env_number("SECS", default_secs)?;
     for run in 1..=env_number("RUNS", 1)? {
         let trial = run_once(&scenario, run, secs, halve_after).await?;

@@ -24,7 +24,7 @@ async fn run() -> Result<(), StartupError> {
         env_number("TOKENS", 19_600)?,
         shape_from_env()?,
     )
-        .map_err(|e| StartupError::new(format!("invalid budget: {e}")))?;
+    .map_err(|e| StartupError::new(format!("invalid budget: {e}")))?;
     let limiter = ratewall_examples::builder_from_env(Limiter::builder().prefix("upstream"))
         .await?
         .build()

@@ -444,8 +444,9 @@ impl Limiter {
                 let adjust = match (*step, owned.as_ref(), first) {
                     (Step::Adjust(adjust), _, _) => Some(adjust),
                     (Step::Refused { pause }, Some(owned), Some(first)) => {
-                        operations += 1;
-                        let estimate = match self.count_of(spec, owned, index, pause).await {
+                        let (units, reads) = self.refused_count(spec, owned, index, pause).await;
+                        operations += reads;
+                        let estimate = match units {
                             // The budget's own calls explain the refusal
                             // only when they hold a tenth of its limit then.
                             Some((units, capacity)) if units.saturating_mul(10) >= capacity => {
@@ -476,6 +477,45 @@ impl Limiter {
                 .adjust_learned(spec, auto, |index, _, _| adjusts[index], &found)
                 .await?;
             Ok(operations)
+        }
+    }
+
+    /// What the budget's own count says of the upstream's limit, after a
+    /// refusal asking for `pause`: the units group `index` will hold when
+    /// the upstream has room again (and its capacity), and how many store
+    /// reads that took. A `Retry-After` in whole seconds is rounded up by
+    /// its server: the upstream has room some time in the second before
+    /// `pause` ends, and the limit is between what the window holds then
+    /// and what it holds at the second's start. Which end: when none of the
+    /// window's units leave between now and that second (they are all
+    /// younger than the window: the budget sent its whole count lately, as
+    /// when its limits were stated too high), the refusal came as the
+    /// upstream's count reached its limit, and the count at the second's
+    /// start (at most the count now) is the limit; otherwise older units
+    /// leave first (a limit lowered under a full window) and the count at
+    /// the end is (what the upstream holds when it admits again).
+    async fn refused_count(
+        &self,
+        spec: &CallSpec,
+        owned: &OwnedAttempt,
+        index: usize,
+        pause: Duration,
+    ) -> (Option<(u64, u64)>, usize) {
+        let then = self.count_of(spec, owned, index, pause).await;
+        let second = Duration::from_secs(1);
+        if pause < second || pause.subsec_nanos() != 0 {
+            return (then, 1);
+        }
+        let before = self.count_of(spec, owned, index, pause - second).await;
+        let now = self.count_of(spec, owned, index, Duration::ZERO).await;
+        match (then, before, now) {
+            // Under 2 % of the count leaves before the second: all young.
+            (Some(_), Some((before, capacity)), Some((now, _)))
+                if now.saturating_sub(before).saturating_mul(50) <= now =>
+            {
+                (Some((before.min(now), capacity)), 3)
+            }
+            _ => (then, 3),
         }
     }
 
