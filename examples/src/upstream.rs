@@ -270,12 +270,12 @@ impl MockUpstream {
             header("x-ratelimit-limit-requests", limits.0);
             header("x-ratelimit-limit-tokens", limits.1);
         }
-        window.history.entry(second).or_insert(Second {
+        // The limits of a second are those of its last request.
+        let record = window.history.entry(second).or_insert(Second {
             second,
-            tpm: limits.1,
-            rpm: limits.0,
             ..Second::default()
         });
+        (record.rpm, record.tpm) = limits;
         if requests >= limits.0 || tokens + request.max_tokens > limits.1 {
             window.served.refused += 1;
             let wait = window.retry_after(now, limits, request.max_tokens);
