@@ -10,14 +10,16 @@
 //! included. A pause until `until` (an upstream's `Retry-After`:
 //! [`State::hold`] with `left = 0`) is written as entries: the entries that
 //! leave before `until` are dropped (the pause refuses everything they
-//! could), then `T - k` entries at `until - P` join the `k` left, so that
-//! `T` count until `until` exactly, for a pause of any length (entries
-//! later than now exist only during a pause longer than `P`); a refusal's
-//! `retry_after` then comes out as `until - now` (or later, should the
-//! entries left keep the log full longer). The log holds at most
-//! `max(k, T) <= 2T` entries. (With `until < P`, only possible for a period
-//! longer than the time since the epoch, the entries go at 0 and the pause
-//! lasts until `P`.)
+//! could), then `min(T, 2T - k)` entries at `until - P` join the `k` left,
+//! so that at least `T` count until `until` exactly, for a pause of any
+//! length (entries later than now exist only during a pause longer than
+//! `P`). `T` of the pause's own (`T - k` would do) keep it whole when the
+//! calls among the `k` are refunded; the decisions are the same either
+//! way. A refusal's `retry_after` comes out as `until - now` (or later,
+//! should the entries left keep the log full longer). The log holds at
+//! most `2T` entries. (With `until < P`, only possible for a period longer
+//! than the time since the epoch, the entries go at 0 and the pause lasts
+//! until `P`.)
 
 use std::collections::VecDeque;
 
@@ -147,15 +149,15 @@ impl State for Log {
         if after > 0 && left == 0 {
             let until = now + after.min(DEBT_CAP);
             let at = until.saturating_sub(p);
-            // Sorted: the rest (`k`) are at `at` or later.
+            // Sorted: the rest are at `at` or later.
             while log.front().is_some_and(|&oldest| oldest < at) {
                 log.pop_front();
             }
-            let k = log.len() as u64;
-            if k >= t {
+            let add = t.min((2 * t).saturating_sub(log.len() as u64));
+            if add == 0 {
                 return;
             }
-            for _ in k..t {
+            for _ in 0..add {
                 log.push_front(at);
             }
             self.expires = self.expires.max(at + p);

@@ -162,19 +162,27 @@ fn refunds_charges_counts_and_shorter_pauses_keep_a_pause() {
         Algorithm::SlidingWindow,
         Algorithm::SlidingLog,
     ] {
-        let mut t = Timeline::new(algorithm, 4, 10);
-        let taken = t.at(S).call(2);
-        t.hold(30 * S, 0);
-        // An earlier call given back, debt taken, a count said, a shorter
-        // pause said: still paused until 31 s.
-        t.at(2 * S).refund(2, taken.at_micros());
-        t.charge(1);
-        t.hold(0, 3);
-        t.hold(5 * S, 0);
-        for now in [2 * S, 9 * S, 10 * S, 20 * S, 31 * S - 1] {
-            assert_refused(t.at(now).peek(1), 31 * S - now);
+        // Longer than the period, and shorter (the call taken before still
+        // counts at its end).
+        for pause in [30 * S, 5 * S] {
+            let what = format!("{algorithm}, a pause of {pause} µs");
+            let mut t = Timeline::new(algorithm, 4, 10);
+            let taken = t.at(S).call(2);
+            t.hold(pause, 0);
+            let until = S + pause;
+            // The call taken before given back, debt taken, a count said, a
+            // shorter pause said: still paused until its end.
+            t.at(2 * S).refund(2, taken.at_micros());
+            t.charge(1);
+            t.hold(0, 3);
+            t.hold(pause / 5, 0);
+            for now in [2 * S, 3 * S, 9 * S, 10 * S, 20 * S, until - 1] {
+                if now < until {
+                    assert_refused(t.at(now).peek(1), until - now);
+                }
+            }
+            assert!(t.at(until).call(1).allowed(), "{what}");
         }
-        assert!(t.at(31 * S).call(1).allowed(), "{algorithm}");
     }
 }
 
@@ -216,13 +224,13 @@ fn a_sliding_log_paused_holds_at_most_twice_its_threshold_and_stays_sorted() {
     assert_eq!(t.cell.log_len(), 6);
     assert_refused(t.at(12 * S).peek(1), 20 * S);
     assert!(t.at(32 * S).call(4).allowed());
-    // A pause shorter than the period: T - k entries join the k that
-    // still count at its end.
+    // A pause shorter than the period: T entries join the k that still
+    // count at its end.
     let mut t = Timeline::new(Algorithm::SlidingLog, 4, 10);
     t.at(0).call(1);
     t.at(5 * S).call(1);
     t.at(6 * S).hold(2 * S, 0);
-    assert_eq!(t.cell.log_len(), 4);
+    assert_eq!(t.cell.log_len(), 6);
     assert_refused(t.peek(1), 2 * S);
     // At its end the two taken before still count.
     assert_allowed(t.at(8 * S).call(1), 1, 10 * S);
