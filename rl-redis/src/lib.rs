@@ -118,9 +118,9 @@
 //!
 //! | algorithm | Redis type | `MEMORY USAGE`, T = 100, after 100 calls |
 //! |---|---|---:|
-//! | `fixed_window` | 16-byte string: two packed doubles (window index, count) | 120 B |
-//! | `sliding_log` | sorted set (one entry per admitted unit, named by its time) | 1848 B |
-//! | `sliding_window` | hash `{slot: count}`, at most `slots + 2` fields | 104 B |
+//! | `fixed_window` | 16-byte string: two packed doubles (window index, count); during a pause 24 bytes, its end the third | 120 B |
+//! | `sliding_log` | sorted set (one entry per admitted unit, named by its time; a pause as entries leaving when it ends) | 1848 B |
+//! | `sliding_window` | hash `{slot: count}`, at most `slots + 2` fields, and `h` (a pause's end) during a pause | 104 B |
 //! | `token_bucket`, `leaky_bucket` | 24-byte string: three packed doubles (scaled level, updated, fresh at) | 120 B |
 //! | `gcra` | 24-byte string: three packed doubles (the TAT, the interval it is measured in, written at) | 104 B (+32 B over the bare TAT, measured) |
 //!

@@ -1,9 +1,10 @@
 //! The Redis backend decides exactly like the in-memory reference.
 //!
-//! Random sequences of acquire, peek, refund, charge, hold, reset, lease takes and
-//! returns, reservations of waiting calls and their cancellation, and clock
-//! advances (0 to 2 periods, exact window, slot and retry boundaries
-//! included) run against
+//! Random sequences of acquire, peek, refund, charge, hold (counts, and
+//! pauses of up to 4 periods), reset, lease takes and returns, reservations
+//! of waiting calls and their cancellation, and clock advances (0 to 2
+//! periods, exact window, slot, retry and pause-end boundaries included)
+//! run against
 //! `RedisBackend` and `MemoryBackend` under identical manual clocks; every
 //! decision (allowed, limit, remaining, retry_after, reset_after, time) must
 //! be identical. Every case runs twice: on the Functions library (`FCALL`,
@@ -67,6 +68,9 @@ enum Advance {
     ResetAfter(i64),
     /// To the next window (or slot) boundary of the first limit, plus -1, 0 or +1 µs.
     Boundary(i64),
+    /// To the end of the last pause held, plus -1, 0 or +1 µs (nothing once
+    /// it is past).
+    PauseEnd(i64),
 }
 
 #[derive(Debug, Clone)]
@@ -183,6 +187,7 @@ fn advance() -> impl Strategy<Value = Advance> {
         3 => (-1i64..=1).prop_map(Advance::RetryAfter),
         1 => (-1i64..=1).prop_map(Advance::ResetAfter),
         2 => (-1i64..=1).prop_map(Advance::Boundary),
+        2 => (-1i64..=1).prop_map(Advance::PauseEnd),
     ]
 }
 
@@ -197,6 +202,9 @@ fn step(limits: usize, keys: usize) -> impl Strategy<Value = Step> {
         2 => (0..keys, chosen(), 1u64..=12).prop_map(|(key, limits, units)| Step::Charge { key, limits, units }),
         2 => (0..keys, chosen(), prop_oneof![Just(0u64), 0u64..=1_000_000], 0u64..=7)
             .prop_map(|(key, limits, after_ppm, left)| Step::Hold { key, limits, after_ppm, left }),
+        // A pause: none left for up to 4 periods of the first limit.
+        2 => (0..keys, chosen(), 1u64..=2_000_000)
+            .prop_map(|(key, limits, after_ppm)| Step::Hold { key, limits, after_ppm, left: 0 }),
         4 => (0..keys, chosen(), cost(), 0u64..=1_000_000)
             .prop_map(|(key, limits, cost, wait_ppm)| Step::Reserve { key, limits, cost, wait_ppm }),
         2 => Just(Step::CancelLast),
@@ -352,6 +360,8 @@ async fn run_case_on(
     let mut last_allowed: Option<(usize, Vec<usize>, u64, u64)> = None;
     let mut last_lease: Option<(usize, Vec<usize>, Leased)> = None;
     let mut reservations: Vec<(usize, Vec<usize>, u64, Reservation)> = Vec::new();
+    // The end of the last pause held (µs, by the manual clock).
+    let mut pause_end = 0;
     for (index, step) in case.steps.iter().enumerate() {
         let now = clock.now_micros();
         match step {
@@ -378,6 +388,7 @@ async fn run_case_on(
                         };
                         shift((now / unit + 1) * unit - now, offset)
                     }
+                    Advance::PauseEnd(offset) => shift(pause_end, offset).saturating_sub(now),
                 };
                 clock.advance_micros(by);
             }
@@ -440,6 +451,9 @@ async fn run_case_on(
                     Duration::from_micros(first.period_micros() * 2 * after_ppm / 1_000_000);
                 let m = memory.hold(&batch, after, *left).await;
                 let r = redis.hold(&batch, after, *left).await;
+                if *left == 0 && !after.is_zero() {
+                    pause_end = now + after.as_micros() as u64;
+                }
                 prop_assert_eq!(
                     m.is_ok(),
                     r.is_ok(),

@@ -147,6 +147,56 @@ async fn every_key_written_expires_exactly_when_the_decision_says_the_limit_is_b
     }
 }
 
+/// A pause of 30 s over windows of 1 s: the key of a window algorithm
+/// lives until the pause ends (the windows' own TTLs would end in a second),
+/// a full refund of the call taken before it does not delete it, and every
+/// refusal until then names its end.
+#[tokio::test]
+async fn a_paused_window_key_lives_until_the_pause_ends() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(EPOCH_US);
+    let backend = client_clock_backend(&server, &clock).await;
+    for algorithm in [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingLog,
+    ] {
+        clock.set_micros(EPOCH_US);
+        let limit = limit(algorithm, 4, Duration::from_secs(1));
+        let key = Key::new("paused", algorithm.name(), "dave");
+        let request = [Request::new(&key, &limit, 2)];
+        let taken = backend.acquire(&request).await.expect("acquire")[0];
+        backend
+            .hold(&request, Duration::from_secs(30), 0)
+            .await
+            .expect("hold");
+        backend
+            .refund(&request, taken.at_micros())
+            .await
+            .expect("refund");
+        for storage in storage_keys(&key, &limit) {
+            let pttl: i64 = server.cmd(&["PTTL", &storage]).await;
+            assert!(
+                pttl > 29_000 && pttl <= 30_000,
+                "{algorithm}: {storage} has PTTL {pttl} ms through a 30 s pause"
+            );
+        }
+        for at in [0, 999_999, 1_000_000, 17_000_001, 29_999_999] {
+            clock.set_micros(EPOCH_US + at);
+            let refused = backend.peek(&request).await.expect("peek")[0];
+            assert!(!refused.allowed(), "{algorithm} at {at} µs: {refused:?}");
+            assert_eq!(
+                refused.retry_after(),
+                Duration::from_micros(30_000_000 - at),
+                "{algorithm} at {at} µs"
+            );
+        }
+        clock.set_micros(EPOCH_US + 30_000_000);
+        let resumed = backend.acquire(&request).await.expect("acquire")[0];
+        assert!(resumed.allowed(), "{algorithm}: {resumed:?}");
+    }
+}
+
 #[tokio::test]
 async fn an_extra_ttl_lengthens_the_keys_of_the_backend_that_sets_it_and_no_other() {
     let server = RedisServer::start();

@@ -412,3 +412,151 @@ async fn a_refusal_remembered_before_a_pause_is_not_answered_after_it() {
         "{after:?} after a 60 s pause (before it: {before:?})"
     );
 }
+
+/// 50 a second on `algorithm`, refused when the store fails: its windows
+/// (and slots) far shorter than the pause.
+fn partner(algorithm: Algorithm) -> CallSpec {
+    CallSpec::owned(
+        format!("partner_{algorithm}"),
+        vec![GroupSpec::owned(
+            format!("partner_rps_{algorithm}"),
+            vec![
+                Limit::per_second(50)
+                    .and_then(|l| l.with_algorithm(algorithm))
+                    .expect("limit"),
+            ],
+        )],
+    )
+    .with_policy(FailurePolicy::FailClosed)
+}
+
+/// A limiter over `backend` deciding every call in the store (no refusal
+/// remembered in process): each decision carries the store's time.
+fn asking_every_time(backend: std::sync::Arc<dyn ratewall::backend::Backend>) -> Limiter {
+    Limiter::builder()
+        .shared_backend(backend)
+        .deny_cache(false)
+        .build()
+        .expect("limiter")
+}
+
+/// The window algorithms: the ones whose pause used to end with the
+/// window or slot it was heard in.
+const WINDOWS: [Algorithm; 3] = [
+    Algorithm::FixedWindow,
+    Algorithm::SlidingWindow,
+    Algorithm::SlidingLog,
+];
+
+/// `a` hears a 2 s `Retry-After`; `b` calls in a loop until one call
+/// passes. Measured by the store's clock (each decision's time): the
+/// pause ends 2 s after it was heard (between `b`'s call before it and
+/// its first refusal), every refusal names that end, no call passes
+/// before it, and the first call after it passes (within a margin for a
+/// busy machine: the loop's sleep and scheduling).
+async fn a_pause_holds_a_window_budget_until_it_ends(a: &Limiter, b: &Limiter) {
+    const PAUSE_US: u64 = 2_000_000;
+    let at_micros = |permit: &ratewall::Permit<'_>| permit.binding().expect("a rate").1.at_micros();
+    for algorithm in WINDOWS {
+        let spec = partner(algorithm);
+        let before = b
+            .call(&spec, &[&"partner-a"])
+            .await
+            .unwrap_or_else(|r| panic!("{algorithm}: room before the pause: {r}"));
+        let heard_after = at_micros(&before);
+        drop(before);
+        let said = Hold::from_headers([("retry-after", &b"2"[..])], &[Counts::Requests]);
+        a.hold(&spec, Keys::new(&[&"partner-a"]), &said)
+            .await
+            .expect("held");
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let mut first_refusal: Option<(u64, u64)> = None;
+        let mut refusals = 0;
+        let resumed = loop {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{algorithm}: never resumed"
+            );
+            match b.call(&spec, &[&"partner-a"]).await {
+                Ok(permit) => break at_micros(&permit),
+                Err(rejection) => {
+                    let refused = rejection.decision().unwrap_or_else(|| {
+                        panic!("{algorithm}: not refused by the budget: {rejection}")
+                    });
+                    let ends = refused.at_micros() + refused.retry_after().as_micros() as u64;
+                    let (_, until) = *first_refusal.get_or_insert((refused.at_micros(), ends));
+                    assert_eq!(ends, until, "{algorithm}: {refused:?}");
+                    assert_eq!(refused.remaining(), 0, "{algorithm}: {refused:?}");
+                    refusals += 1;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        let (heard_before, until) =
+            first_refusal.unwrap_or_else(|| panic!("{algorithm}: not paused at all"));
+        // Nothing passes before the pause can have ended (heard after
+        // `heard_after`), whatever the refusals said.
+        assert!(
+            resumed >= heard_after + PAUSE_US,
+            "{algorithm}: a call passed {} µs before the pause's end ({refusals} refused)",
+            heard_after + PAUSE_US - resumed
+        );
+        // Every refusal said when: 2 s after the hold, which the store ran
+        // between the call before it and the first refusal; the first call
+        // passes at that time or later.
+        assert!(
+            until >= heard_after + PAUSE_US && until <= heard_before + PAUSE_US,
+            "{algorithm}: the pause ends at {until}, heard between {heard_after} and {heard_before}"
+        );
+        assert!(
+            resumed >= until,
+            "{algorithm}: passed at {resumed}, before {until}"
+        );
+        assert!(
+            resumed - until < 1_000_000,
+            "{algorithm}: resumed {} µs after the pause's end",
+            resumed - until
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_holds_the_window_algorithms_until_it_ends_in_memory() {
+    let store: std::sync::Arc<dyn ratewall::backend::Backend> =
+        std::sync::Arc::new(ratewall::backend::MemoryBackend::new());
+    let (a, b) = (asking_every_time(store.clone()), asking_every_time(store));
+    a_pause_holds_a_window_budget_until_it_ends(&a, &b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_holds_the_window_algorithms_until_it_ends_in_redis() {
+    let server = RedisServer::start();
+    let b = RedisBackend::builder(server.url())
+        .timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .expect("connect");
+    // `a` as an instance runs (refusals remembered), `b` asking the store.
+    let (a, b) = (
+        instance(&server).await,
+        asking_every_time(std::sync::Arc::new(b)),
+    );
+    a_pause_holds_a_window_budget_until_it_ends(&a, &b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_holds_the_window_algorithms_until_it_ends_on_a_cluster() {
+    let cluster = ratewall_tests::harness::RedisCluster::start();
+    let connect = || async {
+        std::sync::Arc::new(
+            RedisBackend::connect_cluster(cluster.urls())
+                .await
+                .expect("connect"),
+        )
+    };
+    let (a, b) = (
+        asking_every_time(connect().await),
+        asking_every_time(connect().await),
+    );
+    a_pause_holds_a_window_budget_until_it_ends(&a, &b).await;
+}

@@ -95,11 +95,19 @@ pub(crate) trait State: Default + std::fmt::Debug + Send + 'static {
     /// Raises the state so that at most `left` units remain `after` µs from
     /// now (what an upstream's own word asks: `Retry-After` is `left = 0`
     /// after the wait, a `remaining` header is `left` now). A state already
-    /// that full is left as it is; the state never goes down. GCRA and the
-    /// buckets hold exactly (their TAT or level as of `now` is raised by
-    /// what drains until then); the window algorithms count in the current
-    /// window or slot only (`after` past its end is not held), the sliding
-    /// log adds entries at `now`. Debt is kept up to [`DEBT_CAP`].
+    /// that full is left as it is; what it decides never loosens.
+    ///
+    /// A pause (`left = 0`, `after > 0`) holds every algorithm exactly,
+    /// whatever windows or slots it spans: no call passes before
+    /// `now + after`. GCRA and the buckets raise their TAT or level as of
+    /// `now` by what drains until then (so they refuse at `now + after`
+    /// too, and resume at their rate 1 µs later); the fixed and sliding
+    /// windows keep the pause's end as a time of their own and refuse
+    /// until it, then decide on their counts as before; the sliding log
+    /// writes the pause as entries that leave at its end. A count
+    /// (`left > 0`) is held by the window algorithms now, in the current
+    /// window or slot (the sliding log: entries at `now`), `after` not
+    /// held with it. Debt and `after` are kept up to [`DEBT_CAP`].
     fn hold(&mut self, limit: &Limit, now: u64, after: u64, left: u64);
 
     /// Gives back `units` unused units of a lease taken at `at` that left

@@ -15,6 +15,14 @@
 //! were spread evenly over it. If they all came at its very end, up to
 //! `T + count(oldest slot) < 2T` units pass in some window of length `P`.
 //! With traffic spread over the slot, the error stays within `T / N`.
+//!
+//! A pause (an upstream's `Retry-After`: [`State::hold`] with `left = 0`)
+//! is a time of its own, `held`: every call before it is refused
+//! (`remaining = 0`), however many slots or windows it spans; from `held`
+//! on the slots decide as before. Refused in a pause, `retry_after` is the
+//! first µs from `held` on at which the estimate has room (the walk above,
+//! from `held`); `reset_after` the later of `held` and the slots' reset.
+//! The state expires at the later of `held` and the slots' expiry.
 
 use std::collections::VecDeque;
 
@@ -22,12 +30,13 @@ use super::{DEBT_CAP, State};
 use crate::model::decision::{Decision, Figures};
 use crate::model::limit::Limit;
 
-/// `(slot index, count)`, oldest first, and when the newest non-empty slot
-/// stops counting.
+/// `(slot index, count)`, oldest first, when the newest non-empty slot
+/// stops counting, and the end of a pause (0: none).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Slots {
     slots: VecDeque<(u64, u64)>,
     expires: u64,
+    held: u64,
 }
 
 fn count_at(slots: &VecDeque<(u64, u64)>, index: u64) -> u64 {
@@ -105,7 +114,19 @@ impl State for Slots {
         }
         let est = estimate(slots, n, size, now);
         let capacity = t * size;
-        let decision = if est + cost * size > capacity {
+        let decision = if now < self.held {
+            // Paused: room comes back at the pause's end at the earliest.
+            let held = self.held;
+            let target = capacity - cost * size;
+            Decision::new(Figures {
+                allowed: false,
+                limit: t,
+                remaining: 0,
+                retry_after_us: held - now + retry_after(slots, n, size, held, target),
+                reset_after_us: reset_after(slots, n, size, now).max(held - now),
+                at_micros: now,
+            })
+        } else if est + cost * size > capacity {
             let target = capacity - cost * size;
             Decision::new(Figures {
                 allowed: false,
@@ -163,35 +184,30 @@ impl State for Slots {
         self.add(limit, s, units);
     }
 
-    /// A count (`after = 0`) goes into the current slot, as a charge. A
-    /// pause goes into the oldest slot that still counts in full at
-    /// `now + after` (at most the current one): the window stays full until
-    /// that slot leaves it, about `after` from now, not a whole period.
+    /// A pause (`left = 0`, `after > 0`) refuses every call until
+    /// `now + after` (`after` kept to [`DEBT_CAP`]); a count goes into the
+    /// current slot, as a charge (`after` is not held with it).
     fn hold(&mut self, limit: &Limit, now: u64, after: u64, left: u64) {
         let (t, n) = (limit.threshold(), limit.slots());
         let size = limit.period_micros() / n;
         if left >= t {
             return;
         }
+        if after > 0 && left == 0 {
+            self.held = self.held.max(now + after.min(DEBT_CAP));
+            return;
+        }
         let s = self.prune(limit, now);
-        // The time the window must still be full at, and the slot that
-        // counts in full until then.
-        let (at, slot) = if after == 0 {
-            (now, s)
-        } else {
-            let at = now.saturating_add(after).min((s + n) * size - 1);
-            (at, (at / size + 1).saturating_sub(n))
-        };
         // remaining = floor((T·S - est) / S) <= left  <=>  est > (T - left - 1)·S.
         let floor = (t - left - 1) * size + 1;
-        let est = estimate(&self.slots, n, size, at);
+        let est = estimate(&self.slots, n, size, now);
         if est < floor {
-            self.add(limit, slot, (floor - est).div_ceil(size));
+            self.add(limit, s, (floor - est).div_ceil(size));
         }
     }
 
     fn expires_at(&self) -> u64 {
-        self.expires
+        self.expires.max(self.held)
     }
 }
 

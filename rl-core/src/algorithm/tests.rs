@@ -565,85 +565,6 @@ fn debt_stops_at_the_cap_where_integers_stay_exact() {
     assert!(!t.peek(1).allowed());
 }
 
-// ---------- holds: an upstream's word ----------
-
-#[test]
-fn a_pause_refuses_until_it_ends_then_gcra_and_the_buckets_resume_at_their_rate() {
-    // 4 per 8 s: one unit every 2 s.
-    for algorithm in [
-        Algorithm::Gcra,
-        Algorithm::TokenBucket,
-        Algorithm::LeakyBucket,
-    ] {
-        let mut t = Timeline::new(algorithm, 4, 8);
-        t.at(0).hold(5 * S, 0);
-        assert!(!t.peek(1).allowed(), "{algorithm}");
-        assert!(
-            !t.at(5 * S).peek(1).allowed(),
-            "{algorithm}: none left at the pause's end"
-        );
-        // The first call passes just after it; then one per emission.
-        assert!(t.at(5 * S + 1).call(1).allowed(), "{algorithm}");
-        assert!(!t.peek(1).allowed(), "{algorithm}: no burst after a pause");
-        assert!(t.at(7 * S + 1).call(1).allowed(), "{algorithm}");
-    }
-}
-
-#[test]
-fn a_remaining_count_lowers_what_is_left_and_never_raises_it() {
-    for algorithm in Algorithm::ALL {
-        if algorithm == Algorithm::InFlight {
-            continue;
-        }
-        let mut t = Timeline::new(algorithm, 10, 60);
-        t.at(0).hold(0, 3);
-        assert_eq!(t.peek(1).remaining(), 3, "{algorithm}");
-        // Saying more is left changes nothing.
-        t.hold(0, 8);
-        assert_eq!(t.peek(1).remaining(), 3, "{algorithm}");
-        assert!(t.call(3).allowed(), "{algorithm}");
-        assert!(!t.peek(1).allowed(), "{algorithm}");
-        // Nothing said of a fresh state above its capacity.
-        let mut fresh = Timeline::new(algorithm, 10, 60);
-        fresh.at(0).hold(0, 10);
-        assert_eq!(fresh.peek(1).remaining(), 10, "{algorithm}");
-    }
-}
-
-#[test]
-fn a_window_holds_only_until_its_window_ends() {
-    let mut t = Timeline::new(Algorithm::FixedWindow, 4, 10);
-    t.at(S).hold(60 * S, 0);
-    assert_refused(t.peek(1), 9 * S);
-    assert!(t.at(10 * S).call(4).allowed());
-}
-
-#[test]
-fn a_sliding_window_pause_lasts_about_its_length_not_a_whole_period() {
-    // 60 a minute in 60 one-second slots, 20 taken; then a 20 s pause.
-    let slots = |t: Timeline| Timeline {
-        limit: t.limit.with_slots(60).unwrap(),
-        ..t
-    };
-    let mut t = slots(Timeline::new(Algorithm::SlidingWindow, 60, 60));
-    t.at(100 * S).call(20);
-    t.at(100 * S + S / 2).hold(20 * S, 0);
-    assert!(!t.peek(1).allowed());
-    assert!(
-        !t.at(120 * S + S / 2 - 1).peek(1).allowed(),
-        "held until the pause ends"
-    );
-    // Its slot leaves the window over the next slot (room opening as it
-    // does), and the 20 taken before still count.
-    assert!(t.at(121 * S + S / 2).peek(1).allowed());
-    assert_eq!(t.at(122 * S).peek(1).remaining(), 40);
-    // A pause longer than the window holds the window (from the current slot).
-    let mut long = slots(Timeline::new(Algorithm::SlidingWindow, 60, 60));
-    long.at(100 * S).hold(600 * S, 0);
-    assert!(!long.at(159 * S).peek(1).allowed());
-    assert!(long.at(161 * S).peek(1).allowed());
-}
-
 #[test]
 fn debt_read_under_a_longer_interval_stays_within_the_cap() {
     // 10 000 a second (I = 100 µs), as much debt as a state holds, then
@@ -706,3 +627,5 @@ fn admit_decides_and_leaves_the_state_as_a_committed_decide() {
         assert!(refusals > 10, "{algorithm:?}: {refusals} refusals");
     }
 }
+
+mod holds;

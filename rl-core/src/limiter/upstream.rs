@@ -78,10 +78,12 @@ impl Hold {
     }
 
     /// No call passes in any group of the call for `pause` (the upstream's
-    /// `Retry-After`); then calls resume at the limits' rate, not in a burst
-    /// (GCRA and the buckets hold exactly; a window algorithm holds until
-    /// its current window or slot ends). The longest of two pauses holds;
-    /// a pause past [`Hold::MAX_PAUSE`] is held for that long.
+    /// `Retry-After`), by the store's clock, on every algorithm, however
+    /// many windows or slots it spans. Then calls resume: GCRA and the
+    /// buckets at their rate, not in a burst (1 µs after the pause's end);
+    /// the window algorithms at the pause's end, on their counts (what
+    /// the current window or slots hold then). The longest of two pauses
+    /// holds; a pause past [`Hold::MAX_PAUSE`] is held for that long.
     pub fn pause(mut self, pause: Duration) -> Self {
         let pause = pause.min(Self::MAX_PAUSE);
         self.pause = Some(self.pause.map_or(pause, |p| p.max(pause)));

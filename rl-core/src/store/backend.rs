@@ -369,10 +369,12 @@ pub trait Backend: Send + Sync + Debug + 'static {
     /// left as it is (the cost is ignored). What an upstream's own word
     /// becomes in the budget every instance shares
     /// ([`crate::Limiter::hold`]): `Retry-After: 20` is `after = 20 s,
-    /// left = 0`, a `remaining: 7` header is `after = 0, left = 7`. GCRA
-    /// and the buckets hold exactly; the window algorithms fill their
-    /// current window or slot only. One atomic step; in-flight limits are
-    /// refused.
+    /// left = 0`, a `remaining: 7` header is `after = 0, left = 7`. A
+    /// pause (`left = 0`) holds every algorithm: no call passes before
+    /// `after` from now, however many windows or slots it spans, and the
+    /// state's key lives until then; a count (`left > 0`) is held by the
+    /// window algorithms in their current window or slot (the sliding log:
+    /// as entries now). One atomic step; in-flight limits are refused.
     ///
     /// The default answers that the store cannot
     /// ([`BackendError::Protocol`]); [`crate::backend::MemoryBackend`] and

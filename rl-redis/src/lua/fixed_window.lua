@@ -1,51 +1,90 @@
 -- Fixed window (rl-core/src/algorithm/fixed_window.rs).
--- State: one 16-byte string, two little-endian doubles packed with Redis'
--- `struct` library: the window index w and the count n in that window (both
--- integers below 2^53, so exact). One GET to read and one SET ... PX to
--- write, where a HASH took HMGET, HSET and PEXPIRE. Expires at the window's
--- end: (w + 1) * P.
+-- State: one string, little-endian doubles packed with Redis' `struct`
+-- library: the window index w and the count n in that window (16 bytes,
+-- '<dd'), then, during a pause, the pause's end h in us (24 bytes, '<ddd';
+-- every call before h is refused). All integers below 2^53, so exact. One
+-- GET to read and one SET ... PX to write, where a HASH took HMGET, HSET
+-- and PEXPIRE. Expires at the window's end, (w + 1) * P, or at h if later.
 LOADERS.fw = function()
   local M = {}
 
-  -- The count in `window`, nil when the state is of another window (or
-  -- there is none).
-  local function fw_count(r, window)
-    local value = get_cached(r)
-    if not value or #value ~= 16 then
-      return nil
+  -- The window, its count and the pause's end (0: none) of a state
+  -- (the key's GET: false when missing); window -1 when there is none.
+  local function fw_state(value)
+    if value then
+      if #value == 16 then
+        local w, n = struct.unpack('<dd', value)
+        return w, n, 0
+      elseif #value == 24 then
+        local w, n, h = struct.unpack('<ddd', value)
+        return w, n, h
+      end
     end
-    local w, n = struct.unpack('<dd', value)
-    if w ~= window then
-      return nil
-    end
-    return n
+    return -1, 0, 0
   end
 
-  local function fw_store(r, window, count, now)
-    local p = r.p
-    redis.call('SET', r.key, struct.pack('<dd', window, count), 'PX', ttl_ms((window + 1) * p, now))
+  -- Writes window `window` with `count`, and the pause's end `held` while
+  -- it is ahead; the key lives until both are over.
+  local function fw_store(r, window, count, held, now)
+    local expires = 0
+    if count > 0 then
+      expires = (window + 1) * r.p
+    end
+    if held > now then
+      redis.call('SET', r.key, struct.pack('<ddd', window, count, held), 'PX', ttl_ms(math.max(expires, held), now))
+    else
+      redis.call('SET', r.key, struct.pack('<dd', window, count), 'PX', ttl_ms(expires, now))
+    end
+  end
+
+  -- The refusal of a call of `cost` at `now`, before the pause's end `h`
+  -- (window w, count n): room comes back at h, or at the end of the window
+  -- h falls in if that window counts too much for `cost` then.
+  -- ratewall Window::paused.
+  local function fw_paused(w, n, h, now, cost, t, p)
+    local hw = idiv(h, p)
+    local retry, full = h, h
+    if w == hw and n > 0 then
+      full = (hw + 1) * p
+      if cost > t - n then
+        retry = full
+      end
+    end
+    return 0, t, 0, retry - now, full - now
   end
 
   -- Decides on the state `value` (the key's GET, false when missing) for
   -- a cost of `cost` under threshold `t` and period `p` (no burst: the
   -- last argument is unused); commits to `key`. (The read and the write of
-  -- fw_count and fw_store are written out here, everything in locals: this
+  -- fw_state and fw_store are written out here, everything in locals: this
   -- is every fixed-window decision's path, and a Lua call or a table access
   -- costs about as much as what either does.)
   function M.decide_at(key, value, now, cost, t, p, _, commit)
     local window = idiv(now, p)
     local window_end_in = p - (now - window * p)
     local count = 0
-    if value and #value == 16 then
-      local w, n = struct.unpack('<dd', value)
-      if w == window then
-        count = n
+    if value then
+      local size = #value
+      if size == 16 then
+        local w, n = struct.unpack('<dd', value)
+        if w == window then
+          count = n
+        end
+      elseif size == 24 then
+        local w, n, h = struct.unpack('<ddd', value)
+        if now < h then
+          return fw_paused(w, n, h, now, cost, t, p)
+        end
+        if w == window then
+          count = n
+        end
       end
     end
     if cost > t - count then
       return 0, t, t - count, window_end_in, window_end_in
     end
     if commit then
+      -- (A pause, if any, has ended: it is not written again.)
       count = count + cost
       local ms = 1
       if window_end_in > 1000 then
@@ -75,40 +114,57 @@ LOADERS.fw = function()
   function M.refund(r, now, at)
     local at_window = idiv(at, r.p)
     -- Only the window the decision was made in, and only while it lasts
-    -- (a window that has ended is equivalent to no state).
-    local count = fw_count(r, at_window)
-    if count == nil or (at_window + 1) * r.p <= now then
+    -- (a window that has ended is equivalent to no state); a pause stays.
+    local w, n, h = fw_state(get_cached(r))
+    if w ~= at_window or (at_window + 1) * r.p <= now then
       return
     end
-    count = count - r.cost
-    if count <= 0 then
+    local count = math.max(n - r.cost, 0)
+    if count == 0 and h <= now then
       redis.call('DEL', r.key)
     else
-      fw_store(r, at_window, count, now)
+      fw_store(r, at_window, count, h, now)
     end
   end
 
   -- Takes r.cost more in the current window whatever the limit says
-  -- (debt, up to DEBT_CAP). ratewall Window::charge.
+  -- (debt, up to DEBT_CAP); a pause stays. ratewall Window::charge.
   function M.charge(r, now)
     local window = idiv(now, r.p)
-    local count = fw_count(r, window) or 0
-    fw_store(r, window, math.min(count + r.cost, DEBT_CAP), now)
+    local w, n, h = fw_state(get_cached(r))
+    local count = 0
+    if w == window then
+      count = n
+    end
+    fw_store(r, window, math.min(count + r.cost, DEBT_CAP), h, now)
   end
 
-  -- Fills the current window so that at most r.cost units remain (a
-  -- window holds nothing past its end). ratewall Window::hold.
-  function M.hold(r, now, _)
+  -- A pause (r.cost = 0 units left, after > 0) refuses every call until
+  -- now + after (after kept to DEBT_CAP); a count fills the current window
+  -- so that at most r.cost units remain (after is not held with it).
+  -- ratewall Window::hold.
+  function M.hold(r, now, after)
     local left, t = r.cost, r.t
     if left >= t then
       return
     end
     local window = idiv(now, r.p)
-    local count = fw_count(r, window) or 0
+    local w, n, h = fw_state(get_cached(r))
+    local count = 0
+    if w == window then
+      count = n
+    end
+    if after > 0 and left == 0 then
+      local held = now + math.min(after, DEBT_CAP)
+      if held > h then
+        fw_store(r, window, count, held, now)
+      end
+      return
+    end
     if count >= t - left then
       return
     end
-    fw_store(r, window, t - left, now)
+    fw_store(r, window, t - left, h, now)
   end
 
   return M

@@ -6,8 +6,11 @@
 -- within 2^25 us (33.6 s) and the first 64 entries of each. ZADD NX skips
 -- a name the set already holds (an entry of a time 33.6 s apart, or of
 -- one microsecond taken twice), so no entry ever overwrites another.
--- Entries with score + P <= now are gone. The key expires when the newest
--- entry leaves the window.
+-- Entries with score + P <= now are gone; every other entry counts, one
+-- later than now included. A pause until `until` is written as entries
+-- leaving then: those leaving before `until` go, then min(T, 2T - k) at
+-- until - P join the k left (ratewall Log::hold). The key expires when the
+-- newest entry leaves the window.
 --
 -- Peeks and refused calls write nothing: stale entries are skipped by rank
 -- (ZCOUNT) instead of being removed; an admitted call trims them.
@@ -109,20 +112,32 @@ LOADERS.sl = function()
     expire(r.key, newest + p, now)
   end
 
-  -- Adds entries at `now` until at most r.cost units remain.
-  -- ratewall Log::hold.
-  function M.hold(r, now, _)
+  -- A pause (r.cost = 0 units left, after > 0) until `until` = now + after
+  -- (after kept to DEBT_CAP): the entries leaving before it go (the pause
+  -- refuses everything they could), then min(T, 2T - k) entries at
+  -- until - P (at 0 if negative) join the k left, so that T count until
+  -- `until` even once calls among the k are refunded. A count adds entries
+  -- at `now` until at most r.cost units remain (after is not held with
+  -- it). ratewall Log::hold.
+  function M.hold(r, now, after)
     local t, p, left = r.t, r.p, r.cost
     if left >= t then
       return
     end
     redis.call('ZREMRANGEBYSCORE', r.key, '-inf', now - p)
-    local n = redis.call('ZCARD', r.key)
-    if n >= t - left then
+    local at, add = now, 0
+    if after > 0 and left == 0 then
+      at = math.max(now + math.min(after, DEBT_CAP) - p, 0)
+      redis.call('ZREMRANGEBYSCORE', r.key, '-inf', '(' .. fmt(at))
+      add = math.min(t, 2 * t - redis.call('ZCARD', r.key))
+    else
+      add = t - left - redis.call('ZCARD', r.key)
+    end
+    if add <= 0 then
       return
     end
-    sl_add(r, now, t - left - n)
-    local newest = math.max(tonumber(redis.call('ZRANGE', r.key, -1, -1, 'WITHSCORES')[2]) or now, now)
+    sl_add(r, at, add)
+    local newest = math.max(tonumber(redis.call('ZRANGE', r.key, -1, -1, 'WITHSCORES')[2]) or at, at)
     expire(r.key, newest + p, now)
   end
 

@@ -1,33 +1,56 @@
 -- Sliding-window counter (rl-core/src/algorithm/sliding_window.rs).
--- State: HASH { slot index = count }, N slots of S = P / N us. Slots older
--- than s - N are left out of every computation and deleted on every write,
--- so the hash holds at most N + 2 fields. Expires at (m + N + 1) * S for the
--- newest non-empty slot m.
+-- State: HASH { slot index = count }, N slots of S = P / N us, and during a
+-- pause the field `h`, the pause's end (us): every call before it is
+-- refused. Slots older than s - N, and an `h` past, are left out of every
+-- computation and deleted on every write, so the hash holds at most N + 3
+-- fields. Expires at (m + N + 1) * S for the newest non-empty slot m, or at
+-- h if later.
 LOADERS.sw = function()
   local M = {}
 
-  -- Counts of the live slots (index >= s - N) by index, the fields of older
-  -- slots, and the newest non-empty slot index (nil when there is none).
   local function sw_read(r)
     return redis.call('HGETALL', r.key)
   end
 
-  local function sw_load(r, s)
+  -- Counts of the live slots (index >= s - N, s the slot of `now`) by
+  -- index, the fields of older slots (and `h` when its pause is over), the
+  -- newest non-empty slot index (nil when there is none), and the end of a
+  -- pause still ahead (0: none).
+  local function sw_load(r, s, now)
     local n = r.slots
     local raw = cached(r, sw_read)
-    local cnt, stale, newest = {}, {}, nil
+    local cnt, stale, newest, held = {}, {}, nil, 0
     for j = 1, #raw, 2 do
-      local i, c = tonumber(raw[j]), tonumber(raw[j + 1])
-      if i + n < s then
-        stale[#stale + 1] = raw[j]
+      local field = raw[j]
+      if field == 'h' then
+        local h = tonumber(raw[j + 1])
+        if h > now then
+          held = h
+        else
+          stale[#stale + 1] = field
+        end
       else
-        cnt[i] = c
-        if c > 0 and (newest == nil or i > newest) then
-          newest = i
+        local i, c = tonumber(field), tonumber(raw[j + 1])
+        if i + n < s then
+          stale[#stale + 1] = field
+        else
+          cnt[i] = c
+          if c > 0 and (newest == nil or i > newest) then
+            newest = i
+          end
         end
       end
     end
-    return cnt, stale, newest
+    return cnt, stale, newest, held
+  end
+
+  -- When the key can go: the newest slot's expiry or the pause's end,
+  -- whichever is later (0: nothing to keep).
+  local function sw_expires(newest, n, size, held)
+    if newest == nil then
+      return held
+    end
+    return math.max((newest + n + 1) * size, held)
   end
 
   local function sw_sum(cnt, lo, hi)
@@ -93,9 +116,15 @@ LOADERS.sw = function()
     local t, n, c = r.t, r.slots, r.cost
     local size = idiv(r.p, n)
     local s = idiv(now, size)
-    local cnt, stale, newest = sw_load(r, s)
-    local est = sw_estimate(cnt, n, size, now)
+    local cnt, stale, newest, held = sw_load(r, s, now)
     local capacity = t * size
+    if held > 0 then
+      -- Paused: room comes back at the pause's end at the earliest.
+      -- ratewall Slots::decide.
+      local retry = held - now + sw_retry(cnt, n, size, held, capacity - c * size)
+      return 0, t, 0, retry, math.max(sw_reset_after(newest, n, size, now), held - now)
+    end
+    local est = sw_estimate(cnt, n, size, now)
     if c * size > capacity - est then
       local retry = sw_retry(cnt, n, size, now, capacity - c * size)
       local remaining = idiv(math.max(capacity - est, 0), size)
@@ -118,7 +147,7 @@ LOADERS.sw = function()
   function M.refund(r, now, at)
     local n = r.slots
     local size = idiv(r.p, n)
-    local cnt, stale = sw_load(r, idiv(now, size))
+    local cnt, stale, _, held = sw_load(r, idiv(now, size), now)
     local i = idiv(at, size)
     local c = cnt[i]
     if c == nil or c <= 0 then
@@ -140,18 +169,19 @@ LOADERS.sw = function()
         newest = index
       end
     end
-    if newest == nil then
+    local expires = sw_expires(newest, n, size, held)
+    if expires == 0 then
       redis.call('DEL', r.key)
     else
-      expire(r.key, (newest + n + 1) * size, now)
+      expire(r.key, expires, now)
     end
   end
 
   -- Adds `units` to slot `slot` (the current one, or an older one still in
   -- the window) of the state `sw_load` gave at `now`, whatever the limit
   -- says, a slot's count at most DEBT_CAP / P, and moves the expiry with
-  -- the newest slot. ratewall Slots::add.
-  local function sw_add(r, now, slot, units, cnt, stale, newest)
+  -- the newest slot (a pause stays). ratewall Slots::add.
+  local function sw_add(r, now, slot, units, cnt, stale, newest, held)
     local n = r.slots
     local size = idiv(r.p, n)
     local c = math.min((cnt[slot] or 0) + units, idiv(DEBT_CAP, r.p))
@@ -162,20 +192,19 @@ LOADERS.sw = function()
     if newest == nil or slot > newest then
       newest = slot
     end
-    expire(r.key, (newest + n + 1) * size, now)
+    expire(r.key, sw_expires(newest, n, size, held), now)
   end
 
   -- Adds r.cost to the current slot (debt). ratewall Slots::charge.
   function M.charge(r, now)
     local s = idiv(now, idiv(r.p, r.slots))
-    sw_add(r, now, s, r.cost, sw_load(r, s))
+    sw_add(r, now, s, r.cost, sw_load(r, s, now))
   end
 
-  -- Until at most r.cost units remain `after` us from now: a count
-  -- (after = 0) goes into the current slot, as a charge; a pause into the
-  -- oldest slot still counted in full at now + after (at most the current
-  -- one), so the window stays full until that slot leaves it. ratewall
-  -- Slots::hold.
+  -- A pause (r.cost = 0 units left, after > 0) refuses every call until
+  -- now + after (after kept to DEBT_CAP), as the field `h`; a count goes
+  -- into the current slot, as a charge, until at most r.cost units remain
+  -- (after is not held with it). ratewall Slots::hold.
   function M.hold(r, now, after)
     local t, n, left = r.t, r.slots, r.cost
     if left >= t then
@@ -183,18 +212,19 @@ LOADERS.sw = function()
     end
     local size = idiv(r.p, n)
     local s = idiv(now, size)
-    local cnt, stale, newest = sw_load(r, s)
-    -- The time the window must still be full at, and the slot that counts
-    -- in full until then.
-    local at, slot = now, s
-    if after > 0 then
-      at = math.min(now + after, (s + n) * size - 1)
-      slot = math.max(idiv(at, size) + 1 - n, 0)
+    local cnt, stale, newest, held = sw_load(r, s, now)
+    if after > 0 and left == 0 then
+      local ends = now + math.min(after, DEBT_CAP)
+      if ends > held then
+        redis.call('HSET', r.key, 'h', ends)
+        expire(r.key, sw_expires(newest, n, size, ends), now)
+      end
+      return
     end
     local floor = (t - left - 1) * size + 1
-    local est = sw_estimate(cnt, n, size, at)
+    local est = sw_estimate(cnt, n, size, now)
     if est < floor then
-      sw_add(r, now, slot, cdiv(floor - est, size), cnt, stale, newest)
+      sw_add(r, now, s, cdiv(floor - est, size), cnt, stale, newest, held)
     end
   end
 
