@@ -124,8 +124,7 @@ impl IntoLimit for Limit {
     }
 }
 
-/// A limit still to check (`Limit::in_flight(4)`): its error surfaces in
-/// `build`.
+/// A limit still to check (`Limit::in_flight(4)`): its error is `build`'s.
 impl IntoLimit for Result<Limit, LimitError> {
     fn into_limit(self) -> Result<Limit, LimitError> {
         self
