@@ -362,7 +362,7 @@ where
                 &shared.counts,
             );
             let status = response.status().as_u16();
-            if matches!(status, 429 | 503) && hold.paused().is_none() {
+            if matches!(status, 429 | 503) && !hold.pauses() {
                 hold = hold.pause(shared.pause_on_refusal);
             }
             let actual = if status == 429 {
@@ -380,7 +380,7 @@ where
             // A pause is shared first: every instance sees it one store
             // call after the refusal, not two, so fewer requests reach the
             // upstream while it refuses.
-            let pauses = hold.paused().is_some();
+            let pauses = hold.pauses();
             if pauses {
                 share().await;
             }
