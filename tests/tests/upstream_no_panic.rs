@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use ratewall::tower::{Draw, UpstreamError, UpstreamLayer};
+use ratewall::tower::{UpstreamError, UpstreamLayer};
+use ratewall::upstream::Draw;
 use ratewall::{
     Algorithm, CallSpec, GroupSpec, Keys, Limit, Limiter,
     upstream::{Counts, Hold},
