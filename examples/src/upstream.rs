@@ -14,7 +14,8 @@
 //! - [`worker`]: callers that draw on one budget in Redis before each
 //!   request (requests at 1, tokens at `max_tokens` as the estimate), wait
 //!   for room instead of failing, settle the real tokens from each
-//!   response, and share any `429`'s `Retry-After` with every other worker.
+//!   response, and share any `429`'s `Retry-After` with every other worker:
+//!   reqwest with ratewall's middleware ([`UpstreamMiddleware`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -25,9 +26,10 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use ratewall::reqwest::{Cost, UpstreamMiddleware, refusal};
 use ratewall::{
-    Algorithm, CallSpec, FailurePolicy, GroupSpec, Keys, Limit, Limiter,
-    upstream::{Auto, Counts, Hold},
+    Algorithm, CallSpec, FailurePolicy, GroupSpec, Limit, Limiter,
+    upstream::{Auto, Counts, Draw},
 };
 use serde::{Deserialize, Serialize};
 
@@ -365,8 +367,9 @@ pub struct WorkerReport {
     pub tokens: u64,
     /// Calls the budget refused (no room within the wait): never sent.
     pub refused_by_budget: u64,
-    /// Calls to the limiter's store (decide, settle, hold, learn) per
-    /// request sent.
+    /// Round trips to the limiter's store (decisions, a waiting call's
+    /// retries included, settlements, holds; not learning's) per request
+    /// sent; 0 on the in-memory store.
     pub store_calls_per_request: f64,
     /// The tokens-per-minute limit the budget ended with (learned, with
     /// [`Auto`]; else as stated).
@@ -416,25 +419,40 @@ pub fn budget(
 /// Runs `concurrency` callers for `run`, each asking for a random
 /// `max_tokens` in `1 ..= max_tokens` per request through `limiter`'s
 /// budget `spec` (finding the upstream's limit with `auto`, when given),
-/// against the upstream at `url`.
+/// against the upstream at `url`, with reqwest and the budget's
+/// middleware ([`UpstreamMiddleware`]).
 pub async fn worker(
     limiter: Arc<Limiter>,
-    spec: Arc<CallSpec>,
-    auto: Option<Arc<Auto>>,
+    spec: CallSpec,
+    auto: Option<Auto>,
     url: String,
     concurrency: usize,
     max_tokens: u64,
     run: Duration,
 ) -> WorkerReport {
-    let http = reqwest::Client::new();
+    let store_calls = count_store_calls();
+    let tpm_group = spec.groups()[1].clone();
+    // The budget: each request draws on it (1 request, its `max_tokens` as
+    // the tokens' estimate: `Draw`s below), waits for room, is settled at
+    // the tokens its answer used (read as the caller reads the body), shares
+    // a 429's `Retry-After` and what the upstream says is left with every
+    // worker, and with `auto` finds the limit from what it hears.
+    let counts = [Counts::Requests, Counts::Tokens];
+    let budget = UpstreamMiddleware::new(limiter.clone(), spec, counts, |_: &_| {
+        Draw::new(["model"; 2])
+    })
+    .settle_with(|_: &_| {
+        Cost::body(|body| Some(serde_json::from_slice::<Usage>(body).ok()?.total_tokens))
+    });
+    let budget = auto.into_iter().fold(budget, UpstreamMiddleware::auto);
+    let http = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+        .with(budget)
+        .build();
     let started = Instant::now();
     let report = Arc::new(std::sync::Mutex::new(WorkerReport::default()));
-    let store_calls = Arc::new(AtomicU64::new(0));
     let mut callers = Vec::new();
     for caller in 0..concurrency {
-        let (limiter, spec, http, url) = (limiter.clone(), spec.clone(), http.clone(), url.clone());
-        let auto = auto.clone();
-        let (report, store_calls) = (report.clone(), store_calls.clone());
+        let (http, url, report) = (http.clone(), url.clone(), report.clone());
         callers.push(tokio::spawn(async move {
             let mut seed = 0x2545_F491_4F6C_DD1Du64.wrapping_mul(caller as u64 + 1) | 1;
             while started.elapsed() < run {
@@ -443,107 +461,38 @@ pub async fn worker(
                 seed ^= seed << 17;
                 let estimate = 1 + seed % max_tokens;
                 let left = run.saturating_sub(started.elapsed());
-                let costs = [1, estimate];
-                let keys = Keys::new(&[&"model", &"model"]).costs(&costs).wait(left);
-                store_calls.fetch_add(1, Ordering::Relaxed);
-                let permit = match limiter.call_with(&spec, keys).await {
-                    Ok(permit) => permit,
-                    Err(refused) => {
-                        // No room within the run (or the store failed):
-                        // come back when there may be, not before.
-                        report.lock().expect("report").refused_by_budget += 1;
-                        let paused = refused.retry_after();
-                        let wait = paused.unwrap_or(Duration::from_secs(1));
-                        tokio::time::sleep(wait.min(run.saturating_sub(started.elapsed()))).await;
-                        // Paused, perhaps by another worker that heard the
-                        // upstream refuse: take what it learned before
-                        // calling again.
-                        if let Some(auto) = &auto
-                            && paused.is_some()
-                        {
-                            match limiter.refresh_learned(&spec, auto).await {
-                                Ok(operations) => {
-                                    store_calls.fetch_add(operations as u64, Ordering::Relaxed);
-                                }
-                                Err(error) => {
-                                    tracing::warn!(%error, "could not read the upstream's learned limit")
-                                }
-                            }
-                        }
-                        continue;
-                    }
-                };
                 let answer = http
                     .post(format!("{url}/v1/complete"))
                     .json(&Completion {
                         max_tokens: estimate,
                     })
+                    // Its estimate, and no waiting past the run.
+                    .with_extension(Draw::new(["model"; 2]).costs([1, estimate]).wait(left))
                     .send()
                     .await;
-                let Ok(answer) = answer else {
-                    // Not answered: the estimate stays taken.
-                    drop(permit);
-                    continue;
+                let answer = match answer {
+                    Ok(answer) => answer,
+                    Err(error) => {
+                        // No room within the run (or the store failed): come
+                        // back when there may be, not before.
+                        if let Some(refused) = refusal(&error) {
+                            report.lock().expect("report").refused_by_budget += 1;
+                            let wait = refused.retry_after().unwrap_or(Duration::from_secs(1));
+                            tokio::time::sleep(wait.min(left)).await;
+                        }
+                        // Not answered: the estimate stays taken.
+                        continue;
+                    }
                 };
                 let refused = answer.status() == StatusCode::TOO_MANY_REQUESTS;
-                let headers = answer.headers().clone();
+                // Read to its end: the request is settled then.
                 let usage = answer.json::<Usage>().await.ok();
-                {
-                    let mut report = report.lock().expect("report");
-                    report.sent += 1;
-                    if refused {
-                        report.refused_upstream += 1;
-                    }
-                    report.tokens += usage.map_or(0, |u| u.total_tokens);
-                }
-                // The real cost: what the answer used, 0 when refused.
-                let used = usage.map_or(0, |u| u.total_tokens);
-                if used != estimate {
-                    store_calls.fetch_add(1, Ordering::Relaxed);
-                }
-                let said = Hold::from_headers(
-                    headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())),
-                    &[Counts::Requests, Counts::Tokens],
-                );
-                let pause = || async {
-                    store_calls.fetch_add(1, Ordering::Relaxed);
-                    if let Err(error) = limiter
-                        .hold(&spec, Keys::new(&[&"model", &"model"]), &said)
-                        .await
-                    {
-                        tracing::warn!(%error, "could not share the upstream's pause");
-                    }
-                };
-                let costs = [1, estimate];
-                let learn = || async {
-                    if let Some(auto) = &auto {
-                        let keys = Keys::new(&[&"model", &"model"]).costs(&costs);
-                        match limiter.learn(&spec, keys, auto, !refused, &said).await {
-                            Ok(operations) => {
-                                store_calls.fetch_add(operations as u64, Ordering::Relaxed);
-                            }
-                            Err(error) => {
-                                tracing::warn!(%error, "could not learn the upstream's limit")
-                            }
-                        }
-                    }
-                };
-                // A refusal is learned from before its pause is written and
-                // its estimate given back (both change the count it reads);
-                // then the pause: every worker sees it one store call later.
+                let mut report = report.lock().expect("report");
+                report.sent += 1;
                 if refused {
-                    learn().await;
-                    pause().await;
+                    report.refused_upstream += 1;
                 }
-                permit.settle_cost(used).await;
-                // The estimate given back reopened that much room under the
-                // pause: it is written again over it. An accepted call is
-                // learned from once settled.
-                if refused {
-                    pause().await;
-                } else {
-                    learn().await;
-                }
+                report.tokens += usage.map_or(0, |u| u.total_tokens);
             }
         }));
     }
@@ -553,7 +502,6 @@ pub async fn worker(
     let mut report = *report.lock().expect("report");
     let sent = report.sent.max(1);
     report.store_calls_per_request = store_calls.load(Ordering::Relaxed) as f64 / sent as f64;
-    let tpm_group = &spec.groups()[1];
     report.final_tpm = limiter
         .settings()
         .limits(tpm_group.name())
@@ -561,6 +509,69 @@ pub async fn worker(
             limits[0].threshold()
         });
     report
+}
+
+/// Counts the limiter's calls to its store: each round trip's
+/// `ratewall_backend_seconds` record (decisions, settlements, holds; not
+/// what learning a limit asks), through a metrics recorder installed here
+/// (none is counted when the process has another one).
+fn count_store_calls() -> Arc<AtomicU64> {
+    struct Counting(Arc<AtomicU64>);
+    impl metrics::HistogramFn for Counting {
+        fn record(&self, _: f64) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    impl metrics::Recorder for Counting {
+        fn describe_counter(
+            &self,
+            _: metrics::KeyName,
+            _: Option<metrics::Unit>,
+            _: metrics::SharedString,
+        ) {
+        }
+        fn describe_gauge(
+            &self,
+            _: metrics::KeyName,
+            _: Option<metrics::Unit>,
+            _: metrics::SharedString,
+        ) {
+        }
+        fn describe_histogram(
+            &self,
+            _: metrics::KeyName,
+            _: Option<metrics::Unit>,
+            _: metrics::SharedString,
+        ) {
+        }
+        fn register_counter(
+            &self,
+            _: &metrics::Key,
+            _: &metrics::Metadata<'_>,
+        ) -> metrics::Counter {
+            metrics::Counter::noop()
+        }
+        fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+            metrics::Gauge::noop()
+        }
+        fn register_histogram(
+            &self,
+            key: &metrics::Key,
+            _: &metrics::Metadata<'_>,
+        ) -> metrics::Histogram {
+            match key.name() {
+                "ratewall_backend_seconds" => {
+                    metrics::Histogram::from_arc(Arc::new(Counting(self.0.clone())))
+                }
+                _ => metrics::Histogram::noop(),
+            }
+        }
+    }
+    let calls = Arc::new(AtomicU64::new(0));
+    if metrics::set_global_recorder(Counting(calls.clone())).is_err() {
+        tracing::warn!("a metrics recorder was installed before: store calls are not counted");
+    }
+    calls
 }
 
 /// The whole number in the environment variable `name`, `default` when it

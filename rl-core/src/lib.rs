@@ -48,6 +48,7 @@
 //! | `macros` (default) | `#[rate_limit]` |
 //! | `axum` | `http`: a [`Rejection`] as a `429` with `Retry-After` and the IETF `RateLimit` fields, the client's IP behind trusted proxies as an extractor |
 //! | `tower` | `tower`: a layer limiting routes, routers and gRPC servers, and a client layer for calls out to a limited upstream |
+//! | `reqwest` | `reqwest`: a `reqwest-middleware` middleware for calls out to a limited upstream, settled from the response (a streamed body's last usage event too) |
 //! | `config` | `config`: limits, failure policies, shadow mode and lists per name from a TOML file |
 //! | `tonic` | `From<Rejection> for tonic::Status` |
 //! | `actix` | `actix_web::ResponseError for Rejection` |
@@ -86,6 +87,10 @@ pub mod http;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;
+// Budgets for calls out through reqwest: a reqwest-middleware middleware.
+#[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
+pub mod reqwest;
 
 // The user guide: Markdown pages under `docs/guide/`, doctested.
 pub mod guide;
@@ -169,6 +174,9 @@ pub mod call {
 
 pub mod upstream {
     //! Budgets for calls out, to an upstream with limits of its own: what
+    //! one request draws on ([`Draw`], for the client integrations:
+    //! `ratewall::tower::UpstreamLayer` and
+    //! `ratewall::reqwest::UpstreamMiddleware`); what
     //! the upstream said ([`Hold`], read from its headers for what each
     //! group [`Counts`]), given to
     //! [`Limiter::hold`](crate::Limiter::hold) so that every instance
@@ -178,6 +186,7 @@ pub mod upstream {
     //! [`SCALE_FLOOR`] and [`SCALE_CEILING`]). Reach for it in a client that
     //! calls a rate-limited API.
     pub use crate::limiter::auto::Auto;
+    pub use crate::limiter::outbound::Draw;
     pub use crate::limiter::upstream::{Counts, Hold};
     pub use crate::model::learned::{Adjust, Learned, SCALE_CEILING, SCALE_FLOOR, SCALE_ONE};
 }

@@ -6,7 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratewall::tower::{Draw, UpstreamLayer};
+use ratewall::tower::UpstreamLayer;
+use ratewall::upstream::Draw;
 use ratewall::{
     CallSpec, GroupSpec, Keys, Limit, Limiter,
     backend::MemoryBackend,

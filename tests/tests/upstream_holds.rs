@@ -167,7 +167,8 @@ impl StrictUpstream {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_calling_a_strict_upstream_through_the_client_layer_stay_under_its_limit() {
-    use ratewall::tower::{Draw, UpstreamLayer};
+    use ratewall::tower::UpstreamLayer;
+    use ratewall::upstream::Draw;
     use tower::{Layer, Service, ServiceExt};
 
     let server = RedisServer::start();
@@ -233,7 +234,8 @@ async fn two_instances_calling_a_strict_upstream_through_the_client_layer_stay_u
 
 #[tokio::test]
 async fn a_429_gives_a_settled_estimate_back_without_reopening_the_pause() {
-    use ratewall::tower::{Draw, UpstreamLayer};
+    use ratewall::tower::UpstreamLayer;
+    use ratewall::upstream::Draw;
     use tower::{Layer, Service, ServiceExt};
 
     let limiter = std::sync::Arc::new(Limiter::builder().memory().build().expect("limiter"));

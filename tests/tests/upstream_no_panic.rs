@@ -1,13 +1,14 @@
 //! No header value and no duration makes an upstream budget panic: what
 //! an upstream says goes through `Hold::from_headers` and `Limiter::hold`,
 //! and through the tower client layer, whatever it says; a pause is held
-//! for at most `Hold::MAX_PAUSE`.
+//! for at most `Hold::MAX_PAUSE` (a group's reset too).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use ratewall::tower::{Draw, UpstreamError, UpstreamLayer};
+use ratewall::tower::{UpstreamError, UpstreamLayer};
+use ratewall::upstream::Draw;
 use ratewall::{
     Algorithm, CallSpec, GroupSpec, Keys, Limit, Limiter,
     upstream::{Counts, Hold},
@@ -49,7 +50,7 @@ const ALGORITHMS: [Algorithm; 6] = [
 ];
 
 /// The header names an upstream's budget is read from, and one it ignores.
-const NAMES: [&str; 14] = [
+const NAMES: [&str; 24] = [
     "retry-after",
     "Retry-After",
     "retry-after-ms",
@@ -62,7 +63,17 @@ const NAMES: [&str; 14] = [
     "anthropic-ratelimit-tokens-remaining",
     "ratelimit-remaining",
     "x-ratelimit-reset-requests",
+    "x-ratelimit-reset-tokens",
     "anthropic-ratelimit-requests-reset",
+    "anthropic-ratelimit-tokens-reset",
+    "anthropic-ratelimit-requests-remaining",
+    "anthropic-ratelimit-input-tokens-remaining",
+    "anthropic-ratelimit-input-tokens-reset",
+    "anthropic-ratelimit-output-tokens-remaining",
+    "anthropic-ratelimit-output-tokens-reset",
+    "anthropic-ratelimit-output-tokens-limit",
+    "ratelimit-reset",
+    "RateLimit-Reset",
     "x-unrelated",
 ];
 
@@ -78,6 +89,19 @@ fn value() -> impl Strategy<Value = Vec<u8>> {
         Just(b"Thu, 01 Jan 1970 00:00:00 GMT".to_vec()),
         (any::<u64>(), any::<u64>())
             .prop_map(|(r, t)| format!("\"default\";r={r};t={t}").into_bytes()),
+        // Go durations (OpenAI's resets), of any size and shape.
+        (any::<u32>(), any::<u64>(), any::<f32>())
+            .prop_map(|(h, m, s)| format!("{h}h{m}m{s}s").into_bytes()),
+        "[0-9.]{0,12}(h|m|s|ms|us|µs|ns|x){0,2}[0-9.]{0,6}s?".prop_map(String::into_bytes),
+        // RFC 3339 timestamps (Anthropic's resets), valid or not.
+        "[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{0,12})?(Z|[+-][0-9]{2}:[0-9]{2})?"
+            .prop_map(String::into_bytes),
+        Just(b"9999-12-31T23:59:60.999999999-23:59".to_vec()),
+        Just(b"0000-01-01T00:00:00+23:59".to_vec()),
+        // Structured fields with quoted names and parameters of every kind.
+        ("[ -~]{0,12}", any::<i64>(), any::<i64>(), any::<i64>()).prop_map(|(name, r, t, q)| {
+            format!("{name:?};r={r};t={t};q={q}, \"b\";r={t}").into_bytes()
+        }),
         "[ -~]{0,40}".prop_map(String::into_bytes),
         proptest::collection::vec(any::<u8>(), 0..24),
     ]
@@ -114,6 +138,10 @@ proptest! {
         )
         .pause(pause);
         prop_assert!(hold.paused().is_some_and(|p| p <= Hold::MAX_PAUSE));
+        for group in 0..LLM.len() {
+            prop_assert!(hold.paused_in(group).is_some_and(|p| p <= Hold::MAX_PAUSE));
+            prop_assert!(hold.reset_in(group).is_none_or(|r| r <= Hold::MAX_PAUSE));
+        }
         let limiter = Limiter::builder().memory().build().expect("limiter");
         let spec = chat(ALGORITHMS[algorithm]);
         let keys = || Keys::new(&[&"gpt", &"gpt"]);

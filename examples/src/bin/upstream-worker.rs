@@ -36,13 +36,13 @@ async fn run() -> Result<(), StartupError> {
             let auto = Auto::new()
                 .margin(margin)
                 .map_err(|e| StartupError::new(format!("MARGIN_PERCENT: {e}")))?;
-            Some(Arc::new(auto))
+            Some(auto)
         }
     };
     let url = std::env::var("UPSTREAM").unwrap_or_else(|_| "http://127.0.0.1:3004".to_owned());
     let report = worker(
         Arc::new(limiter),
-        Arc::new(spec),
+        spec,
         auto,
         url,
         env_number("CONCURRENCY", 8)? as usize,

@@ -144,6 +144,53 @@ impl Permit<'_> {
     }
 }
 
+/// An admitted call's [`Permit`] without the limiter and the spec it
+/// borrows ([`Permit::detach`]): what a call out whose answer outlives the
+/// borrow (a response body read later) keeps, to settle it then. Dropped,
+/// it is a dropped permit: what it took stays taken, its in-flight slots
+/// are given back.
+#[derive(Debug)]
+pub(crate) struct Detached {
+    admission: Admission,
+    skipped: u64,
+    settle: Option<Box<Settle>>,
+    waited: Duration,
+    tiers: Option<Arc<TierBinding>>,
+    in_flight: Option<InFlight>,
+}
+
+impl<'l> Permit<'l> {
+    /// This permit, without its borrows: [`Detached::attach`] makes it a
+    /// permit again, with the limiter and the spec it was admitted by.
+    pub(crate) fn detach(self) -> Detached {
+        Detached {
+            admission: self.admission,
+            skipped: self.skipped,
+            settle: self.settle,
+            waited: self.waited,
+            tiers: self.tiers,
+            in_flight: self.in_flight,
+        }
+    }
+}
+
+impl Detached {
+    /// The permit again, borrowing `limiter` and `spec`: the ones it was
+    /// admitted by (another limiter or spec would settle other state).
+    pub(crate) fn attach<'l>(self, limiter: &'l Limiter, spec: &'l CallSpec) -> Permit<'l> {
+        Permit {
+            limiter,
+            spec,
+            admission: self.admission,
+            skipped: self.skipped,
+            settle: self.settle,
+            waited: self.waited,
+            tiers: self.tiers,
+            in_flight: self.in_flight,
+        }
+    }
+}
+
 /// The rate decision with the fewest units left and its group's index and
 /// limit, from `resolved` (when the binding decision is an in-flight
 /// limit's).

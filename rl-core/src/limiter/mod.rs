@@ -14,6 +14,14 @@ pub(crate) mod auto;
 pub(crate) mod builder;
 pub(crate) mod call;
 pub(crate) mod in_flight;
+#[cfg_attr(
+    not(any(feature = "tower", feature = "reqwest")),
+    allow(
+        dead_code,
+        reason = "the client integrations (tower, reqwest) call out through it; `Draw` is public"
+    )
+)]
+pub(crate) mod outbound;
 pub(crate) mod requests;
 pub(crate) mod resolve;
 pub(crate) mod room;

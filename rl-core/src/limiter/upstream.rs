@@ -1,9 +1,11 @@
-//! What an upstream says about the budget a call drew on ([`Hold`]), and
-//! how the limiter makes every instance sharing that budget hear it
-//! ([`Limiter::hold`]): a pause until the upstream's `Retry-After`, and a
-//! correction of the remaining amount down to the upstream's own count.
+//! What an upstream says about the budget a call drew on ([`Hold`], read
+//! from its headers in `read.rs`), and how the limiter makes every instance
+//! sharing that budget hear it ([`Limiter::hold`]): a pause until the
+//! upstream's `Retry-After` (or until its count resets, when nothing is
+//! left), and a correction of the remaining amount down to the upstream's
+//! own count.
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
@@ -19,27 +21,36 @@ use crate::model::clock::micros;
 use crate::model::error::{Error, LimitError};
 use crate::store::target::Op;
 
+mod read;
+
 /// What a group of a call counts, to read an upstream's rate-limit headers
-/// for it ([`Hold::from_headers`]).
+/// for it ([`Hold::from_headers`], which lists the headers read for each).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Counts {
-    /// Requests: `x-ratelimit-remaining-requests`,
-    /// `anthropic-ratelimit-requests-remaining`, `RateLimit: ..;r=N`,
-    /// `RateLimit-Remaining`, `x-ratelimit-remaining`.
+    /// Requests: OpenAI's `x-ratelimit-*-requests`, Anthropic's
+    /// `anthropic-ratelimit-requests-*`, the IETF `RateLimit` and
+    /// `RateLimit-Policy` fields, `RateLimit-Remaining` / `-Limit` /
+    /// `-Reset`, `x-ratelimit-remaining` / `-limit`.
     Requests,
-    /// Tokens: `x-ratelimit-remaining-tokens`,
-    /// `anthropic-ratelimit-tokens-remaining`.
+    /// Tokens: OpenAI's `x-ratelimit-*-tokens`, Anthropic's
+    /// `anthropic-ratelimit-tokens-*` (the most restrictive of its input
+    /// and output token limits).
     Tokens,
+    /// Input tokens: Anthropic's `anthropic-ratelimit-input-tokens-*`.
+    InputTokens,
+    /// Output tokens: Anthropic's `anthropic-ratelimit-output-tokens-*`.
+    OutputTokens,
     /// Nothing the upstream reports on (a limit of our own).
     Nothing,
 }
 
 /// What an upstream said about a budget a call drew on: a pause (its
-/// `429`/`503` with `Retry-After`), and how much it says is left, per group
-/// of the call's spec. [`Limiter::hold`] writes it into the budget every
-/// instance shares, through the store: each state only ever goes up (a
-/// budget already that full is left as it is).
+/// `429`/`503` with `Retry-After`), and per group of the call's spec how
+/// much it says is left, its limit, and when its count resets.
+/// [`Limiter::hold`] writes it into the budget every instance shares,
+/// through the store: each state only ever goes up (a budget already that
+/// full is left as it is).
 ///
 /// ```
 /// use ratewall::upstream::{Counts, Hold};
@@ -48,12 +59,17 @@ pub enum Counts {
 /// let headers = [
 ///     ("retry-after", &b"20"[..]),
 ///     ("x-ratelimit-remaining-requests", b"0"),
+///     ("x-ratelimit-reset-requests", b"1m30s"),
 ///     ("x-ratelimit-remaining-tokens", b"1200"),
+///     ("x-ratelimit-reset-tokens", b"850ms"),
 /// ];
 /// let hold = Hold::from_headers(headers, &[Counts::Requests, Counts::Tokens]);
 /// assert_eq!(hold.paused(), Some(Duration::from_secs(20)));
-/// assert_eq!(hold.left_in(0), Some(0));
-/// assert_eq!(hold.left_in(1), Some(1200));
+/// assert_eq!((hold.left_in(0), hold.reset_in(0)), (Some(0), Some(Duration::from_secs(90))));
+/// assert_eq!((hold.left_in(1), hold.reset_in(1)), (Some(1200), Some(Duration::from_millis(850))));
+/// // Nothing left in the requests until they reset: that group is paused 90 s.
+/// assert_eq!(hold.paused_in(0), Some(Duration::from_secs(90)));
+/// assert_eq!(hold.paused_in(1), Some(Duration::from_secs(20)));
 /// assert_eq!(Hold::new().pause(Duration::from_secs(5)).left(1, 10), Hold::new().left(1, 10).pause(Duration::from_secs(5)));
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -63,13 +79,16 @@ pub struct Hold {
     left: SmallVec<[Option<u64>; 2]>,
     /// The upstream's own limit, per group (by index).
     limit: SmallVec<[Option<u64>; 2]>,
+    /// When the upstream's count resets, per group (by index).
+    reset: SmallVec<[Option<Duration>; 2]>,
 }
 
 impl Hold {
     /// The longest pause a hold carries: one day (an upstream's daily
-    /// quota spent). A longer one, said or given ([`Hold::pause`]), is held
-    /// for this long; the upstream's next refusal pauses the budget again.
-    /// No header value or duration can make a hold panic or overflow.
+    /// quota spent). A longer one, said or given ([`Hold::pause`],
+    /// [`Hold::reset`]), is held for this long; the upstream's next refusal
+    /// pauses the budget again. No header value or duration can make a
+    /// hold panic or overflow.
     pub const MAX_PAUSE: Duration = Duration::from_secs(86_400);
 
     /// Nothing said.
@@ -95,7 +114,7 @@ impl Hold {
     /// holds. A group past the most a spec can have
     /// ([`MAX_GROUPS`](crate::call::MAX_GROUPS)) is ignored.
     pub fn left(mut self, group: usize, units: u64) -> Self {
-        at_most(&mut self.left, group, units);
+        merge(&mut self.left, group, units, u64::min);
         self
     }
 
@@ -104,7 +123,25 @@ impl Hold {
     /// ([`crate::upstream::Auto`]) takes as it is. The smallest of two holds; a group
     /// past [`MAX_GROUPS`](crate::call::MAX_GROUPS) is ignored.
     pub fn limit(mut self, group: usize, units: u64) -> Self {
-        at_most(&mut self.limit, group, units);
+        merge(&mut self.limit, group, units, u64::min);
+        self
+    }
+
+    /// The upstream's count for group `group` resets in `resets_in` (its
+    /// `x-ratelimit-reset-*` headers): the units it says are left
+    /// ([`Hold::left`]) are all there is until then. With none left, the
+    /// group is paused until the reset ([`Hold::paused_in`]); with some
+    /// left, the reset is only recorded (the count bounds the budget now,
+    /// which then refills at its own rate). The earliest of two resets
+    /// holds; one past [`Hold::MAX_PAUSE`] is taken as that; a group past
+    /// [`MAX_GROUPS`](crate::call::MAX_GROUPS) is ignored.
+    pub fn reset(mut self, group: usize, resets_in: Duration) -> Self {
+        merge(
+            &mut self.reset,
+            group,
+            resets_in.min(Self::MAX_PAUSE),
+            Duration::min,
+        );
         self
     }
 
@@ -113,7 +150,7 @@ impl Hold {
         self.limit.get(group).copied().flatten()
     }
 
-    /// The pause said, if any.
+    /// The pause said for every group, if any.
     pub fn paused(&self) -> Option<Duration> {
         self.pause
     }
@@ -123,195 +160,86 @@ impl Hold {
         self.left.get(group).copied().flatten()
     }
 
-    /// This hold with its pause no longer than `max` (an upstream asking
-    /// for a pause of days is not believed past it).
+    /// When group `group`'s count resets, if said.
+    pub fn reset_in(&self, group: usize) -> Option<Duration> {
+        self.reset.get(group).copied().flatten()
+    }
+
+    /// How long group `group` is held paused: the longest of the pause said
+    /// ([`Hold::paused`]) and, when nothing is left in it
+    /// ([`Hold::left`] `0`), the time until its count resets
+    /// ([`Hold::reset`]).
+    pub fn paused_in(&self, group: usize) -> Option<Duration> {
+        let until_reset = match self.left_in(group) {
+            Some(0) => self.reset_in(group),
+            _ => None,
+        };
+        match (self.pause, until_reset) {
+            (Some(pause), Some(reset)) => Some(pause.max(reset)),
+            (pause, reset) => pause.or(reset),
+        }
+    }
+
+    /// Whether some group is held paused ([`Hold::paused_in`]).
+    pub(crate) fn pauses(&self) -> bool {
+        self.pause.is_some() || (0..self.left.len()).any(|group| self.paused_in(group).is_some())
+    }
+
+    /// This hold with its pause and its resets no longer than `max` (an
+    /// upstream asking for a pause of days is not believed past it).
     pub fn capped(mut self, max: Duration) -> Self {
         self.pause = self.pause.map(|pause| pause.min(max));
+        for reset in self.reset.iter_mut().flatten() {
+            *reset = (*reset).min(max);
+        }
         self
     }
 
     /// Whether nothing was said.
     pub fn is_empty(&self) -> bool {
-        self.holds_nothing() && self.limit.iter().all(Option::is_none)
+        self.holds_nothing()
+            && self.limit.iter().all(Option::is_none)
+            && self.reset.iter().all(Option::is_none)
     }
 
     /// Whether nothing was said that holds a budget (no pause, no count
-    /// left; a limit said is for [`crate::upstream::Auto`]).
+    /// left; a limit or a reset said alone is for
+    /// [`crate::upstream::Auto`]).
     fn holds_nothing(&self) -> bool {
         self.pause.is_none() && self.left.iter().all(Option::is_none)
     }
-
-    /// What an upstream's response headers say, for a spec whose groups
-    /// count what `counts` says (one per group, in order; a group past its
-    /// end counts [`Counts::Nothing`]). Names are matched without regard to
-    /// case. Read: `Retry-After` (seconds, or an HTTP date), `retry-after-ms`;
-    /// the remaining counts of [`Counts`]; the IETF `RateLimit` field's `r`
-    /// (and `t`, a pause when `r=0`); the limits ([`Hold::limit`]):
-    /// `x-ratelimit-limit-requests` / `-tokens`,
-    /// `anthropic-ratelimit-requests-limit` / `-tokens-limit`,
-    /// `RateLimit-Limit`, `x-ratelimit-limit` (requests), and the IETF
-    /// `RateLimit-Policy` field's `q`. Values that cannot be read are
-    /// ignored (logged at debug level).
-    pub fn from_headers<'h>(
-        headers: impl IntoIterator<Item = (&'h str, &'h [u8])>,
-        counts: &[Counts],
-    ) -> Self {
-        let mut hold = Hold::new();
-        let groups_counting = |what: Counts| {
-            counts
-                .iter()
-                .enumerate()
-                .filter(move |(_, c)| **c == what)
-                .map(|(g, _)| g)
-        };
-        for (name, value) in headers {
-            let Ok(value) = std::str::from_utf8(value) else {
-                continue;
-            };
-            let value = value.trim();
-            let name = name.to_ascii_lowercase();
-            let remaining = match name.as_str() {
-                "retry-after" => {
-                    if let Some(pause) = retry_after(value) {
-                        hold = hold.pause(pause);
-                    }
-                    continue;
-                }
-                "retry-after-ms" => {
-                    if let Some(pause) = seconds(value, 1_000) {
-                        hold = hold.pause(pause);
-                    }
-                    continue;
-                }
-                "ratelimit" => {
-                    if let Some((left, reset)) = ietf_ratelimit(value) {
-                        if left == 0
-                            && let Some(reset) = reset
-                        {
-                            hold = hold.pause(reset);
-                        }
-                        for g in groups_counting(Counts::Requests) {
-                            hold = hold.left(g, left);
-                        }
-                    }
-                    continue;
-                }
-                "ratelimit-policy" => {
-                    if let Some(quota) = ietf_quota(value) {
-                        for g in groups_counting(Counts::Requests) {
-                            hold = hold.limit(g, quota);
-                        }
-                    }
-                    continue;
-                }
-                "x-ratelimit-remaining-requests"
-                | "anthropic-ratelimit-requests-remaining"
-                | "ratelimit-remaining"
-                | "x-ratelimit-remaining" => (Counts::Requests, false),
-                "x-ratelimit-remaining-tokens" | "anthropic-ratelimit-tokens-remaining" => {
-                    (Counts::Tokens, false)
-                }
-                "x-ratelimit-limit-requests"
-                | "anthropic-ratelimit-requests-limit"
-                | "ratelimit-limit"
-                | "x-ratelimit-limit" => (Counts::Requests, true),
-                "x-ratelimit-limit-tokens" | "anthropic-ratelimit-tokens-limit" => {
-                    (Counts::Tokens, true)
-                }
-                _ => continue,
-            };
-            match value.parse::<u64>() {
-                Ok(units) => {
-                    let (counts, is_limit) = remaining;
-                    for g in groups_counting(counts) {
-                        hold = if is_limit {
-                            hold.limit(g, units)
-                        } else {
-                            hold.left(g, units)
-                        };
-                    }
-                }
-                Err(_) => {
-                    tracing::debug!(header = name, value, "unreadable rate-limit header ignored")
-                }
-            }
-        }
-        hold
-    }
 }
 
-/// Sets group `group`'s count in `counts` to at most `units` (the
-/// smallest said holds); a group past [`MAX_GROUPS`](crate::call::MAX_GROUPS) is
+/// Sets group `group`'s value in `values` to `value`, or to `keep` of it and
+/// the one there; a group past [`MAX_GROUPS`](crate::call::MAX_GROUPS) is
 /// ignored.
-fn at_most(counts: &mut SmallVec<[Option<u64>; 2]>, group: usize, units: u64) {
+fn merge<T: Copy>(
+    values: &mut SmallVec<[Option<T>; 2]>,
+    group: usize,
+    value: T,
+    keep: fn(T, T) -> T,
+) {
     if group >= crate::limiter::spec::MAX_GROUPS {
         return;
     }
-    if counts.len() <= group {
-        counts.resize(group + 1, None);
+    if values.len() <= group {
+        values.resize(group + 1, None);
     }
-    let count = &mut counts[group];
-    *count = Some(count.map_or(units, |u| u.min(units)));
-}
-
-/// `Retry-After`: delay-seconds (fractions read too), or an HTTP date.
-fn retry_after(value: &str) -> Option<Duration> {
-    if let Some(pause) = seconds(value, 1) {
-        return Some(pause);
-    }
-    let at = httpdate::parse_http_date(value).ok()?;
-    Some(
-        at.duration_since(SystemTime::now())
-            .unwrap_or(Duration::ZERO),
-    )
-}
-
-/// A non-negative number of `1 / per_second` seconds, fractions allowed.
-fn seconds(value: &str, per_second: u32) -> Option<Duration> {
-    let number: f64 = value.parse().ok()?;
-    (number.is_finite() && number >= 0.0)
-        .then(|| Duration::try_from_secs_f64(number / f64::from(per_second)).ok())
-        .flatten()
-}
-
-/// The IETF `RateLimit` field (`"default";r=50;t=30`): the first item's
-/// remaining `r` and reset `t` (seconds).
-fn ietf_ratelimit(value: &str) -> Option<(u64, Option<Duration>)> {
-    let first = value.split(',').next()?;
-    let mut remaining = None;
-    let mut reset = None;
-    for parameter in first.split(';').skip(1) {
-        let Some((key, value)) = parameter.trim().split_once('=') else {
-            continue;
-        };
-        match key.trim() {
-            "r" => remaining = value.trim().parse::<u64>().ok(),
-            "t" => reset = seconds(value.trim(), 1),
-            _ => {}
-        }
-    }
-    Some((remaining?, reset))
-}
-
-/// The IETF `RateLimit-Policy` field (`"default";q=100;w=60`): the first
-/// item's quota `q`.
-fn ietf_quota(value: &str) -> Option<u64> {
-    let first = value.split(',').next()?;
-    first.split(';').skip(1).find_map(|parameter| {
-        let (key, value) = parameter.trim().split_once('=')?;
-        (key.trim() == "q")
-            .then(|| value.trim().parse::<u64>().ok())
-            .flatten()
-    })
+    let slot = &mut values[group];
+    *slot = Some(slot.map_or(value, |there| keep(there, value)));
 }
 
 impl Limiter {
     /// Makes every instance sharing `spec`'s budgets for `keys` hear what
     /// the upstream said ([`Hold`]): each group of the call is held paused
-    /// for [`Hold::pause`] and down to its [`Hold::left`] count, through the
-    /// store (one operation per kind of hold and group), so every instance's
-    /// next call sees it. Allow-listed groups and in-flight limits are left
-    /// alone; nothing said, nothing done.
+    /// for [`Hold::paused_in`] (the pause said, or until the group's count
+    /// resets when the upstream says nothing is left in it) and down to its
+    /// [`Hold::left`] count, through the store (one operation per kind of
+    /// hold and group), so every instance's next call sees it. A count with
+    /// units left is held as it is now, and the budget refills at its own
+    /// rate from there: its reset is recorded ([`Hold::reset_in`]), not
+    /// held. Allow-listed groups and in-flight limits are left alone;
+    /// nothing said, nothing done.
     ///
     /// A call of this process sleeping until a slot it reserved before the
     /// pause (a waiting call on GCRA or a bucket), inside it, reserves again
@@ -398,7 +326,7 @@ impl Limiter {
         at: Instant,
     ) -> Result<(), Error> {
         let attempt = owned.attempt();
-        let mut paused = PausedKeys::new();
+        let mut paused: SmallVec<[(PausedKeys, Duration); 2]> = SmallVec::new();
         let resolved = attempt.resolved;
         for group in 0..resolved.groups.len() {
             if attempt.skipped & (1 << group) != 0 {
@@ -420,22 +348,23 @@ impl Limiter {
             if targets.is_empty() {
                 continue;
             }
+            let pause = hold.paused_in(group);
             let holds = [
-                hold.pause.map(|pause| (micros(pause), 0)),
+                pause.map(|pause| (micros(pause), 0)),
                 hold.left_in(group).map(|left| (0, left)),
             ];
             for (after, left) in holds.into_iter().flatten() {
                 let mut call = attempt.call(spec, Op::Hold { after, left }, &targets);
                 applied(self.pipeline.run(&mut call, ALL).await)?;
-                if after > 0 {
-                    paused.extend(Pauses::keys(&targets));
-                }
+            }
+            if let Some(pause) = pause
+                && micros(pause) > 0
+            {
+                paused.push((Pauses::keys(&targets), pause));
             }
         }
-        if let Some(pause) = hold.pause
-            && !paused.is_empty()
-        {
-            self.pauses.heard(paused, at, pause);
+        for (keys, pause) in paused {
+            self.pauses.heard(keys, at, pause);
         }
         Ok(())
     }
@@ -450,145 +379,4 @@ fn cannot_hold(spec: &CallSpec, why: &str) -> Error {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn read(headers: &[(&str, &str)], counts: &[Counts]) -> Hold {
-        Hold::from_headers(headers.iter().map(|(n, v)| (*n, v.as_bytes())), counts)
-    }
-
-    const LLM: [Counts; 2] = [Counts::Requests, Counts::Tokens];
-
-    #[test]
-    fn retry_after_is_read_in_seconds_fractions_milliseconds_and_http_dates() {
-        assert_eq!(
-            read(&[("Retry-After", "20")], &LLM).paused(),
-            Some(Duration::from_secs(20))
-        );
-        assert_eq!(
-            read(&[("retry-after", "1.5")], &LLM).paused(),
-            Some(Duration::from_millis(1_500))
-        );
-        assert_eq!(
-            read(&[("retry-after-ms", "250")], &LLM).paused(),
-            Some(Duration::from_millis(250))
-        );
-        let in_a_minute = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(61));
-        let pause = read(&[("retry-after", &in_a_minute)], &LLM)
-            .paused()
-            .unwrap();
-        assert!(
-            pause > Duration::from_secs(55) && pause <= Duration::from_secs(61),
-            "{pause:?}"
-        );
-        let past = httpdate::fmt_http_date(SystemTime::now() - Duration::from_secs(600));
-        assert_eq!(
-            read(&[("retry-after", &past)], &LLM).paused(),
-            Some(Duration::ZERO)
-        );
-        // The longest of two says.
-        let both = read(&[("retry-after", "2"), ("retry-after-ms", "3500")], &LLM);
-        assert_eq!(both.paused(), Some(Duration::from_millis(3_500)));
-    }
-
-    #[test]
-    fn remaining_counts_go_to_the_groups_that_count_them() {
-        let openai = read(
-            &[
-                ("x-ratelimit-remaining-requests", "59"),
-                ("x-ratelimit-remaining-tokens", "149984"),
-            ],
-            &LLM,
-        );
-        assert_eq!(
-            (openai.left_in(0), openai.left_in(1)),
-            (Some(59), Some(149_984))
-        );
-        let anthropic = read(
-            &[
-                ("anthropic-ratelimit-requests-remaining", "3"),
-                ("anthropic-ratelimit-tokens-remaining", "900"),
-            ],
-            &[Counts::Tokens, Counts::Nothing, Counts::Requests],
-        );
-        assert_eq!(
-            (
-                anthropic.left_in(0),
-                anthropic.left_in(1),
-                anthropic.left_in(2)
-            ),
-            (Some(900), None, Some(3))
-        );
-        let ietf = read(
-            &[("RateLimit", "\"default\";r=0;t=30, \"daily\";r=100;t=3600")],
-            &LLM,
-        );
-        assert_eq!(
-            (ietf.left_in(0), ietf.paused()),
-            (Some(0), Some(Duration::from_secs(30)))
-        );
-        assert_eq!(
-            read(&[("RateLimit-Remaining", "7")], &LLM).left_in(0),
-            Some(7)
-        );
-        let limits = read(
-            &[
-                ("x-ratelimit-limit-requests", "600"),
-                ("x-ratelimit-limit-tokens", "60000"),
-            ],
-            &LLM,
-        );
-        assert_eq!(
-            (limits.left_in(1), limits.limit_in(0), limits.limit_in(1)),
-            (None, Some(600), Some(60_000))
-        );
-        assert!(!limits.is_empty() && limits.holds_nothing());
-        let anthropic_limits = read(
-            &[
-                ("anthropic-ratelimit-tokens-limit", "80000"),
-                (
-                    "RateLimit-Policy",
-                    "\"burst\";q=100;w=60, \"day\";q=1000;w=86400",
-                ),
-            ],
-            &LLM,
-        );
-        assert_eq!(
-            (anthropic_limits.limit_in(0), anthropic_limits.limit_in(1)),
-            (Some(100), Some(80_000))
-        );
-        // A parameter without a value is skipped, not the field.
-        let flagged = read(&[("ratelimit", "\"default\";r=4;partial;t=9")], &LLM);
-        assert_eq!(flagged.left_in(0), Some(4));
-    }
-
-    #[test]
-    fn what_cannot_be_read_says_nothing() {
-        for (name, value) in [
-            ("retry-after", "soon"),
-            ("retry-after", "-3"),
-            ("retry-after-ms", "NaN"),
-            ("x-ratelimit-remaining-tokens", "lots"),
-            ("ratelimit", "\"default\";t=30"),
-            ("x-unrelated", "5"),
-            ("x-ratelimit-limit-tokens", "-1"),
-            ("ratelimit-policy", "\"default\";w=60"),
-        ] {
-            assert!(read(&[(name, value)], &LLM).is_empty(), "{name}: {value}");
-        }
-        let invalid_utf8 = Hold::from_headers([("retry-after", &[0xff, 0xfe][..])], &LLM);
-        assert!(invalid_utf8.is_empty());
-        assert!(
-            read(
-                &[("x-ratelimit-remaining-tokens", "5")],
-                &[Counts::Requests]
-            )
-            .is_empty()
-        );
-        assert!(Hold::new().left(usize::MAX, 3).is_empty(), "no such group");
-        let long = Hold::new()
-            .pause(Duration::from_secs(86_400))
-            .capped(Duration::from_secs(300));
-        assert_eq!(long.paused(), Some(Duration::from_secs(300)));
-    }
-}
+mod tests;

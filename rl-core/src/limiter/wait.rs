@@ -66,8 +66,11 @@ fn how(limiter: &Limiter, spec: &CallSpec, attempt: &Attempt<'_>) -> Result<How,
 /// Why calls of `spec` as stated (every group's compiled-in limits and
 /// every tier's) cannot wait, if they cannot: what a waiting call of it is
 /// refused with, unless runtime settings replace those limits. For callers
-/// that choose a default wait (the upstream client layer).
-#[cfg(feature = "tower")]
+/// that choose a default wait (the upstream client integrations).
+#[cfg_attr(
+    not(any(feature = "tower", feature = "reqwest")),
+    allow(dead_code, reason = "the client integrations' default wait")
+)]
 pub(crate) fn stated_cannot_wait(spec: &CallSpec) -> Option<LimitError> {
     let groups = spec.groups().iter().flat_map(|group| {
         let tiers = group.tiers().unwrap_or_default().iter();

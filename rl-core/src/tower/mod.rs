@@ -67,4 +67,4 @@ pub use service::{
     IntoLimit, LayerError, MissingKey, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
     ResponseFuture,
 };
-pub use upstream::{Draw, Upstream, UpstreamError, UpstreamFuture, UpstreamLayer};
+pub use upstream::{Upstream, UpstreamError, UpstreamFuture, UpstreamLayer};

@@ -6,15 +6,17 @@
 //! and a cost per group of the spec), waiting for room rather than failing
 //! (queue, don't stampede); the upstream's answer is then heard
 //! ([`Limiter::hold`]): its `Retry-After` pauses the budget for every
-//! instance, its remaining counts bound it, and a `429` or `503` without a
-//! `Retry-After` pauses it for [`UpstreamLayer::pause_on_refusal`] (a pause
-//! is believed up to [`UpstreamLayer::max_pause`]). A request the upstream
+//! instance, and so does a count it says is spent, until that count
+//! resets; its remaining counts bound it, and a `429` or `503` that pauses
+//! nothing pauses it for [`UpstreamLayer::pause_on_refusal`] (a pause is
+//! believed up to [`UpstreamLayer::max_pause`]). A request the upstream
 //! refused (`429`) took nothing upstream: in a spec whose groups settle
 //! their cost ([`crate::GroupSpec::settled`]), its estimate is given back,
 //! before the pause is written. Otherwise the estimate stays taken, unless
 //! [`UpstreamLayer::settle_with`] reads the real cost from the response
 //! (costs known only from a response body, such as a language model's
-//! token usage, are settled with the call API: [`crate::Permit::settle_cost`]).
+//! token usage, are settled by the reqwest middleware, feature `reqwest`,
+//! which watches the body, or with the call API: [`crate::Permit::settle_cost`]).
 //!
 //! A request of this instance already waiting for a slot it reserved, when
 //! the upstream's pause is heard, reserves again if its slot falls inside
@@ -29,40 +31,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use smallvec::SmallVec;
-
 use crate::limiter::Limiter;
 use crate::limiter::auto::Auto;
-use crate::limiter::call::Keys;
+use crate::limiter::outbound::{Draw, Outbound};
 use crate::limiter::spec::CallSpec;
-use crate::limiter::upstream::{Counts, Hold};
-use crate::limiter::wait::stated_cannot_wait;
+use crate::limiter::upstream::Counts;
 use crate::model::rejection::Rejection;
-
-/// What one outgoing request draws on: an identity per group of the
-/// layer's spec (in order) and its cost in each.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Draw {
-    identities: SmallVec<[String; 2]>,
-    costs: SmallVec<[u64; 2]>,
-}
-
-impl Draw {
-    /// Draws on each group with its identity, at each group's own cost.
-    pub fn new<I: Into<String>>(identities: impl IntoIterator<Item = I>) -> Self {
-        Self {
-            identities: identities.into_iter().map(Into::into).collect(),
-            costs: SmallVec::new(),
-        }
-    }
-
-    /// This request's cost in each group (an estimate, where the real
-    /// cost is settled later), one per group.
-    pub fn costs(mut self, costs: impl IntoIterator<Item = u64>) -> Self {
-        self.costs = costs.into_iter().collect();
-        self
-    }
-}
 
 /// Why an outgoing request did not get an answer from the upstream.
 #[derive(Debug)]
@@ -99,22 +73,16 @@ impl<E: std::error::Error + 'static> std::error::Error for UpstreamError<E> {
 type SettleFn<RB> = dyn Fn(&http::Response<RB>) -> Option<u64> + Send + Sync;
 
 struct Shared<F, RB> {
-    limiter: Arc<Limiter>,
-    spec: CallSpec,
-    counts: Vec<Counts>,
+    outbound: Outbound,
     draw: F,
-    wait: Duration,
-    pause_on_refusal: Duration,
-    max_pause: Duration,
     settle: Option<Box<SettleFn<RB>>>,
-    auto: Option<Auto>,
 }
 
 /// A layer for client services calling an upstream that limits us: each
 /// request draws on the shared budget first ([`Draw`]), waiting for room;
 /// the upstream's answer is heard ([`Limiter::hold`]): its `Retry-After`
 /// pauses the budget for every instance (believed up to
-/// [`UpstreamLayer::max_pause`]; a `429`/`503` without one pauses it for
+/// [`UpstreamLayer::max_pause`]; a `429`/`503` that pauses nothing pauses it for
 /// [`UpstreamLayer::pause_on_refusal`]), its remaining counts bound it, and
 /// a `429`'s estimate is given back in a spec whose groups settle their
 /// cost. A request of this instance waiting for a slot it reserved inside
@@ -123,8 +91,8 @@ struct Shared<F, RB> {
 /// ```
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use ratewall::tower::{Draw, UpstreamLayer};
-/// use ratewall::{CallSpec, GroupSpec, Limit, Limiter, upstream::Counts};
+/// use ratewall::tower::UpstreamLayer;
+/// use ratewall::{CallSpec, GroupSpec, Limit, Limiter, upstream::{Counts, Draw}};
 /// use tower::{Layer, Service, ServiceExt, service_fn};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
@@ -164,9 +132,9 @@ impl<F, RB> Clone for UpstreamLayer<F, RB> {
 impl<F, RB> fmt::Debug for UpstreamLayer<F, RB> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("UpstreamLayer")
-            .field("call", &self.shared.spec.name())
-            .field("counts", &self.shared.counts)
-            .field("wait", &self.shared.wait)
+            .field("call", &self.shared.outbound.spec.name())
+            .field("counts", &self.shared.outbound.counts)
+            .field("wait", &self.shared.outbound.wait)
             .finish_non_exhaustive()
     }
 }
@@ -186,22 +154,11 @@ impl<F, RB> UpstreamLayer<F, RB> {
         counts: impl IntoIterator<Item = Counts>,
         draw: F,
     ) -> Self {
-        // A wait the spec cannot take would refuse every request.
-        let wait = match stated_cannot_wait(&spec) {
-            Some(_) => Duration::ZERO,
-            None => Duration::from_secs(60),
-        };
         Self {
             shared: Arc::new(Shared {
-                limiter,
-                spec,
-                counts: counts.into_iter().collect(),
+                outbound: Outbound::new(limiter, spec, counts),
                 draw,
-                wait,
-                pause_on_refusal: Duration::from_secs(1),
-                max_pause: Duration::from_secs(300),
                 settle: None,
-                auto: None,
             }),
         }
     }
@@ -224,23 +181,19 @@ impl<F, RB> UpstreamLayer<F, RB> {
     /// request as unavailable; it is logged here, once, with the reason
     /// (a `warn` event), and the default is zero.
     pub fn wait(self, wait: Duration) -> Self {
-        if !wait.is_zero()
-            && let Some(why) = stated_cannot_wait(&self.shared.spec)
-        {
-            tracing::warn!(call = %self.shared.spec.name(), error = %why, "UpstreamLayer::wait over a spec that cannot wait");
-        }
-        self.with(|s| s.wait = wait)
+        self.with(|s| s.outbound.set_wait(wait, "UpstreamLayer::wait"))
     }
 
-    /// How long a `429` or `503` without `Retry-After` pauses the budget.
+    /// How long a `429` or `503` that pauses nothing (no `Retry-After`, no
+    /// spent count with a reset) pauses the budget.
     pub fn pause_on_refusal(self, pause: Duration) -> Self {
-        self.with(|s| s.pause_on_refusal = pause)
+        self.with(|s| s.outbound.pause_on_refusal = pause)
     }
 
-    /// The longest pause an upstream's `Retry-After` is believed for (a
-    /// remote server's word; default 5 minutes).
+    /// The longest pause an upstream's `Retry-After` or reset is believed
+    /// for (a remote server's word; default 5 minutes).
     pub fn max_pause(self, max: Duration) -> Self {
-        self.with(|s| s.max_pause = max)
+        self.with(|s| s.outbound.max_pause = max)
     }
 
     /// Finds the upstream's limit ([`Auto`]): the spec's stated limits are
@@ -250,7 +203,7 @@ impl<F, RB> UpstreamLayer<F, RB> {
     /// budget refuses reads the shared scale when it is due
     /// ([`Limiter::refresh_learned`]).
     pub fn auto(self, auto: Auto) -> Self {
-        self.with(|s| s.auto = Some(auto))
+        self.with(|s| s.outbound.auto = Some(auto))
     }
 
     /// Reads the real cost of a request from its response (every settled
@@ -292,7 +245,7 @@ impl<S: Clone, F, RB> Clone for Upstream<S, F, RB> {
 impl<S, F, RB> fmt::Debug for Upstream<S, F, RB> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Upstream")
-            .field("call", &self.shared.spec.name())
+            .field("call", &self.shared.outbound.spec.name())
             .finish_non_exhaustive()
     }
 }
@@ -325,107 +278,24 @@ where
         let shared = self.shared.clone();
         let mut inner = self.inner.clone();
         Box::pin(async move {
-            let identities: SmallVec<[&(dyn fmt::Display + Sync); 2]> = draw
-                .identities
-                .iter()
-                .map(|i| i as &(dyn fmt::Display + Sync))
-                .collect();
-            let keys = || Keys::new(&identities);
-            let permit = match shared
-                .limiter
-                .call_with(&shared.spec, keys().costs(&draw.costs).wait(shared.wait))
-                .await
-            {
-                Ok(permit) => permit,
-                Err(refused) => {
-                    // Paused, perhaps by another instance: the scale it
-                    // learned applies here before the pause ends (not
-                    // asked of a store that could not decide).
-                    if let Some(auto) = &shared.auto
-                        && refused.retry_after().is_some()
-                        && let Err(error) = shared.limiter.refresh_learned(&shared.spec, auto).await
-                    {
-                        tracing::warn!(call = shared.spec.name(), %error, "the upstream's learned limit could not be read");
-                    }
-                    return Err(UpstreamError::Refused(refused));
-                }
-            };
+            let outbound = &shared.outbound;
+            let permit = outbound.draw(&draw).await.map_err(UpstreamError::Refused)?;
             std::future::poll_fn(|cx| inner.poll_ready(cx))
                 .await
                 .map_err(UpstreamError::Service)?;
             let response = inner.call(request).await.map_err(UpstreamError::Service)?;
-            let mut hold = Hold::from_headers(
-                response
-                    .headers()
-                    .iter()
-                    .map(|(name, value)| (name.as_str(), value.as_bytes())),
-                &shared.counts,
-            );
-            let status = response.status().as_u16();
-            if matches!(status, 429 | 503) && hold.paused().is_none() {
-                hold = hold.pause(shared.pause_on_refusal);
-            }
-            let actual = if status == 429 {
-                // Refused upstream: it took nothing there.
-                Some(0)
-            } else {
-                shared.settle.as_ref().and_then(|settle| settle(&response))
+            let headers = response
+                .headers()
+                .iter()
+                .map(|(name, value)| (name.as_str(), value.as_bytes()));
+            let heard = outbound
+                .hear(permit, &draw, response.status().as_u16(), headers)
+                .await;
+            let actual = match &shared.settle {
+                Some(settle) if heard.reads_cost() => settle(&response),
+                _ => None,
             };
-            let hold = hold.capped(shared.max_pause);
-            let share = || async {
-                if let Err(error) = shared.limiter.hold(&shared.spec, keys(), &hold).await {
-                    tracing::warn!(call = shared.spec.name(), %error, "the upstream's rate-limit word could not be shared");
-                }
-            };
-            let accepted = !matches!(status, 429 | 503);
-            let learn = || async {
-                if let Some(auto) = &shared.auto
-                    && let Err(error) = shared
-                        .limiter
-                        .learn(
-                            &shared.spec,
-                            keys().costs(&draw.costs),
-                            auto,
-                            accepted,
-                            &hold,
-                        )
-                        .await
-                {
-                    tracing::warn!(call = shared.spec.name(), %error, "the upstream's limit could not be learned");
-                }
-            };
-            // A refusal is learned from before its pause is written and its
-            // estimate given back: both change the count it reads.
-            if !accepted {
-                learn().await;
-            }
-            // A pause is shared next: every instance sees it one store
-            // call after the refusal's, so fewer requests reach the
-            // upstream while it refuses.
-            let pauses = hold.paused().is_some();
-            if pauses {
-                share().await;
-            }
-            let settled = match actual {
-                Some(actual) if permit.settle.is_some() => {
-                    permit.settle_cost(actual).await;
-                    true
-                }
-                _ => {
-                    drop(permit);
-                    false
-                }
-            };
-            // An accepted call is learned from once settled (its real cost
-            // counted), before what the upstream said is left is written.
-            if accepted {
-                learn().await;
-            }
-            // Shared after the settlement (again, after a pause: an estimate
-            // given back cannot reopen it).
-            if !pauses || settled {
-                share().await;
-            }
+            heard.settle(outbound, &draw, actual).await;
             Ok(response)
         })
     }

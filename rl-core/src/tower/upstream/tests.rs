@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use tower::{Layer, Service, ServiceExt};
 
-use super::{Draw, UpstreamError, UpstreamLayer};
+use super::{UpstreamError, UpstreamLayer};
 use crate::testing::{NowOrNever, logged};
+use crate::upstream::Draw;
 use crate::{CallSpec, GroupSpec, Limit, Limiter, upstream::Counts};
 
 /// A spec of one group: 100 a second and at most `in_flight` at once
