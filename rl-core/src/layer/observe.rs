@@ -14,6 +14,8 @@
 //! | `ratewall_lease_takes_total` | counter | `limit`: leases taken |
 //! | `ratewall_lease_units_total` | counter | `limit`, `event` (`taken`, `returned`) |
 //! | `ratewall_lease_returns_total` | counter | `limit`, `result` (`returned`, `failed`) |
+//! | `ratewall_refund_notices_subscribed` | gauge | `prefix`: 1 while the remote store's notices of room given back by other instances reach this limiter, 0 while its subscription is down (recorded by the limiter, see `Backend::subscribe_refunds`) |
+//! | `ratewall_refund_notices_total` | counter | `prefix`: notices heard, one per key given back by another instance |
 //!
 //! Every refusal is `outcome="rejected"`, wherever it was decided: `source`
 //! says where (the backend, the deny cache, or the in-process fallback).
