@@ -80,12 +80,14 @@ LOADERS.fw = function()
     if count == nil or (at_window + 1) * r.p <= now then
       return
     end
+    local was = count
     count = count - r.cost
     if count <= 0 then
       redis.call('DEL', r.key)
     else
       fw_store(r, at_window, count, now)
     end
+    return was > 0
   end
 
   -- Takes r.cost more in the current window whatever the limit says

@@ -145,6 +145,7 @@ LOADERS.sw = function()
     else
       expire(r.key, (newest + n + 1) * size, now)
     end
+    return true
   end
 
   -- Adds `units` to slot `slot` (the current one, or an older one still in
