@@ -204,9 +204,15 @@ impl LimiterBuilder {
                 DEFAULT_CAPACITY,
                 self.deny_cache_max_hold.unwrap_or(DEFAULT_MAX_HOLD),
             );
-            let layer = Arc::new(DenyLayer::new(cache, registry.clone(), deny_cache));
-            layers.push(Box::new(layer.clone()));
-            deny = Some(layer);
+            let layer = DenyLayer::new(cache, registry.clone(), deny_cache);
+            if remote {
+                // Shared with what hears the store's notices.
+                let layer = Arc::new(layer);
+                layers.push(Box::new(layer.clone()));
+                deny = Some(layer);
+            } else {
+                layers.push(Box::new(layer));
+            }
         }
         // Inside the deny cache: a shadowed refusal is never remembered.
         layers.push(Box::new(Shadow::new(registry.clone())));

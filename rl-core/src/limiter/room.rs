@@ -82,9 +82,12 @@ impl Room {
     }
 
     /// Room was given back under the rendered key `key` (by another
-    /// process): one call waiting under it tries again now. A lookup that
-    /// finds nothing when no call waits.
+    /// process): one call waiting under it tries again now. Nothing to do
+    /// (no lock taken) while no call waits under any key.
     pub(crate) fn freed_key(&self, key: &str) {
+        if self.watched.load(Ordering::Relaxed) == 0 {
+            return;
+        }
         let keys = self.keys.lock();
         if let Some((notify, _)) = keys.get(key) {
             notify.notify_one();
@@ -270,5 +273,62 @@ impl Pauses {
     /// Resolves once a pause is heard (after it is enabled).
     pub(crate) fn news(&self) -> Notified<'_> {
         self.news.notified()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+
+    use tokio::sync::Notify;
+
+    use super::{Room, sleep_or_freed};
+
+    fn sleeps(room: &Room, keys: &[Box<str>], told: impl FnOnce(&Room)) -> bool {
+        let watching = room.watch(keys);
+        told(room);
+        let far = Instant::now() + Duration::from_secs(3_600);
+        let name = Notify::new();
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime")
+            .block_on(async {
+                tokio::time::timeout(
+                    Duration::from_secs(5),
+                    sleep_or_freed(far, &name, &watching),
+                )
+                .await
+                .unwrap_or(false)
+            })
+    }
+
+    #[test]
+    fn a_call_waiting_under_a_key_is_woken_by_a_notice_of_that_key_only_while_notices_are_heard() {
+        let room = Room::default();
+        let keys: Vec<Box<str>> = vec!["app:{jobs:acme}".into(), "app:{ip:1.2.3.4}".into()];
+        // Not hearing: nothing is registered, nothing is looked up.
+        assert!(room.watch(&keys).watched.is_empty());
+        room.hear();
+        // Told before it sleeps (a notice between a refusal and the
+        // sleep): the sleep ends at once.
+        assert!(sleeps(&room, &keys, |room| room.freed_key("app:{ip:1.2.3.4}")));
+        // Another key's notice does not wake it.
+        let other = std::thread::scope(|scope| {
+            let waiting = scope.spawn(|| sleeps(&room, &keys, |_| {}));
+            while room.watched.load(Ordering::Relaxed) < 2 {
+                std::thread::yield_now();
+            }
+            room.freed_key("app:{jobs:other}");
+            std::thread::sleep(Duration::from_millis(50));
+            let early = waiting.is_finished();
+            room.freed_key("app:{jobs:acme}");
+            (early, waiting.join().expect("waiter"))
+        });
+        assert_eq!(other, (false, true));
+        // Every entry goes with the last call waiting under it.
+        assert!(room.keys.lock().is_empty());
+        assert_eq!(room.watched.load(Ordering::Relaxed), 0);
     }
 }
