@@ -217,7 +217,7 @@ impl RedisBackendBuilder {
     /// and on a notice forgets the refusals its deny cache remembers for
     /// the key and wakes one of its calls waiting under it. A refund by
     /// one instance is then usable by every other within one pub/sub
-    /// delivery (about a millisecond on one host; the test suite holds it
+    /// delivery (typically a few milliseconds; the test suite holds it
     /// under 100 ms) instead of after the deny cache's maximum hold (1 s
     /// by default), and a waiting call is admitted then instead of at its
     /// next retry. A notice lost while a subscription is down is made up
@@ -229,9 +229,9 @@ impl RedisBackendBuilder {
     /// other node, which the cluster bus carries it to: measured in
     /// `src/notices.rs`), one delivery of it to each listening instance,
     /// there a parse and one deny-cache and one waiting-call lookup per
-    /// key; acquires pay nothing. `false` turns both off, e.g. where refunds are frequent
-    /// and no instance keeps a deny cache or waiting calls. See the
-    /// `ratewall_refund_notices_subscribed` gauge and
+    /// key; acquires pay nothing. `false` turns both off, e.g. where
+    /// refunds are frequent and no instance keeps a deny cache or waiting
+    /// calls. See the `ratewall_refund_notices_subscribed` gauge and the
     /// `ratewall_refund_notices_total` counter.
     pub fn refund_notices(mut self, enabled: bool) -> Self {
         self.refund_notices = enabled;
@@ -346,8 +346,7 @@ impl RedisBackendBuilder {
             Ok::<_, OpenError>((connection, mode))
         };
         let probe_timeout = PROBE_TIMEOUT.min(connect_timeout);
-        let opened = tokio::time::timeout(connect_timeout, connecting).await;
-        let (connection, mode) = match opened {
+        let (connection, mode) = match tokio::time::timeout(connect_timeout, connecting).await {
             Ok(Ok(connected)) => connected,
             Ok(Err(OpenError::Backend(error))) => return Err(error),
             Ok(Err(OpenError::Redis(error))) => {
