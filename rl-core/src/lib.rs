@@ -194,7 +194,7 @@ pub mod upstream {
 pub mod backend {
     //! What a store implements and answers: the [`Backend`] trait (with
     //! [`BoxFuture`], [`Request`], [`Leased`], [`LeaseReturn`],
-    //! [`SharedLists`], [`Reservation`]), the answers it gives ([`Figures`],
+    //! [`SharedLists`], [`Reservation`], [`RefundNotices`]), the answers it gives ([`Figures`],
     //! made into a [`Decision`](crate::Decision), gathered per call in
     //! [`Decisions`]) and the in-memory store, [`MemoryBackend`]. Reach for it to give a limiter a backend
     //! explicitly, to read every decision of a call, or to implement a
@@ -202,7 +202,7 @@ pub mod backend {
     pub use crate::model::decision::{Decisions, Figures};
     pub use crate::model::reservation::Reservation;
     pub use crate::store::backend::{
-        Backend, BoxFuture, LeaseReturn, Leased, Request, SharedLists,
+        Backend, BoxFuture, LeaseReturn, Leased, RefundNotices, Request, SharedLists,
     };
     pub use crate::store::memory::MemoryBackend;
 }

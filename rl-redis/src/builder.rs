@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use crate::backend::{Connection, RedisBackend, Settings};
 use crate::call_mode::CallMode;
 use crate::error::from_redis;
+use crate::notices::{Notices, Source};
 use crate::probe::{self, PROBE_TIMEOUT};
 use crate::redact::redact_url as redact;
 use crate::script;
@@ -80,6 +81,7 @@ pub struct RedisBackendBuilder {
     extra_ttl: Duration,
     master_auth: MasterAuth,
     call_mode: CallMode,
+    refund_notices: bool,
     #[cfg(feature = "__tls")]
     tls: crate::tls::Certificates,
 }
@@ -95,7 +97,8 @@ impl fmt::Debug for RedisBackendBuilder {
             .field("master_username", &self.master_auth.username)
             .field("master_db", &self.master_auth.db)
             .field("master_tls", &self.master_auth.tls)
-            .field("call_mode", &self.call_mode);
+            .field("call_mode", &self.call_mode)
+            .field("refund_notices", &self.refund_notices);
         #[cfg(feature = "__tls")]
         f.field("tls", &self.tls);
         f.finish_non_exhaustive()
@@ -112,6 +115,7 @@ impl RedisBackendBuilder {
             extra_ttl: Duration::ZERO,
             master_auth: MasterAuth::default(),
             call_mode: CallMode::Auto,
+            refund_notices: true,
             #[cfg(feature = "__tls")]
             tls: crate::tls::Certificates::default(),
         }
@@ -197,6 +201,40 @@ impl RedisBackendBuilder {
     /// Functions library where the server takes one, scripts otherwise).
     pub fn call_mode(mut self, mode: CallMode) -> Self {
         self.call_mode = mode;
+        self
+    }
+
+    /// Whether refunds are told to the other processes sharing the server,
+    /// and heard from them (default `true`).
+    ///
+    /// A call that gives room back (a refund, a settled estimate given
+    /// back, a call cancelled by its request id, a reset; not a
+    /// compensation inside a refused cluster call) publishes one notice
+    /// per key that got something back, in the same Lua call: `PUBLISH
+    /// <prefix>:{refunds} <origin><key>` (about 50 bytes; nothing is
+    /// stored). A limiter built over this backend subscribes to its
+    /// prefix's channel (one pub/sub connection per backend and prefix),
+    /// and on a notice forgets the refusals its deny cache remembers for
+    /// the key and wakes one of its calls waiting under it. A refund by
+    /// one instance is then usable by every other within one pub/sub
+    /// delivery (typically a few milliseconds; the test suite holds it
+    /// under 100 ms) instead of after the deny cache's maximum hold (1 s
+    /// by default), and a waiting call is admitted then instead of at its
+    /// next retry. A notice lost while a subscription is down is made up
+    /// for by that maximum hold, as without notices.
+    ///
+    /// The cost: one `PUBLISH` per refund that gave something back (about
+    /// 1 us more in the refund's Lua call on a standalone server; on a
+    /// Redis Cluster about 2 us on the key's master and 3 us on every
+    /// other node, which the cluster bus carries it to: measured in
+    /// `src/notices.rs`), one delivery of it to each listening instance,
+    /// there a parse and one deny-cache and one waiting-call lookup per
+    /// key; acquires pay nothing. `false` turns both off, e.g. where
+    /// refunds are frequent and no instance keeps a deny cache or waiting
+    /// calls. See the `ratewall_refund_notices_subscribed` gauge and the
+    /// `ratewall_refund_notices_total` counter.
+    pub fn refund_notices(mut self, enabled: bool) -> Self {
+        self.refund_notices = enabled;
         self
     }
 
@@ -333,10 +371,98 @@ impl RedisBackendBuilder {
         if let Connection::Sentinel(sentinel) = &connection {
             sentinel.watch_switches();
         }
+        let notices = if self.refund_notices {
+            let source = self
+                .notice_source(&connection, &target)
+                .map_err(|error| match error {
+                    OpenError::Backend(error) => error,
+                    OpenError::Redis(error) => from_redis(&what, &error, connect_timeout),
+                })?;
+            Some(Notices::new(
+                settings.target.clone(),
+                source,
+                connect_timeout,
+            ))
+        } else {
+            None
+        };
         Ok(RedisBackend::from_parts(
             connection,
             Settings { mode, ..settings },
+            notices,
         ))
+    }
+
+    /// Where the subscription to refund notices connects
+    /// (`crate::notices`): the server, the cluster's seed nodes, or the
+    /// sentinels' master, the way the URLs say.
+    fn notice_source(&self, connection: &Connection, target: &str) -> Result<Source, OpenError> {
+        use redis::IntoConnectionInfo as _;
+        let urls: Vec<&str> = match &self.target {
+            Target::Standalone(url) => vec![url.as_str()],
+            #[cfg(feature = "cluster")]
+            Target::Cluster(urls) => urls.iter().map(String::as_str).collect(),
+            #[cfg(feature = "sentinel")]
+            Target::Sentinel { .. } => {
+                return match connection {
+                    Connection::Sentinel(sentinel) => Ok(Source::Sentinel(sentinel.clone())),
+                    _ => Err(invalid(format!(
+                        "{target}: a sentinel master without its connection"
+                    ))),
+                };
+            }
+        };
+        let _ = connection;
+        let mut plain = Vec::with_capacity(urls.len());
+        let mut tls = false;
+        for url in urls {
+            let (url, is_tls) = crate::url::plain(url)
+                .map_err(|why| invalid(format!("invalid Redis URL {target}: {why}")))?;
+            tls |= is_tls;
+            plain.push(
+                url.as_str()
+                    .into_connection_info()
+                    .map_err(OpenError::Redis)?,
+            );
+        }
+        if !tls {
+            return Ok(Source::Plain(plain));
+        }
+        self.tls_notice_source(plain, target)
+    }
+
+    /// [`RedisBackendBuilder::notice_source`] over TLS: `nodes` are the
+    /// servers' plain addresses.
+    #[cfg(feature = "__tls")]
+    fn tls_notice_source(
+        &self,
+        nodes: Vec<redis::ConnectionInfo>,
+        target: &str,
+    ) -> Result<Source, OpenError> {
+        let nodes = nodes
+            .into_iter()
+            .map(|info| match info.addr() {
+                redis::ConnectionAddr::Tcp(host, port) => {
+                    Ok((host.clone(), *port, info.redis_settings().clone()))
+                }
+                _ => Err(invalid(format!(
+                    "invalid Redis URL {target}: TLS needs a TCP address"
+                ))),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Source::Tls {
+            connector: self.connector(target)?,
+            nodes,
+        })
+    }
+
+    #[cfg(not(feature = "__tls"))]
+    fn tls_notice_source(
+        &self,
+        _nodes: Vec<redis::ConnectionInfo>,
+        target: &str,
+    ) -> Result<Source, OpenError> {
+        Err(needs_tls(target))
     }
 
     /// The URLs of the servers named: the server, the cluster's seed nodes
@@ -352,7 +478,7 @@ impl RedisBackendBuilder {
     }
 
     /// Opens the connection (checking the server answers).
-    async fn open(self, target: &str) -> Result<Connection, OpenError> {
+    async fn open(&self, target: &str) -> Result<Connection, OpenError> {
         match &self.target {
             Target::Standalone(url) => {
                 let (url, tls) = crate::url::plain(url)

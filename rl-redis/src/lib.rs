@@ -76,6 +76,13 @@
 //!   `tokio::spawn` or a web handler.
 //! - A limits registry, `<prefix>:{limits}`: the limits of every name the
 //!   limiter decides, for operators' tools ([`RedisBackend::registered_limits`]).
+//! - **Refund notices**: room one instance gives back (a refund, a settled
+//!   estimate, a reset) is published from the same Lua call on
+//!   `<prefix>:{refunds}`, and every other instance's limiter forgets the
+//!   refusals it remembers for that key and wakes a call waiting under
+//!   it: usable everywhere within one pub/sub delivery instead of after
+//!   the deny cache's maximum hold
+//!   ([`RedisBackendBuilder::refund_notices`], on by default).
 //!
 //! # Cargo features
 //! | feature | default | what it adds |
@@ -154,6 +161,7 @@ mod error;
 mod learned;
 mod lease;
 mod lists;
+mod notices;
 mod probe;
 mod redact;
 mod registry;

@@ -11,7 +11,9 @@
 -- limit took a given-back slot, and the mark its decision left). For an
 -- in-flight limit (code 'if') the slots field carries the slot's lease id
 -- (text); reserve and cancel never carry one (a waiting call cannot hold
--- in-flight slots).
+-- in-flight slots). refund, cancel_once and reset end with one more
+-- argument: their notice origin (TOLD; empty: tell nothing): each key
+-- that got something back is told of (`tell`, prelude.lua).
 -- keys: per request `<key>:<algorithm>:<period>`; reserve, cancel and reset
 -- add `...:freed` after the state key of GCRA and the buckets (slots given back by cancelled reservations); the
 -- `_once` ops take one more, last key: the request-id key
@@ -59,6 +61,9 @@
 -- recorded as given back (HINCRBY on `...:freed`, expiring at the slot).
 
 local BATCH_HEADER = 4
+
+-- The operations that end with a notice origin.
+local TOLD = { refund = true, cancel_once = true, reset = true }
 
 -- The slots given back under a request's state that are still ahead,
 -- {slot = units}; drops the ones already past.
@@ -182,8 +187,16 @@ local function batch(keys, args)
   if op == 'reserve' or op == 'cancel' then
     fields = 8
   end
-  if #args < BATCH_HEADER or (#args - BATCH_HEADER) % fields ~= 0 then
+  local tail = 0
+  if TOLD[op] then
+    tail = 1
+  end
+  if #args < BATCH_HEADER + tail or (#args - BATCH_HEADER - tail) % fields ~= 0 then
     return redis.error_reply('ERR ratewall-redis: malformed arguments (' .. #args .. ')')
+  end
+  local origin = ''
+  if tail == 1 then
+    origin = args[#args]
   end
 
   local now = clock(args[2])
@@ -191,7 +204,7 @@ local function batch(keys, args)
   EXTRA_TTL_MS = tonumber(args[4]) or 0
   local freed_keys = op == 'reserve' or op == 'cancel' or op == 'reset'
 
-  local count = (#args - BATCH_HEADER) / fields
+  local count = (#args - BATCH_HEADER - tail) / fields
   local requests = {}
   local next_key = 1
   for i = 1, count do
@@ -332,18 +345,26 @@ local function batch(keys, args)
     if kept and kept ~= 'x' then
       -- The call ran and was allowed: give back what it took, at its time.
       local taken_at = tonumber(string.match(kept, '([^,]+)$'))
+      local given = {}
       for i = 1, count do
         local r = requests[i]
-        ALG[r.alg].refund(r, now, taken_at)
+        if ALG[r.alg].refund(r, now, taken_at) then
+          given[#given + 1] = r.key
+        end
       end
+      tell(origin, given)
     end
     redis.call('SET', id_key, 'x', 'PX',
       fmt(math.min(math.max(cdiv(longest, 1000), 1), KEEP_ONCE_MS) + EXTRA_TTL_MS))
   elseif op == 'refund' or op == 'refund_once' then
+    local given = {}
     for i = 1, count do
       local r = requests[i]
-      ALG[r.alg].refund(r, now, at)
+      if ALG[r.alg].refund(r, now, at) then
+        given[#given + 1] = r.key
+      end
     end
+    tell(origin, given)
     if id_key then
       redis.call('DEL', id_key)
     end
@@ -375,13 +396,17 @@ local function batch(keys, args)
       end
     end
   elseif op == 'reset' then
+    local given = {}
     for i = 1, count do
       local r = requests[i]
-      redis.call('DEL', r.key)
+      if redis.call('DEL', r.key) == 1 then
+        given[#given + 1] = r.key
+      end
       if r.freed then
         redis.call('DEL', r.freed)
       end
     end
+    tell(origin, given)
   elseif op == 'reserve' then
     return reserve(requests, count, now, at)
   elseif op == 'cancel' then
