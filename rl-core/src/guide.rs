@@ -35,7 +35,7 @@ page!(concurrency = "concurrency.md", tested if feature = "macros");
 page!(leasing = "leasing.md", tested if any());
 page!(budgets = "budgets.md", tested if feature = "macros");
 page!(upstream = "upstream.md", tested if feature = "tower");
-page!(operations = "operations.md", tested if feature = "config");
+page!(operations = "operations.md", tested if all(feature = "config", feature = "serde"));
 page!(metrics = "metrics.md", tested if all());
 page!(architecture = "architecture.md", tested if all());
 page!(showcases = "showcases.md", tested if all(feature = "macros", feature = "axum"));

@@ -49,7 +49,8 @@
 //! | `axum` | `http`: a [`Rejection`] as a `429` with `Retry-After` and the IETF `RateLimit` fields, the client's IP behind trusted proxies as an extractor |
 //! | `tower` | `tower`: a layer limiting routes, routers and gRPC servers, and a client layer for calls out to a limited upstream |
 //! | `reqwest` | `reqwest`: a `reqwest-middleware` middleware for calls out to a limited upstream, settled from the response (a streamed body's last usage event too) |
-//! | `config` | `config`: limits, failure policies, shadow mode and lists per name from a TOML file |
+//! | `config` | `config`: limits, failure policies, shadow mode and lists per name from a TOML file (and `serde`) |
+//! | `serde` | `Serialize` and `Deserialize` for [`Limit`] (`"10/1m"`, or a table with its algorithm and settings) and [`Algorithm`], and `config`'s limits file from any serde format (YAML, JSON, config-rs, figment) |
 //! | `tonic` | `From<Rejection> for tonic::Status` |
 //! | `actix` | `actix_web::ResponseError for Rejection` |
 //!
@@ -236,7 +237,7 @@ pub mod key {
     pub use crate::model::mask::Masked;
 }
 
-// Limits from a TOML file.
-#[cfg(feature = "config")]
-#[cfg_attr(docsrs, doc(cfg(feature = "config")))]
+// Limits files: from TOML (feature `config`) or any serde format.
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod config;

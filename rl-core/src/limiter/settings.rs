@@ -271,7 +271,7 @@ impl<'l> Settings<'l> {
 
     /// Sets a list entry on this limiter only (e.g. from its limits file,
     /// which every instance reads for itself).
-    #[cfg(feature = "config")]
+    #[cfg(feature = "serde")]
     pub(crate) fn list_locally(&self, entry: ListEntry) {
         let changed = self.limiter.registry.update_lists(|lists| {
             let listed = entry.listed();
@@ -290,7 +290,7 @@ impl<'l> Settings<'l> {
     }
 
     /// Removes a list entry from this limiter only.
-    #[cfg(feature = "config")]
+    #[cfg(feature = "serde")]
     pub(crate) fn unlist_locally(&self, name: Option<&str>, identity: &str) {
         if self
             .limiter
