@@ -9,8 +9,10 @@
 //! `CallMode::Auto`; `PING` instead in `CallMode::Scripts`), then one
 //! command per call: `FCALL` / `FCALL_RO` of the library, or `EVALSHA`
 //! and, after a script flush, `EVAL`. The limits registry, the shared
-//! lists, the learned limits and the lease records add `HGET`,
-//! `HGETALL`, `ZRANGE` and (listing limits) `SCAN`. Each command is one
+//! lists and the learned limits add `EVALSHA` (`EVAL`) of small scripts
+//! of their own, `HGET`, `HGETALL` and (listing the registry) `SCAN`;
+//! reading lease records, `ZRANGE` and an `EVAL` that reads `TIME`. Each
+//! command is one
 //! request answered by one reply on the multiplexed connection, never a
 //! command that changes the connection itself: no `SELECT`, `AUTH`,
 //! `HELLO`, `CLIENT SETNAME` / `TRACKING` / `REPLY`, `MULTI` / `WATCH`,
@@ -126,8 +128,9 @@ impl RedisBackend {
     /// of its library when built and after a flush removed it, falling
     /// back to `EVALSHA` scripts where `FUNCTION` is refused, exactly as
     /// on its own connection; then one `FCALL` (`EVALSHA`) per call, and
-    /// `HGET` / `HGETALL` / `ZRANGE` / `SCAN` for the limits registry,
-    /// the shared lists and the leases. Nothing that changes the
+    /// for the limits registry, the shared lists, learned limits and
+    /// lease records `EVALSHA` / `EVAL` of small scripts, `HGET`,
+    /// `HGETALL`, `ZRANGE` and `SCAN`. Nothing that changes the
     /// connection: no `SELECT` (keys are in the connection's database),
     /// `AUTH`, `HELLO`, `CLIENT SETNAME` or `TRACKING`, `MULTI`, `WATCH`,
     /// `SUBSCRIBE`, blocking command or `QUIT`. Dropping the backend drops
