@@ -42,6 +42,9 @@ pub(crate) fn micros(d: Duration) -> u64 {
 pub(crate) enum Connection {
     /// A reconnecting multiplexed connection to one server.
     Standalone(ConnectionManager),
+    /// The application's own connection to one server (a clone of its
+    /// handle).
+    Given(crate::own_connection::Given),
     /// A Redis Cluster connection (reconnects and follows slot moves).
     #[cfg(feature = "cluster")]
     Cluster(ClusterConnection),
@@ -62,6 +65,29 @@ pub(crate) enum Connection {
         )]
         Arc<crate::tls::cluster::ClusterTls>,
     ),
+}
+
+/// Sends `cmd` on a connection to one server by `deadline`.
+async fn standalone_query<C, T>(mut c: C, deadline: Instant, cmd: &Cmd) -> Option<RedisResult<T>>
+where
+    C: redis::aio::ConnectionLike + Send,
+    T: FromRedisValue,
+{
+    let reply = tokio::time::timeout_at(deadline, cmd.query_async(&mut c))
+        .await
+        .ok();
+    match reply {
+        // Refused: the command was never sent, and a `ConnectionManager`
+        // has just started one new connection attempt. Wait for that
+        // attempt once: a server back up answers this very call; one
+        // still down refuses again at once.
+        Some(Err(error)) if error.is_connection_refusal() => {
+            tokio::time::timeout_at(deadline, cmd.query_async(&mut c))
+                .await
+                .ok()
+        }
+        reply => reply,
+    }
 }
 
 /// Sends `cmd` on a cluster connection by `deadline`.
@@ -127,24 +153,8 @@ impl Connection {
         cmd: &Cmd,
     ) -> Option<RedisResult<T>> {
         match self {
-            Connection::Standalone(c) => {
-                let mut c = c.clone();
-                let reply = tokio::time::timeout_at(deadline, cmd.query_async(&mut c))
-                    .await
-                    .ok();
-                match reply {
-                    // Refused: the command was never sent, and the manager
-                    // has just started one new connection attempt. Wait
-                    // for that attempt once: a server back up answers this
-                    // very call; one still down refuses again at once.
-                    Some(Err(error)) if error.is_connection_refusal() => {
-                        tokio::time::timeout_at(deadline, cmd.query_async(&mut c))
-                            .await
-                            .ok()
-                    }
-                    reply => reply,
-                }
-            }
+            Connection::Standalone(c) => standalone_query(c.clone(), deadline, cmd).await,
+            Connection::Given(c) => standalone_query(c.clone(), deadline, cmd).await,
             #[cfg(feature = "cluster")]
             Connection::Cluster(c) => cluster_query(c, deadline, cmd).await,
             #[cfg(feature = "sentinel")]
@@ -180,6 +190,7 @@ impl Connection {
     fn kind(&self) -> &'static str {
         match self {
             Connection::Standalone(_) => "standalone",
+            Connection::Given(_) => "standalone (the application's connection)",
             #[cfg(feature = "cluster")]
             Connection::Cluster(_) => "cluster",
             #[cfg(feature = "sentinel")]

@@ -16,6 +16,7 @@ use crate::backend::{Connection, RedisBackend, Settings};
 use crate::call_mode::CallMode;
 use crate::error::from_redis;
 use crate::notices::{Notices, Source};
+use crate::own_connection::Given;
 use crate::probe::{self, PROBE_TIMEOUT};
 use crate::redact::redact_url as redact;
 use crate::script;
@@ -35,6 +36,11 @@ enum Target {
     Standalone(String),
     #[cfg(feature = "cluster")]
     Cluster(Vec<String>),
+    /// The application's own connection to one server.
+    Given(Given),
+    /// The application's own Redis Cluster connection.
+    #[cfg(feature = "cluster")]
+    GivenCluster(redis::cluster_async::ClusterConnection),
     #[cfg(feature = "sentinel")]
     Sentinel {
         sentinels: Vec<String>,
@@ -54,7 +60,10 @@ struct MasterAuth {
 }
 
 /// Configures a [`RedisBackend`]; made by [`RedisBackend::builder`],
-/// [`RedisBackend::cluster_builder`] or [`RedisBackend::sentinel_builder`].
+/// [`RedisBackend::cluster_builder`] or [`RedisBackend::sentinel_builder`]
+/// from URLs, or by [`RedisBackend::builder_with_connection`] or
+/// `RedisBackend::cluster_builder_with_connection` on the application's
+/// own connection.
 ///
 /// ```no_run
 /// use ratewall::clock::ManualClock;
@@ -82,6 +91,9 @@ pub struct RedisBackendBuilder {
     master_auth: MasterAuth,
     call_mode: CallMode,
     refund_notices: bool,
+    /// Where a backend on the application's connection subscribes to
+    /// refund notices.
+    pubsub: Vec<redis::Client>,
     #[cfg(feature = "__tls")]
     tls: crate::tls::Certificates,
 }
@@ -98,7 +110,8 @@ impl fmt::Debug for RedisBackendBuilder {
             .field("master_db", &self.master_auth.db)
             .field("master_tls", &self.master_auth.tls)
             .field("call_mode", &self.call_mode)
-            .field("refund_notices", &self.refund_notices);
+            .field("refund_notices", &self.refund_notices)
+            .field("pubsub_clients", &self.pubsub.len());
         #[cfg(feature = "__tls")]
         f.field("tls", &self.tls);
         f.finish_non_exhaustive()
@@ -116,6 +129,7 @@ impl RedisBackendBuilder {
             master_auth: MasterAuth::default(),
             call_mode: CallMode::Auto,
             refund_notices: true,
+            pubsub: Vec::new(),
             #[cfg(feature = "__tls")]
             tls: crate::tls::Certificates::default(),
         }
@@ -128,6 +142,15 @@ impl RedisBackendBuilder {
     #[cfg(feature = "cluster")]
     pub(crate) fn cluster(urls: Vec<String>) -> Self {
         Self::new(Target::Cluster(urls))
+    }
+
+    pub(crate) fn given(connection: Given) -> Self {
+        Self::new(Target::Given(connection))
+    }
+
+    #[cfg(feature = "cluster")]
+    pub(crate) fn given_cluster(connection: redis::cluster_async::ClusterConnection) -> Self {
+        Self::new(Target::GivenCluster(connection))
     }
 
     #[cfg(feature = "sentinel")]
@@ -238,6 +261,28 @@ impl RedisBackendBuilder {
         self
     }
 
+    /// The client that a backend on the application's own connection
+    /// ([`RedisBackend::builder_with_connection`],
+    /// `RedisBackend::cluster_builder_with_connection`) opens its refund
+    /// notices subscription with: `SUBSCRIBE` takes a connection of its
+    /// own, which the application's multiplexed connection cannot be.
+    /// Its URL, credentials and TLS are the client's own (a `rediss://` client needs a TLS feature of redis-rs, as it
+    /// does for the application). Given again, adds another server, tried
+    /// in turn when one cannot be reached: on a Redis Cluster, clients to
+    /// several nodes (a cluster carries every `PUBLISH` to every node, so
+    /// any one hears all).
+    ///
+    /// Without one, such a backend tells its refunds but hears none of
+    /// the others' (see [`RedisBackendBuilder::refund_notices`]): a
+    /// refusal its limiter's deny cache remembers lasts until the cache's
+    /// maximum hold (1 s by default), and a waiting call wakes at its own
+    /// retry. Ignored by a backend built from URLs, which subscribes on
+    /// the servers they name.
+    pub fn pubsub_client(mut self, client: redis::Client) -> Self {
+        self.pubsub.push(client);
+        self
+    }
+
     /// The longest a call may take (default [`RedisBackend::DEFAULT_TIMEOUT`]);
     /// beyond it the call fails with [`BackendError::Timeout`]. A call that
     /// timed out may still have been applied by the server.
@@ -280,9 +325,22 @@ impl RedisBackendBuilder {
         self
     }
 
+    /// Whether the connection is the application's.
+    fn is_given(&self) -> bool {
+        match &self.target {
+            Target::Given(_) => true,
+            #[cfg(feature = "cluster")]
+            Target::GivenCluster(_) => true,
+            _ => false,
+        }
+    }
+
     fn describe(&self) -> String {
         match &self.target {
             Target::Standalone(url) => redact(url),
+            Target::Given(_) => "the application's Redis connection".to_owned(),
+            #[cfg(feature = "cluster")]
+            Target::GivenCluster(_) => "the application's Redis Cluster connection".to_owned(),
             #[cfg(feature = "cluster")]
             Target::Cluster(urls) => {
                 let urls: Vec<String> = urls.iter().map(|url| redact(url)).collect();
@@ -303,7 +361,10 @@ impl RedisBackendBuilder {
     /// [`CallMode::Functions`] or [`CallMode::Auto`], loading the Functions
     /// library) and builds the backend. The connection reconnects by itself
     /// afterwards; with sentinels, the master is looked up through them now
-    /// and again whenever it fails (so fail-overs are followed).
+    /// and again whenever it fails (so fail-overs are followed). On the
+    /// application's own connection nothing is opened: the library is
+    /// loaded on it (`PING` instead in [`CallMode::Scripts`]), within the
+    /// connect timeout.
     ///
     /// When the address does not speak Redis the way the URL asks (an HTTP
     /// server, a TLS port reached with `redis://`, a plain one with
@@ -337,7 +398,11 @@ impl RedisBackendBuilder {
                 .min(MAX_EXTRA_TTL_MS),
             mode: call_mode,
         };
-        let what = format!("connecting to {target}");
+        let what = if self.is_given() {
+            format!("starting on {target}")
+        } else {
+            format!("connecting to {target}")
+        };
         let connecting = async {
             let connection = self.open(&target).await?;
             let mode = resolve_mode(&connection, call_mode, &what, timeout)
@@ -402,6 +467,9 @@ impl RedisBackendBuilder {
             Target::Standalone(url) => vec![url.as_str()],
             #[cfg(feature = "cluster")]
             Target::Cluster(urls) => urls.iter().map(String::as_str).collect(),
+            Target::Given(_) => return Ok(Source::Plain(self.pubsub.clone())),
+            #[cfg(feature = "cluster")]
+            Target::GivenCluster(_) => return Ok(Source::Plain(self.pubsub.clone())),
             #[cfg(feature = "sentinel")]
             Target::Sentinel { .. } => {
                 return match connection {
@@ -426,7 +494,12 @@ impl RedisBackendBuilder {
             );
         }
         if !tls {
-            return Ok(Source::Plain(plain));
+            let clients = plain
+                .into_iter()
+                .map(redis::Client::open)
+                .collect::<Result<_, _>>()
+                .map_err(OpenError::Redis)?;
+            return Ok(Source::Plain(clients));
         }
         self.tls_notice_source(plain, target)
     }
@@ -472,14 +545,32 @@ impl RedisBackendBuilder {
             Target::Standalone(url) => vec![url.as_str()],
             #[cfg(feature = "cluster")]
             Target::Cluster(urls) => urls.iter().map(String::as_str).collect(),
+            Target::Given(_) => Vec::new(),
+            #[cfg(feature = "cluster")]
+            Target::GivenCluster(_) => Vec::new(),
             #[cfg(feature = "sentinel")]
             Target::Sentinel { sentinels, .. } => sentinels.iter().map(String::as_str).collect(),
         }
     }
 
-    /// Opens the connection (checking the server answers).
+    /// Opens the connection (checking the server answers); takes the
+    /// application's as it is.
     async fn open(&self, target: &str) -> Result<Connection, OpenError> {
         match &self.target {
+            Target::Given(given) => {
+                if given.is_cluster {
+                    return Err(invalid(format!(
+                        "{target}: a Redis Cluster connection; build the backend with \
+                         RedisBackend::with_cluster_connection or \
+                         RedisBackend::cluster_builder_with_connection"
+                    )));
+                }
+                self.checked(Connection::Given(given.clone())).await
+            }
+            #[cfg(feature = "cluster")]
+            Target::GivenCluster(connection) => {
+                self.checked(Connection::Cluster(connection.clone())).await
+            }
             Target::Standalone(url) => {
                 let (url, tls) = crate::url::plain(url)
                     .map_err(|why| invalid(format!("invalid Redis URL {target}: {why}")))?;
@@ -584,6 +675,28 @@ impl RedisBackendBuilder {
                 Ok(Connection::Sentinel(connection))
             }
         }
+    }
+
+    /// `connection`, the application's, once it answered a `PING` in
+    /// [`CallMode::Scripts`] (in the other modes, loading the library
+    /// checks it next).
+    async fn checked(&self, connection: Connection) -> Result<Connection, OpenError> {
+        if self.call_mode == CallMode::Scripts {
+            let deadline = Instant::now() + self.connect_timeout;
+            match connection
+                .query::<redis::Value>(deadline, &redis::cmd("PING"))
+                .await
+            {
+                Some(Ok(_)) => {}
+                Some(Err(error)) => return Err(OpenError::Redis(error)),
+                None => {
+                    return Err(OpenError::Backend(BackendError::Timeout(
+                        self.connect_timeout,
+                    )));
+                }
+            }
+        }
+        Ok(connection)
     }
 
     /// This builder's TLS configuration, for `target`'s messages.

@@ -18,7 +18,10 @@
 //!   closed when the last one is dropped, by a task of its own: on the
 //!   server (standalone), one of the cluster's seed nodes (tried in turn),
 //!   or the master the sentinels name (again after a fail-over), over this
-//!   crate's TLS where the URL says `rediss://`. Messages that arrive
+//!   crate's TLS where the URL says `rediss://`; for a backend on the
+//!   application's connection, the `redis::Client`s it was given
+//!   (`RedisBackendBuilder::pubsub_client`), and none without them (its
+//!   refunds are told, nothing is heard). Messages that arrive
 //!   together are delivered together, each key once
 //!   ([`Notices::deliver`]): a flood of refunds on one key costs the
 //!   listening process one parse per notice and one deny-cache and one
@@ -92,9 +95,11 @@ const BATCH: usize = 256;
 
 /// Where the subscription connects.
 pub(crate) enum Source {
-    /// Plain servers (TCP or a Unix socket), tried in turn: the server,
-    /// or a cluster's seed nodes.
-    Plain(Vec<redis::ConnectionInfo>),
+    /// Servers reached by redis-rs' own clients, tried in turn: the
+    /// server, a cluster's seed nodes (plain TCP or a Unix socket), or
+    /// the clients given for a backend on the application's connection
+    /// (none: notices are not heard).
+    Plain(Vec<redis::Client>),
     /// Servers reached over this crate's TLS, tried in turn.
     #[cfg(feature = "__tls")]
     Tls {
@@ -113,10 +118,7 @@ impl Source {
     async fn pubsub(&self, attempt: usize) -> RedisResult<(PubSub, Option<u64>)> {
         match self {
             Source::Plain(nodes) => {
-                let node = pick(nodes, attempt)?;
-                let pubsub = redis::Client::open(node.clone())?
-                    .get_async_pubsub()
-                    .await?;
+                let pubsub = pick(nodes, attempt)?.get_async_pubsub().await?;
                 Ok((pubsub, None))
             }
             #[cfg(feature = "__tls")]
@@ -131,6 +133,12 @@ impl Source {
                 Ok((pubsub, Some(generation)))
             }
         }
+    }
+
+    /// Whether there is nowhere to subscribe: a backend on the
+    /// application's connection given no pub/sub client.
+    fn is_nowhere(&self) -> bool {
+        matches!(self, Source::Plain(nodes) if nodes.is_empty())
     }
 
     /// Whether a subscription made at master `generation` should move:
@@ -224,8 +232,15 @@ impl Notices {
     /// Delivers the notices of key prefix `prefix` to `listener` from now
     /// on; starts the subscription of the prefix if none runs. `false`
     /// when it cannot (no Tokio runtime was running when the backend was
-    /// built).
+    /// built, or no server to subscribe on).
     pub(crate) fn subscribe(self: &Arc<Self>, prefix: &str, listener: RefundNotices) -> bool {
+        if self.source.is_nowhere() {
+            tracing::info!(
+                target_server = %self.target,
+                "rate limiter: refund notices are told but not heard (a backend on the application's connection without RedisBackendBuilder::pubsub_client); other instances' refunds are seen within the deny cache's maximum hold"
+            );
+            return false;
+        }
         let Some(runtime) = &self.runtime else {
             tracing::warn!(
                 target_server = %self.target,
