@@ -72,7 +72,7 @@ mod layer;
 mod limiter;
 // How a rejection is said over HTTP and gRPC, for every integration.
 #[cfg_attr(
-    not(feature = "tower"),
+    not(any(feature = "tower", feature = "actix")),
     allow(
         dead_code,
         reason = "each integration says a rejection in its own subset of these forms; the tower layer uses all"
@@ -80,13 +80,21 @@ mod limiter;
 )]
 mod refusal;
 // HTTP: 429 responses, client IPs, headers (and axum's side of them).
-#[cfg(any(feature = "axum", feature = "tower"))]
-#[cfg_attr(docsrs, doc(cfg(any(feature = "axum", feature = "tower"))))]
+#[cfg(any(feature = "axum", feature = "tower", feature = "actix"))]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(feature = "axum", feature = "tower", feature = "actix")))
+)]
 pub mod http;
-// Route-level limits: a tower layer.
-#[cfg(feature = "tower")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+// Route-level limits: a tower layer (its configuration is actix-web's
+// middleware's too).
+#[cfg(any(feature = "tower", feature = "actix"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "tower", feature = "actix"))))]
 pub mod tower;
+// Route-level limits in actix-web: a middleware.
+#[cfg(feature = "actix")]
+#[cfg_attr(docsrs, doc(cfg(feature = "actix")))]
+pub mod actix;
 // Budgets for calls out through reqwest: a reqwest-middleware middleware.
 #[cfg(feature = "reqwest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]

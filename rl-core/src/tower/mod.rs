@@ -53,18 +53,31 @@
 //! # }
 //! ```
 
+mod answer;
+#[cfg(feature = "tower")]
 mod body;
+mod head;
 mod key;
-mod response;
+mod layer;
+#[cfg(feature = "tower")]
 mod service;
-#[cfg(test)]
+#[cfg(all(test, feature = "tower"))]
 mod tests;
+#[cfg(feature = "tower")]
 mod upstream;
 
+pub use answer::{GrpcReply, Refusal, RefusalKind};
+#[cfg(feature = "tower")]
 pub use body::ResponseBody;
+#[cfg(feature = "actix")]
+pub(crate) use head::{Line, Param, RequestHead};
 pub use key::KeyFrom;
-pub use service::{
-    IntoLimit, LayerError, MissingKey, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
-    ResponseFuture,
-};
+#[cfg(feature = "actix")]
+pub(crate) use key::{ExtensionGetters, Keys};
+#[cfg(feature = "actix")]
+pub(crate) use layer::{Extras, Fields, Shared, Verdict};
+pub use layer::{IntoLimit, LayerError, MissingKey, RateLimitLayer, RateLimitLayerBuilder};
+#[cfg(feature = "tower")]
+pub use service::{RateLimit, ResponseFuture};
+#[cfg(feature = "tower")]
 pub use upstream::{Upstream, UpstreamError, UpstreamFuture, UpstreamLayer};
