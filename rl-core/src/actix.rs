@@ -229,7 +229,8 @@ fn finish(extras: Extras, headers: &mut HeaderMap) {
     if let Some((policy, current)) = &fields as &Option<Fields> {
         add(&[("ratelimit", current), ("ratelimit-policy", policy)]);
     }
-    if let Some([limit, remaining, reset]) = &legacy {
+    if let Some(legacy) = &legacy {
+        let [limit, remaining, reset] = &**legacy;
         add(&[
             ("x-ratelimit-limit", limit),
             ("x-ratelimit-remaining", remaining),

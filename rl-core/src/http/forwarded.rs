@@ -100,23 +100,23 @@ fn walk(header: ProxyHeader, lines: &[&[u8]], trusted: &TrustedProxies) -> Optio
         Hop::Opaque => Some(None),
     };
     for line in lines.iter().rev() {
-        // A line that is not text: nothing in it can be believed.
-        let line = std::str::from_utf8(line).ok()?;
+        // Split as bytes: a byte that is not text in what a client wrote
+        // leaves the hops appended right of it readable.
         match header {
             ProxyHeader::XForwardedFor => {
-                for hop in line.rsplit(',') {
-                    if let Some(found) = judge(address(hop.trim())) {
+                for hop in line.rsplit(|&b| b == b',') {
+                    if let Some(found) = judge(address(hop)) {
                         return found;
                     }
                 }
             }
             ProxyHeader::XRealIp => {
-                if let Some(found) = judge(address(line.trim())) {
+                if let Some(found) = judge(address(line)) {
                     return found;
                 }
             }
             ProxyHeader::Forwarded => {
-                for element in split_unquoted(line, b',').iter().rev() {
+                for element in split_unquoted_rev(line, b',') {
                     if let Some(found) = judge(forwarded_for(element)) {
                         return found;
                     }
@@ -128,57 +128,58 @@ fn walk(header: ProxyHeader, lines: &[&[u8]], trusted: &TrustedProxies) -> Optio
     None
 }
 
-/// A bare address (`X-Forwarded-For`, `X-Real-IP`).
-fn address(text: &str) -> Hop {
-    match text.parse::<IpAddr>() {
-        Ok(ip) => Hop::Address(ip),
-        Err(_) => Hop::Opaque,
+/// A bare address (`X-Forwarded-For`, `X-Real-IP`), spaces around it.
+fn address(text: &[u8]) -> Hop {
+    match std::str::from_utf8(text).map(|text| text.trim().parse::<IpAddr>()) {
+        Ok(Ok(ip)) => Hop::Address(ip),
+        _ => Hop::Opaque,
     }
 }
 
-/// Splits `text` at every `delimiter` outside a quoted string (with its
-/// `\` escapes); an unterminated quote runs to the end.
-fn split_unquoted(text: &str, delimiter: u8) -> SmallVec<[&str; 4]> {
+/// Splits `text` at every `delimiter` outside a quoted string, scanning
+/// from the right, and gives the parts right to left: the quotes of what
+/// the last proxies appended pair up whatever a client wrote further left
+/// (an unterminated quote there swallows only the client's own part).
+/// Escapes are not followed: a `\"` ends up in an opaque value, and no
+/// address has one.
+fn split_unquoted_rev(text: &[u8], delimiter: u8) -> SmallVec<[&[u8]; 4]> {
     let mut parts = SmallVec::new();
-    let (mut start, mut quoted, mut escaped) = (0, false, false);
-    for (at, byte) in text.bytes().enumerate() {
-        if escaped {
-            escaped = false;
-        } else if quoted && byte == b'\\' {
-            escaped = true;
-        } else if byte == b'"' {
+    let (mut end, mut quoted) = (text.len(), false);
+    for (at, &byte) in text.iter().enumerate().rev() {
+        if byte == b'"' {
             quoted = !quoted;
         } else if !quoted && byte == delimiter {
-            // `delimiter` is ASCII: `at` is a character boundary.
-            parts.push(&text[start..at]);
-            start = at + 1;
+            parts.push(&text[at + 1..end]);
+            end = at;
         }
     }
-    parts.push(&text[start..]);
+    parts.push(&text[..end]);
     parts
 }
 
 /// The `for` node of one `Forwarded` element: an address, or opaque when
 /// it has none, several, or one that is not an address.
-fn forwarded_for(element: &str) -> Hop {
+fn forwarded_for(element: &[u8]) -> Hop {
     let mut found = None;
-    for pair in split_unquoted(element, b';') {
-        let Some((name, value)) = pair.split_once('=') else {
-            if pair.trim().is_empty() {
+    for pair in split_unquoted_rev(element, b';') {
+        let Some(at) = pair.iter().position(|&b| b == b'=') else {
+            if pair.trim_ascii().is_empty() {
                 continue;
             }
             return Hop::Opaque;
         };
-        if !name.trim().eq_ignore_ascii_case("for") {
+        let (name, value) = (&pair[..at], &pair[at + 1..]);
+        if !name.trim_ascii().eq_ignore_ascii_case(b"for") {
             continue;
         }
         if found.is_some() {
             // Two `for`s in one element: malformed.
             return Hop::Opaque;
         }
-        found = Some(value.trim());
+        found = Some(value.trim_ascii());
     }
-    match found.and_then(unquote) {
+    let value = found.and_then(|value| std::str::from_utf8(value).ok());
+    match value.and_then(unquote) {
         Some(node) => node_address(node),
         None => Hop::Opaque,
     }
@@ -324,6 +325,15 @@ mod tests {
         assert_eq!(
             behind("10.0.0.1", "10.0.0.0/8", FWD, &lines),
             "198.51.100.3"
+        );
+        // A client's unterminated quote cannot swallow what the proxies appended.
+        let quoted = [(
+            "forwarded",
+            "for=\"x, for=10.0.0.3, for=198.51.100.4, for=10.0.0.2",
+        )];
+        assert_eq!(
+            behind("10.0.0.1", "10.0.0.0/8", FWD, &quoted),
+            "198.51.100.4"
         );
         let through = [
             ("forwarded", "for=203.0.113.9"),

@@ -290,8 +290,10 @@ impl RateLimitLayer {
 /// `RateLimit-Policy` and `RateLimit` for an admitted response.
 pub(crate) type Fields = (HeaderValue, HeaderValue);
 
-/// `X-RateLimit-Limit`, `-Remaining` and `-Reset` for an admitted response.
-type Legacy = [HeaderValue; 3];
+/// `X-RateLimit-Limit`, `-Remaining` and `-Reset` for an admitted response
+/// (boxed: off by default, it leaves the extras of the common case as
+/// small as they were).
+type Legacy = Box<[HeaderValue; 3]>;
 
 /// What an admitted request's response waits with besides the service's
 /// future: the fields to add and the in-flight slots to give back. Boxed,
@@ -299,44 +301,70 @@ type Legacy = [HeaderValue; 3];
 /// several times through a router) stays as small as the service's.
 pub(crate) struct Extras {
     fields: Option<Fields>,
-    legacy: Option<Legacy>,
     in_flight: Option<InFlight>,
+    /// Off by default: checked once, after the rest.
+    legacy: Option<Legacy>,
 }
 
 impl Extras {
     #[inline]
-    fn boxed(
-        fields: Option<Fields>,
-        legacy: Option<Legacy>,
-        in_flight: Option<InFlight>,
-    ) -> Option<Box<Self>> {
-        if fields.is_none() && legacy.is_none() && in_flight.is_none() {
+    fn boxed(fields: Option<Fields>, in_flight: Option<InFlight>) -> Option<Box<Self>> {
+        if fields.is_none() && in_flight.is_none() {
             return None;
         }
         Some(Box::new(Self {
             fields,
-            legacy,
             in_flight,
+            legacy: None,
         }))
+    }
+
+    /// [`Extras::boxed`] with the legacy fields too.
+    #[inline(never)]
+    fn with_legacy(
+        fields: Option<Fields>,
+        legacy: Option<Legacy>,
+        in_flight: Option<InFlight>,
+    ) -> Option<Box<Self>> {
+        let mut extras = Self::boxed(fields, in_flight);
+        match (&mut extras, legacy) {
+            (Some(extras), legacy) => extras.legacy = legacy,
+            (None, Some(legacy)) => {
+                return Some(Box::new(Self {
+                    fields: None,
+                    in_flight: None,
+                    legacy: Some(legacy),
+                }));
+            }
+            (None, None) => {}
+        }
+        extras
     }
 
     /// Gives back the slots of an admitted request whose response is
     /// ready, and hands out the fields to add to it.
+    #[cfg(feature = "actix")]
     pub(crate) fn finish(self) -> (Option<Fields>, Option<Legacy>) {
         let Self {
             fields,
-            legacy,
             in_flight,
+            legacy,
         } = self;
         drop(in_flight);
         (fields, legacy)
     }
 
-    /// [`Extras::finish`] into an `http` response, which keeps fields of
-    /// its own.
+    /// Gives back the slots of an admitted request whose response is
+    /// ready, and adds the fields to the response unless it has its own.
     #[cfg(feature = "tower")]
+    #[inline]
     pub(crate) fn finish_into<T>(self, response: &mut Response<T>) {
-        let (fields, legacy) = self.finish();
+        let Self {
+            fields,
+            in_flight,
+            legacy,
+        } = self;
+        drop(in_flight);
         let headers = response.headers_mut();
         if let Some((policy, current)) = fields
             && let http::header::Entry::Vacant(vacant) = headers.entry(RATELIMIT)
@@ -344,24 +372,32 @@ impl Extras {
             vacant.insert(current);
             headers.insert(RATELIMIT_POLICY, policy);
         }
-        if let Some([limit, remaining, reset]) = legacy
-            && let http::header::Entry::Vacant(vacant) = headers.entry(X_RATELIMIT_LIMIT)
-        {
-            vacant.insert(limit);
-            headers.insert(X_RATELIMIT_REMAINING, remaining);
-            headers.insert(X_RATELIMIT_RESET, reset);
+        if let Some(legacy) = legacy {
+            insert_legacy(headers, legacy);
         }
+    }
+}
+
+/// Adds the legacy fields to a response unless it has its own.
+#[cfg(feature = "tower")]
+#[inline(never)]
+fn insert_legacy(headers: &mut http::HeaderMap, legacy: Legacy) {
+    if let http::header::Entry::Vacant(vacant) = headers.entry(X_RATELIMIT_LIMIT) {
+        let [limit, remaining, reset] = *legacy;
+        vacant.insert(limit);
+        headers.insert(X_RATELIMIT_REMAINING, remaining);
+        headers.insert(X_RATELIMIT_RESET, reset);
     }
 }
 
 /// The `X-RateLimit-*` values of `decision`.
 #[inline(never)]
 fn legacy_values(decision: &Decision) -> Option<Legacy> {
-    Some([
+    Some(Box::new([
         HeaderValue::from(decision.limit()),
         HeaderValue::from(decision.remaining()),
         HeaderValue::from(decision.reset_after_secs()),
-    ])
+    ]))
 }
 
 /// A request's fate.
@@ -427,25 +463,35 @@ impl Shared {
         line: &impl Line,
     ) -> Option<Verdict> {
         let admitted = |decision: &Decision, limit: &Limit| {
-            if !self.headers && !self.legacy {
+            if self.legacy {
+                return self.admitted_with_legacy(group, decision, limit);
+            }
+            if !self.headers {
                 return Verdict::Admit(None);
             }
-            let fields = if self.headers {
-                kept_fields(self.id, 0, group.name(), decision, limit)
-            } else {
-                None
-            };
-            let legacy = if self.legacy {
-                legacy_values(decision)
-            } else {
-                None
-            };
-            Verdict::Admit(Extras::boxed(fields, legacy, None))
+            let fields = kept_fields(self.id, 0, group.name(), decision, limit);
+            Verdict::Admit(Extras::boxed(fields, None))
         };
         // The verdict is made where the permit is (not moved out first).
         limiter.now_with(&self.spec, CallKeys::parts(&[part]), admitted, |decided| {
             self.verdict(decided, line)
         })
+    }
+
+    /// An admission on the direct lane with the legacy fields.
+    #[inline(never)]
+    fn admitted_with_legacy(
+        &self,
+        group: &GroupSpec,
+        decision: &Decision,
+        limit: &Limit,
+    ) -> Verdict {
+        let fields = if self.headers {
+            kept_fields(self.id, 0, group.name(), decision, limit)
+        } else {
+            None
+        };
+        Verdict::Admit(Extras::with_legacy(fields, legacy_values(decision), None))
     }
 
     /// The call of a request with this head and these keys (and its tiers).
@@ -552,13 +598,17 @@ impl Shared {
     ) -> Verdict {
         // The permit is read where it is (it is large: not moved out).
         match decided {
+            Ok(ref mut permit) if self.legacy => {
+                let (fields, legacy) = self.fields(permit);
+                Verdict::Admit(Extras::with_legacy(fields, legacy, permit.in_flight.take()))
+            }
             Ok(ref mut permit) => {
-                let (fields, legacy) = if self.headers || self.legacy {
-                    self.fields(permit)
+                let fields = if self.headers {
+                    self.fields(permit).0
                 } else {
-                    (None, None)
+                    None
                 };
-                Verdict::Admit(Extras::boxed(fields, legacy, permit.in_flight.take()))
+                Verdict::Admit(Extras::boxed(fields, permit.in_flight.take()))
             }
             Err(rejection) => self.refused(&rejection, line),
         }
