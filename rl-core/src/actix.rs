@@ -27,8 +27,7 @@
 //! use ratewall::actix::RateLimitMiddleware;
 //! use ratewall::tower::{KeyFrom, RateLimitLayer};
 //!
-//! #[actix_web::main]
-//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
 //!     Limiter::builder().memory().install()?;
 //!     let api = RateLimitLayer::builder("api")
 //!         .key("api_ip", ["100/1m"], KeyFrom::client_ip())
@@ -37,19 +36,23 @@
 //!     let per_user = RateLimitLayer::new("user_reads", ["10/1s"], KeyFrom::path_param("id"))?;
 //!     let api = RateLimitMiddleware::new(api);
 //!     let per_user = RateLimitMiddleware::new(per_user);
-//!     HttpServer::new(move || {
-//!         App::new()
-//!             .wrap(api.clone())
-//!             .route("/health", web::get().to(|| async { "ok" }))
-//!             .service(
-//!                 web::resource("/users/{id}")
-//!                     .wrap(per_user.clone()) // after routing: `{id}` is known
-//!                     .route(web::get().to(|| async { "user" })),
-//!             )
-//!     })
-//!     .bind(("127.0.0.1", 8080))?
-//!     .run()
-//!     .await?;
+//!     // In actix-web's runtime (or under #[actix_web::main], with its `macros` feature).
+//!     actix_web::rt::System::new().block_on(async move {
+//!         HttpServer::new(move || {
+//!             App::new()
+//!                 .wrap(api.clone())
+//!                 .route("/health", web::get().to(|| async { "ok" }))
+//!                 .service(
+//!                     web::resource("/users/{id}")
+//!                         .wrap(per_user.clone()) // after routing: `{id}` is known
+//!                         .route(web::get().to(|| async { "user" })),
+//!                 )
+//!         })
+//!         .bind(("127.0.0.1", 8080))?
+//!         .run()
+//!         .await
+//!     })?;
+//!
 //!     Ok(())
 //! }
 //! ```

@@ -47,11 +47,11 @@
 //! |---|---|
 //! | `macros` (default) | `#[rate_limit]` |
 //! | `axum` | `http`: a [`Rejection`] as a `429` with `Retry-After` and the IETF `RateLimit` fields, the client's IP behind trusted proxies as an extractor |
-//! | `tower` | `tower`: a layer limiting routes, routers and gRPC servers, and a client layer for calls out to a limited upstream |
+//! | `tower` | `tower`: a layer limiting routes, routers and gRPC servers (response hooks, exemptions, legacy headers, clients behind `X-Forwarded-For`, `Forwarded` or `X-Real-IP`), and a client layer for calls out to a limited upstream |
 //! | `reqwest` | `reqwest`: a `reqwest-middleware` middleware for calls out to a limited upstream, settled from the response (a streamed body's last usage event too) |
 //! | `config` | `config`: limits, failure policies, shadow mode and lists per name from a TOML file |
 //! | `tonic` | `From<Rejection> for tonic::Status` |
-//! | `actix` | `actix_web::ResponseError for Rejection` |
+//! | `actix` | `actix`: the route layer as actix-web middleware (the `tower` module's configuration, without the tower crate), and `actix_web::ResponseError for Rejection` |
 //!
 //! The Redis, Redis Cluster and Sentinel backend is the `ratewall-redis`
 //! crate.

@@ -307,7 +307,7 @@ pub(crate) struct Extras {
 }
 
 impl Extras {
-    #[inline]
+    #[inline(always)]
     fn boxed(fields: Option<Fields>, in_flight: Option<InFlight>) -> Option<Box<Self>> {
         if fields.is_none() && in_flight.is_none() {
             return None;

@@ -181,13 +181,36 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         // Nothing exempted: one check.
-        let request = match &self.shared.exempt {
-            None => request,
-            Some(_) => match self.exempted(request) {
-                Ok(future) => return future,
-                Err(request) => request,
-            },
-        };
+        if self.shared.exempt.is_some() {
+            return self.call_exempting(request);
+        }
+        self.limit(request)
+    }
+}
+
+impl<S> RateLimit<S> {
+    /// Calls the service with an exempted request, else limits it.
+    #[inline(never)]
+    fn call_exempting<B, ResBody>(&mut self, request: Request<B>) -> ResponseFuture<S, B>
+    where
+        S: ::tower::Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+        S::Future: Send,
+        B: Send + 'static,
+    {
+        match self.exempted(request) {
+            Ok(future) => future,
+            Err(request) => self.limit(request),
+        }
+    }
+
+    /// Decides `request`, then calls the service or answers.
+    #[inline(always)]
+    fn limit<B, ResBody>(&mut self, request: Request<B>) -> ResponseFuture<S, B>
+    where
+        S: ::tower::Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+        S::Future: Send,
+        B: Send + 'static,
+    {
         let limiter = match self.shared.limiter() {
             Ok(limiter) => limiter,
             Err(rejection) => {
