@@ -83,15 +83,12 @@ pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
-/// The head of an `http` request (hyper's, axum's, tonic's).
+/// The head of a split `http` request (hyper's, axum's, tonic's), with
+/// the path parameters read from it.
 #[cfg(feature = "tower")]
 #[derive(Clone, Copy)]
 pub(crate) struct HttpHead<'p> {
-    pub(crate) headers: &'p HeaderMap,
-    pub(crate) extensions: &'p Extensions,
-    method: &'p Method,
-    uri: &'p Uri,
-    parts: Option<&'p Parts>,
+    parts: &'p Parts,
     #[cfg_attr(
         not(any(feature = "axum", feature = "actix")),
         allow(
@@ -102,82 +99,137 @@ pub(crate) struct HttpHead<'p> {
     params: &'p PathParams,
 }
 
-/// No path parameters read.
-#[cfg(feature = "tower")]
-static NO_PARAMS: PathParams = None;
-
 #[cfg(feature = "tower")]
 impl<'p> HttpHead<'p> {
     /// The head of split request `parts`, with the path parameters read
     /// from it.
     pub(crate) fn of_parts(parts: &'p Parts, params: &'p PathParams) -> Self {
-        Self {
-            headers: &parts.headers,
-            extensions: &parts.extensions,
-            method: &parts.method,
-            uri: &parts.uri,
-            parts: Some(parts),
-            params,
-        }
+        Self { parts, params }
     }
 
-    /// The head of a whole request (no parts, no parameters).
+    /// The head of a whole request (no parts, no parameters): one pointer.
     #[inline]
-    pub(crate) fn of_request<B>(request: &'p http::Request<B>) -> Self {
-        Self {
-            headers: request.headers(),
-            extensions: request.extensions(),
-            method: request.method(),
-            uri: request.uri(),
-            parts: None,
-            params: &NO_PARAMS,
-        }
+    pub(crate) fn of_request<B>(request: &'p http::Request<B>) -> WholeRequest<'p, B> {
+        WholeRequest(request)
+    }
+}
+
+/// The head of a whole `http` request, borrowed: what the in-memory path
+/// reads keys from without splitting the request.
+#[cfg(feature = "tower")]
+pub(crate) struct WholeRequest<'p, B>(&'p http::Request<B>);
+
+#[cfg(feature = "tower")]
+impl<B> Clone for WholeRequest<'_, B> {
+    fn clone(&self) -> Self {
+        *self
     }
 }
 
 #[cfg(feature = "tower")]
-impl Line for HttpHead<'_> {
-    fn method(&self) -> &str {
-        self.method.as_str()
-    }
+impl<B> Copy for WholeRequest<'_, B> {}
 
-    fn path(&self) -> &str {
-        self.uri.path()
-    }
+/// `Line` and `RequestHead` of an `http` head, from its parts' accessors.
+macro_rules! http_head {
+    ($ty:ty, $($generics:tt)*) => {
+        #[cfg(feature = "tower")]
+        impl<$($generics)*> Line for $ty {
+            fn method(&self) -> &str {
+                self.method().as_str()
+            }
 
-    fn is_grpc(&self) -> bool {
-        is_grpc(self.headers)
-    }
+            fn path(&self) -> &str {
+                self.uri().path()
+            }
+
+            fn is_grpc(&self) -> bool {
+                is_grpc(self.headers())
+            }
+        }
+
+        #[cfg(feature = "tower")]
+        impl<$($generics)*> RequestHead<'p> for $ty {
+            #[inline]
+            fn header(&self, name: &HeaderName) -> Option<&'p [u8]> {
+                self.headers().get(name).map(http::HeaderValue::as_bytes)
+            }
+
+            #[inline(always)]
+            fn client_address(&self, trusted: Option<&TrustedProxies>) -> Option<IpAddr> {
+                let extensions = self.extensions();
+                let peer = crate::http::peer(extensions)?;
+                let trusted = trusted.or_else(|| extensions.get::<TrustedProxies>());
+                Some(crate::http::resolve_ip(peer, self.headers(), trusted))
+            }
+
+            #[inline]
+            fn ip_prefix(&self) -> Option<IpPrefix> {
+                self.extensions().get::<IpPrefix>().copied()
+            }
+
+            fn extension(
+                &self,
+                get: &ExtensionGetters,
+            ) -> Option<&'p (dyn fmt::Display + Send + Sync)> {
+                (get.http)(self.extensions())
+            }
+
+            fn path_param(&self, name: &str) -> Param<'p> {
+                self.param(name)
+            }
+
+            fn parts(&self) -> Option<&'p Parts> {
+                self.split()
+            }
+        }
+    };
 }
 
+http_head!(HttpHead<'p>, 'p);
+http_head!(WholeRequest<'p, B>, 'p, B);
+
+/// The accessors [`http_head!`] reads.
 #[cfg(feature = "tower")]
-impl<'p> RequestHead<'p> for HttpHead<'p> {
-    #[inline]
-    fn header(&self, name: &HeaderName) -> Option<&'p [u8]> {
-        self.headers.get(name).map(http::HeaderValue::as_bytes)
+impl<'p> HttpHead<'p> {
+    fn method(&self) -> &'p Method {
+        &self.parts.method
     }
-
-    #[inline]
-    fn client_address(&self, trusted: Option<&TrustedProxies>) -> Option<IpAddr> {
-        let peer = crate::http::peer(self.extensions)?;
-        let trusted = trusted.or_else(|| self.extensions.get::<TrustedProxies>());
-        Some(crate::http::resolve_ip(peer, self.headers, trusted))
+    fn uri(&self) -> &'p Uri {
+        &self.parts.uri
     }
-
-    #[inline]
-    fn ip_prefix(&self) -> Option<IpPrefix> {
-        self.extensions.get::<IpPrefix>().copied()
+    fn headers(&self) -> &'p HeaderMap {
+        &self.parts.headers
     }
-
-    fn extension(&self, get: &ExtensionGetters) -> Option<&'p (dyn fmt::Display + Send + Sync)> {
-        (get.http)(self.extensions)
+    fn extensions(&self) -> &'p Extensions {
+        &self.parts.extensions
     }
-
-    fn path_param(&self, name: &str) -> Param<'p> {
+    fn param(&self, name: &str) -> Param<'p> {
         key::axum_param(self.params, name)
     }
+    fn split(&self) -> Option<&'p Parts> {
+        Some(self.parts)
+    }
+}
 
-    fn parts(&self) -> Option<&'p Parts> {
-        self.parts
+/// The accessors [`http_head!`] reads.
+#[cfg(feature = "tower")]
+impl<'p, B> WholeRequest<'p, B> {
+    fn method(&self) -> &'p Method {
+        self.0.method()
+    }
+    fn uri(&self) -> &'p Uri {
+        self.0.uri()
+    }
+    fn headers(&self) -> &'p HeaderMap {
+        self.0.headers()
+    }
+    fn extensions(&self) -> &'p Extensions {
+        self.0.extensions()
+    }
+    fn param(&self, _name: &str) -> Param<'p> {
+        Param::Missing
+    }
+    fn split(&self) -> Option<&'p Parts> {
+        None
     }
 }

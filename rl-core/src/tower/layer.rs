@@ -246,7 +246,18 @@ pub(crate) struct Shared {
     )]
     pub(crate) params: bool,
     /// Whether a key or a tier is a function of the request's head.
+    #[cfg_attr(
+        not(feature = "actix"),
+        allow(dead_code, reason = "actix-web's heads are copied for them")
+    )]
     pub(crate) fns: bool,
+    /// Whether a request is split before it is decided (a key reads path
+    /// parameters or the head, or a predicate exempts).
+    #[cfg_attr(
+        not(feature = "tower"),
+        allow(dead_code, reason = "tower's requests only")
+    )]
+    pub(crate) split: bool,
     /// What is let through untouched; `None` when nothing is (one check).
     pub(crate) exempt: Option<Box<Exempt>>,
     /// What refused requests get.

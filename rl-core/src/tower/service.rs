@@ -98,6 +98,10 @@ where
     S: ::tower::Service<Request<B>, Response = Response<ResBody>>,
 {
     let (mut parts, body) = request.into_parts();
+    if shared.exempt.as_ref().is_some_and(|e| e.by_parts(&parts)) {
+        let future = inner.call(Request::from_parts(parts, body));
+        return Ok(ResponseFuture::admitted(future, None));
+    }
     let params: PathParams = if shared.params {
         key::path_params(&mut parts)
     } else {
@@ -114,34 +118,6 @@ where
 }
 
 impl<S> RateLimit<S> {
-    /// Calls the service with an exempted request (untouched: no decision,
-    /// no fields), or gives the request back.
-    #[inline(never)]
-    #[allow(clippy::result_large_err)]
-    fn exempted<B, ResBody>(
-        &mut self,
-        request: Request<B>,
-    ) -> Result<ResponseFuture<S, B>, Request<B>>
-    where
-        S: ::tower::Service<Request<B>, Response = Response<ResBody>>,
-    {
-        let Some(exempt) = &self.shared.exempt else {
-            return Err(request);
-        };
-        let mut exempted = exempt.by_line(request.method().as_str(), request.uri().path());
-        let request = if !exempted && exempt.reads_parts() {
-            let (parts, body) = request.into_parts();
-            exempted = exempt.by_parts(&parts);
-            Request::from_parts(parts, body)
-        } else {
-            request
-        };
-        if !exempted {
-            return Err(request);
-        }
-        Ok(ResponseFuture::admitted(self.inner.call(request), None))
-    }
-
     /// Decides `request` on a remote store: the decision is a boxed future
     /// (started when first polled), then the service is called.
     fn decide_remote<B, ResBody>(&mut self, request: Request<B>) -> ResponseFuture<S, B>
@@ -150,6 +126,15 @@ impl<S> RateLimit<S> {
         B: Send + 'static,
     {
         let (parts, body) = request.into_parts();
+        if self
+            .shared
+            .exempt
+            .as_ref()
+            .is_some_and(|e| e.by_parts(&parts))
+        {
+            let future = self.inner.call(Request::from_parts(parts, body));
+            return ResponseFuture::admitted(future, None);
+        }
         // The service that was polled ready serves this request.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
@@ -180,50 +165,21 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        // Nothing exempted: one check.
-        if self.shared.exempt.is_some() {
-            return self.call_exempting(request);
+        // Nothing exempted: one check. Predicates read the split request
+        // (below, where it is split).
+        if let Some(exempt) = &self.shared.exempt
+            && exempt.by_line(request.method().as_str(), request.uri().path())
+        {
+            return ResponseFuture::admitted(self.inner.call(request), None);
         }
-        self.limit(request)
-    }
-}
-
-impl<S> RateLimit<S> {
-    /// Calls the service with an exempted request, else limits it.
-    #[inline(never)]
-    fn call_exempting<B, ResBody>(&mut self, request: Request<B>) -> ResponseFuture<S, B>
-    where
-        S: ::tower::Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
-        S::Future: Send,
-        B: Send + 'static,
-    {
-        match self.exempted(request) {
-            Ok(future) => future,
-            Err(request) => self.limit(request),
-        }
-    }
-
-    /// Decides `request`, then calls the service or answers.
-    #[inline(always)]
-    fn limit<B, ResBody>(&mut self, request: Request<B>) -> ResponseFuture<S, B>
-    where
-        S: ::tower::Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
-        S::Future: Send,
-        B: Send + 'static,
-    {
         let limiter = match self.shared.limiter() {
             Ok(limiter) => limiter,
-            Err(rejection) => {
-                let answer = self
-                    .shared
-                    .answer(&rejection, &HttpHead::of_request(&request));
-                return ResponseFuture::answered(answer);
-            }
+            Err(rejection) => return self.no_limiter(request, &rejection),
         };
         if limiter.is_remote() {
             return self.decide_remote(request);
         }
-        if self.shared.params || self.shared.fns {
+        if self.shared.split {
             return match decide_parts(&self.shared, &mut self.inner, limiter, request) {
                 Ok(future) => future,
                 Err(request) => self.decide_remote(request),
@@ -246,6 +202,36 @@ impl<S> RateLimit<S> {
                 extras,
             },
         }
+    }
+}
+
+impl<S> RateLimit<S> {
+    /// The answer to a request when no limiter is installed, unless a
+    /// predicate exempts it.
+    #[cold]
+    #[inline(never)]
+    fn no_limiter<B, ResBody>(
+        &mut self,
+        request: Request<B>,
+        rejection: &crate::model::rejection::Rejection,
+    ) -> ResponseFuture<S, B>
+    where
+        S: ::tower::Service<Request<B>, Response = Response<ResBody>>,
+    {
+        let (parts, body) = request.into_parts();
+        if self
+            .shared
+            .exempt
+            .as_ref()
+            .is_some_and(|e| e.by_parts(&parts))
+        {
+            let future = self.inner.call(Request::from_parts(parts, body));
+            return ResponseFuture::admitted(future, None);
+        }
+        let answer = self
+            .shared
+            .answer(rejection, &HttpHead::of_parts(&parts, &None));
+        ResponseFuture::answered(answer)
     }
 }
 

@@ -407,6 +407,7 @@ impl RateLimitLayerBuilder {
         let params = self.keys.iter().any(KeyFrom::is_path_param);
         let tiered = self.tiers.iter().any(Option::is_some);
         let fns = tiered || self.keys.iter().any(KeyFrom::is_fn);
+        let split = params || fns || self.exempt.reads_parts();
         let exempt = (!self.exempt.is_empty()).then(|| Box::new(self.exempt));
         Ok(RateLimitLayer {
             shared: Arc::new(Shared {
@@ -421,6 +422,7 @@ impl RateLimitLayerBuilder {
                 trusted: self.trusted,
                 params,
                 fns,
+                split,
                 exempt,
                 hooks: self.hooks,
                 id: NEXT_LAYER.fetch_add(1, Ordering::Relaxed),
