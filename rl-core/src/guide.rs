@@ -25,7 +25,7 @@ macro_rules! page {
 page!(macro_attribute = "macro_attribute.md", tested if feature = "macros");
 page!(call_api = "call_api.md", tested if all());
 page!(algorithms = "algorithms.md", tested if all());
-page!(routes = "routes.md", tested if all(feature = "tower", feature = "axum"));
+page!(routes = "routes.md", tested if all(feature = "tower", feature = "axum", feature = "actix"));
 // Its examples need `ratewall-redis`: doctested there.
 page!(redis = "redis.md", tested if any());
 page!(waiting = "waiting.md", tested if feature = "macros");

@@ -469,7 +469,7 @@ impl Limiter {
     /// it, else to `decided`: what the tower layer makes of a request
     /// without building a permit it does not need. `None` on a remote
     /// store (await [`Limiter::call_with`] instead).
-    #[cfg(feature = "tower")]
+    #[cfg(any(feature = "tower", feature = "actix"))]
     #[inline]
     pub(crate) fn now_with<'l, R>(
         &'l self,
