@@ -384,7 +384,7 @@ impl Extras {
             headers.insert(RATELIMIT_POLICY, policy);
         }
         if let Some(legacy) = legacy {
-            insert_legacy(headers, legacy);
+            insert_legacy(headers, *legacy);
         }
     }
 }
@@ -392,9 +392,9 @@ impl Extras {
 /// Adds the legacy fields to a response unless it has its own.
 #[cfg(feature = "tower")]
 #[inline(never)]
-fn insert_legacy(headers: &mut http::HeaderMap, legacy: Legacy) {
+fn insert_legacy(headers: &mut http::HeaderMap, legacy: [HeaderValue; 3]) {
     if let http::header::Entry::Vacant(vacant) = headers.entry(X_RATELIMIT_LIMIT) {
-        let [limit, remaining, reset] = *legacy;
+        let [limit, remaining, reset] = legacy;
         vacant.insert(limit);
         headers.insert(X_RATELIMIT_REMAINING, remaining);
         headers.insert(X_RATELIMIT_RESET, reset);
