@@ -1076,7 +1076,7 @@ fn plot(report: &Report, path: &Path) -> Result<(), Box<dyn std::error::Error>> 
     root.fill(&WHITE)?;
     let root = root.titled(
         &format!(
-            "ratewall-redis, one connection, {} s per point; dashed: Redis' saturation for the same EVALSHA",
+            "ratewall-redis, one connection, {} s per point; dashed: Redis' saturation for the same call (redis-benchmark)",
             report.secs_per_cell
         ),
         ("sans-serif", 22),
