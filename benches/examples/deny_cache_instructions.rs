@@ -13,9 +13,13 @@
 //!     call_static_refusal call_static_allowed call_owned_refusal call_owned_allowed; do
 //!   valgrind --tool=callgrind --callgrind-out-file=/dev/null \
 //!     --toggle-collect='deny_cache_instructions::measured' \
+//!     --toggle-collect='deny_cache_instructions::calls_measured' \
 //!     target/release/examples/deny_cache_instructions $case 100000 2>&1 | grep Collected
 //! done   # divide by 100000
 //! ```
+//!
+//! The `call_*` cases are counted in `calls_measured`, the others in
+//! `measured`; without the second `--toggle-collect` they read 0.
 
 use std::future::Future;
 use std::hint::black_box;

@@ -18,9 +18,9 @@
 //! against that, every table is bounded (swept when it grows, capped per
 //! shard for the deny cache and the leases), and a flood of colliding keys
 //! would slow only the shards it lands in. SipHash (std's `RandomState`)
-//! would resist that too, at a measured cost: +139 instructions per
-//! decision of the in-memory `#[rate_limit]` fn (660 against 521, +27 %),
-//! +141 per request through the route layer (+1.5 %), callgrind, see
+//! would resist that too, at a measured cost: +138 instructions per
+//! decision of the in-memory `#[rate_limit]` fn (563 against 425, +32 %),
+//! +147 per request through the route layer (+1.3 %), callgrind, see
 //! `docs/performance.md` ("Hashing"). Seeding costs nothing per decision.
 
 use std::hash::{BuildHasher as _, Hash};
