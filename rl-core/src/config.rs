@@ -12,7 +12,8 @@ use crate::model::lists::{ListEntry, ListKind, key_form};
 use crate::model::policy::FailurePolicy;
 
 /// The keys a limit's table may hold.
-const KEYS: &str = "`rates`, `algorithm`, `burst`, `slots`, `lease`, `on_error`, `shadow`";
+const KEYS: &str =
+    "`rates`, `algorithm`, `burst`, `slots`, `lease`, `block_for`, `on_error`, `shadow`";
 
 /// A limits file that can never be built from a bad file: the message names
 /// the limit, the key and the bad value, and says what was expected.
@@ -142,6 +143,7 @@ impl LimitsEntry {
 /// burst = 10                  # optional (token bucket, leaky bucket, gcra)
 /// slots = 10                  # optional (sliding_window)
 /// lease = 100                 # optional: quota leasing, units per process at most
+/// block_for = "15m"           # optional: once refused, refused for this long (not with lease)
 /// on_error = "fail_closed"    # optional: fail_open | fail_closed | local:<share>
 /// shadow = true               # optional, default false
 ///
@@ -346,6 +348,7 @@ struct Raw {
     burst: Option<u64>,
     slots: Option<u64>,
     lease: Option<u64>,
+    block: Option<std::time::Duration>,
     policy: Option<FailurePolicy>,
     shadow: Option<bool>,
 }
@@ -417,6 +420,22 @@ fn parse_entry(name: &str, value: toml::Value) -> Result<LimitsEntry, ConfigErro
             "burst" => raw.burst = Some(positive("burst", value)?),
             "slots" => raw.slots = Some(positive("slots", value)?),
             "lease" => raw.lease = Some(positive("lease", value)?),
+            "block_for" => {
+                let block = match value {
+                    toml::Value::String(text) => crate::model::limit::parse_duration(text).ok(),
+                    toml::Value::Integer(seconds) if *seconds >= 1 => {
+                        Some(std::time::Duration::from_secs(*seconds as u64))
+                    }
+                    _ => None,
+                };
+                raw.block = Some(block.ok_or_else(|| {
+                    bad(
+                        "block_for",
+                        value,
+                        "expected a duration such as \"15m\" or \"1h\", or whole seconds",
+                    )
+                })?);
+            }
             "on_error" => {
                 let policy = value.as_str().and_then(parse_policy).ok_or_else(|| {
                     bad(
@@ -461,6 +480,9 @@ fn parse_entry(name: &str, value: toml::Value) -> Result<LimitsEntry, ConfigErro
             }
             if let Some(lease) = raw.lease {
                 limit = limit.and_then(|l| l.with_lease(lease));
+            }
+            if let Some(block) = raw.block {
+                limit = limit.and_then(|l| l.with_block(block));
             }
             limit.map_err(|source| ConfigError::BadRate {
                 name: name.to_owned(),
@@ -551,6 +573,40 @@ fn parse_policy(text: &str) -> Option<FailurePolicy> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn block_for_applies_to_every_rate_of_its_entry_and_keeps_its_bounds() {
+        let file = LimitsFile::parse(
+            "[limits.login]\nrates = [\"5/1m\", \"20/1h\"]\nblock_for = \"15m\"\n\
+             [limits.api]\nrates = [\"5/1s\"]\nblock_for = 30",
+        )
+        .unwrap();
+        let login = file.get("login").unwrap().limits();
+        assert!(
+            login
+                .iter()
+                .all(|l| l.block() == Some(std::time::Duration::from_secs(900)))
+        );
+        let api = file.get("api").unwrap().limits();
+        assert_eq!(api[0].block(), Some(std::time::Duration::from_secs(30)));
+        for (value, expected) in [
+            ("\"31d\"", "from 1ms to 30d"),
+            ("\"soon\"", "expected a duration"),
+            ("0", "expected a duration"),
+        ] {
+            let error = LimitsFile::parse(&format!(
+                "[limits.x]\nrates = [\"1/1s\"]\nblock_for = {value}"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(error.contains(expected), "{value}: {error}");
+        }
+        let error =
+            LimitsFile::parse("[limits.x]\nrates = [\"9/1s\"]\nlease = 2\nblock_for = \"1m\"")
+                .unwrap_err()
+                .to_string();
+        assert!(error.contains("cannot both lease and block"), "{error}");
+    }
 
     #[test]
     fn failure_policies_read_as_in_the_docs() {

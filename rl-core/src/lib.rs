@@ -202,7 +202,7 @@ pub mod backend {
     pub use crate::model::decision::{Decisions, Figures};
     pub use crate::model::reservation::Reservation;
     pub use crate::store::backend::{
-        Backend, BoxFuture, LeaseReturn, Leased, Request, SharedLists,
+        Backend, Block, BoxFuture, LeaseReturn, Leased, Request, SharedLists,
     };
     pub use crate::store::memory::MemoryBackend;
 }
@@ -219,10 +219,10 @@ pub mod clock {
 pub mod error {
     //! What [`Error`](crate::Error) carries: a backend's failure
     //! ([`BackendError`], with its [`Cause`]) and an invalid limit
-    //! ([`LimitError`], naming the [`Problem`] or the [`LeaseProblem`]).
+    //! ([`LimitError`], naming the [`Problem`], the [`LeaseProblem`] or the [`BlockProblem`]).
     //! Reach for it to match on why a call failed or a limit was refused.
     pub use crate::model::error::{BackendError, Cause, LimitError};
-    pub use ratewall_grammar::{LeaseProblem, Problem};
+    pub use ratewall_grammar::{BlockProblem, LeaseProblem, Problem};
 }
 
 pub mod key {

@@ -422,6 +422,21 @@ impl DenyCache {
         }
     }
 
+    /// Forgets every refusal remembered under `key` (its blocks were
+    /// lifted).
+    pub(crate) fn forget_key(&self, key: &Key) {
+        if self.held.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let key = KeyRef::of(key);
+        let hash = self.hash(&key);
+        let mut shard = self.shard(hash).write();
+        if let Ok(found) = shard.table.find_entry(hash, |s| s.is(&key)) {
+            found.remove();
+            self.held.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
     /// Forgets every refusal made for the call or group `name`.
     pub(crate) fn forget_name(&self, name: &str) {
         if self.held.load(Ordering::Relaxed) == 0 {
@@ -548,6 +563,10 @@ impl Layer for DenyLayer {
 
     fn changed(&self, name: &str) {
         self.cache.forget_name(name);
+    }
+
+    fn unblocked(&self, key: &Key) {
+        self.cache.forget_key(key);
     }
 }
 

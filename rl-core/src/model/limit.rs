@@ -5,7 +5,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 pub use ratewall_grammar::Algorithm;
-use ratewall_grammar::{LeaseProblem, Problem};
+use ratewall_grammar::{BlockProblem, LeaseProblem, Problem};
 
 use crate::model::clock::micros;
 use crate::model::error::LimitError;
@@ -41,6 +41,9 @@ pub struct Limit {
     /// Units a process may lease at most (0: no leasing); see
     /// [`Limit::with_lease`].
     lease: u64,
+    /// How long an identity stays refused once this limit refused it, in
+    /// µs (0: no block); see [`Limit::with_block`].
+    block_us: u64,
 }
 
 impl Limit {
@@ -170,9 +173,10 @@ impl Limit {
     /// The bound of [`Limit::from_parts`] the limit breaks under `algorithm`
     /// (e.g. [`LimitError::SlidingLogTooLarge`] for a sliding log above
     /// [`Limit::SLIDING_LOG_CAP`], [`LimitError::UnevenSlots`] for a sliding
-    /// window whose slots do not divide the period), or [`LimitError::Lease`]
+    /// window whose slots do not divide the period), [`LimitError::Lease`]
     /// when the limit leases and `algorithm` cannot lease or its capacity no
-    /// longer holds the lease.
+    /// longer holds the lease, or [`LimitError::Block`] when the limit
+    /// blocks and `algorithm` cannot (a concurrency limit).
     pub fn with_algorithm(self, algorithm: Algorithm) -> Result<Self, LimitError> {
         Self::from_parts(
             self.threshold,
@@ -181,7 +185,8 @@ impl Limit {
             self.burst,
             self.slots,
         )?
-        .keep_lease(self.lease)
+        .keep_lease(self.lease)?
+        .keep_block(self.block_us)
     }
 
     /// The same limit with another burst (capacity of token bucket, leaky bucket
@@ -202,6 +207,10 @@ impl Limit {
             self.slots,
         )?
         .keep_lease(self.lease)
+        .map(|limit| Self {
+            block_us: self.block_us,
+            ..limit
+        })
     }
 
     /// The same limit with another number of sub-windows (sliding-window counter).
@@ -219,6 +228,10 @@ impl Limit {
             slots,
         )?
         .keep_lease(self.lease)
+        .map(|limit| Self {
+            block_us: self.block_us,
+            ..limit
+        })
     }
 
     /// The same limit with another threshold.
@@ -238,6 +251,10 @@ impl Limit {
         };
         Self::from_parts(threshold, self.period_us, self.algorithm, burst, self.slots)?
             .keep_lease(self.lease)
+            .map(|limit| Self {
+                block_us: self.block_us,
+                ..limit
+            })
     }
 
     /// The same limit, leasing: a process may reserve up to `lease` units
@@ -264,23 +281,31 @@ impl Limit {
     /// [`LimitError::Lease`] with the reason
     /// ([`LeaseProblem`](crate::error::LeaseProblem)): `Zero` for a lease of
     /// 0, `Algorithm` for the sliding log and for a concurrency limit,
-    /// `TooLarge` for a lease at or above the capacity.
+    /// `TooLarge` for a lease at or above the capacity; and
+    /// [`LimitError::Block`] with [`BlockProblem::Lease`] for a limit that
+    /// blocks ([`Limit::with_block`]).
     pub fn with_lease(self, lease: u64) -> Result<Self, LimitError> {
-        match ratewall_grammar::check_lease(self.threshold, self.algorithm, self.burst, lease) {
-            Ok(()) => Ok(Self { lease, ..self }),
-            Err(problem) => Err(LimitError::Lease(problem)),
+        if let Err(problem) =
+            ratewall_grammar::check_lease(self.threshold, self.algorithm, self.burst, lease)
+        {
+            return Err(LimitError::Lease(problem));
         }
+        if self.block_us > 0 {
+            return Err(LimitError::Block(BlockProblem::Lease));
+        }
+        Ok(Self { lease, ..self })
     }
 
     /// [`Limit::with_lease`] for constants and statics (what `#[rate_limit(lease
     /// = N)]` builds, after checking `N` itself).
     ///
     /// # Panics
-    /// When the lease does not fit the limit (at compile time in a constant).
+    /// When the lease does not fit the limit, or the limit blocks (at
+    /// compile time in a constant).
     pub const fn with_lease_const(self, lease: u64) -> Self {
         match ratewall_grammar::check_lease(self.threshold, self.algorithm, self.burst, lease) {
-            Ok(()) => Self { lease, ..self },
-            Err(_) => panic!("invalid lease"),
+            Ok(()) if self.block_us == 0 => Self { lease, ..self },
+            _ => panic!("invalid lease"),
         }
     }
 
@@ -304,6 +329,92 @@ impl Limit {
             Ok(self)
         } else {
             self.with_lease(lease)
+        }
+    }
+
+    /// The same limit with a block (a penalty box, rate-limiter-flexible's
+    /// `blockDuration`): once a call is refused by this limit, the identity
+    /// is refused by it for `block` from that refusal, whatever its state
+    /// says, with `remaining` 0 and a `retry_after` until the block ends
+    /// (or later, when the state then still refuses). The block is written
+    /// by the decision that refused, in the same atomic step (one round
+    /// trip on Redis), and every instance sharing the store sees it.
+    /// Refusals during the block do not extend it; the first refusal after
+    /// it starts a new one. Only the limit that refused is blocked: the
+    /// other limits of an all-or-nothing call, and the identity's other
+    /// keys, are untouched. A block is lifted by a reset of the limit for
+    /// the identity, or by [`Settings::unblock`](crate::settings::Settings::unblock).
+    ///
+    /// ```
+    /// use ratewall::Limit;
+    /// use std::time::Duration;
+    /// let login = Limit::per_minute(5)?.with_block(Duration::from_secs(900))?;
+    /// assert_eq!(login.block(), Some(Duration::from_secs(900)));
+    /// assert_eq!(login.to_string(), "5/1m (gcra, block 15m)");
+    /// assert!(Limit::per_minute(5)?.with_block(Duration::ZERO).is_err());
+    /// assert!(Limit::per_minute(5)?.with_block(Duration::from_secs(31 * 86_400)).is_err());
+    /// assert!(login.with_lease(2).is_err()); // leased units would be admitted past a block
+    /// assert!(Limit::in_flight(4)?.with_block(Duration::from_secs(1)).is_err());
+    /// # Ok::<(), ratewall::error::LimitError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`LimitError::Block`] with the reason
+    /// ([`BlockProblem`](crate::error::BlockProblem)): `OutOfRange` for a
+    /// block under 1 ms or over 30 days, `InFlight` for a concurrency limit,
+    /// `Lease` for a limit that leases.
+    pub fn with_block(self, block: Duration) -> Result<Self, LimitError> {
+        let block_us = micros(block);
+        match ratewall_grammar::check_block(block_us, self.algorithm, self.lease) {
+            Ok(()) => Ok(Self { block_us, ..self }),
+            Err(problem) => Err(LimitError::Block(problem)),
+        }
+    }
+
+    /// [`Limit::with_block`] for constants and statics, in microseconds
+    /// (what `#[rate_limit(block_for = ...)]` builds, after checking the
+    /// block itself).
+    ///
+    /// # Panics
+    /// When the block does not fit the limit (at compile time in a
+    /// constant).
+    pub const fn with_block_const(self, block_us: u64) -> Self {
+        match ratewall_grammar::check_block(block_us, self.algorithm, self.lease) {
+            Ok(()) => Self { block_us, ..self },
+            Err(_) => panic!("invalid block"),
+        }
+    }
+
+    /// The same limit without a block.
+    pub const fn without_block(self) -> Self {
+        Self {
+            block_us: 0,
+            ..self
+        }
+    }
+
+    /// How long an identity stays refused once this limit refused it, when
+    /// the limit blocks ([`Limit::with_block`]).
+    pub const fn block(&self) -> Option<Duration> {
+        if self.block_us == 0 {
+            None
+        } else {
+            Some(Duration::from_micros(self.block_us))
+        }
+    }
+
+    /// The block in microseconds (0: none).
+    #[inline(always)]
+    pub const fn block_micros(&self) -> u64 {
+        self.block_us
+    }
+
+    /// This limit with a block of `block_us` (0: none) checked again.
+    fn keep_block(self, block_us: u64) -> Result<Self, LimitError> {
+        if block_us == 0 {
+            Ok(self)
+        } else {
+            self.with_block(Duration::from_micros(block_us))
         }
     }
 
@@ -378,6 +489,7 @@ impl Limit {
             slots,
             interval_us: period_us.div_ceil(threshold),
             lease: 0,
+            block_us: 0,
         }
     }
 
@@ -464,13 +576,7 @@ impl Limit {
     /// assert_eq!(key, "rl:{sms:+33}:sw:60000000:10");
     /// ```
     pub fn write_storage_suffix(&self, out: &mut String) {
-        use std::fmt::Write as _;
-        let (algorithm, period, slots) = self.state_id();
-        out.push_str(algorithm.code());
-        let _ = write!(out, ":{period}");
-        if algorithm.uses_slots() {
-            let _ = write!(out, ":{slots}");
-        }
+        write_suffix(self.state_id(), out);
     }
 
     /// What identifies this limit's state: two limits with the same id on one
@@ -506,6 +612,17 @@ impl Limit {
     }
 }
 
+/// Appends the storage suffix of the state `state` names (see
+/// [`Limit::storage_suffix`]).
+pub(crate) fn write_suffix((algorithm, period, slots): StateId, out: &mut String) {
+    use std::fmt::Write as _;
+    out.push_str(algorithm.code());
+    let _ = write!(out, ":{period}");
+    if algorithm.uses_slots() {
+        let _ = write!(out, ":{slots}");
+    }
+}
+
 impl fmt::Display for Limit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.is_in_flight() {
@@ -525,6 +642,13 @@ impl fmt::Display for Limit {
         )?;
         if self.lease > 0 {
             write!(f, ", lease {}", self.lease)?;
+        }
+        if self.block_us > 0 {
+            write!(
+                f,
+                ", block {}",
+                ratewall_grammar::format_duration(self.block_us)
+            )?;
         }
         f.write_str(")")
     }
@@ -603,6 +727,12 @@ impl From<Problem> for LimitError {
 impl From<LeaseProblem> for LimitError {
     fn from(problem: LeaseProblem) -> Self {
         LimitError::Lease(problem)
+    }
+}
+
+impl From<BlockProblem> for LimitError {
+    fn from(problem: BlockProblem) -> Self {
+        LimitError::Block(problem)
     }
 }
 
@@ -739,6 +869,52 @@ mod tests {
         assert_eq!(Limit::per_hour(5).unwrap().to_string(), "5/1h (gcra)");
         let leasing = Limit::per_hour(5).unwrap().with_lease(2).unwrap();
         assert_eq!(leasing.to_string(), "5/1h (gcra, lease 2)");
+    }
+
+    #[test]
+    fn a_block_is_bounded_survives_changes_and_excludes_leases_and_slots() {
+        let minute = Limit::per_minute(5).unwrap();
+        let block = |us| minute.with_block(Duration::from_micros(us));
+        assert!(block(999).is_err() && block(1_000).is_ok());
+        assert!(block(30 * 86_400_000_000).is_ok());
+        assert_eq!(
+            block(30 * 86_400_000_000 + 1),
+            Err(LimitError::Block(BlockProblem::OutOfRange {
+                block_us: 30 * 86_400_000_000 + 1
+            }))
+        );
+        let blocking = block(900_000_000).unwrap();
+        assert_eq!(blocking.block_micros(), 900_000_000);
+        assert_eq!(
+            blocking.with_threshold(9).unwrap().block(),
+            blocking.block()
+        );
+        assert_eq!(blocking.with_burst(9).unwrap().block(), blocking.block());
+        let windows = blocking.with_algorithm(Algorithm::SlidingWindow).unwrap();
+        assert_eq!(windows.with_slots(5).unwrap().block(), blocking.block());
+        assert_eq!(
+            blocking.with_algorithm(Algorithm::InFlight),
+            Err(LimitError::Block(BlockProblem::InFlight))
+        );
+        assert_eq!(
+            blocking.with_lease(2),
+            Err(LimitError::Block(BlockProblem::Lease))
+        );
+        assert_eq!(
+            minute
+                .with_lease(2)
+                .unwrap()
+                .with_block(Duration::from_secs(1)),
+            Err(LimitError::Block(BlockProblem::Lease))
+        );
+        // Not part of the state's identity: changing it keeps the state.
+        assert_eq!(blocking.state_id(), minute.state_id());
+        assert_eq!(blocking.without_block(), minute);
+        assert_eq!(
+            Limit::from_parts_const(5, 60_000_000, Algorithm::Gcra, 5, 10)
+                .with_block_const(900_000_000),
+            blocking
+        );
     }
 
     #[test]
