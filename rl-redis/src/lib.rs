@@ -148,6 +148,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
+mod block;
 mod builder;
 mod call_mode;
 mod error;

@@ -620,9 +620,10 @@ async fn a_batch_or_a_lease_naming_an_unknown_algorithm_is_an_error_and_writes_n
         .expect("a known algorithm");
     let (): () = server.cmd(&["FLUSHALL"]).await;
     // Header, then one request: algorithm `zz`, threshold, period, burst,
-    // slots, cost (and, for a lease, its three numbers).
+    // slots, cost, then for a batch its block, for a lease its three
+    // numbers.
     let batch_args = [
-        "acquire", "s", "0", "0", "zz", "1", "60000000", "1", "0", "1",
+        "acquire", "s", "0", "0", "zz", "1", "60000000", "1", "0", "1", "0",
     ];
     let lease_args = [
         "lease", "s", "0", "0", "zz", "1", "60000000", "1", "0", "1", "1", "0", "0",
