@@ -249,18 +249,7 @@ impl RateLimitLayer {
     /// [`Settings::set_shadow`](crate::settings::Settings::set_shadow) take for the whole call (each key's limits go
     /// by the key's own name).
     pub fn builder(name: &str) -> RateLimitLayerBuilder {
-        RateLimitLayerBuilder {
-            name: name.to_owned(),
-            groups: Vec::new(),
-            keys: SmallVec::new(),
-            tiers: SmallVec::new(),
-            error: None,
-            limiter: None,
-            policy: None,
-            headers: true,
-            missing: MissingKey::Reject,
-            trusted: None,
-        }
+        RateLimitLayerBuilder::new(name)
     }
 
     /// The call this layer makes for each request.
