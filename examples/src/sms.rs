@@ -489,10 +489,10 @@ mod tests {
     #[test]
     fn limits_config_rejects_bad_rates_with_the_offending_text() {
         let bad = LimitsConfig {
-            phone: vec!["1/1m".into(), "5 per hour".into()],
+            phone: vec!["1/1m".into(), "5 per fortnight".into()],
             ip: vec!["20/1h".into()],
         };
-        assert!(bad.parse().unwrap_err().contains("5 per hour"));
+        assert!(bad.parse().unwrap_err().contains("5 per fortnight"));
         let too_big = LimitsConfig {
             phone: vec!["20000/1h".into()],
             ip: vec!["20/1h".into()],

@@ -435,9 +435,13 @@ pub async fn worker(
     // The budget: each request draws on it (1 request, its `max_tokens` as
     // the tokens' estimate: `Draw`s below), waits for room, is settled at
     // the tokens its answer used (read as the caller reads the body), shares
-    // a 429's `Retry-After` and what the upstream says is left with every
-    // worker, and with `auto` finds the limit from what it hears.
-    let counts = [Counts::Requests, Counts::Tokens];
+    // a 429's `Retry-After` with every worker, and with `auto` finds the
+    // limit from what it hears, remaining counts included (a budget told
+    // the limits needs nothing of the upstream but its refusals).
+    let counts = match auto {
+        Some(_) => [Counts::Requests, Counts::Tokens],
+        None => [Counts::Nothing, Counts::Nothing],
+    };
     let budget = UpstreamMiddleware::new(limiter.clone(), spec, counts, |_: &_| {
         Draw::new(["model"; 2])
     })

@@ -260,7 +260,7 @@ async fn limits_change_at_runtime_without_a_restart() {
             .http
             .put(service.url("/admin/config"))
             .bearer_auth(TOKEN)
-            .json(&json!({ "phone": ["3 per minute"], "ip": ["20/1h"] }))
+            .json(&json!({ "phone": ["3 per fortnight"], "ip": ["20/1h"] }))
             .send()
             .await
             .unwrap();
@@ -269,7 +269,7 @@ async fn limits_change_at_runtime_without_a_restart() {
             json(bad).await["message"]
                 .as_str()
                 .unwrap()
-                .contains("3 per minute")
+                .contains("3 per fortnight")
         );
 
         let changed = service

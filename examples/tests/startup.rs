@@ -41,9 +41,9 @@ fn refusal(binary: &str, env: &[(&str, &str)]) -> String {
 
 #[test]
 fn bad_settings_in_memory_name_the_setting() {
-    let line = refusal(SMS, &[("SMS_PHONE_LIMITS", "1/1m,5 per hour")]);
+    let line = refusal(SMS, &[("SMS_PHONE_LIMITS", "1/1m,5 per fortnight")]);
     assert!(
-        line.contains("invalid sms limits") && line.contains("5 per hour"),
+        line.contains("invalid sms limits") && line.contains("5 per fortnight"),
         "{line}"
     );
     let line = refusal(SMS, &[("SMS_INSTANCES", "zero")]);

@@ -1,15 +1,28 @@
-//! Limits from a TOML file (feature `config`): per limit name its rates,
-//! algorithm, burst, failure policy and shadow mode, and the allow and deny
-//! lists, applied to a running [`Limiter`] all-or-nothing.
+//! Limits files (feature `serde`; TOML with feature `config`): per limit
+//! name its rates, algorithm, burst, failure policy and shadow mode, and
+//! the allow and deny lists, applied to a running [`Limiter`]
+//! all-or-nothing. Read from TOML ([`LimitsFile::parse`], [`LimitsFile::load`])
+//! or from any self-describing serde format (`Deserialize for LimitsFile`,
+//! [`LimitsFile::from_deserializer`]): YAML, JSON, a config-rs or figment
+//! tree. Every format goes through one reader, with the same checks and
+//! messages.
 
 use std::collections::BTreeMap;
+#[cfg(feature = "config")]
 use std::path::Path;
+
+use serde_core::de::{Deserialize, Deserializer, Error as _};
 
 use crate::limiter::Limiter;
 use crate::model::error::LimitError;
-use crate::model::limit::{Algorithm, Limit};
-use crate::model::lists::{ListEntry, ListKind, key_form};
+use crate::model::limit::Limit;
+use crate::model::lists::ListEntry;
 use crate::model::policy::FailurePolicy;
+use crate::model::value::Value;
+
+// Reading a file from any format's values, and writing it back.
+mod read;
+mod write;
 
 /// The keys a limit's table may hold.
 const KEYS: &str =
@@ -107,6 +120,27 @@ pub enum ConfigError {
         /// The conflict.
         source: LimitError,
     },
+    /// A key given twice in one table (a format such as JSON lets it
+    /// through; TOML and YAML refuse it as a syntax error).
+    #[error(
+        "{}`{key}` given twice; keep one",
+        .name.as_ref().map(|n| format!("limit `{n}`: ")).unwrap_or_default()
+    )]
+    Duplicate {
+        /// The limit name, when the key is one of its settings.
+        name: Option<String>,
+        /// The key (`limits.<name>` for a limit name given twice).
+        key: String,
+    },
+    /// The whole file is not a table (e.g. a YAML list).
+    #[error(
+        "a limits file is a table of `limits` (e.g. `[limits.sms_phone]`) and `lists`; got {0}"
+    )]
+    NotAFile(String),
+    /// The format itself failed (e.g. JSON that does not parse), in
+    /// [`LimitsFile::from_deserializer`]: its message.
+    #[error("limits configuration cannot be read: {0}")]
+    Format(String),
 }
 
 /// The settings of one limit name in a [`LimitsFile`].
@@ -134,18 +168,26 @@ impl LimitsEntry {
     }
 }
 
-/// Limits per name, read from TOML:
+/// Limits per name, read from TOML ([`LimitsFile::parse`]) or any
+/// self-describing serde format (`Deserialize`), and written back to any
+/// (`Serialize`):
 ///
 /// ```toml
 /// [limits.sms_phone]
 /// rates = ["1/1m", "5/1h", "10/1d"]
 /// algorithm = "sliding_log"   # optional, default gcra
-/// burst = 10                  # optional (token bucket, leaky bucket, gcra)
-/// slots = 10                  # optional (sliding_window)
-/// lease = 100                 # optional: quota leasing, units per process at most
 /// block_for = "15m"           # optional: once refused, refused for this long (not with lease)
 /// on_error = "fail_closed"    # optional: fail_open | fail_closed | local:<share>
 /// shadow = true               # optional, default false
+///
+/// [limits.api]
+/// rates = ["600/1m", "10000/1d", { rate = "20/1s", algorithm = "sliding_window", slots = 20 }]
+/// burst = 50                  # optional (token bucket, leaky bucket, gcra)
+/// slots = 10                  # optional (sliding_window)
+/// lease = 100                 # optional: quota leasing, units per process at most
+///
+/// [limits.export]
+/// rates = ["100/1h", { max_in_flight = 4, in_flight_ttl = "30s" }]
 ///
 /// [lists]                     # optional: identities of every limit
 /// deny = ["203.0.113.9"]
@@ -154,6 +196,17 @@ impl LimitsEntry {
 /// allow = ["+15550100"]
 /// deny = ["+33612345678"]
 /// ```
+///
+/// Each rate is a rate (`"5/1h"`, `"10 per minute"`) or a limit's table,
+/// the forms of [`Limit`]'s `Deserialize`: the name's `algorithm`,
+/// `burst`, `slots`, `lease` and `block_for` apply to the rates written as
+/// text, while a table carries its own (`{ rate = "20/1s", algorithm =
+/// "sliding_window", slots = 20 }`), and `{ max_in_flight = 4,
+/// in_flight_ttl = "30s" }` is a concurrency limit. `burst` is refused
+/// where the algorithm has none (the window algorithms) and `slots` off
+/// `sliding_window`, as in the macro. `block_for` (a duration such as
+/// `"15m"`, or whole seconds; 1 ms to 30 days) is a penalty box
+/// ([`Limit::with_block`]), refused beside `lease`.
 ///
 /// A name is the `name` of `#[rate_limit]` (by default `module::function`)
 /// or of an `also(...)` group, or a tier's `<name>@<tier>`, quoted:
@@ -197,28 +250,47 @@ impl LimitsFile {
     /// another variant when it is TOML but not a limits file (an unknown key, a
     /// table or value of the wrong type or out of range, a rate that makes no
     /// limit, rates that would share state, a malformed list).
+    #[cfg(feature = "config")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "config")))]
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        let table: toml::Table = toml::from_str(text)
+        let value: Value = toml::from_str(text)
             .map_err(|e: toml::de::Error| ConfigError::Syntax(e.to_string().trim().to_owned()))?;
-        let mut entries = BTreeMap::new();
-        let mut lists = Vec::new();
-        for (key, value) in table {
-            match key.as_str() {
-                "limits" => {
-                    let toml::Value::Table(limits) = value else {
-                        return Err(ConfigError::LimitsNotATable(value.to_string()));
-                    };
-                    for (name, value) in limits {
-                        let entry = parse_entry(&name, value)?;
-                        entries.insert(name, entry);
-                    }
-                }
-                "lists" => parse_lists(value, &mut lists)?,
-                _ => return Err(ConfigError::UnknownTopLevelKey(key)),
-            }
-        }
-        lists.sort_by(|a: &ListEntry, b| (&a.name, &a.identity).cmp(&(&b.name, &b.identity)));
-        Ok(Self { entries, lists })
+        read::file(&value)
+    }
+
+    /// Reads and validates a limits file from any self-describing serde
+    /// format's deserializer (a `serde_json::Value`, a `config::Value`, a
+    /// YAML document...), with the typed [`ConfigError`] that
+    /// `Deserialize for LimitsFile` turns into the format's error.
+    ///
+    /// ```
+    /// use ratewall::config::{ConfigError, LimitsFile};
+    /// // A table from a TOML document of the application's own: any
+    /// // deserializer does (a `serde_json::Value`, a `config::Value`, ...).
+    /// let app: toml::Table = toml::from_str(r#"
+    ///     [ratewall.limits.sms_phone]
+    ///     rates = ["1/1m", { rate = "5/1h", algorithm = "sliding_log" }]
+    /// "#)?;
+    /// let file = LimitsFile::from_deserializer(app["ratewall"].clone())?;
+    /// assert_eq!(file.get("sms_phone").unwrap().limits().len(), 2);
+    ///
+    /// let bad: toml::Table = toml::from_str("limits.sms_phone.rates = [\"5 every hour\"]")?;
+    /// let error = LimitsFile::from_deserializer(toml::Value::Table(bad)).unwrap_err();
+    /// assert!(matches!(&error, ConfigError::BadRate { name, .. } if name == "sms_phone"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`ConfigError::Format`] with the format's message when the
+    /// deserializer fails on its own (text that does not parse, a value it
+    /// cannot give); otherwise as [`LimitsFile::parse`], the first problem
+    /// found naming the limit, the key and the value.
+    pub fn from_deserializer<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Self, ConfigError> {
+        let value =
+            Value::deserialize(deserializer).map_err(|e| ConfigError::Format(e.to_string()))?;
+        read::file(&value)
     }
 
     /// Reads the file at `path` and [parses](LimitsFile::parse) it.
@@ -226,6 +298,8 @@ impl LimitsFile {
     /// # Errors
     /// [`ConfigError::Read`], with the path and the operating system's reason,
     /// when the file cannot be read; otherwise as [`LimitsFile::parse`].
+    #[cfg(feature = "config")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "config")))]
     pub fn load(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
@@ -340,281 +414,36 @@ impl LimitsFile {
     }
 }
 
-/// The raw settings of one name, each value checked for its type.
-#[derive(Default)]
-struct Raw {
-    rates: Option<Vec<String>>,
-    algorithm: Option<Algorithm>,
-    burst: Option<u64>,
-    slots: Option<u64>,
-    lease: Option<u64>,
-    block: Option<std::time::Duration>,
-    policy: Option<FailurePolicy>,
-    shadow: Option<bool>,
-}
-
-fn parse_entry(name: &str, value: toml::Value) -> Result<LimitsEntry, ConfigError> {
-    if name.is_empty() {
-        return Err(ConfigError::EmptyName);
-    }
-    let toml::Value::Table(table) = value else {
-        return Err(ConfigError::NotATable {
-            name: name.to_owned(),
-            value: value.to_string(),
-        });
-    };
-    let bad = |key: &'static str, value: &toml::Value, expected: &str| ConfigError::BadValue {
-        name: name.to_owned(),
-        key,
-        value: value.to_string(),
-        expected: expected.to_owned(),
-    };
-    let positive = |key: &'static str, value: &toml::Value| match value {
-        toml::Value::Integer(n) if *n >= 1 => Ok(*n as u64),
-        _ => Err(bad(key, value, "expected a positive integer")),
-    };
-    let mut raw = Raw::default();
-    for (key, value) in &table {
-        match key.as_str() {
-            "rates" => {
-                let toml::Value::Array(items) = value else {
-                    return Err(bad(
-                        "rates",
-                        value,
-                        "expected a list such as [\"1/1m\", \"5/1h\"]",
-                    ));
-                };
-                if items.is_empty() {
-                    return Err(bad(
-                        "rates",
-                        value,
-                        "at least one rate is needed, e.g. [\"5/1h\"]",
-                    ));
-                }
-                let rates = items
-                    .iter()
-                    .map(|item| match item {
-                        toml::Value::String(rate) => Ok(rate.clone()),
-                        _ => Err(bad("rates", item, "each rate is a string such as \"5/1h\"")),
-                    })
-                    .collect::<Result<_, _>>()?;
-                raw.rates = Some(rates);
-            }
-            "algorithm" => {
-                let algorithm = value
-                    .as_str()
-                    .and_then(|text| text.parse().ok())
-                    .ok_or_else(|| {
-                        let names: Vec<String> = Algorithm::ALL
-                            .iter()
-                            .map(|a| format!("\"{}\"", a.name()))
-                            .collect();
-                        bad(
-                            "algorithm",
-                            value,
-                            &format!("expected one of {}", names.join(", ")),
-                        )
-                    })?;
-                raw.algorithm = Some(algorithm);
-            }
-            "burst" => raw.burst = Some(positive("burst", value)?),
-            "slots" => raw.slots = Some(positive("slots", value)?),
-            "lease" => raw.lease = Some(positive("lease", value)?),
-            "block_for" => {
-                let block = match value {
-                    toml::Value::String(text) => crate::model::limit::parse_duration(text).ok(),
-                    toml::Value::Integer(seconds) if *seconds >= 1 => {
-                        Some(std::time::Duration::from_secs(*seconds as u64))
-                    }
-                    _ => None,
-                };
-                raw.block = Some(block.ok_or_else(|| {
-                    bad(
-                        "block_for",
-                        value,
-                        "expected a duration such as \"15m\" or \"1h\", or whole seconds",
-                    )
-                })?);
-            }
-            "on_error" => {
-                let policy = value.as_str().and_then(parse_policy).ok_or_else(|| {
-                    bad(
-                        "on_error",
-                        value,
-                        "expected \"fail_open\", \"fail_closed\" or \"local:<share>\" (share >= 1, e.g. \"local:4\")",
-                    )
-                })?;
-                raw.policy = Some(policy);
-            }
-            "shadow" => {
-                let shadow = value
-                    .as_bool()
-                    .ok_or_else(|| bad("shadow", value, "expected true or false"))?;
-                raw.shadow = Some(shadow);
-            }
-            _ => {
-                return Err(ConfigError::UnknownKey {
-                    name: name.to_owned(),
-                    key: key.clone(),
-                });
-            }
-        }
-    }
-    let Some(rates) = raw.rates else {
-        return Err(ConfigError::MissingRates {
-            name: name.to_owned(),
-        });
-    };
-    let limits = rates
-        .iter()
-        .map(|rate| {
-            let mut limit = rate.parse::<Limit>();
-            if let Some(slots) = raw.slots {
-                limit = limit.and_then(|l| l.with_slots(slots));
-            }
-            if let Some(burst) = raw.burst {
-                limit = limit.and_then(|l| l.with_burst(burst));
-            }
-            if let Some(algorithm) = raw.algorithm {
-                limit = limit.and_then(|l| l.with_algorithm(algorithm));
-            }
-            if let Some(lease) = raw.lease {
-                limit = limit.and_then(|l| l.with_lease(lease));
-            }
-            if let Some(block) = raw.block {
-                limit = limit.and_then(|l| l.with_block(block));
-            }
-            limit.map_err(|source| ConfigError::BadRate {
-                name: name.to_owned(),
-                rate: rate.clone(),
-                source,
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    Limit::check_distinct(&limits).map_err(|source| ConfigError::Conflict {
-        name: name.to_owned(),
-        source,
-    })?;
-    Ok(LimitsEntry {
-        limits,
-        policy: raw.policy,
-        shadow: raw.shadow.unwrap_or(false),
-    })
-}
-
-/// `[lists]`: `allow` / `deny` arrays of identities for every limit, and
-/// `[lists.<name>]` tables with the same keys for one limit.
-fn parse_lists(value: toml::Value, out: &mut Vec<ListEntry>) -> Result<(), ConfigError> {
-    let bad = |name: Option<&str>, message: String| ConfigError::BadList {
-        name: name.map(str::to_owned),
-        message,
-    };
-    let toml::Value::Table(table) = value else {
-        return Err(bad(None, format!("`lists` must be a table, got {value}")));
-    };
-    let mut push = |name: Option<&str>, key: &str, value: &toml::Value| {
-        let kind: ListKind = key
-            .parse()
-            .map_err(|_| bad(name, format!("unknown key `{key}`")))?;
-        let toml::Value::Array(items) = value else {
-            return Err(bad(
-                name,
-                format!("`{key}` must be a list of strings, got {value}"),
-            ));
-        };
-        for item in items {
-            let toml::Value::String(identity) = item else {
-                return Err(bad(name, format!("`{key}` holds {item}, not a string")));
-            };
-            if let Some(other) = out
-                .iter()
-                .find(|e| e.name.as_deref() == name && e.identity == key_form(identity))
-            {
-                return Err(bad(
-                    name,
-                    format!(
-                        "{identity:?} is on the {} list and the {key} list",
-                        other.kind
-                    ),
-                ));
-            }
-            out.push(ListEntry::new(kind, name, key_form(identity), None));
-        }
-        Ok(())
-    };
-    for (key, value) in &table {
-        match value {
-            toml::Value::Table(lists) => {
-                if key.is_empty() {
-                    return Err(bad(None, "limit names must not be empty".into()));
-                }
-                for (list, items) in lists {
-                    push(Some(key), list, items)?;
-                }
-            }
-            _ => push(None, key, value)?,
-        }
-    }
-    Ok(())
-}
-
-/// `fail_open`, `fail_closed` or `local:<share>` with `share >= 1`.
-fn parse_policy(text: &str) -> Option<FailurePolicy> {
-    match text.trim() {
-        "fail_open" => Some(FailurePolicy::FailOpen),
-        "fail_closed" => Some(FailurePolicy::FailClosed),
-        other => {
-            let share: u64 = other.strip_prefix("local:")?.trim().parse().ok()?;
-            FailurePolicy::local(share)
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn block_for_applies_to_every_rate_of_its_entry_and_keeps_its_bounds() {
-        let file = LimitsFile::parse(
-            "[limits.login]\nrates = [\"5/1m\", \"20/1h\"]\nblock_for = \"15m\"\n\
-             [limits.api]\nrates = [\"5/1s\"]\nblock_for = 30",
-        )
-        .unwrap();
-        let login = file.get("login").unwrap().limits();
-        assert!(
-            login
-                .iter()
-                .all(|l| l.block() == Some(std::time::Duration::from_secs(900)))
-        );
-        let api = file.get("api").unwrap().limits();
-        assert_eq!(api[0].block(), Some(std::time::Duration::from_secs(30)));
-        for (value, expected) in [
-            ("\"31d\"", "from 1ms to 30d"),
-            ("\"soon\"", "expected a duration"),
-            ("0", "expected a duration"),
-        ] {
-            let error = LimitsFile::parse(&format!(
-                "[limits.x]\nrates = [\"1/1s\"]\nblock_for = {value}"
-            ))
-            .unwrap_err()
-            .to_string();
-            assert!(error.contains(expected), "{value}: {error}");
-        }
-        let error =
-            LimitsFile::parse("[limits.x]\nrates = [\"9/1s\"]\nlease = 2\nblock_for = \"1m\"")
-                .unwrap_err()
-                .to_string();
-        assert!(error.contains("cannot both lease and block"), "{error}");
-    }
-
-    #[test]
-    fn failure_policies_read_as_in_the_docs() {
-        assert_eq!(parse_policy("fail_open"), Some(FailurePolicy::FailOpen));
-        assert_eq!(parse_policy("fail_closed"), Some(FailurePolicy::FailClosed));
-        assert_eq!(parse_policy("local:3"), FailurePolicy::local(3));
-        assert_eq!(parse_policy("local:0"), None);
-        assert_eq!(parse_policy("local"), None);
-        assert_eq!(parse_policy("closed"), None);
+/// Read from any self-describing serde format, through the reader of
+/// [`LimitsFile::parse`]: the same keys, checks and messages, a problem
+/// becoming the format's error with the [`ConfigError`]'s message, which
+/// names the limit (`limit `sms_phone`: rate "5 every hour": ...`). For
+/// the typed error, use [`LimitsFile::from_deserializer`].
+///
+/// In an application's configuration, a `LimitsFile` field (or
+/// `config.get::<LimitsFile>("ratewall")` with config-rs,
+/// `figment.extract_inner::<LimitsFile>("ratewall")` with figment) reads
+/// the section; the error carries the limit's name in its message, and
+/// the section's path where the library adds it.
+///
+/// ```
+/// use ratewall::config::LimitsFile;
+///
+/// let doc: toml::Table = toml::from_str(r#"
+///     [ratewall.limits."api@pro"]
+///     rates = ["1000/1m", { max_in_flight = 20 }]
+/// "#)?;
+/// let file: LimitsFile = doc["ratewall"].clone().try_into()?;
+/// assert!(file.get("api@pro").unwrap().limits()[1].is_in_flight());
+///
+/// let bad: toml::Table = toml::from_str("limits.sms.rates = [{ rate = \"5/1h\", algorithm = \"fixed_window\", burst = 9 }]")?;
+/// let error = toml::Value::Table(bad).try_into::<LimitsFile>().unwrap_err().to_string();
+/// assert!(error.contains("limit `sms`: rate \"5/1h\": `burst` has no effect with `fixed_window`"), "{error}");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+impl<'de> Deserialize<'de> for LimitsFile {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        read::file(&value).map_err(D::Error::custom)
     }
 }

@@ -25,7 +25,7 @@ macro_rules! page {
 page!(macro_attribute = "macro_attribute.md", tested if feature = "macros");
 page!(call_api = "call_api.md", tested if all());
 page!(algorithms = "algorithms.md", tested if all());
-page!(routes = "routes.md", tested if all(feature = "tower", feature = "axum"));
+page!(routes = "routes.md", tested if all(feature = "tower", feature = "axum", feature = "actix"));
 // Its examples need `ratewall-redis`: doctested there.
 page!(redis = "redis.md", tested if any());
 page!(waiting = "waiting.md", tested if feature = "macros");
@@ -35,7 +35,7 @@ page!(concurrency = "concurrency.md", tested if feature = "macros");
 page!(leasing = "leasing.md", tested if any());
 page!(budgets = "budgets.md", tested if feature = "macros");
 page!(upstream = "upstream.md", tested if feature = "tower");
-page!(operations = "operations.md", tested if feature = "config");
+page!(operations = "operations.md", tested if all(feature = "config", feature = "serde"));
 page!(metrics = "metrics.md", tested if all());
 page!(architecture = "architecture.md", tested if all());
 page!(showcases = "showcases.md", tested if all(feature = "macros", feature = "axum"));

@@ -19,26 +19,41 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use arrayvec::ArrayString;
+use arrayvec::{ArrayString, ArrayVec};
 #[cfg(feature = "axum")]
 use axum::extract::{ConnectInfo, FromRequestParts};
 #[cfg(feature = "axum")]
 use axum::response::{IntoResponse, Response};
+#[cfg(any(feature = "axum", feature = "tower"))]
+use http::Extensions;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 #[cfg(feature = "axum")]
 use http::request::Parts;
-use http::{Extensions, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use ipnet::IpNet;
 
 use crate::model::decision::Decision;
 use crate::model::limit::Limit;
 use crate::model::rejection::Rejection;
-use crate::refusal::{self, Refusal};
+use crate::refusal::{self, Wire};
+
+mod forwarded;
+pub(crate) use forwarded::HeaderLines;
+pub use forwarded::ProxyHeader;
 
 /// The `RateLimit-Policy` header name.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 /// The `RateLimit` header name.
 pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// `X-RateLimit-Limit`: the binding limit's quota (the legacy fields
+/// express-rate-limit and GitHub send; the route layer's
+/// `legacy_headers`, feature `tower` or `actix`).
+pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+/// `X-RateLimit-Remaining`: what is left of the binding limit's quota.
+pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+/// `X-RateLimit-Reset`: the seconds (rounded up) until the binding limit
+/// is whole again: a delay, as express-rate-limit sends it, not a time.
+pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
 /// Adds `RateLimit-Policy` and `RateLimit` for one limit's decision, e.g. to
 /// an allowed response.
@@ -99,7 +114,7 @@ impl<T: WithHeaders, E> WithHeaders for Result<T, E> {
 /// `Content-Type: application/json`, `Retry-After` and the `RateLimit`
 /// fields when it has them, and its JSON body (see the module docs).
 pub(crate) fn rejection_response<B: From<String>>(rejection: &Rejection) -> http::Response<B> {
-    let refusal = Refusal::of(rejection);
+    let refusal = Wire::of(rejection);
     let mut response = http::Response::new(B::from(refusal.body));
     *response.status_mut() =
         StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
@@ -150,6 +165,7 @@ pub struct PeerAddr(pub SocketAddr);
 
 /// The socket peer the server put in a request's `extensions` (see
 /// [`PeerAddr`] for where it is read from).
+#[cfg(any(feature = "axum", feature = "tower"))]
 #[inline]
 pub(crate) fn peer(extensions: &Extensions) -> Option<IpAddr> {
     #[cfg(feature = "axum")]
@@ -166,29 +182,76 @@ pub(crate) fn peer(extensions: &Extensions) -> Option<IpAddr> {
     None
 }
 
-/// Proxies whose `X-Forwarded-For` is believed. Add it to the request's
-/// extensions (e.g. as an axum `Extension`); without it [`ClientIp`] uses
-/// the socket's address only.
+/// Proxies whose word on the client is believed, and the headers they
+/// tell it in ([`ProxyHeader`]: `X-Forwarded-For` alone by default, or
+/// `Forwarded` (RFC 7239) and `X-Real-IP`, in an order of precedence:
+/// [`with_headers`](TrustedProxies::with_headers)). Add it to the
+/// request's extensions (e.g. as an axum `Extension`), or give it to the
+/// route layer; without it [`ClientIp`] uses the socket's address only.
 ///
 /// ```
-/// use ratewall::http::TrustedProxies;
+/// use ratewall::http::{ProxyHeader, TrustedProxies};
 /// let proxies: TrustedProxies = "10.0.0.0/8, 127.0.0.1/32".parse().unwrap();
 /// assert!(proxies.contains("10.1.2.3".parse().unwrap()));
+/// assert_eq!(proxies.headers(), [ProxyHeader::XForwardedFor]);
 /// assert!("10.0.0.0/33".parse::<TrustedProxies>().is_err());
+/// // Proxies that set `Forwarded`, some older ones `X-Real-IP`.
+/// let proxies = proxies.with_headers([ProxyHeader::Forwarded, ProxyHeader::XRealIp]);
+/// assert_eq!(proxies.headers(), [ProxyHeader::Forwarded, ProxyHeader::XRealIp]);
 /// ```
-#[derive(Debug, Clone, Default)]
-pub struct TrustedProxies(Arc<[IpNet]>);
+#[derive(Debug, Clone)]
+pub struct TrustedProxies {
+    networks: Arc<[IpNet]>,
+    /// The headers read, in order of precedence.
+    headers: ArrayVec<ProxyHeader, 3>,
+}
+
+impl Default for TrustedProxies {
+    /// No proxy trusted (and `X-Forwarded-For` the header read).
+    fn default() -> Self {
+        Self::new([])
+    }
+}
 
 impl TrustedProxies {
-    /// Trusts the given networks.
+    /// Trusts the given networks, whose `X-Forwarded-For` is read.
     pub fn new(networks: impl IntoIterator<Item = IpNet>) -> Self {
-        Self(networks.into_iter().collect())
+        let mut headers = ArrayVec::new();
+        headers.push(ProxyHeader::XForwardedFor);
+        Self {
+            networks: networks.into_iter().collect(),
+            headers,
+        }
+    }
+
+    /// The same proxies, read in the headers `headers`, in this order of
+    /// precedence: the first of them present in a request is the one
+    /// read, alone (its right-most hop that is not a trusted proxy, as for
+    /// `X-Forwarded-For`); a repeated header counts once; none: the peer
+    /// is always the client. Name only headers your proxies set or
+    /// overwrite: one they pass through as the client sent it lets the
+    /// client write its own address (e.g. `Forwarded` first behind a proxy
+    /// that only appends to `X-Forwarded-For`).
+    pub fn with_headers(mut self, headers: impl IntoIterator<Item = ProxyHeader>) -> Self {
+        self.headers.clear();
+        for header in headers {
+            if !self.headers.contains(&header) {
+                // At most the three kinds: never full.
+                let _ = self.headers.try_push(header);
+            }
+        }
+        self
+    }
+
+    /// The headers read, in order of precedence.
+    pub fn headers(&self) -> &[ProxyHeader] {
+        &self.headers
     }
 
     /// Whether `ip` is a trusted proxy.
     pub fn contains(&self, ip: IpAddr) -> bool {
         let ip = ip.to_canonical();
-        self.0.iter().any(|net| net.contains(&ip))
+        self.networks.iter().any(|net| net.contains(&ip))
     }
 }
 
@@ -415,9 +478,10 @@ impl std::fmt::Display for IpKey {
 }
 
 /// The client's IP address: the socket peer, or, when the peer is a
-/// [`TrustedProxies`] member, the right-most `X-Forwarded-For` entry that is
-/// not itself a trusted proxy. Spoofed entries left of a trusted hop are
-/// ignored. As an axum extractor (feature `axum`) it needs the peer
+/// [`TrustedProxies`] member, the right-most hop that is not itself a
+/// trusted proxy in the header its proxies set (`X-Forwarded-For` by
+/// default; `Forwarded` or `X-Real-IP` by [`ProxyHeader`]). Entries
+/// left of the client's hop (what a client may write itself) are ignored. As an axum extractor (feature `axum`) it needs the peer
 /// address: `into_make_service_with_connect_info::<SocketAddr>()`, or a
 /// [`PeerAddr`] extension.
 ///
@@ -509,40 +573,32 @@ impl ClientIp {
     }
 
     /// Resolves the client from the peer address, the headers and the
-    /// trusted proxies (keyed under the default [`IpPrefix`]).
+    /// trusted proxies (keyed under the default [`IpPrefix`]): the peer,
+    /// unless it is a trusted proxy, then the right-most hop that is not
+    /// one in the first of [`TrustedProxies::headers`] present.
     pub fn resolve(peer: IpAddr, headers: &HeaderMap, trusted: Option<&TrustedProxies>) -> Self {
-        let peer = peer.to_canonical();
-        match trusted {
-            Some(trusted) if trusted.contains(peer) => Self::forwarded(peer, headers, trusted),
-            // Already canonical.
-            _ => Self {
-                ip: peer,
-                prefix: IpPrefix::DEFAULT,
-            },
-        }
+        Self::new(resolve_ip(peer, headers, trusted))
     }
+}
 
-    /// The client of a request from trusted proxy `peer`: the right-most
-    /// `X-Forwarded-For` hop that is not trusted.
-    #[inline(never)]
-    fn forwarded(peer: IpAddr, headers: &HeaderMap, trusted: &TrustedProxies) -> Self {
-        // Right to left over every `X-Forwarded-For` line, without collecting.
-        let hops = headers
-            .get_all("x-forwarded-for")
-            .iter()
-            .rev()
-            .flat_map(|v| v.to_str().unwrap_or("\u{0}").rsplit(','))
-            .map(str::trim);
-        for hop in hops {
-            match hop.parse::<IpAddr>() {
-                Ok(ip) if trusted.contains(ip) => continue,
-                Ok(ip) => return Self::new(ip),
-                // An unparsable hop: stop believing the chain here.
-                Err(_) => break,
-            }
-        }
-        Self::new(peer)
+/// [`ClientIp::resolve`] over any header map.
+#[inline]
+pub(crate) fn resolve_ip(
+    peer: IpAddr,
+    headers: &impl HeaderLines,
+    trusted: Option<&TrustedProxies>,
+) -> IpAddr {
+    let peer = peer.to_canonical();
+    match trusted {
+        Some(trusted) if trusted.contains(peer) => behind_proxy(peer, headers, trusted),
+        _ => peer,
     }
+}
+
+/// The client of a request from trusted proxy `peer`.
+#[inline(never)]
+fn behind_proxy(peer: IpAddr, headers: &impl HeaderLines, trusted: &TrustedProxies) -> IpAddr {
+    forwarded::client_behind(peer, headers, trusted).to_canonical()
 }
 
 /// The client of a request (feature `axum`); `500` when the server gives
@@ -582,189 +638,4 @@ impl crate::limiter::call::Permit<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn limited(retry_us: u64) -> Rejection {
-        let decision = Decision::new(crate::model::decision::Figures {
-            allowed: false,
-            limit: 5,
-            retry_after_us: retry_us,
-            reset_after_us: 3_000_000_000,
-            ..Default::default()
-        });
-        Rejection::limited("sms::send", decision, Limit::per_hour(5).unwrap())
-    }
-
-    #[cfg(feature = "axum")]
-    #[tokio::test]
-    async fn a_limited_rejection_is_a_429_with_retry_after_rounded_up_and_ietf_fields() {
-        let response = limited(1_000_001).into_response();
-        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
-        let headers = response.headers().clone();
-        assert_eq!(headers[RETRY_AFTER], "2");
-        assert_eq!(headers["ratelimit-policy"], "\"sms::send\";q=5;w=3600");
-        assert_eq!(headers["ratelimit"], "\"sms::send\";r=0;t=3000");
-        assert_eq!(headers[CONTENT_TYPE], "application/json");
-        let body = axum::body::to_bytes(response.into_body(), 1024)
-            .await
-            .unwrap();
-        assert_eq!(
-            &body[..],
-            br#"{"error":"rate_limited","retry_after_ms":1001}"#
-        );
-    }
-
-    #[cfg(feature = "axum")]
-    #[test]
-    fn retry_after_is_never_zero_on_a_429() {
-        assert_eq!(limited(1).into_response().headers()[RETRY_AFTER], "1");
-        assert_eq!(
-            limited(std::time::Duration::from_secs(60).as_micros() as u64)
-                .into_response()
-                .headers()[RETRY_AFTER],
-            "60"
-        );
-    }
-
-    #[test]
-    fn without_axum_the_same_response_is_made() {
-        let response: http::Response<String> = rejection_response(&limited(1_000_001));
-        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
-        assert_eq!(response.headers()[RETRY_AFTER], "2");
-        assert_eq!(response.headers()[CONTENT_TYPE], "application/json");
-        assert_eq!(
-            response.headers()["ratelimit-policy"],
-            "\"sms::send\";q=5;w=3600"
-        );
-        assert_eq!(
-            response.body(),
-            r#"{"error":"rate_limited","retry_after_ms":1001}"#
-        );
-    }
-
-    #[test]
-    fn the_peer_is_read_from_connect_info_or_a_peer_addr() {
-        let addr: SocketAddr = "198.51.100.7:4000".parse().unwrap();
-        let mut extensions = Extensions::new();
-        assert_eq!(peer(&extensions), None);
-        extensions.insert(PeerAddr(addr));
-        assert_eq!(peer(&extensions), Some(addr.ip()));
-        #[cfg(feature = "axum")]
-        {
-            let via_axum: SocketAddr = "203.0.113.9:5000".parse().unwrap();
-            extensions.insert(ConnectInfo(via_axum));
-            assert_eq!(peer(&extensions), Some(via_axum.ip()));
-        }
-    }
-
-    #[cfg(feature = "axum")]
-    #[test]
-    fn an_unavailable_rejection_is_a_503() {
-        let rejection = Rejection::unavailable("x", crate::Error::NotInstalled);
-        assert_eq!(
-            rejection.into_response().status(),
-            StatusCode::SERVICE_UNAVAILABLE
-        );
-    }
-
-    fn xff(value: &str) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        headers.insert("x-forwarded-for", value.parse().unwrap());
-        headers
-    }
-
-    #[test]
-    fn ipv4_keys_render_as_the_address_display_for_every_octet_value() {
-        for o in 0..=255u8 {
-            for ip in [
-                std::net::Ipv4Addr::new(o, 0, 9, 10),
-                std::net::Ipv4Addr::new(1, o, 99, 100),
-                std::net::Ipv4Addr::new(255, 10, o, 7),
-                std::net::Ipv4Addr::new(8, 8, 8, o),
-            ] {
-                let key = IpPrefix::DEFAULT.key(ip.into());
-                assert_eq!(key.to_string(), ip.to_string());
-            }
-        }
-    }
-
-    #[test]
-    fn ip_keys_render_like_the_addresses_display_and_stay_distinct() {
-        for (ip, prefix, shown) in [
-            ("0.0.0.0", IpPrefix::DEFAULT, "0.0.0.0"),
-            ("255.255.255.255", IpPrefix::DEFAULT, "255.255.255.255"),
-            ("192.0.2.77", IpPrefix::new(24, 64).unwrap(), "192.0.2.0/24"),
-            ("::ffff:192.0.2.1", IpPrefix::DEFAULT, "192.0.2.1"),
-            ("2001:db8::1", IpPrefix::FULL, "2001:db8::1"),
-            (
-                "2001:db8:ffff:ffff:1::",
-                IpPrefix::V6_48,
-                "2001:db8:ffff::/48",
-            ),
-            (
-                "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
-                IpPrefix::new(32, 127).unwrap(),
-                "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe/127",
-            ),
-        ] {
-            let ip: IpAddr = ip.parse().unwrap();
-            let key = prefix.key(ip);
-            assert_eq!(key.to_string(), shown);
-            assert!(key.contains(ip));
-        }
-        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        assert!(
-            !IpPrefix::DEFAULT
-                .key(ip("2001:db8:0:1::1"))
-                .contains(ip("2001:db8:0:2::1"))
-        );
-        assert!(
-            !IpPrefix::DEFAULT
-                .key(ip("10.0.0.1"))
-                .contains(ip("2001:db8::1"))
-        );
-    }
-
-    #[test]
-    fn ip_prefixes_out_of_range_or_unreadable_are_refused() {
-        assert_eq!(IpPrefix::new(0, 64), Err(IpPrefixError::V4(0)));
-        assert_eq!(IpPrefix::new(33, 64), Err(IpPrefixError::V4(33)));
-        assert_eq!(IpPrefix::new(32, 0), Err(IpPrefixError::V6(0)));
-        assert_eq!("v6=/48".parse::<IpPrefix>(), Ok(IpPrefix::V6_48));
-        assert!(matches!(
-            "v5=1".parse::<IpPrefix>(),
-            Err(IpPrefixError::Syntax(_))
-        ));
-        assert!(matches!(
-            "v6".parse::<IpPrefix>(),
-            Err(IpPrefixError::Syntax(_))
-        ));
-        assert_eq!("".parse::<IpPrefix>(), Ok(IpPrefix::DEFAULT));
-    }
-
-    #[test]
-    fn forwarded_for_is_ignored_unless_the_peer_is_a_trusted_proxy() {
-        let peer: IpAddr = "203.0.113.9".parse().unwrap();
-        assert_eq!(ClientIp::resolve(peer, &xff("1.2.3.4"), None).ip(), peer);
-        let trusted: TrustedProxies = "10.0.0.0/8".parse().unwrap();
-        assert_eq!(
-            ClientIp::resolve(peer, &xff("1.2.3.4"), Some(&trusted)).ip(),
-            peer
-        );
-    }
-
-    #[test]
-    fn the_rightmost_untrusted_hop_is_the_client_and_spoofed_hops_are_skipped() {
-        let trusted: TrustedProxies = "10.0.0.0/8".parse().unwrap();
-        let proxy: IpAddr = "10.0.0.2".parse().unwrap();
-        let client = ClientIp::resolve(
-            proxy,
-            &xff("6.6.6.6, 198.51.100.7, 10.0.0.1"),
-            Some(&trusted),
-        );
-        assert_eq!(client.ip(), "198.51.100.7".parse::<IpAddr>().unwrap());
-        let garbage = ClientIp::resolve(proxy, &xff("nonsense"), Some(&trusted));
-        assert_eq!(garbage.ip(), proxy);
-    }
-}
+mod tests;

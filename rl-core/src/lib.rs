@@ -47,11 +47,12 @@
 //! |---|---|
 //! | `macros` (default) | `#[rate_limit]` |
 //! | `axum` | `http`: a [`Rejection`] as a `429` with `Retry-After` and the IETF `RateLimit` fields, the client's IP behind trusted proxies as an extractor |
-//! | `tower` | `tower`: a layer limiting routes, routers and gRPC servers, and a client layer for calls out to a limited upstream |
+//! | `tower` | `tower`: a layer limiting routes, routers and gRPC servers (response hooks, exemptions, legacy headers, clients behind `X-Forwarded-For`, `Forwarded` or `X-Real-IP`), and a client layer for calls out to a limited upstream |
 //! | `reqwest` | `reqwest`: a `reqwest-middleware` middleware for calls out to a limited upstream, settled from the response (a streamed body's last usage event too) |
-//! | `config` | `config`: limits, failure policies, shadow mode and lists per name from a TOML file |
+//! | `config` | `config`: limits, failure policies, shadow mode and lists per name from a TOML file (and `serde`) |
+//! | `serde` | `Serialize` and `Deserialize` for [`Limit`] (`"10/1m"`, or a table with its algorithm and settings) and [`Algorithm`], and `config`'s limits file from any serde format (YAML, JSON, config-rs, figment) |
 //! | `tonic` | `From<Rejection> for tonic::Status` |
-//! | `actix` | `actix_web::ResponseError for Rejection` |
+//! | `actix` | `actix`: the route layer as actix-web middleware (the `tower` module's configuration, without the tower crate), and `actix_web::ResponseError for Rejection` |
 //!
 //! The Redis, Redis Cluster and Sentinel backend is the `ratewall-redis`
 //! crate.
@@ -72,7 +73,7 @@ mod layer;
 mod limiter;
 // How a rejection is said over HTTP and gRPC, for every integration.
 #[cfg_attr(
-    not(feature = "tower"),
+    not(any(feature = "tower", feature = "actix")),
     allow(
         dead_code,
         reason = "each integration says a rejection in its own subset of these forms; the tower layer uses all"
@@ -80,13 +81,21 @@ mod limiter;
 )]
 mod refusal;
 // HTTP: 429 responses, client IPs, headers (and axum's side of them).
-#[cfg(any(feature = "axum", feature = "tower"))]
-#[cfg_attr(docsrs, doc(cfg(any(feature = "axum", feature = "tower"))))]
+#[cfg(any(feature = "axum", feature = "tower", feature = "actix"))]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(feature = "axum", feature = "tower", feature = "actix")))
+)]
 pub mod http;
-// Route-level limits: a tower layer.
-#[cfg(feature = "tower")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+// Route-level limits: a tower layer (its configuration is actix-web's
+// middleware's too).
+#[cfg(any(feature = "tower", feature = "actix"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "tower", feature = "actix"))))]
 pub mod tower;
+// Route-level limits in actix-web: a middleware.
+#[cfg(feature = "actix")]
+#[cfg_attr(docsrs, doc(cfg(feature = "actix")))]
+pub mod actix;
 // Budgets for calls out through reqwest: a reqwest-middleware middleware.
 #[cfg(feature = "reqwest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
@@ -194,7 +203,7 @@ pub mod upstream {
 pub mod backend {
     //! What a store implements and answers: the [`Backend`] trait (with
     //! [`BoxFuture`], [`Request`], [`Leased`], [`LeaseReturn`],
-    //! [`SharedLists`], [`Reservation`]), the answers it gives ([`Figures`],
+    //! [`SharedLists`], [`Reservation`], [`RefundNotices`]), the answers it gives ([`Figures`],
     //! made into a [`Decision`](crate::Decision), gathered per call in
     //! [`Decisions`]) and the in-memory store, [`MemoryBackend`]. Reach for it to give a limiter a backend
     //! explicitly, to read every decision of a call, or to implement a
@@ -202,7 +211,7 @@ pub mod backend {
     pub use crate::model::decision::{Decisions, Figures};
     pub use crate::model::reservation::Reservation;
     pub use crate::store::backend::{
-        Backend, Block, BoxFuture, LeaseReturn, Leased, Request, SharedLists,
+        Backend, Block, BoxFuture, LeaseReturn, Leased, RefundNotices, Request, SharedLists,
     };
     pub use crate::store::memory::MemoryBackend;
 }
@@ -236,7 +245,7 @@ pub mod key {
     pub use crate::model::mask::Masked;
 }
 
-// Limits from a TOML file.
-#[cfg(feature = "config")]
-#[cfg_attr(docsrs, doc(cfg(feature = "config")))]
+// Limits files: from TOML (feature `config`) or any serde format.
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod config;

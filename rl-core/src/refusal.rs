@@ -26,7 +26,7 @@ pub(crate) const GRPC_RETRY_PUSHBACK_MS: &str = "grpc-retry-pushback-ms";
 
 /// A rejection's wire form, rendered once.
 #[derive(Debug)]
-pub(crate) struct Refusal {
+pub(crate) struct Wire {
     /// The HTTP status: 429, 403 when deny-listed, or 503 when the limiter
     /// could not decide.
     pub(crate) status: u16,
@@ -43,7 +43,7 @@ pub(crate) struct Refusal {
     pub(crate) grpc_code: u8,
 }
 
-impl Refusal {
+impl Wire {
     /// The wire form of `rejection`.
     pub(crate) fn of(rejection: &Rejection) -> Self {
         match rejection.reason() {
@@ -209,7 +209,7 @@ pub(crate) fn grpc_message(message: &str) -> String {
 }
 
 /// Appends `text` as the contents of a JSON string (quotes not included).
-#[cfg(feature = "tower")]
+#[cfg(any(feature = "tower", feature = "actix"))]
 pub(crate) fn push_json_str(out: &mut String, text: &str) {
     for c in text.chars() {
         match c {
@@ -240,7 +240,7 @@ impl From<Rejection> for tonic::Status {
     /// assert_eq!(status.metadata().get("grpc-retry-pushback-ms").unwrap(), "1500");
     /// ```
     fn from(rejection: Rejection) -> Self {
-        let refusal = Refusal::of(&rejection);
+        let refusal = Wire::of(&rejection);
         let code = tonic::Code::from(i32::from(refusal.grpc_code));
         let mut status = tonic::Status::new(code, rejection.to_string());
         let metadata = status.metadata_mut();
@@ -275,7 +275,7 @@ impl actix_web::ResponseError for Rejection {
     /// The same response as axum's: `Retry-After`, `RateLimit-Policy`,
     /// `RateLimit` and the JSON body.
     fn error_response(&self) -> actix_web::HttpResponse {
-        let refusal = Refusal::of(self);
+        let refusal = Wire::of(self);
         let mut response = actix_web::HttpResponse::build(self.status_code());
         response.content_type("application/json");
         if let Some(secs) = refusal.retry_after_secs {
@@ -306,7 +306,7 @@ mod tests {
 
     #[test]
     fn a_deny_listed_refusal_is_forbidden_with_a_retry_only_when_it_expires() {
-        let forever = Refusal::of(&Rejection::denied("sms::send", None));
+        let forever = Wire::of(&Rejection::denied("sms::send", None));
         assert_eq!((forever.status, forever.grpc_code), (403, 7));
         assert_eq!(forever.retry_after_secs, None);
         assert_eq!(forever.body, r#"{"error":"denied"}"#);
@@ -315,7 +315,7 @@ mod tests {
 
     #[test]
     fn a_limited_refusal_has_every_field_rounded_up() {
-        let refusal = Refusal::of(&limited(1_000_001));
+        let refusal = Wire::of(&limited(1_000_001));
         assert_eq!(refusal.status, 429);
         assert_eq!(refusal.retry_after_secs, Some(2));
         assert_eq!(refusal.retry_after_ms, Some(1001));
@@ -344,7 +344,7 @@ mod tests {
     fn an_in_flight_refusal_says_so_with_a_one_second_hint_and_no_rate_fields() {
         let rejection = too_many_in_flight();
         assert!(rejection.is_in_flight());
-        let refusal = Refusal::of(&rejection);
+        let refusal = Wire::of(&rejection);
         assert_eq!(refusal.status, TOO_MANY_REQUESTS);
         assert_eq!(refusal.retry_after_secs, Some(1));
         assert_eq!(refusal.grpc_code, GRPC_RESOURCE_EXHAUSTED);
@@ -361,7 +361,7 @@ mod tests {
 
     #[test]
     fn an_unavailable_refusal_is_a_503_and_grpc_unavailable() {
-        let refusal = Refusal::of(&Rejection::unavailable("x", crate::Error::NotInstalled));
+        let refusal = Wire::of(&Rejection::unavailable("x", crate::Error::NotInstalled));
         assert_eq!((refusal.status, refusal.grpc_code), (503, 14));
         assert!(refusal.fields.is_none() && refusal.retry_after_secs.is_none());
     }

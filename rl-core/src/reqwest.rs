@@ -197,8 +197,10 @@ impl UpstreamMiddleware {
 
     /// Finds the upstream's limit ([`Auto`]): the spec's stated limits are
     /// where the budget starts; every answer is heard
-    /// ([`Limiter::learn`]); a request the budget refuses reads the shared
-    /// scale when it is due ([`Limiter::refresh_learned`]).
+    /// ([`Limiter::learn`]; what an accepted answer says is left finds the
+    /// limit, and is not also written into the budget); a request the
+    /// budget refuses reads the shared scale when it is due
+    /// ([`Limiter::refresh_learned`]).
     pub fn auto(self, auto: Auto) -> Self {
         self.with(|o| o.auto = Some(auto))
     }

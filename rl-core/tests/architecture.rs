@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! face        lib.rs, private/            the public surface, the macro's glue
-//! wire        http.rs, tower/, reqwest/, refusal.rs, config.rs
+//! wire        http.rs, tower/, actix.rs, reqwest/, refusal.rs, config.rs
 //! limiter     limiter/                    the façade: resolve, target, run, permit
 //! layer       layer/                      one concern each around the store
 //! store       store/                      targets, memory tables, the Backend trait
@@ -48,7 +48,7 @@ fn floor_of_module(name: &str) -> Option<Floor> {
         "store" => Floor::Store,
         "layer" => Floor::Layer,
         "limiter" => Floor::Limiter,
-        "http" | "tower" | "reqwest" | "refusal" | "config" => Floor::Wire,
+        "http" | "tower" | "actix" | "reqwest" | "refusal" | "config" => Floor::Wire,
         "__private" | "private" => Floor::Face,
         // Test support, compiled only into the unit tests.
         "testing" => return None,

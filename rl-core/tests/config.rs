@@ -14,7 +14,6 @@ const DOCUMENTED: &str = r#"
 [limits.sms_phone]
 rates = ["1/1m", "5/1h", "10/1d"]
 algorithm = "sliding_log"   # optional, default gcra
-burst = 10                  # optional
 on_error = "fail_closed"    # optional: fail_open | fail_closed | local:<share>
 shadow = true               # optional
 
@@ -42,7 +41,6 @@ fn the_documented_format_reads_every_setting() {
         .iter()
         .map(|rate| {
             rate.parse::<Limit>()
-                .and_then(|l| l.with_burst(10))
                 .and_then(|l| l.with_algorithm(Algorithm::SlidingLog))
                 .unwrap()
         })
@@ -163,7 +161,14 @@ fn errors_name_the_limit_the_key_and_the_bad_value() {
             "[limits.sms]\nrates = \"5/1h\"",
             &["`rates` = \"5/1h\"", "list"],
         ),
-        ("[limits.sms]\nrates = [5]", &["`rates` = 5", "string"]),
+        (
+            "[limits.sms]\nrates = [5]",
+            &[
+                "limit `sms`",
+                "`rates` = 5",
+                "expected a rate such as \"5/1h\"",
+            ],
+        ),
         (
             "[limits.sms]\nrates = [\"5/1h\", \"10/1h\"]",
             &["limit `sms`", "5/1h (gcra) and 10/1h (gcra)"],
@@ -326,4 +331,219 @@ fn a_missing_file_is_an_error_naming_the_path() {
         error.to_string().contains("/nonexistent/limits.toml"),
         "{error}"
     );
+}
+
+#[test]
+fn a_rate_may_be_a_table_with_settings_of_its_own_and_the_name_s_apply_to_the_others() {
+    let file = LimitsFile::parse(
+        r#"
+        [limits.api]
+        rates = ["600/1m", { rate = "20/1s", algorithm = "sliding_window", slots = 20 }, "10000/1d", { rate = "5/1h" }]
+        algorithm = "token_bucket"
+        burst = 50
+        "#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let limits = file.get("api").unwrap().limits();
+    let bucket = |rate: &str| {
+        rate.parse::<Limit>()
+            .and_then(|l| l.with_burst(50))
+            .and_then(|l| l.with_algorithm(Algorithm::TokenBucket))
+            .unwrap()
+    };
+    let window = "20/1s"
+        .parse::<Limit>()
+        .and_then(|l| l.with_slots(20))
+        .and_then(|l| l.with_algorithm(Algorithm::SlidingWindow))
+        .unwrap();
+    assert_eq!(
+        limits,
+        [
+            bucket("600/1m"),
+            window,
+            bucket("10000/1d"),
+            Limit::per_hour(5).unwrap()
+        ]
+    );
+}
+
+#[test]
+fn a_name_s_setting_with_no_rate_written_as_text_is_refused() {
+    let message = parse_error(
+        "[limits.api]\nrates = [{ rate = \"20/1s\", algorithm = \"fixed_window\" }]\nburst = 50",
+    );
+    assert_eq!(
+        message,
+        "limit `api`: `burst` = 50: it sets the rates written as text, and `rates` has none (a limit's \
+         table carries its own settings); move it into the tables"
+    );
+}
+
+#[test]
+fn a_concurrency_limit_is_a_table_of_max_in_flight_beside_the_rates() {
+    let file = LimitsFile::parse(
+        "[limits.export]\nrates = [\"100/1h\", { max_in_flight = 4, in_flight_ttl = \"30s\" }, { max_in_flight = 2, in_flight_ttl = 60 }]",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let limits = file.get("export").unwrap().limits();
+    assert_eq!(limits[0], Limit::per_hour(100).unwrap());
+    assert_eq!(
+        limits[1],
+        Limit::in_flight_with_ttl(4, std::time::Duration::from_secs(30)).unwrap()
+    );
+    assert_eq!(
+        limits[2],
+        Limit::in_flight_with_ttl(2, std::time::Duration::from_secs(60)).unwrap()
+    );
+    let only = LimitsFile::parse("[limits.export]\nrates = [{ max_in_flight = 4 }]").unwrap();
+    assert_eq!(
+        only.get("export").unwrap().limits(),
+        [Limit::in_flight(4).unwrap()]
+    );
+}
+
+#[test]
+fn the_forms_of_a_rate_are_refused_with_the_limit_and_the_fix_named() {
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "rates = [\"5/1h\"]\nalgorithm = \"fixed_window\"\nburst = 10",
+            &["rate \"5/1h\"", "`burst` has no effect with `fixed_window`"],
+        ),
+        (
+            "rates = [\"5/1h\"]\nslots = 6",
+            &[
+                "rate \"5/1h\"",
+                "`slots` only applies to `algorithm = sliding_window`, not `gcra`",
+            ],
+        ),
+        (
+            "rates = [\"5/1h\"]\nalgorithm = \"in_flight\"",
+            &["`algorithm` = \"in_flight\"", "max_in_flight = 10"],
+        ),
+        (
+            "rates = [{ rate = \"5/1h\", brust = 2 }]",
+            &["`rates` = {", "brust = 2", "unknown key `brust`", "`burst`"],
+        ),
+        (
+            "rates = [{ rate = \"5/1h\", max_in_flight = 2 }]",
+            &["one of them", "write two limits"],
+        ),
+        (
+            "rates = [{ algorithm = \"gcra\" }]",
+            &["`rates` = { algorithm = \"gcra\" }", "holds `rate`"],
+        ),
+        (
+            "rates = [{ max_in_flight = 2, burst = 3 }]",
+            &["`burst` does not go with `max_in_flight`"],
+        ),
+        (
+            "rates = [{ rate = 5 }]",
+            &["`rate` = 5", "expected a rate such as"],
+        ),
+        (
+            "rates = [{ rate = \"5/1h\", burst = 0 }]",
+            &["`burst` = 0", "positive integer"],
+        ),
+        (
+            "rates = [{ rate = \"5/1h\", algorithm = \"sliding_log\", lease = 2 }]",
+            &["rate \"5/1h\"", "`sliding_log` cannot lease"],
+        ),
+        (
+            "rates = [{ max_in_flight = 0 }]",
+            &["`max_in_flight` = 0", "positive integer"],
+        ),
+        (
+            "rates = [{ max_in_flight = 200000 }]",
+            &["`max_in_flight` = 200000", "at most 100000"],
+        ),
+        (
+            "rates = [{ max_in_flight = 2, in_flight_ttl = \"2h\" }]",
+            &["`in_flight_ttl` = \"2h\"", "from 1s to 1h"],
+        ),
+        (
+            "rates = [{ max_in_flight = 2, in_flight_ttl = \"soon\" }]",
+            &["`in_flight_ttl` = \"soon\"", "cannot parse duration"],
+        ),
+        (
+            "rates = [{ max_in_flight = 2 }]\nburst = 3",
+            &["`burst` = 3", "rates written as text"],
+        ),
+        (
+            "rates = [\"5/1h\", { rate = \"10 per hour\", algorithm = \"gcra\" }]",
+            &["5/1h (gcra) and 10/1h (gcra)", "keep one"],
+        ),
+        (
+            "rates = [\"5/fortnight\"]",
+            &["rate \"5/fortnight\"", "THRESHOLD/PERIOD"],
+        ),
+        (
+            "rates = [\"0/1h\"]",
+            &["rate \"0/1h\"", "threshold must be at least 1"],
+        ),
+    ];
+    for (entry, expected) in cases {
+        let text = format!("[limits.sms]\n{entry}");
+        let message = parse_error(&text);
+        assert!(message.starts_with("limit `sms`"), "{message}");
+        for part in *expected {
+            assert!(
+                message.contains(part),
+                "error for {text:?} is {message:?}, which lacks {part:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn list_identities_may_be_whole_numbers() {
+    let file = LimitsFile::parse("[lists.sms_phone]\ndeny = [12345, \"alice\"]").unwrap();
+    let identities: Vec<&str> = file.lists().iter().map(|e| e.identity.as_str()).collect();
+    assert_eq!(identities, ["12345", "alice"]);
+    let both = parse_error("[lists]\nallow = [7]\ndeny = [\"7\"]");
+    assert!(
+        both.contains("on the allow list and the deny list"),
+        "{both}"
+    );
+}
+
+#[test]
+fn a_file_written_back_to_toml_reads_the_same() {
+    let text = r#"
+        [limits.sms_phone]
+        rates = ["1/1m", "5/1h", "10/1d"]
+        algorithm = "sliding_log"
+        on_error = "local:4"
+        shadow = true
+
+        [limits."api@pro"]
+        rates = ["1000/1m", { rate = "20/1s", algorithm = "sliding_window", slots = 20 }, { max_in_flight = 10, in_flight_ttl = "30s" }]
+        burst = 1500
+
+        [limits.tenant_api]
+        rates = ["1000000/1m"]
+        algorithm = "fixed_window"
+        lease = 10000
+
+        [lists]
+        deny = ["203.0.113.9", "a:b{c}%"]
+
+        [lists.sms_phone]
+        allow = ["+15550100"]
+        deny = ["+33612345678"]
+    "#;
+    let file = LimitsFile::parse(text).unwrap();
+    let written = toml::to_string(&file).unwrap();
+    assert_eq!(LimitsFile::parse(&written), Ok(file.clone()), "{written}");
+    // Each rate in its shortest form: a table where it has settings.
+    assert!(
+        written.contains("rate = \"1/1m\"\nalgorithm = \"sliding_log\""),
+        "{written}"
+    );
+    assert!(written.contains("on_error = \"local:4\""), "{written}");
+    assert!(
+        written.contains(r#"deny = ["203.0.113.9", "a:b{c}%"]"#),
+        "{written}"
+    );
+    let empty = toml::to_string(&LimitsFile::default()).unwrap();
+    assert_eq!(LimitsFile::parse(&empty), Ok(LimitsFile::default()));
 }

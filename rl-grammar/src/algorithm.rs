@@ -259,6 +259,45 @@ impl FromStr for Algorithm {
     }
 }
 
+/// Written as its name ([`Algorithm::name`]): `"gcra"`, `"sliding_log"`.
+#[cfg(feature = "serde")]
+impl serde_core::Serialize for Algorithm {
+    fn serialize<S: serde_core::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+/// Read from its name ([`Algorithm::from_name`]); any other text is an
+/// error naming it and the algorithms there are.
+///
+/// ```
+/// # use ratewall_grammar::Algorithm;
+/// use serde_core::Deserialize;
+/// use serde_core::de::{IntoDeserializer, value::Error};
+/// let read = |name: &str| Algorithm::deserialize(IntoDeserializer::<'_, Error>::into_deserializer(name));
+/// assert_eq!(read("sliding_log"), Ok(Algorithm::SlidingLog));
+/// let unknown = read("sliding").unwrap_err().to_string();
+/// assert!(unknown.starts_with("unknown algorithm \"sliding\": expected one of"), "{unknown}");
+/// ```
+#[cfg(feature = "serde")]
+impl<'de> serde_core::Deserialize<'de> for Algorithm {
+    fn deserialize<D: serde_core::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Name;
+        impl serde_core::de::Visitor<'_> for Name {
+            type Value = Algorithm;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "an algorithm's name: one of {}", Algorithm::names())
+            }
+
+            fn visit_str<E: serde_core::de::Error>(self, name: &str) -> Result<Algorithm, E> {
+                name.parse().map_err(E::custom)
+            }
+        }
+        deserializer.deserialize_str(Name)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -82,6 +82,18 @@ pub enum Problem {
         /// The time to live asked for, in microseconds.
         ttl_us: u64,
     },
+    /// `burst` written for an algorithm whose capacity is its threshold
+    /// (the window algorithms): it would change nothing ([`check_settings`]).
+    BurstWithoutEffect {
+        /// The limit's algorithm.
+        algorithm: Algorithm,
+    },
+    /// `slots` written for an algorithm other than the sliding-window
+    /// counter: it would change nothing ([`check_settings`]).
+    SlotsWithoutEffect {
+        /// The limit's algorithm.
+        algorithm: Algorithm,
+    },
 }
 
 impl fmt::Display for Problem {
@@ -119,6 +131,15 @@ impl fmt::Display for Problem {
                 "an in-flight lease lives from 1s to 1h (it is renewed every third of it while the call runs, \
                  and a dead instance's slots come back after it), got {}",
                 crate::format_duration(ttl_us)
+            ),
+            Problem::BurstWithoutEffect { algorithm } => write!(
+                f,
+                "`burst` has no effect with `{algorithm}`, which admits at most `threshold` per period; \
+                 remove it, or pick `token_bucket`, `leaky_bucket` or `gcra`"
+            ),
+            Problem::SlotsWithoutEffect { algorithm } => write!(
+                f,
+                "`slots` only applies to `algorithm = sliding_window`, not `{algorithm}`; remove it"
             ),
         }
     }
@@ -204,6 +225,39 @@ pub const fn check_limit(
     }
     if matches!(algorithm, Algorithm::SlidingLog) && threshold > SLIDING_LOG_CAP {
         return Err(Problem::SlidingLogTooLarge { threshold });
+    }
+    Ok(())
+}
+
+/// Checks that the settings written beside a rate change something under
+/// its algorithm: `burst` sets the capacity of GCRA and the buckets only,
+/// `slots` the sub-windows of the sliding-window counter only. A setting
+/// that changes nothing is a mistake to report (the reader meant another
+/// algorithm), not one to ignore: the macro and `ratewall`'s configuration
+/// forms (its limits file, its serde forms) refuse it with this message.
+///
+/// ```
+/// use ratewall_grammar::{Algorithm, Problem, check_settings};
+/// assert_eq!(check_settings(Algorithm::Gcra, true, false), Ok(()));
+/// assert_eq!(check_settings(Algorithm::SlidingWindow, false, true), Ok(()));
+/// assert_eq!(
+///     check_settings(Algorithm::FixedWindow, true, false),
+///     Err(Problem::BurstWithoutEffect { algorithm: Algorithm::FixedWindow })
+/// );
+/// assert!(check_settings(Algorithm::Gcra, false, true).is_err());
+/// ```
+///
+/// # Errors
+/// [`Problem::BurstWithoutEffect`] when `burst` is written and the
+/// algorithm does not use it ([`Algorithm::uses_burst`]), else
+/// [`Problem::SlotsWithoutEffect`] when `slots` is written and the
+/// algorithm does not use them ([`Algorithm::uses_slots`]).
+pub const fn check_settings(algorithm: Algorithm, burst: bool, slots: bool) -> Result<(), Problem> {
+    if burst && !algorithm.uses_burst() {
+        return Err(Problem::BurstWithoutEffect { algorithm });
+    }
+    if slots && !algorithm.uses_slots() {
+        return Err(Problem::SlotsWithoutEffect { algorithm });
     }
     Ok(())
 }

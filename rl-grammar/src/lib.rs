@@ -9,7 +9,8 @@
 //!   `"5/1h"`, `"10/d"`.
 //! - [`check_limit`]: every numeric bound of a limit, with its reason
 //!   ([`Problem`]); `const`, so the macro's constants are checked by the
-//!   compiler too.
+//!   compiler too. [`check_settings`]: `burst` and `slots` only where the
+//!   algorithm uses them.
 //! - [`check_lease`]: which limits can lease units, and how many
 //!   ([`LeaseProblem`]).
 //! - [`check_block`]: which limits can block an identity once it is
@@ -18,7 +19,9 @@
 //!   registry names of tiers (`api@pro`).
 //!
 //! A proc-macro crate cannot depend on a crate that depends on it, so this
-//! crate sits below both `ratewall-macros` and `ratewall` and depends on nothing.
+//! crate sits below both `ratewall-macros` and `ratewall` and depends on
+//! nothing (but serde's traits under feature `serde`: [`Algorithm`] reads
+//! and writes itself by name).
 //! Users do not need it directly: `ratewall` re-exports what they see.
 //!
 //! ```
@@ -45,7 +48,8 @@ pub use algorithm::{Algorithm, Capacity, Traits, UnknownAlgorithm};
 pub use block::{BlockProblem, MAX_BLOCK_US, MIN_BLOCK_US, check_block};
 pub use bounds::{
     DEFAULT_LEASE_TTL_US, DEFAULT_SLOTS, DOUBLE_EXACT, MAX_CAPACITY_PERIOD, MAX_IN_FLIGHT,
-    MAX_LEASE_TTL_US, MIN_LEASE_TTL_US, Problem, SLIDING_LOG_CAP, capacity, check_limit, problems,
+    MAX_LEASE_TTL_US, MIN_LEASE_TTL_US, Problem, SLIDING_LOG_CAP, capacity, check_limit,
+    check_settings, problems,
 };
 pub use lease::{LeaseProblem, can_lease, check_lease};
 pub use text::{

@@ -483,30 +483,19 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
         errors.push(arg.span, format!("{within}`block_for`: {problem}"));
         block = 0;
     }
+    // The grammar's rule (shared with ratewall's configuration forms):
+    // `burst` and `slots` only where the algorithm uses them.
     if let Some(burst) = &args.burst
-        && !algorithm.uses_burst()
         && rate_arguments_apply
+        && let Err(problem) = ratewall_grammar::check_settings(algorithm, true, false)
     {
-        errors.push(
-            burst.span,
-            format!(
-                "`burst` has no effect with `{}`, which admits at most `threshold` per period; remove it, or \
-                 pick `token_bucket`, `leaky_bucket` or `gcra`",
-                algorithm.name()
-            ),
-        );
+        errors.push(burst.span, problem.to_string());
     }
     if let Some(slots) = &args.slots
-        && !algorithm.uses_slots()
         && rate_arguments_apply
+        && let Err(problem) = ratewall_grammar::check_settings(algorithm, false, true)
     {
-        errors.push(
-            slots.span,
-            format!(
-                "`slots` only applies to `algorithm = sliding_window`, not `{}`; remove it",
-                algorithm.name()
-            ),
-        );
+        errors.push(slots.span, problem.to_string());
     }
     let in_flight = check_in_flight(&args, rates, within, errors);
     if let Some(settle) = &args.settle

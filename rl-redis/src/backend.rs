@@ -42,6 +42,9 @@ pub(crate) fn micros(d: Duration) -> u64 {
 pub(crate) enum Connection {
     /// A reconnecting multiplexed connection to one server.
     Standalone(ConnectionManager),
+    /// The application's own connection to one server (a clone of its
+    /// handle).
+    Given(crate::own_connection::Given),
     /// A Redis Cluster connection (reconnects and follows slot moves).
     #[cfg(feature = "cluster")]
     Cluster(ClusterConnection),
@@ -62,6 +65,29 @@ pub(crate) enum Connection {
         )]
         Arc<crate::tls::cluster::ClusterTls>,
     ),
+}
+
+/// Sends `cmd` on a connection to one server by `deadline`.
+async fn standalone_query<C, T>(mut c: C, deadline: Instant, cmd: &Cmd) -> Option<RedisResult<T>>
+where
+    C: redis::aio::ConnectionLike + Send,
+    T: FromRedisValue,
+{
+    let reply = tokio::time::timeout_at(deadline, cmd.query_async(&mut c))
+        .await
+        .ok();
+    match reply {
+        // Refused: the command was never sent, and a `ConnectionManager`
+        // has just started one new connection attempt. Wait for that
+        // attempt once: a server back up answers this very call; one
+        // still down refuses again at once.
+        Some(Err(error)) if error.is_connection_refusal() => {
+            tokio::time::timeout_at(deadline, cmd.query_async(&mut c))
+                .await
+                .ok()
+        }
+        reply => reply,
+    }
 }
 
 /// Sends `cmd` on a cluster connection by `deadline`.
@@ -127,24 +153,8 @@ impl Connection {
         cmd: &Cmd,
     ) -> Option<RedisResult<T>> {
         match self {
-            Connection::Standalone(c) => {
-                let mut c = c.clone();
-                let reply = tokio::time::timeout_at(deadline, cmd.query_async(&mut c))
-                    .await
-                    .ok();
-                match reply {
-                    // Refused: the command was never sent, and the manager
-                    // has just started one new connection attempt. Wait
-                    // for that attempt once: a server back up answers this
-                    // very call; one still down refuses again at once.
-                    Some(Err(error)) if error.is_connection_refusal() => {
-                        tokio::time::timeout_at(deadline, cmd.query_async(&mut c))
-                            .await
-                            .ok()
-                    }
-                    reply => reply,
-                }
-            }
+            Connection::Standalone(c) => standalone_query(c.clone(), deadline, cmd).await,
+            Connection::Given(c) => standalone_query(c.clone(), deadline, cmd).await,
             #[cfg(feature = "cluster")]
             Connection::Cluster(c) => cluster_query(c, deadline, cmd).await,
             #[cfg(feature = "sentinel")]
@@ -180,6 +190,7 @@ impl Connection {
     fn kind(&self) -> &'static str {
         match self {
             Connection::Standalone(_) => "standalone",
+            Connection::Given(_) => "standalone (the application's connection)",
             #[cfg(feature = "cluster")]
             Connection::Cluster(_) => "cluster",
             #[cfg(feature = "sentinel")]
@@ -312,6 +323,9 @@ pub struct RedisBackend {
     connection: Connection,
     settings: Settings,
     reloader: Arc<Reloader>,
+    /// Refund notices: told with every call that gives room back, heard by
+    /// the limiters that subscribe (`None`: turned off).
+    notices: Option<Arc<crate::notices::Notices>>,
 }
 
 impl fmt::Debug for RedisBackend {
@@ -323,6 +337,7 @@ impl fmt::Debug for RedisBackend {
             .field("timeout", &self.settings.timeout)
             .field("client_clock", &self.settings.clock)
             .field("extra_ttl_ms", &self.settings.extra_ttl_ms)
+            .field("refund_notices", &self.notices)
             .finish()
     }
 }
@@ -379,11 +394,16 @@ impl RedisBackend {
     /// The default time allowed to connect: 5 s.
     pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-    pub(crate) fn from_parts(connection: Connection, settings: Settings) -> Self {
+    pub(crate) fn from_parts(
+        connection: Connection,
+        settings: Settings,
+        notices: Option<crate::notices::Notices>,
+    ) -> Self {
         Self {
             connection,
             settings,
             reloader: Arc::default(),
+            notices: notices.map(Arc::new),
         }
     }
 
@@ -480,7 +500,8 @@ impl RedisBackend {
     }
 
     /// Runs one call that must complete by `deadline`. `request_id` is
-    /// required by (and only used for) the `_once` operations.
+    /// required by (and only used for) the `_once` operations. A call that
+    /// gives room back tells the other processes (see `crate::notices`).
     async fn call_until(
         &self,
         deadline: Instant,
@@ -489,6 +510,27 @@ impl RedisBackend {
         at: u64,
         requests: &[Request<'_>],
         request_id: Option<&str>,
+    ) -> Result<Reply, BackendError> {
+        let origin = self.notices.as_ref().map_or("", |n| n.origin());
+        self.call_telling(deadline, op, time, at, requests, request_id, origin)
+            .await
+    }
+
+    /// [`RedisBackend::call_until`], telling of what the call gives back
+    /// as `origin` (empty: telling nothing).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "call_until's arguments and the origin; one private caller beside it"
+    )]
+    async fn call_telling(
+        &self,
+        deadline: Instant,
+        op: Op,
+        time: Time,
+        at: u64,
+        requests: &[Request<'_>],
+        request_id: Option<&str>,
+        origin: &str,
     ) -> Result<Reply, BackendError> {
         let id_key = if op.takes_request_id() {
             let (Some(first), Some(id)) = (requests.first(), request_id) else {
@@ -508,7 +550,8 @@ impl RedisBackend {
             self.settings.extra_ttl_ms,
             requests,
             id_key.as_deref(),
-        );
+        )
+        .telling(origin);
         let values = self.send(deadline, &plan).await?;
         parse_reply(op, requests.len(), &values)
     }
@@ -772,6 +815,8 @@ impl RedisBackend {
     /// Refunds what the `taken` groups consumed, each at its time (best
     /// effort: a failure is logged, the units then return when their state
     /// expires); with a request id, also forgets each group's kept reply.
+    /// Told to no one: the units were taken a moment ago by a call that is
+    /// refused, and a notice per refusal would flood the other processes.
     async fn give_back(
         &self,
         groups: &[Group<'_>],
@@ -785,7 +830,16 @@ impl RedisBackend {
         };
         for &(index, at) in taken {
             let requests = &groups[index].requests;
-            if let Err(error) = self.call(op, self.time(), at, requests, request_id).await {
+            let given = self.call_telling(
+                self.deadline(),
+                op,
+                self.time(),
+                at,
+                requests,
+                request_id,
+                "",
+            );
+            if let Err(error) = given.await {
                 tracing::warn!(
                     %error,
                     limits = requests.len(),
@@ -1059,6 +1113,17 @@ impl Backend for RedisBackend {
         returns: &'a [ratewall::backend::LeaseReturn<'a>],
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(self.release_batch(returns))
+    }
+
+    /// Subscribes to the refund notices of key prefix `prefix` (see
+    /// [`RedisBackendBuilder::refund_notices`](crate::RedisBackendBuilder::refund_notices)):
+    /// one pub/sub connection per prefix, shared by the limiters of this
+    /// backend that listen to it; `false` when notices are turned off.
+    fn subscribe_refunds(&self, prefix: &str, notices: ratewall::backend::RefundNotices) -> bool {
+        match &self.notices {
+            Some(own) => own.subscribe(prefix, notices),
+            None => false,
+        }
     }
 
     /// Reads the shared allow and deny lists when their version moved.

@@ -15,6 +15,8 @@ use tokio::time::Instant;
 use crate::backend::{Connection, RedisBackend, Settings};
 use crate::call_mode::CallMode;
 use crate::error::from_redis;
+use crate::notices::{Notices, Source};
+use crate::own_connection::Given;
 use crate::probe::{self, PROBE_TIMEOUT};
 use crate::redact::redact_url as redact;
 use crate::script;
@@ -34,6 +36,11 @@ enum Target {
     Standalone(String),
     #[cfg(feature = "cluster")]
     Cluster(Vec<String>),
+    /// The application's own connection to one server.
+    Given(Given),
+    /// The application's own Redis Cluster connection.
+    #[cfg(feature = "cluster")]
+    GivenCluster(redis::cluster_async::ClusterConnection),
     #[cfg(feature = "sentinel")]
     Sentinel {
         sentinels: Vec<String>,
@@ -53,7 +60,10 @@ struct MasterAuth {
 }
 
 /// Configures a [`RedisBackend`]; made by [`RedisBackend::builder`],
-/// [`RedisBackend::cluster_builder`] or [`RedisBackend::sentinel_builder`].
+/// [`RedisBackend::cluster_builder`] or [`RedisBackend::sentinel_builder`]
+/// from URLs, or by [`RedisBackend::builder_with_connection`] or
+/// `RedisBackend::cluster_builder_with_connection` on the application's
+/// own connection.
 ///
 /// ```no_run
 /// use ratewall::clock::ManualClock;
@@ -80,6 +90,10 @@ pub struct RedisBackendBuilder {
     extra_ttl: Duration,
     master_auth: MasterAuth,
     call_mode: CallMode,
+    refund_notices: bool,
+    /// Where a backend on the application's connection subscribes to
+    /// refund notices.
+    pubsub: Vec<redis::Client>,
     #[cfg(feature = "__tls")]
     tls: crate::tls::Certificates,
 }
@@ -95,7 +109,9 @@ impl fmt::Debug for RedisBackendBuilder {
             .field("master_username", &self.master_auth.username)
             .field("master_db", &self.master_auth.db)
             .field("master_tls", &self.master_auth.tls)
-            .field("call_mode", &self.call_mode);
+            .field("call_mode", &self.call_mode)
+            .field("refund_notices", &self.refund_notices)
+            .field("pubsub_clients", &self.pubsub.len());
         #[cfg(feature = "__tls")]
         f.field("tls", &self.tls);
         f.finish_non_exhaustive()
@@ -112,6 +128,8 @@ impl RedisBackendBuilder {
             extra_ttl: Duration::ZERO,
             master_auth: MasterAuth::default(),
             call_mode: CallMode::Auto,
+            refund_notices: true,
+            pubsub: Vec::new(),
             #[cfg(feature = "__tls")]
             tls: crate::tls::Certificates::default(),
         }
@@ -124,6 +142,15 @@ impl RedisBackendBuilder {
     #[cfg(feature = "cluster")]
     pub(crate) fn cluster(urls: Vec<String>) -> Self {
         Self::new(Target::Cluster(urls))
+    }
+
+    pub(crate) fn given(connection: Given) -> Self {
+        Self::new(Target::Given(connection))
+    }
+
+    #[cfg(feature = "cluster")]
+    pub(crate) fn given_cluster(connection: redis::cluster_async::ClusterConnection) -> Self {
+        Self::new(Target::GivenCluster(connection))
     }
 
     #[cfg(feature = "sentinel")]
@@ -200,6 +227,62 @@ impl RedisBackendBuilder {
         self
     }
 
+    /// Whether refunds are told to the other processes sharing the server,
+    /// and heard from them (default `true`).
+    ///
+    /// A call that gives room back (a refund, a settled estimate given
+    /// back, a call cancelled by its request id, a reset; not a
+    /// compensation inside a refused cluster call) publishes one notice
+    /// per key that got something back, in the same Lua call: `PUBLISH
+    /// <prefix>:{refunds} <origin><key>` (about 50 bytes; nothing is
+    /// stored). A limiter built over this backend subscribes to its
+    /// prefix's channel (one pub/sub connection per backend and prefix),
+    /// and on a notice forgets the refusals its deny cache remembers for
+    /// the key and wakes one of its calls waiting under it. A refund by
+    /// one instance is then usable by every other within one pub/sub
+    /// delivery (typically a few milliseconds; the test suite holds it
+    /// under 100 ms) instead of after the deny cache's maximum hold (1 s
+    /// by default), and a waiting call is admitted then instead of at its
+    /// next retry. A notice lost while a subscription is down is made up
+    /// for by that maximum hold, as without notices.
+    ///
+    /// The cost: one `PUBLISH` per refund that gave something back (about
+    /// 1 us more in the refund's Lua call on a standalone server; on a
+    /// Redis Cluster about 2 us on the key's master and 3 us on every
+    /// other node, which the cluster bus carries it to: measured in
+    /// `src/notices.rs`), one delivery of it to each listening instance,
+    /// there a parse and one deny-cache and one waiting-call lookup per
+    /// key; acquires pay nothing. `false` turns both off, e.g. where
+    /// refunds are frequent and no instance keeps a deny cache or waiting
+    /// calls. See the `ratewall_refund_notices_subscribed` gauge and the
+    /// `ratewall_refund_notices_total` counter.
+    pub fn refund_notices(mut self, enabled: bool) -> Self {
+        self.refund_notices = enabled;
+        self
+    }
+
+    /// The client that a backend on the application's own connection
+    /// ([`RedisBackend::builder_with_connection`],
+    /// `RedisBackend::cluster_builder_with_connection`) opens its refund
+    /// notices subscription with: `SUBSCRIBE` takes a connection of its
+    /// own, which the application's multiplexed connection cannot be.
+    /// Its URL, credentials and TLS are the client's own (a `rediss://` client needs a TLS feature of redis-rs, as it
+    /// does for the application). Given again, adds another server, tried
+    /// in turn when one cannot be reached: on a Redis Cluster, clients to
+    /// several nodes (a cluster carries every `PUBLISH` to every node, so
+    /// any one hears all).
+    ///
+    /// Without one, such a backend tells its refunds but hears none of
+    /// the others' (see [`RedisBackendBuilder::refund_notices`]): a
+    /// refusal its limiter's deny cache remembers lasts until the cache's
+    /// maximum hold (1 s by default), and a waiting call wakes at its own
+    /// retry. Ignored by a backend built from URLs, which subscribes on
+    /// the servers they name.
+    pub fn pubsub_client(mut self, client: redis::Client) -> Self {
+        self.pubsub.push(client);
+        self
+    }
+
     /// The longest a call may take (default [`RedisBackend::DEFAULT_TIMEOUT`]);
     /// beyond it the call fails with [`BackendError::Timeout`]. A call that
     /// timed out may still have been applied by the server.
@@ -242,9 +325,22 @@ impl RedisBackendBuilder {
         self
     }
 
+    /// Whether the connection is the application's.
+    fn is_given(&self) -> bool {
+        match &self.target {
+            Target::Given(_) => true,
+            #[cfg(feature = "cluster")]
+            Target::GivenCluster(_) => true,
+            _ => false,
+        }
+    }
+
     fn describe(&self) -> String {
         match &self.target {
             Target::Standalone(url) => redact(url),
+            Target::Given(_) => "the application's Redis connection".to_owned(),
+            #[cfg(feature = "cluster")]
+            Target::GivenCluster(_) => "the application's Redis Cluster connection".to_owned(),
             #[cfg(feature = "cluster")]
             Target::Cluster(urls) => {
                 let urls: Vec<String> = urls.iter().map(|url| redact(url)).collect();
@@ -265,7 +361,10 @@ impl RedisBackendBuilder {
     /// [`CallMode::Functions`] or [`CallMode::Auto`], loading the Functions
     /// library) and builds the backend. The connection reconnects by itself
     /// afterwards; with sentinels, the master is looked up through them now
-    /// and again whenever it fails (so fail-overs are followed).
+    /// and again whenever it fails (so fail-overs are followed). On the
+    /// application's own connection nothing is opened: the library is
+    /// loaded on it (`PING` instead in [`CallMode::Scripts`]), within the
+    /// connect timeout.
     ///
     /// When the address does not speak Redis the way the URL asks (an HTTP
     /// server, a TLS port reached with `redis://`, a plain one with
@@ -299,7 +398,11 @@ impl RedisBackendBuilder {
                 .min(MAX_EXTRA_TTL_MS),
             mode: call_mode,
         };
-        let what = format!("connecting to {target}");
+        let what = if self.is_given() {
+            format!("starting on {target}")
+        } else {
+            format!("connecting to {target}")
+        };
         let connecting = async {
             let connection = self.open(&target).await?;
             let mode = resolve_mode(&connection, call_mode, &what, timeout)
@@ -333,10 +436,106 @@ impl RedisBackendBuilder {
         if let Connection::Sentinel(sentinel) = &connection {
             sentinel.watch_switches();
         }
+        let notices = if self.refund_notices {
+            let source = self
+                .notice_source(&connection, &target)
+                .map_err(|error| match error {
+                    OpenError::Backend(error) => error,
+                    OpenError::Redis(error) => from_redis(&what, &error, connect_timeout),
+                })?;
+            Some(Notices::new(
+                settings.target.clone(),
+                source,
+                connect_timeout,
+            ))
+        } else {
+            None
+        };
         Ok(RedisBackend::from_parts(
             connection,
             Settings { mode, ..settings },
+            notices,
         ))
+    }
+
+    /// Where the subscription to refund notices connects
+    /// (`crate::notices`): the server, the cluster's seed nodes, or the
+    /// sentinels' master, the way the URLs say.
+    fn notice_source(&self, connection: &Connection, target: &str) -> Result<Source, OpenError> {
+        use redis::IntoConnectionInfo as _;
+        let urls: Vec<&str> = match &self.target {
+            Target::Standalone(url) => vec![url.as_str()],
+            #[cfg(feature = "cluster")]
+            Target::Cluster(urls) => urls.iter().map(String::as_str).collect(),
+            Target::Given(_) => return Ok(Source::Plain(self.pubsub.clone())),
+            #[cfg(feature = "cluster")]
+            Target::GivenCluster(_) => return Ok(Source::Plain(self.pubsub.clone())),
+            #[cfg(feature = "sentinel")]
+            Target::Sentinel { .. } => {
+                return match connection {
+                    Connection::Sentinel(sentinel) => Ok(Source::Sentinel(sentinel.clone())),
+                    _ => Err(invalid(format!(
+                        "{target}: a sentinel master without its connection"
+                    ))),
+                };
+            }
+        };
+        let _ = connection;
+        let mut plain = Vec::with_capacity(urls.len());
+        let mut tls = false;
+        for url in urls {
+            let (url, is_tls) = crate::url::plain(url)
+                .map_err(|why| invalid(format!("invalid Redis URL {target}: {why}")))?;
+            tls |= is_tls;
+            plain.push(
+                url.as_str()
+                    .into_connection_info()
+                    .map_err(OpenError::Redis)?,
+            );
+        }
+        if !tls {
+            let clients = plain
+                .into_iter()
+                .map(redis::Client::open)
+                .collect::<Result<_, _>>()
+                .map_err(OpenError::Redis)?;
+            return Ok(Source::Plain(clients));
+        }
+        self.tls_notice_source(plain, target)
+    }
+
+    /// [`RedisBackendBuilder::notice_source`] over TLS: `nodes` are the
+    /// servers' plain addresses.
+    #[cfg(feature = "__tls")]
+    fn tls_notice_source(
+        &self,
+        nodes: Vec<redis::ConnectionInfo>,
+        target: &str,
+    ) -> Result<Source, OpenError> {
+        let nodes = nodes
+            .into_iter()
+            .map(|info| match info.addr() {
+                redis::ConnectionAddr::Tcp(host, port) => {
+                    Ok((host.clone(), *port, info.redis_settings().clone()))
+                }
+                _ => Err(invalid(format!(
+                    "invalid Redis URL {target}: TLS needs a TCP address"
+                ))),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Source::Tls {
+            connector: self.connector(target)?,
+            nodes,
+        })
+    }
+
+    #[cfg(not(feature = "__tls"))]
+    fn tls_notice_source(
+        &self,
+        _nodes: Vec<redis::ConnectionInfo>,
+        target: &str,
+    ) -> Result<Source, OpenError> {
+        Err(needs_tls(target))
     }
 
     /// The URLs of the servers named: the server, the cluster's seed nodes
@@ -346,14 +545,32 @@ impl RedisBackendBuilder {
             Target::Standalone(url) => vec![url.as_str()],
             #[cfg(feature = "cluster")]
             Target::Cluster(urls) => urls.iter().map(String::as_str).collect(),
+            Target::Given(_) => Vec::new(),
+            #[cfg(feature = "cluster")]
+            Target::GivenCluster(_) => Vec::new(),
             #[cfg(feature = "sentinel")]
             Target::Sentinel { sentinels, .. } => sentinels.iter().map(String::as_str).collect(),
         }
     }
 
-    /// Opens the connection (checking the server answers).
-    async fn open(self, target: &str) -> Result<Connection, OpenError> {
+    /// Opens the connection (checking the server answers); takes the
+    /// application's as it is.
+    async fn open(&self, target: &str) -> Result<Connection, OpenError> {
         match &self.target {
+            Target::Given(given) => {
+                if given.is_cluster {
+                    return Err(invalid(format!(
+                        "{target}: a Redis Cluster connection; build the backend with \
+                         RedisBackend::with_cluster_connection or \
+                         RedisBackend::cluster_builder_with_connection"
+                    )));
+                }
+                self.checked(Connection::Given(given.clone())).await
+            }
+            #[cfg(feature = "cluster")]
+            Target::GivenCluster(connection) => {
+                self.checked(Connection::Cluster(connection.clone())).await
+            }
             Target::Standalone(url) => {
                 let (url, tls) = crate::url::plain(url)
                     .map_err(|why| invalid(format!("invalid Redis URL {target}: {why}")))?;
@@ -458,6 +675,28 @@ impl RedisBackendBuilder {
                 Ok(Connection::Sentinel(connection))
             }
         }
+    }
+
+    /// `connection`, the application's, once it answered a `PING` in
+    /// [`CallMode::Scripts`] (in the other modes, loading the library
+    /// checks it next).
+    async fn checked(&self, connection: Connection) -> Result<Connection, OpenError> {
+        if self.call_mode == CallMode::Scripts {
+            let deadline = Instant::now() + self.connect_timeout;
+            match connection
+                .query::<redis::Value>(deadline, &redis::cmd("PING"))
+                .await
+            {
+                Some(Ok(_)) => {}
+                Some(Err(error)) => return Err(OpenError::Redis(error)),
+                None => {
+                    return Err(OpenError::Backend(BackendError::Timeout(
+                        self.connect_timeout,
+                    )));
+                }
+            }
+        }
+        Ok(connection)
     }
 
     /// This builder's TLS configuration, for `target`'s messages.

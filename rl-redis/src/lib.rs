@@ -56,6 +56,15 @@
 //!   ([`RedisBackend::connect_sentinel`]: the master is found through the
 //!   sentinels and looked up again after a failure, so fail-overs are
 //!   followed by the same backend).
+//! - **Your own connection** ([`RedisBackend::with_connection`],
+//!   [`RedisBackend::builder_with_connection`], and on a cluster
+//!   `RedisBackend::with_cluster_connection`): a clone of the
+//!   application's `ConnectionManager`, `MultiplexedConnection` or
+//!   `ClusterConnection`, with no connection, credentials or TLS of the
+//!   backend's own. The library is loaded on it as on the backend's own,
+//!   nothing that changes the connection is sent, and it is never closed;
+//!   refund notices are heard through a `redis::Client` given for them
+//!   ([`RedisBackendBuilder::pubsub_client`]).
 //! - **One URL grammar** ([`RedisUrl`]): one string names a server
 //!   (`redis://`, `rediss://`, `valkey://`, `valkeys://`, `redis+unix://`),
 //!   a Redis Cluster (node URLs separated by commas) or a Sentinel master
@@ -76,11 +85,18 @@
 //!   `tokio::spawn` or a web handler.
 //! - A limits registry, `<prefix>:{limits}`: the limits of every name the
 //!   limiter decides, for operators' tools ([`RedisBackend::registered_limits`]).
+//! - **Refund notices**: room one instance gives back (a refund, a settled
+//!   estimate, a reset) is published from the same Lua call on
+//!   `<prefix>:{refunds}`, and every other instance's limiter forgets the
+//!   refusals it remembers for that key and wakes a call waiting under
+//!   it: usable everywhere within one pub/sub delivery instead of after
+//!   the deny cache's maximum hold
+//!   ([`RedisBackendBuilder::refund_notices`], on by default).
 //!
 //! # Cargo features
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `cluster` | yes | Redis Cluster: [`RedisBackend::connect_cluster`], [`RedisBackend::cluster_builder`] |
+//! | `cluster` | yes | Redis Cluster: [`RedisBackend::connect_cluster`], [`RedisBackend::cluster_builder`], `RedisBackend::with_cluster_connection` |
 //! | `sentinel` | yes | Redis Sentinel: [`RedisBackend::connect_sentinel`], [`RedisBackend::sentinel_builder`] |
 //! | `tls` | no | `rediss://` through rustls with the ring crypto provider, `RedisBackendBuilder::tls_root_certificates`, `RedisBackendBuilder::tls_client_certificate`, `master_tls` for Sentinel |
 //! | `tls-aws-lc-rs` | no | the same with the aws-lc-rs provider (builds C code); with both TLS features, aws-lc-rs is used |
@@ -155,6 +171,8 @@ mod error;
 mod learned;
 mod lease;
 mod lists;
+mod notices;
+mod own_connection;
 mod probe;
 mod redact;
 mod registry;

@@ -224,6 +224,15 @@ impl Op {
     pub(crate) const fn takes_request_id(self) -> bool {
         matches!(self, Op::AcquireOnce | Op::RefundOnce | Op::CancelOnce)
     }
+
+    /// Whether the call carries a notice origin (`crate::notices`): the
+    /// operations that give room back and tell the other processes so
+    /// (one `PUBLISH` per key that got something back, unless the origin
+    /// is empty). A refund that compensates a refused call over several
+    /// hash tags is an [`Op::Refund`] sent with an empty origin.
+    pub(crate) const fn tells(self) -> bool {
+        matches!(self, Op::Refund | Op::CancelOnce | Op::Reset)
+    }
 }
 
 /// An entry point of the Lua code.
@@ -533,6 +542,9 @@ pub(crate) struct Plan<'p, 'r> {
     extra: Option<&'p [(u64, u64)]>,
     /// The one key of [`Op::Blocks`] and [`Op::Unblock`] (see [`block_key`]).
     block_key: Option<&'p str>,
+    /// The notice origin of an operation that [`Op::tells`] (empty: tell
+    /// nothing).
+    origin: &'p str,
 }
 
 impl<'p, 'r> Plan<'p, 'r> {
@@ -591,6 +603,7 @@ impl<'p, 'r> Plan<'p, 'r> {
             lease: None,
             lease_ttl_us: 0,
             extra: None,
+            origin: "",
             block_key: None,
         }
     }
@@ -602,6 +615,13 @@ impl<'p, 'r> Plan<'p, 'r> {
             block_key: Some(key),
             ..Self::new(op, time, 0, extra_ttl_ms, &[], None)
         }
+    }
+
+    /// The same call, telling the other processes of what it gives back
+    /// as `origin` (see `crate::notices`; only for an operation that
+    /// [`Op::tells`], ignored otherwise).
+    pub(crate) fn telling(self, origin: &'p str) -> Self {
+        Self { origin, ..self }
     }
 
     /// A reserve ([`Op::Reserve`], `at`: the longest wait) or cancel
@@ -716,6 +736,7 @@ impl<'p, 'r> Plan<'p, 'r> {
                 sink.number(request.cost.min(EXACT_LIMIT));
                 if op == Op::Refund {
                     sink.number(self.at_micros);
+                    sink.text(self.origin);
                 }
                 if self.time != Time::Server || self.extra_ttl_ms != 0 {
                     self.write_time(sink);
@@ -741,6 +762,9 @@ impl<'p, 'r> Plan<'p, 'r> {
                         sink.number(y);
                     }
                     sink.number(request.limit.block_micros());
+                }
+                if self.op.tells() {
+                    sink.text(self.origin);
                 }
             }
             Entry::Lease => {
@@ -1134,10 +1158,20 @@ mod tests {
             ]
         );
         let one = [Request::new(&key, &gcra, 1)];
-        let refund = Plan::new(Op::Refund, Time::Client(42), 7, 1000, &one, None);
+        let refund = Plan::new(Op::Refund, Time::Client(42), 7, 1000, &one, None)
+            .telling("00000000000000ab");
         assert_eq!(
             Call::of(&refund).args,
-            ["5", "3600000000", "5", "1", "7", "42", "1000"]
+            [
+                "5",
+                "3600000000",
+                "5",
+                "1",
+                "7",
+                "00000000000000ab",
+                "42",
+                "1000"
+            ]
         );
         let line = refund.command_line(Via::Function);
         assert_eq!(line[0], "FCALL");
@@ -1150,6 +1184,26 @@ mod tests {
             peek.command_line(Via::ScriptSha)[1],
             entry_code(Entry::Single(Op::Peek, Algorithm::Gcra)).sha
         );
+    }
+
+    #[test]
+    fn calls_that_give_room_back_carry_their_notice_origin_last() {
+        let key = Key::new("rl", "sms", "+33 6");
+        let (minute, hour) = (Limit::per_minute(3).unwrap(), Limit::per_hour(5).unwrap());
+        let two = [Request::new(&key, &minute, 1), Request::new(&key, &hour, 1)];
+        for op in [Op::Refund, Op::Reset] {
+            let args = Call::of(&Plan::new(op, Time::Server, 7, 0, &two, None).telling("0f")).args;
+            assert_eq!(args.first().unwrap(), op.name());
+            assert_eq!(args.last().unwrap(), "0f", "{op:?}");
+            // Seven fields per request (the last, its block: none).
+            assert_eq!(args.len(), 4 + 2 * 7 + 1, "{op:?}");
+        }
+        // Only the operations that give room back carry one.
+        let acquire = Plan::new(Op::Acquire, Time::Server, 0, 0, &two, None).telling("0f");
+        assert_eq!(Call::of(&acquire).args.len(), 4 + 2 * 7);
+        let compensation =
+            Plan::new(Op::RefundOnce, Time::Server, 7, 0, &two, Some("k")).telling("0f");
+        assert_eq!(Call::of(&compensation).args.len(), 4 + 2 * 7);
     }
 
     #[test]
@@ -1199,10 +1253,11 @@ mod tests {
             args(&fixed, Op::Acquire, Time::Server, 0, 500),
             ["3", "60000000", "2", "s", "500"]
         );
-        // A refund's `at` follows the cost.
+        // A refund's `at` follows the cost, then its notice origin (empty:
+        // tell nothing).
         assert_eq!(
             args(&bucket, Op::Refund, Time::Server, 9, 0),
-            ["3", "60000000", "7", "2", "9"]
+            ["3", "60000000", "7", "2", "9", ""]
         );
     }
 

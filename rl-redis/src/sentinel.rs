@@ -201,6 +201,9 @@ struct Inner {
     /// connection is over TLS; locked while resolving in either case.
     sentinel: tokio::sync::Mutex<Option<Sentinel>>,
     current: Mutex<Current>,
+    /// The address of the current master connection, with its generation
+    /// (for subscriptions of its own: refund notices).
+    address: Mutex<Option<(u64, String, u16)>>,
     /// The master address last announced by `+switch-master`, tried first
     /// by the next look-up.
     announced: Mutex<Option<(String, u16)>>,
@@ -279,8 +282,9 @@ impl Inner {
     }
 
     /// Asks each sentinel in turn for the master's address, then connects
-    /// to it (checking `ROLE`): discovery over this crate's TLS.
-    async fn discover(&self) -> RedisResult<MultiplexedConnection> {
+    /// to it (checking `ROLE`): discovery over this crate's TLS. Answers
+    /// the connection and the master's address.
+    async fn discover(&self) -> RedisResult<(MultiplexedConnection, (String, u16))> {
         let mut last = None;
         for url in &self.sentinel_urls {
             let found = async {
@@ -303,7 +307,8 @@ impl Inner {
                         "the sentinel does not know this master name",
                     ))
                 })?;
-                self.connect_to_master(host, port).await
+                let address = (host.clone(), port);
+                Ok((self.connect_to_master(host, port).await?, address))
             };
             match found.await {
                 Ok(connection) => return Ok(connection),
@@ -341,6 +346,7 @@ impl SentinelConnection {
                 tls,
                 sentinel: tokio::sync::Mutex::new(sentinel),
                 current: Mutex::new(None),
+                address: Mutex::new(None),
                 announced: Mutex::new(None),
             }),
         })
@@ -367,11 +373,16 @@ impl SentinelConnection {
         let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
         let announced = lock(&self.inner.announced).take();
         let from_announcement = match announced {
-            Some((host, port)) => self.inner.connect_to_master(host, port).await.ok(),
+            Some((host, port)) => self
+                .inner
+                .connect_to_master(host.clone(), port)
+                .await
+                .ok()
+                .map(|connection| (connection, (host, port))),
             None => None,
         };
-        let connection = match (from_announcement, sentinel.as_mut()) {
-            (Some(connection), _) => connection,
+        let (connection, address) = match (from_announcement, sentinel.as_mut()) {
+            (Some(found), _) => found,
             (None, None) => self.inner.discover().await?,
             (None, Some(sentinel)) => {
                 let client = sentinel
@@ -382,13 +393,47 @@ impl SentinelConnection {
                     name = %self.inner.master_name,
                     "rate limiter connecting to the master named by the sentinels"
                 );
-                client
+                let address = match client.get_connection_info().addr() {
+                    ConnectionAddr::Tcp(host, port) => (host.clone(), *port),
+                    other => (other.to_string(), 0),
+                };
+                let connection = client
                     .get_multiplexed_async_connection_with_config(&self.inner.config)
-                    .await?
+                    .await?;
+                (connection, address)
             }
         };
+        *lock(&self.inner.address) = Some((generation, address.0, address.1));
         *lock(&self.inner.current) = Some((generation, connection.clone()));
         Ok((generation, connection))
+    }
+
+    /// The generation of the current master connection, if there is one.
+    pub(crate) fn generation(&self) -> Option<u64> {
+        lock(&self.inner.current).as_ref().map(|(g, _)| *g)
+    }
+
+    /// A pub/sub connection to the current master (looked up if there is
+    /// none), with the generation of the master connection it was found
+    /// with: a new generation means the sentinels named another master.
+    pub(crate) async fn pubsub(&self) -> RedisResult<(u64, redis::aio::PubSub)> {
+        let (generation, _) = self.connection().await?;
+        let address = lock(&self.inner.address)
+            .clone()
+            .filter(|(g, _, _)| *g == generation);
+        let Some((_, host, port)) = address else {
+            return Err(RedisError::from((
+                ErrorKind::Io,
+                "the master changed while subscribing",
+            )));
+        };
+        let node = Node {
+            host: &host,
+            port,
+            tls: self.inner.tls.master(),
+            redis: &self.inner.redis,
+        };
+        Ok((generation, self.inner.tls.pubsub(node).await?))
     }
 
     /// Drops the master connection of `generation` (if still current), so

@@ -107,7 +107,9 @@ fn redis_doctested() -> Vec<String> {
 
 /// The features CI's doctest run turns on for `ratewall` (those
 /// `ratewall-tests` asks for, unified over the workspace).
-const TESTED_FEATURES: [&str; 6] = ["macros", "axum", "tower", "tonic", "config", "actix"];
+const TESTED_FEATURES: [&str; 7] = [
+    "macros", "axum", "tower", "tonic", "config", "serde", "actix",
+];
 
 #[test]
 fn every_rust_block_of_the_readme_and_the_guide_is_compiled_and_none_is_ignored() {

@@ -112,17 +112,46 @@ impl Rng {
     }
 }
 
+/// On a backend from the cluster's URLs and on one built on the
+/// application's own cluster connection, each under its own key prefix.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_over_several_hash_tags_are_all_or_nothing_and_decide_like_the_memory_backend_on_a_cluster()
  {
     let cluster = RedisCluster::start();
-    let clock = ManualClock::new(EPOCH_US);
-    let redis = RedisBackend::cluster_builder(cluster.urls())
-        .client_clock(clock.clone())
-        .extra_ttl(Duration::from_secs(3_600))
-        .connect()
-        .await
-        .expect("connect");
+    let own = cluster.async_connection().await;
+    let builders = [
+        (
+            "from URLs",
+            "sms",
+            RedisBackend::cluster_builder(cluster.urls()),
+        ),
+        (
+            "on a ClusterConnection",
+            "own-sms",
+            RedisBackend::cluster_builder_with_connection(own.clone()),
+        ),
+    ];
+    for (built, prefix, builder) in builders {
+        let clock = ManualClock::new(EPOCH_US);
+        let redis = builder
+            .client_clock(clock.clone())
+            .extra_ttl(Duration::from_secs(3_600))
+            .connect()
+            .await
+            .expect("connect");
+        assert!(redis.is_cluster());
+        decides_like_the_memory_backend(&redis, &clock, prefix, built).await;
+    }
+}
+
+/// Random SMS calls over three hash tags each, decided by `redis` and by
+/// a memory backend under `clock`, keys under `prefix`.
+async fn decides_like_the_memory_backend(
+    redis: &RedisBackend,
+    clock: &ManualClock,
+    prefix: &str,
+    built: &str,
+) {
     let memory = MemoryBackend::with_clock(clock.clone());
     // SMS: per phone 2/10 s (log), 3/min (window), 4/30 s (GCRA); per IP a
     // token bucket and a sliding window; per device a leaky bucket.
@@ -139,11 +168,13 @@ async fn limits_over_several_hash_tags_are_all_or_nothing_and_decide_like_the_me
     ];
     let device_limit = limit(Algorithm::LeakyBucket, 3, Duration::from_secs(5));
     let phones: Vec<Key> = (0..3)
-        .map(|i| Key::from_display("sms", "phone", &i))
+        .map(|i| Key::from_display(prefix, "phone", &i))
         .collect();
-    let ips: Vec<Key> = (0..2).map(|i| Key::from_display("sms", "ip", &i)).collect();
+    let ips: Vec<Key> = (0..2)
+        .map(|i| Key::from_display(prefix, "ip", &i))
+        .collect();
     let devices: Vec<Key> = (0..2)
-        .map(|i| Key::from_display("sms", "device", &i))
+        .map(|i| Key::from_display(prefix, "device", &i))
         .collect();
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let (mut allowed, mut refused) = (0, 0);
@@ -164,7 +195,7 @@ async fn limits_over_several_hash_tags_are_all_or_nothing_and_decide_like_the_me
             0 => {
                 let m = memory.peek(&batch).await.expect("memory");
                 let r = redis.peek(&batch).await.expect("redis");
-                assert_eq!(m, r, "peek at step {step}");
+                assert_eq!(m, r, "{built}: peek at step {step}");
             }
             1 => {
                 if let Some((p, i, d, at)) = last_allowed.take() {
@@ -181,7 +212,7 @@ async fn limits_over_several_hash_tags_are_all_or_nothing_and_decide_like_the_me
             _ => {
                 let m: Decisions = memory.acquire(&batch).await.expect("memory");
                 let r: Decisions = redis.acquire(&batch).await.expect("redis");
-                assert_eq!(m, r, "acquire at step {step}");
+                assert_eq!(m, r, "{built}: acquire at step {step}");
                 if m.allowed() {
                     allowed += 1;
                     last_allowed = Some((p, i, d, m[0].at_micros()));
@@ -194,7 +225,7 @@ async fn limits_over_several_hash_tags_are_all_or_nothing_and_decide_like_the_me
     }
     assert!(
         allowed > 20 && refused > 20,
-        "allowed {allowed}, refused {refused}: the scenario must exercise both"
+        "{built}: allowed {allowed}, refused {refused}: the scenario must exercise both"
     );
 }
 

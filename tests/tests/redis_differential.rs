@@ -10,12 +10,15 @@
 //! `RedisBackend` and `MemoryBackend` under identical manual clocks; every
 //! decision (allowed, limit, remaining, retry_after, reset_after, time) must
 //! be identical, and so must every identity's blocks (the block each
-//! refusal wrote, to the microsecond). Every case runs twice: on the Functions library (`FCALL`,
+//! refusal wrote, to the microsecond). Every case runs on the Functions library (`FCALL`,
 //! `FCALL_RO`: the path used on Redis >= 7 and Valkey) and on the scripts
 //! (`EVALSHA`: the path of servers without `FUNCTION`); on a server without
 //! `FUNCTION` (`RATEWALL_TEST_SERVER=redis-no-functions`) only on the
-//! scripts. One real server is shared by the whole file; every run of a
-//! case uses its own key prefix.
+//! scripts. In each call mode, on two backends: one built from the
+//! server's URL (`RedisBackend::builder`) and one on the application's
+//! own `ConnectionManager` (`RedisBackend::builder_with_connection`). One
+//! real server is shared by the whole file; every run of a case uses its
+//! own key prefix.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -307,7 +310,8 @@ fn case(algorithms: Vec<Algorithm>, max_limits: usize) -> impl Strategy<Value = 
 
 /// The Redis backends (one per call mode) under one manual clock.
 struct Pair {
-    redis: Vec<RedisBackend>,
+    /// Each backend, with how it was built and its call mode (for failures).
+    redis: Vec<(String, RedisBackend)>,
     clock: ManualClock,
 }
 
@@ -363,10 +367,10 @@ fn same_reservation(
 /// Runs `case` on every Redis backend of `pair`, each against a fresh
 /// memory backend.
 async fn run_case(pair: &Pair, case: &Case) -> Result<(), TestCaseError> {
-    for redis in &pair.redis {
+    for (label, redis) in &pair.redis {
         run_case_on(redis, &pair.clock, case)
             .await
-            .map_err(|error| TestCaseError::fail(format!("{:?}: {error}", redis.call_mode())))?;
+            .map_err(|error| TestCaseError::fail(format!("{label}: {error}")))?;
     }
     Ok(())
 }
@@ -736,20 +740,33 @@ fn check(strategy: impl Strategy<Value = Case>) {
         &[CallMode::Scripts]
     };
     let redis = runtime.block_on(async {
+        // The application's own connection, shared by its backends.
+        let own = redis::aio::ConnectionManager::new(server.client())
+            .await
+            .expect("connect to the test server");
         let mut backends = Vec::new();
         for &mode in modes {
-            let backend = RedisBackend::builder(server.url())
-                .client_clock(clock.clone())
-                // Redis expires keys in real time while the manual clock
-                // stands still; decisions never depend on the extra lifetime.
-                .extra_ttl(Duration::from_secs(3_600))
-                .timeout(Duration::from_secs(10))
-                .call_mode(mode)
-                .connect()
-                .await
-                .expect("connect to the test server");
-            assert_eq!(backend.call_mode(), mode);
-            backends.push(backend);
+            let builders = [
+                ("from the URL", RedisBackend::builder(server.url())),
+                (
+                    "on a ConnectionManager",
+                    RedisBackend::builder_with_connection(own.clone()),
+                ),
+            ];
+            for (built, builder) in builders {
+                let backend = builder
+                    .client_clock(clock.clone())
+                    // Redis expires keys in real time while the manual clock
+                    // stands still; decisions never depend on the extra lifetime.
+                    .extra_ttl(Duration::from_secs(3_600))
+                    .timeout(Duration::from_secs(10))
+                    .call_mode(mode)
+                    .connect()
+                    .await
+                    .expect("connect to the test server");
+                assert_eq!(backend.call_mode(), mode);
+                backends.push((format!("{mode:?}, {built}"), backend));
+            }
         }
         backends
     });

@@ -1,14 +1,14 @@
 //! Redis Sentinel: the backend finds the master through the sentinels,
 //! decides there (never on a replica), and follows a fail-over with the same
-//! backend. Real processes: a master, a replica (`--replicaof`) and a
-//! sentinel with a short `down-after-milliseconds`.
+//! backend, its refund notices too. Real processes: a master, a replica
+//! (`--replicaof`) and a sentinel with a short `down-after-milliseconds`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ratewall::{
-    Key, Limit,
+    Key, Limit, Limiter,
     backend::{Backend, Request},
     error::BackendError,
 };
@@ -341,4 +341,108 @@ async fn a_switch_over_with_the_old_master_alive_is_followed_and_never_decided_o
          master in between, {failures} failed)",
         named - started
     );
+}
+
+/// Limiters subscribed to refund notices on a server: how many.
+async fn notice_subscribers(server: &RedisServer) -> i64 {
+    let counts: Vec<redis::Value> = server.cmd(&["PUBSUB", "NUMSUB", "sent:{refunds}"]).await;
+    match counts.get(1) {
+        Some(redis::Value::Int(n)) => *n,
+        _ => 0,
+    }
+}
+
+/// Waits until `count` limiters are subscribed on `server`.
+async fn until_subscribed_on(server: &RedisServer, count: i64) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while notice_subscribers(server).await != count {
+        assert!(
+            Instant::now() < deadline,
+            "{} limiters subscribed on port {}, not {count}",
+            notice_subscribers(server).await,
+            server.port()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A refund by `a` is usable by `b` (which remembers the refusal) within
+/// 100 ms.
+async fn refund_usable_by_the_other(a: &Limiter, b: &Limiter, identity: &str) {
+    let limit = Limit::per_hour(1).expect("limit");
+    let key = a.key("otp", &identity);
+    let call = [Request::new(&key, &limit, 1)];
+    let taken = a.requests().acquire_all(&call).await.expect("decided");
+    assert!(taken.allowed());
+    for _ in 0..2 {
+        assert!(b.requests().check("otp", &call, None).await.is_err());
+    }
+    let at = taken.iter().next().expect("one decision").at_micros();
+    a.requests().refund_all(&call, at).await.expect("refund");
+    let start = Instant::now();
+    while b.requests().check("otp", &call, None).await.is_err() {
+        assert!(start.elapsed() < Duration::from_secs(5), "never admitted");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let delay = start.elapsed();
+    assert!(
+        delay <= Duration::from_millis(100),
+        "{identity}: the refund was usable after {delay:?}"
+    );
+}
+
+/// Refund notices are heard on the master the sentinels name, and follow
+/// a switch-over to the promoted replica without a call to move them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refund_notices_are_heard_on_the_sentinels_master_and_follow_a_switch_over() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_replica_of(&master);
+    let sentinel = RedisSentinel::start_monitoring_with(
+        MASTER_NAME,
+        master.port(),
+        1,
+        DOWN_AFTER_MS,
+        FAILOVER_TIMEOUT_MS,
+    );
+    wait_until_sentinel_knows(&sentinel, &replica).await;
+    let limiter = || async {
+        let backend = RedisBackend::sentinel_builder([sentinel.url()], MASTER_NAME)
+            .timeout(TIMEOUT)
+            .connect()
+            .await
+            .expect("connect");
+        Limiter::builder()
+            .backend(backend)
+            .prefix("sent")
+            .build()
+            .expect("limiter")
+    };
+    let (a, b) = (limiter().await, limiter().await);
+    until_subscribed_on(&master, 2).await;
+    refund_usable_by_the_other(&a, &b, "before").await;
+
+    let ok: String = sentinel.cmd(&["SENTINEL", "FAILOVER", MASTER_NAME]).await;
+    assert_eq!(ok, "OK");
+    let new_port = tokio::task::block_in_place(|| {
+        sentinel.wait_for_failover(master.port(), Duration::from_secs(20))
+    });
+    assert_eq!(new_port, replica.port());
+    // Both subscriptions move to the promoted node (checked each second).
+    until_subscribed_on(&replica, 2).await;
+    // Decisions follow too (the first calls may still meet the old master).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while code_calls(&replica).await == 0 {
+        let key = a.key("warm", &"up");
+        let _ = a
+            .requests()
+            .acquire_all(&[Request::new(&key, &Limit::per_hour(100).expect("limit"), 1)])
+            .await;
+        let _ = b
+            .requests()
+            .acquire_all(&[Request::new(&key, &Limit::per_hour(100).expect("limit"), 1)])
+            .await;
+        assert!(Instant::now() < deadline, "no decision on the new master");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    refund_usable_by_the_other(&a, &b, "after").await;
 }

@@ -3,8 +3,9 @@
 //! chain this test generates (rcgen: a private CA, a server certificate for
 //! 127.0.0.1, a client certificate): standalone, mutual TLS, a cluster
 //! whose nodes talk TLS to clients and to each other, and a master found
-//! through a sentinel, both over TLS; and an application that installs its
-//! own rustls provider after the backend connected.
+//! through a sentinel, both over TLS; an application that installs its
+//! own rustls provider after the backend connected; and refund notices
+//! heard over TLS.
 
 use std::fs;
 use std::path::PathBuf;
@@ -462,4 +463,65 @@ async fn a_backend_over_tls_connects_again_after_the_server_restarts() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+}
+
+/// Refund notices over TLS: each backend subscribes on a TLS connection of
+/// this crate's own, and a refund by one limiter clears the refusal the
+/// other remembers well within its deny cache's hold (1 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refund_notices_are_heard_over_tls() {
+    let pki = Pki::generate();
+    let (server, tls_port) = start(&pki, false);
+    let limiter = || async {
+        let backend = RedisBackend::builder(rediss(&tls_port))
+            .tls_root_certificates(pki.ca_pem.as_bytes())
+            .connect()
+            .await
+            .expect("connect over TLS");
+        ratewall::Limiter::builder()
+            .backend(backend)
+            .prefix("tls")
+            .build()
+            .expect("limiter")
+    };
+    let (a, b) = (limiter().await, limiter().await);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        // (The harness's own connection is on the plain port.)
+        let counts: Vec<redis::Value> = server.cmd(&["PUBSUB", "NUMSUB", "tls:{refunds}"]).await;
+        if counts.get(1) == Some(&redis::Value::Int(2)) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not subscribed: {counts:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // Both subscriptions came in on the TLS port.
+    let clients: String = server.cmd(&["CLIENT", "LIST", "TYPE", "pubsub"]).await;
+    let tls_address = format!("laddr=127.0.0.1:{} ", tls_port.port());
+    assert_eq!(clients.lines().count(), 2, "{clients}");
+    assert!(
+        clients.lines().all(|line| line.contains(&tls_address)),
+        "{clients}"
+    );
+    let limit = Limit::per_hour(1).expect("limit");
+    let key = a.key("otp", &"alice");
+    let call = [Request::new(&key, &limit, 1)];
+    let taken = a.requests().acquire_all(&call).await.expect("decided");
+    for _ in 0..2 {
+        assert!(b.requests().check("otp", &call, None).await.is_err());
+    }
+    let at = taken.iter().next().expect("one decision").at_micros();
+    a.requests().refund_all(&call, at).await.expect("refund");
+    let start = std::time::Instant::now();
+    while b.requests().check("otp", &call, None).await.is_err() {
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    let delay = start.elapsed();
+    assert!(
+        delay <= std::time::Duration::from_millis(100),
+        "the refund was usable after {delay:?}"
+    );
 }

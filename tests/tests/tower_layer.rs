@@ -718,3 +718,98 @@ async fn in_flight_slots_are_held_until_the_response_is_ready_and_refused_as_too
         }
     }
 }
+
+#[tokio::test]
+async fn grpc_refusal_hooks_answer_refused_calls_with_their_own_status() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    for backend in BACKENDS {
+        let (limiter, _redis) = limiter(backend).await;
+        let hooked = Arc::new(AtomicUsize::new(0));
+        let counter = hooked.clone();
+        // A tonic Status of the application's, keeping the server's pushback.
+        let layer = RateLimitLayer::builder("grpc_hook")
+            .key("grpc_hook", ["1/1m"], KeyFrom::client_ip())
+            .limiter(limiter.clone())
+            .on_refusal(
+                |_: &ratewall::tower::Refusal<'_>| -> http::Response<String> {
+                    unreachable!("gRPC calls are answered by the gRPC hook")
+                },
+            )
+            .on_grpc_refusal(move |refusal: &ratewall::tower::Refusal<'_>| {
+                counter.fetch_add(1, Ordering::Relaxed);
+                let mut status = tonic::Status::unavailable(format!("busy: {}", refusal.code()));
+                let pushback = refusal.retry_after().unwrap().as_millis().to_string();
+                status
+                    .metadata_mut()
+                    .insert("grpc-retry-pushback-ms", pushback.parse().unwrap());
+                status
+            })
+            .build()
+            .unwrap();
+        let channel = grpc_server(layer).await;
+        assert_eq!(hello(&channel, "ann").await.unwrap(), "hello ann");
+        assert_eq!(
+            hooked.load(Ordering::Relaxed),
+            0,
+            "not called when admitted"
+        );
+        let status = hello(&channel, "bob").await.unwrap_err();
+        assert_eq!(
+            status.code(),
+            tonic::Code::Unavailable,
+            "{backend:?}: {status:?}"
+        );
+        assert_eq!(status.message(), "busy: rate_limited");
+        let pushback: u64 = status
+            .metadata()
+            .get("grpc-retry-pushback-ms")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((59_000..=60_000).contains(&pushback), "{pushback}");
+        assert_eq!(hooked.load(Ordering::Relaxed), 1);
+
+        // The response parts: the default answer with another code.
+        let layer = RateLimitLayer::builder("grpc_parts")
+            .key("grpc_parts", ["1/1m"], KeyFrom::client_ip())
+            .limiter(limiter)
+            .on_grpc_refusal(|refusal: &ratewall::tower::Refusal<'_>| {
+                let mut response = refusal.default_grpc_response();
+                response
+                    .headers_mut()
+                    .insert("grpc-status", http::HeaderValue::from(4)); // DEADLINE_EXCEEDED
+                response
+            })
+            .build()
+            .unwrap();
+        let channel = grpc_server(layer).await;
+        assert!(hello(&channel, "ann").await.is_ok());
+        let status = hello(&channel, "bob").await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{backend:?}");
+        assert!(status.message().starts_with("rate limited by `grpc_parts`"));
+        assert_eq!(
+            status.metadata().get("ratelimit-policy").unwrap(),
+            "\"grpc_parts\";q=1;w=60"
+        );
+    }
+}
+
+/// A tonic server of [`Greeter`] behind `layer`, and a channel to it.
+async fn grpc_server(layer: RateLimitLayer) -> tonic::transport::Channel {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .layer(layer)
+            .add_service(Greeter)
+            .serve_with_incoming(incoming),
+    );
+    tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}

@@ -215,6 +215,16 @@ pub(crate) fn rejected(name: &str) -> Counted {
     Counted::new(key(name, "rejected", "backend"))
 }
 
+/// The counter `metric{prefix = prefix}`, to count with [`count`]: a
+/// limiter's own counters (the refund notices it hears).
+pub(crate) fn prefixed(metric: &'static str, prefix: &str) -> Counted {
+    find_the_global_recorder();
+    Counted::new(kept(Key::from_parts(
+        metric,
+        vec![Label::new("prefix", prefix.to_owned())],
+    )))
+}
+
 /// Adds one to a prebuilt counter: through its kept handle when the
 /// recorder in place is the global one, else by asking the recorder.
 #[inline]

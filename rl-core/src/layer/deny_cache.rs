@@ -14,10 +14,15 @@
 //!
 //! What invalidates an entry early: this limiter refunding or resetting the
 //! key (count-failures mode, [`crate::Limiter::reset_everywhere`]), new
-//! limits for its name ([`crate::settings::Settings::set_limits`]), shadow mode, or
-//! turning the cache off for the name. A reset made by another process is
-//! seen within the maximum hold (1 s by default): a remembered refusal is
-//! trusted that long at most, then re-checked.
+//! limits for its name ([`crate::settings::Settings::set_limits`]), shadow mode,
+//! turning the cache off for the name, or a notice from the store that
+//! another process gave room back under the key (a refund, a settled
+//! estimate, a reset: [`crate::backend::Backend::subscribe_refunds`], on
+//! Redis within one pub/sub delivery). A change made by another process
+//! that no notice tells of (a backend without notices, a notice lost while
+//! the subscription was down) is seen within the maximum hold (1 s by
+//! default): a remembered refusal is trusted that long at most, then
+//! re-checked.
 //!
 //! The re-check is single flight: when a hold ends while the refusal is
 //! still valid (its `retry_after` has not passed), the first caller to see
@@ -422,16 +427,16 @@ impl DenyCache {
         }
     }
 
-    /// Forgets every refusal remembered under `key` (its blocks were
+    /// Forgets every refusal remembered for `key`, whatever its limit
+    /// (another process gave room back under it, or its blocks were
     /// lifted).
-    pub(crate) fn forget_key(&self, key: &Key) {
+    pub(crate) fn forget_key(&self, key: &KeyRef<'_>) {
         if self.held.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let key = KeyRef::of(key);
-        let hash = self.hash(&key);
+        let hash = self.hash(key);
         let mut shard = self.shard(hash).write();
-        if let Ok(found) = shard.table.find_entry(hash, |s| s.is(&key)) {
+        if let Ok(found) = shard.table.find_entry(hash, |s| s.is(key)) {
             found.remove();
             self.held.fetch_sub(1, Ordering::Relaxed);
         }
@@ -566,6 +571,15 @@ impl Layer for DenyLayer {
     }
 
     fn unblocked(&self, key: &Key) {
+        self.cache.forget_key(&KeyRef::of(key));
+    }
+}
+
+impl DenyLayer {
+    /// Another process gave room back under `key` (a refund, a settled
+    /// estimate, a reset, as its store told): what was remembered for the
+    /// key may no longer hold, so the next call asks the backend.
+    pub(crate) fn given_back(&self, key: &KeyRef<'_>) {
         self.cache.forget_key(key);
     }
 }

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use super::heard::Heard;
 use super::in_flight::Keeper;
 use super::{GLOBAL, Limiter, NEXT_LIMITER};
 use crate::layer::abandon::Abandoned;
@@ -52,7 +53,10 @@ const DEFAULT_LISTS_REFRESH: Duration = Duration::from_secs(1);
 
 impl LimiterBuilder {
     /// Whether the limiter remembers the backend's refusals and refuses
-    /// repeats in process until their `retry_after` (see
+    /// repeats in process until their `retry_after`, at most
+    /// [`LimiterBuilder::deny_cache_max_hold`] at a time, forgetting them
+    /// when room is given back here or, as the backend tells, elsewhere
+    /// (see
     /// [`Settings::set_deny_cache`](crate::settings::Settings::set_deny_cache)). Default: on for a remote backend, off
     /// for the in-memory one, whose decisions cost about as much as a
     /// remembered refusal and follow the limiter's [`Clock`].
@@ -61,10 +65,20 @@ impl LimiterBuilder {
         self
     }
 
-    /// How long a remembered refusal is trusted at most (default 1 s). A
-    /// reset made by another process (e.g. `ratewall reset`) is seen within
-    /// this bound; a flood on a refused key reaches the backend once per
-    /// this period (one caller re-checks, the others stay refused).
+    /// How long a remembered refusal is trusted at most (default 1 s); a
+    /// flood on a refused key reaches the backend once per this period
+    /// (one caller re-checks, the others stay refused).
+    ///
+    /// Room another process gives back in the shared store (a refund, a
+    /// settled estimate, a reset such as `ratewall reset`) is usable here
+    /// within one notice delivery when the backend tells of it
+    /// ([`Backend::subscribe_refunds`](crate::backend::Backend::subscribe_refunds);
+    /// `ratewall_redis::RedisBackend` does, over Redis pub/sub: typically
+    /// a few milliseconds, held under 100 ms by its tests): the limiter
+    /// forgets its remembered refusals of that key and wakes a call
+    /// waiting under it. A change no notice tells of (a backend without
+    /// notices, a notice lost while the subscription was down, a state
+    /// changed by hand) is seen within this bound.
     pub fn deny_cache_max_hold(mut self, max_hold: Duration) -> Self {
         self.deny_cache_max_hold = Some(max_hold);
         self
@@ -184,24 +198,33 @@ impl LimiterBuilder {
             Box::new(Failure::new(fallback.clone())),
         ]);
         let deny_cache = self.deny_cache.unwrap_or(remote);
+        let mut deny = None;
         if remote || deny_cache {
             let cache = DenyCache::new(
                 DEFAULT_CAPACITY,
                 self.deny_cache_max_hold.unwrap_or(DEFAULT_MAX_HOLD),
             );
-            layers.push(Box::new(DenyLayer::new(
-                cache,
-                registry.clone(),
-                deny_cache,
-            )));
+            let layer = DenyLayer::new(cache, registry.clone(), deny_cache);
+            if remote {
+                // Shared with what hears the store's notices.
+                let layer = Arc::new(layer);
+                layers.push(Box::new(layer.clone()));
+                deny = Some(layer);
+            } else {
+                layers.push(Box::new(layer));
+            }
         }
         // Inside the deny cache: a shadowed refusal is never remembered.
         layers.push(Box::new(Shadow::new(registry.clone())));
         let mut breaker = None;
         let mut leases = None;
         let mut abandoned = None;
+        let room = Arc::new(crate::limiter::room::Room::default());
+        let mut heard = None;
         let store = match self.backend {
             Some(backend) => {
+                // Room given back by other processes, as the store tells.
+                heard = Heard::subscribe(&*backend, &prefix, deny, room.clone());
                 // Inside shadow mode (shadowed names do not lease) and the
                 // deny cache, above the breaker: a lease decides while the
                 // backend is down too.
@@ -238,7 +261,8 @@ impl LimiterBuilder {
             keeper,
             abandoned,
             cancel_every_call: self.cancel_abandoned,
-            room: crate::limiter::room::Room::default(),
+            room,
+            heard,
             pauses: crate::limiter::room::Pauses::default(),
             remembered: Default::default(),
         })

@@ -13,6 +13,7 @@ pub(crate) mod attempt;
 pub(crate) mod auto;
 pub(crate) mod builder;
 pub(crate) mod call;
+pub(crate) mod heard;
 pub(crate) mod in_flight;
 #[cfg_attr(
     not(any(feature = "tower", feature = "reqwest")),
@@ -96,7 +97,15 @@ pub struct Limiter {
     /// ones).
     pub(crate) cancel_every_call: bool,
     /// Calls waiting for room, woken when a refund gives some back.
-    pub(crate) room: room::Room,
+    pub(crate) room: Arc<room::Room>,
+    /// What this limiter does with its store's notices of room given back
+    /// by other processes, when the store tells of them (held: the store
+    /// holds it weakly).
+    #[allow(
+        dead_code,
+        reason = "held, never read: the store's notices reach it while it lives"
+    )]
+    heard: Option<Arc<heard::Heard>>,
     /// Pauses heard by this process: they move the calls sleeping until a
     /// slot inside one.
     pub(crate) pauses: room::Pauses,
@@ -262,7 +271,10 @@ impl Limiter {
     /// - **Fixed window, sliding window, sliding log**: no queue to join;
     ///   the call retries after each refusal's `retry_after`, until it is
     ///   admitted or the next retry would come after the wait (it is then
-    ///   refused at once, never after sleeping past it).
+    ///   refused at once, never after sleeping past it); sooner when room
+    ///   is given back under its keys, by this process or, as a remote
+    ///   store tells, by another (on Redis within one pub/sub delivery:
+    ///   see [`Permit::settle`](call::Permit::settle)).
     /// - A tiered call waits on the limits of the tiers it is decided by.
     ///
     /// A future dropped while it waits for its slot gives the slot back:
@@ -457,7 +469,7 @@ impl Limiter {
     /// it, else to `decided`: what the tower layer makes of a request
     /// without building a permit it does not need. `None` on a remote
     /// store (await [`Limiter::call_with`] instead).
-    #[cfg(feature = "tower")]
+    #[cfg(any(feature = "tower", feature = "actix"))]
     #[inline]
     pub(crate) fn now_with<'l, R>(
         &'l self,

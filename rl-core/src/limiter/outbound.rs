@@ -252,11 +252,16 @@ impl Heard {
             }
         };
         let accepted = !matches!(self.status, 429 | 503);
-        if accepted {
+        let hold = if accepted && outbound.auto.is_some() {
             outbound.learn(draw, accepted, &self.hold).await;
-        }
+            // What is left taught the budget its limit: not written into
+            // its window too.
+            self.hold.without_room_left()
+        } else {
+            self.hold
+        };
         if !self.pauses || settled {
-            outbound.share(draw, &self.hold).await;
+            outbound.share(draw, &hold).await;
         }
     }
 }

@@ -357,6 +357,11 @@ impl<'l> Requests<'l> {
     }
 
     /// Gives back what an allowed decision made at `at_micros` consumed.
+    /// Calls of this limiter waiting under these keys try again at once;
+    /// the other instances sharing a remote store see the room within one
+    /// notice delivery where the store tells of refunds (Redis: typically
+    /// a few milliseconds), else within their deny cache's maximum hold
+    /// (see [`Permit::settle`](crate::Permit::settle)).
     ///
     /// # Errors
     /// [`Error::Limit`] for a batch with no request or one state named twice;
@@ -378,7 +383,9 @@ impl<'l> Requests<'l> {
         self.apply(Op::Charge, requests, false).await
     }
 
-    /// Forgets the state of the given keys and limits in the backend.
+    /// Forgets the state of the given keys and limits in the backend. Seen
+    /// by the other instances sharing it as a refund is
+    /// ([`Requests::refund_all`](crate::call::Requests::refund_all)).
     ///
     /// # Errors
     /// [`Error::Limit`] for a batch with no request or one state named twice;
@@ -496,7 +503,12 @@ impl<'l> Requests<'l> {
         let name = targets.first().map_or("", |t| t.name);
         let mut call = Call::new(op, &targets, name, self.limiter.policy_for(name, None));
         call.local_only = local;
-        applied(self.limiter.pipeline.run(&mut call, ALL).await)
+        applied(self.limiter.pipeline.run(&mut call, ALL).await)?;
+        if matches!(op, Op::Refund(_) | Op::Reset) {
+            // Calls waiting under these keys try again.
+            self.limiter.room.freed_targets(&targets);
+        }
+        Ok(())
     }
 }
 

@@ -123,7 +123,16 @@ impl<'l> Settings<'l> {
     /// is remembered, from the instant before it was asked, for no longer
     /// than its `retry_after` and re-checked (by one caller) at least every
     /// maximum hold; this limiter's refunds, resets and
-    /// [`Settings::set_limits`](crate::settings::Settings::set_limits) forget the key or name at once. It keeps time
+    /// [`Settings::set_limits`](crate::settings::Settings::set_limits) forget the key or name at once.
+    /// Another instance's refunds and resets (settled estimates included)
+    /// are forgotten as the backend tells of them
+    /// ([`Backend::subscribe_refunds`](crate::backend::Backend::subscribe_refunds)):
+    /// on Redis within one pub/sub delivery, typically a few milliseconds
+    /// (see `ratewall_redis::RedisBackendBuilder::refund_notices`); a
+    /// notice lost while the subscription is down, or a backend that tells
+    /// nothing, within the maximum hold
+    /// ([`LimiterBuilder::deny_cache_max_hold`](crate::builder::LimiterBuilder::deny_cache_max_hold),
+    /// 1 s by default). It keeps time
     /// with the process' monotonic clock: turn it off where the backend
     /// decides on a manual clock. A limiter built without it (the memory
     /// store's default) ignores this setting.
@@ -264,7 +273,7 @@ impl<'l> Settings<'l> {
 
     /// Sets a list entry on this limiter only (e.g. from its limits file,
     /// which every instance reads for itself).
-    #[cfg(feature = "config")]
+    #[cfg(feature = "serde")]
     pub(crate) fn list_locally(&self, entry: ListEntry) {
         let changed = self.limiter.registry.update_lists(|lists| {
             let listed = entry.listed();
@@ -283,7 +292,7 @@ impl<'l> Settings<'l> {
     }
 
     /// Removes a list entry from this limiter only.
-    #[cfg(feature = "config")]
+    #[cfg(feature = "serde")]
     pub(crate) fn unlist_locally(&self, name: Option<&str>, identity: &str) {
         if self
             .limiter

@@ -42,8 +42,14 @@ impl Limiter {
                 let targets = targets_of(&decided);
                 let mut call =
                     Call::new(Op::CancelOnce(id), &targets, spec.name(), resolved.policy);
-                if let Err(error) = applied(self.pipeline.run(&mut call, ALL).await) {
-                    tracing::warn!(call = spec.name(), %error, "rate limit refund failed; sent again once the backend answers");
+                match applied(self.pipeline.run(&mut call, ALL).await) {
+                    Ok(()) => {
+                        self.room.freed(spec.name());
+                        self.room.freed_targets(&targets);
+                    }
+                    Err(error) => {
+                        tracing::warn!(call = spec.name(), %error, "rate limit refund failed; sent again once the backend answers");
+                    }
                 }
             }
             for (index, group) in resolved.groups.iter().enumerate() {
@@ -204,6 +210,7 @@ impl Limiter {
             applied(self.pipeline.run(&mut call, ALL).await)?;
         }
         self.room.freed(name);
+        self.room.freed_targets(targets);
         Ok(())
     }
 
@@ -229,6 +236,8 @@ impl Limiter {
             let mut call = Call::new(Op::Reset, targets, name, policy);
             applied(self.pipeline.run(&mut call, ALL).await)?;
         }
+        self.room.freed(name);
+        self.room.freed_targets(targets);
         Ok(())
     }
 }
@@ -281,6 +290,19 @@ impl Permit<'_> {
     /// forgets its identity when it resets on success. A call admitted
     /// while the backend was failing is settled in process only. Failures
     /// are logged, not returned: the call already ran.
+    ///
+    /// **Who sees the room given back.** This limiter at once: it forgets
+    /// the refusals it remembers for the call's keys and wakes a call
+    /// waiting for room under them. Other instances sharing a remote
+    /// store, as the store tells them
+    /// ([`Backend::subscribe_refunds`](crate::backend::Backend::subscribe_refunds)):
+    /// on Redis within one pub/sub delivery, typically a few milliseconds
+    /// (its tests hold it under 100 ms); if the notice is lost (the
+    /// subscription down) or the store tells nothing, within their deny
+    /// cache's maximum hold
+    /// ([`LimiterBuilder::deny_cache_max_hold`](crate::builder::LimiterBuilder::deny_cache_max_hold),
+    /// 1 s by default). The same holds for [`Permit::settle_cost`] below
+    /// an estimate, [`Permit::refund`] and [`Permit::reset`].
     pub async fn settle(self, counted: bool) {
         if counted {
             return;
@@ -316,6 +338,11 @@ impl Permit<'_> {
     /// through without a decision has nothing to settle. Failures are
     /// logged, not returned: the call already ran. Needs a settled group or
     /// [`Counting::Settled`] (logged and ignored otherwise).
+    ///
+    /// An estimate given back is usable by this limiter at once and by the
+    /// other instances sharing a remote store within one notice delivery
+    /// (Redis: typically a few milliseconds), else within their deny
+    /// cache's maximum hold (see [`Permit::settle`]).
     ///
     /// ```
     /// use ratewall::{CallSpec, GroupSpec, Keys, Limit, Limiter};
@@ -376,7 +403,8 @@ impl Permit<'_> {
     }
 
     /// Gives back what this call took, in every group. Needs
-    /// [`Counting::Settled`] (logged and ignored otherwise).
+    /// [`Counting::Settled`] (logged and ignored otherwise). Seen by the
+    /// other instances as [`Permit::settle`] says.
     pub async fn refund(self) {
         if let Some(settle) = &self.settle {
             self.limiter
@@ -386,7 +414,8 @@ impl Permit<'_> {
     }
 
     /// Forgets the state of this call's identities in every group
-    /// (consecutive-failure counting). Needs [`Counting::Settled`].
+    /// (consecutive-failure counting). Needs [`Counting::Settled`]. Seen
+    /// by the other instances as [`Permit::settle`] says.
     pub async fn reset(self) {
         if let Some(settle) = &self.settle {
             self.limiter

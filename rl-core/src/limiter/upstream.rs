@@ -195,6 +195,21 @@ impl Hold {
         self
     }
 
+    /// This hold without the counts left that are above zero: what a
+    /// budget that finds its limit shares of an accepted answer (the counts
+    /// taught it the limit instead; written into its window as well, each
+    /// one answered a moment after the budget admitted more, they would
+    /// fill it with units the upstream never counted). A pause, a reset
+    /// and a count of zero stay.
+    pub(crate) fn without_room_left(mut self) -> Self {
+        for left in &mut self.left {
+            if left.is_some_and(|units| units > 0) {
+                *left = None;
+            }
+        }
+        self
+    }
+
     /// Whether nothing was said.
     pub fn is_empty(&self) -> bool {
         self.holds_nothing()

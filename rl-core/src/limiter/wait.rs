@@ -13,8 +13,11 @@
 //!   ([`Limit::with_block`]), retry: the call sleeps for each refusal's
 //!   `retry_after` and asks again, as long as the next try is within the
 //!   maximum wait; a refund in this process (a settled estimate) wakes one
-//!   waiting call of the same name sooner, and each woken call admitted
-//!   wakes the next ([`room`]).
+//!   waiting call of the same name, or under the same key, sooner, a
+//!   refund by another process sharing the store too when the store tells
+//!   of it (Redis: within one pub/sub delivery), and each woken call
+//!   admitted wakes the next ([`room`]). (A reserved slot is not moved
+//!   earlier by a refund: the call keeps the slot it queued for.)
 //!
 //! Nothing here decides: the stores reserve and cancel, the layers apply
 //! to both operations as to any other (deny lists, failure policy, shadow
@@ -27,7 +30,7 @@ use crate::layer::{ALL, counters};
 use crate::limiter::admission::Admission;
 use crate::limiter::attempt::{Attempt, OwnedAttempt, misconfigured};
 use crate::limiter::call::{CallFuture, Decided, Permit};
-use crate::limiter::room::Pauses;
+use crate::limiter::room::{PausedKeys, Pauses};
 use crate::limiter::spec::{CallSpec, Counting};
 use crate::limiter::{Limiter, resolve, room, timer};
 use crate::model::clock::{later, micros};
@@ -163,7 +166,15 @@ pub(crate) fn call<'l>(
                 Instant::now(),
                 Duration::ZERO,
             ),
-            How::Retry => retry(limiter, spec, identities, tiers, costs, max_wait),
+            How::Retry => {
+                // Room given back by another process is told by key.
+                let keys = if limiter.room.hears() {
+                    Pauses::keys(&attempt.targets(limiter))
+                } else {
+                    PausedKeys::new()
+                };
+                retry(limiter, spec, identities, tiers, costs, max_wait, keys)
+            }
         }
     })
 }
@@ -419,8 +430,10 @@ impl Drop for Reserved<'_> {
 }
 
 /// Retries after each refusal's `retry_after` until admitted, or until the
-/// next try would come after `max_wait`. Each try is a call of its own
-/// (resolved again: a limit changed meanwhile applies).
+/// next try would come after `max_wait`, or sooner when room is given back
+/// to the call's name or under one of its `keys` (rendered; registered
+/// only while the limiter hears its store's notices). Each try is a call
+/// of its own (resolved again: a limit changed meanwhile applies).
 fn retry<'l>(
     limiter: &'l Limiter,
     spec: &'l CallSpec,
@@ -428,6 +441,7 @@ fn retry<'l>(
     tiers: &[&str],
     costs: &[u64],
     max_wait: Duration,
+    keys: PausedKeys,
 ) -> CallFuture<'l> {
     let start = Instant::now();
     let mut first_retry = None;
@@ -447,9 +461,12 @@ fn retry<'l>(
     CallFuture::remote(async move {
         let tiers: Vec<&str> = tiers.iter().map(|t| &**t).collect();
         let freed = limiter.room.of(spec.name());
+        // Before the first try: a notice heard between a refusal and the
+        // sleep after it is kept for that sleep.
+        let watching = limiter.room.watch(&keys);
         let mut woken = false;
         if let Some(at) = first_retry {
-            woken = room::sleep_or_freed(at, &freed).await;
+            woken = room::sleep_or_freed(at, &freed, &watching).await;
         }
         loop {
             match limiter.decide_once(spec, &identities, &tiers, &costs).await {
@@ -458,6 +475,7 @@ fn retry<'l>(
                     if woken {
                         // Room was given back: it may fit the next one too.
                         limiter.room.freed(spec.name());
+                        watching.pass_on();
                     }
                     return Ok(admitted(permit));
                 }
@@ -465,7 +483,7 @@ fn retry<'l>(
                     let Some(at) = next_try(&rejection, start, max_wait) else {
                         return Err(rejection);
                     };
-                    woken = room::sleep_or_freed(at, &freed).await;
+                    woken = room::sleep_or_freed(at, &freed, &watching).await;
                 }
             }
         }

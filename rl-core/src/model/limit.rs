@@ -10,6 +10,10 @@ use ratewall_grammar::{BlockProblem, LeaseProblem, Problem};
 use crate::model::clock::micros;
 use crate::model::error::LimitError;
 
+// Serde: a limit read from "10/1m" or a table, written back the same way.
+#[cfg(feature = "serde")]
+pub(crate) mod form;
+
 /// What identifies a limit's state under a key ([`Limit::state_id`]): its
 /// algorithm, period and slot count.
 pub(crate) type StateId = (Algorithm, u64, u64);

@@ -191,6 +191,31 @@ pub(crate) fn key_form(identity: &dyn fmt::Display) -> String {
     Identity::render(identity).as_ref().to_string()
 }
 
+/// The text an identity in key form was written as: [`key_form`] undone
+/// (`%3A` back to `:`, `%7B` to `{`, `%7D` to `}`, `%25` to `%`), so that
+/// `key_form(written_form(k)) == k` for every key form `k`. A limits file
+/// writes its lists with it.
+#[cfg(feature = "serde")]
+pub(crate) fn written_form(key_form: &str) -> String {
+    let mut out = String::with_capacity(key_form.len());
+    let mut rest = key_form;
+    while let Some(at) = rest.find('%') {
+        out.push_str(&rest[..at]);
+        let (char, skip) = match rest.get(at..at + 3) {
+            Some("%25") => ('%', 3),
+            Some("%7B") => ('{', 3),
+            Some("%7D") => ('}', 3),
+            Some("%3A") => (':', 3),
+            // Not an escape key_form writes: kept as it is.
+            _ => ('%', 1),
+        };
+        out.push(char);
+        rest = &rest[at + skip..];
+    }
+    out.push_str(rest);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,6 +223,25 @@ mod tests {
 
     fn listed(kind: ListKind, expires_at: Option<SystemTime>) -> Listed {
         Listed { kind, expires_at }
+    }
+
+    #[cfg(feature = "serde")]
+    #[test]
+    fn the_written_form_undoes_the_key_form() {
+        for written in [
+            "+33612345678",
+            "a:b{c}d%e",
+            "%3A",
+            "x%",
+            "100%25",
+            "007",
+            "2001:db8::1",
+            "",
+        ] {
+            let key = key_form(&written);
+            assert_eq!(key_form(&written_form(&key)), key, "{written:?}");
+        }
+        assert_eq!(written_form("a%3Ab%7Bc%7Dd%25e"), "a:b{c}d%e");
     }
 
     #[test]

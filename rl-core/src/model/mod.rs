@@ -15,3 +15,6 @@ pub(crate) mod policy;
 pub(crate) mod rejection;
 pub(crate) mod reservation;
 pub(crate) mod settings;
+// What configuration forms are read from, in any serde format.
+#[cfg(feature = "serde")]
+pub(crate) mod value;

@@ -1,9 +1,10 @@
 //! The storage side of the limiter: anything that can decide a batch of
 //! requests atomically.
 
-use std::fmt::Debug;
+use std::fmt::{self, Debug};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Weak;
 use std::time::Duration;
 
 use crate::model::clock::micros;
@@ -259,6 +260,77 @@ impl Block {
             suffix: suffix.into(),
             left,
         }
+    }
+}
+
+/// What a limiter does with a notice of room given back: the other side of
+/// [`RefundNotices`], implemented by the limiter (a trait here, so the
+/// store names nothing above it).
+pub(crate) trait Hear: Send + Sync {
+    /// Room was given back under `key` (rendered as `text`) by another
+    /// process.
+    fn given_back(&self, text: &str, key: KeyRef<'_>);
+    /// The store's subscription is up (`true`) or down (`false`).
+    fn subscribed(&self, live: bool);
+}
+
+/// Where a backend delivers the notices of room given back in the store by
+/// other processes (see [`Backend::subscribe_refunds`]): one limiter's
+/// deny cache and waiting calls. Cheap to clone; it holds the limiter
+/// weakly, so a backend keeping it past the limiter's life keeps nothing
+/// alive ([`RefundNotices::is_closed`] then says to drop it).
+#[derive(Clone)]
+pub struct RefundNotices {
+    hear: Weak<dyn Hear>,
+}
+
+impl RefundNotices {
+    /// The notices of the limiter behind `hear`.
+    pub(crate) fn new(hear: Weak<dyn Hear>) -> Self {
+        Self { hear }
+    }
+
+    /// Tells the limiter that another process gave room back under `key`,
+    /// a rendered [`Key`] (`prefix:{scope:identity}`, as
+    /// [`Key::as_str`] writes it): it forgets the refusals it remembers
+    /// for the key (its deny cache) and wakes its calls waiting for room
+    /// under it, which ask the store again. Text that is no rendered key
+    /// is ignored. Cheap: a parse, a hash lookup or two, no allocation.
+    /// `false` once the limiter is gone (drop these notices then).
+    pub fn given_back(&self, key: &str) -> bool {
+        let Some(hear) = self.hear.upgrade() else {
+            return false;
+        };
+        if let Some(parsed) = KeyRef::parse(key) {
+            hear.given_back(key, parsed);
+        }
+        true
+    }
+
+    /// Tells the limiter whether the backend's subscription is up: while
+    /// it is down, notices are lost, and the limiter sees other processes'
+    /// refunds within its deny cache's maximum hold instead (the
+    /// `ratewall_refund_notices_subscribed` gauge says which). `false` once
+    /// the limiter is gone.
+    pub fn subscribed(&self, live: bool) -> bool {
+        let Some(hear) = self.hear.upgrade() else {
+            return false;
+        };
+        hear.subscribed(live);
+        true
+    }
+
+    /// Whether the limiter is gone: nothing will hear these notices again.
+    pub fn is_closed(&self) -> bool {
+        self.hear.strong_count() == 0
+    }
+}
+
+impl fmt::Debug for RefundNotices {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RefundNotices")
+            .field("closed", &self.is_closed())
+            .finish()
     }
 }
 
@@ -639,6 +711,33 @@ pub trait Backend: Send + Sync + Debug + 'static {
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         let _ = (prefix, entry, removed);
         Box::pin(std::future::ready(Ok(())))
+    }
+
+    /// Tells `notices`, from now on, of room given back in the store under
+    /// key prefix `prefix` by other processes sharing it: a refund
+    /// ([`Backend::refund`], [`Backend::cancel_once`] of a call that had
+    /// taken units) or a reset ([`Backend::reset`]) that gave something
+    /// back, one notice per key ([`RefundNotices::given_back`]). A
+    /// limiter asks once, when it is built; a backend that answers `true`
+    /// delivers the notices from a task of its own until
+    /// [`RefundNotices::is_closed`], says when its subscription goes down
+    /// or up ([`RefundNotices::subscribed`]), and may leave out the
+    /// notices of this process' own refunds when one limiter listens (it
+    /// forgot and woke already).
+    ///
+    /// What it buys: without notices, a refusal another process
+    /// remembered is answered from its deny cache until that cache's
+    /// maximum hold ends
+    /// ([`LimiterBuilder::deny_cache_max_hold`](crate::builder::LimiterBuilder::deny_cache_max_hold),
+    /// 1 s by default), and its waiting calls sleep until their own
+    /// retry; with them, room given back is usable everywhere within one
+    /// delivery. The default answers `false`: this backend tells nothing
+    /// (the memory store, shared by no other process, has nothing to
+    /// tell). `ratewall_redis::RedisBackend` implements it with Redis
+    /// pub/sub.
+    fn subscribe_refunds(&self, prefix: &str, notices: RefundNotices) -> bool {
+        let _ = (prefix, notices);
+        false
     }
 
     /// The shared allow and deny lists of key prefix `prefix`, when they

@@ -31,6 +31,24 @@ impl<'a> KeyRef<'a> {
     pub(crate) fn render(&self) -> Key {
         Key::from_parts(self.head, self.identity)
     }
+
+    /// The parts of a rendered key (`prefix:{scope:identity}`, scope and
+    /// identity escaped: no `{`, `}` or `:` in them, no brace in the
+    /// prefix), without building a [`Key`]; `None` for text of another
+    /// shape. The inverse of [`KeyRef::render`]: the identity takes its
+    /// one form ([`IdentityRef::of_escaped`]).
+    pub(crate) fn parse(text: &'a str) -> Option<Self> {
+        let open = text.find(":{")?;
+        let scope_at = open + 2;
+        let colon = scope_at + text[scope_at..].find(':')?;
+        let identity = text[colon + 1..].strip_suffix('}')?;
+        let clean = |part: &str| !part.contains(['{', '}', ':']);
+        (!text[..open].contains(['{', '}']) && clean(&text[scope_at..colon]) && clean(identity))
+            .then(|| Self {
+                head: &text[..=colon],
+                identity: IdentityRef::of_escaped(identity),
+            })
+    }
 }
 
 impl fmt::Display for KeyRef<'_> {
@@ -203,4 +221,36 @@ pub(crate) fn validate(op: Op<'_>, targets: &[Target<'_>]) -> Result<(), LimitEr
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KeyRef;
+    use crate::model::key::Key;
+
+    #[test]
+    fn a_rendered_key_parses_back_into_its_parts() {
+        for key in [
+            Key::new("app:v2", "sms", "+33 6"),
+            Key::new("rl", "lo{g}in", "al:ice%"),
+            Key::from_display("rl", "jobs", &42),
+            Key::from_display("rl", "ip", &std::net::Ipv4Addr::new(192, 0, 2, 7)),
+            Key::new("rl", "x", ""),
+        ] {
+            let parsed = KeyRef::parse(key.as_str()).unwrap_or_else(|| panic!("{key}"));
+            assert_eq!(parsed, KeyRef::of(&key), "{key}");
+            assert_eq!(parsed.render(), key);
+        }
+        for text in [
+            "rl:{sms:alice}:gc:60000000",
+            "rl:{sms}",
+            "rl:sms:alice}",
+            "r{l:{sms:alice}",
+            "rl:{sms:al{ice}",
+            "rl:{sms:al:ice}",
+            "",
+        ] {
+            assert_eq!(KeyRef::parse(text), None, "{text}");
+        }
+    }
 }

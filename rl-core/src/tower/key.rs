@@ -6,12 +6,13 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use arrayvec::ArrayString;
-#[cfg(feature = "axum")]
+#[cfg(all(feature = "tower", feature = "axum"))]
 use axum::extract::{FromRequestParts, RawPathParams};
 use http::request::Parts;
-use http::{Extensions, HeaderMap, HeaderName};
+use http::{Extensions, HeaderName};
 
-use crate::http::{ClientIp, IpKey, IpPrefix, TrustedProxies};
+use super::head::{Param, RequestHead};
+use crate::http::{IpKey, IpPrefix, TrustedProxies};
 
 /// Where one key of a [`RateLimitLayer`](super::RateLimitLayer) comes from.
 ///
@@ -39,20 +40,29 @@ pub(crate) enum Source {
     ClientIp(Option<IpPrefix>),
     /// A header; an invalid name is reported by the layer's `build`.
     Header(Result<HeaderName, Box<str>>),
-    /// A path parameter of the matched route (axum's router).
-    #[cfg(feature = "axum")]
+    /// A path parameter of the matched route (axum's router, actix-web's).
+    #[cfg(any(feature = "axum", feature = "actix"))]
     PathParam(Box<str>),
     /// A value an earlier layer put in the request's extensions.
     Extension {
-        get: ExtensionGetter,
+        get: ExtensionGetters,
         type_name: &'static str,
     },
     /// A function of the request.
     Fn(KeyFn),
 }
 
-/// Reads a typed extension as a `Display`.
-pub(crate) type ExtensionGetter = fn(&Extensions) -> Option<&(dyn fmt::Display + Send + Sync)>;
+/// Reads a typed extension as a `Display`, from each server's extensions.
+#[derive(Clone, Copy)]
+pub(crate) struct ExtensionGetters {
+    #[cfg_attr(
+        not(feature = "tower"),
+        allow(dead_code, reason = "tower's requests only")
+    )]
+    pub(crate) http: fn(&Extensions) -> Option<&(dyn fmt::Display + Send + Sync)>,
+    #[cfg(feature = "actix")]
+    pub(crate) actix: fn(&actix_web::dev::Extensions) -> Option<&(dyn fmt::Display + Send + Sync)>,
+}
 
 /// A user's key function, rendering into a [`Text`]; `false`: no key.
 pub(crate) type KeyFn = Arc<dyn Fn(&Parts, &mut Text) -> bool + Send + Sync>;
@@ -65,7 +75,7 @@ impl fmt::Debug for KeyFrom {
             Source::ClientIp(Some(prefix)) => write!(f, "client_network({prefix:?})"),
             Source::Header(Ok(name)) => write!(f, "header({:?})", name.as_str()),
             Source::Header(Err(name)) => write!(f, "header({name:?}) (invalid)"),
-            #[cfg(feature = "axum")]
+            #[cfg(any(feature = "axum", feature = "actix"))]
             Source::PathParam(name) => write!(f, "path_param({name:?})"),
             Source::Extension { type_name, .. } => write!(f, "extension::<{type_name}>()"),
             Source::Fn(_) => f.write_str("from_fn(..)"),
@@ -75,6 +85,15 @@ impl fmt::Debug for KeyFrom {
 
 fn get_extension<T: fmt::Display + Send + Sync + 'static>(
     extensions: &Extensions,
+) -> Option<&(dyn fmt::Display + Send + Sync)> {
+    extensions
+        .get::<T>()
+        .map(|value| value as &(dyn fmt::Display + Send + Sync))
+}
+
+#[cfg(feature = "actix")]
+fn get_actix_extension<T: fmt::Display + Send + Sync + 'static>(
+    extensions: &actix_web::dev::Extensions,
 ) -> Option<&(dyn fmt::Display + Send + Sync)> {
     extensions
         .get::<T>()
@@ -119,10 +138,12 @@ impl KeyFrom {
     /// axum's `route_layer` (`Router::layer` also wraps the fallback, where
     /// an unmatched request has no parameters and would get `500` instead of
     /// `404`; a layer around a whole router runs before routing and never
-    /// sees any). Reading it copies the route's parameters (one allocation).
-    /// Feature `axum`: the parameters are those of axum's router.
-    #[cfg(feature = "axum")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+    /// sees any), or in actix-web with `wrap` on the resource or scope (its
+    /// `match_info`). Reading it in axum copies the route's parameters (one
+    /// allocation). Feature `axum` or `actix`: the parameters are those of
+    /// their routers.
+    #[cfg(any(feature = "axum", feature = "actix"))]
+    #[cfg_attr(docsrs, doc(cfg(any(feature = "axum", feature = "actix"))))]
     pub fn path_param(name: &str) -> Self {
         Self {
             source: Source::PathParam(name.into()),
@@ -134,7 +155,11 @@ impl KeyFrom {
     pub fn extension<T: fmt::Display + Send + Sync + 'static>() -> Self {
         Self {
             source: Source::Extension {
-                get: get_extension::<T>,
+                get: ExtensionGetters {
+                    http: get_extension::<T>,
+                    #[cfg(feature = "actix")]
+                    actix: get_actix_extension::<T>,
+                },
                 type_name: std::any::type_name::<T>(),
             },
         }
@@ -170,47 +195,19 @@ impl KeyFrom {
         }
     }
 
-    /// Whether the key needs the request's [`Parts`] (not just its headers
-    /// and extensions).
-    pub(crate) fn needs_parts(&self) -> bool {
-        self.is_path_param() || matches!(self.source, Source::Fn(_))
+    /// Whether the key is a function of the request's [`Parts`].
+    pub(crate) fn is_fn(&self) -> bool {
+        matches!(self.source, Source::Fn(_))
     }
 
     pub(crate) fn is_path_param(&self) -> bool {
-        #[cfg(feature = "axum")]
+        #[cfg(any(feature = "axum", feature = "actix"))]
         {
             matches!(self.source, Source::PathParam(_))
         }
-        #[cfg(not(feature = "axum"))]
+        #[cfg(not(any(feature = "axum", feature = "actix")))]
         {
             false
-        }
-    }
-}
-
-/// What keys are read from: a request's headers and extensions, and its
-/// whole head when a key needs it.
-#[derive(Clone, Copy)]
-pub(crate) struct Head<'p> {
-    pub(crate) headers: &'p HeaderMap,
-    pub(crate) extensions: &'p Extensions,
-    pub(crate) parts: Option<&'p Parts>,
-}
-
-impl<'p> Head<'p> {
-    pub(crate) fn of_parts(parts: &'p Parts) -> Self {
-        Self {
-            headers: &parts.headers,
-            extensions: &parts.extensions,
-            parts: Some(parts),
-        }
-    }
-
-    pub(crate) fn of_request<B>(request: &'p http::Request<B>) -> Self {
-        Self {
-            headers: request.headers(),
-            extensions: request.extensions(),
-            parts: None,
         }
     }
 }
@@ -285,16 +282,44 @@ impl Extracted<'_> {
 pub(crate) type Keys<'p> = smallvec::SmallVec<[Extracted<'p>; 2]>;
 
 /// The path parameters of a request, read once when a key needs them.
-#[cfg(feature = "axum")]
+#[cfg(all(feature = "tower", feature = "axum"))]
 pub(crate) type PathParams =
     Option<Result<RawPathParams, axum::extract::rejection::RawPathParamsRejection>>;
 
 /// Without axum's router there are no path parameters to read.
-#[cfg(not(feature = "axum"))]
+#[cfg(all(feature = "tower", not(feature = "axum")))]
 pub(crate) type PathParams = Option<std::convert::Infallible>;
 
+/// A parameter of the path parameters read (axum's).
+#[cfg(all(feature = "tower", feature = "axum"))]
+pub(crate) fn axum_param<'p>(params: &'p PathParams, name: &str) -> Param<'p> {
+    match params {
+        Some(Ok(params)) => params
+            .iter()
+            .find(|(param, _)| *param == name)
+            .map_or(Param::Missing, |(_, value)| Param::Found(value)),
+        Some(Err(axum::extract::rejection::RawPathParamsRejection::InvalidUtf8InPathParam(_))) => {
+            Param::NotUtf8
+        }
+        _ => Param::Missing,
+    }
+}
+
+/// Without axum's router there are no path parameters.
+#[cfg(all(feature = "tower", not(feature = "axum")))]
+#[cfg_attr(
+    not(any(feature = "axum", feature = "actix")),
+    allow(
+        dead_code,
+        reason = "path parameters come from axum's or actix-web's router"
+    )
+)]
+pub(crate) fn axum_param<'p>(_params: &'p PathParams, _name: &str) -> Param<'p> {
+    Param::Missing
+}
+
 /// Reads the route's path parameters (axum's extractor completes at once).
-#[cfg(feature = "axum")]
+#[cfg(all(feature = "tower", feature = "axum"))]
 pub(crate) fn path_params(parts: &mut Parts) -> PathParams {
     use std::task::{Context, Poll, Waker};
     let future = std::pin::pin!(RawPathParams::from_request_parts(parts, &()));
@@ -305,7 +330,7 @@ pub(crate) fn path_params(parts: &mut Parts) -> PathParams {
 }
 
 /// Without axum's router there are no path parameters to read.
-#[cfg(not(feature = "axum"))]
+#[cfg(all(feature = "tower", not(feature = "axum")))]
 pub(crate) fn path_params(_parts: &mut Parts) -> PathParams {
     None
 }
@@ -344,19 +369,13 @@ impl Problem {
 pub(crate) struct Client(Option<Option<IpAddr>>);
 
 impl Client {
-    fn ip(&mut self, head: Head<'_>, trusted: Option<&TrustedProxies>) -> Option<IpAddr> {
-        *self.0.get_or_insert_with(|| client_address(head, trusted))
+    fn ip<'p>(
+        &mut self,
+        head: impl RequestHead<'p>,
+        trusted: Option<&TrustedProxies>,
+    ) -> Option<IpAddr> {
+        *self.0.get_or_insert_with(|| head.client_address(trusted))
     }
-}
-
-/// The client address of a request by the rules of [`ClientIp`], trusting
-/// `trusted`, else the request's [`TrustedProxies`] extension; `None` when
-/// the server gives no peer address.
-#[inline]
-pub(crate) fn client_address(head: Head<'_>, trusted: Option<&TrustedProxies>) -> Option<IpAddr> {
-    let peer = crate::http::peer(head.extensions)?;
-    let trusted = trusted.or_else(|| head.extensions.get::<TrustedProxies>());
-    Some(ClientIp::resolve(peer, head.headers, trusted).ip())
 }
 
 /// Extracts the key of `source` (group `group`) from a request.
@@ -364,8 +383,7 @@ pub(crate) fn client_address(head: Head<'_>, trusted: Option<&TrustedProxies>) -
 pub(crate) fn extract<'p>(
     source: &KeyFrom,
     group: &str,
-    head: Head<'p>,
-    params: &'p PathParams,
+    head: impl RequestHead<'p>,
     client: &mut Client,
     trusted: Option<&TrustedProxies>,
 ) -> Result<Extracted<'p>, Problem> {
@@ -377,7 +395,7 @@ pub(crate) fn extract<'p>(
             };
             Ok(client_ip(*prefix, head, ip))
         }
-        _ => extract_other(source, group, head, params),
+        _ => extract_other(source, group, head),
     }
 }
 
@@ -385,14 +403,12 @@ pub(crate) fn extract<'p>(
 /// `prefix`, else under the request's [`IpPrefix`] extension, else the
 /// default.
 #[inline]
-pub(crate) fn client_ip(
+pub(crate) fn client_ip<'p>(
     prefix: Option<IpPrefix>,
-    head: Head<'_>,
+    head: impl RequestHead<'p>,
     ip: IpAddr,
 ) -> Extracted<'static> {
-    let prefix = prefix
-        .or_else(|| head.extensions.get::<IpPrefix>().copied())
-        .unwrap_or_default();
+    let prefix = prefix.or_else(|| head.ip_prefix()).unwrap_or_default();
     let key = prefix.key(ip);
     match key.network() {
         // Keyed as its `Display` form would be, without rendering.
@@ -417,32 +433,23 @@ pub(crate) fn no_client_address() -> Problem {
 fn extract_other<'p>(
     source: &KeyFrom,
     group: &str,
-    head: Head<'p>,
-    params: &'p PathParams,
+    head: impl RequestHead<'p>,
 ) -> Result<Extracted<'p>, Problem> {
-    #[cfg(not(feature = "axum"))]
-    let _ = params;
     match &source.source {
         // Extracted by `extract` itself; never passed here.
         Source::ClientIp(_) => Err(no_client_address()),
-        Source::Header(Ok(name)) => header(head.headers, name).map(Extracted::Text),
+        Source::Header(Ok(name)) => header(head.header(name), name).map(Extracted::Text),
         Source::Header(Err(name)) => Err(Problem::server(format!("invalid header name `{name}`"))),
-        #[cfg(feature = "axum")]
-        Source::PathParam(name) => match params {
-            Some(Ok(params)) => params
-                .iter()
-                .find(|(param, _)| param == &&**name)
-                .map(|(_, value)| Extracted::Text(value))
-                .ok_or_else(|| no_path_param(name)),
-            Some(Err(
-                axum::extract::rejection::RawPathParamsRejection::InvalidUtf8InPathParam(_),
-            )) => Err(Problem::client(
+        #[cfg(any(feature = "axum", feature = "actix"))]
+        Source::PathParam(name) => match head.path_param(name) {
+            Param::Found(value) => Ok(Extracted::Text(value)),
+            Param::NotUtf8 => Err(Problem::client(
                 "rate_limit_key_invalid",
                 format!("path parameter `{name}` is not valid UTF-8"),
             )),
-            _ => Err(no_path_param(name)),
+            Param::Missing => Err(no_path_param(name)),
         },
-        Source::Extension { get, type_name } => match get(head.extensions) {
+        Source::Extension { get, type_name } => match head.extension(get) {
             Some(value) => Ok(Extracted::Display(value)),
             None => Err(Problem::server(format!(
                 "no `{type_name}` in the request's extensions for rate limit `{group}`: \
@@ -450,7 +457,7 @@ fn extract_other<'p>(
             ))),
         },
         Source::Fn(key) => {
-            let Some(parts) = head.parts else {
+            let Some(parts) = head.parts() else {
                 return Err(Problem::server(format!(
                     "rate limit `{group}`: a key function was not given the request"
                 )));
@@ -468,23 +475,23 @@ fn extract_other<'p>(
     }
 }
 
-#[cfg(feature = "axum")]
+#[cfg(any(feature = "axum", feature = "actix"))]
 fn no_path_param(name: &str) -> Problem {
     Problem::server(format!(
-        "no path parameter `{name}` for the rate limit: add the layer with `route_layer` \
-         to routes that have `{{{name}}}`"
+        "no path parameter `{name}` for the rate limit: add the layer after routing, to routes \
+         that have `{{{name}}}` (axum: `route_layer`; actix-web: `wrap` on the resource)"
     ))
 }
 
-/// The first line of header `name`: present, non-empty UTF-8.
-fn header<'p>(headers: &'p HeaderMap, name: &HeaderName) -> Result<&'p str, Problem> {
-    let Some(value) = headers.get(name) else {
+/// The first line `value` of header `name`: present, non-empty UTF-8.
+fn header<'p>(value: Option<&'p [u8]>, name: &HeaderName) -> Result<&'p str, Problem> {
+    let Some(value) = value else {
         return Err(Problem::client(
             "rate_limit_key_missing",
             format!("missing header `{name}`"),
         ));
     };
-    match std::str::from_utf8(value.as_bytes()) {
+    match std::str::from_utf8(value) {
         Ok("") => Err(Problem::client(
             "rate_limit_key_missing",
             format!("empty header `{name}`"),
@@ -497,8 +504,9 @@ fn header<'p>(headers: &'p HeaderMap, name: &HeaderName) -> Result<&'p str, Prob
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "tower"))]
 mod tests {
+    use super::super::head::HttpHead;
     use super::*;
     #[cfg(feature = "axum")]
     use axum::extract::ConnectInfo;
@@ -520,20 +528,22 @@ mod tests {
     #[test]
     fn a_missing_empty_or_binary_header_is_a_client_problem() {
         let name = HeaderName::from_static("x-api-key");
-        let mut headers = HeaderMap::new();
+        let mut headers = http::HeaderMap::new();
         assert_eq!(
-            header(&headers, &name).unwrap_err().code,
+            header(headers.get(&name).map(|v| v.as_bytes()), &name)
+                .unwrap_err()
+                .code,
             "rate_limit_key_missing"
         );
         headers.insert(&name, "".parse().unwrap());
         assert!(
-            header(&headers, &name)
+            header(headers.get(&name).map(|v| v.as_bytes()), &name)
                 .unwrap_err()
                 .message
                 .contains("empty")
         );
         headers.insert(&name, http::HeaderValue::from_bytes(b"\xff").unwrap());
-        let invalid = header(&headers, &name).unwrap_err();
+        let invalid = header(headers.get(&name).map(|v| v.as_bytes()), &name).unwrap_err();
         assert_eq!(
             (invalid.code, invalid.server),
             ("rate_limit_key_invalid", false)
@@ -542,7 +552,10 @@ mod tests {
             &name,
             http::HeaderValue::from_bytes("clé".as_bytes()).unwrap(),
         );
-        assert_eq!(header(&headers, &name).unwrap(), "clé");
+        assert_eq!(
+            header(headers.get(&name).map(|v| v.as_bytes()), &name).unwrap(),
+            "clé"
+        );
     }
 
     #[test]
@@ -554,8 +567,7 @@ mod tests {
         let key = extract(
             &KeyFrom::client_ip(),
             "g",
-            Head::of_parts(&parts),
-            &None,
+            HttpHead::of_parts(&parts, &None),
             &mut Client::default(),
             None,
         );
@@ -564,8 +576,7 @@ mod tests {
         let problem = extract(
             &KeyFrom::client_ip(),
             "g",
-            Head::of_parts(&no_peer),
-            &None,
+            HttpHead::of_parts(&no_peer, &None),
             &mut Client::default(),
             None,
         )
@@ -585,8 +596,7 @@ mod tests {
         let problem = extract(
             &KeyFrom::client_ip(),
             "g",
-            Head::of_parts(&no_peer),
-            &None,
+            HttpHead::of_parts(&no_peer, &None),
             &mut Client::default(),
             None,
         )
@@ -602,8 +612,7 @@ mod tests {
             extract(
                 from,
                 "g",
-                Head::of_parts(parts),
-                &None,
+                HttpHead::of_parts(parts, &None),
                 &mut Client::default(),
                 None,
             )
@@ -639,8 +648,7 @@ mod tests {
         let via = extract(
             &KeyFrom::client_ip(),
             "g",
-            Head::of_parts(&parts),
-            &None,
+            HttpHead::of_parts(&parts, &None),
             &mut client,
             Some(&trusted),
         );
@@ -648,8 +656,7 @@ mod tests {
         let direct = extract(
             &KeyFrom::client_ip(),
             "g",
-            Head::of_parts(&parts),
-            &None,
+            HttpHead::of_parts(&parts, &None),
             &mut Client::default(),
             None,
         );
@@ -677,8 +684,7 @@ mod tests {
             extract(
                 from,
                 "g",
-                Head::of_parts(&parts),
-                &None,
+                HttpHead::of_parts(&parts, &None),
                 &mut Client::default(),
                 None,
             )
@@ -704,8 +710,7 @@ mod tests {
         let problem = extract(
             &KeyFrom::path_param("id"),
             "g",
-            Head::of_parts(&parts),
-            &params,
+            HttpHead::of_parts(&parts, &params),
             &mut Client::default(),
             None,
         )

@@ -1,5 +1,5 @@
 //! Route-level rate limits (feature `tower`), and limits on what we send
-//! out ([`UpstreamLayer`], for client services). The route layer: a [`tower::Layer`] for axum
+//! out (`UpstreamLayer`, for client services). The route layer: a `tower::Layer` for axum
 //! routers and routes (`Router::layer`, `route_layer`), tonic servers and
 //! any tower service over `http` requests (hyper's), built on
 //! [`Limiter::call`](crate::Limiter::call) like `#[rate_limit]`. It needs
@@ -7,7 +7,19 @@
 //! also come from the path parameters of axum's router
 //! (`KeyFrom::path_param`) and the client address from axum's
 //! `ConnectInfo`; elsewhere from a [`PeerAddr`](crate::http::PeerAddr)
-//! extension or tonic's peer address (feature `tonic`).
+//! extension or tonic's peer address (feature `tonic`). With feature
+//! `actix`, the same layer is actix-web middleware
+//! (`ratewall::actix::RateLimitMiddleware`): this module then holds its
+//! configuration ([`RateLimitLayer`], [`KeyFrom`], the hooks'
+//! [`Refusal`]) without the tower crate.
+//!
+//! The layer's answers can be shaped: a response hook
+//! ([`RateLimitLayerBuilder::on_refusal`], `on_grpc_refusal` for gRPC)
+//! turns a [`Refusal`] into the application's own response; exemptions
+//! ([`RateLimitLayerBuilder::exempt_methods`], `exempt_path_prefix`,
+//! `exempt_path`, `exempt_if`) let requests through without a store call;
+//! [`RateLimitLayerBuilder::legacy_headers`] adds `X-RateLimit-*` beside
+//! the IETF fields.
 //!
 //! A [`RateLimitLayer`] has a name and one or more keys, each read from the
 //! request by a [`KeyFrom`] (the client IP or its network, a header, a path
@@ -53,18 +65,31 @@
 //! # }
 //! ```
 
+mod answer;
+#[cfg(feature = "tower")]
 mod body;
+mod head;
 mod key;
-mod response;
+mod layer;
+#[cfg(feature = "tower")]
 mod service;
-#[cfg(test)]
+#[cfg(all(test, feature = "tower"))]
 mod tests;
+#[cfg(feature = "tower")]
 mod upstream;
 
+pub use answer::{GrpcReply, Refusal, RefusalKind};
+#[cfg(feature = "tower")]
 pub use body::ResponseBody;
+#[cfg(feature = "actix")]
+pub(crate) use head::{Line, Param, RequestHead};
 pub use key::KeyFrom;
-pub use service::{
-    IntoLimit, LayerError, MissingKey, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
-    ResponseFuture,
-};
+#[cfg(feature = "actix")]
+pub(crate) use key::{ExtensionGetters, Keys};
+#[cfg(feature = "actix")]
+pub(crate) use layer::{Extras, Fields, Shared, Verdict};
+pub use layer::{IntoLimit, LayerError, MissingKey, RateLimitLayer, RateLimitLayerBuilder};
+#[cfg(feature = "tower")]
+pub use service::{RateLimit, ResponseFuture};
+#[cfg(feature = "tower")]
 pub use upstream::{Upstream, UpstreamError, UpstreamFuture, UpstreamLayer};

@@ -199,9 +199,11 @@ impl<F, RB> UpstreamLayer<F, RB> {
     /// Finds the upstream's limit ([`Auto`]): the spec's stated limits are
     /// where the budget starts; every answer is heard
     /// ([`Limiter::learn`]): a limit the upstream says is taken, a `429` or
-    /// `503` lowers the shared scale, accepted calls raise it. A request the
-    /// budget refuses reads the shared scale when it is due
-    /// ([`Limiter::refresh_learned`]).
+    /// `503` lowers the shared scale to what the budget's own count says,
+    /// what an accepted answer says is left finds the limit (and is not
+    /// also written into the budget), accepted calls climb toward the limit
+    /// found. A request the budget refuses reads the shared scale when it
+    /// is due ([`Limiter::refresh_learned`]).
     pub fn auto(self, auto: Auto) -> Self {
         self.with(|s| s.outbound.auto = Some(auto))
     }

@@ -13,7 +13,10 @@
 -- the block (us, 0: none; block.lua). For an
 -- in-flight limit (code 'if') the slots field carries the slot's lease id
 -- (text); reserve and cancel never carry one (a waiting call cannot hold
--- in-flight slots), nor a block.
+-- in-flight slots), nor a block. refund, cancel_once and reset end with
+-- one more argument: their notice origin (TOLD; empty: tell nothing): each
+-- key that got something back (a reset: its state, or a block it lifted)
+-- is told of (`tell`, prelude.lua).
 -- keys: per request `<key>:<algorithm>:<period>`; reserve, cancel and reset
 -- add `...:freed` after the state key of GCRA and the buckets (slots given
 -- back by cancelled reservations); then a request with a block, and every
@@ -71,6 +74,9 @@
 -- recorded as given back (HINCRBY on `...:freed`, expiring at the slot).
 
 local BATCH_HEADER = 4
+
+-- The operations that end with a notice origin.
+local TOLD = { refund = true, cancel_once = true, reset = true }
 
 -- The slots given back under a request's state that are still ahead,
 -- {slot = units}; drops the ones already past.
@@ -194,8 +200,16 @@ local function batch(keys, args)
   if op == 'reserve' or op == 'cancel' then
     fields = 9
   end
-  if #args < BATCH_HEADER or (#args - BATCH_HEADER) % fields ~= 0 then
+  local tail = 0
+  if TOLD[op] then
+    tail = 1
+  end
+  if #args < BATCH_HEADER + tail or (#args - BATCH_HEADER - tail) % fields ~= 0 then
     return redis.error_reply('ERR ratewall-redis: malformed arguments (' .. #args .. ')')
+  end
+  local origin = ''
+  if tail == 1 then
+    origin = args[#args]
   end
 
   local now = clock(args[2])
@@ -209,7 +223,7 @@ local function batch(keys, args)
   end
   local freed_keys = op == 'reserve' or op == 'cancel' or op == 'reset'
 
-  local count = (#args - BATCH_HEADER) / fields
+  local count = (#args - BATCH_HEADER - tail) / fields
   local requests = {}
   local next_key = 1
   for i = 1, count do
@@ -378,18 +392,26 @@ local function batch(keys, args)
     if kept and kept ~= 'x' then
       -- The call ran and was allowed: give back what it took, at its time.
       local taken_at = tonumber(string.match(kept, '([^,]+)$'))
+      local given = {}
       for i = 1, count do
         local r = requests[i]
-        ALG[r.alg].refund(r, now, taken_at)
+        if ALG[r.alg].refund(r, now, taken_at) then
+          given[#given + 1] = r.key
+        end
       end
+      tell(origin, given)
     end
     redis.call('SET', id_key, 'x', 'PX',
       fmt(math.min(math.max(cdiv(longest, 1000), 1), KEEP_ONCE_MS) + EXTRA_TTL_MS))
   elseif op == 'refund' or op == 'refund_once' then
+    local given = {}
     for i = 1, count do
       local r = requests[i]
-      ALG[r.alg].refund(r, now, at)
+      if ALG[r.alg].refund(r, now, at) then
+        given[#given + 1] = r.key
+      end
     end
+    tell(origin, given)
     if id_key then
       redis.call('DEL', id_key)
     end
@@ -421,14 +443,18 @@ local function batch(keys, args)
       end
     end
   elseif op == 'reset' then
+    local given = {}
     for i = 1, count do
       local r = requests[i]
-      redis.call('DEL', r.key)
+      local lifted = redis.call('HDEL', r.bk, string.sub(r.key, #r.bk))
+      if redis.call('DEL', r.key) == 1 or lifted == 1 then
+        given[#given + 1] = r.key
+      end
       if r.freed then
         redis.call('DEL', r.freed)
       end
-      redis.call('HDEL', r.bk, string.sub(r.key, #r.bk))
     end
+    tell(origin, given)
   elseif op == 'reserve' then
     return reserve(requests, count, now, at)
   elseif op == 'cancel' then

@@ -125,6 +125,7 @@ LOADERS.fw = function()
     else
       fw_store(r, at_window, count, h, now)
     end
+    return n > 0
   end
 
   -- Takes r.cost more in the current window whatever the limit says

@@ -74,13 +74,16 @@ LOADERS.gc = function()
     return decide_at(r.key, value, now, r.cost, r.t, r.p, r.b, commit)
   end
 
+  -- (Every module's refund answers true when it gave something back: the
+  -- state held units it no longer holds; nil otherwise.)
   function M.refund(r, now, _)
     local interval = cdiv(r.p, r.t)
     local value = get_cached(r)
     if not value then
       return
     end
-    local back = gc_ahead(value, now, interval) - r.cost * interval
+    local ahead = gc_ahead(value, now, interval)
+    local back = ahead - r.cost * interval
     -- Spent already (perhaps only once converted to a changed interval):
     -- emptied, as ratewall's Tat::refund does, so that the state does not
     -- come back if the limit returns to the interval it was written in.
@@ -89,6 +92,7 @@ LOADERS.gc = function()
     else
       redis.call('SET', r.key, struct.pack('<ddd', now + back, interval, now), 'PX', ttl_ms(now + back, now))
     end
+    return ahead > 0
   end
 
   -- Takes r.cost more whatever the limit says: the TAT moves past the

@@ -43,6 +43,8 @@ LOADERS['if'] = function()
     return 1, t, t - n, 0, reset_after
   end
 
+  -- (A slot given back is not told to other processes: no one remembers
+  -- a concurrency refusal, and no call waits for a slot.)
   function M.refund(r, now, at)
     redis.call('ZREM', r.key, r.lease)
   end

@@ -109,8 +109,9 @@ local function meter_module()
     if not get_cached(r) then
       return
     end
-    local level = meter_level(r, now) - r.cost * r.p
-    meter_store(r, now, math.max(level, 0))
+    local was = meter_level(r, now)
+    meter_store(r, now, math.max(was - r.cost * r.p, 0))
+    return was > 0
   end
 
   -- Takes r.cost more whatever the limit says: the level past the

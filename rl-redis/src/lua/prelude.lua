@@ -119,6 +119,33 @@ local LOADERS = {}
 -- the library's lifetime in a library).
 local ALG = {}
 
+-- Refund notices (rl-redis/src/notices.rs): a call that gave room back
+-- under a key (a refund, a call cancelled by its request id, a reset)
+-- tells the other processes sharing the server, one PUBLISH per key on
+-- `<prefix>:{refunds}` (classic pub/sub: a Redis Cluster carries it to
+-- every node), the message being the caller's origin (16 hex digits:
+-- which backend gave, so it can skip its own) then the key,
+-- `prefix:{scope:identity}`. `state_keys` are the state keys given back
+-- (`<key>:<algorithm>:<period>`: the key is everything up to their only
+-- `}`, a prefix and the escaped scope and identity holding none); an
+-- empty origin tells nothing. A channel is no key: nothing is stored.
+local function tell(origin, state_keys)
+  if origin == '' then
+    return
+  end
+  local told = {}
+  for i = 1, #state_keys do
+    local key = string.match(state_keys[i], '^[^}]*}')
+    if key and not told[key] then
+      told[key] = true
+      local prefix = string.match(key, '^([^{]*):{')
+      if prefix then
+        redis.call('PUBLISH', prefix .. ':{refunds}', origin .. key)
+      end
+    end
+  end
+end
+
 -- The time of a call from its `time` argument: 's' for the server's TIME,
 -- else the client's time in us. (Text becomes a number by arithmetic here
 -- and in the entry points: `tonumber` costs a global look-up and a C call,

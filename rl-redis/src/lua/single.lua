@@ -7,7 +7,8 @@
 -- args: only what the algorithm reads, each argument costing the server
 -- about as much as a line of Lua: the limit's numbers (threshold, period,
 -- then the burst for the buckets and GCRA, the slots for the sliding
--- window), the cost; a refund adds at (us); then, both optional, the time
+-- window), the cost; a refund adds at (us) and its notice origin (empty:
+-- tell nothing; see `tell` in prelude.lua); then, both optional, the time
 -- ('s' or none: server TIME; else the client's now in us) and the extra
 -- TTL (ms; none: 0).
 --
@@ -111,17 +112,19 @@ end
 local function single_refund(M, code)
   local third = SINGLE_THIRD[code]
   local width = single_width(code)
-  local at_at, at_time, at_ttl = width + 2, width + 3, width + 4
+  local at_at, at_origin, at_time, at_ttl = width + 2, width + 3, width + 4, width + 5
   local refund = M.refund
   local r = {}
   return function(keys, args)
     local n = #args
-    if n < at_at or n > at_ttl then
+    if n < at_origin or n > at_ttl then
       return malformed(args)
     end
     local now = clock(args[at_time] or 's')
     EXTRA_TTL_MS = (args[at_ttl] or 0) + 0
-    refund(single_request(r, third, keys, args), now, args[at_at] + 0)
+    if refund(single_request(r, third, keys, args), now, args[at_at] + 0) then
+      tell(args[at_origin], keys)
+    end
     return { now }
   end
 end

@@ -94,6 +94,7 @@ LOADERS.sl = function()
     else
       expire(r.key, newest + p, now)
     end
+    return true
   end
 
   -- Adds r.cost entries at `now` whatever the limit says, at most T at one

@@ -175,6 +175,7 @@ LOADERS.sw = function()
     else
       expire(r.key, expires, now)
     end
+    return true
   end
 
   -- Adds `units` to slot `slot` (the current one, or an older one still in

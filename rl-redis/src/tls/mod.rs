@@ -20,9 +20,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
-#[cfg(feature = "sentinel")]
-use redis::aio::PubSub;
+use redis::aio::{MultiplexedConnection, PubSub};
 use redis::{AsyncConnectionConfig, RedisConnectionInfo, RedisError, RedisResult};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
@@ -166,8 +164,8 @@ impl Connector {
     }
 
     /// A RESP2 pub/sub connection over TLS to `host:port`, logged in with
-    /// `redis` (a sentinel's `+switch-master` announcements).
-    #[cfg(feature = "sentinel")]
+    /// `redis` (a sentinel's `+switch-master` announcements, refund
+    /// notices).
     pub(crate) async fn pubsub(
         &self,
         host: &str,

@@ -253,3 +253,29 @@ fn an_expired_hold_is_rechecked_by_one_caller_while_the_others_stay_refused() {
     assert!(hit(cache.lookup(&call, at + 1_500 * MS)).is_some());
     assert_eq!(cache.lookup(&call, at + 2_000 * MS), Lookup::Probe);
 }
+
+#[test]
+fn a_notice_of_room_given_back_under_a_key_forgets_every_limit_of_that_key_only() {
+    let cache = cache();
+    let (minute, hour) = (Limit::per_minute(5).unwrap(), Limit::per_hour(50).unwrap());
+    let alice = Key::new("rl", "sms", "alice");
+    let bob = Key::new("rl", "sms", "bob");
+    let both = [target(&alice, &minute, 1), target(&alice, &hour, 1)];
+    let refusals = Decisions::new([refused(100), refused(900)]);
+    cache.learn("sms", &both, &refusals, 0);
+    let bobs = [target(&bob, &minute, 1)];
+    cache.learn("sms", &bobs, &Decisions::one(refused(100)), 0);
+    assert!(hit(cache.lookup(&both, MS)).is_some());
+    // The notice names the key as rendered (its identity in its one form).
+    let told = Key::new("rl", "sms", "alice");
+    cache.forget_key(&KeyRef::parse(told.as_str()).expect("a rendered key"));
+    assert_eq!(cache.lookup(&both, MS), Lookup::Miss);
+    assert_eq!(cache.outage(&both, MS), None, "not even for an outage");
+    assert!(hit(cache.lookup(&bobs, MS)).is_some(), "another key stays");
+    // A number identity is kept in its typed form: found all the same.
+    let numbered = Key::from_display("rl", "jobs", &42);
+    let jobs = [target(&numbered, &minute, 1)];
+    cache.learn("jobs", &jobs, &Decisions::one(refused(100)), 0);
+    cache.forget_key(&KeyRef::parse("rl:{jobs:42}").expect("a rendered key"));
+    assert_eq!(cache.lookup(&jobs, MS), Lookup::Miss);
+}

@@ -24,8 +24,8 @@ enum CallState<'l> {
         /// The limit it applied (what the tower layer's `RateLimit` fields
         /// describe).
         #[cfg_attr(
-            not(feature = "tower"),
-            allow(dead_code, reason = "read by the tower layer only")
+            not(any(feature = "tower", feature = "actix")),
+            allow(dead_code, reason = "read by the route layer only")
         )]
         limit: Limit,
     },
@@ -86,7 +86,7 @@ impl<'l> CallFuture<'l> {
     /// its limit) for a call admitted on the direct lane, else to `decided`:
     /// what the tower layer makes of an in-memory call without building a
     /// permit it does not need.
-    #[cfg(feature = "tower")]
+    #[cfg(any(feature = "tower", feature = "actix"))]
     #[inline(always)]
     pub(crate) fn now_with<R>(
         self,

@@ -18,8 +18,11 @@ pub struct RateLimitLayerBuilder {
     pub(super) limiter: Option<Arc<Limiter>>,
     pub(super) policy: Option<FailurePolicy>,
     pub(super) headers: bool,
+    pub(super) legacy: bool,
     pub(super) missing: MissingKey,
     pub(super) trusted: Option<TrustedProxies>,
+    pub(super) exempt: Exempt,
+    pub(super) hooks: Hooks,
 }
 
 impl RateLimitLayerBuilder {
@@ -35,8 +38,11 @@ impl RateLimitLayerBuilder {
             limiter: None,
             policy: None,
             headers: true,
+            legacy: false,
             missing: MissingKey::Reject,
             trusted: None,
+            exempt: Exempt::default(),
+            hooks: Hooks::default(),
         }
     }
 
@@ -252,14 +258,168 @@ impl RateLimitLayerBuilder {
         self
     }
 
+    /// Whether responses also get the legacy fields `X-RateLimit-Limit`
+    /// (the binding limit's quota), `X-RateLimit-Remaining` and
+    /// `X-RateLimit-Reset` (the seconds until the limit is whole again,
+    /// rounded up: a delay, as express-rate-limit's `legacyHeaders` and
+    /// the `t` of `RateLimit`, not a Unix time), on admitted responses and
+    /// on `429`s over a rate limit (off by default; three small
+    /// allocations per admitted response). Independent of
+    /// [`headers`](RateLimitLayerBuilder::headers): a response that has
+    /// `X-RateLimit-Limit` keeps its own.
+    pub fn legacy_headers(mut self, legacy: bool) -> Self {
+        self.legacy = legacy;
+        self
+    }
+
+    /// Answers refused requests with `hook`'s response instead of the
+    /// default (over a limit, deny-listed, unavailable, and without a key
+    /// unless [`MissingKey::Allow`]): the [`Refusal`] says why, with the
+    /// [`Rejection`] and its [`Decision`], and gives the default answer's
+    /// parts ([`Refusal::status`], [`Refusal::headers`] for `Retry-After`
+    /// and the `RateLimit` fields, [`Refusal::code`],
+    /// [`Refusal::message`]) so that a body of your own keeps them. Called
+    /// only for refusals: an admitted request never reaches it. gRPC calls
+    /// keep their default unless
+    /// [`on_grpc_refusal`](RateLimitLayerBuilder::on_grpc_refusal) says
+    /// otherwise.
+    ///
+    /// ```
+    /// use ratewall::tower::{KeyFrom, RateLimitLayer, Refusal};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // An `{"error": {...}}` envelope, keeping `Retry-After` and the `RateLimit` fields.
+    /// let layer = RateLimitLayer::builder("api")
+    ///     .key("api_key", ["100/1m"], KeyFrom::header("x-api-key"))
+    ///     .on_refusal(|refusal: &Refusal<'_>| {
+    ///         let body = format!(r#"{{"error":{{"code":"{}","status":{}}}}}"#, refusal.code(), refusal.status().as_u16());
+    ///         let mut response = http::Response::new(body);
+    ///         *response.status_mut() = refusal.status();
+    ///         *response.headers_mut() = refusal.headers();
+    ///         response.headers_mut().insert("content-type", http::HeaderValue::from_static("application/json"));
+    ///         response
+    ///     })
+    ///     .build()?;
+    /// # let _ = layer;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn on_refusal<F, B>(mut self, hook: F) -> Self
+    where
+        F: Fn(&Refusal<'_>) -> Response<B> + Send + Sync + 'static,
+        B: Into<Bytes>,
+    {
+        self.hooks.http = Some(Arc::new(move |refusal| hook(refusal).map(Into::into)));
+        self
+    }
+
+    /// Answers refused gRPC calls (`content-type: application/grpc*`) with
+    /// `hook`'s reply instead of the default `RESOURCE_EXHAUSTED` (or
+    /// `PERMISSION_DENIED`, `UNAVAILABLE`, `INVALID_ARGUMENT`, `INTERNAL`)
+    /// with `grpc-retry-pushback-ms`: a `tonic::Status` (feature `tonic`)
+    /// or the response parts ([`GrpcReply`]);
+    /// [`Refusal::default_grpc_response`] is the default, to start from.
+    ///
+    /// ```
+    /// use ratewall::tower::{KeyFrom, RateLimitLayer, Refusal};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::builder("rpc")
+    ///     .key("rpc_ip", ["100/1m"], KeyFrom::client_ip())
+    ///     .on_grpc_refusal(|refusal: &Refusal<'_>| {
+    ///         // UNAVAILABLE, which clients retry, with the server's pushback kept.
+    ///         let mut response = refusal.default_grpc_response();
+    ///         response.headers_mut().insert("grpc-status", http::HeaderValue::from(14));
+    ///         response
+    ///     })
+    ///     .build()?;
+    /// # let _ = layer;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn on_grpc_refusal<F, R>(mut self, hook: F) -> Self
+    where
+        F: Fn(&Refusal<'_>) -> R + Send + Sync + 'static,
+        R: GrpcReply,
+    {
+        self.hooks.grpc = Some(Arc::new(move |refusal| hook(refusal).into_response()));
+        self
+    }
+
+    /// Lets requests with these methods through untouched (e.g. CORS
+    /// preflights, `[Method::OPTIONS]`): no store call, no fields.
+    pub fn exempt_methods(mut self, methods: impl IntoIterator<Item = http::Method>) -> Self {
+        self.exempt.methods.extend(methods);
+        self
+    }
+
+    /// Lets requests whose path is `prefix` or below it, segment by
+    /// segment (`/health` covers `/health` and `/health/live`, not
+    /// `/healthz`; a prefix ending with `/` covers everything that starts
+    /// with it), through untouched: no store call, no fields. Paths are
+    /// compared as received, not decoded or normalised: a request written
+    /// another way (`/%68ealth`, `//health`) is limited, never exempted by
+    /// mistake.
+    pub fn exempt_path_prefix(mut self, prefix: &str) -> Self {
+        if self.check_path(prefix) {
+            self.exempt.prefixes.push(prefix.into());
+        }
+        self
+    }
+
+    /// Lets requests whose path is exactly `path` (as received, without
+    /// the query) through untouched: no store call, no fields.
+    pub fn exempt_path(mut self, path: &str) -> Self {
+        if self.check_path(path) {
+            self.exempt.paths.push(path.into());
+        }
+        self
+    }
+
+    /// Lets requests for which `exempt` holds through untouched: no store
+    /// call, no fields. It reads the request's head (method, URI, headers
+    /// and, in tower, extensions; in actix-web, the head without its
+    /// extensions, copied for it).
+    ///
+    /// ```
+    /// use ratewall::tower::{KeyFrom, RateLimitLayer};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::builder("api")
+    ///     .key("api_ip", ["100/1m"], KeyFrom::client_ip())
+    ///     .exempt_methods([http::Method::OPTIONS])
+    ///     .exempt_path_prefix("/health")
+    ///     // Internal jobs, with a header the edge proxy strips from outside requests.
+    ///     .exempt_if(|parts| parts.headers.contains_key("x-internal-job"))
+    ///     .build()?;
+    /// # let _ = layer;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn exempt_if<F>(mut self, exempt: F) -> Self
+    where
+        F: Fn(&Parts) -> bool + Send + Sync + 'static,
+    {
+        self.exempt.predicates.push(Arc::new(exempt));
+        self
+    }
+
+    /// Whether `path` can be one (else the build's error).
+    fn check_path(&mut self, path: &str) -> bool {
+        if path.starts_with('/') {
+            return true;
+        }
+        self.error.get_or_insert(LayerError::Path(path.to_owned()));
+        false
+    }
+
     /// What requests without a key get (default [`MissingKey::Reject`]).
     pub fn on_missing_key(mut self, missing: MissingKey) -> Self {
         self.missing = missing;
         self
     }
 
-    /// Proxies whose `X-Forwarded-For` the client-IP keys believe (else a
-    /// [`TrustedProxies`] request extension, else none).
+    /// Proxies whose word on the client the client-IP keys believe, in the
+    /// headers they name (`X-Forwarded-For` by default; `Forwarded`,
+    /// `X-Real-IP`: [`TrustedProxies::with_headers`]); else a
+    /// [`TrustedProxies`] request extension, else none.
     pub fn trusted_proxies(mut self, trusted: TrustedProxies) -> Self {
         self.trusted = Some(trusted);
         self
@@ -274,7 +434,8 @@ impl RateLimitLayerBuilder {
     /// name that is not one, [`LayerError::DuplicateGroup`] for two keys with
     /// one name, [`LayerError::Tier`] for a tier without a tiered key, and
     /// [`LayerError::Spec`] when the keys cannot be decided together (see
-    /// [`CallSpec::check`]).
+    /// [`CallSpec::check`]), [`LayerError::Path`] for an exempted path
+    /// without its leading `/`.
     pub fn build(self) -> Result<RateLimitLayer, LayerError> {
         if let Some(error) = self.error {
             return Err(error);
@@ -303,7 +464,9 @@ impl RateLimitLayerBuilder {
         spec.check().map_err(LayerError::Spec)?;
         let params = self.keys.iter().any(KeyFrom::is_path_param);
         let tiered = self.tiers.iter().any(Option::is_some);
-        let parts = tiered || self.keys.iter().any(KeyFrom::needs_parts);
+        let fns = tiered || self.keys.iter().any(KeyFrom::is_fn);
+        let split = params || fns || self.exempt.reads_parts();
+        let exempt = (!self.exempt.is_empty()).then(|| Box::new(self.exempt));
         Ok(RateLimitLayer {
             shared: Arc::new(Shared {
                 spec,
@@ -312,10 +475,14 @@ impl RateLimitLayerBuilder {
                 tiered,
                 limiter: self.limiter,
                 headers: self.headers,
+                legacy: self.legacy,
                 missing: self.missing,
                 trusted: self.trusted,
                 params,
-                parts,
+                fns,
+                split,
+                exempt,
+                hooks: self.hooks,
                 id: NEXT_LAYER.fetch_add(1, Ordering::Relaxed),
             }),
         })
