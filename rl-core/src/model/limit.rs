@@ -11,6 +11,8 @@ use crate::model::clock::micros;
 use crate::model::error::LimitError;
 
 // Serde: a limit read from "10/1m" or a table, written back the same way.
+// A limit's block (a penalty box).
+mod block;
 #[cfg(feature = "serde")]
 pub(crate) mod form;
 
@@ -307,9 +309,12 @@ impl Limit {
     /// When the lease does not fit the limit, or the limit blocks (at
     /// compile time in a constant).
     pub const fn with_lease_const(self, lease: u64) -> Self {
+        if self.block_us > 0 {
+            panic!("invalid lease: the limit blocks");
+        }
         match ratewall_grammar::check_lease(self.threshold, self.algorithm, self.burst, lease) {
-            Ok(()) if self.block_us == 0 => Self { lease, ..self },
-            _ => panic!("invalid lease"),
+            Ok(()) => Self { lease, ..self },
+            Err(_) => panic!("invalid lease"),
         }
     }
 
@@ -333,92 +338,6 @@ impl Limit {
             Ok(self)
         } else {
             self.with_lease(lease)
-        }
-    }
-
-    /// The same limit with a block (a penalty box, rate-limiter-flexible's
-    /// `blockDuration`): once a call is refused by this limit, the identity
-    /// is refused by it for `block` from that refusal, whatever its state
-    /// says, with `remaining` 0 and a `retry_after` until the block ends
-    /// (or later, when the state then still refuses). The block is written
-    /// by the decision that refused, in the same atomic step (one round
-    /// trip on Redis), and every instance sharing the store sees it.
-    /// Refusals during the block do not extend it; the first refusal after
-    /// it starts a new one. Only the limit that refused is blocked: the
-    /// other limits of an all-or-nothing call, and the identity's other
-    /// keys, are untouched. A block is lifted by a reset of the limit for
-    /// the identity, or by [`Settings::unblock`](crate::settings::Settings::unblock).
-    ///
-    /// ```
-    /// use ratewall::Limit;
-    /// use std::time::Duration;
-    /// let login = Limit::per_minute(5)?.with_block(Duration::from_secs(900))?;
-    /// assert_eq!(login.block(), Some(Duration::from_secs(900)));
-    /// assert_eq!(login.to_string(), "5/1m (gcra, block 15m)");
-    /// assert!(Limit::per_minute(5)?.with_block(Duration::ZERO).is_err());
-    /// assert!(Limit::per_minute(5)?.with_block(Duration::from_secs(31 * 86_400)).is_err());
-    /// assert!(login.with_lease(2).is_err()); // leased units would be admitted past a block
-    /// assert!(Limit::in_flight(4)?.with_block(Duration::from_secs(1)).is_err());
-    /// # Ok::<(), ratewall::error::LimitError>(())
-    /// ```
-    ///
-    /// # Errors
-    /// [`LimitError::Block`] with the reason
-    /// ([`BlockProblem`](crate::error::BlockProblem)): `OutOfRange` for a
-    /// block under 1 ms or over 30 days, `InFlight` for a concurrency limit,
-    /// `Lease` for a limit that leases.
-    pub fn with_block(self, block: Duration) -> Result<Self, LimitError> {
-        let block_us = micros(block);
-        match ratewall_grammar::check_block(block_us, self.algorithm, self.lease) {
-            Ok(()) => Ok(Self { block_us, ..self }),
-            Err(problem) => Err(LimitError::Block(problem)),
-        }
-    }
-
-    /// [`Limit::with_block`] for constants and statics, in microseconds
-    /// (what `#[rate_limit(block_for = ...)]` builds, after checking the
-    /// block itself).
-    ///
-    /// # Panics
-    /// When the block does not fit the limit (at compile time in a
-    /// constant).
-    pub const fn with_block_const(self, block_us: u64) -> Self {
-        match ratewall_grammar::check_block(block_us, self.algorithm, self.lease) {
-            Ok(()) => Self { block_us, ..self },
-            Err(_) => panic!("invalid block"),
-        }
-    }
-
-    /// The same limit without a block.
-    pub const fn without_block(self) -> Self {
-        Self {
-            block_us: 0,
-            ..self
-        }
-    }
-
-    /// How long an identity stays refused once this limit refused it, when
-    /// the limit blocks ([`Limit::with_block`]).
-    pub const fn block(&self) -> Option<Duration> {
-        if self.block_us == 0 {
-            None
-        } else {
-            Some(Duration::from_micros(self.block_us))
-        }
-    }
-
-    /// The block in microseconds (0: none).
-    #[inline(always)]
-    pub const fn block_micros(&self) -> u64 {
-        self.block_us
-    }
-
-    /// This limit with a block of `block_us` (0: none) checked again.
-    fn keep_block(self, block_us: u64) -> Result<Self, LimitError> {
-        if block_us == 0 {
-            Ok(self)
-        } else {
-            self.with_block(Duration::from_micros(block_us))
         }
     }
 
@@ -734,215 +653,5 @@ impl From<LeaseProblem> for LimitError {
     }
 }
 
-impl From<BlockProblem> for LimitError {
-    fn from(problem: BlockProblem) -> Self {
-        LimitError::Block(problem)
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn zero_values_are_refused_with_the_bad_value_named() {
-        assert_eq!(
-            Limit::new(0, Duration::from_secs(1)),
-            Err(LimitError::ZeroThreshold)
-        );
-        assert_eq!(Limit::new(1, Duration::ZERO), Err(LimitError::ZeroPeriod));
-        assert_eq!(
-            Limit::per_second(1).unwrap().with_burst(0),
-            Err(LimitError::ZeroBurst)
-        );
-        assert_eq!(
-            Limit::per_second(1).unwrap().with_slots(0),
-            Err(LimitError::ZeroSlots)
-        );
-    }
-
-    #[test]
-    fn sliding_log_above_the_cap_suggests_the_sliding_window_counter() {
-        let err = Limit::per_minute(20_000)
-            .unwrap()
-            .with_algorithm(Algorithm::SlidingLog)
-            .unwrap_err();
-        assert!(err.to_string().contains("sliding-window counter"), "{err}");
-    }
-
-    #[test]
-    fn values_beyond_exact_integer_range_are_refused() {
-        let err = Limit::new(u64::MAX / 2, Duration::from_secs(86_400)).unwrap_err();
-        assert!(matches!(err, LimitError::TooLarge { .. }));
-    }
-
-    #[test]
-    fn sliding_window_period_must_split_into_equal_slots() {
-        let limit = Limit::new(10, Duration::from_micros(1_001)).unwrap();
-        assert!(matches!(
-            limit.with_algorithm(Algorithm::SlidingWindow),
-            Err(LimitError::UnevenSlots {
-                period_us: 1_001,
-                slots: 10
-            })
-        ));
-    }
-
-    #[test]
-    fn cost_above_capacity_is_an_error_not_a_forever_reject() {
-        let limit = Limit::per_minute(5).unwrap();
-        assert!(limit.check_cost(5).is_ok());
-        assert_eq!(
-            limit.check_cost(6),
-            Err(LimitError::CostExceedsCapacity {
-                cost: 6,
-                capacity: 5
-            })
-        );
-        assert_eq!(limit.check_cost(0), Err(LimitError::ZeroCost));
-    }
-
-    #[test]
-    fn limits_on_one_key_must_not_share_algorithm_and_period() {
-        let hour = |t| Limit::per_hour(t).unwrap();
-        assert!(
-            Limit::check_distinct(&[
-                Limit::per_minute(1).unwrap(),
-                hour(5),
-                Limit::per_day(10).unwrap()
-            ])
-            .is_ok()
-        );
-        let err = Limit::check_distinct(&[hour(5), hour(10)]).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "limits 5/1h (gcra) and 10/1h (gcra) share an algorithm and period on one key; keep one"
-        );
-        let windows = hour(5).with_algorithm(Algorithm::SlidingWindow).unwrap();
-        assert!(Limit::check_distinct(&[windows, windows.with_slots(20).unwrap()]).is_ok());
-        assert_ne!(
-            windows.storage_suffix(),
-            windows.with_slots(20).unwrap().storage_suffix()
-        );
-    }
-
-    #[test]
-    fn rates_parse_from_text() {
-        assert_eq!(
-            "5/1h".parse::<Limit>().unwrap(),
-            Limit::per_hour(5).unwrap()
-        );
-        assert_eq!(
-            "10/d".parse::<Limit>().unwrap(),
-            Limit::per_day(10).unwrap()
-        );
-        assert_eq!(
-            "3/500ms".parse::<Limit>().unwrap(),
-            Limit::new(3, Duration::from_millis(500)).unwrap()
-        );
-        assert_eq!(
-            "5 per hour".parse::<Limit>().unwrap(),
-            Limit::per_hour(5).unwrap()
-        );
-        assert_eq!(
-            "10/minute".parse::<Limit>().unwrap(),
-            Limit::per_minute(10).unwrap()
-        );
-        assert!(matches!(
-            "5 every hour".parse::<Limit>(),
-            Err(LimitError::BadRate(_))
-        ));
-        assert!(matches!(
-            "0/1h".parse::<Limit>(),
-            Err(LimitError::ZeroThreshold)
-        ));
-    }
-
-    #[test]
-    fn durations_parse_with_units_and_reject_garbage() {
-        assert_eq!(parse_duration("30").unwrap(), Duration::from_secs(30));
-        assert_eq!(parse_duration("250us").unwrap(), Duration::from_micros(250));
-        assert_eq!(parse_duration("1d").unwrap(), Duration::from_secs(86_400));
-        assert!(parse_duration("1w").is_err());
-        assert!(parse_duration("").is_err());
-        assert!(parse_duration("99999999999999999999d").is_err());
-    }
-
-    #[test]
-    fn display_round_trips_the_rate() {
-        assert_eq!(Limit::per_hour(5).unwrap().to_string(), "5/1h (gcra)");
-        let leasing = Limit::per_hour(5).unwrap().with_lease(2).unwrap();
-        assert_eq!(leasing.to_string(), "5/1h (gcra, lease 2)");
-    }
-
-    #[test]
-    fn a_block_is_bounded_survives_changes_and_excludes_leases_and_slots() {
-        let minute = Limit::per_minute(5).unwrap();
-        let block = |us| minute.with_block(Duration::from_micros(us));
-        assert!(block(999).is_err() && block(1_000).is_ok());
-        assert!(block(30 * 86_400_000_000).is_ok());
-        assert_eq!(
-            block(30 * 86_400_000_000 + 1),
-            Err(LimitError::Block(BlockProblem::OutOfRange {
-                block_us: 30 * 86_400_000_000 + 1
-            }))
-        );
-        let blocking = block(900_000_000).unwrap();
-        assert_eq!(blocking.block_micros(), 900_000_000);
-        assert_eq!(
-            blocking.with_threshold(9).unwrap().block(),
-            blocking.block()
-        );
-        assert_eq!(blocking.with_burst(9).unwrap().block(), blocking.block());
-        let windows = blocking.with_algorithm(Algorithm::SlidingWindow).unwrap();
-        assert_eq!(windows.with_slots(5).unwrap().block(), blocking.block());
-        assert_eq!(
-            blocking.with_algorithm(Algorithm::InFlight),
-            Err(LimitError::Block(BlockProblem::InFlight))
-        );
-        assert_eq!(
-            blocking.with_lease(2),
-            Err(LimitError::Block(BlockProblem::Lease))
-        );
-        assert_eq!(
-            minute
-                .with_lease(2)
-                .unwrap()
-                .with_block(Duration::from_secs(1)),
-            Err(LimitError::Block(BlockProblem::Lease))
-        );
-        // Not part of the state's identity: changing it keeps the state.
-        assert_eq!(blocking.state_id(), minute.state_id());
-        assert_eq!(blocking.without_block(), minute);
-        assert_eq!(
-            Limit::from_parts_const(5, 60_000_000, Algorithm::Gcra, 5, 10)
-                .with_block_const(900_000_000),
-            blocking
-        );
-    }
-
-    #[test]
-    fn a_lease_survives_changes_that_keep_it_valid_and_fails_the_others() {
-        let limit = Limit::per_minute(100).unwrap().with_lease(10).unwrap();
-        assert_eq!(limit.with_threshold(50).unwrap().lease(), Some(10));
-        assert_eq!(limit.with_burst(20).unwrap().lease(), Some(10));
-        assert_eq!(
-            limit.with_burst(10),
-            Err(LimitError::Lease(LeaseProblem::TooLarge {
-                lease: 10,
-                capacity: 10,
-                burst: true
-            }))
-        );
-        assert!(matches!(
-            limit.with_algorithm(Algorithm::SlidingLog),
-            Err(LimitError::Lease(LeaseProblem::Algorithm(_)))
-        ));
-        assert_eq!(limit.without_lease().lease(), None);
-        assert_eq!(limit.state_id(), limit.without_lease().state_id());
-        assert_eq!(
-            Limit::per_minute(5).unwrap().with_lease(0),
-            Err(LimitError::Lease(LeaseProblem::Zero))
-        );
-    }
-}
+mod tests;
