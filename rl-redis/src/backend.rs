@@ -325,7 +325,7 @@ pub struct RedisBackend {
     reloader: Arc<Reloader>,
     /// Refund notices: told with every call that gives room back, heard by
     /// the limiters that subscribe (`None`: turned off).
-    notices: Option<Arc<crate::notices::Notices>>,
+    pub(crate) notices: Option<Arc<crate::notices::Notices>>,
 }
 
 impl fmt::Debug for RedisBackend {

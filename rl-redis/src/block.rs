@@ -42,7 +42,10 @@ impl RedisBackend {
     /// Lifts every block of `key`'s identity ([`ratewall::backend::Backend::unblock`]).
     pub(crate) async fn lift_blocks(&self, key: &Key) -> Result<bool, BackendError> {
         let bk = block_key(key);
-        let plan = Plan::blocks(Op::Unblock, self.time(), self.extra_ttl_ms(), &bk);
+        // Told to the other processes, whose deny caches may remember the
+        // identity's refusals (see `crate::notices`).
+        let origin = self.notices.as_ref().map_or("", |n| n.origin());
+        let plan = Plan::blocks(Op::Unblock, self.time(), self.extra_ttl_ms(), &bk).telling(origin);
         let values: Vec<i64> = self.send(self.deadline(), &plan).await?;
         match values[..] {
             [lifted, _now] => Ok(lifted == 1),

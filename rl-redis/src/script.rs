@@ -228,10 +228,11 @@ impl Op {
     /// Whether the call carries a notice origin (`crate::notices`): the
     /// operations that give room back and tell the other processes so
     /// (one `PUBLISH` per key that got something back, unless the origin
-    /// is empty). A refund that compensates a refused call over several
+    /// is empty; [`Op::Unblock`]: the identity's key, when it lifted a
+    /// block). A refund that compensates a refused call over several
     /// hash tags is an [`Op::Refund`] sent with an empty origin.
     pub(crate) const fn tells(self) -> bool {
-        matches!(self, Op::Refund | Op::CancelOnce | Op::Reset)
+        matches!(self, Op::Refund | Op::CancelOnce | Op::Reset | Op::Unblock)
     }
 }
 
@@ -1204,6 +1205,12 @@ mod tests {
         let compensation =
             Plan::new(Op::RefundOnce, Time::Server, 7, 0, &two, Some("k")).telling("0f");
         assert_eq!(Call::of(&compensation).args.len(), 4 + 2 * 7);
+        // Lifting an identity's blocks tells of it; reading them does not.
+        let bk = block_key(&key);
+        let lift = Call::of(&Plan::blocks(Op::Unblock, Time::Server, 0, &bk).telling("0f")).args;
+        assert_eq!(lift, ["unblock", "s", "0", "0", "0f"]);
+        let read = Call::of(&Plan::blocks(Op::Blocks, Time::Server, 0, &bk).telling("0f")).args;
+        assert_eq!(read, ["blocks", "s", "0", "0"]);
     }
 
     #[test]

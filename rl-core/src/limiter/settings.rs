@@ -359,9 +359,14 @@ impl<'l> Settings<'l> {
     /// [`Settings::blocked`]; the limits' state is kept: a reset forgets
     /// both), in the store every instance shares, in this limiter's
     /// in-process fallback, and from its deny cache; whether a block had not
-    /// ended. Another instance's deny cache may still refuse the identity
-    /// for its maximum hold (1 s by default). The identity is rendered
-    /// before the returned future, which is `Send`.
+    /// ended. A call of this limiter waiting under the key tries again at
+    /// once. The other instances forget their remembered refusals of the
+    /// identity as the backend tells of a lifted block, as of a reset
+    /// ([`Backend::subscribe_refunds`](crate::backend::Backend::subscribe_refunds):
+    /// `ratewall_redis` does); a backend that tells nothing, or a notice
+    /// lost, leaves another instance's deny cache refusing for at most its
+    /// maximum hold (1 s by default). The identity is rendered before the
+    /// returned future, which is `Send`.
     ///
     /// # Errors
     /// [`Error::Backend`] when the limiter's remote backend cannot lift
@@ -383,6 +388,11 @@ impl<'l> Settings<'l> {
                 layer.unblocked(&key);
             }
             let lifted = lifted?;
+            if lifted {
+                // Calls waiting under the name or the key try again.
+                self.limiter.room.freed(&name);
+                self.limiter.room.freed_key(key.as_str());
+            }
             tracing::info!(
                 limit = &*name,
                 identity = %Masked(key.identity()),

@@ -13,10 +13,10 @@
 -- the block (us, 0: none; block.lua). For an
 -- in-flight limit (code 'if') the slots field carries the slot's lease id
 -- (text); reserve and cancel never carry one (a waiting call cannot hold
--- in-flight slots), nor a block. refund, cancel_once and reset end with
--- one more argument: their notice origin (TOLD; empty: tell nothing): each
--- key that got something back (a reset: its state, or a block it lifted)
--- is told of (`tell`, prelude.lua).
+-- in-flight slots), nor a block. refund, cancel_once, reset and unblock
+-- end with one more argument: their notice origin (TOLD; empty: tell
+-- nothing): each key that got something back (a reset: its state, or a
+-- block it lifted; unblock: a block) is told of (`tell`, prelude.lua).
 -- keys: per request `<key>:<algorithm>:<period>`; reserve, cancel and reset
 -- add `...:freed` after the state key of GCRA and the buckets (slots given
 -- back by cancelled reservations); then a request with a block, and every
@@ -76,7 +76,7 @@
 local BATCH_HEADER = 4
 
 -- The operations that end with a notice origin.
-local TOLD = { refund = true, cancel_once = true, reset = true }
+local TOLD = { refund = true, cancel_once = true, reset = true, unblock = true }
 
 -- The slots given back under a request's state that are still ahead,
 -- {slot = units}; drops the ones already past.
@@ -216,10 +216,10 @@ local function batch(keys, args)
   local at = tonumber(args[3])
   EXTRA_TTL_MS = tonumber(args[4]) or 0
   if op == 'blocks' or op == 'unblock' then
-    if #keys ~= 1 or #args ~= BATCH_HEADER then
+    if #keys ~= 1 or #args ~= BATCH_HEADER + tail then
       return redis.error_reply('ERR ratewall-redis: ' .. op .. ' takes one key and no request')
     end
-    return blocks(keys[1], now, op == 'unblock')
+    return blocks(keys[1], now, op == 'unblock', origin)
   end
   local freed_keys = op == 'reserve' or op == 'cancel' or op == 'reset'
 

@@ -73,9 +73,11 @@ end
 
 -- The blocks of the identity whose block key is `bk`, not ended by `now`:
 -- suffix and time left (us), flat; then `now`. With `lift`, the key is
--- dropped (every block lifted), and the reply is 1 if a block had not
--- ended (0 otherwise), then `now`.
-local function blocks(bk, now, lift)
+-- dropped (every block lifted), the other processes are told of the
+-- identity's key when a block had not ended (`origin`: see `tell`,
+-- prelude.lua), and the reply is 1 if one had not (0 otherwise), then
+-- `now`.
+local function blocks(bk, now, lift, origin)
   local flat = redis.call('HGETALL', bk)
   local out = {}
   for j = 1, #flat, 2 do
@@ -90,6 +92,7 @@ local function blocks(bk, now, lift)
     local any = 0
     if #out > 0 then
       any = 1
+      tell(origin, { bk })
     end
     return { any, now }
   end
