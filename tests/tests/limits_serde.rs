@@ -368,7 +368,10 @@ fn every_invalid_limit_in_a_file_is_an_error_naming_the_limit_and_the_fix() {
         ),
         (
             json!({ "rates": ["5/1m"], "block_for": "soon" }),
-            &["`block_for` = \"soon\"", "expected a duration such as \"15m\""],
+            &[
+                "`block_for` = \"soon\"",
+                "expected a duration such as \"15m\"",
+            ],
         ),
         (
             json!({ "rates": ["5/1m"], "block_for": 0 }),
@@ -380,11 +383,19 @@ fn every_invalid_limit_in_a_file_is_an_error_naming_the_limit_and_the_fix() {
         ),
         (
             json!({ "rates": ["100/1m"], "lease": 10, "block_for": "1m" }),
-            &["rate \"100/1m\"", "cannot both lease and block", "remove `lease` or the block"],
+            &[
+                "rate \"100/1m\"",
+                "cannot both lease and block",
+                "remove `lease` or the block",
+            ],
         ),
         (
             json!({ "rates": [{ "max_in_flight": 3 }], "block_for": "1m" }),
-            &["`block_for` = \"1m\"", "`rates` has none", "move it into the tables"],
+            &[
+                "`block_for` = \"1m\"",
+                "`rates` has none",
+                "move it into the tables",
+            ],
         ),
         (
             json!({ "rates": ["5/1h", "10 per hour"] }),
@@ -617,11 +628,21 @@ fn the_shortest_forms_are_what_a_person_would_write() {
         json!({ "rate": "1000/1m", "lease": 100 })
     );
     assert_eq!(
-        write(Limit::per_minute(5).unwrap().with_block(Duration::from_secs(900)).unwrap()),
+        write(
+            Limit::per_minute(5)
+                .unwrap()
+                .with_block(Duration::from_secs(900))
+                .unwrap()
+        ),
         json!({ "rate": "5/1m", "block_for": "15m" })
     );
     assert_eq!(
-        write(Limit::per_minute(5).unwrap().with_block(Duration::from_micros(1_500)).unwrap()),
+        write(
+            Limit::per_minute(5)
+                .unwrap()
+                .with_block(Duration::from_micros(1_500))
+                .unwrap()
+        ),
         json!({ "rate": "5/1m", "block_for": "1500us" })
     );
     assert_eq!(
