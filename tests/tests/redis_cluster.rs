@@ -489,3 +489,110 @@ async fn callers_over_two_hash_tags_are_never_refused_while_the_ip_has_room_on_a
         }
     }
 }
+
+/// Limits that block, by Redis time, in calls over two hash tags: a
+/// refusal by the later tag blocks its identity (the earlier tag's units
+/// given back, nothing blocked there); a refusal by the earlier tag blocks
+/// it and the later tag's refusing limit too, as one all-or-nothing step
+/// would; each block ends at the refusal's time plus the block, to the
+/// microsecond, on the master of its identity's slot; other identities are
+/// untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_identity_stays_refused_for_its_block_by_redis_time_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let backend = RedisBackend::connect_cluster(cluster.urls())
+        .await
+        .expect("connect");
+    let block = Duration::from_secs(3);
+    let per_phone = Limit::per_minute(5)
+        .and_then(|l| l.with_block(block))
+        .expect("limit");
+    let per_ip = Limit::per_second(1)
+        .and_then(|l| l.with_block(block))
+        .expect("limit");
+    let (first, second) = (
+        Key::new("pbox", "phone", "first"),
+        Key::new("pbox", "phone", "second"),
+    );
+    let ip = Key::new("pbox", "ip", "198.51.100.7");
+    let call = |phone| {
+        [
+            Request::new(phone, &per_phone, 1),
+            Request::new(&ip, &per_ip, 1),
+        ]
+    };
+    let blocked_until = async |key: &Key, limit: &Limit| -> Option<u64> {
+        let block_key = format!("{key}:b");
+        let node = &cluster.masters()[usize::from(slot_of(&cluster, &block_key).await / 5_461)];
+        let end: Option<String> = node
+            .cmd(&["HGET", &block_key, &limit.storage_suffix()])
+            .await;
+        end.map(|e| e.parse().expect("µs"))
+    };
+    assert!(
+        backend
+            .acquire(&call(&first))
+            .await
+            .expect("acquire")
+            .allowed()
+    );
+    // The IP (the later tag) refuses: it is blocked, the phone is not.
+    let refused = backend.acquire(&call(&second)).await.expect("acquire");
+    assert!(refused[0].allowed() && !refused[1].allowed(), "{refused:?}");
+    assert_eq!(refused[1].retry_after(), block);
+    let end = refused[1].at_micros() + 3_000_000;
+    assert_eq!(blocked_until(&ip, &per_ip).await, Some(end));
+    assert_eq!(blocked_until(&second, &per_phone).await, None);
+    assert!(backend.blocks(&second).await.expect("blocks").is_empty());
+    // Another IP is untouched.
+    let elsewhere = Key::new("pbox", "ip", "203.0.113.9");
+    let other = [
+        Request::new(&second, &per_phone, 1),
+        Request::new(&elsewhere, &per_ip, 1),
+    ];
+    assert!(backend.acquire(&other).await.expect("acquire").allowed());
+    // Past the IP's second, still refused until the block's end, which is
+    // not extended.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let during = backend.acquire(&call(&first)).await.expect("acquire");
+    assert!(!during.allowed() && during[0].allowed());
+    assert_eq!(
+        during[1].at_micros() + during[1].retry_after().as_micros() as u64,
+        end
+    );
+    tokio::time::sleep(during[1].retry_after() + Duration::from_millis(5)).await;
+    assert!(
+        backend
+            .acquire(&call(&first))
+            .await
+            .expect("acquire")
+            .allowed()
+    );
+    // The phone (the earlier tag) refuses; the IP, probed, refuses too:
+    // both are blocked from the same time.
+    let phone = Key::new("pbox", "phone", "third");
+    let once = Limit::per_minute(1)
+        .and_then(|l| l.with_block(block))
+        .expect("limit");
+    let both = [
+        Request::new(&phone, &once, 1),
+        Request::new(&ip, &per_ip, 1),
+    ];
+    let taken = backend
+        .acquire(&[Request::new(&phone, &once, 1)])
+        .await
+        .expect("acquire");
+    assert!(taken.allowed());
+    let refused = backend.acquire(&both).await.expect("acquire");
+    assert!(
+        !refused[0].allowed() && !refused[1].allowed(),
+        "{refused:?}"
+    );
+    let end = refused[0].at_micros() + 3_000_000;
+    assert_eq!(blocked_until(&phone, &once).await, Some(end));
+    assert_eq!(
+        blocked_until(&ip, &per_ip).await,
+        Some(refused[1].at_micros() + 3_000_000)
+    );
+    assert_eq!(backend.blocks(&ip).await.expect("blocks").len(), 1);
+}
