@@ -32,7 +32,7 @@
 //!   and the table of its arguments.
 //! - [`guide`]: the user guide, one page per subject (the attribute, the
 //!   call API, algorithms, route limits, Redis, waiting, tiers, lists,
-//!   concurrency limits, leasing, token budgets, calls out to limited
+//!   penalty boxes, concurrency limits, leasing, token budgets, calls out to limited
 //!   upstreams, operations, metrics, architecture, migrating from other
 //!   limiters); every example in it is compiled and run by `cargo test`.
 //! - [`Limiter`]: built with [`Limiter::builder`], installed globally once

@@ -359,8 +359,9 @@ impl<'l> Settings<'l> {
     /// [`Settings::blocked`]; the limits' state is kept: a reset forgets
     /// both), in the store every instance shares, in this limiter's
     /// in-process fallback, and from its deny cache; whether a block had not
-    /// ended. A call of this limiter waiting under the key tries again at
-    /// once. The other instances forget their remembered refusals of the
+    /// ended. A call of this limiter named `name` that waits for room tries
+    /// again at once (and one waiting under the key, where the limiter
+    /// hears refund notices). The other instances forget their remembered refusals of the
     /// identity as the backend tells of a lifted block, as of a reset
     /// ([`Backend::subscribe_refunds`](crate::backend::Backend::subscribe_refunds):
     /// `ratewall_redis` does); a backend that tells nothing, or a notice
