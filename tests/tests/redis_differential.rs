@@ -694,11 +694,8 @@ async fn run_case_on(
     // Finally, the whole state must agree: peek every identity under every
     // limit, and read its blocks.
     let now = clock.now_micros();
-    for key in 0..case.keys {
-        let (m, r) = (
-            memory.blocks(&keys[key]).await,
-            redis.blocks(&keys[key]).await,
-        );
+    for (key, identity) in keys.iter().enumerate() {
+        let (m, r) = (memory.blocks(identity).await, redis.blocks(identity).await);
         prop_assert!(
             matches!((&m, &r), (Ok(m), Ok(r)) if m == r),
             "final blocks of id{} at {}:\n  memory: {:?}\n  redis:  {:?}",
