@@ -18,7 +18,7 @@
 //! Key functions, tiers and [`exempt_if`](crate::tower::RateLimitLayerBuilder::exempt_if)
 //! read an `http::request::Parts` copied from actix-web's head (method,
 //! URI, version, headers, and the peer as a
-//! [`PeerAddr`](crate::http::PeerAddr) extension; not actix-web's
+//! [`PeerAddr`] extension; not actix-web's
 //! extensions): one copy per request when a layer has one.
 //!
 //! ```no_run

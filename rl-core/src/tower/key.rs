@@ -101,7 +101,7 @@ fn get_actix_extension<T: fmt::Display + Send + Sync + 'static>(
 }
 
 impl KeyFrom {
-    /// The client's IP address, by the rules of [`ClientIp`]: the socket
+    /// The client's IP address, by the rules of [`ClientIp`](crate::http::ClientIp): the socket
     /// peer (axum's `ConnectInfo<SocketAddr>` with feature `axum`, a
     /// [`PeerAddr`](crate::http::PeerAddr) extension, or tonic's
     /// `TcpConnectInfo` with feature `tonic`), or the right-most untrusted `X-Forwarded-For`
@@ -109,7 +109,7 @@ impl KeyFrom {
     /// [`trusted_proxies`](super::RateLimitLayerBuilder::trusted_proxies),
     /// else a [`TrustedProxies`] extension). Keyed by the request's
     /// [`IpPrefix`] extension, else the default: IPv4 in full, IPv6 by
-    /// `/64`; the same key as `#[rate_limit(key = ip)]` with a [`ClientIp`].
+    /// `/64`; the same key as `#[rate_limit(key = ip)]` with a [`ClientIp`](crate::http::ClientIp).
     pub fn client_ip() -> Self {
         Self {
             source: Source::ClientIp(None),
