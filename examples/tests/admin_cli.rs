@@ -311,6 +311,89 @@ async fn reset_forgets_the_identity_for_every_limit_of_the_name() {
 }
 
 #[tokio::test]
+async fn inspect_shows_a_block_unblock_lifts_it_and_reset_lifts_it_too() {
+    let server = RedisServer::start();
+    // No deny cache: this process decides again after the CLI lifted.
+    let limiter = Limiter::builder()
+        .backend(RedisBackend::connect(server.url()).await.unwrap())
+        .prefix("app")
+        .deny_cache(false)
+        .build()
+        .unwrap();
+    // Once an hour, blocked for 2 h once refused.
+    let login = [
+        Limit::per_hour(1)
+            .and_then(|l| l.with_block(Duration::from_secs(7_200)))
+            .unwrap(),
+        Limit::per_day(100)
+            .and_then(|l| l.with_algorithm(Algorithm::FixedWindow))
+            .unwrap(),
+    ];
+    assert!(decide(&limiter, "login_user", "alice", &login).await);
+    assert!(!decide(&limiter, "login_user", "alice", &login).await);
+
+    let limits = on(&server, &["limits"]);
+    limits.assert_ok();
+    assert!(limits.stdout.contains("BLOCK"), "{}", limits.stdout);
+    assert!(limits.stdout.contains("2h"), "{}", limits.stdout);
+    let table = on(&server, &["inspect", "login_user", "alice"]);
+    table.assert_ok();
+    assert!(table.stdout.contains("BLOCKED"), "{}", table.stdout);
+    let json = on(&server, &["--json", "inspect", "login_user", "alice"])
+        .assert_ok()
+        .json();
+    let blocked = json["limits"][0]["blocked_ms"].as_u64().unwrap();
+    // (The CLI may have been built since the refusal, on a busy machine.)
+    assert!((1..=7_200_000).contains(&blocked), "{json}");
+    assert_eq!(json["limits"][0]["block_ms"], 7_200_000);
+    // The peek (read just before the blocks) says the same.
+    let retry = json["limits"][0]["retry_after_ms"].as_u64().unwrap();
+    assert!((blocked..blocked + 1_000).contains(&retry), "{json}");
+    assert!(json["limits"][1]["blocked_ms"].is_null(), "{json}");
+    assert_eq!(json["blocks"].as_array().unwrap().len(), 1);
+    assert_eq!(json["blocks"][0]["suffix"], login[0].storage_suffix());
+
+    let run = on(&server, &["unblock", "login_user", "alice"]);
+    run.assert_ok();
+    assert!(
+        run.stdout
+            .contains("lifted the blocks of identity `alice` under `login_user`"),
+        "{}",
+        run.stdout
+    );
+    let again = on(&server, &["--json", "unblock", "login_user", "alice"])
+        .assert_ok()
+        .json();
+    assert_eq!(again["lifted"], false);
+    assert!(
+        on(&server, &["unblock", "login_user", "alice"])
+            .assert_ok()
+            .stdout
+            .contains("was not blocked")
+    );
+    let json = on(&server, &["--json", "inspect", "login_user", "alice"])
+        .assert_ok()
+        .json();
+    assert!(json["limits"][0]["blocked_ms"].is_null(), "{json}");
+    assert!(json["blocks"].as_array().unwrap().is_empty(), "{json}");
+    // Lifted, not reset: the hour's state still refuses, so a call is
+    // refused and blocks again.
+    assert!(!decide(&limiter, "login_user", "alice", &login).await);
+    assert!(
+        on(&server, &["--json", "inspect", "login_user", "alice"])
+            .assert_ok()
+            .json()["limits"][0]["blocked_ms"]
+            .is_u64()
+    );
+    // A reset forgets the state and lifts the block.
+    on(&server, &["reset", "login_user", "alice"]).assert_ok();
+    let exists: i64 = server.cmd(&["EXISTS", "app:{login_user:alice}:b"]).await;
+    assert_eq!(exists, 0);
+    assert!(decide(&limiter, "login_user", "alice", &login).await);
+    assert!(on(&server, &["unblock", "nobody", "alice"]).code == 3);
+}
+
+#[tokio::test]
 async fn an_unknown_name_exits_3_listing_the_known_ones() {
     let (server, _limiter) = deployment().await;
     on(&server, &["inspect", "sms_phnoe", PHONE]).assert_failed(

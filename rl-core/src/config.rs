@@ -25,7 +25,8 @@ mod read;
 mod write;
 
 /// The keys a limit's table may hold.
-const KEYS: &str = "`rates`, `algorithm`, `burst`, `slots`, `lease`, `on_error`, `shadow`";
+const KEYS: &str =
+    "`rates`, `algorithm`, `burst`, `slots`, `lease`, `block_for`, `on_error`, `shadow`";
 
 /// A limits file that can never be built from a bad file: the message names
 /// the limit, the key and the bad value, and says what was expected.
@@ -175,6 +176,7 @@ impl LimitsEntry {
 /// [limits.sms_phone]
 /// rates = ["1/1m", "5/1h", "10/1d"]
 /// algorithm = "sliding_log"   # optional, default gcra
+/// block_for = "15m"           # optional: once refused, refused for this long (not with lease)
 /// on_error = "fail_closed"    # optional: fail_open | fail_closed | local:<share>
 /// shadow = true               # optional, default false
 ///
@@ -197,12 +199,14 @@ impl LimitsEntry {
 ///
 /// Each rate is a rate (`"5/1h"`, `"10 per minute"`) or a limit's table,
 /// the forms of [`Limit`]'s `Deserialize`: the name's `algorithm`,
-/// `burst`, `slots` and `lease` apply to the rates written as text, while
-/// a table carries its own (`{ rate = "20/1s", algorithm =
+/// `burst`, `slots`, `lease` and `block_for` apply to the rates written as
+/// text, while a table carries its own (`{ rate = "20/1s", algorithm =
 /// "sliding_window", slots = 20 }`), and `{ max_in_flight = 4,
 /// in_flight_ttl = "30s" }` is a concurrency limit. `burst` is refused
 /// where the algorithm has none (the window algorithms) and `slots` off
-/// `sliding_window`, as in the macro.
+/// `sliding_window`, as in the macro. `block_for` (a duration such as
+/// `"15m"`, or whole seconds; 1 ms to 30 days) is a penalty box
+/// ([`Limit::with_block`]), refused beside `lease`.
 ///
 /// A name is the `name` of `#[rate_limit]` (by default `module::function`)
 /// or of an `also(...)` group, or a tier's `<name>@<tier>`, quoted:

@@ -31,6 +31,7 @@ page!(redis = "redis.md", tested if any());
 page!(waiting = "waiting.md", tested if feature = "macros");
 page!(tiers = "tiers.md", tested if feature = "macros");
 page!(lists = "lists.md", tested if all(feature = "macros", feature = "config"));
+page!(penalty_box = "penalty_box.md", tested if all(feature = "macros", feature = "config", feature = "tower", feature = "axum"));
 page!(concurrency = "concurrency.md", tested if feature = "macros");
 page!(leasing = "leasing.md", tested if any());
 page!(budgets = "budgets.md", tested if feature = "macros");

@@ -32,7 +32,7 @@
 //!   and the table of its arguments.
 //! - [`guide`]: the user guide, one page per subject (the attribute, the
 //!   call API, algorithms, route limits, Redis, waiting, tiers, lists,
-//!   concurrency limits, leasing, token budgets, calls out to limited
+//!   penalty boxes, concurrency limits, leasing, token budgets, calls out to limited
 //!   upstreams, operations, metrics, architecture, migrating from other
 //!   limiters); every example in it is compiled and run by `cargo test`.
 //! - [`Limiter`]: built with [`Limiter::builder`], installed globally once
@@ -211,7 +211,7 @@ pub mod backend {
     pub use crate::model::decision::{Decisions, Figures};
     pub use crate::model::reservation::Reservation;
     pub use crate::store::backend::{
-        Backend, BoxFuture, LeaseReturn, Leased, RefundNotices, Request, SharedLists,
+        Backend, Block, BoxFuture, LeaseReturn, Leased, RefundNotices, Request, SharedLists,
     };
     pub use crate::store::memory::MemoryBackend;
 }
@@ -228,10 +228,10 @@ pub mod clock {
 pub mod error {
     //! What [`Error`](crate::Error) carries: a backend's failure
     //! ([`BackendError`], with its [`Cause`]) and an invalid limit
-    //! ([`LimitError`], naming the [`Problem`] or the [`LeaseProblem`]).
+    //! ([`LimitError`], naming the [`Problem`], the [`LeaseProblem`] or the [`BlockProblem`]).
     //! Reach for it to match on why a call failed or a limit was refused.
     pub use crate::model::error::{BackendError, Cause, LimitError};
-    pub use ratewall_grammar::{LeaseProblem, Problem};
+    pub use ratewall_grammar::{BlockProblem, LeaseProblem, Problem};
 }
 
 pub mod key {

@@ -13,6 +13,8 @@
 //!   algorithm uses them.
 //! - [`check_lease`]: which limits can lease units, and how many
 //!   ([`LeaseProblem`]).
+//! - [`check_block`]: which limits can block an identity once it is
+//!   refused (a penalty box), and for how long ([`BlockProblem`]).
 //! - [`check_tier_name`] and [`split_tier`]: tier names (`pro`) and the
 //!   registry names of tiers (`api@pro`).
 //!
@@ -36,12 +38,14 @@
 #![warn(missing_docs)]
 
 mod algorithm;
+mod block;
 mod bounds;
 mod lease;
 mod text;
 mod tier;
 
 pub use algorithm::{Algorithm, Capacity, Traits, UnknownAlgorithm};
+pub use block::{BlockProblem, MAX_BLOCK_US, MIN_BLOCK_US, check_block};
 pub use bounds::{
     DEFAULT_LEASE_TTL_US, DEFAULT_SLOTS, DOUBLE_EXACT, MAX_CAPACITY_PERIOD, MAX_IN_FLIGHT,
     MAX_LEASE_TTL_US, MIN_LEASE_TTL_US, Problem, SLIDING_LOG_CAP, capacity, check_limit,

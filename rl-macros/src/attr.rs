@@ -121,6 +121,9 @@ arguments! {
         slots: Option<Arg<u64>> = count,
         /// Units one process may lease at most (quota leasing).
         lease: Option<Arg<u64>> = count,
+        /// Once refused, refused for this long (a penalty box), in
+        /// microseconds.
+        block_for: Option<Arg<u64>> = duration,
         /// At most this many calls in flight per key.
         max_in_flight: Option<Arg<u64>> = count,
         /// The lease of an in-flight slot, in microseconds.
@@ -1076,8 +1079,8 @@ mod tests {
         assert!(
             message.starts_with(
                 "unknown argument `tresh` in `also(...)`; expected one of `period`, `threshold`, `key`, \
-                 `algorithm`, `cost`, `settle`, `burst`, `slots`, `lease`, `max_in_flight`, `in_flight_ttl`, \
-                 `name`, `limits`, `tier`, `tiers`, `reset_on_success`"
+                 `algorithm`, `cost`, `settle`, `burst`, `slots`, `lease`, `block_for`, `max_in_flight`, \
+                 `in_flight_ttl`, `name`, `limits`, `tier`, `tiers`, `reset_on_success`"
             ),
             "{message}"
         );

@@ -149,7 +149,8 @@ fn policy(config: &Config, private: &TokenStream) -> TokenStream {
 }
 
 /// `Limit::from_parts_const(..)` for each limit of a list (with
-/// `.with_lease_const(..)` when it leases).
+/// `.with_lease_const(..)` when it leases, `.with_block_const(..)` when it
+/// blocks).
 fn limits(limits: &[LimitConfig], private: &TokenStream) -> Vec<TokenStream> {
     limits
         .iter()
@@ -159,13 +160,16 @@ fn limits(limits: &[LimitConfig], private: &TokenStream) -> Vec<TokenStream> {
             let period_us = Literal::u64_unsuffixed(limit.period_us);
             let burst = Literal::u64_unsuffixed(limit.burst);
             let slots = Literal::u64_unsuffixed(limit.slots);
-            let built = quote!(#private::Limit::from_parts_const(#threshold, #period_us, #private::Algorithm::#algorithm, #burst, #slots));
+            let mut built = quote!(#private::Limit::from_parts_const(#threshold, #period_us, #private::Algorithm::#algorithm, #burst, #slots));
             if limit.lease > 0 {
                 let lease = Literal::u64_unsuffixed(limit.lease);
-                quote!(#built.with_lease_const(#lease))
-            } else {
-                built
+                built = quote!(#built.with_lease_const(#lease));
             }
+            if limit.block_us > 0 {
+                let block = Literal::u64_unsuffixed(limit.block_us);
+                built = quote!(#built.with_block_const(#block));
+            }
+            built
         })
         .collect()
 }
@@ -707,6 +711,25 @@ mod tests {
             code.contains(
                 ":: ratewall :: __private :: Limit :: from_parts_const (1000 , 60000000 , :: ratewall :: __private :: \
                  Algorithm :: Gcra , 1000 , 10) . with_lease_const (50)"
+            ),
+            "{code}"
+        );
+    }
+
+    #[test]
+    fn a_blocking_limit_is_built_with_its_block() {
+        let code = expand(
+            quote!(period = 60, threshold = 5, key = user, block_for = "15m"),
+            quote!(
+                async fn f(user: u64) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        assert!(
+            code.contains(
+                ":: ratewall :: __private :: Limit :: from_parts_const (5 , 60000000 , :: ratewall :: __private :: \
+                 Algorithm :: Gcra , 5 , 10) . with_block_const (900000000)"
             ),
             "{code}"
         );

@@ -55,19 +55,20 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// | `burst` | integer ≥ 1 | `threshold` (of each limit) | capacity of `token_bucket`, `leaky_bucket` and `gcra`; refused for the others |
 /// | `slots` | integer ≥ 1 | `10` | sub-windows of `sliding_window`; refused for the others |
 /// | `lease` | integer ≥ 1, below the capacity | no leasing | quota leasing: a process may reserve up to this many units of each rate limit for a hot key and admit its calls from them without a round trip (`ratewall::Limit::with_lease`); refused for `sliding_log` (not the in-flight slots of `max_in_flight`) |
+/// | `block_for` | integer (seconds) or duration string, `1ms` to `30d` | no block | a penalty box: once a call is refused by one of the group's rate limits, the key is refused by that limit for this long (`retry_after` says until when; refusals meanwhile do not extend it), on every instance sharing the store (`ratewall::Limit::with_block`); lifted by `limiter.settings().unblock(name, key)` or a reset; not with `lease`, nor on the slots of `max_in_flight` |
 /// | `max_in_flight` | integer, 1 to 100 000 | none | at most this many calls of the key running at once (a concurrency limit): a call holds a slot from admission until its body returns or its future is dropped; alone or beside rate limits (decided together, all-or-nothing) |
 /// | `in_flight_ttl` | integer (seconds) or duration string, `1s` to `1h` | `"10s"` | with `max_in_flight`: the lease of a slot in a remote store, renewed every third of it while the call runs; a dead instance's slots come back after it |
 /// | `name` | string | `"<module path>::<fn name>"` | metrics label, log field and key scope |
 /// | `limiter` | expression evaluating to a `Limiter`, `&Limiter`, `Arc<Limiter>` or `Box<Limiter>` (borrowed, never moved) | the global limiter | the limiter deciding the calls |
 /// | `on_error` | `fail_open`, `fail_closed` or `local(N)` (decide in process with threshold / N) | the limiter's policy | what to do when the backend cannot decide |
-/// | `also(...)` | `name` (required, distinct), `key`, `limits` or `period` + `threshold` and/or `max_in_flight`, `in_flight_ttl`, `algorithm`, `cost`, `settle`, `burst`, `slots`, `lease`, `reset_on_success`, `tier` + `tiers` | none; may be repeated | another key with its own limits (e.g. per IP beside per phone), decided in the same call, all-or-nothing |
+/// | `also(...)` | `name` (required, distinct), `key`, `limits` or `period` + `threshold` and/or `max_in_flight`, `in_flight_ttl`, `algorithm`, `cost`, `settle`, `burst`, `slots`, `lease`, `block_for`, `reset_on_success`, `tier` + `tiers` | none; may be repeated | another key with its own limits (e.g. per IP beside per phone), decided in the same call, all-or-nothing |
 /// | `tier` + `tiers(...)` | `tier`: any expression over the arguments whose value is `Display` (a `&str` or `String` as is); `tiers(free = ["10/1m"], pro = ["1000/1m", "20/1s"])`: tier names (identifiers or strings of ASCII letters, digits, `_`, `-`, `.`) with their limits | instead of `limits` / `period` + `threshold` | per-identity limits: each call is decided by the limits of the tier `tier` gives, on that tier's own state (key scope and runtime name `<name>@<tier>`); a tier named `default` decides unknown tiers, else the failure policy answers them |
 /// | `count` | `failures` | every admitted call counts | only calls returning `Err` keep what they took; the others are given back (the function must return a `Result`) |
 /// | `count_if` | expression callable as `FnOnce(&ReturnType) -> bool`: a closure (`\|r: &Response\| r.status() == 401`) or a function path | every admitted call counts | `true`: the call keeps what it took; `false`: it is given back |
 /// | `reset_on_success` | flag, on the function or in an `also(...)` | off | with `count`/`count_if`: a call that does not count forgets this group's state for its key (consecutive-failure counting) instead of giving back its own units |
 /// | `on_reject` | expression callable as `FnOnce(ratewall::Rejection) -> ReturnType` (closure or path, e.g. `IntoResponse::into_response`) | `Err(From::from(rejection))` | the value a refused call returns; with it the function may return any type |
 /// | `headers` | flag (needs `ratewall`'s `axum` or `tower` feature) | off | adds `RateLimit-Policy` and `RateLimit` (the binding limit) to a successful response; the return type must implement `WithHeaders`: `http::Response<B>` or `Result<Response<B>, E>` |
-/// | `wait` | integer (seconds) or duration string, > 0 | refuse at once | wait up to this long for room instead of being refused: on `gcra`, `token_bucket` and `leaky_bucket` the call reserves the earliest slot every limit allows and sleeps until it (callers queue); on the window algorithms it retries after each `retry_after` until the deadline (see `ratewall::Keys::wait`); a tiered call waits on its tier's limits; not with `max_in_flight`, `count` or `count_if`, nor over limits mixing the window algorithms with the others |
+/// | `wait` | integer (seconds) or duration string, > 0 | refuse at once | wait up to this long for room instead of being refused: on `gcra`, `token_bucket` and `leaky_bucket` the call reserves the earliest slot every limit allows and sleeps until it (callers queue); on the window algorithms, and on any call with `block_for`, it retries after each `retry_after` until the deadline (see `ratewall::Keys::wait`); a tiered call waits on its tier's limits; not with `max_in_flight`, `count` or `count_if`, nor over limits mixing the window algorithms with the others (unless one has `block_for`) |
 /// | `crate` | string path to `ratewall` | `"::ratewall"` | for crates that re-export `ratewall` |
 ///
 /// Every argument is checked at compile time, at the offending token:
@@ -76,8 +77,9 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// capacity (the `burst` of `token_bucket`, `leaky_bucket` and `gcra`, the
 /// `threshold` of the others), a `sliding_window` period that does not
 /// split into `slots` equal whole microseconds, a `sliding_log` threshold
-/// above 10 000, a capacity × period (in µs) above 2^52, and a `lease` of
-/// zero, of the whole capacity or more, or on a `sliding_log`; these apply to
+/// above 10 000, a capacity × period (in µs) above 2^52, a `lease` of
+/// zero, of the whole capacity or more, or on a `sliding_log`, and a
+/// `block_for` under 1 ms or over 30 days, or beside `lease`; these apply to
 /// every string of `limits` (reported at the string) and to every
 /// `also(...)`. Also refused: `limits` with `period` or `threshold`, two
 /// limits of one key with the same period, an `also(...)` without a
@@ -89,8 +91,8 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// `headers` or `max_in_flight` on a function returning `impl Trait`,
 /// `max_in_flight = 0` or above 100 000, `in_flight_ttl` without
 /// `max_in_flight` or outside 1 s ..= 1 h, in a group with `max_in_flight`
-/// but no rate limit, `algorithm`, `burst`, `slots`, `cost`, `settle` or
-/// `reset_on_success` (they describe rate limits; a call holds one slot
+/// but no rate limit, `algorithm`, `burst`, `slots`, `cost`, `settle`,
+/// `lease`, `block_for` or `reset_on_success` (they describe rate limits; a call holds one slot
 /// whatever its cost), `settle` without a `cost` (nothing to settle), on a
 /// `sliding_log` (it keeps one entry per unit and at most `threshold` at
 /// once, so it cannot carry debt; `gcra`, the buckets and the windows can),
@@ -100,8 +102,8 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 /// `name` containing `@`, and every limit rule above for each tier's limits
 /// (reported at the string); and a `wait` of zero, with `count` or
 /// `count_if`, with `max_in_flight` in any group, or over
-/// limits mixing a window algorithm with `gcra` or a bucket (reported at
-/// `wait`).
+/// limits mixing a window algorithm with `gcra` or a bucket when none has
+/// `block_for` (reported at `wait`).
 ///
 /// # Tiers
 ///

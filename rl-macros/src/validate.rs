@@ -116,6 +116,8 @@ pub(crate) struct LimitConfig {
     pub(crate) slots: u64,
     /// Units one process may lease at most (0: no leasing).
     pub(crate) lease: u64,
+    /// Once refused, refused for this long, in µs (0: no block).
+    pub(crate) block_us: u64,
 }
 
 /// Collects every error, so one build shows them all.
@@ -370,7 +372,10 @@ fn check_wait(
     });
     let queued = limits.clone().find(|(_, l)| l.algorithm.reserves());
     let windowed = limits.clone().find(|(_, l)| !l.algorithm.reserves());
-    if let (Some((qg, ql)), Some((wg, wl))) = (queued, windowed) {
+    // A call with a limit that blocks retries, whatever its algorithms:
+    // nothing to mix.
+    let blocks = limits.clone().any(|(_, l)| l.block_us > 0);
+    if let (Some((qg, ql)), Some((wg, wl)), false) = (queued, windowed, blocks) {
         let group = |g: &GroupConfig| match &g.name {
             Some(name) => format!("group {:?}", name.value()),
             None => "the function's own group".to_owned(),
@@ -468,6 +473,16 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
             lease = 0;
         }
     }
+    // The block's own rules (its bounds, never beside `lease`; a group
+    // with only `max_in_flight` is told below): the grammar's.
+    let mut block = args.block_for.as_ref().map_or(0, |b| b.value);
+    if let Some(arg) = &args.block_for
+        && let Err(problem) =
+            ratewall_grammar::check_block(arg.value, algorithm, u64::from(args.lease.is_some()))
+    {
+        errors.push(arg.span, format!("{within}`block_for`: {problem}"));
+        block = 0;
+    }
     // The grammar's rule (shared with ratewall's configuration forms):
     // `burst` and `slots` only where the algorithm uses them.
     if let Some(burst) = &args.burst
@@ -514,8 +529,13 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
         for (tier, limits) in tiers {
             match limits {
                 Some(limits) if valid_numbers => {
-                    let mut limits =
-                        check_limits(&limits, &args, algorithm, lease, &mut cost_reported, errors);
+                    let mut limits = check_limits(
+                        &limits,
+                        &args,
+                        (algorithm, lease, block),
+                        &mut cost_reported,
+                        errors,
+                    );
                     limits.extend(in_flight);
                     checked.push(TierConfig {
                         name: tier.to_owned(),
@@ -599,7 +619,13 @@ fn validate_group(args: GroupArgs, also: Option<Span>, errors: &mut Errors) -> O
         return None;
     }
     let in_flight = in_flight?;
-    let mut checked = check_limits(&limits, &args, algorithm, lease, &mut cost_reported, errors);
+    let mut checked = check_limits(
+        &limits,
+        &args,
+        (algorithm, lease, block),
+        &mut cost_reported,
+        errors,
+    );
     checked.extend(in_flight);
 
     Some(GroupConfig {
@@ -785,13 +811,13 @@ fn read_rates<'a>(
     complete.then_some(limits)
 }
 
-/// Checks each limit against the group's algorithm, burst, slots, cost
-/// and lease (`0`: none, or one already reported).
+/// Checks each limit against the group's algorithm, burst, slots and
+/// cost; each gets the group's lease and block (`0`: none, or one already
+/// reported).
 fn check_limits(
     limits: &[Written<'_>],
     args: &GroupArgs,
-    algorithm: Algorithm,
-    lease: u64,
+    (algorithm, lease, block_us): (Algorithm, u64, u64),
     cost_reported: &mut bool,
     errors: &mut Errors,
 ) -> Vec<LimitConfig> {
@@ -877,6 +903,7 @@ fn check_limits(
             burst,
             slots,
             lease,
+            block_us,
         });
     }
     checked
@@ -920,6 +947,7 @@ fn check_in_flight(
             ("cost", args.cost.as_ref().map(|a| a.span)),
             ("settle", args.settle.as_ref().map(|a| a.span)),
             ("lease", args.lease.as_ref().map(|a| a.span)),
+            ("block_for", args.block_for.as_ref().map(|a| a.span)),
             (
                 "reset_on_success",
                 args.reset_on_success.as_ref().map(|a| a.span),
@@ -968,8 +996,9 @@ fn check_in_flight(
         algorithm: Algorithm::InFlight,
         burst: max.value,
         slots: DEFAULT_SLOTS,
-        // Slots are held, not spent: no quota leasing.
+        // Slots are held, not spent: no quota leasing, and no block.
         lease: 0,
+        block_us: 0,
     }))
 }
 
@@ -1103,7 +1132,8 @@ mod tests {
                 algorithm: Algorithm::Gcra,
                 burst: 5,
                 slots: 10,
-                lease: 0
+                lease: 0,
+                block_us: 0
             }]
         );
         assert_eq!(group.cost, 1);
@@ -1153,6 +1183,73 @@ mod tests {
         .unwrap();
         assert_eq!(config.groups[0].limits[0].lease, 10);
         assert_eq!(config.groups[1].limits[0].lease, 5);
+    }
+
+    #[test]
+    fn a_block_applies_to_every_rate_limit_of_its_group_and_tier_within_its_bounds() {
+        let config = check(
+            quote!(
+                limits = ["5/1m", "20/1h"],
+                block_for = "15m",
+                max_in_flight = 2,
+                also(
+                    name = "ip",
+                    key = ip,
+                    tier = plan,
+                    tiers(free = ["1/1s"]),
+                    block_for = 30
+                )
+            ),
+            quote!(async fn f(ip: u32, plan: &str) -> Result<(), E>),
+        )
+        .unwrap();
+        let blocks: Vec<u64> = config.groups[0].limits.iter().map(|l| l.block_us).collect();
+        // The in-flight slots never block.
+        assert_eq!(blocks, [900_000_000, 900_000_000, 0]);
+        let tier = &config.groups[1].tiers.as_ref().unwrap()[0];
+        assert_eq!(tier.limits[0].block_us, 30_000_000);
+        for (args, expected) in [
+            (
+                quote!(period = 60, threshold = 5, block_for = 0),
+                "`block_for`: a block lasts from 1ms to 30d",
+            ),
+            (
+                quote!(period = 60, threshold = 5, block_for = "31d"),
+                "got 31d",
+            ),
+            (
+                quote!(period = 60, threshold = 5, lease = 2, block_for = "1m"),
+                "`block_for`: a limit cannot both lease and block",
+            ),
+            (
+                quote!(max_in_flight = 2, block_for = "1m"),
+                "`block_for` applies to rate limits",
+            ),
+        ] {
+            let message = single(args);
+            assert!(message.contains(expected), "{message}");
+        }
+    }
+
+    #[test]
+    fn wait_beside_a_block_retries_whatever_the_algorithms() {
+        let config = check(
+            quote!(
+                period = 1,
+                threshold = 5,
+                block_for = "1m",
+                wait = "2s",
+                also(
+                    name = "ip",
+                    key = ip,
+                    period = 1,
+                    threshold = 50,
+                    algorithm = fixed_window
+                )
+            ),
+            quote!(async fn f(ip: u32) -> Result<(), E>),
+        );
+        assert!(config.is_ok());
     }
 
     #[test]

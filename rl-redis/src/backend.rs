@@ -325,7 +325,7 @@ pub struct RedisBackend {
     reloader: Arc<Reloader>,
     /// Refund notices: told with every call that gives room back, heard by
     /// the limiters that subscribe (`None`: turned off).
-    notices: Option<Arc<crate::notices::Notices>>,
+    pub(crate) notices: Option<Arc<crate::notices::Notices>>,
 }
 
 impl fmt::Debug for RedisBackend {
@@ -563,6 +563,15 @@ impl RedisBackend {
         deadline: Instant,
         plan: &Plan<'_, '_>,
     ) -> Result<Vec<i64>, BackendError> {
+        self.send_as(deadline, plan).await
+    }
+
+    /// [`RedisBackend::send`], the reply read as `T`.
+    pub(crate) async fn send_as<T: FromRedisValue>(
+        &self,
+        deadline: Instant,
+        plan: &Plan<'_, '_>,
+    ) -> Result<T, BackendError> {
         self.run(deadline, plan).await.map_err(|err| match err {
             None => BackendError::Timeout(self.settings.timeout),
             Some(err) => {
@@ -587,11 +596,11 @@ impl RedisBackend {
     /// missing again, `EVAL` the entry's source. In [`CallMode::Scripts`],
     /// `EVALSHA`, then `EVAL` (which caches the script again). `Err(None)`
     /// when the deadline passed.
-    async fn run(
+    async fn run<T: FromRedisValue>(
         &self,
         deadline: Instant,
         plan: &Plan<'_, '_>,
-    ) -> Result<Vec<i64>, Option<redis::RedisError>> {
+    ) -> Result<T, Option<redis::RedisError>> {
         let mut via = match self.settings.mode {
             CallMode::Scripts => Via::ScriptSha,
             _ => Via::Function,
@@ -601,7 +610,7 @@ impl RedisBackend {
             let seen = self.reloader.generation.load(Ordering::Acquire);
             match self
                 .connection
-                .query::<Vec<i64>>(deadline, &plan.command(via))
+                .query::<T>(deadline, &plan.command(via))
                 .await
             {
                 None => return Err(None),
@@ -785,10 +794,18 @@ impl RedisBackend {
         };
         self.give_back(groups, &taken, request_id).await;
         // Like the single-call path: the other limits report their current
-        // state (each group at its own time, like the forward path).
+        // state (each group at its own time, like the forward path); the
+        // groups after the refused one, which one step would have decided
+        // too, are probed: a refusing limit that blocks is blocked there.
         for (index, group) in groups.iter().enumerate() {
+            let op = if index > refused && group.requests.iter().any(|r| r.limit.block().is_some())
+            {
+                Op::Probe
+            } else {
+                Op::Peek
+            };
             if index != refused {
-                let reply = self.call(Op::Peek, time, 0, &group.requests, None).await?;
+                let reply = self.call(op, time, 0, &group.requests, None).await?;
                 group.place(&reply.decisions, &mut decided);
             }
         }
@@ -996,6 +1013,19 @@ impl Backend for RedisBackend {
 
     fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(async move { self.each_group(Op::Reset, 0, requests).await.map(drop) })
+    }
+
+    /// Reads `<key>:b` (one call; see `lua/block.lua`).
+    fn blocks<'a>(
+        &'a self,
+        key: &'a ratewall::Key,
+    ) -> BoxFuture<'a, Result<Vec<ratewall::backend::Block>, BackendError>> {
+        Box::pin(self.identity_blocks(key))
+    }
+
+    /// Drops `<key>:b` (one call; see `lua/block.lua`).
+    fn unblock<'a>(&'a self, key: &'a ratewall::Key) -> BoxFuture<'a, Result<bool, BackendError>> {
+        Box::pin(self.lift_blocks(key))
     }
 
     fn cancels_once(&self) -> bool {

@@ -231,8 +231,9 @@ impl RedisBackendBuilder {
     /// and heard from them (default `true`).
     ///
     /// A call that gives room back (a refund, a settled estimate given
-    /// back, a call cancelled by its request id, a reset; not a
-    /// compensation inside a refused cluster call) publishes one notice
+    /// back, a call cancelled by its request id, a reset, an identity's
+    /// blocks lifted; not a compensation inside a refused cluster call)
+    /// publishes one notice
     /// per key that got something back, in the same Lua call: `PUBLISH
     /// <prefix>:{refunds} <origin><key>` (about 50 bytes; nothing is
     /// stored). A limiter built over this backend subscribes to its

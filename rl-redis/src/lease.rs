@@ -51,7 +51,7 @@ impl RedisBackend {
                 requests.len()
             )));
         }
-        Request::check_batch(requests).map_err(BackendError::Invalid)?;
+        Request::check_lease(requests).map_err(BackendError::Invalid)?;
         if requests.is_empty() {
             return Ok(Leased::new(Decisions::new([]), Vec::new()));
         }

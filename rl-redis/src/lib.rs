@@ -100,7 +100,7 @@
 //! | `sentinel` | yes | Redis Sentinel: [`RedisBackend::connect_sentinel`], [`RedisBackend::sentinel_builder`] |
 //! | `tls` | no | `rediss://` through rustls with the ring crypto provider, `RedisBackendBuilder::tls_root_certificates`, `RedisBackendBuilder::tls_client_certificate`, `master_tls` for Sentinel |
 //! | `tls-aws-lc-rs` | no | the same with the aws-lc-rs provider (builds C code); with both TLS features, aws-lc-rs is used |
-//! | `cli` | no | the `ratewall` command-line tool (`cargo install ratewall-redis --features cli`): lists the limits a deployment registered, inspects and resets an identity's state, edits the shared allow and deny lists; turns on `tls` |
+//! | `cli` | no | the `ratewall` command-line tool (`cargo install ratewall-redis --features cli`): lists the limits a deployment registered, inspects and resets an identity's state, lifts its blocks, edits the shared allow and deny lists; turns on `tls` |
 //!
 //! With TLS, certificates are checked against the system's roots unless
 //! roots are given. Every TLS configuration is built with the provider the
@@ -140,6 +140,11 @@
 //! | `token_bucket`, `leaky_bucket` | 24-byte string: three packed doubles (scaled level, updated, fresh at) | 120 B |
 //! | `gcra` | 24-byte string: three packed doubles (the TAT, the interval it is measured in, written at) | 104 B (+32 B over the bare TAT, measured) |
 //!
+//! An identity's blocks ([`ratewall::Limit::with_block`]) are one hash
+//! beside its state keys, `<key>:b`: a field per limit that blocked it
+//! (its storage suffix, `gc:60000000`), the block's end in µs as value,
+//! expiring with the latest end (104 B with one block, 136 B with two).
+//!
 //! An allowed [`ratewall::backend::Backend::acquire_once`] also keeps its reply, as a
 //! comma-separated string, under `<first key>:req:<escaped id>` for the
 //! longest period of the call.
@@ -164,6 +169,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
+mod block;
 mod builder;
 mod call_mode;
 mod error;

@@ -1,12 +1,14 @@
 //! Refund notices: room given back in Redis by one process (a refund, a
-//! settled estimate, a call cancelled by its request id, a reset) is told
+//! settled estimate, a call cancelled by its request id, a reset, a block
+//! lifted: `ratewall::Limit::with_block`) is told
 //! to the other processes sharing the server, whose limiters then forget
 //! the refusals they remember for the key and wake their calls waiting
 //! under it (`ratewall::backend::Backend::subscribe_refunds`).
 //!
 //! - **Told** by the Lua code, in the call that gives the room back: one
 //!   `PUBLISH` per key that got something back (a state that held units,
-//!   not one already empty or expired), on `<prefix>:{refunds}`, the
+//!   not one already empty or expired, or a block not ended), on
+//!   `<prefix>:{refunds}`, the
 //!   message being the backend's origin (16 hex digits, random per
 //!   [`crate::RedisBackend`]) then the key `prefix:{scope:identity}`
 //!   (`tell`, `lua/prelude.lua`). No round trip of its own, in Functions

@@ -13,7 +13,11 @@
 //! - field: the limit name, which is also the scope of its identities' keys.
 //! - value: JSON, e.g.
 //!   `{"v":1,"published_at_ms":1700000000000,"limits":[{"rate":"1/1m","algorithm":"sliding_log","threshold":1,"period_us":60000000,"burst":1,"slots":10,"capacity":1,"suffix":"sl:60000000"}]}`
-//!   (a leasing limit also has `"lease"`: units one process may lease).
+//!   (a leasing limit also has `"lease"`: units one process may lease; a
+//!   limit that blocks, `"block_us"`: how long, see
+//!   [`ratewall::Limit::with_block`]). The identity's blocks are at
+//!   `<ratewall::Key::new(prefix, name, id)>:b`, a hash of the blocking
+//!   limits' suffixes to the blocks' ends.
 //!   The state of identity `id` under limit name `name` and one of its limits
 //!   is at `<ratewall::Key::new(prefix, name, id)>:<suffix>`, one key.
 //! - TTL: [`RedisBackend::REGISTRY_TTL`] (7 days), set again on every
@@ -353,6 +357,9 @@ fn encode(limits: &[Limit], published_at_ms: u64) -> String {
             if let Some(lease) = limit.lease() {
                 described["lease"] = json!(lease);
             }
+            if limit.block().is_some() {
+                described["block_us"] = json!(limit.block_micros());
+            }
             described
         })
         .collect();
@@ -399,9 +406,17 @@ fn decode(name: &str, text: &str) -> Result<RegisteredLimits, String> {
                 None => None,
                 Some(_) => Some(number(limit, "lease")?),
             };
-            match lease {
+            let block = match limit.get("block_us") {
+                None => None,
+                Some(_) => Some(Duration::from_micros(number(limit, "block_us")?)),
+            };
+            let built = match lease {
                 None => built,
                 Some(lease) => built.and_then(|l| l.with_lease(lease)),
+            };
+            match block {
+                None => built,
+                Some(block) => built.and_then(|l| l.with_block(block)),
             }
             .map_err(|e| e.to_string())
         })
@@ -425,6 +440,9 @@ mod tests {
                 // Every algorithm that can lease does, in the registry too.
                 limit.with_lease(3).unwrap_or(limit)
             })
+            .chain([Limit::per_day(5)
+                .and_then(|l| l.with_block(Duration::from_secs(3_600)))
+                .unwrap()])
             .collect()
     }
 

@@ -29,6 +29,7 @@ use redis::Cmd;
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 const SINGLE: &str = include_str!("lua/single.lua");
 const REQUESTS: &str = include_str!("lua/requests.lua");
+const BLOCK: &str = include_str!("lua/block.lua");
 const BATCH: &str = include_str!("lua/batch.lua");
 const LEASE: &str = include_str!("lua/lease.lua");
 const LIBRARY: &str = include_str!("lua/library.lua");
@@ -134,6 +135,13 @@ pub(crate) enum Op {
     /// Acquire, replaying the reply kept under a request-id key.
     AcquireOnce,
     Peek,
+    /// Decide like an acquire's first pass: nothing taken, each refusing
+    /// limit that blocks blocked (`lua/batch.lua`, `probe`).
+    Probe,
+    /// The blocks of one identity (`lua/block.lua`): one key, no request.
+    Blocks,
+    /// Lift every block of one identity: one key, no request.
+    Unblock,
     Refund,
     /// Refund, dropping a request-id key.
     RefundOnce,
@@ -165,6 +173,9 @@ impl Op {
             Op::Acquire => "acquire",
             Op::AcquireOnce => "acquire_once",
             Op::Peek => "peek",
+            Op::Probe => "probe",
+            Op::Blocks => "blocks",
+            Op::Unblock => "unblock",
             Op::Refund => "refund",
             Op::RefundOnce => "refund_once",
             Op::CancelOnce => "cancel_once",
@@ -194,7 +205,10 @@ impl Op {
 
     /// Whether the reply carries one decision per request.
     const fn decides(self) -> bool {
-        matches!(self, Op::Acquire | Op::AcquireOnce | Op::Peek | Op::Lease)
+        matches!(
+            self,
+            Op::Acquire | Op::AcquireOnce | Op::Peek | Op::Probe | Op::Lease
+        )
     }
 
     /// Integers per request in the reply: a decision, and for a lease the
@@ -214,10 +228,11 @@ impl Op {
     /// Whether the call carries a notice origin (`crate::notices`): the
     /// operations that give room back and tell the other processes so
     /// (one `PUBLISH` per key that got something back, unless the origin
-    /// is empty). A refund that compensates a refused call over several
+    /// is empty; [`Op::Unblock`]: the identity's key, when it lifted a
+    /// block). A refund that compensates a refused call over several
     /// hash tags is an [`Op::Refund`] sent with an empty origin.
     pub(crate) const fn tells(self) -> bool {
-        matches!(self, Op::Refund | Op::CancelOnce | Op::Reset)
+        matches!(self, Op::Refund | Op::CancelOnce | Op::Reset | Op::Unblock)
     }
 }
 
@@ -243,6 +258,7 @@ impl Entry {
     pub(crate) fn for_call(op: Op, count: usize, first: Option<Algorithm>) -> Self {
         match (count, first) {
             _ if matches!(op, Op::Lease | Op::Release) => Entry::Lease,
+            _ if op == Op::Blocks => Entry::BatchReadOnly,
             (1, Some(algorithm)) if SINGLE_OPS.contains(&op) && !algorithm.is_in_flight() => {
                 Entry::Single(op, algorithm)
             }
@@ -321,7 +337,7 @@ static CODE: LazyLock<Code> = LazyLock::new(|| {
         .into_iter()
         .map(|m| module_source(m).unwrap_or(""))
         .collect();
-    let body = [PRELUDE, &algorithms, SINGLE, REQUESTS, BATCH].concat();
+    let body = [PRELUDE, &algorithms, SINGLE, REQUESTS, BLOCK, BATCH].concat();
     let every = [
         Table::Codes,
         Table::SingleThird,
@@ -455,6 +471,16 @@ pub(crate) fn request_id_key(key: &ratewall::Key, request_id: &str) -> String {
 /// The suffix of a state key's lease records (`<state key>:leases`).
 pub(crate) const LEASES_SUFFIX: &str = ":leases";
 
+/// The key of an identity's blocks (`lua/block.lua`): `<key>:b`, beside
+/// (and in the hash slot of) its state keys `<key>:<algorithm>:...`, which
+/// it cannot be: no algorithm's code is `b`.
+pub(crate) fn block_key(key: &ratewall::Key) -> String {
+    let mut out = String::with_capacity(key.as_str().len() + 2);
+    out.push_str(key.as_str());
+    out.push_str(":b");
+    out
+}
+
 /// Whose clock decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Time {
@@ -515,6 +541,8 @@ pub(crate) struct Plan<'p, 'r> {
     lease_ttl_us: u64,
     /// Per request, the two extra fields of a reserve or cancel.
     extra: Option<&'p [(u64, u64)]>,
+    /// The one key of [`Op::Blocks`] and [`Op::Unblock`] (see [`block_key`]).
+    block_key: Option<&'p str>,
     /// The notice origin of an operation that [`Op::tells`] (empty: tell
     /// nothing).
     origin: &'p str,
@@ -550,8 +578,11 @@ impl<'p, 'r> Plan<'p, 'r> {
         request_id_key: Option<&'p str>,
     ) -> Self {
         // A peek ahead (`at_micros` from now) is the batch's: the single
-        // entry points decide at the server's time only.
-        let entry = if requests.iter().any(|r| r.limit.is_in_flight())
+        // entry points decide at the server's time only; so are in-flight
+        // limits and limits that block.
+        let entry = if requests
+            .iter()
+            .any(|r| r.limit.is_in_flight() || r.limit.block_micros() > 0)
             || (op == Op::Peek && at_micros > 0)
         {
             Entry::for_call(op, 2, None)
@@ -574,6 +605,16 @@ impl<'p, 'r> Plan<'p, 'r> {
             lease_ttl_us: 0,
             extra: None,
             origin: "",
+            block_key: None,
+        }
+    }
+
+    /// [`Op::Blocks`] or [`Op::Unblock`] of the identity whose block key is
+    /// `key` (see [`block_key`]).
+    pub(crate) fn blocks(op: Op, time: Time, extra_ttl_ms: u64, key: &'p str) -> Self {
+        Self {
+            block_key: Some(key),
+            ..Self::new(op, time, 0, extra_ttl_ms, &[], None)
         }
     }
 
@@ -605,6 +646,13 @@ impl<'p, 'r> Plan<'p, 'r> {
         self.requests.len()
     }
 
+    /// Whether `request` names its identity's block key (`lua/batch.lua`):
+    /// a batch request with a block, and every request of a reset.
+    fn names_block(&self, request: &Request<'_>) -> bool {
+        matches!(self.entry, Entry::Batch | Entry::BatchReadOnly)
+            && (request.limit.block_micros() > 0 || self.op == Op::Reset)
+    }
+
     fn key_count(&self) -> usize {
         let freed = self.op.names_freed();
         self.requests
@@ -613,9 +661,11 @@ impl<'p, 'r> Plan<'p, 'r> {
                 let algorithm = r.limit.algorithm();
                 1 + usize::from(freed && algorithm.reserves())
                     + usize::from(self.entry == Entry::Lease)
+                    + usize::from(self.names_block(r))
             })
             .sum::<usize>()
             + usize::from(self.request_id_key.is_some())
+            + usize::from(self.block_key.is_some())
     }
 
     fn write_keys(&self, sink: &mut impl Sink) {
@@ -633,8 +683,14 @@ impl<'p, 'r> Plan<'p, 'r> {
                 key.push_str(LEASES_SUFFIX);
                 sink.key(&key);
             }
+            if self.names_block(request) {
+                sink.key(&block_key(request.key));
+            }
         }
         if let Some(key) = self.request_id_key {
+            sink.key(key);
+        }
+        if let Some(key) = self.block_key {
             sink.key(key);
         }
     }
@@ -706,6 +762,7 @@ impl<'p, 'r> Plan<'p, 'r> {
                         sink.number(x);
                         sink.number(y);
                     }
+                    sink.number(request.limit.block_micros());
                 }
                 if self.op.tells() {
                     sink.text(self.origin);
@@ -1091,12 +1148,14 @@ mod tests {
                 "3",
                 "10",
                 "1",
+                "0",
                 "gc",
                 "5",
                 "3600000000",
                 "5",
                 "10",
-                "2"
+                "2",
+                "0"
             ]
         );
         let one = [Request::new(&key, &gcra, 1)];
@@ -1137,14 +1196,21 @@ mod tests {
             let args = Call::of(&Plan::new(op, Time::Server, 7, 0, &two, None).telling("0f")).args;
             assert_eq!(args.first().unwrap(), op.name());
             assert_eq!(args.last().unwrap(), "0f", "{op:?}");
-            assert_eq!(args.len(), 4 + 2 * 6 + 1, "{op:?}");
+            // Seven fields per request (the last, its block: none).
+            assert_eq!(args.len(), 4 + 2 * 7 + 1, "{op:?}");
         }
         // Only the operations that give room back carry one.
         let acquire = Plan::new(Op::Acquire, Time::Server, 0, 0, &two, None).telling("0f");
-        assert_eq!(Call::of(&acquire).args.len(), 4 + 2 * 6);
+        assert_eq!(Call::of(&acquire).args.len(), 4 + 2 * 7);
         let compensation =
             Plan::new(Op::RefundOnce, Time::Server, 7, 0, &two, Some("k")).telling("0f");
-        assert_eq!(Call::of(&compensation).args.len(), 4 + 2 * 6);
+        assert_eq!(Call::of(&compensation).args.len(), 4 + 2 * 7);
+        // Lifting an identity's blocks tells of it; reading them does not.
+        let bk = block_key(&key);
+        let lift = Call::of(&Plan::blocks(Op::Unblock, Time::Server, 0, &bk).telling("0f")).args;
+        assert_eq!(lift, ["unblock", "s", "0", "0", "0f"]);
+        let read = Call::of(&Plan::blocks(Op::Blocks, Time::Server, 0, &bk).telling("0f")).args;
+        assert_eq!(read, ["blocks", "s", "0", "0"]);
     }
 
     #[test]
@@ -1258,7 +1324,8 @@ mod tests {
                 "10000000",
                 "10",
                 "00000000000000ab",
-                "1"
+                "1",
+                "0"
             ]
         );
         let peek = Plan::new(Op::Peek, Time::Server, 0, 0, &one, None);
@@ -1266,6 +1333,60 @@ mod tests {
         let renewed = parse_reply(Op::Renew, 2, &[1, 0, 99]).unwrap();
         assert_eq!(renewed.renewed, [true, false]);
         assert!(parse_reply(Op::Renew, 2, &[1, 99]).is_err());
+    }
+
+    #[test]
+    fn a_limit_that_blocks_goes_to_the_batch_with_its_block_and_block_key() {
+        let key = Key::new("rl", "login", "a:{b}");
+        let block = std::time::Duration::from_secs(900);
+        let minute = Limit::per_minute(5).unwrap().with_block(block).unwrap();
+        let day = Limit::per_day(50).unwrap();
+        let one = [Request::new(&key, &minute, 1)];
+        for op in [Op::Acquire, Op::Peek, Op::Refund] {
+            let plan = Plan::new(op, Time::Server, 0, 0, &one, None);
+            assert!(
+                matches!(plan.entry, Entry::Batch | Entry::BatchReadOnly),
+                "{op:?}"
+            );
+        }
+        let both = [Request::new(&key, &minute, 1), Request::new(&key, &day, 1)];
+        let call = Call::of(&Plan::new(Op::Acquire, Time::Server, 0, 0, &both, None));
+        // The block key follows its request's state key, in the same slot
+        // (the identity escaped inside the hash tag).
+        assert_eq!(
+            call.keys,
+            [
+                "rl:{login:a%3A%7Bb%7D}:gc:60000000",
+                "rl:{login:a%3A%7Bb%7D}:b",
+                "rl:{login:a%3A%7Bb%7D}:gc:86400000000",
+            ]
+        );
+        assert_eq!(
+            &call.args[4..11],
+            ["gc", "5", "60000000", "5", "10", "1", "900000000"]
+        );
+        assert_eq!(call.args[17], "0");
+        // A reset names every request's block key (after the given-back
+        // slots of GCRA), to lift its block.
+        let reset = Call::of(&Plan::new(Op::Reset, Time::Server, 0, 0, &both, None));
+        assert_eq!(reset.keys.len(), 6);
+        assert_eq!(reset.keys[5], "rl:{login:a%3A%7Bb%7D}:b");
+        // Reading and lifting take the block key alone.
+        let bk = block_key(&key);
+        let blocks = Plan::blocks(Op::Blocks, Time::Client(7), 0, &bk);
+        assert_eq!(blocks.entry, Entry::BatchReadOnly);
+        let line = blocks.command_line(Via::Function);
+        assert_eq!(line[0], "FCALL_RO");
+        assert_eq!(
+            line[2..],
+            ["1", "rl:{login:a%3A%7Bb%7D}:b", "blocks", "7", "0", "0"]
+        );
+        let lift = Plan::blocks(Op::Unblock, Time::Server, 0, &bk);
+        assert_eq!(lift.entry, Entry::Batch);
+        assert_eq!(lift.key_count(), 1);
+        let probe = Plan::new(Op::Probe, Time::Server, 0, 0, &both, None);
+        assert_eq!(probe.entry, Entry::Batch);
+        assert!(parse_reply(Op::Probe, 1, &[0, 5, 0, 900_000_000, 900_000_000, 1]).is_ok());
     }
 
     #[test]

@@ -34,9 +34,19 @@ const UNITS: [(&str, u64); 6] = [
     ("us", 1),
 ];
 
+/// A block (`block_for`): whole minutes (`"15m"`), or any count of
+/// microseconds from 1 ms to 30 days (`"1500us"`, `"2d"`).
+fn blocks() -> impl Strategy<Value = Duration> {
+    prop_oneof![
+        (1u64..=120).prop_map(|m| Duration::from_secs(m * 60)),
+        (1_000u64..=30 * 86_400_000_000).prop_map(Duration::from_micros),
+    ]
+}
+
 /// A rate limit built with the builders: a threshold, a period, an
 /// algorithm, and the settings that algorithm uses (a burst for GCRA and
-/// the buckets, slots for the sliding window), perhaps a lease.
+/// the buckets, slots for the sliding window), perhaps a lease, else
+/// perhaps a block (the two never go together).
 fn rate_limits() -> impl Strategy<Value = Limit> {
     (
         1u64..=20_000,
@@ -46,10 +56,11 @@ fn rate_limits() -> impl Strategy<Value = Limit> {
         prop::option::of(1u64..=40_000),
         prop::option::of(prop::sample::select(vec![1u64, 2, 4, 5, 10, 20, 60])),
         prop::option::of(1u64..=5_000),
+        prop::option::of(blocks()),
     )
         .prop_filter_map(
             "a valid limit",
-            |(threshold, count, unit, algorithm, burst, slots, lease)| {
+            |(threshold, count, unit, algorithm, burst, slots, lease, block)| {
                 let period = Duration::from_micros(count * UNITS[unit].1);
                 let mut limit = Limit::new(threshold, period).ok()?;
                 if algorithm.uses_slots()
@@ -63,9 +74,10 @@ fn rate_limits() -> impl Strategy<Value = Limit> {
                     limit = limit.with_burst(burst).ok()?;
                 }
                 limit = limit.with_algorithm(algorithm).ok()?;
-                match lease {
-                    Some(lease) => limit.with_lease(lease).ok(),
-                    None => Some(limit),
+                match (lease, block) {
+                    (Some(lease), _) => limit.with_lease(lease).ok(),
+                    (None, Some(block)) => limit.with_block(block).ok(),
+                    (None, None) => Some(limit),
                 }
             },
         )
@@ -132,7 +144,7 @@ proptest! {
     }
 
     #[test]
-    fn a_table_reads_as_the_builders_build_it(limit in rate_limits()) {
+    fn a_table_reads_as_the_builders_build_it(limit in rate_limits(), seconds in any::<bool>()) {
         // Every key written out, defaults included.
         let mut table = json!({
             "rate": format!("{}/{}us", limit.threshold(), limit.period_micros()),
@@ -146,6 +158,14 @@ proptest! {
         }
         if let Some(lease) = limit.lease() {
             table["lease"] = json!(lease);
+        }
+        if let Some(block) = limit.block() {
+            // Whole seconds as an integer, or a duration's text.
+            table["block_for"] = if seconds && block.subsec_micros() == 0 {
+                json!(block.as_secs())
+            } else {
+                json!(format!("{}us", block.as_micros()))
+            };
         }
         let read: Limit = serde_json::from_value(table.clone()).map_err(|e| TestCaseError::fail(format!("{table}: {e}")))?;
         prop_assert_eq!(read, limit, "{}", table);
@@ -339,6 +359,45 @@ fn every_invalid_limit_in_a_file_is_an_error_naming_the_limit_and_the_fix() {
             ],
         ),
         (
+            json!({ "rates": ["5/1m"], "block_for": "31d" }),
+            &[
+                "`block_for` = \"31d\"",
+                "a block lasts from 1ms to 30d",
+                "got 31d",
+            ],
+        ),
+        (
+            json!({ "rates": ["5/1m"], "block_for": "soon" }),
+            &[
+                "`block_for` = \"soon\"",
+                "expected a duration such as \"15m\"",
+            ],
+        ),
+        (
+            json!({ "rates": ["5/1m"], "block_for": 0 }),
+            &["`block_for` = 0", "from 1ms to 30d", "got 0us"],
+        ),
+        (
+            json!({ "rates": ["5/1m"], "block_for": -5 }),
+            &["`block_for` = -5", "or whole seconds"],
+        ),
+        (
+            json!({ "rates": ["100/1m"], "lease": 10, "block_for": "1m" }),
+            &[
+                "rate \"100/1m\"",
+                "cannot both lease and block",
+                "remove `lease` or the block",
+            ],
+        ),
+        (
+            json!({ "rates": [{ "max_in_flight": 3 }], "block_for": "1m" }),
+            &[
+                "`block_for` = \"1m\"",
+                "`rates` has none",
+                "move it into the tables",
+            ],
+        ),
+        (
             json!({ "rates": ["5/1h", "10 per hour"] }),
             &[
                 "limits 5/1h (gcra) and 10/1h (gcra) share an algorithm and period",
@@ -495,6 +554,22 @@ fn every_invalid_limit_alone_is_an_error_naming_the_value_and_the_fix() {
             json!({ "max_in_flight": 10, "algorithm": "gcra" }),
             "`algorithm` does not go with `max_in_flight`",
         ),
+        (
+            json!({ "max_in_flight": 10, "block_for": "1m" }),
+            "`block_for` does not go with `max_in_flight`",
+        ),
+        (
+            json!({ "rate": "10/1m", "block_for": "500us" }),
+            "`block_for` = \"500us\": a block lasts from 1ms to 30d",
+        ),
+        (
+            json!({ "rate": "10/1m", "block_for": true }),
+            "`block_for` = true: expected a duration such as \"15m\" or \"1h\", or whole seconds",
+        ),
+        (
+            json!({ "rate": "10/1m", "block_for": "15m", "lease": 2 }),
+            "rate \"10/1m\": a limit cannot both lease and block",
+        ),
     ];
     for (form, expected) in cases {
         let message = match serde_json::from_value::<Limit>(form.clone()) {
@@ -553,6 +628,24 @@ fn the_shortest_forms_are_what_a_person_would_write() {
         json!({ "rate": "1000/1m", "lease": 100 })
     );
     assert_eq!(
+        write(
+            Limit::per_minute(5)
+                .unwrap()
+                .with_block(Duration::from_secs(900))
+                .unwrap()
+        ),
+        json!({ "rate": "5/1m", "block_for": "15m" })
+    );
+    assert_eq!(
+        write(
+            Limit::per_minute(5)
+                .unwrap()
+                .with_block(Duration::from_micros(1_500))
+                .unwrap()
+        ),
+        json!({ "rate": "5/1m", "block_for": "1500us" })
+    );
+    assert_eq!(
         write(Limit::in_flight(4).unwrap()),
         json!({ "max_in_flight": 4 })
     );
@@ -560,4 +653,38 @@ fn the_shortest_forms_are_what_a_person_would_write() {
         write(Limit::in_flight_with_ttl(4, Duration::from_secs(90)).unwrap()),
         json!({ "max_in_flight": 4, "in_flight_ttl": "90s" })
     );
+}
+
+#[test]
+fn a_name_s_block_for_blocks_its_rates_written_as_text_and_writes_back_on_each() {
+    let file = LimitsFile::parse(
+        "[limits.login]\n\
+         rates = [\"5/1m\", \"20/1h\", { rate = \"100/1d\", algorithm = \"fixed_window\" }, { max_in_flight = 2 }]\n\
+         block_for = \"15m\"\n\
+         [limits.api]\n\
+         rates = [\"5/1s\"]\n\
+         block_for = 30\n",
+    )
+    .unwrap();
+    let login = file.get("login").unwrap().limits();
+    let block = Some(Duration::from_secs(900));
+    assert_eq!(
+        login.iter().map(Limit::block).collect::<Vec<_>>(),
+        [block, block, None, None],
+        "a table carries its own settings"
+    );
+    let api = file.get("api").unwrap().limits();
+    assert_eq!(api[0].block(), Some(Duration::from_secs(30)));
+    // Written back, each limit carries its block in its table.
+    let written = serde_json::to_value(&file).unwrap();
+    assert_eq!(
+        written["limits"]["login"]["rates"][0],
+        json!({ "rate": "5/1m", "block_for": "15m" })
+    );
+    assert_eq!(
+        written["limits"]["api"]["rates"][0],
+        json!({ "rate": "5/1s", "block_for": "30s" })
+    );
+    let toml = toml::to_string(&file).unwrap();
+    assert_eq!(LimitsFile::parse(&toml).unwrap(), file, "{toml}");
 }

@@ -1,5 +1,7 @@
 //! The Redis backend on a real three-master Redis Cluster: identities spread
-//! over slots, limits over several hash tags stay all-or-nothing, and a
+//! over slots, limits over several hash tags stay all-or-nothing (blocks
+//! included: an identity refused by a limit that blocks stays refused for
+//! the block, to the microsecond, and the others are untouched), and a
 //! flushed script cache on every node is survived.
 
 use std::collections::{BTreeSet, HashSet};
@@ -145,7 +147,10 @@ async fn limits_over_several_hash_tags_are_all_or_nothing_and_decide_like_the_me
 }
 
 /// Random SMS calls over three hash tags each, decided by `redis` and by
-/// a memory backend under `clock`, keys under `prefix`.
+/// a memory backend under `clock`, keys under `prefix`: acquires, peeks,
+/// refunds, reading and lifting an identity's blocks, and clock advances
+/// (0 to 2 s, or to the end of an identity's block, -1, 0 or +1 µs);
+/// every decision and every identity's blocks identical.
 async fn decides_like_the_memory_backend(
     redis: &RedisBackend,
     clock: &ManualClock,
@@ -153,20 +158,33 @@ async fn decides_like_the_memory_backend(
     built: &str,
 ) {
     let memory = MemoryBackend::with_clock(clock.clone());
-    // SMS: per phone 2/10 s (log), 3/min (window), 4/30 s (GCRA); per IP a
-    // token bucket and a sliding window; per device a leaky bucket.
+    // SMS: per phone 3/10 s (log), 10/min (window), 2/10 s (GCRA, blocking
+    // for 20 s); per IP a token bucket (3/10 s, blocking for 7 s and 1 µs)
+    // and a sliding window; per device a leaky bucket (2/5 s, blocking for
+    // 2.5 s). The limits that block are each tag's tightest, so that they
+    // refuse and block.
+    let block = |limit: Limit, block: Duration| limit.with_block(block).expect("block");
     let phone_limits = [
-        limit(Algorithm::SlidingLog, 2, Duration::from_secs(10)),
-        limit(Algorithm::FixedWindow, 3, Duration::from_secs(60)),
-        limit(Algorithm::Gcra, 4, Duration::from_secs(30)),
+        limit(Algorithm::SlidingLog, 3, Duration::from_secs(10)),
+        limit(Algorithm::FixedWindow, 10, Duration::from_secs(60)),
+        block(
+            limit(Algorithm::Gcra, 2, Duration::from_secs(10)),
+            Duration::from_secs(20),
+        ),
     ];
     let ip_limits = [
-        limit(Algorithm::TokenBucket, 5, Duration::from_secs(10)),
-        limit(Algorithm::SlidingWindow, 6, Duration::from_secs(10))
+        block(
+            limit(Algorithm::TokenBucket, 3, Duration::from_secs(10)),
+            Duration::from_micros(7_000_001),
+        ),
+        limit(Algorithm::SlidingWindow, 8, Duration::from_secs(10))
             .with_slots(5)
             .expect("slots"),
     ];
-    let device_limit = limit(Algorithm::LeakyBucket, 3, Duration::from_secs(5));
+    let device_limit = block(
+        limit(Algorithm::LeakyBucket, 2, Duration::from_secs(5)),
+        Duration::from_millis(2_500),
+    );
     let phones: Vec<Key> = (0..3)
         .map(|i| Key::from_display(prefix, "phone", &i))
         .collect();
@@ -176,10 +194,18 @@ async fn decides_like_the_memory_backend(
     let devices: Vec<Key> = (0..2)
         .map(|i| Key::from_display(prefix, "device", &i))
         .collect();
+    let every: Vec<&Key> = phones.iter().chain(&ips).chain(&devices).collect();
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let (mut allowed, mut refused) = (0, 0);
+    // Per hash tag (phone, IP, device): refusals by its limit that blocks.
+    let mut blocking = [0u32; 3];
+    // Refusals by the limits that block of two tags or three in one call
+    // (the tags after the one that refused are probed, and block, as one
+    // all-or-nothing step would).
+    let mut together = 0;
+    let (mut blocks_read, mut lifted) = (0, 0);
     let mut last_allowed: Option<(usize, usize, usize, u64)> = None;
-    for step in 0..400 {
+    for step in 0..600 {
         let (p, i, d) = (
             rng.below(3) as usize,
             rng.below(2) as usize,
@@ -191,13 +217,28 @@ async fn decides_like_the_memory_backend(
             .chain(ip_limits.iter().map(|l| Request::new(&ips[i], l, 1)))
             .chain([Request::new(&devices[d], &device_limit, 1)])
             .collect();
-        match rng.below(10) {
-            0 => {
+        match rng.below(20) {
+            0 | 1 => {
                 let m = memory.peek(&batch).await.expect("memory");
                 let r = redis.peek(&batch).await.expect("redis");
                 assert_eq!(m, r, "{built}: peek at step {step}");
             }
-            1 => {
+            2 => {
+                for key in &every {
+                    let m = memory.blocks(key).await.expect("memory");
+                    let r = redis.blocks(key).await.expect("redis");
+                    assert_eq!(m, r, "{built}: blocks of {key} at step {step}");
+                    blocks_read += usize::from(!m.is_empty());
+                }
+            }
+            3 => {
+                let key = every[rng.below(every.len() as u64) as usize];
+                let m = memory.unblock(key).await.expect("memory");
+                let r = redis.unblock(key).await.expect("redis");
+                assert_eq!(m, r, "{built}: unblock of {key} at step {step}");
+                lifted += usize::from(m);
+            }
+            4 | 5 => {
                 if let Some((p, i, d, at)) = last_allowed.take() {
                     let batch: Vec<Request<'_>> = phone_limits
                         .iter()
@@ -218,14 +259,49 @@ async fn decides_like_the_memory_backend(
                     last_allowed = Some((p, i, d, m[0].at_micros()));
                 } else {
                     refused += 1;
+                    // The limits that block: the phone's GCRA, the IP's
+                    // bucket, the device's.
+                    let mut tags = 0;
+                    for (tag, index) in [2, 3, 5].into_iter().enumerate() {
+                        blocking[tag] += u32::from(!m[index].allowed());
+                        tags += u32::from(!m[index].allowed());
+                    }
+                    together += u32::from(tags > 1);
                 }
             }
         }
-        clock.advance_micros(rng.below(3_000_000));
+        // Mostly 0 to 2 s; now and then to the end of an identity's
+        // block, -1, 0 or +1 µs.
+        let key = every[rng.below(every.len() as u64) as usize];
+        let end = memory
+            .blocks(key)
+            .await
+            .expect("memory")
+            .first()
+            .map(|b| b.left);
+        match end {
+            Some(left) if rng.below(4) == 0 => {
+                let left = u64::try_from(left.as_micros()).expect("µs");
+                clock.advance_micros(left + rng.below(3) - 1);
+            }
+            _ => clock.advance_micros(rng.below(2_000_000)),
+        }
     }
+    for key in &every {
+        let m = memory.blocks(key).await.expect("memory");
+        let r = redis.blocks(key).await.expect("redis");
+        assert_eq!(m, r, "{built}: final blocks of {key}");
+    }
+    eprintln!(
+        "{built}: allowed {allowed}, refused {refused}, refusals by a blocking limit per tag (phone, ip, device) {blocking:?}, of several tags at once {together}, non-empty block reads {blocks_read}, lifts {lifted}"
+    );
     assert!(
         allowed > 20 && refused > 20,
         "{built}: allowed {allowed}, refused {refused}: the scenario must exercise both"
+    );
+    assert!(
+        blocking.iter().all(|&n| n > 5) && together > 5 && blocks_read > 5 && lifted > 0,
+        "{built}: blocks refused by tag {blocking:?}, {together} by several, read {blocks_read}, lifted {lifted}: the scenario must exercise them"
     );
 }
 
@@ -412,4 +488,111 @@ async fn callers_over_two_hash_tags_are_never_refused_while_the_ip_has_room_on_a
             assert_eq!(phones_used, HashSet::from([0]));
         }
     }
+}
+
+/// Limits that block, by Redis time, in calls over two hash tags: a
+/// refusal by the later tag blocks its identity (the earlier tag's units
+/// given back, nothing blocked there); a refusal by the earlier tag blocks
+/// it and the later tag's refusing limit too, as one all-or-nothing step
+/// would; each block ends at the refusal's time plus the block, to the
+/// microsecond, on the master of its identity's slot; other identities are
+/// untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_identity_stays_refused_for_its_block_by_redis_time_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let backend = RedisBackend::connect_cluster(cluster.urls())
+        .await
+        .expect("connect");
+    let block = Duration::from_secs(3);
+    let per_phone = Limit::per_minute(5)
+        .and_then(|l| l.with_block(block))
+        .expect("limit");
+    let per_ip = Limit::per_second(1)
+        .and_then(|l| l.with_block(block))
+        .expect("limit");
+    let (first, second) = (
+        Key::new("pbox", "phone", "first"),
+        Key::new("pbox", "phone", "second"),
+    );
+    let ip = Key::new("pbox", "ip", "198.51.100.7");
+    let call = |phone| {
+        [
+            Request::new(phone, &per_phone, 1),
+            Request::new(&ip, &per_ip, 1),
+        ]
+    };
+    let blocked_until = async |key: &Key, limit: &Limit| -> Option<u64> {
+        let block_key = format!("{key}:b");
+        let node = &cluster.masters()[usize::from(slot_of(&cluster, &block_key).await / 5_461)];
+        let end: Option<String> = node
+            .cmd(&["HGET", &block_key, &limit.storage_suffix()])
+            .await;
+        end.map(|e| e.parse().expect("µs"))
+    };
+    assert!(
+        backend
+            .acquire(&call(&first))
+            .await
+            .expect("acquire")
+            .allowed()
+    );
+    // The IP (the later tag) refuses: it is blocked, the phone is not.
+    let refused = backend.acquire(&call(&second)).await.expect("acquire");
+    assert!(refused[0].allowed() && !refused[1].allowed(), "{refused:?}");
+    assert_eq!(refused[1].retry_after(), block);
+    let end = refused[1].at_micros() + 3_000_000;
+    assert_eq!(blocked_until(&ip, &per_ip).await, Some(end));
+    assert_eq!(blocked_until(&second, &per_phone).await, None);
+    assert!(backend.blocks(&second).await.expect("blocks").is_empty());
+    // Another IP is untouched.
+    let elsewhere = Key::new("pbox", "ip", "203.0.113.9");
+    let other = [
+        Request::new(&second, &per_phone, 1),
+        Request::new(&elsewhere, &per_ip, 1),
+    ];
+    assert!(backend.acquire(&other).await.expect("acquire").allowed());
+    // Past the IP's second, still refused until the block's end, which is
+    // not extended.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let during = backend.acquire(&call(&first)).await.expect("acquire");
+    assert!(!during.allowed() && during[0].allowed());
+    assert_eq!(
+        during[1].at_micros() + during[1].retry_after().as_micros() as u64,
+        end
+    );
+    tokio::time::sleep(during[1].retry_after() + Duration::from_millis(5)).await;
+    assert!(
+        backend
+            .acquire(&call(&first))
+            .await
+            .expect("acquire")
+            .allowed()
+    );
+    // The phone (the earlier tag) refuses; the IP, probed, refuses too:
+    // both are blocked from the same time.
+    let phone = Key::new("pbox", "phone", "third");
+    let once = Limit::per_minute(1)
+        .and_then(|l| l.with_block(block))
+        .expect("limit");
+    let both = [
+        Request::new(&phone, &once, 1),
+        Request::new(&ip, &per_ip, 1),
+    ];
+    let taken = backend
+        .acquire(&[Request::new(&phone, &once, 1)])
+        .await
+        .expect("acquire");
+    assert!(taken.allowed());
+    let refused = backend.acquire(&both).await.expect("acquire");
+    assert!(
+        !refused[0].allowed() && !refused[1].allowed(),
+        "{refused:?}"
+    );
+    let end = refused[0].at_micros() + 3_000_000;
+    assert_eq!(blocked_until(&phone, &once).await, Some(end));
+    assert_eq!(
+        blocked_until(&ip, &per_ip).await,
+        Some(refused[1].at_micros() + 3_000_000)
+    );
+    assert_eq!(backend.blocks(&ip).await.expect("blocks").len(), 1);
 }

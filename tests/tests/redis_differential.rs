@@ -2,12 +2,15 @@
 //!
 //! Random sequences of acquire, peek, refund, charge, hold (counts, and
 //! pauses of up to 4 periods), reset, lease takes and returns, reservations
-//! of waiting calls and their cancellation, and clock advances (0 to 2
-//! periods, exact window, slot, retry and pause-end boundaries included)
-//! run against
+//! of waiting calls and their cancellation, reading and lifting an
+//! identity's blocks, and clock advances (0 to 2 periods, exact window,
+//! slot, retry, pause-end and block-end boundaries included), over limits
+//! of which about half block (`Limit::with_block`, 1 ms to 20 s), run
+//! against
 //! `RedisBackend` and `MemoryBackend` under identical manual clocks; every
 //! decision (allowed, limit, remaining, retry_after, reset_after, time) must
-//! be identical. Every case runs on the Functions library (`FCALL`,
+//! be identical, and so must every identity's blocks (the block each
+//! refusal wrote, to the microsecond). Every case runs on the Functions library (`FCALL`,
 //! `FCALL_RO`: the path used on Redis >= 7 and Valkey) and on the scripts
 //! (`EVALSHA`: the path of servers without `FUNCTION`); on a server without
 //! `FUNCTION` (`RATEWALL_TEST_SERVER=redis-no-functions`) only on the
@@ -74,6 +77,9 @@ enum Advance {
     /// To the end of the last pause held, plus -1, 0 or +1 µs (nothing once
     /// it is past).
     PauseEnd(i64),
+    /// To the end of the longest block of the identity last decided, plus
+    /// -1, 0 or +1 µs (nothing when it has none).
+    BlockEnd(i64),
 }
 
 #[derive(Debug, Clone)]
@@ -145,6 +151,14 @@ enum Step {
     Retune {
         limit: usize,
     },
+    /// Reads an identity's blocks (every limit's) on both stores.
+    Blocks {
+        key: usize,
+    },
+    /// Lifts every block of an identity on both stores.
+    Unblock {
+        key: usize,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -157,14 +171,26 @@ struct Case {
     steps: Vec<Step>,
 }
 
+/// A block (µs, 0: none): none for about half of the limits; else the
+/// shortest, or up to 20 s (from a fraction of the shortest period to
+/// many of the longest's fractions).
+fn block() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        4 => Just(0u64),
+        1 => Just(1_000u64), // the shortest block: 1 ms
+        3 => 1_000u64..=20_000_000,
+    ]
+}
+
 fn limit(algorithm: Algorithm, slots: u64) -> impl Strategy<Value = Limit> {
     (
         1u64..=6,
         prop::sample::select(PERIODS_US.to_vec()),
         1u64..=6,
+        block(),
     )
-        .prop_map(move |(threshold, period, burst)| {
-            Limit::from_parts(
+        .prop_map(move |(threshold, period, burst, block)| {
+            let limit = Limit::from_parts(
                 threshold,
                 period,
                 algorithm,
@@ -175,7 +201,13 @@ fn limit(algorithm: Algorithm, slots: u64) -> impl Strategy<Value = Limit> {
                 },
                 slots,
             )
-            .expect("valid limit parts")
+            .expect("valid limit parts");
+            match block {
+                0 => limit,
+                us => limit
+                    .with_block(Duration::from_micros(us))
+                    .expect("a block in bounds"),
+            }
         })
 }
 
@@ -191,6 +223,7 @@ fn advance() -> impl Strategy<Value = Advance> {
         1 => (-1i64..=1).prop_map(Advance::ResetAfter),
         2 => (-1i64..=1).prop_map(Advance::Boundary),
         2 => (-1i64..=1).prop_map(Advance::PauseEnd),
+        3 => (-1i64..=1).prop_map(Advance::BlockEnd),
     ]
 }
 
@@ -215,15 +248,17 @@ fn step(limits: usize, keys: usize) -> impl Strategy<Value = Step> {
         3 => (0..keys, chosen(), cost(), 0u64..=4).prop_map(|(key, limits, cost, extra)| Step::Lease { key, limits, cost, extra }),
         2 => (0u64..=1_000).prop_map(|parts| Step::ReturnLast { parts }),
         1 => (0..limits).prop_map(|limit| Step::Retune { limit }),
+        2 => (0..keys).prop_map(|key| Step::Blocks { key }),
+        1 => (0..keys).prop_map(|key| Step::Unblock { key }),
     ]
 }
 
-/// `limit` with another threshold and burst (its algorithm, period and
-/// slots kept: the same state under a changed limit).
+/// `limit` with another threshold and burst (its algorithm, period,
+/// slots and block kept: the same state under a changed limit).
 fn retuned(limit: Limit) -> impl Strategy<Value = Limit> {
     let algorithm = limit.algorithm();
     (1u64..=6, 1u64..=6).prop_map(move |(threshold, burst)| {
-        Limit::from_parts(
+        let retuned = Limit::from_parts(
             threshold,
             limit.period_micros(),
             algorithm,
@@ -234,7 +269,11 @@ fn retuned(limit: Limit) -> impl Strategy<Value = Limit> {
             },
             limit.slots(),
         )
-        .expect("valid limit parts")
+        .expect("valid limit parts");
+        match limit.block() {
+            None => retuned,
+            Some(block) => retuned.with_block(block).expect("a block in bounds"),
+        }
     })
 }
 
@@ -277,6 +316,11 @@ struct Pair {
 }
 
 static CASE_NUMBER: AtomicU64 = AtomicU64::new(0);
+
+/// What the cases exercised of blocks (summed over every test of the
+/// file): refusals by a limit that blocks, and non-empty blocks read.
+static BLOCKED_REFUSALS: AtomicU64 = AtomicU64::new(0);
+static BLOCKS_READ: AtomicU64 = AtomicU64::new(0);
 
 fn same(
     step: &str,
@@ -366,6 +410,8 @@ async fn run_case_on(
     let mut reservations: Vec<(usize, Vec<usize>, u64, Reservation)> = Vec::new();
     // The end of the last pause held (µs, by the manual clock).
     let mut pause_end = 0;
+    // The identity of the last step that named one.
+    let mut last_key = 0;
     for (index, step) in case.steps.iter().enumerate() {
         let now = clock.now_micros();
         match step {
@@ -393,14 +439,31 @@ async fn run_case_on(
                         shift((now / unit + 1) * unit - now, offset)
                     }
                     Advance::PauseEnd(offset) => shift(pause_end, offset).saturating_sub(now),
+                    Advance::BlockEnd(offset) => {
+                        let longest = memory
+                            .blocks_sync(&keys[last_key])
+                            .iter()
+                            .map(|b| b.left.as_micros() as u64)
+                            .max();
+                        longest.map_or(0, |left| shift(left, offset))
+                    }
                 };
                 clock.advance_micros(by);
             }
             Step::Acquire { key, limits, cost } => {
+                last_key = *key;
                 let batch = requests(*key, limits, *cost);
                 let m = memory.acquire(&batch).await;
                 let r = redis.acquire(&batch).await;
                 same(&format!("step {index}"), step, now, &m, &r)?;
+                if let Ok(decisions) = &m {
+                    let blocked = batch
+                        .iter()
+                        .zip(decisions.iter())
+                        .filter(|(r, d)| r.limit.block().is_some() && !d.allowed())
+                        .count();
+                    BLOCKED_REFUSALS.fetch_add(blocked as u64, Ordering::Relaxed);
+                }
                 if let Ok(decisions) = m {
                     if decisions.allowed() {
                         last_allowed =
@@ -410,6 +473,7 @@ async fn run_case_on(
                 }
             }
             Step::Peek { key, limits, cost } => {
+                last_key = *key;
                 let batch = requests(*key, limits, *cost);
                 let m = memory.peek(&batch).await;
                 let r = redis.peek(&batch).await;
@@ -584,6 +648,36 @@ async fn run_case_on(
             Step::Retune { limit } => {
                 retuned[*limit].set(!retuned[*limit].get());
             }
+            Step::Blocks { key } => {
+                last_key = *key;
+                let m = memory.blocks(&keys[*key]).await;
+                let r = redis.blocks(&keys[*key]).await;
+                if m.as_ref().is_ok_and(|m| !m.is_empty()) {
+                    BLOCKS_READ.fetch_add(1, Ordering::Relaxed);
+                }
+                prop_assert!(
+                    matches!((&m, &r), (Ok(m), Ok(r)) if m == r),
+                    "blocks at step {} {:?} at {}:\n  memory: {:?}\n  redis:  {:?}",
+                    index,
+                    step,
+                    now,
+                    m,
+                    r
+                );
+            }
+            Step::Unblock { key } => {
+                let m = memory.unblock(&keys[*key]).await;
+                let r = redis.unblock(&keys[*key]).await;
+                prop_assert!(
+                    matches!((&m, &r), (Ok(m), Ok(r)) if m == r),
+                    "unblock at step {} {:?} at {}:\n  memory: {:?}\n  redis:  {:?}",
+                    index,
+                    step,
+                    now,
+                    m,
+                    r
+                );
+            }
             Step::Reset { key, limit } => {
                 let batch = requests(*key, &[*limit], 1);
                 memory
@@ -597,9 +691,19 @@ async fn run_case_on(
             }
         }
     }
-    // Finally, the whole state must agree: peek every identity under every limit.
+    // Finally, the whole state must agree: peek every identity under every
+    // limit, and read its blocks.
     let now = clock.now_micros();
-    for key in 0..case.keys {
+    for (key, identity) in keys.iter().enumerate() {
+        let (m, r) = (memory.blocks(identity).await, redis.blocks(identity).await);
+        prop_assert!(
+            matches!((&m, &r), (Ok(m), Ok(r)) if m == r),
+            "final blocks of id{} at {}:\n  memory: {:?}\n  redis:  {:?}",
+            key,
+            now,
+            m,
+            r
+        );
         for limit in 0..case.limits.len() {
             let batch = requests(key, &[limit], 1);
             let final_step = Step::Peek {
@@ -675,10 +779,23 @@ fn check(strategy: impl Strategy<Value = Case>) {
         ..Config::default()
     };
     let mut runner = TestRunner::new(config);
+    let refusals_before = BLOCKED_REFUSALS.load(Ordering::Relaxed);
     let result = runner.run(&strategy, |case| runtime.block_on(run_case(&pair, &case)));
     if let Err(failure) = result {
         panic!("{failure}");
     }
+    // Random limits block about half the time: many cases refuse by one.
+    if cases >= 50 {
+        assert!(
+            BLOCKED_REFUSALS.load(Ordering::Relaxed) > refusals_before,
+            "no refusal by a limit that blocks"
+        );
+    }
+    eprintln!(
+        "{cases} cases; blocks so far: {} refusals by a limit that blocks, {} non-empty reads",
+        BLOCKED_REFUSALS.load(Ordering::Relaxed),
+        BLOCKS_READ.load(Ordering::Relaxed)
+    );
     // Every path run really reached the server (it is shared, so only
     // growth counts).
     let calls_after = runtime.block_on(code_calls(&server));

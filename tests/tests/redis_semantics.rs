@@ -620,9 +620,10 @@ async fn a_batch_or_a_lease_naming_an_unknown_algorithm_is_an_error_and_writes_n
         .expect("a known algorithm");
     let (): () = server.cmd(&["FLUSHALL"]).await;
     // Header, then one request: algorithm `zz`, threshold, period, burst,
-    // slots, cost (and, for a lease, its three numbers).
+    // slots, cost, then for a batch its block, for a lease its three
+    // numbers.
     let batch_args = [
-        "acquire", "s", "0", "0", "zz", "1", "60000000", "1", "0", "1",
+        "acquire", "s", "0", "0", "zz", "1", "60000000", "1", "0", "1", "0",
     ];
     let lease_args = [
         "lease", "s", "0", "0", "zz", "1", "60000000", "1", "0", "1", "1", "0", "0",
@@ -843,4 +844,68 @@ async fn sliding_log_entries_whose_names_wrap_around_never_overwrite_each_other(
         "each entry keeps its own time"
     );
     assert!(!backend.acquire(&request).await.expect("acquire").allowed());
+}
+
+/// A limit that blocks ([`Limit::with_block`]), by the server's time: the
+/// refusal blocks the identity in the one script call that decides it,
+/// from the refusal's time (Redis `TIME`) for exactly the block; later
+/// refusals name the same end, to the microsecond, and do not extend it.
+/// The block is one hash beside the state keys, `<key>:b` (field: the
+/// limit's storage suffix, value: the end in µs), expiring at the end.
+/// Another identity is untouched; past the end, the identity is admitted.
+#[tokio::test]
+async fn a_refusal_by_a_limit_that_blocks_blocks_the_identity_to_the_microsecond_of_redis_time() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(server.url()).await.expect("connect");
+    let block = Duration::from_secs(3);
+    let limit = Limit::per_second(1)
+        .and_then(|l| l.with_block(block))
+        .expect("limit");
+    let key = Key::new("blk", "login", "mallory");
+    let call = [Request::new(&key, &limit, 1)];
+    assert!(backend.acquire(&call).await.expect("acquire").allowed());
+    let before = code_calls(&server).await;
+    let refused = backend.acquire(&call).await.expect("acquire")[0];
+    assert_eq!(
+        code_calls(&server).await - before,
+        1,
+        "one call decides and blocks"
+    );
+    assert!(!refused.allowed());
+    assert_eq!((refused.retry_after(), refused.remaining()), (block, 0));
+    let end = refused.at_micros() + 3_000_000;
+    let block_key = format!("{key}:b");
+    let stored: String = server
+        .cmd(&["HGET", &block_key, &limit.storage_suffix()])
+        .await;
+    assert_eq!(stored.parse::<u64>().expect("µs"), end);
+    let ttl: i64 = server.cmd(&["PTTL", &block_key]).await;
+    assert!(
+        (2_000..=3_000).contains(&ttl),
+        "the block key expires at its end: {ttl} ms"
+    );
+    let blocks = backend.blocks(&key).await.expect("blocks");
+    assert_eq!(blocks.len(), 1);
+    assert_eq!(blocks[0].suffix, limit.storage_suffix());
+    assert!(blocks[0].left <= block && blocks[0].left > Duration::from_secs(2));
+    let other = Key::new("blk", "login", "alice");
+    assert!(
+        backend
+            .acquire(&[Request::new(&other, &limit, 1)])
+            .await
+            .expect("acquire")
+            .allowed(),
+        "another identity is untouched"
+    );
+    // Past the state's own second, still refused until the block's end.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let during = backend.acquire(&call).await.expect("acquire")[0];
+    assert!(!during.allowed());
+    assert_eq!(
+        during.at_micros() + during.retry_after().as_micros() as u64,
+        end,
+        "the same end, to the microsecond"
+    );
+    tokio::time::sleep(during.retry_after() + Duration::from_millis(5)).await;
+    assert!(backend.acquire(&call).await.expect("acquire").allowed());
 }

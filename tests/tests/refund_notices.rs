@@ -9,7 +9,8 @@
 //! cluster. The bound held: a refund by one instance is usable by the
 //! other within 100 ms, where without a notice its deny cache would refuse
 //! for up to its maximum hold (1 s); a notice lost while the subscription
-//! is down is made up for within that maximum hold.
+//! is down is made up for within that maximum hold. A block lifted by one
+//! instance is lifted for the other within the same bound.
 
 use std::fmt::Display;
 use std::sync::Arc;
@@ -405,4 +406,61 @@ async fn without_notices_the_other_instance_sees_a_refund_within_the_maximum_hol
     let refused = b.call_with(&spec, Keys::new(&ids).costs(&[10])).await;
     assert!(refused.is_err(), "no notice: B still remembers");
     converges_when_the_hold_ends(&b, &spec, "quiet", remembered).await;
+}
+
+/// A block lifted by one instance (`Settings::unblock`) clears what the
+/// other remembers of the identity's refusals within [`USABLE_WITHIN`],
+/// where its deny cache (held up to 30 s here) would refuse it for the
+/// whole hold; the notice names the identity's key, so another identity
+/// blocked beside it stays refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_lifted_by_one_instance_is_lifted_for_another_within_100_ms() {
+    let _serial = REAL_TIME.lock().await;
+    let server = RedisServer::start();
+    let a = instance(RedisBackend::builder(server.url())).await;
+    let backend = RedisBackend::builder(server.url())
+        .connect()
+        .await
+        .expect("connect");
+    let b = Limiter::builder()
+        .backend(backend)
+        .prefix(PREFIX)
+        .deny_cache_max_hold(Duration::from_secs(30))
+        .build()
+        .expect("limiter");
+    until_subscribed(std::slice::from_ref(&server), 2).await;
+    // One call a second; a refusal blocks the identity for an hour.
+    let limit = Limit::per_second(1)
+        .and_then(|l| l.with_block(HOUR))
+        .expect("limit");
+    let spec = CallSpec::owned("login", vec![GroupSpec::owned("login", vec![limit])]);
+    for identity in ["mallory", "trudy"] {
+        drop(a.call(&spec, &[&identity]).await.expect("the first call"));
+        for _ in 0..2 {
+            // Refused by Redis (which blocks it), then from B's deny cache.
+            let refused = b.call(&spec, &[&identity]).await.unwrap_err();
+            assert!(refused.retry_after() > Some(Duration::from_secs(3_000)));
+        }
+    }
+    // The state admits again; only the blocks refuse.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let start = Instant::now();
+    assert!(
+        a.settings()
+            .unblock("login", &"mallory")
+            .await
+            .expect("unblock")
+    );
+    while b.call(&spec, &[&"mallory"]).await.is_err() {
+        assert!(start.elapsed() < Duration::from_secs(5), "never admitted");
+        tokio::time::sleep(POLL).await;
+    }
+    let delay = start.elapsed();
+    eprintln!("a lifted block usable by the other instance after {delay:?}");
+    assert!(
+        delay <= USABLE_WITHIN,
+        "a lifted block was usable after {delay:?}"
+    );
+    let still = b.call(&spec, &[&"trudy"]).await.unwrap_err();
+    assert!(still.retry_after() > Some(Duration::from_secs(3_000)));
 }

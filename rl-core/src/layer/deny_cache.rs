@@ -428,7 +428,8 @@ impl DenyCache {
     }
 
     /// Forgets every refusal remembered for `key`, whatever its limit
-    /// (another process gave room back under it).
+    /// (another process gave room back under it, or its blocks were
+    /// lifted).
     pub(crate) fn forget_key(&self, key: &KeyRef<'_>) {
         if self.held.load(Ordering::Relaxed) == 0 {
             return;
@@ -567,6 +568,10 @@ impl Layer for DenyLayer {
 
     fn changed(&self, name: &str) {
         self.cache.forget_name(name);
+    }
+
+    fn unblocked(&self, key: &Key) {
+        self.cache.forget_key(&KeyRef::of(key));
     }
 }
 

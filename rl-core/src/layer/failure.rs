@@ -110,4 +110,10 @@ impl Layer for Failure {
             _ => Answer::Failed(error),
         };
     }
+
+    /// A block lifted in the store is lifted in process too (the fallback
+    /// decided with it while the store failed).
+    fn unblocked(&self, key: &crate::model::key::Key) {
+        self.fallback.unblock_sync(key);
+    }
 }

@@ -366,6 +366,12 @@ pub(crate) trait Layer: Send + Sync + Debug {
     fn changed(&self, name: &str) {
         let _ = name;
     }
+
+    /// Every block of `key`'s identity was lifted in the store
+    /// ([`crate::settings::Settings::unblock`]): drop what remembers them.
+    fn unblocked(&self, key: &crate::model::key::Key) {
+        let _ = key;
+    }
 }
 
 impl<T: Layer> Layer for std::sync::Arc<T> {
@@ -383,6 +389,10 @@ impl<T: Layer> Layer for std::sync::Arc<T> {
 
     fn changed(&self, name: &str) {
         (**self).changed(name)
+    }
+
+    fn unblocked(&self, key: &crate::model::key::Key) {
+        (**self).unblocked(key)
     }
 
     fn acts_before(&self) -> bool {

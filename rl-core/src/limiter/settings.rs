@@ -15,6 +15,8 @@ use crate::model::lists::{ListEntry, ListKind};
 use crate::model::mask::Masked;
 use crate::model::policy::FailurePolicy;
 use crate::model::settings::NameSettings;
+use crate::store::Store;
+use crate::store::backend::Block;
 
 /// The runtime settings of one limiter, by name: `limiter.settings()`.
 ///
@@ -309,6 +311,97 @@ impl<'l> Settings<'l> {
                 .await?;
         }
         Ok(())
+    }
+
+    /// The blocks of `identity` under the limit `name` (a function's, a
+    /// group's or a tier's `<group>@<tier>`) that have not ended: one per
+    /// limit of `name` that refused it and blocks ([`Limit::with_block`]),
+    /// with the time left by the store's clock, sorted by the limit's
+    /// storage suffix; empty when it is not blocked. Read from the store
+    /// every instance shares (a remote backend's, or the memory store). The
+    /// identity is rendered before the returned future, which is `Send`.
+    ///
+    /// ```
+    /// use ratewall::{CallSpec, GroupSpec, Limit, Limiter};
+    /// use std::time::Duration;
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let limiter = Limiter::builder().memory().build()?;
+    /// let login = Limit::per_minute(1)?.with_block(Duration::from_secs(900))?;
+    /// let spec = CallSpec::owned("login", vec![GroupSpec::owned("login_user", vec![login])]);
+    /// limiter.call(&spec, &[&"alice"]).await?;
+    /// let refused = limiter.call(&spec, &[&"alice"]).await.unwrap_err();
+    /// assert_eq!(refused.retry_after(), Some(Duration::from_secs(900))); // blocked for 15 minutes
+    /// let blocks = limiter.settings().blocked("login_user", &"alice").await?;
+    /// assert_eq!((blocks.len(), blocks[0].suffix.as_str()), (1, "gc:60000000"));
+    /// assert!(limiter.settings().unblock("login_user", &"alice").await?);
+    /// assert!(limiter.settings().blocked("login_user", &"alice").await?.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # });
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the limiter's remote backend cannot answer.
+    pub fn blocked<'a>(
+        &'a self,
+        name: &str,
+        identity: &dyn fmt::Display,
+    ) -> impl Future<Output = Result<Vec<Block>, Error>> + Send + 'a {
+        let key = self.limiter.key(name, identity);
+        async move {
+            Ok(match &self.limiter.pipeline.store {
+                Store::Memory(memory) => memory.blocks_sync(&key),
+                Store::Remote(backend) => backend.blocks(&key).await?,
+            })
+        }
+    }
+
+    /// Lifts every block of `identity` under the limit `name` (see
+    /// [`Settings::blocked`]; the limits' state is kept: a reset forgets
+    /// both), in the store every instance shares, in this limiter's
+    /// in-process fallback, and from its deny cache; whether a block had not
+    /// ended. A call of this limiter named `name` that waits for room tries
+    /// again at once (and one waiting under the key, where the limiter
+    /// hears refund notices). The other instances forget their remembered refusals of the
+    /// identity as the backend tells of a lifted block, as of a reset
+    /// ([`Backend::subscribe_refunds`](crate::backend::Backend::subscribe_refunds):
+    /// `ratewall_redis` does); a backend that tells nothing, or a notice
+    /// lost, leaves another instance's deny cache refusing for at most its
+    /// maximum hold (1 s by default). The identity is rendered before the
+    /// returned future, which is `Send`.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the limiter's remote backend cannot lift
+    /// them; this limiter's in-process fallback and deny cache forget them
+    /// all the same.
+    pub fn unblock<'a>(
+        &'a self,
+        name: &str,
+        identity: &dyn fmt::Display,
+    ) -> impl Future<Output = Result<bool, Error>> + Send + 'a {
+        let key = self.limiter.key(name, identity);
+        let name: Box<str> = name.into();
+        async move {
+            let lifted = match &self.limiter.pipeline.store {
+                Store::Memory(memory) => Ok(memory.unblock_sync(&key)),
+                Store::Remote(backend) => backend.unblock(&key).await,
+            };
+            for layer in self.limiter.pipeline.layers() {
+                layer.unblocked(&key);
+            }
+            let lifted = lifted?;
+            if lifted {
+                // Calls waiting under the name or the key try again.
+                self.limiter.room.freed(&name);
+                self.limiter.room.freed_key(key.as_str());
+            }
+            tracing::info!(
+                limit = &*name,
+                identity = %Masked(key.identity()),
+                lifted,
+                "blocks lifted"
+            );
+            Ok(lifted)
+        }
     }
 
     /// Every allow and deny entry, sorted by name and identity.

@@ -195,6 +195,44 @@ impl GroupSpec {
         self
     }
 
+    /// The same group with every rate limit blocking for `block` (a penalty
+    /// box, see [`Limit::with_block`]), its tiers' included; its in-flight
+    /// limits are left as they are.
+    ///
+    /// ```
+    /// use ratewall::{GroupSpec, Limit};
+    /// use std::time::Duration;
+    /// let user = GroupSpec::owned("login_user", vec![Limit::per_minute(5)?, Limit::in_flight(2)?])
+    ///     .with_block(Duration::from_secs(900))?;
+    /// assert_eq!(user.limits()[0].block(), Some(Duration::from_secs(900)));
+    /// assert_eq!(user.limits()[1].block(), None);
+    /// # Ok::<(), ratewall::error::LimitError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`LimitError::Block`] when a rate limit cannot block for `block`
+    /// (see [`Limit::with_block`]): out of 1 ms ..= 30 days, or leasing.
+    pub fn with_block(mut self, block: Duration) -> Result<Self, LimitError> {
+        let blocked = |limits: &[Limit]| -> Result<Vec<Limit>, LimitError> {
+            limits
+                .iter()
+                .map(|l| match l.is_in_flight() {
+                    true => Ok(*l),
+                    false => l.with_block(block),
+                })
+                .collect()
+        };
+        self.limits = Cow::Owned(blocked(&self.limits)?);
+        if let Some(tiers) = &self.tiers {
+            let tiers = tiers
+                .iter()
+                .map(|t| Ok(Tier::owned(t.name().to_owned(), blocked(t.limits())?)))
+                .collect::<Result<Vec<_>, LimitError>>()?;
+            self.tiers = Some(Cow::Owned(tiers));
+        }
+        Ok(self)
+    }
+
     /// The declared tiers of a tiered group (`None`: the group is not tiered).
     pub fn tiers(&self) -> Option<&[Tier]> {
         self.tiers.as_deref()

@@ -9,7 +9,8 @@
 //!   pause this process writes (`Limiter::hold`) after the slot was given,
 //!   over one of the call's keys, that ends after the slot, makes the call
 //!   reserve again: the store finds its new slot after the pause.
-//! - The window algorithms retry: the call sleeps for each refusal's
+//! - The window algorithms, and every call with a limit that blocks
+//!   ([`Limit::with_block`]), retry: the call sleeps for each refusal's
 //!   `retry_after` and asks again, as long as the next try is within the
 //!   maximum wait; a refund in this process (a settled estimate) wakes one
 //!   waiting call of the same name, or under the same key, sooner, a
@@ -109,6 +110,12 @@ fn kind<'a>(
         )));
     }
     let limits = || groups.clone().flat_map(|(_, limits)| limits.iter());
+    // A limit that blocks refuses a blocked identity until the block ends,
+    // which no reserved slot can promise: such a call retries (every
+    // algorithm can), sleeping for each refusal's retry_after.
+    if limits().any(|l| l.block().is_some()) {
+        return Ok(How::Retry);
+    }
     let queued = limits().find(|l| l.algorithm().reserves());
     let windowed = limits().find(|l| !l.algorithm().reserves());
     match (queued, windowed) {

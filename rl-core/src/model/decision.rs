@@ -143,6 +143,22 @@ impl Decision {
         }
     }
 
+    /// This decision of a limit that blocks ([`crate::Limit::with_block`])
+    /// for an identity blocked `left_us` more: refused, nothing remaining,
+    /// and the retry and reset no sooner than the block's end (later when
+    /// the state itself still refuses then, or is not yet full).
+    #[inline]
+    pub(crate) fn blocked(self, left_us: u64) -> Self {
+        let left = Duration::from_micros(left_us);
+        Self {
+            allowed: false,
+            remaining: 0,
+            retry_after: self.retry_after.max(left),
+            reset_after: self.reset_after.max(left),
+            ..self
+        }
+    }
+
     /// This decision, remembered in process, as a refusal `elapsed` later
     /// with `retry_after` left (the deny cache, a lease's holder waiting at
     /// its limit): nothing remaining, the reset `elapsed` nearer but never

@@ -3,7 +3,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use ratewall_grammar::{BadDuration, BadRate, LeaseProblem, Problem, UnknownAlgorithm};
+use ratewall_grammar::{
+    BadDuration, BadRate, BlockProblem, LeaseProblem, Problem, UnknownAlgorithm,
+};
 
 /// A limit that can never be built: the message names the bad value. The
 /// texts of the bounds are [`Problem`]'s (`ratewall-grammar`'s, re-exported
@@ -87,6 +89,9 @@ pub enum LimitError {
     /// A lease that does not fit its limit ([`crate::Limit::with_lease`]).
     #[error("{0}")]
     Lease(LeaseProblem),
+    /// A block that does not fit its limit ([`crate::Limit::with_block`]).
+    #[error("{0}")]
+    Block(BlockProblem),
     /// A tier name that is not one, two tiers of a group with one name, or
     /// a tiered group whose name cannot carry tiers.
     #[error("{0}")]

@@ -5,12 +5,14 @@ use std::str::FromStr;
 use std::time::Duration;
 
 pub use ratewall_grammar::Algorithm;
-use ratewall_grammar::{LeaseProblem, Problem};
+use ratewall_grammar::{BlockProblem, LeaseProblem, Problem};
 
 use crate::model::clock::micros;
 use crate::model::error::LimitError;
 
 // Serde: a limit read from "10/1m" or a table, written back the same way.
+// A limit's block (a penalty box).
+mod block;
 #[cfg(feature = "serde")]
 pub(crate) mod form;
 
@@ -45,6 +47,9 @@ pub struct Limit {
     /// Units a process may lease at most (0: no leasing); see
     /// [`Limit::with_lease`].
     lease: u64,
+    /// How long an identity stays refused once this limit refused it, in
+    /// µs (0: no block); see [`Limit::with_block`].
+    block_us: u64,
 }
 
 impl Limit {
@@ -174,9 +179,10 @@ impl Limit {
     /// The bound of [`Limit::from_parts`] the limit breaks under `algorithm`
     /// (e.g. [`LimitError::SlidingLogTooLarge`] for a sliding log above
     /// [`Limit::SLIDING_LOG_CAP`], [`LimitError::UnevenSlots`] for a sliding
-    /// window whose slots do not divide the period), or [`LimitError::Lease`]
+    /// window whose slots do not divide the period), [`LimitError::Lease`]
     /// when the limit leases and `algorithm` cannot lease or its capacity no
-    /// longer holds the lease.
+    /// longer holds the lease, or [`LimitError::Block`] when the limit
+    /// blocks and `algorithm` cannot (a concurrency limit).
     pub fn with_algorithm(self, algorithm: Algorithm) -> Result<Self, LimitError> {
         Self::from_parts(
             self.threshold,
@@ -185,7 +191,8 @@ impl Limit {
             self.burst,
             self.slots,
         )?
-        .keep_lease(self.lease)
+        .keep_lease(self.lease)?
+        .keep_block(self.block_us)
     }
 
     /// The same limit with another burst (capacity of token bucket, leaky bucket
@@ -206,6 +213,10 @@ impl Limit {
             self.slots,
         )?
         .keep_lease(self.lease)
+        .map(|limit| Self {
+            block_us: self.block_us,
+            ..limit
+        })
     }
 
     /// The same limit with another number of sub-windows (sliding-window counter).
@@ -223,6 +234,10 @@ impl Limit {
             slots,
         )?
         .keep_lease(self.lease)
+        .map(|limit| Self {
+            block_us: self.block_us,
+            ..limit
+        })
     }
 
     /// The same limit with another threshold.
@@ -242,6 +257,10 @@ impl Limit {
         };
         Self::from_parts(threshold, self.period_us, self.algorithm, burst, self.slots)?
             .keep_lease(self.lease)
+            .map(|limit| Self {
+                block_us: self.block_us,
+                ..limit
+            })
     }
 
     /// The same limit, leasing: a process may reserve up to `lease` units
@@ -268,20 +287,31 @@ impl Limit {
     /// [`LimitError::Lease`] with the reason
     /// ([`LeaseProblem`](crate::error::LeaseProblem)): `Zero` for a lease of
     /// 0, `Algorithm` for the sliding log and for a concurrency limit,
-    /// `TooLarge` for a lease at or above the capacity.
+    /// `TooLarge` for a lease at or above the capacity; and
+    /// [`LimitError::Block`] with [`BlockProblem::Lease`] for a limit that
+    /// blocks ([`Limit::with_block`]).
     pub fn with_lease(self, lease: u64) -> Result<Self, LimitError> {
-        match ratewall_grammar::check_lease(self.threshold, self.algorithm, self.burst, lease) {
-            Ok(()) => Ok(Self { lease, ..self }),
-            Err(problem) => Err(LimitError::Lease(problem)),
+        if let Err(problem) =
+            ratewall_grammar::check_lease(self.threshold, self.algorithm, self.burst, lease)
+        {
+            return Err(LimitError::Lease(problem));
         }
+        if self.block_us > 0 {
+            return Err(LimitError::Block(BlockProblem::Lease));
+        }
+        Ok(Self { lease, ..self })
     }
 
     /// [`Limit::with_lease`] for constants and statics (what `#[rate_limit(lease
     /// = N)]` builds, after checking `N` itself).
     ///
     /// # Panics
-    /// When the lease does not fit the limit (at compile time in a constant).
+    /// When the lease does not fit the limit, or the limit blocks (at
+    /// compile time in a constant).
     pub const fn with_lease_const(self, lease: u64) -> Self {
+        if self.block_us > 0 {
+            panic!("invalid lease: the limit blocks");
+        }
         match ratewall_grammar::check_lease(self.threshold, self.algorithm, self.burst, lease) {
             Ok(()) => Self { lease, ..self },
             Err(_) => panic!("invalid lease"),
@@ -382,6 +412,7 @@ impl Limit {
             slots,
             interval_us: period_us.div_ceil(threshold),
             lease: 0,
+            block_us: 0,
         }
     }
 
@@ -468,13 +499,7 @@ impl Limit {
     /// assert_eq!(key, "rl:{sms:+33}:sw:60000000:10");
     /// ```
     pub fn write_storage_suffix(&self, out: &mut String) {
-        use std::fmt::Write as _;
-        let (algorithm, period, slots) = self.state_id();
-        out.push_str(algorithm.code());
-        let _ = write!(out, ":{period}");
-        if algorithm.uses_slots() {
-            let _ = write!(out, ":{slots}");
-        }
+        write_suffix(self.state_id(), out);
     }
 
     /// What identifies this limit's state: two limits with the same id on one
@@ -510,6 +535,17 @@ impl Limit {
     }
 }
 
+/// Appends the storage suffix of the state `state` names (see
+/// [`Limit::storage_suffix`]).
+pub(crate) fn write_suffix((algorithm, period, slots): StateId, out: &mut String) {
+    use std::fmt::Write as _;
+    out.push_str(algorithm.code());
+    let _ = write!(out, ":{period}");
+    if algorithm.uses_slots() {
+        let _ = write!(out, ":{slots}");
+    }
+}
+
 impl fmt::Display for Limit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.is_in_flight() {
@@ -529,6 +565,13 @@ impl fmt::Display for Limit {
         )?;
         if self.lease > 0 {
             write!(f, ", lease {}", self.lease)?;
+        }
+        if self.block_us > 0 {
+            write!(
+                f,
+                ", block {}",
+                ratewall_grammar::format_duration(self.block_us)
+            )?;
         }
         f.write_str(")")
     }
@@ -611,162 +654,4 @@ impl From<LeaseProblem> for LimitError {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn zero_values_are_refused_with_the_bad_value_named() {
-        assert_eq!(
-            Limit::new(0, Duration::from_secs(1)),
-            Err(LimitError::ZeroThreshold)
-        );
-        assert_eq!(Limit::new(1, Duration::ZERO), Err(LimitError::ZeroPeriod));
-        assert_eq!(
-            Limit::per_second(1).unwrap().with_burst(0),
-            Err(LimitError::ZeroBurst)
-        );
-        assert_eq!(
-            Limit::per_second(1).unwrap().with_slots(0),
-            Err(LimitError::ZeroSlots)
-        );
-    }
-
-    #[test]
-    fn sliding_log_above_the_cap_suggests_the_sliding_window_counter() {
-        let err = Limit::per_minute(20_000)
-            .unwrap()
-            .with_algorithm(Algorithm::SlidingLog)
-            .unwrap_err();
-        assert!(err.to_string().contains("sliding-window counter"), "{err}");
-    }
-
-    #[test]
-    fn values_beyond_exact_integer_range_are_refused() {
-        let err = Limit::new(u64::MAX / 2, Duration::from_secs(86_400)).unwrap_err();
-        assert!(matches!(err, LimitError::TooLarge { .. }));
-    }
-
-    #[test]
-    fn sliding_window_period_must_split_into_equal_slots() {
-        let limit = Limit::new(10, Duration::from_micros(1_001)).unwrap();
-        assert!(matches!(
-            limit.with_algorithm(Algorithm::SlidingWindow),
-            Err(LimitError::UnevenSlots {
-                period_us: 1_001,
-                slots: 10
-            })
-        ));
-    }
-
-    #[test]
-    fn cost_above_capacity_is_an_error_not_a_forever_reject() {
-        let limit = Limit::per_minute(5).unwrap();
-        assert!(limit.check_cost(5).is_ok());
-        assert_eq!(
-            limit.check_cost(6),
-            Err(LimitError::CostExceedsCapacity {
-                cost: 6,
-                capacity: 5
-            })
-        );
-        assert_eq!(limit.check_cost(0), Err(LimitError::ZeroCost));
-    }
-
-    #[test]
-    fn limits_on_one_key_must_not_share_algorithm_and_period() {
-        let hour = |t| Limit::per_hour(t).unwrap();
-        assert!(
-            Limit::check_distinct(&[
-                Limit::per_minute(1).unwrap(),
-                hour(5),
-                Limit::per_day(10).unwrap()
-            ])
-            .is_ok()
-        );
-        let err = Limit::check_distinct(&[hour(5), hour(10)]).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "limits 5/1h (gcra) and 10/1h (gcra) share an algorithm and period on one key; keep one"
-        );
-        let windows = hour(5).with_algorithm(Algorithm::SlidingWindow).unwrap();
-        assert!(Limit::check_distinct(&[windows, windows.with_slots(20).unwrap()]).is_ok());
-        assert_ne!(
-            windows.storage_suffix(),
-            windows.with_slots(20).unwrap().storage_suffix()
-        );
-    }
-
-    #[test]
-    fn rates_parse_from_text() {
-        assert_eq!(
-            "5/1h".parse::<Limit>().unwrap(),
-            Limit::per_hour(5).unwrap()
-        );
-        assert_eq!(
-            "10/d".parse::<Limit>().unwrap(),
-            Limit::per_day(10).unwrap()
-        );
-        assert_eq!(
-            "3/500ms".parse::<Limit>().unwrap(),
-            Limit::new(3, Duration::from_millis(500)).unwrap()
-        );
-        assert_eq!(
-            "5 per hour".parse::<Limit>().unwrap(),
-            Limit::per_hour(5).unwrap()
-        );
-        assert_eq!(
-            "10/minute".parse::<Limit>().unwrap(),
-            Limit::per_minute(10).unwrap()
-        );
-        assert!(matches!(
-            "5 every hour".parse::<Limit>(),
-            Err(LimitError::BadRate(_))
-        ));
-        assert!(matches!(
-            "0/1h".parse::<Limit>(),
-            Err(LimitError::ZeroThreshold)
-        ));
-    }
-
-    #[test]
-    fn durations_parse_with_units_and_reject_garbage() {
-        assert_eq!(parse_duration("30").unwrap(), Duration::from_secs(30));
-        assert_eq!(parse_duration("250us").unwrap(), Duration::from_micros(250));
-        assert_eq!(parse_duration("1d").unwrap(), Duration::from_secs(86_400));
-        assert!(parse_duration("1w").is_err());
-        assert!(parse_duration("").is_err());
-        assert!(parse_duration("99999999999999999999d").is_err());
-    }
-
-    #[test]
-    fn display_round_trips_the_rate() {
-        assert_eq!(Limit::per_hour(5).unwrap().to_string(), "5/1h (gcra)");
-        let leasing = Limit::per_hour(5).unwrap().with_lease(2).unwrap();
-        assert_eq!(leasing.to_string(), "5/1h (gcra, lease 2)");
-    }
-
-    #[test]
-    fn a_lease_survives_changes_that_keep_it_valid_and_fails_the_others() {
-        let limit = Limit::per_minute(100).unwrap().with_lease(10).unwrap();
-        assert_eq!(limit.with_threshold(50).unwrap().lease(), Some(10));
-        assert_eq!(limit.with_burst(20).unwrap().lease(), Some(10));
-        assert_eq!(
-            limit.with_burst(10),
-            Err(LimitError::Lease(LeaseProblem::TooLarge {
-                lease: 10,
-                capacity: 10,
-                burst: true
-            }))
-        );
-        assert!(matches!(
-            limit.with_algorithm(Algorithm::SlidingLog),
-            Err(LimitError::Lease(LeaseProblem::Algorithm(_)))
-        ));
-        assert_eq!(limit.without_lease().lease(), None);
-        assert_eq!(limit.state_id(), limit.without_lease().state_id());
-        assert_eq!(
-            Limit::per_minute(5).unwrap().with_lease(0),
-            Err(LimitError::Lease(LeaseProblem::Zero))
-        );
-    }
-}
+mod tests;

@@ -103,7 +103,7 @@ impl<'a> Request<'a> {
     /// # Errors
     /// As [`Request::check_batch`], and [`LimitError::BadCall`] for a limit
     /// that cannot queue waiting calls (the window algorithms, a concurrency
-    /// limit).
+    /// limit, a limit that blocks: [`Limit::with_block`]).
     pub fn check_reservation(requests: &[Request<'_>]) -> Result<(), LimitError> {
         Self::check_for(requests, Op::Reserve(0))
     }
@@ -126,6 +126,35 @@ impl<'a> Request<'a> {
     /// [`LimitError::Overlapping`] for two requests on one state.
     pub fn check_charge(requests: &[Request<'_>]) -> Result<(), LimitError> {
         Self::check_for(requests, Op::Charge)
+    }
+
+    /// Checks a batch before a backend leases units of it
+    /// ([`Backend::acquire_lease`]): [`Request::check_batch`], and no limit
+    /// that blocks ([`Limit::with_block`]: such a limit is decided in the
+    /// store on every call, so that a refusal writes its block).
+    ///
+    /// ```
+    /// use ratewall::{Key, Limit, backend::Request};
+    /// use std::time::Duration;
+    /// let key = Key::new("app", "login", "alice");
+    /// let hot = Limit::per_second(1_000).unwrap().with_lease(10).unwrap();
+    /// assert!(Request::check_lease(&[Request::new(&key, &hot, 1)]).is_ok());
+    /// let blocking = Limit::per_minute(5).unwrap().with_block(Duration::from_secs(60)).unwrap();
+    /// assert!(Request::check_lease(&[Request::new(&key, &blocking, 1)]).is_err());
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Request::check_batch`], and [`LimitError::BadCall`] for a limit
+    /// that blocks.
+    pub fn check_lease(requests: &[Request<'_>]) -> Result<(), LimitError> {
+        Self::check_batch(requests)?;
+        match requests.iter().find(|r| r.limit.block().is_some()) {
+            Some(request) => Err(LimitError::BadCall(format!(
+                "{} cannot lease units: a limit that blocks is decided in the store on every call",
+                request.limit
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// The pipeline's check of a batch for `op`, over rendered requests.
@@ -189,7 +218,8 @@ pub struct LeaseReturn<'a> {
 }
 
 /// Checks a lease batch as [`Request::check_batch`] does, with one extra
-/// count per request.
+/// count per request, and no limit that blocks (a leased unit would be
+/// admitted past a block, see [`Limit::with_block`]).
 pub(crate) fn check_lease_batch(
     requests: &[Request<'_>],
     extra: &[u64],
@@ -201,7 +231,36 @@ pub(crate) fn check_lease_batch(
             requests.len()
         )));
     }
-    Request::check_batch(requests).map_err(BackendError::Invalid)
+    Request::check_lease(requests).map_err(BackendError::Invalid)
+}
+
+/// A block on one identity ([`Backend::blocks`]): the limit it is on, by
+/// its storage suffix, and the time left (see [`Limit::with_block`]).
+///
+/// ```
+/// use ratewall::backend::Block;
+/// use std::time::Duration;
+/// let block = Block::new("gc:60000000", Duration::from_secs(900));
+/// assert_eq!((block.suffix.as_str(), block.left), ("gc:60000000", Duration::from_secs(900)));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub struct Block {
+    /// The blocking limit's [`Limit::storage_suffix`] (`gc:60000000`): its
+    /// algorithm, period and slot count.
+    pub suffix: String,
+    /// How long the identity stays blocked, by the store's time.
+    pub left: Duration,
+}
+
+impl Block {
+    /// The block of the limit with storage suffix `suffix`, `left` to go.
+    pub fn new(suffix: impl Into<String>, left: Duration) -> Self {
+        Self {
+            suffix: suffix.into(),
+            left,
+        }
+    }
 }
 
 /// What a limiter does with a notice of room given back: the other side of
@@ -285,6 +344,12 @@ impl fmt::Debug for RefundNotices {
 /// the call). A batch that names one state twice (one key, one algorithm
 /// and period) is refused as [`BackendError::Invalid`] before anything is
 /// decided ([`Request::check_batch`]).
+///
+/// A limit with a block ([`Limit::with_block`]) is decided with it: a
+/// refusal blocks the identity under that limit (the acquire that refused
+/// writes it, in the same atomic step), and until the block ends every
+/// decision of the limit for the identity is refused (see
+/// [`Limit::with_block`] for the figures), peeks included.
 ///
 /// Implementations must give the semantics of the in-memory reference
 /// ([`crate::backend::MemoryBackend`]); `ratewall-redis` is held to it by differential tests.
@@ -489,8 +554,39 @@ pub trait Backend: Send + Sync + Debug + 'static {
         })
     }
 
-    /// Forgets the state of each request's key and limit (the cost is ignored).
+    /// Forgets the state of each request's key and limit, and lifts the
+    /// identity's block under that limit (the cost is ignored).
     fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>>;
+
+    /// The blocks of `key`'s identity ([`Limit::with_block`]) that have not
+    /// ended, under every limit of `key`'s scope, sorted by suffix.
+    ///
+    /// The default answers that the store cannot
+    /// ([`BackendError::Protocol`]); [`crate::backend::MemoryBackend`] and
+    /// `ratewall_redis::RedisBackend` implement it.
+    fn blocks<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Vec<Block>, BackendError>> {
+        let _ = key;
+        Box::pin(async {
+            Err(BackendError::protocol(
+                "this backend cannot list the blocks of an identity",
+            ))
+        })
+    }
+
+    /// Lifts every block of `key`'s identity, under every limit of `key`'s
+    /// scope (the limits' state is kept); whether one had not ended.
+    ///
+    /// The default answers that the store cannot
+    /// ([`BackendError::Protocol`]); [`crate::backend::MemoryBackend`] and
+    /// `ratewall_redis::RedisBackend` implement it.
+    fn unblock<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool, BackendError>> {
+        let _ = key;
+        Box::pin(async {
+            Err(BackendError::protocol(
+                "this backend cannot lift the blocks of an identity",
+            ))
+        })
+    }
 
     /// Decides like [`Backend::acquire`] and, when every request is
     /// allowed, also leases up to `extra[i]` more units of request `i` (one

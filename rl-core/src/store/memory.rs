@@ -138,6 +138,9 @@ struct Shard {
     /// last of their queue, by partition and identity (rare: kept apart
     /// from the states, which stay compact).
     freed: HashMap<(u32, Owned), Freed>,
+    /// Blocked identities ([`Limit::with_block`]), and when to sweep them.
+    blocks: HashTable<block::Blocked>,
+    blocks_sweep_at: usize,
 }
 
 /// An identity held as a key of [`Shard::freed`].
@@ -290,6 +293,8 @@ impl MemoryBackend {
                 sweep_at: MIN_SWEEP,
                 last_now: 0,
                 freed: HashMap::new(),
+                blocks: HashTable::new(),
+                blocks_sweep_at: MIN_SWEEP,
             })
         });
         let replies = Sharded::per_core(64, |_| {
@@ -338,7 +343,7 @@ impl MemoryBackend {
             .map(|shard| {
                 let shard = &mut *shard.lock();
                 sweep_freed(&mut shard.freed, now);
-                shard.tables.sweep(now, &shard.hasher)
+                block::sweep(shard, now) + shard.tables.sweep(now, &shard.hasher)
             })
             .sum();
         let replies: usize = self.replies.iter().map(|r| r.lock().sweep(now)).sum();
@@ -442,6 +447,7 @@ impl MemoryBackend {
         self.with_locked(targets, |now, guards, located| {
             let probe = decide_all(guards, targets, located, now, false);
             if !probe.allowed() {
+                block::refused(guards, targets, located, now, &probe);
                 return probe;
             }
             decide_all(guards, targets, located, now, true)
@@ -776,6 +782,7 @@ pub(crate) fn lease_size(want: u64, remaining: u64, cost: u64) -> u64 {
 }
 
 mod backend;
+mod block;
 mod identity;
 mod ops;
 mod partitions;

@@ -173,6 +173,13 @@ pub(crate) fn validate(op: Op<'_>, targets: &[Target<'_>]) -> Result<(), LimitEr
                 a.limit
             )));
         }
+        if matches!(op, Op::Reserve(_)) && a.limit.block().is_some() {
+            return Err(LimitError::BadCall(format!(
+                "limit {} cannot reserve a slot: a limit that blocks refuses a blocked identity until its block \
+                 ends (a call waiting on it retries after its retry_after)",
+                a.limit
+            )));
+        }
         if matches!(op, Op::Reserve(_)) && !a.limit.algorithm().reserves() {
             return Err(LimitError::BadCall(format!(
                 "limit {} cannot reserve a slot: only gcra, token_bucket and leaky_bucket queue waiting calls \

@@ -2,22 +2,35 @@
 -- operation. Used for multi-limit calls, idempotent calls and resets (a
 -- single-limit acquire, peek or refund goes through single.lua).
 --
--- args: op (acquire | acquire_once | peek | refund | refund_once |
--- cancel_once | charge | hold | reset | reserve | cancel | renew), time ('s' = server TIME, or the client's now
+-- args: op (acquire | acquire_once | peek | probe | refund | refund_once |
+-- cancel_once | charge | hold | reset | reserve | cancel | renew | blocks |
+-- unblock), time ('s' = server TIME, or the client's now
 -- in us), at (us: a refund's time, a hold's delay, a peek's time ahead of now, a
 -- reserve's longest wait, a cancel's slot), extra TTL (ms), then per request: algorithm code, threshold, period
--- (us), burst, slots, cost; reserve and cancel add two fields per request
+-- (us), burst, slots, cost, then reserve and cancel add two fields per request
 -- (reserve: the earliest slot allowed, 0 for none, and 0; cancel: 1 if the
--- limit took a given-back slot, and the mark its decision left). For an
+-- limit took a given-back slot, and the mark its decision left), and last
+-- the block (us, 0: none; block.lua). For an
 -- in-flight limit (code 'if') the slots field carries the slot's lease id
 -- (text); reserve and cancel never carry one (a waiting call cannot hold
--- in-flight slots). refund, cancel_once and reset end with one more
--- argument: their notice origin (TOLD; empty: tell nothing): each key
--- that got something back is told of (`tell`, prelude.lua).
+-- in-flight slots), nor a block. refund, cancel_once, reset and unblock
+-- end with one more argument: their notice origin (TOLD; empty: tell
+-- nothing): each key that got something back (a reset: its state, or a
+-- block it lifted; unblock: a block) is told of (`tell`, prelude.lua).
 -- keys: per request `<key>:<algorithm>:<period>`; reserve, cancel and reset
--- add `...:freed` after the state key of GCRA and the buckets (slots given back by cancelled reservations); the
+-- add `...:freed` after the state key of GCRA and the buckets (slots given
+-- back by cancelled reservations); then a request with a block, and every
+-- request of a reset, adds its identity's block key `<key>:b`; the
 -- `_once` ops take one more, last key: the request-id key
 -- `<first key>:req:<escaped id>`. All keys of one call share one hash tag.
+-- blocks and unblock take no request and one key, a block key.
+--
+-- probe decides like an acquire's first pass, commits nothing, and blocks
+-- the identity under each refusing limit that blocks (a call over several
+-- Redis Cluster hash tags asks it of the hash tags after the one that
+-- refused, as all-or-nothing in one step would have decided them).
+-- blocks answers the identity's blocks not ended (block.lua); unblock
+-- lifts them all.
 --
 -- Reply: per request allowed (1/0), limit, remaining, retry_after_us,
 -- reset_after_us (acquire and peek only), then the now used. renew (of
@@ -63,7 +76,7 @@
 local BATCH_HEADER = 4
 
 -- The operations that end with a notice origin.
-local TOLD = { refund = true, cancel_once = true, reset = true }
+local TOLD = { refund = true, cancel_once = true, reset = true, unblock = true }
 
 -- The slots given back under a request's state that are still ahead,
 -- {slot = units}; drops the ones already past.
@@ -183,9 +196,9 @@ local KEEP_ONCE_MS = 120000
 
 local function batch(keys, args)
   local op = args[1]
-  local fields = 6
+  local fields = 7
   if op == 'reserve' or op == 'cancel' then
-    fields = 8
+    fields = 9
   end
   local tail = 0
   if TOLD[op] then
@@ -202,6 +215,12 @@ local function batch(keys, args)
   local now = clock(args[2])
   local at = tonumber(args[3])
   EXTRA_TTL_MS = tonumber(args[4]) or 0
+  if op == 'blocks' or op == 'unblock' then
+    if #keys ~= 1 or #args ~= BATCH_HEADER + tail then
+      return redis.error_reply('ERR ratewall-redis: ' .. op .. ' takes one key and no request')
+    end
+    return blocks(keys[1], now, op == 'unblock', origin)
+  end
   local freed_keys = op == 'reserve' or op == 'cancel' or op == 'reset'
 
   local count = (#args - BATCH_HEADER - tail) / fields
@@ -220,6 +239,16 @@ local function batch(keys, args)
     if freed_keys and RESERVES[r.alg] then
       r.freed = keys[next_key]
       next_key = next_key + 1
+    end
+    -- How the request is decided: with its block when it has one.
+    r.block = tonumber(args[a + fields])
+    r.decide = ALG[r.alg].decide
+    if r.block > 0 or op == 'reset' then
+      r.bk = keys[next_key]
+      next_key = next_key + 1
+      if r.block > 0 then
+        r.decide = decide_blocking
+      end
     end
     if (op == 'reserve' or op == 'cancel') and not RESERVES[r.alg] then
       return redis.error_reply('ERR ratewall-redis: ' .. tostring(r.alg) .. ' cannot reserve a slot')
@@ -251,16 +280,32 @@ local function batch(keys, args)
     return allowed == 1
   end
 
+  -- Whether request i was refused (its decision emitted).
+  local function refused(i)
+    return out[(i - 1) * 5 + 1] == 0
+  end
+
+  -- Decides every request without committing and emits it, blocking the
+  -- refusing limits that block when one refused; true when all allowed.
+  local function probe()
+    local all = true
+    for i = 1, count do
+      local r = requests[i]
+      if not emit(i, r.decide(r, now, false)) then
+        all = false
+      end
+    end
+    if not all then
+      block_refused(requests, count, now, refused)
+    end
+    return all
+  end
+
   -- Decides the batch all-or-nothing and emits it; true when all allowed.
   local function acquire()
     local all = true
     if count > 1 then
-      for i = 1, count do
-        local r = requests[i]
-        if not emit(i, ALG[r.alg].decide(r, now, false)) then
-          all = false
-        end
-      end
+      all = probe()
     end
     if all then
       for i = 1, count do
@@ -270,7 +315,7 @@ local function batch(keys, args)
             r.st = nil
           end
         end
-        if not emit(i, ALG[r.alg].decide(r, now, true)) then
+        if not emit(i, r.decide(r, now, true)) then
           all = false
         end
       end
@@ -332,10 +377,12 @@ local function batch(keys, args)
     local when = now + (at or 0)
     for i = 1, count do
       local r = requests[i]
-      emit(i, ALG[r.alg].decide(r, when, false))
+      emit(i, r.decide(r, when, false))
     end
     -- The decisions' time.
     now = when
+  elseif op == 'probe' then
+    probe()
   elseif op == 'cancel_once' then
     local kept = redis.call('GET', id_key)
     local longest = 0
@@ -399,7 +446,8 @@ local function batch(keys, args)
     local given = {}
     for i = 1, count do
       local r = requests[i]
-      if redis.call('DEL', r.key) == 1 then
+      local lifted = redis.call('HDEL', r.bk, string.sub(r.key, #r.bk))
+      if redis.call('DEL', r.key) == 1 or lifted == 1 then
         given[#given + 1] = r.key
       end
       if r.freed then
@@ -419,9 +467,10 @@ local function batch(keys, args)
   return out
 end
 
--- The read-only batch (FCALL_RO, a function flagged no-writes): peeks only.
+-- The read-only batch (FCALL_RO, a function flagged no-writes): peeks
+-- and blocks only.
 local function batch_ro(keys, args)
-  if args[1] ~= 'peek' then
+  if args[1] ~= 'peek' and args[1] ~= 'blocks' then
     return redis.error_reply('ERR ratewall-redis: ' .. tostring(args[1]) .. ' is not read-only')
   end
   return batch(keys, args)

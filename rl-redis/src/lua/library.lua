@@ -6,7 +6,8 @@
 --
 -- Per algorithm code (fw, sl, sw, tb, lb, gc): <prefix><code>_acquire,
 -- <prefix><code>_peek (no-writes: FCALL_RO), <prefix><code>_refund
--- (single.lua); <prefix>batch, <prefix>batch_ro (no-writes, peeks only)
+-- (single.lua); <prefix>batch, <prefix>batch_ro (no-writes: peeks, and
+-- the blocks of an identity)
 -- for everything else (batch.lua), in-flight limits (code 'if') included:
 -- their module is loaded by the batch on first use; <prefix>lease for
 -- quota leasing of rate limits (lease.lua).

@@ -6,7 +6,9 @@
 //!
 //! - A rate: `"10/1m"`, `"10 per minute"`, `"5/30s"` (gcra, burst = threshold).
 //! - A rate limit's table: `{ rate = "10/1m", algorithm = "sliding_window",
-//!   slots = 20, burst = 5, lease = 100 }` (every key but `rate` optional).
+//!   slots = 20, burst = 5, lease = 100 }` or `{ rate = "5/1m", block_for =
+//!   "15m" }` (every key but `rate` optional; `block_for` a duration or whole
+//!   seconds, see [`Limit::with_block`]).
 //! - A concurrency limit's table: `{ max_in_flight = 10, in_flight_ttl =
 //!   "30s" }` (`in_flight_ttl` optional: 10 s), as the macro's
 //!   `max_in_flight` and `in_flight_ttl`.
@@ -23,7 +25,7 @@ use crate::model::error::LimitError;
 use crate::model::value::Value;
 
 /// The keys of a rate limit's table.
-const RATE_KEYS: [&str; 5] = ["rate", "algorithm", "burst", "slots", "lease"];
+const RATE_KEYS: [&str; 6] = ["rate", "algorithm", "burst", "slots", "lease", "block_for"];
 /// The keys of a concurrency limit's table.
 const IN_FLIGHT_KEYS: [&str; 2] = ["max_in_flight", "in_flight_ttl"];
 /// What a limit is written as, for messages.
@@ -31,14 +33,16 @@ const FORMS: &str = "a rate such as \"5/1h\" or \"10 per minute\", or a table su
                      { rate = \"5/1h\", algorithm = \"sliding_log\" } or { max_in_flight = 10 }";
 
 /// A rate's settings: those of a limit's table, or those a limits file's
-/// entry gives beside its `rates` (`algorithm`, `burst`, `slots`, `lease`)
-/// for the rates written as text.
+/// entry gives beside its `rates` (`algorithm`, `burst`, `slots`, `lease`,
+/// `block_for`) for the rates written as text.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct RateSettings {
     pub(crate) algorithm: Option<Algorithm>,
     pub(crate) burst: Option<u64>,
     pub(crate) slots: Option<u64>,
     pub(crate) lease: Option<u64>,
+    /// `block_for`: a penalty box ([`Limit::with_block`]).
+    pub(crate) block: Option<Duration>,
 }
 
 impl RateSettings {
@@ -65,6 +69,10 @@ impl RateSettings {
             "lease" => {
                 self.lease = Some(positive("lease", value)?);
                 "lease"
+            }
+            "block_for" => {
+                self.block = Some(block(value)?);
+                "block_for"
             }
             _ => return Ok(None),
         }))
@@ -137,6 +145,27 @@ pub(crate) fn positive(key: &'static str, value: &Value) -> Result<u64, FormErro
             u64::try_from(*n).map_err(|_| setting(key, value, "expected a positive integer"))
         }
         _ => Err(setting(key, value, "expected a positive integer")),
+    }
+}
+
+/// A block (`block_for`): a duration (`"15m"`) or whole seconds, within
+/// the grammar's bounds ([`ratewall_grammar::check_block`]: 1 ms ..= 30
+/// days); whether it fits its limit (not beside a lease) is the rate's
+/// check.
+pub(crate) fn block(value: &Value) -> Result<Duration, FormError> {
+    let expected = "expected a duration such as \"15m\" or \"1h\", or whole seconds";
+    let block = match value {
+        Value::String(text) => parse_duration(text).ok(),
+        Value::Integer(seconds) => u64::try_from(*seconds)
+            .ok()
+            .and_then(|s| s.checked_mul(1_000_000))
+            .map(Duration::from_micros),
+        _ => None,
+    }
+    .ok_or_else(|| setting("block_for", value, expected))?;
+    match ratewall_grammar::check_block(super::micros(block), Algorithm::Gcra, 0) {
+        Ok(()) => Ok(block),
+        Err(problem) => Err(setting("block_for", value, problem.to_string())),
     }
 }
 
@@ -264,6 +293,9 @@ fn rate_limit(rate: &str, settings: RateSettings) -> Result<Limit, FormError> {
     if let Some(lease) = settings.lease {
         limit = limit.with_lease(lease).map_err(failed)?;
     }
+    if let Some(block) = settings.block {
+        limit = limit.with_block(block).map_err(failed)?;
+    }
     Ok(limit)
 }
 
@@ -303,9 +335,10 @@ fn in_flight(max_value: &Value, ttl_value: Option<&Value>) -> Result<Limit, Form
 }
 
 /// Written in the shortest form that reads back to the same limit: the
-/// rate alone (`"10/1m"`) for GCRA with its default burst and no lease;
-/// otherwise a table with `rate` and the settings that differ from the
-/// defaults (`{ rate = "10/1m", algorithm = "sliding_log" }`); a
+/// rate alone (`"10/1m"`) for GCRA with its default burst, no lease and no
+/// block; otherwise a table with `rate` and the settings that differ from
+/// the defaults (`{ rate = "10/1m", algorithm = "sliding_log" }`, a block
+/// as a duration: `{ rate = "5/1m", block_for = "15m" }`); a
 /// concurrency limit as `{ max_in_flight = 10 }` (and `in_flight_ttl`
 /// when not 10 s). A burst or slot count the algorithm does not use is not
 /// written (the macro and the limits file refuse it): the limit read back
@@ -334,8 +367,10 @@ impl Serialize for Limit {
         let slots = (self.algorithm.uses_slots() && self.slots != Limit::DEFAULT_SLOTS)
             .then_some(self.slots);
         let lease = self.lease();
-        let settings =
-            [burst, slots, lease].iter().flatten().count() + usize::from(algorithm.is_some());
+        let block = (self.block_us > 0).then(|| ratewall_grammar::format_duration(self.block_us));
+        let settings = [burst, slots, lease].iter().flatten().count()
+            + usize::from(algorithm.is_some())
+            + usize::from(block.is_some());
         if settings == 0 {
             return serializer.serialize_str(&rate);
         }
@@ -349,13 +384,17 @@ impl Serialize for Limit {
                 table.serialize_field(key, &value)?;
             }
         }
+        if let Some(block) = block {
+            table.serialize_field("block_for", &block)?;
+        }
         table.end()
     }
 }
 
 /// Read from a rate (`"10/1m"`, `"10 per minute"`, `"5/30s"`), a rate
 /// limit's table (`{ rate = "10/1m", algorithm = "sliding_log", burst = 5,
-/// slots = 20, lease = 100 }`, every key but `rate` optional) or a
+/// slots = 20, lease = 100 }`, `{ rate = "5/1m", block_for = "15m" }`,
+/// every key but `rate` optional) or a
 /// concurrency limit's (`{ max_in_flight = 10, in_flight_ttl = "30s" }`),
 /// through [`Limit::from_str`](std::str::FromStr) and the builders: the
 /// grammar and bounds of the macro and of the limits file. `burst` is
@@ -368,12 +407,16 @@ impl Serialize for Limit {
 /// use ratewall::Limit;
 /// // serde's traits (`serde_core` is what `serde` re-exports).
 /// use serde_core::Deserialize as _;
-/// use serde_core::de::value::{Error, StrDeserializer};
+/// use serde_core::de::value::{Error, MapDeserializer, StrDeserializer};
 ///
 /// let read = |text: &str| Limit::deserialize(StrDeserializer::<Error>::new(text));
 /// assert_eq!(read("10 per minute")?, Limit::per_minute(10)?);
 /// let zero = read("0/1m").unwrap_err().to_string();
 /// assert_eq!(zero, "rate \"0/1m\": threshold must be at least 1, got 0");
+/// // A table: `block_for` is a penalty box (Limit::with_block).
+/// let table = [("rate", "5/1m"), ("block_for", "15m")].into_iter();
+/// let login = Limit::deserialize(MapDeserializer::<_, Error>::new(table))?;
+/// assert_eq!(login, Limit::per_minute(5)?.with_block(std::time::Duration::from_secs(900))?);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 impl<'de> Deserialize<'de> for Limit {

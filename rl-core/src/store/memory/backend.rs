@@ -1,6 +1,8 @@
 //! The memory store as a [`Backend`]: every operation answered at once.
 
 use super::*;
+use crate::model::key::Key;
+use crate::store::backend::Block;
 
 impl Backend for MemoryBackend {
     fn acquire<'a>(
@@ -102,6 +104,14 @@ impl Backend for MemoryBackend {
     fn reset<'a>(&'a self, requests: &'a [Request<'a>]) -> BoxFuture<'a, Result<(), BackendError>> {
         self.reset_sync(requests);
         Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn blocks<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Vec<Block>, BackendError>> {
+        Box::pin(std::future::ready(Ok(self.blocks_sync(key))))
+    }
+
+    fn unblock<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool, BackendError>> {
+        Box::pin(std::future::ready(Ok(self.unblock_sync(key))))
     }
 
     fn acquire_lease<'a>(

@@ -79,7 +79,53 @@ pub(super) fn decide_in(
     commit: bool,
     clock: u64,
 ) -> Decision {
+    if target.limit.block_micros() != 0 {
+        return decide_blocking(shard, at, target, now, commit, clock);
+    }
+    decide_state(shard, at, target, now, commit, clock)
+}
+
+/// [`decide_in`] on the target's state alone.
+#[inline(always)]
+fn decide_state(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    commit: bool,
+    clock: u64,
+) -> Decision {
     with_state!(target.limit.algorithm(), S => decide::<S>(shard, at, target, now, commit, clock))
+}
+
+/// [`decide_in`] for a limit that blocks ([`Limit::with_block`]): an
+/// identity blocked after `now` is refused until the block's end (its state
+/// decided without a commit, for the later of its own retry and reset);
+/// otherwise its state decides, and a refusal blocks the identity from
+/// `now` when `commit` (the decision of a peek, or of an all-or-nothing
+/// call's first pass, is the same, written by [`block::refused`]).
+#[cold]
+fn decide_blocking(
+    shard: &mut Shard,
+    at: &Located,
+    target: &Target<'_>,
+    now: u64,
+    commit: bool,
+    clock: u64,
+) -> Decision {
+    let identity = target.key.identity;
+    if let Some(end) = block::live(shard, at, identity, now) {
+        return decide_state(shard, at, target, now, false, clock).blocked(end - now);
+    }
+    let decision = decide_state(shard, at, target, now, commit, clock);
+    if decision.allowed() {
+        return decision;
+    }
+    let block = target.limit.block_micros();
+    if commit {
+        block::write(shard, at, identity, now.saturating_add(block), clock);
+    }
+    decision.blocked(block)
 }
 
 /// Decides every target as of `at` (later than the shard's time `now`)
@@ -95,9 +141,18 @@ pub(super) fn project_all(
 ) -> Decisions {
     Decisions::new(targets.iter().zip(located).map(|(target, l)| {
         let shard = guards.shard(l.shard);
-        with_state!(target.limit.algorithm(), S => {
+        let decision = with_state!(target.limit.algorithm(), S => {
             on_state::<S, _>(shard, l, target, (now, false, now), Project { target, at })
-        })
+        });
+        // A limit that blocks: as a peek at `at` (see `decide_blocking`).
+        match target.limit.block_micros() {
+            0 => decision,
+            _ => match block::live(shard, l, target.key.identity, at) {
+                Some(end) => decision.blocked(end - at),
+                None if decision.allowed() => decision,
+                None => decision.blocked(target.limit.block_micros()),
+            },
+        }
     }))
 }
 
@@ -291,7 +346,9 @@ fn release_state<S: Tabled>(
     });
 }
 
+/// Forgets a target's state, and lifts its identity's block.
 pub(super) fn reset_in(shard: &mut Shard, at: &Located, target: &Target<'_>) {
+    block::lift(shard, at, target.key.identity);
     with_state!(target.limit.algorithm(), S => reset::<S>(shard, at, target))
 }
 
@@ -380,6 +437,14 @@ pub(super) fn admit_in(
     target: &Target<'_>,
     now: u64,
 ) -> Result<(), Decision> {
+    if target.limit.block_micros() != 0 {
+        let decision = decide_blocking(shard, at, target, now, true, now);
+        return if decision.allowed() {
+            Ok(())
+        } else {
+            Err(decision)
+        };
+    }
     with_state!(target.limit.algorithm(), S => {
         on_state::<S, _>(shard, at, target, (now, true, now), Admit { target, now })
     })

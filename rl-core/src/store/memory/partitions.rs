@@ -59,6 +59,16 @@ impl Partitions {
         *ids.entry((head.into(), state)).or_insert(next)
     }
 
+    /// Every partition of key head `head`, with its state id.
+    pub(super) fn of_head(&self, head: &str) -> Vec<(StateId, u32)> {
+        self.ids
+            .read()
+            .iter()
+            .filter(|((h, _), _)| **h == *head)
+            .map(|((_, state), id)| (*state, *id))
+            .collect()
+    }
+
     pub(super) fn len(&self) -> usize {
         self.ids.read().len()
     }

@@ -1,6 +1,8 @@
 //! The memory store's synchronous public API.
 
 use super::*;
+use crate::model::key::Key;
+use crate::store::backend::Block;
 
 /// The public synchronous API, over [`Request`]s (rendered keys).
 impl MemoryBackend {
@@ -131,6 +133,44 @@ impl MemoryBackend {
     /// Resets a batch synchronously.
     pub fn reset_sync(&self, requests: &[Request<'_>]) {
         self.reset_targets(&targets(requests));
+    }
+
+    /// The blocks of `key`'s identity synchronously, as
+    /// [`Backend::blocks`].
+    ///
+    /// ```
+    /// use ratewall::{Key, Limit, backend::{MemoryBackend, Request}};
+    /// use std::time::Duration;
+    /// let backend = MemoryBackend::new();
+    /// let limit = Limit::per_minute(1).unwrap().with_block(Duration::from_secs(600)).unwrap();
+    /// let key = Key::new("rl", "login", "alice");
+    /// let call = [Request::new(&key, &limit, 1)];
+    /// assert!(backend.acquire_sync(&call).allowed());
+    /// assert!(!backend.acquire_sync(&call).allowed()); // refused: blocked for 10 minutes
+    /// let blocks = backend.blocks_sync(&key);
+    /// assert_eq!(blocks[0].suffix, limit.storage_suffix());
+    /// assert!(blocks[0].left <= Duration::from_secs(600));
+    /// assert!(backend.unblock_sync(&key));
+    /// assert!(backend.blocks_sync(&key).is_empty());
+    /// ```
+    pub fn blocks_sync(&self, key: &Key) -> Vec<Block> {
+        let mut blocks: Vec<Block> = self
+            .blocks_of(key)
+            .into_iter()
+            .map(|(state, left)| {
+                let mut suffix = String::new();
+                crate::model::limit::write_suffix(state, &mut suffix);
+                Block::new(suffix, std::time::Duration::from_micros(left))
+            })
+            .collect();
+        blocks.sort();
+        blocks
+    }
+
+    /// Lifts every block of `key`'s identity synchronously, as
+    /// [`Backend::unblock`].
+    pub fn unblock_sync(&self, key: &Key) -> bool {
+        self.unblock_key(key)
     }
 
     /// Reserves a slot for a waiting call synchronously, as

@@ -20,6 +20,8 @@ fn what_a_decision_on_a_number_touches_shares_the_lock_s_cache_line() {
         hasher: Hasher::fixed(),
         sweep_at: MIN_SWEEP,
         freed: HashMap::new(),
+        blocks: HashTable::new(),
+        blocks_sweep_at: MIN_SWEEP,
     });
     // Where the shard starts after the lock (the mutex is cache-padded).
     let shard = std::ptr::from_ref(&*lock.lock()) as usize - std::ptr::from_ref(&lock) as usize;

@@ -1,6 +1,7 @@
 //! Configuring a route layer ([`RateLimitLayerBuilder`]).
 
 use super::*;
+use std::time::Duration;
 
 /// Configures a [`RateLimitLayer`]; errors surface in
 /// [`build`](RateLimitLayerBuilder::build).
@@ -11,6 +12,8 @@ pub struct RateLimitLayerBuilder {
     pub(super) groups: Vec<GroupSpec>,
     pub(super) keys: SmallVec<[KeyFrom; 2]>,
     pub(super) tiers: SmallVec<[Option<TierFn>; 2]>,
+    /// Each key's block ([`RateLimitLayerBuilder::block_for`]).
+    pub(super) blocks: SmallVec<[Option<Duration>; 2]>,
     pub(super) error: Option<LayerError>,
     pub(super) limiter: Option<Arc<Limiter>>,
     pub(super) policy: Option<FailurePolicy>,
@@ -23,12 +26,14 @@ pub struct RateLimitLayerBuilder {
 }
 
 impl RateLimitLayerBuilder {
+    /// A layer named `name`, without keys (see [`RateLimitLayer::builder`]).
     pub(super) fn new(name: &str) -> Self {
         Self {
             name: name.to_owned(),
             groups: Vec::new(),
             keys: SmallVec::new(),
             tiers: SmallVec::new(),
+            blocks: SmallVec::new(),
             error: None,
             limiter: None,
             policy: None,
@@ -106,6 +111,41 @@ impl RateLimitLayerBuilder {
         self.groups.push(group);
         self.keys.push(key);
         self.tiers.push(None);
+        self.blocks.push(None);
+        self
+    }
+
+    /// A penalty box for the key added last: once a request is refused by
+    /// one of its rate limits (its tiers' included, declared before or
+    /// after), the key is refused by that limit for `block`, with a
+    /// `Retry-After` until the block ends, on every instance sharing the
+    /// store ([`Limit::with_block`]; its in-flight slots never block).
+    ///
+    /// ```
+    /// use ratewall::tower::{KeyFrom, RateLimitLayer};
+    /// use std::time::Duration;
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let login = RateLimitLayer::builder("login")
+    ///     .key("login_ip", ["10/1m"], KeyFrom::client_ip())
+    ///     .block_for(Duration::from_secs(15 * 60))
+    ///     .build()?;
+    /// # let _ = login;
+    /// assert!(RateLimitLayer::builder("x").block_for(Duration::from_secs(1)).build().is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn block_for(mut self, block: Duration) -> Self {
+        match self.blocks.last_mut() {
+            Some(last) => *last = Some(block),
+            None => {
+                self.error.get_or_insert(LayerError::Limit {
+                    group: String::new(),
+                    source: LimitError::BadCall(
+                        "`block_for` blocks the key added last: add one with `key` first".into(),
+                    ),
+                });
+            }
+        }
         self
     }
 
@@ -389,7 +429,8 @@ impl RateLimitLayerBuilder {
     ///
     /// # Errors
     /// The first problem of the configuration: [`LayerError::Limit`] for a
-    /// limit that cannot be built or read, [`LayerError::Header`] for a header
+    /// limit that cannot be built or read (or blocked, see
+    /// [`block_for`](RateLimitLayerBuilder::block_for)), [`LayerError::Header`] for a header
     /// name that is not one, [`LayerError::DuplicateGroup`] for two keys with
     /// one name, [`LayerError::Tier`] for a tier without a tiered key, and
     /// [`LayerError::Spec`] when the keys cannot be decided together (see
@@ -399,7 +440,24 @@ impl RateLimitLayerBuilder {
         if let Some(error) = self.error {
             return Err(error);
         }
-        let mut spec = CallSpec::owned(self.name, self.groups);
+        let groups = self
+            .groups
+            .into_iter()
+            .zip(&self.blocks)
+            .map(|(group, block)| match block {
+                None => Ok(group),
+                Some(block) => {
+                    let name = group.name().to_owned();
+                    group
+                        .with_block(*block)
+                        .map_err(|source| LayerError::Limit {
+                            group: name,
+                            source,
+                        })
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut spec = CallSpec::owned(self.name, groups);
         if let Some(policy) = self.policy {
             spec = spec.with_policy(policy);
         }

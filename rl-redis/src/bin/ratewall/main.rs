@@ -6,6 +6,7 @@
 //! ratewall --redis redis://127.0.0.1:6379/ --prefix sms limits
 //! ratewall --redis redis://127.0.0.1:6379/ --prefix sms inspect sms_phone +8613800000000
 //! ratewall --redis redis://127.0.0.1:6379/ --prefix sms reset sms_phone +8613800000000
+//! ratewall --redis redis://127.0.0.1:6379/ --prefix app unblock login_user alice
 //! ratewall --redis redis://127.0.0.1:6379/ --prefix sms deny +8613800000000 --name sms_phone --for 1h
 //! ratewall --redis redis://127.0.0.1:6379/ --prefix sms lists
 //! ratewall --redis redis://10.0.0.1:7000/,redis://10.0.0.2:7000/ --prefix sms limits
@@ -25,7 +26,12 @@
 //! through [`Requests::peek_identity`](ratewall::call::Requests::peek_identity) and never consumes; `reset` forgets the
 //! identity's state for every limit of the name
 //! ([`Requests::reset_identity`](ratewall::call::Requests::reset_identity); for a concurrency limit, that frees every
-//! slot held for the identity). For a concurrency limit (`max_in_flight`),
+//! slot held for the identity) and lifts its blocks. A limit with a block
+//! (`block_for`, [`Limit::with_block`](ratewall::Limit::with_block)) refuses an identity it refused for the
+//! block's duration: `inspect` shows each block and its time left
+//! (`BLOCKED`; JSON `"blocked_ms"` per limit and `"blocks"`), and `unblock`
+//! lifts every block of the identity under the name, keeping its state
+//! ([`Settings::unblock`](ratewall::settings::Settings::unblock)). For a concurrency limit (`max_in_flight`),
 //! `inspect` shows the calls of the identity in flight now, over every
 //! instance (`in flight now: 3 of 10`; JSON `"in_flight": 3`).
 //!
@@ -47,7 +53,7 @@ use clap::{Parser, Subcommand};
 use ratewall::{Limiter, error::BackendError};
 use ratewall_redis::{RedisBackend, RedisUrl, RegisteredLimits};
 
-use report::{InspectReport, LimitsReport, ListsReport, Report, ResetReport};
+use report::{InspectReport, LimitsReport, ListsReport, Report, ResetReport, UnblockReport};
 
 /// The command line of `ratewall`.
 #[derive(Debug, Parser)]
@@ -100,8 +106,15 @@ pub enum Command {
         /// The identity, as the service formats it
         identity: String,
     },
-    /// Forget IDENTITY's state for all of NAME's limits
+    /// Forget IDENTITY's state for all of NAME's limits, and lift its blocks
     Reset {
+        /// The limit name, as `ratewall limits` lists it
+        name: String,
+        /// The identity, as the service formats it
+        identity: String,
+    },
+    /// Lift every block of IDENTITY under NAME (its state is kept)
+    Unblock {
         /// The limit name, as `ratewall limits` lists it
         name: String,
         /// The identity, as the service formats it
@@ -458,6 +471,12 @@ async fn run(cli: &Cli) -> Result<Report, AdminError> {
                 .await
                 .map_err(deployment.failed_limiter("peeking at the identity's state"))?;
             let key = deployment.limiter.key(name, identity);
+            let blocks = deployment
+                .limiter
+                .settings()
+                .blocked(name, identity)
+                .await
+                .map_err(deployment.failed_limiter("reading the identity's blocks"))?;
             let mut leases = Vec::with_capacity(registered.limits.len());
             for limit in &registered.limits {
                 leases.push(match limit.lease() {
@@ -476,6 +495,7 @@ async fn run(cli: &Cli) -> Result<Report, AdminError> {
                 &key,
                 &decisions,
                 &leases,
+                &blocks,
             )))
         }
         Command::Reset { name, identity } => {
@@ -486,12 +506,41 @@ async fn run(cli: &Cli) -> Result<Report, AdminError> {
                 .reset_identity(name, identity, &registered.limits)
                 .await
                 .map_err(deployment.failed_limiter("resetting the identity's state"))?;
+            // A reset forgets everything: the blocks of limits the registry
+            // no longer lists too.
+            deployment
+                .limiter
+                .settings()
+                .unblock(name, identity)
+                .await
+                .map_err(deployment.failed_limiter("lifting the identity's blocks"))?;
             let key = deployment.limiter.key(name, identity);
             Ok(Report::Reset(ResetReport::new(
                 &deployment.prefix,
                 &registered,
                 identity,
                 &key,
+            )))
+        }
+        Command::Unblock { name, identity } => {
+            deployment.registered(name).await?;
+            let settings = deployment.limiter.settings();
+            let blocks = settings
+                .blocked(name, identity)
+                .await
+                .map_err(deployment.failed_limiter("reading the identity's blocks"))?;
+            let lifted = settings
+                .unblock(name, identity)
+                .await
+                .map_err(deployment.failed_limiter("lifting the identity's blocks"))?;
+            let key = deployment.limiter.key(name, identity);
+            Ok(Report::Unblock(UnblockReport::new(
+                &deployment.prefix,
+                name,
+                identity,
+                &key,
+                lifted,
+                &blocks,
             )))
         }
     }
@@ -559,6 +608,10 @@ mod tests {
         assert!(cli.json);
         assert_eq!(cli.prefix, "app");
         assert!(matches!(cli.command, Command::Inspect { ref name, .. } if name == "sms"));
+        let cli = Cli::try_parse_from(["ratewall", "unblock", "login", "alice"]).unwrap();
+        assert!(
+            matches!(cli.command, Command::Unblock { ref name, ref identity } if name == "login" && identity == "alice")
+        );
     }
 
     #[test]

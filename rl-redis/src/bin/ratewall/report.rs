@@ -3,7 +3,10 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ratewall::{Key, Limit, backend::Decisions};
+use ratewall::{
+    Key, Limit,
+    backend::{Block, Decisions},
+};
 use ratewall_redis::{LeaseRecord, RedisBackend, RegisteredLimits};
 use serde::Serialize;
 
@@ -18,6 +21,8 @@ pub enum Report {
     Inspect(InspectReport),
     /// `ratewall reset`.
     Reset(ResetReport),
+    /// `ratewall unblock`.
+    Unblock(UnblockReport),
     /// `ratewall lists`, `allow`, `deny`, `unlist`.
     Lists(ListsReport),
 }
@@ -132,6 +137,9 @@ pub struct LimitDescription {
     pub suffix: String,
     /// Units one process may lease at most (quota leasing); `null`: none.
     pub lease: Option<u64>,
+    /// How long an identity stays refused once this limit refused it, in
+    /// milliseconds (rounded up; `block_for`); `null`: no block.
+    pub block_ms: Option<u64>,
 }
 
 impl LimitDescription {
@@ -150,6 +158,9 @@ impl LimitDescription {
             capacity: limit.capacity(),
             suffix: limit.storage_suffix(),
             lease: limit.lease(),
+            block_ms: limit
+                .block()
+                .map(|block| block.as_micros().div_ceil(1_000) as u64),
         }
     }
 }
@@ -231,6 +242,30 @@ pub struct LimitState {
     /// running now, over every instance (slots held with a live lease).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub in_flight: Option<u64>,
+    /// How long the identity stays blocked by this limit, in milliseconds;
+    /// `null`: not blocked.
+    pub blocked_ms: Option<u64>,
+}
+
+/// One block of an identity: the limit it is on and the time left.
+#[derive(Debug, Clone, Serialize)]
+pub struct BlockRow {
+    /// The blocking limit's storage suffix.
+    pub suffix: String,
+    /// The time left, in milliseconds.
+    pub left_ms: u64,
+}
+
+impl BlockRow {
+    fn of(blocks: &[Block]) -> Vec<Self> {
+        blocks
+            .iter()
+            .map(|b| BlockRow {
+                suffix: b.suffix.clone(),
+                left_ms: millis(b.left),
+            })
+            .collect()
+    }
 }
 
 /// `ratewall inspect`: one identity's state under one name.
@@ -246,11 +281,15 @@ pub struct InspectReport {
     pub key: String,
     /// One state per limit, in the registry's order.
     pub limits: Vec<LimitState>,
+    /// Every block of the identity under the name (a limit the registry no
+    /// longer lists included), by suffix.
+    pub blocks: Vec<BlockRow>,
 }
 
 impl InspectReport {
-    /// The report of `decisions` (peeked for `registered`'s limits) and
-    /// `leases` (each limit's lease records, in the same order).
+    /// The report of `decisions` (peeked for `registered`'s limits),
+    /// `leases` (each limit's lease records, in the same order) and the
+    /// identity's `blocks`.
     pub fn new(
         prefix: &str,
         registered: &RegisteredLimits,
@@ -258,7 +297,9 @@ impl InspectReport {
         key: &Key,
         decisions: &Decisions,
         leases: &[Vec<LeaseRecord>],
+        blocks: &[Block],
     ) -> Self {
+        let blocks = BlockRow::of(blocks);
         Self {
             prefix: prefix.to_owned(),
             name: registered.name.clone(),
@@ -290,8 +331,51 @@ impl InspectReport {
                     in_flight: limit
                         .is_in_flight()
                         .then(|| decision.limit().saturating_sub(decision.remaining())),
+                    blocked_ms: blocks
+                        .iter()
+                        .find(|b| b.suffix == limit.storage_suffix())
+                        .map(|b| b.left_ms),
                 })
                 .collect(),
+            blocks,
+        }
+    }
+}
+
+/// `ratewall unblock`: the blocks lifted.
+#[derive(Debug, Clone, Serialize)]
+pub struct UnblockReport {
+    /// The key prefix.
+    pub prefix: String,
+    /// The limit name.
+    pub name: String,
+    /// The identity.
+    pub identity: String,
+    /// The key of the identity's blocks.
+    pub key: String,
+    /// Whether a block had not ended.
+    pub lifted: bool,
+    /// The blocks lifted, by suffix.
+    pub blocks: Vec<BlockRow>,
+}
+
+impl UnblockReport {
+    /// The report of lifting `blocks` of `identity` (key `key`) under `name`.
+    pub fn new(
+        prefix: &str,
+        name: &str,
+        identity: &str,
+        key: &Key,
+        lifted: bool,
+        blocks: &[Block],
+    ) -> Self {
+        Self {
+            prefix: prefix.to_owned(),
+            name: name.to_owned(),
+            identity: identity.to_owned(),
+            key: format!("{key}:b"),
+            lifted,
+            blocks: BlockRow::of(blocks),
         }
     }
 }
@@ -350,8 +434,28 @@ impl Report {
             Report::Limits(report) => limits_table(report),
             Report::Lists(report) => lists_table(report),
             Report::Inspect(report) => inspect_table(report),
+            Report::Unblock(report) if report.blocks.is_empty() && !report.lifted => format!(
+                "identity `{}` under `{}` (prefix `{}`) was not blocked\n",
+                report.identity, report.name, report.prefix
+            ),
+            Report::Unblock(report) => format!(
+                "lifted the blocks of identity `{}` under `{}` (prefix `{}`): {}\n",
+                report.identity,
+                report.name,
+                report.prefix,
+                report
+                    .blocks
+                    .iter()
+                    .map(|b| format!(
+                        "{} ({} left)",
+                        b.suffix,
+                        human(Duration::from_millis(b.left_ms))
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             Report::Reset(report) => format!(
-                "reset `{}` for identity `{}` under prefix `{}`: {} limit(s) ({}) back to full\n",
+                "reset `{}` for identity `{}` under prefix `{}`: {} limit(s) ({}) back to full, blocks lifted\n",
                 report.name,
                 report.identity,
                 report.prefix,
@@ -400,6 +504,9 @@ fn limits_table(report: &LimitsReport) -> String {
                 } else {
                     "-".to_owned()
                 },
+                limit
+                    .block_ms
+                    .map_or_else(|| "-".to_owned(), |ms| human(Duration::from_millis(ms))),
                 limit.suffix.clone(),
                 if first {
                     ago(name.published_at_ms)
@@ -422,6 +529,7 @@ fn limits_table(report: &LimitsReport) -> String {
             "ALGORITHM",
             "BURST",
             "SLOTS",
+            "BLOCK",
             "STORAGE SUFFIX",
             "PUBLISHED",
         ],
@@ -443,6 +551,9 @@ fn inspect_table(report: &InspectReport) -> String {
                 if state.allowed { "allowed" } else { "refused" }.to_owned(),
                 human(Duration::from_millis(state.retry_after_ms)),
                 human(Duration::from_millis(state.reset_after_ms)),
+                state
+                    .blocked_ms
+                    .map_or_else(|| "-".to_owned(), |ms| human(Duration::from_millis(ms))),
             ]
         })
         .collect();
@@ -459,9 +570,23 @@ fn inspect_table(report: &InspectReport) -> String {
             "NEXT CALL",
             "RETRY AFTER",
             "RESET AFTER",
+            "BLOCKED",
         ],
         &rows,
     ));
+    let others: Vec<&BlockRow> = report
+        .blocks
+        .iter()
+        .filter(|b| !report.limits.iter().any(|l| l.limit.suffix == b.suffix))
+        .collect();
+    for block in others {
+        let _ = writeln!(
+            text,
+            "\nblocked by a limit the registry no longer lists ({}): {} left",
+            block.suffix,
+            human(Duration::from_millis(block.left_ms))
+        );
+    }
     let leases: Vec<Vec<String>> = report
         .limits
         .iter()
