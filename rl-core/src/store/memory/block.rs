@@ -171,11 +171,11 @@ impl MemoryBackend {
     }
 
     /// The blocks of `key`'s identity (every limit of `key`'s head) not
-    /// ended by now: each limit's state id and the time left (µs), by state
-    /// id. What [`Backend::blocks`] answers.
+    /// ended by now: each limit's state id and the time left (µs), in no
+    /// order ([`Backend::blocks`] sorts what it answers).
     pub(crate) fn blocks_of(&self, key: &Key) -> Vec<Found> {
         let now = self.clock.now_micros();
-        let mut found: Vec<Found> = self
+        self
             .partitions_of(key)
             .into_iter()
             .filter_map(|(state, at)| {
@@ -183,9 +183,7 @@ impl MemoryBackend {
                 let now = shard.now(now);
                 live(&shard, &at, key.identity_ref(), now).map(|end| (state, end - now))
             })
-            .collect();
-        found.sort_unstable();
-        found
+            .collect()
     }
 
     /// Lifts every block of `key`'s identity (every limit of `key`'s head);
