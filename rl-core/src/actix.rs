@@ -179,12 +179,18 @@ where
 /// The verdict on `request`: exempted, decided in memory at once, or by
 /// the remote store.
 async fn decide(shared: &Shared, request: &ServiceRequest) -> Verdict {
+    // The head's copy, made once when a predicate or a key function reads
+    // it.
+    let mut parts = None;
     if let Some(exempt) = &shared.exempt {
         if exempt.by_line(request.method().as_str(), request.path()) {
             return Verdict::Admit(None);
         }
-        if exempt.reads_parts() && parts_of(request).is_some_and(|parts| exempt.by_parts(&parts)) {
-            return Verdict::Admit(None);
+        if exempt.reads_parts() {
+            parts = parts_of(request);
+            if parts.as_ref().is_some_and(|parts| exempt.by_parts(parts)) {
+                return Verdict::Admit(None);
+            }
         }
     }
     let line = ActixLine(request);
@@ -196,11 +202,13 @@ async fn decide(shared: &Shared, request: &ServiceRequest) -> Verdict {
     // store decides: the call holds its keys' copies, not the request.
     let call = {
         let extensions = request.extensions();
-        let parts = if shared.fns { parts_of(request) } else { None };
+        if shared.fns && parts.is_none() {
+            parts = parts_of(request);
+        }
         let head = ActixHead {
             request,
             extensions: &extensions,
-            parts: parts.as_ref(),
+            parts: parts.as_ref().filter(|_| shared.fns),
         };
         if !limiter.is_remote()
             && let Some(verdict) = shared.decide_now(limiter, head)

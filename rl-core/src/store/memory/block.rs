@@ -175,8 +175,7 @@ impl MemoryBackend {
     /// order ([`Backend::blocks`] sorts what it answers).
     pub(crate) fn blocks_of(&self, key: &Key) -> Vec<Found> {
         let now = self.clock.now_micros();
-        self
-            .partitions_of(key)
+        self.partitions_of(key)
             .into_iter()
             .filter_map(|(state, at)| {
                 let mut shard = self.shards.at(at.shard).lock();
