@@ -12,6 +12,7 @@ use ratewall::{
     Algorithm, CallSpec, GroupSpec, Limit, Limiter,
     backend::{Backend, BoxFuture, Decisions, LeaseReturn, Leased, MemoryBackend, Request},
     call::Counting,
+    clock::ManualClock,
     error::BackendError,
 };
 
@@ -27,6 +28,18 @@ struct Counted {
 }
 
 impl Counted {
+    /// A store whose time stands still mid-minute: its fixed windows are
+    /// aligned to the minute, and a run crossing one on the system clock
+    /// would rightly count a second window apart from the first.
+    fn standing_still() -> Self {
+        Self {
+            store: Arc::new(MemoryBackend::with_clock(ManualClock::new(
+                1_800_000_030_000_000,
+            ))),
+            ..Self::default()
+        }
+    }
+
     fn calls(&self) -> u64 {
         self.calls.load(Ordering::Relaxed)
     }
@@ -189,7 +202,7 @@ async fn a_steady_hot_identity_takes_its_next_lease_ahead_and_reaches_the_store_
 
 #[tokio::test]
 async fn a_call_is_decided_in_process_only_when_every_group_holds_a_lease_all_or_nothing() {
-    let backend = Counted::default();
+    let backend = Counted::standing_still();
     let limiter = limiter(&backend);
     let key = window(100_000, 500);
     // 300 a minute: spent quickly, then its lease takes are refused.
@@ -259,7 +272,7 @@ async fn a_call_settled_as_not_counted_gives_its_units_back_to_the_lease() {
 
 #[tokio::test]
 async fn shutdown_gives_back_every_unused_unit_so_the_store_counts_what_was_admitted() {
-    let backend = Counted::default();
+    let backend = Counted::standing_still();
     let limiter = limiter(&backend);
     let limit = window(100_000, 2_000);
     let spec = CallSpec::owned("api", vec![GroupSpec::owned("api", vec![limit])]);
