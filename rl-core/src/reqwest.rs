@@ -16,7 +16,9 @@
 //! for [`UpstreamMiddleware::pause_on_refusal`] (a pause is believed up to
 //! [`UpstreamMiddleware::max_pause`]). A `429` took nothing upstream: in a
 //! spec whose groups settle their cost ([`crate::GroupSpec::settled`]), its
-//! estimate is given back.
+//! estimate is given back; in every group, requests too, when the budget
+//! finds its limit ([`UpstreamMiddleware::auto`]: its count is where it
+//! reads the upstream's, which never counted the refused call).
 //!
 //! The real cost is read from the response by
 //! [`UpstreamMiddleware::settle_with`]'s closure ([`Cost`]): from its

@@ -562,3 +562,65 @@ async fn a_pause_holds_the_window_algorithms_until_it_ends_on_a_cluster() {
     );
     a_pause_holds_a_window_budget_until_it_ends(&a, &b).await;
 }
+
+/// One request a minute, tokens settled; the upstream refuses the first
+/// request (`429`, no pause said) and serves the next. Whether the second
+/// is sent depends on whether the refused one was given back in the
+/// requests group.
+async fn second_request_after_a_429(auto: bool) -> Result<u16, String> {
+    use ratewall::tower::UpstreamLayer;
+    use ratewall::upstream::{Auto, Draw};
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use tower::{Layer, Service, ServiceExt};
+
+    let limiter = std::sync::Arc::new(Limiter::builder().memory().build().expect("limiter"));
+    let spec = CallSpec::owned(
+        "llm",
+        vec![
+            GroupSpec::owned("llm_rpm", vec![Limit::per_minute(1).expect("limit")]),
+            GroupSpec::owned("llm_tpm", vec![Limit::per_minute(60_000).expect("limit")]).settled(),
+        ],
+    );
+    let mut layer = UpstreamLayer::new(limiter, spec, LLM, |_: &http::Request<String>| {
+        Draw::new(["model"; 2]).costs([1, 100])
+    })
+    .wait(Duration::ZERO)
+    .pause_on_refusal(Duration::from_millis(20));
+    if auto {
+        layer = layer.auto(Auto::new());
+    }
+    let answered = std::sync::Arc::new(AtomicU32::new(0));
+    let mut client = layer.layer(tower::service_fn(move |_: http::Request<String>| {
+        let first = answered.fetch_add(1, Ordering::SeqCst) == 0;
+        async move {
+            http::Response::builder()
+                .status(if first { 429 } else { 200 })
+                .body(String::new())
+        }
+    }));
+    let mut send = async || {
+        client
+            .ready()
+            .await
+            .expect("ready")
+            .call(http::Request::new(String::new()))
+            .await
+    };
+    assert_eq!(send().await.expect("sent").status(), 429);
+    // Past the 20 ms pause, by a margin a busy machine keeps.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    send()
+        .await
+        .map(|answer| answer.status().as_u16())
+        .map_err(|error| error.to_string())
+}
+
+#[tokio::test]
+async fn a_budget_that_finds_its_limit_gives_a_429_back_in_every_group_requests_too() {
+    // Found by its own count, the upstream's limit must not hold the calls
+    // the upstream refused (it never counted them).
+    assert_eq!(second_request_after_a_429(true).await, Ok(200));
+    // Told its limits, a budget keeps a refused request counted.
+    let kept = second_request_after_a_429(false).await;
+    assert!(kept.is_err(), "the refused request still counts: {kept:?}");
+}

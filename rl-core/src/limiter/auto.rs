@@ -50,7 +50,11 @@ use crate::store::target::Op;
 ///   usable pause (none, or one past the period: a quota of another
 ///   window) keeps [`Auto::keep`] of the scale and takes the scale that
 ///   drew it as the ceiling. Once per pause (the refusals of one overload
-///   lower it once), down to [`Auto::floor`]. A group the refusal was not
+///   lower it once; within the pause a later refusal whose count is lower
+///   lowers the ceiling to it), down to [`Auto::floor`]. The client
+///   integrations give a refused call back in every group of such a budget
+///   (the upstream never counted it), so the calls of a burst the upstream
+///   refuses leave the count as they are answered. A group the refusal was not
 ///   about (the upstream says it still has room for the call's cost in
 ///   it) is not lowered: what it says is left is heard as below.
 /// - It **says how much is left** (`x-ratelimit-remaining-*`, the IETF

@@ -4,7 +4,7 @@
 //! ([`Outbound::draw`]); the upstream's answer is heard
 //! ([`Outbound::hear`]): a refusal is learned from, then a pause it says is
 //! shared; then the call is settled ([`Heard::settle`]): its real cost (a
-//! `429`'s is zero), what an accepted answer teaches a budget that finds
+//! `429`'s is zero; with [`Auto`] it is given back in every group), what an accepted answer teaches a budget that finds
 //! its limit, and what the upstream says is left, in that order. The order
 //! matters: a budget that finds its limit reads its own count before a
 //! hold changes it (a refusal's with the refused call's cost still in it,
@@ -242,6 +242,15 @@ impl Heard {
         let actual = if self.reads_cost() { actual } else { Some(0) };
         let permit = self.permit.attach(&outbound.limiter, &outbound.spec);
         let settled = match actual {
+            // A budget that finds its limit reads the upstream's count in
+            // its own: a `429`, which the upstream did not count, is given
+            // back in every group (requests too, not only the groups that
+            // settle their cost). Otherwise the refused calls of a burst
+            // stay in the count and the limit is found high.
+            _ if self.status == 429 && outbound.auto.is_some() && permit.settle.is_some() => {
+                permit.refund().await;
+                true
+            }
             Some(actual) if permit.settle.is_some() => {
                 permit.settle_cost(actual).await;
                 true

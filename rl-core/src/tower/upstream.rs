@@ -11,8 +11,10 @@
 //! nothing pauses it for [`UpstreamLayer::pause_on_refusal`] (a pause is
 //! believed up to [`UpstreamLayer::max_pause`]). A request the upstream
 //! refused (`429`) took nothing upstream: in a spec whose groups settle
-//! their cost ([`crate::GroupSpec::settled`]), its estimate is given back,
-//! before the pause is written. Otherwise the estimate stays taken, unless
+//! their cost ([`crate::GroupSpec::settled`]), its estimate is given back
+//! (in every group, requests too, when the budget finds its limit,
+//! [`UpstreamLayer::auto`]: its count is where it reads the upstream's,
+//! which never counted the refused call), before the pause is written. Otherwise the estimate stays taken, unless
 //! [`UpstreamLayer::settle_with`] reads the real cost from the response
 //! (costs known only from a response body, such as a language model's
 //! token usage, are settled by the reqwest middleware, feature `reqwest`,
