@@ -51,7 +51,12 @@ use crate::store::target::Op;
 ///   window) keeps [`Auto::keep`] of the scale and takes the scale that
 ///   drew it as the ceiling. Once per pause (the refusals of one overload
 ///   lower it once; within the pause a later refusal whose count is lower
-///   lowers the ceiling to it), down to [`Auto::floor`]. The client
+///   lowers the ceiling to it), down to [`Auto::floor`]. When one refusal
+///   is about several groups (none has room for the call), the pause is
+///   the time until the last of them has room, and another group's count
+///   then says less than its limit: groups refused together are taken as
+///   lowered alike, each to at least the largest share of its stated limit
+///   its peers' counts say, and at most what it holds now. The client
 ///   integrations give a refused call back in every group of such a budget
 ///   (the upstream never counted it), so the calls of a burst the upstream
 ///   refuses leave the count as they are answered. A group the refusal was not
@@ -318,6 +323,25 @@ enum Step {
     Left { left: u64 },
 }
 
+/// What a group's own count says after a refusal ([`Limiter::learn`]).
+#[derive(Debug, Clone, Copy)]
+struct Refusal {
+    /// The units it holds when the upstream has room again (the estimate).
+    units: u64,
+    /// Its first limit's capacity now.
+    capacity: u64,
+    /// The units it holds now (the refused call's among them), when read.
+    now: Option<u64>,
+}
+
+impl Refusal {
+    /// Whether the budget's own calls explain the refusal: they hold at
+    /// least a tenth of its limit when the upstream has room again.
+    fn explains(&self) -> bool {
+        self.units.saturating_mul(10) >= self.capacity
+    }
+}
+
 /// `units` of a group whose first stated limit is `first`, as a scale in
 /// parts per million (at least one part).
 fn scale_of(units: u64, first: &Limit) -> u64 {
@@ -439,6 +463,19 @@ impl Limiter {
         async move {
             let owned = owned?;
             let mut operations = 0;
+            // The refused groups' counts first: groups refused together are
+            // read together (see `together`).
+            let mut refusals: Vec<Option<Refusal>> = vec![None; steps.len()];
+            for (index, step) in steps.iter().enumerate() {
+                if let (Step::Refused { pause }, Some(owned)) = (*step, owned.as_ref()) {
+                    let (refusal, reads) = self.refused_count(spec, owned, index, pause).await;
+                    operations += reads;
+                    refusals[index] = refusal;
+                }
+            }
+            let together = self
+                .together(spec, owned.as_ref(), &mut refusals, &mut operations)
+                .await;
             let mut adjusts = Vec::with_capacity(steps.len());
             for (index, step) in steps.iter().enumerate() {
                 let first = spec.groups()[index]
@@ -447,14 +484,14 @@ impl Limiter {
                     .find(|l| !l.is_in_flight());
                 let adjust = match (*step, owned.as_ref(), first) {
                     (Step::Adjust(adjust), _, _) => Some(adjust),
-                    (Step::Refused { pause }, Some(owned), Some(first)) => {
-                        let (units, reads) = self.refused_count(spec, owned, index, pause).await;
-                        operations += reads;
-                        let estimate = match units {
-                            // The budget's own calls explain the refusal
-                            // only when they hold a tenth of its limit then.
-                            Some((units, capacity)) if units.saturating_mul(10) >= capacity => {
-                                scale_of(units, first)
+                    (Step::Refused { pause }, Some(_), Some(first)) => {
+                        let estimate = match refusals[index] {
+                            Some(refusal) if refusal.explains() => {
+                                let own = scale_of(refusal.units, first);
+                                // Never above what the group holds now: the
+                                // upstream refused it there.
+                                let most = refusal.now.map_or(own, |now| scale_of(now, first));
+                                own.max(together.min(most))
                             }
                             _ => 0,
                         };
@@ -484,10 +521,55 @@ impl Limiter {
         }
     }
 
+    /// The share of its stated limit the upstream's limit is at least, for
+    /// every group one refusal was about, when it was about more than one
+    /// (parts per million; 0 otherwise). The upstream's `Retry-After` is
+    /// the time until its *last* refused group has room: that group's count
+    /// then is its limit, but another group had room earlier, and its count
+    /// then says less than its limit. Groups refused together are taken to
+    /// have been lowered together: each is at least the largest share its
+    /// peers' counts say, and at most what it holds now (read here when
+    /// the pause was too short to read it before).
+    async fn together(
+        &self,
+        spec: &CallSpec,
+        owned: Option<&OwnedAttempt>,
+        refusals: &mut [Option<Refusal>],
+        operations: &mut usize,
+    ) -> u64 {
+        let explained = refusals.iter().flatten().filter(|r| r.explains()).count();
+        let Some(owned) = owned.filter(|_| explained > 1) else {
+            return 0;
+        };
+        let mut share = 0;
+        for (index, refusal) in refusals.iter_mut().enumerate() {
+            let Some(refusal) = refusal.as_mut().filter(|r| r.explains()) else {
+                continue;
+            };
+            let Some(first) = spec.groups()[index]
+                .limits()
+                .iter()
+                .find(|l| !l.is_in_flight())
+            else {
+                continue;
+            };
+            if refusal.now.is_none() {
+                *operations += 1;
+                refusal.now = self
+                    .count_of(spec, owned, index, Duration::ZERO)
+                    .await
+                    .map(|(units, _)| units);
+            }
+            share = share.max(scale_of(refusal.units, first));
+        }
+        share
+    }
+
     /// What the budget's own count says of the upstream's limit, after a
     /// refusal asking for `pause`: the units group `index` will hold when
-    /// the upstream has room again (and its capacity), and how many store
-    /// reads that took. A `Retry-After` in whole seconds is rounded up by
+    /// the upstream has room again, its capacity and, for a pause in whole
+    /// seconds, what it holds now; and how many store reads that took. A
+    /// `Retry-After` in whole seconds is rounded up by
     /// its server: the upstream has room some time in the second before
     /// `pause` ends, and the limit is between what the window holds then
     /// and what it holds at the second's start. Which end: when none of the
@@ -504,22 +586,28 @@ impl Limiter {
         owned: &OwnedAttempt,
         index: usize,
         pause: Duration,
-    ) -> (Option<(u64, u64)>, usize) {
+    ) -> (Option<Refusal>, usize) {
         let then = self.count_of(spec, owned, index, pause).await;
         let second = Duration::from_secs(1);
+        let refusal = |(units, capacity): (u64, u64), now| Refusal {
+            units,
+            capacity,
+            now,
+        };
         if pause < second || pause.subsec_nanos() != 0 {
-            return (then, 1);
+            return (then.map(|then| refusal(then, None)), 1);
         }
         let before = self.count_of(spec, owned, index, pause - second).await;
         let now = self.count_of(spec, owned, index, Duration::ZERO).await;
+        let at_now = now.map(|(units, _)| units);
         match (then, before, now) {
             // Under 2 % of the count leaves before the second: all young.
             (Some(_), Some((before, capacity)), Some((now, _)))
                 if now.saturating_sub(before).saturating_mul(50) <= now =>
             {
-                (Some((before.min(now), capacity)), 3)
+                (Some(refusal((before.min(now), capacity), at_now)), 3)
             }
-            _ => (then, 3),
+            _ => (then.map(|then| refusal(then, at_now)), 3),
         }
     }
 

@@ -149,6 +149,43 @@ fn a_group_the_refusal_was_not_about_is_not_lowered() {
 }
 
 #[test]
+fn groups_refused_together_are_found_together() {
+    // 100 requests and 1 300 tokens a second for 10 s; the upstream halved
+    // both limits (500 requests, 10 000 tokens) and asks for 5 s: until the
+    // requests have room. The tokens had room sooner (their 6 500 then say
+    // less than their limit): they are taken as lowered alike, to half.
+    let (limiter, clock, spec) = budget(1_000, 20_000);
+    send(&limiter, &clock, &spec, 1_000, 13, 10);
+    let refused = Hold::new()
+        .pause(Duration::from_secs(5))
+        .left(0, 0)
+        .left(1, 0);
+    let keys = Keys::new(&[&"gpt", &"gpt"]).costs(&[1, 13]);
+    run(limiter.learn(&spec, keys, &Auto::new(), false, &refused)).unwrap();
+    let requests = threshold(&limiter, "llm_rpm");
+    assert!((470..=480).contains(&requests), "{requests}");
+    let tokens = threshold(&limiter, "llm_tpm");
+    assert!((9_400..=9_600).contains(&tokens), "{tokens}");
+}
+
+#[test]
+fn a_group_refused_with_another_is_never_found_above_what_it_holds() {
+    // The same requests, but 500 tokens a second: refused with the
+    // requests, the tokens' limit is under the 5 000 they hold now, whatever
+    // the requests' share says.
+    let (limiter, clock, spec) = budget(1_000, 20_000);
+    send(&limiter, &clock, &spec, 1_000, 5, 10);
+    let refused = Hold::new()
+        .pause(Duration::from_secs(5))
+        .left(0, 0)
+        .left(1, 0);
+    let keys = Keys::new(&[&"gpt", &"gpt"]).costs(&[1, 5]);
+    run(limiter.learn(&spec, keys, &Auto::new(), false, &refused)).unwrap();
+    assert!(threshold(&limiter, "llm_rpm") < 500);
+    assert_eq!(threshold(&limiter, "llm_tpm"), 4_750, "95 % of the 5 000 held now");
+}
+
+#[test]
 fn what_is_left_finds_a_lower_limit_without_a_refusal() {
     let (limiter, clock, spec) = budget(1_000, 1_000_000);
     send(&limiter, &clock, &spec, 300, 10, 10);
