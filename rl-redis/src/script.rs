@@ -1023,10 +1023,35 @@ pub(crate) fn parse_many(
     Ok(replies
         .into_iter()
         .map(|reply| match reply {
-            redis::Value::ServerError(error) => Err(error.into()),
+            redis::Value::BulkString(line) => Err(error_of_line(&line)),
             reply => redis::FromRedisValue::from_redis_value(reply).map_err(Into::into),
         })
         .collect())
+}
+
+/// The error whose line (`<CODE> <message>`) a coalesced call answered for
+/// one of its calls, read as redis-rs reads an error reply, so it is the
+/// same error the call alone would have met.
+fn error_of_line(line: &[u8]) -> redis::RedisError {
+    let line = line.strip_prefix(b"-").unwrap_or(line);
+    let mut reply = Vec::with_capacity(line.len() + 3);
+    reply.push(b'-');
+    reply.extend(line.iter().map(|&byte| {
+        if matches!(byte, b'\r' | b'\n') {
+            b' '
+        } else {
+            byte
+        }
+    }));
+    reply.extend_from_slice(b"\r\n");
+    match redis::parse_redis_value(&reply) {
+        Ok(redis::Value::ServerError(error)) => error.into(),
+        Ok(_) => redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "the rate-limit code answered an unreadable error line",
+        )),
+        Err(error) => error,
+    }
 }
 
 /// Whether `err` says the server does not have the code a call needs
@@ -1636,11 +1661,17 @@ mod tests {
         use redis::Value;
         let reply = Value::Array(vec![
             Value::Array(vec![Value::Int(1), Value::Int(9)]),
+            Value::BulkString(b"WRONGTYPE Operation against a key".to_vec()),
             Value::Array(vec![Value::Int(7)]),
+            Value::BulkString(b"ERR ratewall-redis: malformed\r\n".to_vec()),
         ]);
-        let replies = parse_many(2, reply).unwrap();
+        let replies = parse_many(4, reply).unwrap();
         assert_eq!(replies[0].as_ref().unwrap(), &[1, 9]);
-        assert_eq!(replies[1].as_ref().unwrap(), &[7]);
+        let wrong = replies[1].as_ref().unwrap_err();
+        assert_eq!(wrong.code(), Some("WRONGTYPE"));
+        assert_eq!(wrong.detail(), Some("Operation against a key"));
+        assert_eq!(replies[2].as_ref().unwrap(), &[7]);
+        assert_eq!(replies[3].as_ref().unwrap_err().code(), Some("ERR"));
         assert!(parse_many(3, Value::Array(vec![])).is_err());
         assert!(parse_many(1, Value::Int(1)).is_err());
     }

@@ -15,26 +15,28 @@
 -- written alone, even when it fails (nothing is rolled back, alone or
 -- here), and every key it writes gets its TTL from its own entry.
 --
--- Reply: one reply per sub-call, in order: what its entry returned (its
--- error reply included), or the error it raised as an error reply
--- (redis.call's own error, e.g. WRONGTYPE, with its code; a Lua error
--- under ERR). A malformed layout is refused before any sub-call runs.
+-- Reply: one reply per sub-call, in order: what its entry returned (an
+-- array of integers), or, when it returned or raised an error, that
+-- error's line as a string ('<CODE> <message>': redis.call's own error,
+-- e.g. WRONGTYPE, with its code; a Lua error under ERR). Not an error
+-- reply inside the array: clients (redis-rs) fail the whole reply for one.
+-- A malformed layout is refused before any sub-call runs.
 
 -- The entries a coalesced call may name, filled by library.lua when it
 -- registers them; MANY_READ_ONLY: those that never write.
 local MANY_ENTRIES = {}
 local MANY_READ_ONLY = {}
 
--- The error a sub-call raised, as the error reply it comes back as.
+-- The line of the error a sub-call raised, as it comes back.
 local function many_failure(e)
   if type(e) == 'table' and e.err then
-    return e
+    return tostring(e.err)
   end
   e = tostring(e)
   if string.find(e, '^[%u_]+ ') then
-    return { err = e }
+    return e
   end
-  return { err = 'ERR ' .. e }
+  return 'ERR ' .. e
 end
 
 local function many_malformed()
@@ -74,7 +76,9 @@ local function run_many(keys, args, entries)
     k = k + kc
     a = a + 3 + ac
     local ok, reply = pcall(entry, sub_keys, sub_args)
-    if ok then
+    if ok and type(reply) == 'table' and reply.err then
+      out[i] = tostring(reply.err)
+    elseif ok then
       out[i] = reply
     else
       out[i] = many_failure(reply)
