@@ -273,9 +273,9 @@ impl RedisBackendBuilder {
     /// Whether the calls of concurrent callers are coalesced into one Lua
     /// call (default `false`).
     ///
-    /// Without it, every call is one `FCALL`, and about half of a
-    /// single-limit decision's server time is the cost of a call itself.
-    /// With it, the backend sends a call at once, alone, when none is in
+    /// Without it, every call is one `FCALL`, and part of every decision's
+    /// server time is the cost of a call itself (reading the command,
+    /// finding the function, writing the reply). With it, the backend sends a call at once, alone, when none is in
     /// flight (so a lone call is never delayed, and there is no timer);
     /// the calls made while one is in flight wait, and when it returns they
     /// go together, up to [`RedisBackendBuilder::coalesce_max`] of them, as

@@ -11,8 +11,7 @@
 //!
 //! Two lanes: calls that may write go in `<library>_many`; read-only calls
 //! (peeks) in `<library>_many_ro`, flagged `no-writes` like their own
-//! entries, so that a peek runs wherever it would have run alone (a server
-//! refusing writes, out of memory, still answers it).
+//! entries, so that a peek is refused nowhere its own entry is not.
 //!
 //! Each caller keeps its own deadline: one whose deadline passes gets
 //! [`ratewall::error::BackendError::Timeout`] (its call may still run, as a
