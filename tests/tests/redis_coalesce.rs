@@ -9,8 +9,10 @@
 //! of results must be the same on both (each identity's keys are its own,
 //! so its results do not depend on how the callers interleave). Also: a
 //! lone call goes alone, concurrent calls form coalesced calls within the
-//! bound, one call's error reaches its caller only, and coalesced calls
-//! load the Functions library again when the server lost it.
+//! bound (on a server, and on Sentinel's master), one call's error reaches
+//! its caller only, each waiting caller times out at its own deadline,
+//! coalesced calls load the Functions library again when the server lost
+//! it, and a Redis Cluster and the scripts call mode go alone.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,7 +25,7 @@ use ratewall::{
     error::BackendError,
 };
 use ratewall_redis::RedisBackend;
-use ratewall_tests::harness::RedisServer;
+use ratewall_tests::harness::{RedisCluster, RedisSentinel, RedisServer};
 
 /// A realistic epoch (2023-11), so Lua handles full-size microsecond times.
 const EPOCH_US: u64 = 1_700_000_000_000_000;
@@ -460,6 +462,49 @@ async fn coalesced_calls_load_the_library_again_after_function_flush() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_waiting_caller_times_out_at_its_own_deadline_and_the_queue_goes_on_after() {
+    let server = RedisServer::start();
+    let timeout = Duration::from_millis(300);
+    let backend = RedisBackend::builder(server.url())
+        .coalesce(true)
+        .timeout(timeout)
+        .connect()
+        .await
+        .expect("connect");
+    let limit = Limit::per_minute(1_000).expect("limit");
+    let keys: Vec<Key> = (0..20)
+        .map(|i| Key::new("late", "sms", &format!("c{i}")))
+        .collect();
+    server.pause();
+    let started = std::time::Instant::now();
+    let calls = keys.iter().enumerate().map(|(i, key)| {
+        let (backend, limit) = (&backend, &limit);
+        async move {
+            // Callers arriving one after the other, each with its deadline.
+            tokio::time::sleep(Duration::from_millis(10 * i as u64)).await;
+            let begun = std::time::Instant::now();
+            let result = backend.acquire(&[Request::new(key, limit, 1)]).await;
+            (begun.elapsed(), result)
+        }
+    });
+    let results = join_all(calls).await;
+    server.resume();
+    for (took, result) in results {
+        assert!(
+            matches!(result, Err(BackendError::Timeout(t)) if t == timeout),
+            "{result:?}"
+        );
+        assert!(
+            took >= timeout && took < timeout + Duration::from_secs(2),
+            "a caller waited {took:?}"
+        );
+    }
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // Nothing is left stuck: the next calls are decided.
+    concurrent_acquires(&backend, 1).await;
+}
+
 #[tokio::test]
 async fn a_bound_of_zero_is_refused_when_building() {
     let error = RedisBackend::builder("redis://127.0.0.1:1/")
@@ -471,8 +516,33 @@ async fn a_bound_of_zero_is_refused_when_building() {
     assert!(format!("{error}").contains("coalesce_max(0)"), "{error}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_on_the_sentinels_master_are_coalesced() {
+    let server = RedisServer::start();
+    let sentinel = RedisSentinel::start(&server);
+    let backend = RedisBackend::sentinel_builder([sentinel.url()], sentinel.master_name())
+        .coalesce(true)
+        .coalesce_max(8)
+        .connect()
+        .await
+        .expect("connect");
+    assert!(backend.is_sentinel() && backend.coalesces());
+    concurrent_acquires(&backend, 0).await;
+    let counts = backend.coalesced().expect("coalescing");
+    assert!(counts.batches > 0 && counts.largest <= 8, "{counts:?}");
+    assert_eq!(counts.alone + counts.batched, 40, "{counts:?}");
+}
+
 #[tokio::test]
 async fn clusters_and_scripts_go_alone() {
+    let cluster = RedisCluster::start();
+    let on_cluster = RedisBackend::cluster_builder(cluster.urls())
+        .coalesce(true)
+        .connect()
+        .await
+        .expect("connect");
+    assert!(on_cluster.is_cluster() && !on_cluster.coalesces());
+    assert_eq!(on_cluster.coalesced(), None);
     let server = RedisServer::start();
     let scripts = RedisBackend::builder(server.url())
         .call_mode(ratewall_redis::CallMode::Scripts)
