@@ -238,6 +238,22 @@ async fn backend(
     builder.connect().await.expect("connect")
 }
 
+/// Whether `server` runs the Functions library (without `FUNCTION`, as
+/// `RATEWALL_TEST_SERVER=redis-no-functions` selects, a backend decides
+/// with scripts and coalesces nothing: checked here, then the test ends).
+async fn coalescing_server(server: &RedisServer) -> bool {
+    if server.kind().has_functions() {
+        return true;
+    }
+    let on_scripts = RedisBackend::builder(server.url())
+        .coalesce(true)
+        .connect()
+        .await
+        .expect("connect");
+    assert!(!on_scripts.coalesces());
+    false
+}
+
 fn cases() -> u64 {
     std::env::var("RATEWALL_COALESCE_CASES")
         .ok()
@@ -248,6 +264,9 @@ fn cases() -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coalesced_calls_decide_every_identitys_sequence_exactly_as_calls_sent_alone() {
     let server = RedisServer::start();
+    if !coalescing_server(&server).await {
+        return;
+    }
     for seed in 0..cases() {
         let case = case(seed);
         let alone_clock = ManualClock::new(EPOCH_US);
@@ -308,6 +327,9 @@ async fn coalesced_calls_decide_every_identitys_sequence_exactly_as_calls_sent_a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lone_call_goes_alone_and_concurrent_calls_go_together_within_the_bound() {
     let server = RedisServer::start();
+    if !coalescing_server(&server).await {
+        return;
+    }
     let backend = RedisBackend::builder(server.url())
         .coalesce(true)
         .coalesce_max(8)
@@ -346,6 +368,9 @@ async fn a_lone_call_goes_alone_and_concurrent_calls_go_together_within_the_boun
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_s_error_reaches_its_caller_only() {
     let server = RedisServer::start();
+    if !coalescing_server(&server).await {
+        return;
+    }
     let backend = RedisBackend::builder(server.url())
         .coalesce(true)
         .connect()
@@ -465,6 +490,9 @@ async fn coalesced_calls_load_the_library_again_after_function_flush() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_waiting_caller_times_out_at_its_own_deadline_and_the_queue_goes_on_after() {
     let server = RedisServer::start();
+    if !coalescing_server(&server).await {
+        return;
+    }
     let timeout = Duration::from_millis(300);
     let backend = RedisBackend::builder(server.url())
         .coalesce(true)
@@ -519,6 +547,9 @@ async fn a_bound_of_zero_is_refused_when_building() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_on_the_sentinels_master_are_coalesced() {
     let server = RedisServer::start();
+    if !coalescing_server(&server).await {
+        return;
+    }
     let sentinel = RedisSentinel::start(&server);
     let backend = RedisBackend::sentinel_builder([sentinel.url()], sentinel.master_name())
         .coalesce(true)
