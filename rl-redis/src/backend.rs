@@ -351,7 +351,10 @@ impl Link<'_> {
 ///   [`CallMode`]). A single-limit call runs only its algorithm's code; a
 ///   multi-limit call runs the batch entry point. [`Backend::acquire`] is
 ///   all-or-nothing: when any limit refuses, nothing is consumed from any
-///   of them.
+///   of them. With coalescing on
+///   ([`RedisBackendBuilder::coalesce`](crate::RedisBackendBuilder::coalesce)),
+///   the calls of concurrent callers may share one command, each decided
+///   as it would be alone.
 /// - **One clock.** By default the time is the server's `TIME`, so app
 ///   instances with skewed clocks agree (Redis ≥ 5 replicates script effects,
 ///   which makes this safe). A client clock is an explicit option

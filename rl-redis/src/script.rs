@@ -1030,8 +1030,9 @@ pub(crate) fn parse_many(
 }
 
 /// The error whose line (`<CODE> <message>`) a coalesced call answered for
-/// one of its calls, read as redis-rs reads an error reply, so it is the
-/// same error the call alone would have met.
+/// one of its calls, read as redis-rs reads an error reply: the error the
+/// call alone meets, with its code and message (less the server's note of
+/// where in the Lua code an error was raised, `script: ..., on @...`).
 fn error_of_line(line: &[u8]) -> redis::RedisError {
     let line = line.strip_prefix(b"-").unwrap_or(line);
     let mut reply = Vec::with_capacity(line.len() + 3);
