@@ -48,6 +48,12 @@
 //! of about a minute), `--out` (default `target/loadgen`), `--algorithms
 //! gcra,fixed_window`, `--concurrency 1,16,64,256`, `--redis-benchmark
 //! PATH`, `--mode auto|functions|scripts` (the backend's call mode),
+//! `--coalesce` (the backends coalesce concurrent callers' calls:
+//! `RedisBackendBuilder::coalesce`; compare a run with it and one without,
+//! e.g. at `--concurrency 1,16,64,256,1024`: with it, a "call" of
+//! `INFO commandstats` may carry many decisions, so compare each cell's
+//! `server_us_per_decision`), `--coalesce-max N` (at most `N` calls in
+//! one, default 64),
 //! `--cpu-runs N` (default 3), `--cpu-only` (only the floor comparison,
 //! printed as one line per algorithm), `--font PATH` (a TTF for the plot's text;
 //! default: DejaVu Sans where Debian installs it). `--profile N` only runs `N` sequential
@@ -122,13 +128,15 @@ struct Options {
     hot: bool,
     hot_limit: String,
     lease: u64,
+    coalesce: bool,
+    coalesce_max: usize,
 }
 
 fn usage(problem: &str) -> ! {
     eprintln!(
         "loadgen: {problem}\nflags: --url URL --secs SECONDS --out DIR --algorithms a,b \
          --concurrency 1,16,64,256 --redis-benchmark PATH --mode auto|functions|scripts \
-         --cpu-runs N --cpu-only --font TTF --profile N --hot --hot-limit RATE --lease N"
+         --coalesce --coalesce-max N --cpu-runs N --cpu-only --font TTF --profile N --hot --hot-limit RATE --lease N"
     );
     std::process::exit(2)
 }
@@ -149,6 +157,8 @@ fn options() -> Options {
         hot: false,
         hot_limit: "1000000/1m".to_owned(),
         lease: 10_000,
+        coalesce: false,
+        coalesce_max: 64,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -194,6 +204,14 @@ fn options() -> Options {
                 }
             }
             "--cpu-only" => options.cpu_only = true,
+            "--coalesce" => options.coalesce = true,
+            "--coalesce-max" => {
+                options.coalesce_max = value()
+                    .parse()
+                    .ok()
+                    .filter(|&n: &usize| n > 0)
+                    .unwrap_or_else(|| usage("--coalesce-max takes a positive count"));
+            }
             "--hot" => options.hot = true,
             "--hot-limit" => options.hot_limit = value(),
             "--lease" => {
@@ -234,6 +252,9 @@ struct Cell {
     errors: u64,
     /// Server CPU per call of our code during the cell (`INFO commandstats`).
     server_us_per_call: Option<f64>,
+    /// Server CPU of our code per decision made during the cell (with
+    /// `--coalesce`, one call may carry many decisions).
+    server_us_per_decision: Option<f64>,
 }
 
 /// The commands that run our code.
@@ -265,6 +286,17 @@ async fn command_stats(url: &str) -> Option<HashMap<String, (u64, u64)>> {
         stats.insert(name.to_owned(), (field("calls="), field("usec=")));
     }
     Some(stats)
+}
+
+/// Server µs of our code per decision, `decisions` made between two
+/// readings.
+fn us_per_decision(
+    before: &Option<HashMap<String, (u64, u64)>>,
+    after: &Option<HashMap<String, (u64, u64)>>,
+    decisions: u64,
+) -> Option<f64> {
+    let (_, usec) = code_delta(before.as_ref()?, after.as_ref()?);
+    (decisions > 0).then(|| usec as f64 / decisions as f64)
 }
 
 /// Calls and server µs of our code between two readings.
@@ -369,6 +401,11 @@ async fn run(
         p99_ms: at(0.99),
         errors,
         server_us_per_call: us_per_call(&stats_before, &stats_after),
+        server_us_per_decision: us_per_decision(
+            &stats_before,
+            &stats_after,
+            latencies.len() as u64 + errors,
+        ),
     }
 }
 
@@ -421,6 +458,7 @@ async fn alternate(
             p99_ms: at(0.99),
             errors,
             server_us_per_call: None,
+            server_us_per_decision: None,
         }
     };
     (cell(singles, single_errors), cell(multis, multi_errors))
@@ -764,6 +802,8 @@ struct Report {
     url: String,
     /// The call mode used (functions or scripts).
     mode: String,
+    /// Whether the backend coalesced concurrent callers' calls.
+    coalesce: bool,
     library: &'static str,
     script_sha: &'static str,
     secs_per_cell: f64,
@@ -1284,6 +1324,8 @@ async fn hot_run(options: &Options, limit: Limit, run: usize) -> Option<HotRun> 
     for _ in 0..HOT_INSTANCES {
         let backend = RedisBackend::builder(options.url.as_str())
             .call_mode(options.mode)
+            .coalesce(options.coalesce)
+            .coalesce_max(options.coalesce_max)
             .connect()
             .await
             .ok()?;
@@ -1428,6 +1470,8 @@ async fn main() {
         RedisBackend::builder(options.url.as_str())
             .timeout(Duration::from_secs(5))
             .call_mode(options.mode)
+            .coalesce(options.coalesce)
+            .coalesce_max(options.coalesce_max)
             .connect()
             .await
             .unwrap_or_else(|error| panic!("cannot connect to {}: {error}", options.url)),
@@ -1485,6 +1529,7 @@ async fn main() {
     let report = Report {
         url: ratewall_redis::redact_url(&options.url),
         mode: format!("{:?}", backend.call_mode()).to_lowercase(),
+        coalesce: backend.coalesces(),
         library: RedisBackend::library_name(),
         script_sha: RedisBackend::script_sha(),
         secs_per_cell: options.secs,

@@ -19,9 +19,10 @@ use redis::{Cmd, FromRedisValue, RedisResult};
 use tokio::time::Instant;
 
 use crate::call_mode::CallMode;
+use crate::coalesce::{CoalescedCalls, Coalescer};
 use crate::error;
 use crate::script::{
-    self, Op, Plan, Reply, Time, Via, is_missing_code, parse_reply, request_id_key,
+    self, Entry, Op, Plan, Reply, Time, Via, is_missing_code, parse_reply, request_id_key,
 };
 #[cfg(feature = "sentinel")]
 use crate::sentinel::SentinelConnection;
@@ -187,6 +188,22 @@ impl Connection {
         }
     }
 
+    /// Whether calls on it may be coalesced: a connection to one server
+    /// (a Redis Cluster's calls go alone).
+    fn coalesces(&self) -> bool {
+        match self {
+            Connection::Standalone(_) | Connection::Given(_) => true,
+            #[cfg(feature = "sentinel")]
+            Connection::Sentinel(_) => true,
+            #[cfg(feature = "__tls")]
+            Connection::Tls(_) => true,
+            #[cfg(feature = "cluster")]
+            Connection::Cluster(_) => false,
+            #[cfg(all(feature = "cluster", feature = "__tls"))]
+            Connection::TlsCluster(..) => false,
+        }
+    }
+
     fn kind(&self) -> &'static str {
         match self {
             Connection::Standalone(_) => "standalone",
@@ -224,6 +241,106 @@ pub(crate) struct Reloader {
     lock: tokio::sync::Mutex<()>,
 }
 
+impl Reloader {
+    /// How many loads were made so far (read before a call, to tell
+    /// whether another call loaded the library since).
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+}
+
+/// Where calls go and how their code is reached: the connection, the call
+/// mode and the reloader of the Functions library (borrowed from a
+/// [`RedisBackend`] or from its coalescer).
+#[derive(Clone, Copy)]
+pub(crate) struct Link<'a> {
+    pub(crate) connection: &'a Connection,
+    pub(crate) reloader: &'a Reloader,
+    /// [`CallMode::Functions`] or [`CallMode::Scripts`].
+    pub(crate) mode: CallMode,
+    /// The server(s), passwords redacted, for logs.
+    pub(crate) target: &'a str,
+}
+
+impl Link<'_> {
+    /// Sends the call to `entry` that `command` writes for a given [`Via`],
+    /// reloading what the server lacks: in [`CallMode::Functions`],
+    /// `FCALL`; when the library is missing, load it (once for every call
+    /// that noticed) and `FCALL` again; when it is missing again, `EVAL`
+    /// the entry's source. In [`CallMode::Scripts`], `EVALSHA`, then `EVAL`
+    /// (which caches the script again). `Err(None)` when the deadline
+    /// passed.
+    pub(crate) async fn run<T: FromRedisValue>(
+        self,
+        deadline: Instant,
+        entry: Entry,
+        command: impl Fn(Via) -> Cmd,
+    ) -> Result<T, Option<redis::RedisError>> {
+        let mut via = match self.mode {
+            CallMode::Scripts => Via::ScriptSha,
+            _ => Via::Function,
+        };
+        let mut reloaded = false;
+        loop {
+            let seen = self.reloader.generation();
+            match self.connection.query::<T>(deadline, &command(via)).await {
+                None => return Err(None),
+                Some(Ok(values)) => return Ok(values),
+                Some(Err(err)) if via != Via::ScriptSource && is_missing_code(&err) => {
+                    via = if via == Via::Function && !reloaded {
+                        reloaded = true;
+                        if self.reload(deadline, seen).await {
+                            Via::Function
+                        } else {
+                            Via::ScriptSource
+                        }
+                    } else {
+                        Via::ScriptSource
+                    };
+                    tracing::debug!(
+                        ?entry,
+                        next = ?via,
+                        "the server lacked the rate-limit code; retrying"
+                    );
+                }
+                Some(Err(err)) => return Err(Some(err)),
+            }
+        }
+    }
+
+    /// Loads the Functions library (on a cluster: on every master), unless
+    /// another call loaded it since generation `seen` was read. Whether the
+    /// library is believed loaded.
+    pub(crate) async fn reload(self, deadline: Instant, seen: u64) -> bool {
+        let Ok(_guard) = tokio::time::timeout_at(deadline, self.reloader.lock.lock()).await else {
+            return false;
+        };
+        if self.reloader.generation() != seen {
+            return true;
+        }
+        let loaded = self
+            .connection
+            .query::<redis::Value>(deadline, &script::load_library_command())
+            .await;
+        self.reloader.generation.fetch_add(1, Ordering::AcqRel);
+        match loaded {
+            Some(Ok(_)) => {
+                tracing::info!(
+                    library = script::library_name(),
+                    target = %self.target,
+                    "loaded the rate-limit Functions library again"
+                );
+                true
+            }
+            Some(Err(error)) => {
+                tracing::warn!(%error, "could not load the rate-limit Functions library; using EVAL");
+                false
+            }
+            None => false,
+        }
+    }
+}
+
 /// Decides rate limits in Redis or Redis Cluster, with the exact semantics of
 /// [`ratewall::backend::MemoryBackend`].
 ///
@@ -234,7 +351,10 @@ pub(crate) struct Reloader {
 ///   [`CallMode`]). A single-limit call runs only its algorithm's code; a
 ///   multi-limit call runs the batch entry point. [`Backend::acquire`] is
 ///   all-or-nothing: when any limit refuses, nothing is consumed from any
-///   of them.
+///   of them. With coalescing on
+///   ([`RedisBackendBuilder::coalesce`](crate::RedisBackendBuilder::coalesce)),
+///   the calls of concurrent callers may share one command, each decided
+///   as it would be alone.
 /// - **One clock.** By default the time is the server's `TIME`, so app
 ///   instances with skewed clocks agree (Redis ≥ 5 replicates script effects,
 ///   which makes this safe). A client clock is an explicit option
@@ -323,6 +443,9 @@ pub struct RedisBackend {
     connection: Connection,
     settings: Settings,
     reloader: Arc<Reloader>,
+    /// Coalesces the calls of concurrent callers (`None`: every call goes
+    /// alone; see [`RedisBackendBuilder::coalesce`](crate::RedisBackendBuilder::coalesce)).
+    coalescer: Option<Arc<Coalescer>>,
     /// Refund notices: told with every call that gives room back, heard by
     /// the limiters that subscribe (`None`: turned off).
     pub(crate) notices: Option<Arc<crate::notices::Notices>>,
@@ -338,6 +461,7 @@ impl fmt::Debug for RedisBackend {
             .field("client_clock", &self.settings.clock)
             .field("extra_ttl_ms", &self.settings.extra_ttl_ms)
             .field("refund_notices", &self.notices)
+            .field("coalesced", &self.coalesced())
             .finish()
     }
 }
@@ -394,17 +518,48 @@ impl RedisBackend {
     /// The default time allowed to connect: 5 s.
     pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+    /// A backend on `connection`; `coalesce`: the most calls coalesced
+    /// into one, where this connection and call mode coalesce (see
+    /// [`RedisBackend::coalesces`]).
     pub(crate) fn from_parts(
         connection: Connection,
         settings: Settings,
         notices: Option<crate::notices::Notices>,
+        coalesce: Option<usize>,
     ) -> Self {
+        let reloader = Arc::<Reloader>::default();
+        let coalescer = coalesce
+            .filter(|_| settings.mode == CallMode::Functions && connection.coalesces())
+            .map(|max| {
+                Arc::new(Coalescer::new(
+                    connection.clone(),
+                    Arc::clone(&reloader),
+                    Arc::clone(&settings.target),
+                    max,
+                ))
+            });
         Self {
             connection,
             settings,
-            reloader: Arc::default(),
+            reloader,
+            coalescer,
             notices: notices.map(Arc::new),
         }
+    }
+
+    /// Whether this backend coalesces the calls of concurrent callers
+    /// (see [`RedisBackendBuilder::coalesce`](crate::RedisBackendBuilder::coalesce)):
+    /// asked for, on a connection to one server (not a Redis Cluster), in
+    /// [`CallMode::Functions`].
+    pub fn coalesces(&self) -> bool {
+        self.coalescer.is_some()
+    }
+
+    /// What coalescing did so far: how many calls went alone, how many
+    /// coalesced calls carried how many calls; `None` when this backend
+    /// does not coalesce.
+    pub fn coalesced(&self) -> Option<CoalescedCalls> {
+        self.coalescer.as_ref().map(|c| c.counts())
     }
 
     /// The SHA1 of the batch script (what `EVALSHA` is sent with for
@@ -552,7 +707,13 @@ impl RedisBackend {
             id_key.as_deref(),
         )
         .telling(origin);
-        let values = self.send(deadline, &plan).await?;
+        let values = match &self.coalescer {
+            Some(coalescer) if op.coalesces() => coalescer
+                .send(deadline, &plan)
+                .await
+                .map_err(|err| self.failure(&plan, err))?,
+            _ => self.send(deadline, &plan).await?,
+        };
         parse_reply(op, requests.len(), &values)
     }
 
@@ -572,7 +733,14 @@ impl RedisBackend {
         deadline: Instant,
         plan: &Plan<'_, '_>,
     ) -> Result<T, BackendError> {
-        self.run(deadline, plan).await.map_err(|err| match err {
+        self.run(deadline, plan)
+            .await
+            .map_err(|err| self.failure(plan, err))
+    }
+
+    /// What `plan` failing with `err` (`None`: its deadline passed) is.
+    fn failure(&self, plan: &Plan<'_, '_>, err: Option<redis::RedisError>) -> BackendError {
+        match err {
             None => BackendError::Timeout(self.settings.timeout),
             Some(err) => {
                 let what = What {
@@ -582,7 +750,7 @@ impl RedisBackend {
                 };
                 error::from_redis(&what, &err, self.settings.timeout)
             }
-        })
+        }
     }
 
     /// The extra TTL added to every key written (ms).
@@ -590,83 +758,25 @@ impl RedisBackend {
         self.settings.extra_ttl_ms
     }
 
-    /// Sends `plan`, reloading what the server lacks: in
-    /// [`CallMode::Functions`], `FCALL`; when the library is missing, load
-    /// it (once for every call that noticed) and `FCALL` again; when it is
-    /// missing again, `EVAL` the entry's source. In [`CallMode::Scripts`],
-    /// `EVALSHA`, then `EVAL` (which caches the script again). `Err(None)`
-    /// when the deadline passed.
+    /// Where this backend's calls go.
+    pub(crate) fn link(&self) -> Link<'_> {
+        Link {
+            connection: &self.connection,
+            reloader: &self.reloader,
+            mode: self.settings.mode,
+            target: &self.settings.target,
+        }
+    }
+
+    /// Sends `plan` ([`Link::run`]). `Err(None)` when the deadline passed.
     async fn run<T: FromRedisValue>(
         &self,
         deadline: Instant,
         plan: &Plan<'_, '_>,
     ) -> Result<T, Option<redis::RedisError>> {
-        let mut via = match self.settings.mode {
-            CallMode::Scripts => Via::ScriptSha,
-            _ => Via::Function,
-        };
-        let mut reloaded = false;
-        loop {
-            let seen = self.reloader.generation.load(Ordering::Acquire);
-            match self
-                .connection
-                .query::<T>(deadline, &plan.command(via))
-                .await
-            {
-                None => return Err(None),
-                Some(Ok(values)) => return Ok(values),
-                Some(Err(err)) if via != Via::ScriptSource && is_missing_code(&err) => {
-                    via = if via == Via::Function && !reloaded {
-                        reloaded = true;
-                        if self.reload(deadline, seen).await {
-                            Via::Function
-                        } else {
-                            Via::ScriptSource
-                        }
-                    } else {
-                        Via::ScriptSource
-                    };
-                    tracing::debug!(
-                        entry = ?plan.entry,
-                        next = ?via,
-                        "the server lacked the rate-limit code; retrying"
-                    );
-                }
-                Some(Err(err)) => return Err(Some(err)),
-            }
-        }
-    }
-
-    /// Loads the Functions library (on a cluster: on every master), unless
-    /// another call loaded it since generation `seen` was read. Whether the
-    /// library is believed loaded.
-    async fn reload(&self, deadline: Instant, seen: u64) -> bool {
-        let Ok(_guard) = tokio::time::timeout_at(deadline, self.reloader.lock.lock()).await else {
-            return false;
-        };
-        if self.reloader.generation.load(Ordering::Acquire) != seen {
-            return true;
-        }
-        let loaded = self
-            .connection
-            .query::<redis::Value>(deadline, &script::load_library_command())
-            .await;
-        self.reloader.generation.fetch_add(1, Ordering::AcqRel);
-        match loaded {
-            Some(Ok(_)) => {
-                tracing::info!(
-                    library = script::library_name(),
-                    target = %self.settings.target,
-                    "loaded the rate-limit Functions library again"
-                );
-                true
-            }
-            Some(Err(error)) => {
-                tracing::warn!(%error, "could not load the rate-limit Functions library; using EVAL");
-                false
-            }
-            None => false,
-        }
+        self.link()
+            .run(deadline, plan.entry, |via| plan.command(via))
+            .await
     }
 
     /// On a cluster, the requests split by hash tag when there is more than

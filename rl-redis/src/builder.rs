@@ -91,6 +91,10 @@ pub struct RedisBackendBuilder {
     master_auth: MasterAuth,
     call_mode: CallMode,
     refund_notices: bool,
+    /// Whether calls of concurrent callers are coalesced.
+    coalesce: bool,
+    /// The most calls coalesced into one (checked at connect: at least 1).
+    coalesce_max: usize,
     /// Where a backend on the application's connection subscribes to
     /// refund notices.
     pubsub: Vec<redis::Client>,
@@ -111,6 +115,8 @@ impl fmt::Debug for RedisBackendBuilder {
             .field("master_tls", &self.master_auth.tls)
             .field("call_mode", &self.call_mode)
             .field("refund_notices", &self.refund_notices)
+            .field("coalesce", &self.coalesce)
+            .field("coalesce_max", &self.coalesce_max)
             .field("pubsub_clients", &self.pubsub.len());
         #[cfg(feature = "__tls")]
         f.field("tls", &self.tls);
@@ -129,6 +135,8 @@ impl RedisBackendBuilder {
             master_auth: MasterAuth::default(),
             call_mode: CallMode::Auto,
             refund_notices: true,
+            coalesce: false,
+            coalesce_max: crate::coalesce::DEFAULT_MAX,
             pubsub: Vec::new(),
             #[cfg(feature = "__tls")]
             tls: crate::tls::Certificates::default(),
@@ -262,6 +270,53 @@ impl RedisBackendBuilder {
         self
     }
 
+    /// Whether the calls of concurrent callers are coalesced into one Lua
+    /// call (default `false`).
+    ///
+    /// Without it, every call is one `FCALL`, and part of every decision's
+    /// server time is the cost of a call itself (reading the command,
+    /// finding the function, writing the reply). With it, the backend sends a call at once, alone, when none is in
+    /// flight (so a lone call is never delayed, and there is no timer);
+    /// the calls made while one is in flight wait, and when it returns they
+    /// go together, up to [`RedisBackendBuilder::coalesce_max`] of them, as
+    /// one `FCALL` of the library's `<library>_many` entry (read-only calls
+    /// apart, in `<library>_many_ro`), which runs each of them exactly as
+    /// it would have run alone, one after the other, and answers each
+    /// caller with its own reply. A call's error (a key of the wrong type,
+    /// say) comes back to its caller only. Each caller keeps its timeout:
+    /// one that runs out fails with [`BackendError::Timeout`], and its
+    /// call may still be decided, as a call alone that timed out after it
+    /// was sent.
+    ///
+    /// What is coalesced: [`Backend::acquire`](ratewall::backend::Backend::acquire)
+    /// and `acquire_once`, `peek` and `peek_ahead`, `refund`, `charge` and
+    /// `hold` (a decision, and settling its cost). Everything else goes
+    /// alone as before: resets, cancels by request id, reservations of
+    /// waiting calls, in-flight lease renewals, quota leases, blocks,
+    /// lists, the limits registry and learned scales.
+    ///
+    /// Only on a connection to one server (a URL, the application's own
+    /// connection, TLS, Sentinel's master) in [`CallMode::Functions`]:
+    /// a Redis Cluster's calls and [`CallMode::Scripts`] go alone
+    /// ([`RedisBackend::coalesces`] says which). When the server lost the
+    /// library, a coalesced call loads it again and is sent again, and if
+    /// it is still missing, each of its calls goes alone by `EVAL`, as a
+    /// call alone does. [`RedisBackend::coalesced`] counts what was
+    /// coalesced.
+    pub fn coalesce(mut self, enabled: bool) -> Self {
+        self.coalesce = enabled;
+        self
+    }
+
+    /// The most calls coalesced into one (default 64; see
+    /// [`RedisBackendBuilder::coalesce`]): a longer queue goes in several
+    /// coalesced calls, one after the other. 0 makes
+    /// [`RedisBackendBuilder::connect`] fail.
+    pub fn coalesce_max(mut self, calls: usize) -> Self {
+        self.coalesce_max = calls;
+        self
+    }
+
     /// The client that a backend on the application's own connection
     /// ([`RedisBackend::builder_with_connection`],
     /// `RedisBackend::cluster_builder_with_connection`) opens its refund
@@ -376,7 +431,8 @@ impl RedisBackendBuilder {
     ///
     /// # Errors
     /// A [`BackendError`] when the backend cannot be built:
-    /// [`BackendError::Unavailable`] for a URL that cannot be read, a server
+    /// [`BackendError::Unavailable`] for a URL that cannot be read, a
+    /// [`RedisBackendBuilder::coalesce_max`] of 0, a server
     /// that cannot be reached or drops the connection, or (with sentinels) a
     /// master the sentinels do not name;
     /// [`BackendError::Timeout`] when connecting takes longer than the connect
@@ -385,6 +441,11 @@ impl RedisBackendBuilder {
     /// message says which), when the server refuses the Functions library in
     /// [`CallMode::Functions`], or for any other reply the backend cannot use.
     pub async fn connect(self) -> Result<RedisBackend, BackendError> {
+        if self.coalesce_max == 0 {
+            return Err(BackendError::unavailable(
+                "coalesce_max(0): a coalesced call carries at least one call; give 1 or more",
+            ));
+        }
         let target = self.describe();
         let timeout = self.connect_timeout;
         let connect_timeout = self.connect_timeout;
@@ -456,6 +517,7 @@ impl RedisBackendBuilder {
             connection,
             Settings { mode, ..settings },
             notices,
+            self.coalesce.then_some(self.coalesce_max),
         ))
     }
 

@@ -8,7 +8,9 @@
 //!   (`FCALL`, `FCALL_RO` for peeks) runs only its own entry point. One
 //!   function per algorithm and operation for single-limit calls
 //!   (`<library>_gc_acquire`, `_peek`, `_refund`, ...) and `<library>_batch`
-//!   (`_batch_ro` for peeks) for multi-limit, idempotent and reset calls.
+//!   (`_batch_ro` for peeks) for multi-limit, idempotent and reset calls;
+//!   `<library>_many` (`_many_ro`) for the calls of several callers
+//!   coalesced into one (`crate::coalesce`, [`SubCall`]).
 //! - **Scripts** (`EVALSHA`, for Redis < 7 and servers that refuse
 //!   functions): one script per entry point, holding only the code that
 //!   entry needs (a single-limit script holds one algorithm).
@@ -17,6 +19,7 @@
 //! `lua/single.lua` and `lua/batch.lua`); [`Entry`] names an entry point and
 //! [`Via`] how it is invoked.
 
+use std::fmt;
 use std::sync::LazyLock;
 
 use ratewall::{
@@ -32,6 +35,7 @@ const REQUESTS: &str = include_str!("lua/requests.lua");
 const BLOCK: &str = include_str!("lua/block.lua");
 const BATCH: &str = include_str!("lua/batch.lua");
 const LEASE: &str = include_str!("lua/lease.lua");
+const MANY: &str = include_str!("lua/many.lua");
 const LIBRARY: &str = include_str!("lua/library.lua");
 
 /// The source of the Lua module named `module` (an algorithm's
@@ -234,6 +238,18 @@ impl Op {
     pub(crate) const fn tells(self) -> bool {
         matches!(self, Op::Refund | Op::CancelOnce | Op::Reset | Op::Unblock)
     }
+
+    /// Whether a call may be coalesced with other callers' calls
+    /// (`crate::coalesce`): acquires (idempotent ones too), peeks (ahead
+    /// too), refunds, charges and holds, the calls of a decision and of
+    /// settling its cost. The others (probes, resets, cancels by request
+    /// id, renewals, blocks, leases, reservations) go alone.
+    pub(crate) const fn coalesces(self) -> bool {
+        matches!(
+            self,
+            Op::Acquire | Op::AcquireOnce | Op::Peek | Op::Refund | Op::Charge | Op::Hold
+        )
+    }
 }
 
 /// An entry point of the Lua code.
@@ -285,8 +301,31 @@ impl Entry {
     }
 
     /// Whether it never writes (sent with `FCALL_RO`).
-    fn read_only(self) -> bool {
+    pub(crate) fn read_only(self) -> bool {
         matches!(self, Entry::Single(Op::Peek, _) | Entry::BatchReadOnly)
+    }
+
+    /// Its function's name without the library's prefix (`gc_acquire`,
+    /// `batch`, ...): how a coalesced call names it (`lua/many.lua`).
+    fn function_suffix(self) -> &'static str {
+        &entry_code(self).function[library_name().len() + 1..]
+    }
+
+    /// The command invoking it `via`, up to its key count.
+    fn invocation(self, via: Via) -> Cmd {
+        let code = entry_code(self);
+        let mut cmd = match via {
+            Via::Function if self.read_only() => redis::cmd("FCALL_RO"),
+            Via::Function => redis::cmd("FCALL"),
+            Via::ScriptSha => redis::cmd("EVALSHA"),
+            Via::ScriptSource => redis::cmd("EVAL"),
+        };
+        match via {
+            Via::Function => cmd.arg(&code.function),
+            Via::ScriptSha => cmd.arg(&code.sha),
+            Via::ScriptSource => cmd.arg(&code.script),
+        };
+        cmd
     }
 
     fn every() -> impl Iterator<Item = Entry> {
@@ -347,10 +386,10 @@ static CODE: LazyLock<Code> = LazyLock::new(|| {
     // The library's name carries a hash of everything it runs, so another
     // version of this crate on the same server has other function names.
     let tables = lua_tables(&every);
-    let tag = &sha1(&[tables.as_str(), body.as_str(), LEASE, LIBRARY].concat())[..12];
+    let tag = &sha1(&[tables.as_str(), body.as_str(), LEASE, MANY, LIBRARY].concat())[..12];
     let library_name = format!("rl_{tag}");
     let library = format!(
-        "#!lua name={library_name}\nlocal RL_PREFIX = '{library_name}_'\n{tables}{body}{LEASE}{LIBRARY}"
+        "#!lua name={library_name}\nlocal RL_PREFIX = '{library_name}_'\n{tables}{body}{LEASE}{MANY}{LIBRARY}"
     );
     let entries = Entry::every()
         .map(|entry| {
@@ -788,18 +827,7 @@ impl<'p, 'r> Plan<'p, 'r> {
 
     /// The command invoking this call's entry point `via`.
     pub(crate) fn command(&self, via: Via) -> Cmd {
-        let code = entry_code(self.entry);
-        let mut cmd = match via {
-            Via::Function if self.entry.read_only() => redis::cmd("FCALL_RO"),
-            Via::Function => redis::cmd("FCALL"),
-            Via::ScriptSha => redis::cmd("EVALSHA"),
-            Via::ScriptSource => redis::cmd("EVAL"),
-        };
-        match via {
-            Via::Function => cmd.arg(&code.function),
-            Via::ScriptSha => cmd.arg(&code.sha),
-            Via::ScriptSource => cmd.arg(&code.script),
-        };
+        let mut cmd = self.entry.invocation(via);
         cmd.arg(self.key_count());
         let mut sink = CmdSink(&mut cmd);
         self.write_keys(&mut sink);
@@ -862,6 +890,168 @@ impl Call {
         plan.write_keys(&mut call);
         plan.write_args(&mut call);
         call
+    }
+}
+
+/// One caller's call written out to travel inside a coalesced call
+/// (`lua/many.lua`): its entry point, and its keys then its arguments,
+/// exactly those it would be sent with alone.
+pub(crate) struct SubCall {
+    entry: Entry,
+    keys: usize,
+    parts: Cmd,
+}
+
+impl fmt::Debug for SubCall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the keys and arguments: they hold identities.
+        f.debug_struct("SubCall")
+            .field("entry", &self.entry)
+            .field("keys", &self.keys)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Plan<'_, '_> {
+    /// This call, to travel inside a coalesced call.
+    pub(crate) fn sub_call(&self) -> SubCall {
+        let mut parts = Cmd::new();
+        let mut sink = CmdSink(&mut parts);
+        self.write_keys(&mut sink);
+        self.write_args(&mut sink);
+        SubCall {
+            entry: self.entry,
+            keys: self.key_count(),
+            parts,
+        }
+    }
+}
+
+impl SubCall {
+    /// Its entry point.
+    pub(crate) fn entry(&self) -> Entry {
+        self.entry
+    }
+
+    /// Whether it never writes.
+    pub(crate) fn read_only(&self) -> bool {
+        self.entry.read_only()
+    }
+
+    /// Its keys, then its arguments.
+    fn split(&self) -> (impl Iterator<Item = &[u8]>, impl Iterator<Item = &[u8]>) {
+        let parts = self.parts.args_iter().map(|arg| match arg {
+            redis::Arg::Simple(bytes) => bytes,
+            // Never written here (no cursor in a call).
+            _ => &[],
+        });
+        let keys = parts.clone().take(self.keys);
+        (keys, parts.skip(self.keys))
+    }
+
+    /// How many arguments (after its keys) it carries.
+    fn arg_count(&self) -> usize {
+        self.parts.args_iter().len() - self.keys
+    }
+
+    /// The call alone, invoked `via` (a coalesced call falls back to
+    /// [`Via::ScriptSource`] for each of its calls when the library is
+    /// missing again after a reload).
+    pub(crate) fn command(&self, via: Via) -> Cmd {
+        let mut cmd = self.entry.invocation(via);
+        cmd.arg(self.keys);
+        let (keys, args) = self.split();
+        for part in keys.chain(args) {
+            cmd.arg(part);
+        }
+        cmd
+    }
+}
+
+/// `FCALL <library>_many` (`FCALL_RO <library>_many_ro` when every call
+/// is read-only) of `calls`, in order (see `lua/many.lua`): every call's
+/// keys, then the count and, per call, its entry, its key count, its
+/// argument count and its arguments.
+pub(crate) fn many_command(calls: &[&SubCall]) -> Cmd {
+    let read_only = calls.iter().all(|call| call.read_only());
+    let mut cmd = if read_only {
+        let mut cmd = redis::cmd("FCALL_RO");
+        cmd.arg(format!("{}_many_ro", library_name()));
+        cmd
+    } else {
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(format!("{}_many", library_name()));
+        cmd
+    };
+    cmd.arg(calls.iter().map(|call| call.keys).sum::<usize>());
+    for call in calls {
+        for key in call.split().0 {
+            cmd.arg(key);
+        }
+    }
+    cmd.arg(calls.len());
+    for call in calls {
+        cmd.arg(call.entry.function_suffix())
+            .arg(call.keys)
+            .arg(call.arg_count());
+        for arg in call.split().1 {
+            cmd.arg(arg);
+        }
+    }
+    cmd
+}
+
+/// Splits the reply of a coalesced call over `count` calls into each
+/// call's own reply: its integers, or the error it returned or raised.
+pub(crate) fn parse_many(
+    count: usize,
+    value: redis::Value,
+) -> Result<Vec<redis::RedisResult<Vec<i64>>>, redis::RedisError> {
+    let redis::Value::Array(replies) = value else {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "the rate-limit code did not answer a coalesced call with an array",
+        )));
+    };
+    if replies.len() != count {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "the rate-limit code answered a coalesced call with the wrong number of replies",
+            format!("{} for {count} calls", replies.len()),
+        )));
+    }
+    Ok(replies
+        .into_iter()
+        .map(|reply| match reply {
+            redis::Value::BulkString(line) => Err(error_of_line(&line)),
+            reply => redis::FromRedisValue::from_redis_value(reply).map_err(Into::into),
+        })
+        .collect())
+}
+
+/// The error whose line (`<CODE> <message>`) a coalesced call answered for
+/// one of its calls, read as redis-rs reads an error reply: the error the
+/// call alone meets, with its code and message (less the server's note of
+/// where in the Lua code an error was raised, `script: ..., on @...`).
+fn error_of_line(line: &[u8]) -> redis::RedisError {
+    let line = line.strip_prefix(b"-").unwrap_or(line);
+    let mut reply = Vec::with_capacity(line.len() + 3);
+    reply.push(b'-');
+    reply.extend(line.iter().map(|&byte| {
+        if matches!(byte, b'\r' | b'\n') {
+            b' '
+        } else {
+            byte
+        }
+    }));
+    reply.extend_from_slice(b"\r\n");
+    match redis::parse_redis_value(&reply) {
+        Ok(redis::Value::ServerError(error)) => error.into(),
+        Ok(_) => redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "the rate-limit code answered an unreadable error line",
+        )),
+        Err(error) => error,
     }
 }
 
@@ -1404,6 +1594,87 @@ mod tests {
         assert_eq!(plan.entry, Entry::Batch);
         assert_eq!(Call::of(&plan).keys.last().unwrap(), "rl:{pay:alice}:req:x");
         assert_eq!(plan.key_count(), 2);
+    }
+
+    #[test]
+    fn a_coalesced_call_carries_every_calls_keys_then_each_calls_entry_counts_and_arguments() {
+        let key = Key::new("rl", "sms", "+33 6");
+        let (minute, hour) = (Limit::per_minute(3).unwrap(), Limit::per_hour(5).unwrap());
+        let one = [Request::new(&key, &hour, 1)];
+        let two = [Request::new(&key, &minute, 1), Request::new(&key, &hour, 2)];
+        let single = Plan::new(Op::Acquire, Time::Client(42), 0, 0, &one, None).sub_call();
+        let batch = Plan::new(Op::Acquire, Time::Client(42), 0, 0, &two, None).sub_call();
+        let peek = Plan::new(Op::Peek, Time::Server, 0, 0, &one, None).sub_call();
+        let line = |cmd: Cmd| -> Vec<String> {
+            cmd.args_iter()
+                .map(|arg| match arg {
+                    redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                    _ => String::new(),
+                })
+                .collect()
+        };
+        let many = line(many_command(&[&single, &batch]));
+        let mut expected = vec![
+            "FCALL".to_owned(),
+            format!("{}_many", library_name()),
+            "3".to_owned(),
+        ];
+        expected.extend(
+            [
+                "rl:{sms:+33 6}:gc:3600000000",
+                "rl:{sms:+33 6}:gc:60000000",
+                "rl:{sms:+33 6}:gc:3600000000",
+                "2",
+                "gc_acquire",
+                "1",
+                "5",
+                "5",
+                "3600000000",
+                "5",
+                "1",
+                "42",
+                "batch",
+                "2",
+            ]
+            .map(str::to_owned),
+        );
+        assert_eq!(many[..expected.len()], expected[..]);
+        // The batch's own arguments follow its count, as it sends them alone.
+        let alone = Call::of(&Plan::new(Op::Acquire, Time::Client(42), 0, 0, &two, None));
+        assert_eq!(many[expected.len()], alone.args.len().to_string());
+        assert_eq!(many[expected.len() + 1..], alone.args[..]);
+        // Read-only calls alone go read-only.
+        let ro = line(many_command(&[&peek, &peek]));
+        assert_eq!(ro[0], "FCALL_RO");
+        assert_eq!(ro[1], format!("{}_many_ro", library_name()));
+        assert_eq!(ro[6], "gc_peek");
+        // A call alone is the command it would have been.
+        let plan = Plan::new(Op::Peek, Time::Server, 0, 0, &one, None);
+        assert_eq!(
+            line(peek.command(Via::Function)),
+            line(plan.command(Via::Function))
+        );
+        assert!(library_source().contains("'many'"));
+    }
+
+    #[test]
+    fn a_coalesced_reply_splits_into_each_calls_reply_or_error() {
+        use redis::Value;
+        let reply = Value::Array(vec![
+            Value::Array(vec![Value::Int(1), Value::Int(9)]),
+            Value::BulkString(b"WRONGTYPE Operation against a key".to_vec()),
+            Value::Array(vec![Value::Int(7)]),
+            Value::BulkString(b"ERR ratewall-redis: malformed\r\n".to_vec()),
+        ]);
+        let replies = parse_many(4, reply).unwrap();
+        assert_eq!(replies[0].as_ref().unwrap(), &[1, 9]);
+        let wrong = replies[1].as_ref().unwrap_err();
+        assert_eq!(wrong.code(), Some("WRONGTYPE"));
+        assert_eq!(wrong.detail(), Some("Operation against a key"));
+        assert_eq!(replies[2].as_ref().unwrap(), &[7]);
+        assert_eq!(replies[3].as_ref().unwrap_err().code(), Some("ERR"));
+        assert!(parse_many(3, Value::Array(vec![])).is_err());
+        assert!(parse_many(1, Value::Int(1)).is_err());
     }
 
     #[test]

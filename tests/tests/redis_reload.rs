@@ -1,8 +1,8 @@
 //! The Lua code is loaded again whenever the server lacks it, without a
 //! single call failing: `SCRIPT FLUSH` and `FUNCTION FLUSH` every 2 ms
-//! during a load run, on a standalone server and on every master of a
-//! cluster, in both call modes; and the call mode is chosen by what the
-//! server allows.
+//! during a load run, on a standalone server (in both call modes, and
+//! with coalesced calls) and on every master of a cluster; and the call
+//! mode is chosen by what the server allows.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -172,26 +172,42 @@ fn check(tally: &Tally, what: &str, servers: usize) {
     assert_eq!(errors, 0, "{what}: {errors} of {calls} calls failed");
 }
 
-async fn standalone_run(mode: CallMode) {
+async fn standalone_run(mode: CallMode, coalesce: bool) {
     let server = RedisServer::start();
     let backend = RedisBackend::builder(server.url())
         .call_mode(mode)
+        .coalesce(coalesce)
         .connect()
         .await
         .expect("connect");
     assert_eq!(backend.call_mode(), mode);
-    let tally = load_while_flushing(Arc::new(backend), std::slice::from_ref(&server)).await;
-    check(&tally, &format!("standalone, {mode:?}"), 1);
+    assert_eq!(backend.coalesces(), coalesce);
+    let backend = Arc::new(backend);
+    let tally = load_while_flushing(backend.clone(), std::slice::from_ref(&server)).await;
+    check(
+        &tally,
+        &format!("standalone, {mode:?}, coalesce {coalesce}"),
+        1,
+    );
+    if let Some(counts) = backend.coalesced() {
+        eprintln!("coalesced: {counts:?}");
+        assert!(counts.batches > 0, "{counts:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flushing_functions_and_scripts_every_2ms_causes_no_errors_with_the_library() {
-    standalone_run(CallMode::Functions).await;
+    standalone_run(CallMode::Functions, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flushing_functions_and_scripts_every_2ms_causes_no_errors_with_coalesced_calls() {
+    standalone_run(CallMode::Functions, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flushing_functions_and_scripts_every_2ms_causes_no_errors_with_scripts() {
-    standalone_run(CallMode::Scripts).await;
+    standalone_run(CallMode::Scripts, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,7 +10,9 @@
 -- the blocks of an identity)
 -- for everything else (batch.lua), in-flight limits (code 'if') included:
 -- their module is loaded by the batch on first use; <prefix>lease for
--- quota leasing of rate limits (lease.lua).
+-- quota leasing of rate limits (lease.lua); <prefix>many and
+-- <prefix>many_ro (no-writes) for the calls of several callers coalesced
+-- into one (many.lua), which name the entries above.
 
 -- (No `pairs` here: at load time Redis offers no global but `redis`.)
 -- CODES: the rate algorithms' codes (generated, see script.rs).
@@ -18,13 +20,20 @@ for i = 1, #CODES do
   local code = CODES[i]
   local M = LOADERS[code]()
   ALG[code] = M
-  redis.register_function(RL_PREFIX .. code .. '_acquire', single_decide(M, code, true))
+  local acquire = single_decide(M, code, true)
+  local peek = single_decide(M, code, false)
+  local refund = single_refund(M, code)
+  redis.register_function(RL_PREFIX .. code .. '_acquire', acquire)
   redis.register_function{
     function_name = RL_PREFIX .. code .. '_peek',
-    callback = single_decide(M, code, false),
+    callback = peek,
     flags = { 'no-writes' },
   }
-  redis.register_function(RL_PREFIX .. code .. '_refund', single_refund(M, code))
+  redis.register_function(RL_PREFIX .. code .. '_refund', refund)
+  MANY_ENTRIES[code .. '_acquire'] = acquire
+  MANY_ENTRIES[code .. '_peek'] = peek
+  MANY_ENTRIES[code .. '_refund'] = refund
+  MANY_READ_ONLY[code .. '_peek'] = peek
 end
 redis.register_function(RL_PREFIX .. 'batch', batch)
 redis.register_function{
@@ -33,3 +42,12 @@ redis.register_function{
   flags = { 'no-writes' },
 }
 redis.register_function(RL_PREFIX .. 'lease', lease)
+MANY_ENTRIES['batch'] = batch
+MANY_ENTRIES['batch_ro'] = batch_ro
+MANY_READ_ONLY['batch_ro'] = batch_ro
+redis.register_function(RL_PREFIX .. 'many', many)
+redis.register_function{
+  function_name = RL_PREFIX .. 'many_ro',
+  callback = many_ro,
+  flags = { 'no-writes' },
+}

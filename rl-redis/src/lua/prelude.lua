@@ -12,10 +12,11 @@
 -- sliding_window.lua, meter.lua, gcra.lua, and in_flight.lua, the
 -- concurrency limit, decided by the batch entry only), then the entry points
 -- (single.lua: one limit, one algorithm; batch.lua: any batch; lease.lua:
--- quota leasing of rate limits), then
--- either library.lua (Redis >= 7: a Functions library, loaded once, whose
--- code above runs once at load time) or one `return <entry>(KEYS, ARGV)`
--- line (a script, for EVALSHA: the code above runs on every call).
+-- quota leasing of rate limits), then either many.lua (the calls of
+-- several callers in one FCALL) and library.lua (Redis >= 7: a Functions
+-- library, loaded once, whose code above runs once at load time) or one
+-- `return <entry>(KEYS, ARGV)` line (a script, for EVALSHA: the code above
+-- runs on every call).
 
 -- (A script starts with a line asking Redis 3.2 - 4.x for effects
 -- replication, so that TIME is allowed before writes: script.rs.)

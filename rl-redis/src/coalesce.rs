@@ -1,0 +1,361 @@
+//! [`Coalescer`]: the calls of several callers on one connection decided by
+//! one `FCALL` (see
+//! [`RedisBackendBuilder::coalesce`](crate::RedisBackendBuilder::coalesce)).
+//!
+//! No timer. A call made while no call of its lane is in flight is sent at
+//! once, alone, as it would be without coalescing. Calls made while one is
+//! in flight wait in the lane's queue; when the call in flight returns, up
+//! to `max` of them (oldest first) go as one `FCALL <library>_many` (see
+//! `lua/many.lua`), and the reply is split back to each caller. So a lone
+//! call is never delayed, and under load each lane has one call in flight.
+//!
+//! Two lanes: calls that may write go in `<library>_many`; read-only calls
+//! (peeks) in `<library>_many_ro`, flagged `no-writes` like their own
+//! entries, so that a peek is refused nowhere its own entry is not.
+//!
+//! Each caller keeps its own deadline: one whose deadline passes gets
+//! [`ratewall::error::BackendError::Timeout`] (its call may still run, as a
+//! call alone that timed out after it was sent); a caller that gave up
+//! before its turn came is not sent at all.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use redis::RedisError;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::backend::{Connection, Link, Reloader};
+use crate::call_mode::CallMode;
+use crate::script::{Plan, SubCall, Via, is_missing_code, many_command, parse_many};
+
+/// The most calls coalesced into one by default.
+pub(crate) const DEFAULT_MAX: usize = 64;
+
+/// What one call comes back with: its reply's integers, or the error it
+/// met (`None`: the deadline passed).
+type Outcome = Result<Vec<i64>, Option<RedisError>>;
+
+/// A call waiting for its turn.
+struct Waiting {
+    call: SubCall,
+    deadline: Instant,
+    reply: oneshot::Sender<Outcome>,
+}
+
+/// One lane's state.
+#[derive(Default)]
+struct Queue {
+    /// Whether a call of the lane is in flight (alone, or a drain running).
+    busy: bool,
+    waiting: VecDeque<Waiting>,
+}
+
+/// The calls of one lane.
+#[derive(Default)]
+struct Lane {
+    queue: Mutex<Queue>,
+}
+
+impl Lane {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // A panic while holding the lock leaves a queue that is still whole.
+        self.queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// What a backend's coalescing did so far (see
+/// [`RedisBackend::coalesced`](crate::RedisBackend::coalesced)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CoalescedCalls {
+    /// Calls sent as their own single call: made while nothing was in
+    /// flight, or alone in the queue when their turn came.
+    pub alone: u64,
+    /// Coalesced calls sent (`FCALL <library>_many` or `_many_ro`), each
+    /// carrying the calls of two or more callers.
+    pub batches: u64,
+    /// Calls that went inside coalesced calls.
+    pub batched: u64,
+    /// The most calls one coalesced call carried.
+    pub largest: u64,
+}
+
+/// The counts behind [`CoalescedCalls`].
+#[derive(Default)]
+struct Counts {
+    alone: AtomicU64,
+    batches: AtomicU64,
+    batched: AtomicU64,
+    largest: AtomicU64,
+}
+
+/// Coalesces the calls made on one connection to one server (see the
+/// module docs).
+pub(crate) struct Coalescer {
+    connection: Connection,
+    reloader: Arc<Reloader>,
+    target: Arc<str>,
+    /// The most calls in one coalesced call (at least 1).
+    max: usize,
+    /// `[0]`: calls that may write; `[1]`: read-only calls.
+    lanes: [Lane; 2],
+    counts: Counts,
+}
+
+impl Coalescer {
+    /// A coalescer over `connection`, whose Functions library is reloaded
+    /// through `reloader`; at most `max` calls in one.
+    pub(crate) fn new(
+        connection: Connection,
+        reloader: Arc<Reloader>,
+        target: Arc<str>,
+        max: usize,
+    ) -> Self {
+        Self {
+            connection,
+            reloader,
+            target,
+            max: max.max(1),
+            lanes: Default::default(),
+            counts: Counts::default(),
+        }
+    }
+
+    fn link(&self) -> Link<'_> {
+        Link {
+            connection: &self.connection,
+            reloader: &self.reloader,
+            mode: CallMode::Functions,
+            target: &self.target,
+        }
+    }
+
+    /// What coalescing did so far.
+    pub(crate) fn counts(&self) -> CoalescedCalls {
+        CoalescedCalls {
+            alone: self.counts.alone.load(Ordering::Relaxed),
+            batches: self.counts.batches.load(Ordering::Relaxed),
+            batched: self.counts.batched.load(Ordering::Relaxed),
+            largest: self.counts.largest.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Sends `plan` by `deadline`: at once when its lane has nothing in
+    /// flight, else with the calls waiting beside it. `Err(None)` when the
+    /// deadline passed first.
+    pub(crate) async fn send(self: &Arc<Self>, deadline: Instant, plan: &Plan<'_, '_>) -> Outcome {
+        let lane = usize::from(plan.entry.read_only());
+        if self.take_turn(lane) {
+            return self.alone(lane, deadline, plan).await;
+        }
+        // Written out outside the lock (the lane may have emptied meanwhile).
+        let call = plan.sub_call();
+        let receiver = {
+            let mut queue = self.lanes[lane].lock();
+            if !queue.busy {
+                queue.busy = true;
+                None
+            } else {
+                let (reply, receiver) = oneshot::channel();
+                queue.waiting.push_back(Waiting {
+                    call,
+                    deadline,
+                    reply,
+                });
+                Some(receiver)
+            }
+        };
+        let Some(receiver) = receiver else {
+            return self.alone(lane, deadline, plan).await;
+        };
+        match tokio::time::timeout_at(deadline, receiver).await {
+            Ok(Ok(outcome)) => outcome,
+            // The drain was dropped with its runtime.
+            Ok(Err(_)) => Err(Some(RedisError::from((
+                redis::ErrorKind::Io,
+                "the coalesced call was dropped before it was answered",
+            )))),
+            Err(_) => Err(None),
+        }
+    }
+
+    /// Marks `lane` busy if it was not; whether it was free.
+    fn take_turn(&self, lane: usize) -> bool {
+        let mut queue = self.lanes[lane].lock();
+        !std::mem::replace(&mut queue.busy, true)
+    }
+
+    /// Sends `plan` alone as the lane's call in flight; when it is done
+    /// (or dropped), the calls that queued meanwhile go.
+    async fn alone(
+        self: &Arc<Self>,
+        lane: usize,
+        deadline: Instant,
+        plan: &Plan<'_, '_>,
+    ) -> Outcome {
+        let _turn = Turn {
+            coalescer: self,
+            lane,
+        };
+        self.counts.alone.fetch_add(1, Ordering::Relaxed);
+        self.link()
+            .run(deadline, plan.entry, |via| plan.command(via))
+            .await
+    }
+
+    /// The lane's call in flight is done: frees the lane, or hands the
+    /// queue to a drain task.
+    fn hand_over(self: &Arc<Self>, lane: usize) {
+        let mut queue = self.lanes[lane].lock();
+        if queue.waiting.is_empty() {
+            queue.busy = false;
+            return;
+        }
+        drop(queue);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let this = Arc::clone(self);
+            runtime.spawn(async move { this.drain(lane).await });
+        } else {
+            // No runtime to send them on: their callers hear it at once.
+            let mut queue = self.lanes[lane].lock();
+            queue.waiting.clear();
+            queue.busy = false;
+        }
+    }
+
+    /// Sends the lane's queue, up to `max` calls at a time, until it is
+    /// empty.
+    async fn drain(self: Arc<Self>, lane: usize) {
+        let mut guard = Draining {
+            coalescer: &self,
+            lane,
+            done: false,
+        };
+        loop {
+            let batch: Vec<Waiting> = {
+                let mut queue = self.lanes[lane].lock();
+                // Callers that gave up: their calls are not sent.
+                queue.waiting.retain(|waiting| !waiting.reply.is_closed());
+                if queue.waiting.is_empty() {
+                    queue.busy = false;
+                    guard.done = true;
+                    return;
+                }
+                let count = queue.waiting.len().min(self.max);
+                queue.waiting.drain(..count).collect()
+            };
+            self.send_batch(batch).await;
+        }
+    }
+
+    /// Sends `batch` (the one call alone as it would go alone), and answers
+    /// each caller.
+    async fn send_batch(&self, batch: Vec<Waiting>) {
+        let Some(deadline) = batch.iter().map(|waiting| waiting.deadline).max() else {
+            return;
+        };
+        let outcomes = if let [waiting] = batch.as_slice() {
+            self.counts.alone.fetch_add(1, Ordering::Relaxed);
+            let call = &waiting.call;
+            vec![
+                self.link()
+                    .run(deadline, call.entry(), |via| call.command(via))
+                    .await,
+            ]
+        } else {
+            let count = batch.len() as u64;
+            self.counts.batches.fetch_add(1, Ordering::Relaxed);
+            self.counts.batched.fetch_add(count, Ordering::Relaxed);
+            self.counts.largest.fetch_max(count, Ordering::Relaxed);
+            tracing::trace!(calls = count, "coalesced rate-limit calls");
+            let calls: Vec<&SubCall> = batch.iter().map(|waiting| &waiting.call).collect();
+            self.run_many(deadline, &calls).await
+        };
+        for (waiting, outcome) in batch.into_iter().zip(outcomes) {
+            // A caller that gave up meanwhile no longer listens.
+            let _ = waiting.reply.send(outcome);
+        }
+    }
+
+    /// Sends `calls` as one coalesced call, reloading the library when the
+    /// server lacks it (once for every call that noticed); when it is
+    /// missing again, each call goes alone by `EVAL` of its entry's source,
+    /// as a call alone would. One outcome per call, in order.
+    async fn run_many(&self, deadline: Instant, calls: &[&SubCall]) -> Vec<Outcome> {
+        let every = |outcome: Outcome| calls.iter().map(|_| outcome.clone()).collect();
+        let command = many_command(calls);
+        let mut reloaded = false;
+        loop {
+            let seen = self.reloader.generation();
+            match self
+                .connection
+                .query::<redis::Value>(deadline, &command)
+                .await
+            {
+                None => return every(Err(None)),
+                Some(Ok(value)) => {
+                    return match parse_many(calls.len(), value) {
+                        Ok(replies) => replies.into_iter().map(|r| r.map_err(Some)).collect(),
+                        Err(error) => every(Err(Some(error))),
+                    };
+                }
+                Some(Err(error)) if is_missing_code(&error) => {
+                    if reloaded || !self.link().reload(deadline, seen).await {
+                        break;
+                    }
+                    reloaded = true;
+                    tracing::debug!(
+                        "the server lacked the rate-limit code; retrying the coalesced call"
+                    );
+                }
+                Some(Err(error)) => return every(Err(Some(error))),
+            }
+        }
+        tracing::debug!(
+            "the server lacked the rate-limit code again; sending each coalesced call by EVAL"
+        );
+        let alone = calls.iter().map(|call| async move {
+            self.connection
+                .query::<Vec<i64>>(deadline, &call.command(Via::ScriptSource))
+                .await
+                .map_or(Err(None), |reply| reply.map_err(Some))
+        });
+        futures_util::future::join_all(alone).await
+    }
+}
+
+/// The turn of a call sent alone: when it ends (done or dropped), the lane
+/// is handed over.
+struct Turn<'c> {
+    coalescer: &'c Arc<Coalescer>,
+    lane: usize,
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.coalescer.hand_over(self.lane);
+    }
+}
+
+/// A drain under way: dropped before it emptied its queue (its runtime
+/// shut down), it frees the lane and drops the waiting calls, whose
+/// callers hear it at once.
+struct Draining<'c> {
+    coalescer: &'c Coalescer,
+    lane: usize,
+    done: bool,
+}
+
+impl Drop for Draining<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let mut queue = self.coalescer.lanes[self.lane].lock();
+            queue.waiting.clear();
+            queue.busy = false;
+        }
+    }
+}

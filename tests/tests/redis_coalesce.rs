@@ -1,0 +1,586 @@
+//! Coalesced calls (`RedisBackendBuilder::coalesce`) decide exactly what
+//! calls sent alone decide.
+//!
+//! Many identities, each driven by its own caller, run random sequences of
+//! acquires (idempotent ones too), peeks, refunds and charges over one to
+//! three limits of every algorithm (some that block), with costs, all at
+//! once, on a coalescing backend and on a backend sending every call alone,
+//! both on the same schedule of a manual clock: every identity's sequence
+//! of results must be the same on both (each identity's keys are its own,
+//! so its results do not depend on how the callers interleave). Also: a
+//! lone call goes alone, concurrent calls form coalesced calls within the
+//! bound (on a server, and on Sentinel's master), one call's error reaches
+//! its caller only, each waiting caller times out at its own deadline,
+//! coalesced calls load the Functions library again when the server lost
+//! it, and a Redis Cluster and the scripts call mode go alone.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use ratewall::{
+    Algorithm, Key, Limit,
+    backend::{Backend, Decisions, Request},
+    clock::ManualClock,
+    error::BackendError,
+};
+use ratewall_redis::RedisBackend;
+use ratewall_tests::harness::{RedisCluster, RedisSentinel, RedisServer};
+
+/// A realistic epoch (2023-11), so Lua handles full-size microsecond times.
+const EPOCH_US: u64 = 1_700_000_000_000_000;
+
+/// Callers (one identity each) deciding at the same time.
+const IDENTITIES: usize = 48;
+
+/// Steps per identity (the clock moves between two steps).
+const STEPS: usize = 40;
+
+/// Random cases (`RATEWALL_COALESCE_CASES` overrides).
+const CASES: u64 = 6;
+
+/// A small deterministic generator (splitmix64).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n`.
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// One to three limits of random algorithms and distinct periods, about
+/// one in four blocking.
+fn limits(rng: &mut Rng) -> Vec<Limit> {
+    let mut periods = vec![1_000_000u64, 2_000_000, 5_000_000, 60_000_000];
+    let count = 1 + rng.below(3) as usize;
+    let mut limits = Vec::with_capacity(count);
+    for _ in 0..count {
+        let period = periods.remove(rng.below(periods.len() as u64) as usize);
+        let algorithm = Algorithm::ALL[rng.below(Algorithm::ALL.len() as u64) as usize];
+        let threshold = 1 + rng.below(6);
+        let mut limit = Limit::new(threshold, Duration::from_micros(period))
+            .and_then(|l| l.with_algorithm(algorithm))
+            .expect("limit");
+        if algorithm.uses_burst() && rng.below(2) == 0 {
+            limit = limit.with_burst(threshold + rng.below(3)).unwrap_or(limit);
+        }
+        if rng.below(4) == 0 {
+            let block = Duration::from_millis(1 + rng.below(3_000));
+            limit = limit.with_block(block).unwrap_or(limit);
+        }
+        limits.push(limit);
+    }
+    limits
+}
+
+/// What one step does.
+#[derive(Debug, Clone)]
+enum Op {
+    Acquire(u64),
+    AcquireOnce(u64, u64),
+    Peek,
+    Refund(u64),
+    Charge(u64),
+}
+
+fn op(rng: &mut Rng) -> Op {
+    let cost = 1 + rng.below(2);
+    match rng.below(20) {
+        0..=8 => Op::Acquire(cost),
+        9..=10 => Op::AcquireOnce(cost, rng.below(3)),
+        11..=13 => Op::Peek,
+        14..=16 => Op::Refund(cost),
+        _ => Op::Charge(cost),
+    }
+}
+
+/// One identity's case: its limits and its steps.
+struct Identity {
+    limits: Vec<Limit>,
+    ops: Vec<Op>,
+}
+
+/// A case: every identity's steps, and the clock's moves between steps.
+struct Case {
+    identities: Vec<Identity>,
+    advances: Vec<u64>,
+}
+
+fn case(seed: u64) -> Case {
+    let mut rng = Rng(seed);
+    let identities = (0..IDENTITIES)
+        .map(|_| Identity {
+            limits: limits(&mut rng),
+            ops: (0..STEPS).map(|_| op(&mut rng)).collect(),
+        })
+        .collect();
+    let advances = (0..STEPS)
+        .map(|_| match rng.below(4) {
+            0 => 0,
+            1 => rng.below(1_000),
+            _ => rng.below(1_500_000),
+        })
+        .collect();
+    Case {
+        identities,
+        advances,
+    }
+}
+
+/// A result as compared: the decisions, or which error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Outcome {
+    Decided(Decisions),
+    Done,
+    Failed(String),
+}
+
+fn outcome<T>(result: Result<T, BackendError>, decided: impl FnOnce(T) -> Outcome) -> Outcome {
+    match result {
+        Ok(value) => decided(value),
+        Err(BackendError::Invalid(error)) => Outcome::Failed(format!("invalid: {error}")),
+        Err(error) => Outcome::Failed(format!("{error:?}")),
+    }
+}
+
+/// Runs step `step` of identity `index` under `prefix`.
+async fn run_step(
+    backend: &RedisBackend,
+    prefix: &str,
+    index: usize,
+    identity: &Identity,
+    step: usize,
+    last_at: &mut u64,
+) -> Outcome {
+    let name = format!("id{index}");
+    let key = Key::new(prefix, "coalesce", &name);
+    let requests = |cost: u64| -> Vec<Request<'_>> {
+        identity
+            .limits
+            .iter()
+            .map(|limit| Request::new(&key, limit, cost))
+            .collect()
+    };
+    match identity.ops[step] {
+        Op::Acquire(cost) => {
+            let requests = requests(cost);
+            let result = backend.acquire(&requests).await;
+            if let Ok(decisions) = &result {
+                *last_at = decisions.iter().next().map_or(0, |d| d.at_micros());
+            }
+            outcome(result, Outcome::Decided)
+        }
+        Op::AcquireOnce(cost, id) => {
+            let requests = requests(cost);
+            let result = backend.acquire_once(&requests, &format!("r{id}")).await;
+            outcome(result, Outcome::Decided)
+        }
+        Op::Peek => outcome(backend.peek(&requests(1)).await, Outcome::Decided),
+        Op::Refund(cost) => outcome(backend.refund(&requests(cost), *last_at).await, |()| {
+            Outcome::Done
+        }),
+        Op::Charge(cost) => outcome(backend.charge(&requests(cost)).await, |()| Outcome::Done),
+    }
+}
+
+/// Runs `case` on `backend` (its client clock `clock`), every identity at
+/// each step at once; each identity's outcomes.
+async fn run_case(
+    backend: &RedisBackend,
+    clock: &ManualClock,
+    prefix: &str,
+    case: &Case,
+) -> Vec<Vec<Outcome>> {
+    let mut outcomes = vec![Vec::with_capacity(STEPS); case.identities.len()];
+    let mut last_at = vec![0u64; case.identities.len()];
+    for step in 0..STEPS {
+        clock.advance_micros(case.advances[step]);
+        let steps = case
+            .identities
+            .iter()
+            .zip(last_at.iter_mut())
+            .enumerate()
+            .map(|(index, (identity, last_at))| {
+                run_step(backend, prefix, index, identity, step, last_at)
+            });
+        for (index, outcome) in join_all(steps).await.into_iter().enumerate() {
+            outcomes[index].push(outcome);
+        }
+    }
+    outcomes
+}
+
+/// A backend deciding on `clock`, coalescing (at most `max` calls in one)
+/// or not. Keys are kept an hour longer: the manual clock does not move
+/// with the server's.
+async fn backend(
+    server: &RedisServer,
+    clock: &ManualClock,
+    coalesce: Option<usize>,
+) -> RedisBackend {
+    let builder = RedisBackend::builder(server.url())
+        .client_clock(clock.clone())
+        .extra_ttl(Duration::from_secs(3_600))
+        .timeout(Duration::from_secs(10));
+    let builder = match coalesce {
+        Some(max) => builder.coalesce(true).coalesce_max(max),
+        None => builder,
+    };
+    builder.connect().await.expect("connect")
+}
+
+/// Whether `server` runs the Functions library (without `FUNCTION`, as
+/// `RATEWALL_TEST_SERVER=redis-no-functions` selects, a backend decides
+/// with scripts and coalesces nothing: checked here, then the test ends).
+async fn coalescing_server(server: &RedisServer) -> bool {
+    if server.kind().has_functions() {
+        return true;
+    }
+    let on_scripts = RedisBackend::builder(server.url())
+        .coalesce(true)
+        .connect()
+        .await
+        .expect("connect");
+    assert!(!on_scripts.coalesces());
+    false
+}
+
+fn cases() -> u64 {
+    std::env::var("RATEWALL_COALESCE_CASES")
+        .ok()
+        .and_then(|cases| cases.parse().ok())
+        .unwrap_or(CASES)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalesced_calls_decide_every_identitys_sequence_exactly_as_calls_sent_alone() {
+    let server = RedisServer::start();
+    if !coalescing_server(&server).await {
+        return;
+    }
+    for seed in 0..cases() {
+        let case = case(seed);
+        let alone_clock = ManualClock::new(EPOCH_US);
+        let alone = backend(&server, &alone_clock, None).await;
+        assert!(!alone.coalesces());
+        let coalesced_clock = ManualClock::new(EPOCH_US);
+        // A small bound, so that a step's calls go in several coalesced calls.
+        let coalescing = backend(&server, &coalesced_clock, Some(16)).await;
+        assert!(coalescing.coalesces());
+        let expected = run_case(&alone, &alone_clock, &format!("alone{seed}"), &case).await;
+        let got = run_case(
+            &coalescing,
+            &coalesced_clock,
+            &format!("coalesced{seed}"),
+            &case,
+        )
+        .await;
+        for (index, (expected, got)) in expected.iter().zip(&got).enumerate() {
+            for step in 0..STEPS {
+                assert_eq!(
+                    got[step], expected[step],
+                    "case {seed}, identity {index}, step {step}: {:?} over {:?}",
+                    case.identities[index].ops[step], case.identities[index].limits
+                );
+            }
+        }
+        // The case decided things both ways, not only errors.
+        let decided = expected
+            .iter()
+            .flatten()
+            .filter_map(|outcome| match outcome {
+                Outcome::Decided(decisions) => Some(decisions.allowed()),
+                _ => None,
+            });
+        let (allowed, refused) =
+            decided.fold(
+                (0, 0),
+                |(a, r), allowed| {
+                    if allowed { (a + 1, r) } else { (a, r + 1) }
+                },
+            );
+        assert!(
+            allowed > 100 && refused > 100,
+            "case {seed}: {allowed} allowed, {refused} refused"
+        );
+        let counts = coalescing.coalesced().expect("coalescing");
+        assert!(counts.batches > 0, "case {seed}: {counts:?}");
+        assert!(counts.largest <= 16, "case {seed}: {counts:?}");
+        // Every call of the case went, alone or inside a coalesced call
+        // (a call refused before it is sent, an invalid one, goes nowhere).
+        assert!(
+            counts.alone + counts.batched <= (IDENTITIES * STEPS) as u64,
+            "case {seed}: {counts:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_call_goes_alone_and_concurrent_calls_go_together_within_the_bound() {
+    let server = RedisServer::start();
+    if !coalescing_server(&server).await {
+        return;
+    }
+    let backend = RedisBackend::builder(server.url())
+        .coalesce(true)
+        .coalesce_max(8)
+        .connect()
+        .await
+        .expect("connect");
+    let limit = Limit::per_minute(1_000).expect("limit");
+    let key = Key::new("lone", "sms", "alice");
+    for _ in 0..3 {
+        let decisions = backend
+            .acquire(&[Request::new(&key, &limit, 1)])
+            .await
+            .expect("decided");
+        assert!(decisions.allowed());
+    }
+    let counts = backend.coalesced().expect("coalescing");
+    assert_eq!((counts.alone, counts.batches, counts.batched), (3, 0, 0));
+
+    let keys: Vec<Key> = (0..100)
+        .map(|i| Key::new("many", "sms", &format!("caller{i}")))
+        .collect();
+    let calls = keys.iter().map(|key| {
+        let backend = &backend;
+        let limit = &limit;
+        async move { backend.acquire(&[Request::new(key, limit, 1)]).await }
+    });
+    for decisions in join_all(calls).await {
+        assert!(decisions.expect("decided").allowed());
+    }
+    let counts = backend.coalesced().expect("coalescing");
+    assert!(counts.batches > 0, "{counts:?}");
+    assert!(counts.largest > 1 && counts.largest <= 8, "{counts:?}");
+    assert_eq!(counts.alone + counts.batched, 103, "{counts:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_s_error_reaches_its_caller_only() {
+    let server = RedisServer::start();
+    if !coalescing_server(&server).await {
+        return;
+    }
+    let backend = RedisBackend::builder(server.url())
+        .coalesce(true)
+        .connect()
+        .await
+        .expect("connect");
+    let alone = RedisBackend::builder(server.url())
+        .connect()
+        .await
+        .expect("connect");
+    let limit = Limit::per_minute(10).expect("limit");
+    let bad = Key::new("err", "sms", "bad");
+    // The bad identity's state key holds a set: reading it as a string
+    // raises WRONGTYPE inside the Lua call.
+    let state = format!("{}:{}", bad.as_str(), limit.storage_suffix());
+    let _: i64 = server.cmd(&["SADD", &state, "x"]).await;
+    let alone_error = alone
+        .acquire(&[Request::new(&bad, &limit, 1)])
+        .await
+        .expect_err("a set is no state");
+    assert!(
+        format!("{alone_error}").contains("WRONGTYPE"),
+        "{alone_error}"
+    );
+
+    let good: Vec<Key> = (0..20)
+        .map(|i| Key::new("err", "sms", &format!("good{i}")))
+        .collect();
+    for _ in 0..3 {
+        // The first call goes alone; the bad one waits behind it with the
+        // others and goes with them.
+        let mut keys: Vec<&Key> = good.iter().collect();
+        keys.insert(5, &bad);
+        let calls = keys.iter().map(|&key| {
+            let backend = &backend;
+            let limit = &limit;
+            async move { (key, backend.acquire(&[Request::new(key, limit, 1)]).await) }
+        });
+        for (key, result) in join_all(calls).await {
+            if key.as_str() == bad.as_str() {
+                let error = result.expect_err("a set is no state");
+                assert!(
+                    matches!(error, BackendError::Protocol(_))
+                        && matches!(alone_error, BackendError::Protocol(_)),
+                    "{error:?}"
+                );
+                assert!(format!("{error}").contains("WRONGTYPE"), "{error}");
+            } else {
+                assert!(result.expect("decided").allowed());
+            }
+        }
+    }
+    let counts = backend.coalesced().expect("coalescing");
+    assert!(counts.batches >= 3, "{counts:?}");
+    // The set is untouched: an error writes nothing here.
+    let kind: String = server.cmd(&["TYPE", &state]).await;
+    assert_eq!(kind, "set");
+}
+
+/// Runs 40 concurrent acquires on `backend`, all of which must be allowed.
+async fn concurrent_acquires(backend: &RedisBackend, round: usize) {
+    let limit = Limit::per_minute(1_000).expect("limit");
+    let keys: Vec<Key> = (0..40)
+        .map(|i| Key::new("reload", "sms", &format!("r{round}c{i}")))
+        .collect();
+    let calls = keys.iter().map(|key| {
+        let limit = &limit;
+        async move { backend.acquire(&[Request::new(key, limit, 1)]).await }
+    });
+    for decisions in join_all(calls).await {
+        assert!(decisions.expect("decided").allowed());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalesced_calls_load_the_library_again_after_function_flush() {
+    let server = RedisServer::start();
+    if !server.kind().has_functions() {
+        return;
+    }
+    let backend = Arc::new(
+        RedisBackend::builder(server.url())
+            .coalesce(true)
+            .connect()
+            .await
+            .expect("connect"),
+    );
+    assert!(backend.coalesces());
+    for round in 0..5 {
+        let _: String = server.cmd(&["FUNCTION", "FLUSH"]).await;
+        concurrent_acquires(&backend, round).await;
+    }
+    // The coalesced entry alone missing (a library of the same name
+    // without it): the calls alone succeed, the coalesced ones load the
+    // whole library again and succeed too.
+    // (library.lua registers them last.)
+    let library = RedisBackend::library_source();
+    let cut = library
+        .find("redis.register_function(RL_PREFIX .. 'many', many)")
+        .expect("the library registers its coalesced entry");
+    let without_many = &library[..cut];
+    let _: String = server.cmd(&["FUNCTION", "FLUSH"]).await;
+    let loaded: redis::RedisResult<String> = server
+        .try_cmd(&["FUNCTION", "LOAD", "REPLACE", without_many])
+        .await;
+    loaded.expect("the library without its coalesced entry loads");
+    let before = backend.coalesced().expect("coalescing");
+    concurrent_acquires(&backend, 10).await;
+    let after = backend.coalesced().expect("coalescing");
+    assert!(after.batches > before.batches, "{before:?} {after:?}");
+    let functions: redis::Value = server.cmd(&["FUNCTION", "LIST"]).await;
+    assert!(
+        format!("{functions:?}").contains("_many"),
+        "the whole library is loaded again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_waiting_caller_times_out_at_its_own_deadline_and_the_queue_goes_on_after() {
+    let server = RedisServer::start();
+    if !coalescing_server(&server).await {
+        return;
+    }
+    let timeout = Duration::from_millis(300);
+    let backend = RedisBackend::builder(server.url())
+        .coalesce(true)
+        .timeout(timeout)
+        .connect()
+        .await
+        .expect("connect");
+    let limit = Limit::per_minute(1_000).expect("limit");
+    let keys: Vec<Key> = (0..20)
+        .map(|i| Key::new("late", "sms", &format!("c{i}")))
+        .collect();
+    server.pause();
+    let started = std::time::Instant::now();
+    let calls = keys.iter().enumerate().map(|(i, key)| {
+        let (backend, limit) = (&backend, &limit);
+        async move {
+            // Callers arriving one after the other, each with its deadline.
+            tokio::time::sleep(Duration::from_millis(10 * i as u64)).await;
+            let begun = std::time::Instant::now();
+            let result = backend.acquire(&[Request::new(key, limit, 1)]).await;
+            (begun.elapsed(), result)
+        }
+    });
+    let results = join_all(calls).await;
+    server.resume();
+    for (took, result) in results {
+        assert!(
+            matches!(result, Err(BackendError::Timeout(t)) if t == timeout),
+            "{result:?}"
+        );
+        assert!(
+            took >= timeout && took < timeout + Duration::from_secs(2),
+            "a caller waited {took:?}"
+        );
+    }
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // Nothing is left stuck: the next calls are decided.
+    concurrent_acquires(&backend, 1).await;
+}
+
+#[tokio::test]
+async fn a_bound_of_zero_is_refused_when_building() {
+    let error = RedisBackend::builder("redis://127.0.0.1:1/")
+        .coalesce(true)
+        .coalesce_max(0)
+        .connect()
+        .await
+        .expect_err("0 calls in a coalesced call");
+    assert!(format!("{error}").contains("coalesce_max(0)"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_on_the_sentinels_master_are_coalesced() {
+    let server = RedisServer::start();
+    if !coalescing_server(&server).await {
+        return;
+    }
+    let sentinel = RedisSentinel::start(&server);
+    let backend = RedisBackend::sentinel_builder([sentinel.url()], sentinel.master_name())
+        .coalesce(true)
+        .coalesce_max(8)
+        .connect()
+        .await
+        .expect("connect");
+    assert!(backend.is_sentinel() && backend.coalesces());
+    concurrent_acquires(&backend, 0).await;
+    let counts = backend.coalesced().expect("coalescing");
+    assert!(counts.batches > 0 && counts.largest <= 8, "{counts:?}");
+    assert_eq!(counts.alone + counts.batched, 40, "{counts:?}");
+}
+
+#[tokio::test]
+async fn clusters_and_scripts_go_alone() {
+    let cluster = RedisCluster::start();
+    let on_cluster = RedisBackend::cluster_builder(cluster.urls())
+        .coalesce(true)
+        .connect()
+        .await
+        .expect("connect");
+    assert!(on_cluster.is_cluster() && !on_cluster.coalesces());
+    assert_eq!(on_cluster.coalesced(), None);
+    let server = RedisServer::start();
+    let scripts = RedisBackend::builder(server.url())
+        .call_mode(ratewall_redis::CallMode::Scripts)
+        .coalesce(true)
+        .connect()
+        .await
+        .expect("connect");
+    assert!(!scripts.coalesces());
+    assert_eq!(scripts.coalesced(), None);
+}
