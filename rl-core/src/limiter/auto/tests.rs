@@ -182,7 +182,11 @@ fn a_group_refused_with_another_is_never_found_above_what_it_holds() {
     let keys = Keys::new(&[&"gpt", &"gpt"]).costs(&[1, 5]);
     run(limiter.learn(&spec, keys, &Auto::new(), false, &refused)).unwrap();
     assert!(threshold(&limiter, "llm_rpm") < 500);
-    assert_eq!(threshold(&limiter, "llm_tpm"), 4_750, "95 % of the 5 000 held now");
+    assert_eq!(
+        threshold(&limiter, "llm_tpm"),
+        4_750,
+        "95 % of the 5 000 held now"
+    );
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! backend, per algorithm and concurrency, against Redis' own ceiling for
 //! the very same call measured by `redis-benchmark` in the same run, and
 //! against a floor: a minimal hand-written script per algorithm
-//! (`examples/floor/*.lua`, same reply), run at saturation in the same run.
+//! (`examples/loadgen/floor/*.lua`, same reply), run at saturation in the same run.
 //!
 //! ```text
 //! cargo run --release -p ratewall-redis --example loadgen -- \
@@ -53,7 +53,9 @@
 //! e.g. at `--concurrency 1,16,64,256,1024`: with it, a "call" of
 //! `INFO commandstats` may carry many decisions, so compare each cell's
 //! `server_us_per_decision`), `--coalesce-max N` (at most `N` calls in
-//! one, default 64),
+//! one, default 64), `--compare-coalesce` (only the comparison of calls
+//! alone and coalesced, alternating `--cpu-runs` rounds per concurrency in
+//! one run, see `compare.rs`; e.g. `--concurrency 1,16,64,256,1024`),
 //! `--cpu-runs N` (default 3), `--cpu-only` (only the floor comparison,
 //! printed as one line per algorithm), `--font PATH` (a TTF for the plot's text;
 //! default: DejaVu Sans where Debian installs it). `--profile N` only runs `N` sequential
@@ -67,6 +69,8 @@
 //! 10 000), alternating `--cpu-runs` times; prints decisions/s, admitted/s
 //! and how many calls reached Redis, and the ratio with/without leasing of
 //! each run.
+
+mod compare;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -130,13 +134,14 @@ struct Options {
     lease: u64,
     coalesce: bool,
     coalesce_max: usize,
+    compare_coalesce: bool,
 }
 
 fn usage(problem: &str) -> ! {
     eprintln!(
         "loadgen: {problem}\nflags: --url URL --secs SECONDS --out DIR --algorithms a,b \
          --concurrency 1,16,64,256 --redis-benchmark PATH --mode auto|functions|scripts \
-         --coalesce --coalesce-max N --cpu-runs N --cpu-only --font TTF --profile N --hot --hot-limit RATE --lease N"
+         --coalesce --coalesce-max N --compare-coalesce --cpu-runs N --cpu-only --font TTF --profile N --hot --hot-limit RATE --lease N"
     );
     std::process::exit(2)
 }
@@ -159,6 +164,7 @@ fn options() -> Options {
         lease: 10_000,
         coalesce: false,
         coalesce_max: 64,
+        compare_coalesce: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -205,6 +211,7 @@ fn options() -> Options {
             }
             "--cpu-only" => options.cpu_only = true,
             "--coalesce" => options.coalesce = true,
+            "--compare-coalesce" => options.compare_coalesce = true,
             "--coalesce-max" => {
                 options.coalesce_max = value()
                     .parse()
@@ -1482,6 +1489,10 @@ async fn main() {
     }
     if options.hot {
         hot(&options).await;
+        return;
+    }
+    if options.compare_coalesce {
+        compare::compare(&options).await;
         return;
     }
     if options.cpu_only {
