@@ -50,16 +50,16 @@ use crate::store::target::Op;
 ///   usable pause (none, or one past the period: a quota of another
 ///   window) keeps [`Auto::keep`] of the scale and takes the scale that
 ///   drew it as the ceiling. Once per pause (the refusals of one overload
-///   lower it once; within the pause a later refusal whose count is lower
-///   lowers the ceiling to it), down to [`Auto::floor`]. When one refusal
+///   lower it once: the later ones read a count the first one's pause
+///   changed), down to [`Auto::floor`]. When one refusal
 ///   is about several groups (none has room for the call), the pause is
 ///   the time until the last of them has room, and another group's count
 ///   then says less than its limit: groups refused together are taken as
 ///   lowered alike, each to at least the largest share of its stated limit
 ///   its peers' counts say, and at most what it holds now. The client
 ///   integrations give a refused call back in every group of such a budget
-///   (the upstream never counted it), so the calls of a burst the upstream
-///   refuses leave the count as they are answered. A group the refusal was not
+///   (the upstream never counted it), so a refusal after the pause reads a
+///   count without the calls the upstream refused before it. A group the refusal was not
 ///   about (the upstream says it still has room for the call's cost in
 ///   it) is not lowered: what it says is left is heard as below.
 /// - It **says how much is left** (`x-ratelimit-remaining-*`, the IETF

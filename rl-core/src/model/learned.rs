@@ -55,9 +55,8 @@ pub enum Adjust {
         believe_for: Duration,
     },
     /// The upstream refused: unless the scale was lowered less than
-    /// `cooldown` ago (the refusals of one overload lower it once; within
-    /// that time, only an `estimate` below the ceiling is heard: the
-    /// ceiling becomes it and the scale at most `headroom` of it). With an
+    /// `cooldown` ago (the refusals of one overload lower it once: the
+    /// later ones read a count the first one's pause changed). With an
     /// `estimate` of the upstream's limit (parts per million of the stated
     /// limits; 0 for none) the ceiling becomes the estimate and the scale
     /// at most `headroom` of it (not lower: the estimate is what the
@@ -179,33 +178,7 @@ impl Learned {
                 floor,
             } => {
                 if self.lowered_at != 0 && since(self.lowered_at) < micros(cooldown) {
-                    // A later refusal of the same overload: only a lower
-                    // estimate is heard (the burst's refused calls, given
-                    // back as they are answered, leave the count).
-                    let estimate = estimate.min(SCALE_CEILING);
-                    if estimate == 0 || self.ceiling == 0 || estimate >= self.ceiling {
-                        return (self, false);
-                    }
-                    let under = share_of(estimate, headroom.min(SCALE_ONE));
-                    let scale = self
-                        .scale
-                        .min(under)
-                        .max(floor.clamp(SCALE_FLOOR, SCALE_ONE));
-                    let changed_at = if scale == self.scale {
-                        self.changed_at
-                    } else {
-                        now
-                    };
-                    return (
-                        Self {
-                            scale,
-                            changed_at,
-                            ceiling: estimate,
-                            ceiling_at: now,
-                            ..self
-                        },
-                        true,
-                    );
+                    return (self, false);
                 }
                 let (ceiling, scale) = if estimate > 0 {
                     let estimate = estimate.min(SCALE_CEILING);
@@ -317,33 +290,6 @@ mod tests {
             ..Learned::default()
         };
         assert_eq!(low.adjusted(lower(500_000), 100 * SECOND).0.scale, 300_000);
-    }
-
-    #[test]
-    fn a_later_refusal_of_one_overload_is_heard_only_when_its_estimate_is_lower() {
-        let (first, _) = Learned::default().adjusted(lower(600_000), 100 * SECOND);
-        assert_eq!((first.scale, first.ceiling), (570_000, 600_000));
-        // Within the cooldown: a higher or equal estimate, or none, changes nothing.
-        for estimate in [0, 600_000, 700_000] {
-            assert_eq!(
-                first.adjusted(lower(estimate), 102 * SECOND),
-                (first, false)
-            );
-        }
-        // A lower one (the burst's refused calls given back) is the new
-        // ceiling, without restarting the cooldown.
-        let (lower_, written) = first.adjusted(lower(500_000), 102 * SECOND);
-        assert!(written);
-        assert_eq!((lower_.scale, lower_.ceiling), (475_000, 500_000));
-        assert_eq!(lower_.lowered_at, first.lowered_at);
-        assert_eq!(lower_.ceiling_at, 102 * SECOND);
-        // It never cuts below the headroom of the estimate, nor raises.
-        let low = Learned {
-            scale: 300_000,
-            ..first
-        };
-        let (kept, _) = low.adjusted(lower(500_000), 102 * SECOND);
-        assert_eq!((kept.scale, kept.changed_at), (300_000, low.changed_at));
     }
 
     #[test]

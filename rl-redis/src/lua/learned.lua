@@ -72,31 +72,17 @@ if op == 'raise' then
 elseif op == 'lower' then
   local keep, estimate, headroom, cooldown, floor = a, b, c, d, e
   if lowered ~= 0 and since(lowered) < cooldown then
-    -- A later refusal of the same overload: only an estimate below the
-    -- ceiling is heard (the burst's refused calls leave the count as they
-    -- are given back).
-    estimate = math.min(estimate, 1000 * ONE)
-    if estimate == 0 or ceiling == 0 or estimate >= ceiling then
-      return scale
-    end
-    ceiling = estimate
-    local under = math.max(math.min(scale, share_of(ceiling, math.min(headroom, ONE))), floor)
-    if under ~= scale then
-      scale = under
-      changed = now
-    end
-    found = now
-  else
-    if estimate > 0 then
-      ceiling = math.min(estimate, 1000 * ONE)
-      scale = math.min(scale, share_of(ceiling, math.min(headroom, ONE)))
-    else
-      ceiling = scale
-      scale = share_of(scale, math.min(keep, ONE))
-    end
-    scale = math.max(scale, floor)
-    changed, lowered, found = now, now, now
+    return scale
   end
+  if estimate > 0 then
+    ceiling = math.min(estimate, 1000 * ONE)
+    scale = math.min(scale, share_of(ceiling, math.min(headroom, ONE)))
+  else
+    ceiling = scale
+    scale = share_of(scale, math.min(keep, ONE))
+  end
+  scale = math.max(scale, floor)
+  changed, lowered, found = now, now, now
 elseif op == 'found' then
   local estimate, headroom = a, b
   ceiling = math.max(math.min(estimate, 1000 * ONE), math.floor(ONE / 1000))
