@@ -217,38 +217,20 @@ impl Coalescer {
         }
         drop(queue);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let this = Arc::clone(self);
-            runtime.spawn(async move { this.drain(lane).await });
+            // The guard is made here, not in the task: a task dropped
+            // before it first runs (its runtime shutting down) still frees
+            // the lane.
+            let guard = Draining {
+                coalescer: Arc::clone(self),
+                lane,
+                done: false,
+            };
+            runtime.spawn(guard.drain());
         } else {
             // No runtime to send them on: their callers hear it at once.
             let mut queue = self.lanes[lane].lock();
             queue.waiting.clear();
             queue.busy = false;
-        }
-    }
-
-    /// Sends the lane's queue, up to `max` calls at a time, until it is
-    /// empty.
-    async fn drain(self: Arc<Self>, lane: usize) {
-        let mut guard = Draining {
-            coalescer: &self,
-            lane,
-            done: false,
-        };
-        loop {
-            let batch: Vec<Waiting> = {
-                let mut queue = self.lanes[lane].lock();
-                // Callers that gave up: their calls are not sent.
-                queue.waiting.retain(|waiting| !waiting.reply.is_closed());
-                if queue.waiting.is_empty() {
-                    queue.busy = false;
-                    guard.done = true;
-                    return;
-                }
-                let count = queue.waiting.len().min(self.max);
-                queue.waiting.drain(..count).collect()
-            };
-            self.send_batch(batch).await;
         }
     }
 
@@ -342,15 +324,39 @@ impl Drop for Turn<'_> {
 }
 
 /// A drain under way: dropped before it emptied its queue (its runtime
-/// shut down), it frees the lane and drops the waiting calls, whose
-/// callers hear it at once.
-struct Draining<'c> {
-    coalescer: &'c Coalescer,
+/// shut down, before or after it first ran), it frees the lane and drops
+/// the waiting calls, whose callers hear it at once.
+struct Draining {
+    coalescer: Arc<Coalescer>,
     lane: usize,
     done: bool,
 }
 
-impl Drop for Draining<'_> {
+impl Draining {
+    /// Sends the lane's queue, up to `max` calls at a time, until it is
+    /// empty.
+    async fn drain(mut self) {
+        let coalescer = Arc::clone(&self.coalescer);
+        let lane = self.lane;
+        loop {
+            let batch: Vec<Waiting> = {
+                let mut queue = coalescer.lanes[lane].lock();
+                // Callers that gave up: their calls are not sent.
+                queue.waiting.retain(|waiting| !waiting.reply.is_closed());
+                if queue.waiting.is_empty() {
+                    queue.busy = false;
+                    self.done = true;
+                    return;
+                }
+                let count = queue.waiting.len().min(coalescer.max);
+                queue.waiting.drain(..count).collect()
+            };
+            coalescer.send_batch(batch).await;
+        }
+    }
+}
+
+impl Drop for Draining {
     fn drop(&mut self) {
         if !self.done {
             let mut queue = self.coalescer.lanes[self.lane].lock();

@@ -584,3 +584,75 @@ async fn clusters_and_scripts_go_alone() {
     assert!(!scripts.coalesces());
     assert_eq!(scripts.coalesced(), None);
 }
+
+#[test]
+fn a_runtime_dropped_while_its_call_is_in_flight_leaves_the_backend_usable() {
+    let server = RedisServer::start();
+    let runtime = |threads| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+            .expect("runtime")
+    };
+    let (first, second) = (runtime(1), runtime(1));
+    let backend = Arc::new(second.block_on(async {
+        RedisBackend::builder(server.url())
+            .coalesce(true)
+            .timeout(Duration::from_secs(5))
+            .connect()
+            .await
+            .expect("connect")
+    }));
+    if !backend.coalesces() {
+        assert!(!server.kind().has_functions());
+        return;
+    }
+    let limit = Limit::per_minute(1_000).expect("limit");
+    // The server stops answering: the first runtime's call stays in
+    // flight, and the second runtime's calls queue behind it.
+    server.pause();
+    let in_flight = {
+        let (backend, limit) = (backend.clone(), limit);
+        first.spawn(async move {
+            let key = Key::new("rt", "sms", "first");
+            backend.acquire(&[Request::new(&key, &limit, 1)]).await
+        })
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let queued: Vec<_> = (0..4)
+        .map(|i| {
+            let (backend, limit) = (backend.clone(), limit);
+            second.spawn(async move {
+                let key = Key::new("rt", "sms", &format!("queued{i}"));
+                backend.acquire(&[Request::new(&key, &limit, 1)]).await
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    // The first runtime goes away with its call (and whatever it spawned).
+    drop(in_flight);
+    first.shutdown_background();
+    server.resume();
+    second.block_on(async {
+        // The queued callers hear an answer or an error, not silence until
+        // their timeout ...
+        // (either: their turn was lost with the first runtime's drain).
+        for call in queued {
+            tokio::time::timeout(Duration::from_secs(4), call)
+                .await
+                .expect("a queued caller heard back before its timeout")
+                .expect("task")
+                .ok();
+        }
+        // ... and the lane is free: the next call is decided.
+        let key = Key::new("rt", "sms", "after");
+        let decided = tokio::time::timeout(
+            Duration::from_secs(4),
+            backend.acquire(&[Request::new(&key, &limit, 1)]),
+        )
+        .await
+        .expect("the next call was sent, not left queued behind a lost one");
+        assert!(decided.expect("decided").allowed());
+    });
+}
