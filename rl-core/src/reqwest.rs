@@ -199,8 +199,8 @@ impl UpstreamMiddleware {
 
     /// Finds the upstream's limit ([`Auto`]): the spec's stated limits are
     /// where the budget starts; every answer is heard
-    /// ([`Limiter::learn`]; what an accepted answer says is left finds the
-    /// limit, and is not also written into the budget); a request the
+    /// ([`Limiter::learn`]; what an answer says is left above zero finds
+    /// the limit, and is not also written into the budget); a request the
     /// budget refuses reads the shared scale when it is due
     /// ([`Limiter::refresh_learned`]).
     pub fn auto(self, auto: Auto) -> Self {

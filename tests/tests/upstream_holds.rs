@@ -624,3 +624,43 @@ async fn a_budget_that_finds_its_limit_gives_a_429_back_in_every_group_requests_
     let kept = second_request_after_a_429(false).await;
     assert!(kept.is_err(), "the refused request still counts: {kept:?}");
 }
+
+#[tokio::test]
+async fn a_count_of_zero_said_with_a_pause_holds_a_window_only_for_the_pause() {
+    for algorithm in [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingLog,
+    ] {
+        let limiter = Limiter::builder().memory().build().expect("limiter");
+        let spec = CallSpec::owned(
+            "api",
+            vec![GroupSpec::owned(
+                "api_rpm",
+                vec![
+                    Limit::per_minute(10)
+                        .and_then(|l| l.with_algorithm(algorithm))
+                        .expect("limit"),
+                ],
+            )],
+        );
+        let keys = || Keys::new(&[&"upstream"]);
+        // Nothing left, and a pause of 50 ms: the pause holds the budget.
+        let said = Hold::new().pause(Duration::from_millis(50)).left(0, 0);
+        limiter.hold(&spec, keys(), &said).await.expect("held");
+        assert!(
+            limiter.call_with(&spec, keys()).await.is_err(),
+            "{algorithm}: paused"
+        );
+        // Past it (by a margin a busy machine keeps), the window is whole:
+        // the count of zero was not written into it for the rest of the
+        // minute.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        for call in 0..10 {
+            assert!(
+                limiter.call_with(&spec, keys()).await.is_ok(),
+                "{algorithm}: call {call} after the pause"
+            );
+        }
+    }
+}

@@ -174,7 +174,7 @@ impl Outbound {
         }
         let pauses = hold.pauses();
         if pauses {
-            self.share(draw, &hold).await;
+            self.share(draw, &self.shared(&hold)).await;
         }
         Heard {
             permit: permit.detach(),
@@ -198,6 +198,19 @@ impl Outbound {
             .await
         {
             tracing::warn!(call = self.spec.name(), %error, "the upstream's limit could not be learned");
+        }
+    }
+
+    /// What of `heard` is shared: all of it, or for a budget that finds
+    /// its limit, all but the counts said to be left above zero (they
+    /// taught it the limit; written into its window as well, each one
+    /// answered a moment after the budget admitted more, they would fill
+    /// it with units the upstream never counted, and a later refusal would
+    /// read them as the upstream's).
+    fn shared(&self, heard: &Hold) -> Hold {
+        match &self.auto {
+            Some(_) => heard.clone().without_room_left(),
+            None => heard.clone(),
         }
     }
 
@@ -261,14 +274,10 @@ impl Heard {
             }
         };
         let accepted = !matches!(self.status, 429 | 503);
-        let hold = if accepted && outbound.auto.is_some() {
+        if accepted && outbound.auto.is_some() {
             outbound.learn(draw, accepted, &self.hold).await;
-            // What is left taught the budget its limit: not written into
-            // its window too.
-            self.hold.without_room_left()
-        } else {
-            self.hold
-        };
+        }
+        let hold = outbound.shared(&self.hold);
         if !self.pauses || settled {
             outbound.share(draw, &hold).await;
         }

@@ -196,11 +196,12 @@ impl Hold {
     }
 
     /// This hold without the counts left that are above zero: what a
-    /// budget that finds its limit shares of an accepted answer (the counts
+    /// budget that finds its limit shares of an answer (the counts
     /// taught it the limit instead; written into its window as well, each
     /// one answered a moment after the budget admitted more, they would
     /// fill it with units the upstream never counted). A pause, a reset
-    /// and a count of zero stay.
+    /// and a count of zero stay (a count of zero is written only where no
+    /// pause holds the group, see [`Limiter::hold`]).
     pub(crate) fn without_room_left(mut self) -> Self {
         for left in &mut self.left {
             if left.is_some_and(|units| units > 0) {
@@ -249,7 +250,8 @@ impl Limiter {
     /// the upstream said ([`Hold`]): each group of the call is held paused
     /// for [`Hold::paused_in`] (the pause said, or until the group's count
     /// resets when the upstream says nothing is left in it) and down to its
-    /// [`Hold::left`] count, through the store (one operation per kind of
+    /// [`Hold::left`] count (a count of zero only in a group no pause holds:
+    /// the pause holds it), through the store (one operation per kind of
     /// hold and group), so every instance's next call sees it. A count with
     /// units left is held as it is now, and the budget refills at its own
     /// rate from there: its reset is recorded ([`Hold::reset_in`]), not
@@ -364,9 +366,14 @@ impl Limiter {
                 continue;
             }
             let pause = hold.paused_in(group);
+            // A count of zero in a paused group is held by the pause: written
+            // as a count too, it would hold a window past the pause (up to a
+            // whole period), with units the upstream never counted.
             let holds = [
                 pause.map(|pause| (micros(pause), 0)),
-                hold.left_in(group).map(|left| (0, left)),
+                hold.left_in(group)
+                    .filter(|&left| left > 0 || pause.is_none())
+                    .map(|left| (0, left)),
             ];
             for (after, left) in holds.into_iter().flatten() {
                 let mut call = attempt.call(spec, Op::Hold { after, left }, &targets);

@@ -202,7 +202,7 @@ impl<F, RB> UpstreamLayer<F, RB> {
     /// where the budget starts; every answer is heard
     /// ([`Limiter::learn`]): a limit the upstream says is taken, a `429` or
     /// `503` lowers the shared scale to what the budget's own count says,
-    /// what an accepted answer says is left finds the limit (and is not
+    /// what an answer says is left above zero finds the limit (and is not
     /// also written into the budget), accepted calls climb toward the limit
     /// found. A request the budget refuses reads the shared scale when it
     /// is due ([`Limiter::refresh_learned`]).
