@@ -233,7 +233,7 @@ async fn backend(
         .timeout(Duration::from_secs(10));
     let builder = match coalesce {
         Some(max) => builder.coalesce(true).coalesce_max(max),
-        None => builder,
+        None => builder.coalesce(false),
     };
     builder.connect().await.expect("connect")
 }
@@ -377,6 +377,7 @@ async fn a_call_s_error_reaches_its_caller_only() {
         .await
         .expect("connect");
     let alone = RedisBackend::builder(server.url())
+        .coalesce(false)
         .connect()
         .await
         .expect("connect");
