@@ -288,6 +288,12 @@ impl RedisBackendBuilder {
     /// call may still be decided, as a call alone that timed out after it
     /// was sent.
     ///
+    /// Off by default: measured (`docs/perf/coalesce.md`, the `loadgen`
+    /// example's `--compare-coalesce`), the server's time per decision is
+    /// about the same coalesced as alone and decisions per second are
+    /// lower (one coalesced call in flight at a time pipelines less than
+    /// many calls alone). Turn it on only where your own load shows a gain.
+    ///
     /// What is coalesced: [`Backend::acquire`](ratewall::backend::Backend::acquire)
     /// and `acquire_once`, `peek` and `peek_ahead`, `refund`, `charge` and
     /// `hold` (a decision, and settling its cost). Everything else goes
