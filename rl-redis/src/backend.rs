@@ -519,23 +519,24 @@ impl RedisBackend {
     pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
     /// A backend on `connection`; `coalesce`: the most calls coalesced
-    /// into one, where this connection and call mode coalesce (see
-    /// [`RedisBackend::coalesces`]).
+    /// into one and the most coalescing calls in flight, where this
+    /// connection and call mode coalesce (see [`RedisBackend::coalesces`]).
     pub(crate) fn from_parts(
         connection: Connection,
         settings: Settings,
         notices: Option<crate::notices::Notices>,
-        coalesce: Option<usize>,
+        coalesce: Option<(usize, usize)>,
     ) -> Self {
         let reloader = Arc::<Reloader>::default();
         let coalescer = coalesce
             .filter(|_| settings.mode == CallMode::Functions && connection.coalesces())
-            .map(|max| {
+            .map(|(max, in_flight)| {
                 Arc::new(Coalescer::new(
                     connection.clone(),
                     Arc::clone(&reloader),
                     Arc::clone(&settings.target),
                     max,
+                    in_flight,
                 ))
             });
         Self {

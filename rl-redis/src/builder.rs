@@ -95,6 +95,7 @@ pub struct RedisBackendBuilder {
     coalesce: bool,
     /// The most calls coalesced into one (checked at connect: at least 1).
     coalesce_max: usize,
+    coalesce_in_flight: usize,
     /// Where a backend on the application's connection subscribes to
     /// refund notices.
     pubsub: Vec<redis::Client>,
@@ -117,6 +118,7 @@ impl fmt::Debug for RedisBackendBuilder {
             .field("refund_notices", &self.refund_notices)
             .field("coalesce", &self.coalesce)
             .field("coalesce_max", &self.coalesce_max)
+            .field("coalesce_in_flight", &self.coalesce_in_flight)
             .field("pubsub_clients", &self.pubsub.len());
         #[cfg(feature = "__tls")]
         f.field("tls", &self.tls);
@@ -137,6 +139,7 @@ impl RedisBackendBuilder {
             refund_notices: true,
             coalesce: false,
             coalesce_max: crate::coalesce::DEFAULT_MAX,
+            coalesce_in_flight: crate::coalesce::DEFAULT_IN_FLIGHT,
             pubsub: Vec::new(),
             #[cfg(feature = "__tls")]
             tls: crate::tls::Certificates::default(),
@@ -275,10 +278,13 @@ impl RedisBackendBuilder {
     ///
     /// Without it, every call is one `FCALL`, and part of every decision's
     /// server time is the cost of a call itself (reading the command,
-    /// finding the function, writing the reply). With it, the backend sends a call at once, alone, when none is in
-    /// flight (so a lone call is never delayed, and there is no timer);
-    /// the calls made while one is in flight wait, and when it returns they
-    /// go together, up to [`RedisBackendBuilder::coalesce_max`] of them, as
+    /// finding the function, writing the reply). With it, the backend sends
+    /// a call at once, alone, while fewer than
+    /// [`RedisBackendBuilder::coalesce_in_flight`] calls of its kind are in
+    /// flight and none waits (so a lone call is never delayed, and there is
+    /// no timer); the calls made while they are all in flight wait, and
+    /// when one returns they go together, up to
+    /// [`RedisBackendBuilder::coalesce_max`] of them, as
     /// one `FCALL` of the library's `<library>_many` entry (read-only calls
     /// apart, in `<library>_many_ro`), which runs each of them exactly as
     /// it would have run alone, one after the other, and answers each
@@ -288,11 +294,11 @@ impl RedisBackendBuilder {
     /// call may still be decided, as a call alone that timed out after it
     /// was sent.
     ///
-    /// Off by default: measured (`docs/perf/coalesce.md`, the `loadgen`
-    /// example's `--compare-coalesce`), the server's time per decision is
-    /// about the same coalesced as alone and decisions per second are
-    /// lower (one coalesced call in flight at a time pipelines less than
-    /// many calls alone). Turn it on only where your own load shows a gain.
+    /// Off by default while it is young. Measured (`docs/perf/coalesce.md`,
+    /// the `loadgen` example's `--compare-coalesce`, 4 in flight): 1.06–1.31×
+    /// the decisions per second of calls alone from 16 to 1 024 callers,
+    /// lower p50 and p99 there, the same with one caller, and about the
+    /// same server time per decision.
     ///
     /// What is coalesced: [`Backend::acquire`](ratewall::backend::Backend::acquire)
     /// and `acquire_once`, `peek` and `peek_ahead`, `refund`, `charge` and
@@ -320,6 +326,18 @@ impl RedisBackendBuilder {
     /// [`RedisBackendBuilder::connect`] fail.
     pub fn coalesce_max(mut self, calls: usize) -> Self {
         self.coalesce_max = calls;
+        self
+    }
+
+    /// The most calls of one kind (that may write, or peeks) in flight at
+    /// once on a coalescing backend (default 4; see
+    /// [`RedisBackendBuilder::coalesce`]): a call goes at once, alone, while
+    /// fewer are in flight and none waits; else it waits, and each call in
+    /// flight that returns sends the calls waiting then as one. 1 pipelines
+    /// least (measured slower than calls alone); 0 makes
+    /// [`RedisBackendBuilder::connect`] fail.
+    pub fn coalesce_in_flight(mut self, calls: usize) -> Self {
+        self.coalesce_in_flight = calls;
         self
     }
 
@@ -438,7 +456,8 @@ impl RedisBackendBuilder {
     /// # Errors
     /// A [`BackendError`] when the backend cannot be built:
     /// [`BackendError::Unavailable`] for a URL that cannot be read, a
-    /// [`RedisBackendBuilder::coalesce_max`] of 0, a server
+    /// [`RedisBackendBuilder::coalesce_max`] or
+    /// [`RedisBackendBuilder::coalesce_in_flight`] of 0, a server
     /// that cannot be reached or drops the connection, or (with sentinels) a
     /// master the sentinels do not name;
     /// [`BackendError::Timeout`] when connecting takes longer than the connect
@@ -450,6 +469,11 @@ impl RedisBackendBuilder {
         if self.coalesce_max == 0 {
             return Err(BackendError::unavailable(
                 "coalesce_max(0): a coalesced call carries at least one call; give 1 or more",
+            ));
+        }
+        if self.coalesce_in_flight == 0 {
+            return Err(BackendError::unavailable(
+                "coalesce_in_flight(0): at least one call must be in flight; give 1 or more",
             ));
         }
         let target = self.describe();
@@ -523,7 +547,8 @@ impl RedisBackendBuilder {
             connection,
             Settings { mode, ..settings },
             notices,
-            self.coalesce.then_some(self.coalesce_max),
+            self.coalesce
+                .then_some((self.coalesce_max, self.coalesce_in_flight)),
         ))
     }
 

@@ -2,12 +2,13 @@
 //! one `FCALL` (see
 //! [`RedisBackendBuilder::coalesce`](crate::RedisBackendBuilder::coalesce)).
 //!
-//! No timer. A call made while no call of its lane is in flight is sent at
-//! once, alone, as it would be without coalescing. Calls made while one is
-//! in flight wait in the lane's queue; when the call in flight returns, up
-//! to `max` of them (oldest first) go as one `FCALL <library>_many` (see
-//! `lua/many.lua`), and the reply is split back to each caller. So a lone
-//! call is never delayed, and under load each lane has one call in flight.
+//! No timer. A call made while fewer than `in_flight` calls of its lane
+//! are in flight and none waits is sent at once, alone, as it would be
+//! without coalescing. Calls made while they are all in flight wait in the
+//! lane's queue; when a call in flight returns, up to `max` of them (oldest
+//! first) go as one `FCALL <library>_many` (see `lua/many.lua`), and the
+//! reply is split back to each caller. So a lone call is never delayed,
+//! and under load each lane has `in_flight` calls in flight.
 //!
 //! Two lanes: calls that may write go in `<library>_many`; read-only calls
 //! (peeks) in `<library>_many_ro`, flagged `no-writes` like their own
@@ -33,6 +34,11 @@ use crate::script::{Plan, SubCall, Via, is_missing_code, many_command, parse_man
 /// The most calls coalesced into one by default.
 pub(crate) const DEFAULT_MAX: usize = 64;
 
+/// The most calls of one lane in flight at once by default (measured: one
+/// pipelines less than calls alone; four pass them, see
+/// `docs/perf/coalesce.md`).
+pub(crate) const DEFAULT_IN_FLIGHT: usize = 4;
+
 /// What one call comes back with: its reply's integers, or the error it
 /// met (`None`: the deadline passed).
 type Outcome = Result<Vec<i64>, Option<RedisError>>;
@@ -47,8 +53,8 @@ struct Waiting {
 /// One lane's state.
 #[derive(Default)]
 struct Queue {
-    /// Whether a call of the lane is in flight (alone, or a drain running).
-    busy: bool,
+    /// The lane's calls in flight (alone, or drains running).
+    in_flight: usize,
     waiting: VecDeque<Waiting>,
 }
 
@@ -56,6 +62,19 @@ struct Queue {
 #[derive(Default)]
 struct Lane {
     queue: Mutex<Queue>,
+}
+
+impl Queue {
+    /// A place in flight is given up without sending the queue (no runtime
+    /// to send it on, or a drain dropped with its runtime): when no other
+    /// call is in flight to hand the queue over, the waiting callers hear
+    /// it at once (their channels close) rather than at their timeouts.
+    fn give_up_place(&mut self) {
+        self.in_flight -= 1;
+        if self.in_flight == 0 {
+            self.waiting.clear();
+        }
+    }
 }
 
 impl Lane {
@@ -101,6 +120,8 @@ pub(crate) struct Coalescer {
     target: Arc<str>,
     /// The most calls in one coalesced call (at least 1).
     max: usize,
+    /// The most calls of one lane in flight at once (at least 1).
+    in_flight: usize,
     /// `[0]`: calls that may write; `[1]`: read-only calls.
     lanes: [Lane; 2],
     counts: Counts,
@@ -108,18 +129,21 @@ pub(crate) struct Coalescer {
 
 impl Coalescer {
     /// A coalescer over `connection`, whose Functions library is reloaded
-    /// through `reloader`; at most `max` calls in one.
+    /// through `reloader`; at most `max` calls in one, and `in_flight`
+    /// calls of a lane at once.
     pub(crate) fn new(
         connection: Connection,
         reloader: Arc<Reloader>,
         target: Arc<str>,
         max: usize,
+        in_flight: usize,
     ) -> Self {
         Self {
             connection,
             reloader,
             target,
             max: max.max(1),
+            in_flight: in_flight.max(1),
             lanes: Default::default(),
             counts: Counts::default(),
         }
@@ -156,8 +180,8 @@ impl Coalescer {
         let call = plan.sub_call();
         let receiver = {
             let mut queue = self.lanes[lane].lock();
-            if !queue.busy {
-                queue.busy = true;
+            if self.free(&queue) {
+                queue.in_flight += 1;
                 None
             } else {
                 let (reply, receiver) = oneshot::channel();
@@ -183,10 +207,20 @@ impl Coalescer {
         }
     }
 
-    /// Marks `lane` busy if it was not; whether it was free.
+    /// Whether a call may go now: fewer than the bound in flight, and none
+    /// waiting before it.
+    fn free(&self, queue: &Queue) -> bool {
+        queue.in_flight < self.in_flight && queue.waiting.is_empty()
+    }
+
+    /// Takes one of `lane`'s places in flight if one is free; whether it did.
     fn take_turn(&self, lane: usize) -> bool {
         let mut queue = self.lanes[lane].lock();
-        !std::mem::replace(&mut queue.busy, true)
+        let free = self.free(&queue);
+        if free {
+            queue.in_flight += 1;
+        }
+        free
     }
 
     /// Sends `plan` alone as the lane's call in flight; when it is done
@@ -207,12 +241,12 @@ impl Coalescer {
             .await
     }
 
-    /// The lane's call in flight is done: frees the lane, or hands the
-    /// queue to a drain task.
+    /// One of the lane's calls in flight is done: frees its place, or hands
+    /// it and the queue to a drain task.
     fn hand_over(self: &Arc<Self>, lane: usize) {
         let mut queue = self.lanes[lane].lock();
         if queue.waiting.is_empty() {
-            queue.busy = false;
+            queue.in_flight -= 1;
             return;
         }
         drop(queue);
@@ -227,10 +261,8 @@ impl Coalescer {
             };
             runtime.spawn(guard.drain());
         } else {
-            // No runtime to send them on: their callers hear it at once.
-            let mut queue = self.lanes[lane].lock();
-            queue.waiting.clear();
-            queue.busy = false;
+            // No runtime to send them on.
+            self.lanes[lane].lock().give_up_place();
         }
     }
 
@@ -344,7 +376,7 @@ impl Draining {
                 // Callers that gave up: their calls are not sent.
                 queue.waiting.retain(|waiting| !waiting.reply.is_closed());
                 if queue.waiting.is_empty() {
-                    queue.busy = false;
+                    queue.in_flight -= 1;
                     self.done = true;
                     return;
                 }
@@ -359,9 +391,7 @@ impl Draining {
 impl Drop for Draining {
     fn drop(&mut self) {
         if !self.done {
-            let mut queue = self.coalescer.lanes[self.lane].lock();
-            queue.waiting.clear();
-            queue.busy = false;
+            self.coalescer.lanes[self.lane].lock().give_up_place();
         }
     }
 }

@@ -330,14 +330,23 @@ async fn a_lone_call_goes_alone_and_concurrent_calls_go_together_within_the_boun
     if !coalescing_server(&server).await {
         return;
     }
+    for in_flight in [1, 4] {
+        lone_and_concurrent_calls(&server, in_flight).await;
+    }
+}
+
+/// Three lone calls, then 100 at once, on a backend coalescing at most 8
+/// calls in one with `in_flight` calls in flight.
+async fn lone_and_concurrent_calls(server: &RedisServer, in_flight: usize) {
     let backend = RedisBackend::builder(server.url())
         .coalesce(true)
         .coalesce_max(8)
+        .coalesce_in_flight(in_flight)
         .connect()
         .await
         .expect("connect");
     let limit = Limit::per_minute(1_000).expect("limit");
-    let key = Key::new("lone", "sms", "alice");
+    let key = Key::new("lone", "sms", &format!("alice{in_flight}"));
     for _ in 0..3 {
         let decisions = backend
             .acquire(&[Request::new(&key, &limit, 1)])
@@ -349,7 +358,7 @@ async fn a_lone_call_goes_alone_and_concurrent_calls_go_together_within_the_boun
     assert_eq!((counts.alone, counts.batches, counts.batched), (3, 0, 0));
 
     let keys: Vec<Key> = (0..100)
-        .map(|i| Key::new("many", "sms", &format!("caller{i}")))
+        .map(|i| Key::new("many", "sms", &format!("caller{i}-{in_flight}")))
         .collect();
     let calls = keys.iter().map(|key| {
         let backend = &backend;
@@ -360,9 +369,16 @@ async fn a_lone_call_goes_alone_and_concurrent_calls_go_together_within_the_boun
         assert!(decisions.expect("decided").allowed());
     }
     let counts = backend.coalesced().expect("coalescing");
-    assert!(counts.batches > 0, "{counts:?}");
-    assert!(counts.largest > 1 && counts.largest <= 8, "{counts:?}");
-    assert_eq!(counts.alone + counts.batched, 103, "{counts:?}");
+    assert!(counts.batches > 0, "{in_flight} in flight: {counts:?}");
+    assert!(
+        counts.largest > 1 && counts.largest <= 8,
+        "{in_flight} in flight: {counts:?}"
+    );
+    assert_eq!(
+        counts.alone + counts.batched,
+        103,
+        "{in_flight} in flight: {counts:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -543,6 +559,16 @@ async fn a_bound_of_zero_is_refused_when_building() {
         .await
         .expect_err("0 calls in a coalesced call");
     assert!(format!("{error}").contains("coalesce_max(0)"), "{error}");
+    let error = RedisBackend::builder("redis://127.0.0.1:1/")
+        .coalesce(true)
+        .coalesce_in_flight(0)
+        .connect()
+        .await
+        .expect_err("no call in flight");
+    assert!(
+        format!("{error}").contains("coalesce_in_flight(0)"),
+        "{error}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -600,6 +626,9 @@ fn a_runtime_dropped_while_its_call_is_in_flight_leaves_the_backend_usable() {
     let backend = Arc::new(second.block_on(async {
         RedisBackend::builder(server.url())
             .coalesce(true)
+            // One call in flight: the second runtime's calls queue behind
+            // the first runtime's.
+            .coalesce_in_flight(1)
             .timeout(Duration::from_secs(5))
             .connect()
             .await

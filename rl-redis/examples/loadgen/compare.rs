@@ -57,6 +57,7 @@ struct Comparison {
     secs_per_cell: f64,
     rounds: usize,
     coalesce_max: usize,
+    coalesce_in_flight: usize,
     identities: u64,
     limit: &'static str,
     pairs: Vec<Pair>,
@@ -68,6 +69,7 @@ async fn backend(options: &Options, coalesce: bool) -> Arc<RedisBackend> {
             .timeout(Duration::from_secs(5))
             .coalesce(coalesce)
             .coalesce_max(options.coalesce_max)
+            .coalesce_in_flight(options.coalesce_in_flight)
             .connect()
             .await
             .unwrap_or_else(|error| panic!("cannot connect to {}: {error}", options.url)),
@@ -130,6 +132,7 @@ pub(crate) async fn compare(options: &Options) {
         secs_per_cell: options.secs,
         rounds: options.cpu_runs,
         coalesce_max: options.coalesce_max,
+        coalesce_in_flight: options.coalesce_in_flight,
         identities: IDENTITIES,
         limit: "100 per minute",
         pairs,
@@ -168,13 +171,18 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> String {
 
 fn table(report: &Comparison) -> String {
     let mut out = format!(
-        "Calls alone against coalesced (at most {} in one), {} s per cell, median of {} \
+        "Calls alone against coalesced (at most {} in one, {} in flight), {} s per cell, median of {} \
          alternating rounds, {} identities, {}; server µs per decision from INFO commandstats.\n\n\
          | algorithm | callers | decisions/s alone | coalesced | ratio | server µs/decision alone \
          | coalesced | ratio | p50 ms alone | coalesced | ratio | p99 ms alone | coalesced \
          | decisions per coalesced call |\n\
          |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-        report.coalesce_max, report.secs_per_cell, report.rounds, report.identities, report.limit
+        report.coalesce_max,
+        report.coalesce_in_flight,
+        report.secs_per_cell,
+        report.rounds,
+        report.identities,
+        report.limit
     );
     for p in &report.pairs {
         let per_batch = if p.batches > 0 {

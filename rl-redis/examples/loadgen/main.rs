@@ -53,7 +53,8 @@
 //! e.g. at `--concurrency 1,16,64,256,1024`: with it, a "call" of
 //! `INFO commandstats` may carry many decisions, so compare each cell's
 //! `server_us_per_decision`), `--coalesce-max N` (at most `N` calls in
-//! one, default 64), `--compare-coalesce` (only the comparison of calls
+//! one, default 64), `--coalesce-in-flight N` (at most `N` coalescing
+//! calls in flight, default 4), `--compare-coalesce` (only the comparison of calls
 //! alone and coalesced, alternating `--cpu-runs` rounds per concurrency in
 //! one run, see `compare.rs`; e.g. `--concurrency 1,16,64,256,1024`),
 //! `--cpu-runs N` (default 3), `--cpu-only` (only the floor comparison,
@@ -134,6 +135,7 @@ struct Options {
     lease: u64,
     coalesce: bool,
     coalesce_max: usize,
+    coalesce_in_flight: usize,
     compare_coalesce: bool,
 }
 
@@ -141,7 +143,7 @@ fn usage(problem: &str) -> ! {
     eprintln!(
         "loadgen: {problem}\nflags: --url URL --secs SECONDS --out DIR --algorithms a,b \
          --concurrency 1,16,64,256 --redis-benchmark PATH --mode auto|functions|scripts \
-         --coalesce --coalesce-max N --compare-coalesce --cpu-runs N --cpu-only --font TTF --profile N --hot --hot-limit RATE --lease N"
+         --coalesce --coalesce-max N --coalesce-in-flight N --compare-coalesce --cpu-runs N --cpu-only --font TTF --profile N --hot --hot-limit RATE --lease N"
     );
     std::process::exit(2)
 }
@@ -164,6 +166,7 @@ fn options() -> Options {
         lease: 10_000,
         coalesce: false,
         coalesce_max: 64,
+        coalesce_in_flight: 4,
         compare_coalesce: false,
     };
     let mut args = std::env::args().skip(1);
@@ -212,6 +215,13 @@ fn options() -> Options {
             "--cpu-only" => options.cpu_only = true,
             "--coalesce" => options.coalesce = true,
             "--compare-coalesce" => options.compare_coalesce = true,
+            "--coalesce-in-flight" => {
+                options.coalesce_in_flight = value()
+                    .parse()
+                    .ok()
+                    .filter(|&n: &usize| n > 0)
+                    .unwrap_or_else(|| usage("--coalesce-in-flight takes a positive count"));
+            }
             "--coalesce-max" => {
                 options.coalesce_max = value()
                     .parse()
@@ -1333,6 +1343,7 @@ async fn hot_run(options: &Options, limit: Limit, run: usize) -> Option<HotRun> 
             .call_mode(options.mode)
             .coalesce(options.coalesce)
             .coalesce_max(options.coalesce_max)
+            .coalesce_in_flight(options.coalesce_in_flight)
             .connect()
             .await
             .ok()?;
@@ -1479,6 +1490,7 @@ async fn main() {
             .call_mode(options.mode)
             .coalesce(options.coalesce)
             .coalesce_max(options.coalesce_max)
+            .coalesce_in_flight(options.coalesce_in_flight)
             .connect()
             .await
             .unwrap_or_else(|error| panic!("cannot connect to {}: {error}", options.url)),
