@@ -261,14 +261,7 @@ fn plot(report: &Comparison, path: &Path) -> Result<(), Box<dyn std::error::Erro
     let mut concurrency: Vec<f64> = report.pairs.iter().map(|p| p.concurrency as f64).collect();
     concurrency.dedup();
     let x_max = concurrency.iter().copied().fold(1.0, f64::max) * 1.5;
-    let colors = [
-        RGBColor(31, 119, 180),
-        RGBColor(255, 127, 14),
-        RGBColor(44, 160, 44),
-        RGBColor(214, 39, 40),
-        RGBColor(148, 103, 189),
-        RGBColor(140, 86, 75),
-    ];
+    let colors = COLORS;
     let mut algorithms: Vec<&str> = report.pairs.iter().map(|p| p.algorithm).collect();
     algorithms.dedup();
     type Pick = fn(&Side) -> Option<f64>;

@@ -93,6 +93,15 @@ const IPS: u64 = 100;
 const SATURATION_CLIENTS: usize = 50;
 const SATURATION_PIPELINE: usize = 16;
 const LATENCY_CLIENTS: usize = 64;
+/// The plots' line colours, one per algorithm.
+const COLORS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
 const FONTS: [&str; 3] = [
     "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
     "/usr/share/fonts/dejavu/DejaVuSans.ttf",
@@ -146,6 +155,15 @@ fn usage(problem: &str) -> ! {
          --coalesce --coalesce-max N --coalesce-in-flight N --compare-coalesce --cpu-runs N --cpu-only --font TTF --profile N --hot --hot-limit RATE --lease N"
     );
     std::process::exit(2)
+}
+
+/// A flag's value as a positive count, or the usage with why.
+fn positive<T: std::str::FromStr + Default + PartialOrd>(flag: &str, value: &str) -> T {
+    value
+        .parse()
+        .ok()
+        .filter(|n| *n > T::default())
+        .unwrap_or_else(|| usage(&format!("{flag} takes a positive count")))
 }
 
 fn options() -> Options {
@@ -215,36 +233,12 @@ fn options() -> Options {
             "--cpu-only" => options.cpu_only = true,
             "--coalesce" => options.coalesce = true,
             "--compare-coalesce" => options.compare_coalesce = true,
-            "--coalesce-in-flight" => {
-                options.coalesce_in_flight = value()
-                    .parse()
-                    .ok()
-                    .filter(|&n: &usize| n > 0)
-                    .unwrap_or_else(|| usage("--coalesce-in-flight takes a positive count"));
-            }
-            "--coalesce-max" => {
-                options.coalesce_max = value()
-                    .parse()
-                    .ok()
-                    .filter(|&n: &usize| n > 0)
-                    .unwrap_or_else(|| usage("--coalesce-max takes a positive count"));
-            }
+            "--coalesce-in-flight" => options.coalesce_in_flight = positive(&flag, &value()),
+            "--coalesce-max" => options.coalesce_max = positive(&flag, &value()),
             "--hot" => options.hot = true,
             "--hot-limit" => options.hot_limit = value(),
-            "--lease" => {
-                options.lease = value()
-                    .parse()
-                    .ok()
-                    .filter(|&n| n > 0)
-                    .unwrap_or_else(|| usage("--lease takes a positive count"));
-            }
-            "--cpu-runs" => {
-                options.cpu_runs = value()
-                    .parse()
-                    .ok()
-                    .filter(|&n: &usize| n > 0)
-                    .unwrap_or_else(|| usage("--cpu-runs takes a positive count"));
-            }
+            "--lease" => options.lease = positive(&flag, &value()),
+            "--cpu-runs" => options.cpu_runs = positive(&flag, &value()),
             "--profile" => {
                 options.profile = Some(
                     value()
@@ -1145,14 +1139,7 @@ fn plot(report: &Report, path: &Path) -> Result<(), Box<dyn std::error::Error>> 
         .map(|c| c.concurrency as f64)
         .collect();
     let x_max = concurrency.iter().copied().fold(1.0, f64::max) * 1.5;
-    let colors = [
-        RGBColor(31, 119, 180),
-        RGBColor(255, 127, 14),
-        RGBColor(44, 160, 44),
-        RGBColor(214, 39, 40),
-        RGBColor(148, 103, 189),
-        RGBColor(140, 86, 75),
-    ];
+    let colors = COLORS;
     type Pick = fn(&Cell) -> f64;
     let panels: [(&DrawingArea<BitMapBackend, _>, &str, Pick, bool); 2] = [
         (&left, "decisions / s", |c: &Cell| c.decisions_per_s, true),
