@@ -182,6 +182,81 @@ async fn an_instance_paused_by_another_ones_refusal_resumes_with_the_learned_lim
     assert_eq!(thresholds(&c, &chat(), 1), [168_000, 0]);
 }
 
+/// A request of the client layer that waits through a pause another
+/// instance heard is decided, when the pause ends, with the limit learned
+/// from that refusal: waiting on a window budget, it reads the shared scale
+/// between its tries. With the limits it had before the pause, every caller
+/// waiting on an instance that heard no refusal would go at once when the
+/// pause ends, into an upstream that has room for a few calls only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_waiting_through_another_instances_pause_resumes_with_the_learned_limit() {
+    let store: Arc<dyn ratewall::backend::Backend> = Arc::new(MemoryBackend::new());
+    let instance = || {
+        Limiter::builder()
+            .shared_backend(store.clone())
+            .build()
+            .expect("limiter")
+    };
+    let (a, c) = (instance(), Arc::new(instance()));
+    // Ten a minute, a window budget: a waiting call retries.
+    let spec = || {
+        CallSpec::owned(
+            "paced",
+            vec![GroupSpec::owned(
+                "paced_rpm",
+                vec![
+                    Limit::per_minute(10)
+                        .and_then(|l| l.with_algorithm(ratewall::Algorithm::FixedWindow))
+                        .expect("limit"),
+                ],
+            )],
+        )
+    };
+    let model = || Keys::new(&[&"gpt"]);
+    // a sends six (the window's count), then hears a 429 that says the
+    // limit is 4 and pauses the budget for everyone for a second.
+    for _ in 0..6 {
+        a.call_with(&spec(), model()).await.expect("room");
+    }
+    let said = Hold::new().limit(0, 4).pause(Duration::from_secs(1));
+    a.learn(&spec(), model(), &Auto::new(), false, &said)
+        .await
+        .expect("learned");
+    a.hold(&spec(), model(), &said).await.expect("held");
+    assert_eq!(thresholds(&a, &spec(), 0), [4]);
+    // c heard nothing: it still applies the stated ten, under which the
+    // window's six leave room. Its request waits (up to 3 s) for the pause.
+    assert_eq!(thresholds(&c, &spec(), 0), [10]);
+    let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let layer = UpstreamLayer::new(
+        c.clone(),
+        spec(),
+        [Counts::Requests],
+        |_: &http::Request<String>| Draw::new(["gpt"]),
+    )
+    .wait(Duration::from_secs(3))
+    .auto(Auto::new().every(Duration::from_millis(200)));
+    let counted = sent.clone();
+    let mut client = layer.layer(tower::service_fn(move |_: http::Request<String>| {
+        counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        async { Ok::<_, std::convert::Infallible>(http::Response::new(String::new())) }
+    }));
+    let answer = client
+        .ready()
+        .await
+        .expect("ready")
+        .call(http::Request::new(String::new()))
+        .await;
+    // Past the pause it read the learned 4, which the window's six exceed
+    // for the rest of the minute: refused, nothing sent.
+    assert!(
+        matches!(answer, Err(ratewall::tower::UpstreamError::Refused(_))),
+        "decided with the limit it had before the pause: {answer:?}"
+    );
+    assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert_eq!(thresholds(&c, &spec(), 0), [4]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limit_the_upstream_says_is_taken_at_the_margin_by_every_instance_on_a_cluster() {
     let cluster = RedisCluster::start();

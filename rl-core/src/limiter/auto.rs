@@ -259,6 +259,12 @@ impl Auto {
         self.known.lock().get(group).copied()
     }
 
+    /// How often an instance reads a group's shared scale at most
+    /// ([`Auto::every`]).
+    pub(crate) fn every_read(&self) -> Duration {
+        self.every
+    }
+
     /// Whether this instance last read `group`'s scale [`Auto::every`] or
     /// more ago (or never).
     fn due(&self, group: &str) -> bool {

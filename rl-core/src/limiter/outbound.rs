@@ -14,8 +14,9 @@
 //! reopen room the upstream does not have).
 
 use std::fmt;
+use std::pin::pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
@@ -25,7 +26,9 @@ use crate::limiter::call::{Detached, Keys, Permit};
 use crate::limiter::spec::CallSpec;
 use crate::limiter::upstream::{Counts, Hold};
 use crate::limiter::wait::stated_cannot_wait;
-use crate::model::rejection::Rejection;
+use crate::limiter::{room, timer};
+use crate::model::clock::later;
+use crate::model::rejection::{Rejection, RejectionReason};
 
 /// What one outgoing request draws on: an identity per group of the
 /// budget's spec (in order), its cost in each, and how long it may wait
@@ -132,22 +135,90 @@ impl Outbound {
     /// client's). Refused, a budget that finds its limit reads the shared
     /// scale first when the budget is paused, perhaps by another instance
     /// (not asked of a store that could not decide).
+    ///
+    /// A budget that finds its limit and waits by retrying (its limits are
+    /// windows) waits in steps of at most [`Auto::every`], reading the
+    /// shared scale between them when it is due: a call that slept through
+    /// a pause another instance heard tries again with the limits learned
+    /// from that refusal, not with those it had before it. Otherwise every
+    /// caller of an instance that heard no refusal wakes at the pause's
+    /// end with the old limits and spends them at once, drawing the next
+    /// refusal from an upstream that has room for a few calls only.
     pub(crate) async fn draw(&self, draw: &Draw) -> Result<Permit<'_>, Rejection> {
         let identities = draw.identities();
-        let keys = Keys::new(&identities)
-            .costs(&draw.costs)
-            .wait(draw.wait.unwrap_or(self.wait));
-        match self.limiter.call_with(&self.spec, keys).await {
-            Ok(permit) => Ok(permit),
-            Err(refused) => {
-                if let Some(auto) = &self.auto
-                    && refused.retry_after().is_some()
-                    && let Err(error) = self.limiter.refresh_learned(&self.spec, auto).await
-                {
-                    tracing::warn!(call = self.spec.name(), %error, "the upstream's learned limit could not be read");
-                }
-                Err(refused)
+        let wait = draw.wait.unwrap_or(self.wait);
+        let keys = |wait| Keys::new(&identities).costs(&draw.costs).wait(wait);
+        let auto = match &self.auto {
+            Some(auto) if self.retries() && timer::available() => auto,
+            _ => {
+                return match self.limiter.call_with(&self.spec, keys(wait)).await {
+                    Ok(permit) => Ok(permit),
+                    Err(refused) => {
+                        self.refresh(&refused).await;
+                        Err(refused)
+                    }
+                };
             }
+        };
+        let started = Instant::now();
+        let deadline = later(started, wait);
+        let freed = self.limiter.room.of(self.spec.name());
+        let mut woken = false;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self
+                .limiter
+                .call_with(&self.spec, keys(left.min(auto.every_read())))
+                .await
+            {
+                Ok(mut permit) => {
+                    permit.waited = started.elapsed();
+                    if woken {
+                        // Room was given back: it may fit the next one too.
+                        self.limiter.room.freed(self.spec.name());
+                    }
+                    return Ok(permit);
+                }
+                Err(refused) => {
+                    let next = match (refused.reason(), refused.retry_after()) {
+                        (RejectionReason::Limited { .. }, Some(retry)) => {
+                            Some(later(Instant::now(), retry.max(Duration::from_micros(1))))
+                        }
+                        _ => None,
+                    };
+                    let Some(next) = next.filter(|at| *at <= deadline) else {
+                        self.refresh(&refused).await;
+                        return Err(refused);
+                    };
+                    woken = room::sleep_or_told(next, pin!(freed.notified())).await;
+                    if let Err(error) = self.limiter.refresh_learned(&self.spec, auto).await {
+                        tracing::warn!(call = self.spec.name(), %error, "the upstream's learned limit could not be read");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether the budget's calls wait by retrying after each refusal (no
+    /// limit of it queues, as GCRA and the buckets do).
+    fn retries(&self) -> bool {
+        !self
+            .spec
+            .groups()
+            .iter()
+            .flat_map(|g| g.limits())
+            .any(|l| l.algorithm().reserves())
+    }
+
+    /// A budget that finds its limit reads the shared scale when the budget
+    /// refused a call with a time to come back (not a store that could not
+    /// decide).
+    async fn refresh(&self, refused: &Rejection) {
+        if let Some(auto) = &self.auto
+            && refused.retry_after().is_some()
+            && let Err(error) = self.limiter.refresh_learned(&self.spec, auto).await
+        {
+            tracing::warn!(call = self.spec.name(), %error, "the upstream's learned limit could not be read");
         }
     }
 

@@ -205,7 +205,10 @@ impl<F, RB> UpstreamLayer<F, RB> {
     /// what an answer says is left above zero finds the limit (and is not
     /// also written into the budget), accepted calls climb toward the limit
     /// found. A request the budget refuses reads the shared scale when it
-    /// is due ([`Limiter::refresh_learned`]).
+    /// is due ([`Limiter::refresh_learned`]), and so does one waiting on a
+    /// budget of windows, between its tries (at most once per
+    /// [`Auto::every`]): a request that waited through a pause another
+    /// instance heard goes on with the limit learned from that refusal.
     pub fn auto(self, auto: Auto) -> Self {
         self.with(|s| s.outbound.auto = Some(auto))
     }
