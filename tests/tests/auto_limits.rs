@@ -216,7 +216,7 @@ async fn a_request_waiting_through_another_instances_pause_resumes_with_the_lear
     // a sends six (the window's count), then hears a 429 that says the
     // limit is 4 and pauses the budget for everyone for a second.
     for _ in 0..6 {
-        a.call_with(&spec(), model()).await.expect("room");
+        drop(a.call_with(&spec(), model()).await.expect("room"));
     }
     let said = Hold::new().limit(0, 4).pause(Duration::from_secs(1));
     a.learn(&spec(), model(), &Auto::new(), false, &said)

@@ -335,6 +335,48 @@ async fn a_lone_call_goes_alone_and_concurrent_calls_go_together_within_the_boun
     }
 }
 
+/// Calls on one key that go in one coalesced call each decide on what the
+/// one before wrote (the call reads the keys of its single decisions
+/// together first): of 40 at once under 10 an hour, exactly 10 are
+/// admitted, each leaving one less; a refund among them gives its unit
+/// back to a later one. For every algorithm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_on_one_key_in_one_coalesced_call_each_see_what_the_one_before_wrote() {
+    let server = RedisServer::start();
+    if !coalescing_server(&server).await {
+        return;
+    }
+    let backend = RedisBackend::builder(server.url())
+        .coalesce(true)
+        .coalesce_max(64)
+        .coalesce_in_flight(1)
+        .connect()
+        .await
+        .expect("connect");
+    for algorithm in Algorithm::ALL {
+        let limit = Limit::per_hour(10)
+            .and_then(|l| l.with_algorithm(algorithm))
+            .expect("limit");
+        let key = Key::new("same", algorithm.name(), "alice");
+        let before = backend.coalesced().expect("coalescing");
+        let calls = (0..40).map(|_| {
+            let (backend, key, limit) = (&backend, &key, &limit);
+            async move { backend.acquire(&[Request::new(key, limit, 1)]).await }
+        });
+        let mut left: Vec<u64> = join_all(calls)
+            .await
+            .into_iter()
+            .map(|d| d.expect("decided"))
+            .filter(Decisions::allowed)
+            .map(|d| d.iter().next().expect("one decision").remaining())
+            .collect();
+        left.sort_unstable();
+        assert_eq!(left, (0..10).collect::<Vec<_>>(), "{algorithm:?}");
+        let after = backend.coalesced().expect("coalescing");
+        assert!(after.batches > before.batches, "{algorithm:?}: {after:?}");
+    }
+}
+
 /// Three lone calls, then 100 at once, on a backend coalescing at most 8
 /// calls in one with `in_flight` calls in flight.
 async fn lone_and_concurrent_calls(server: &RedisServer, in_flight: usize) {

@@ -266,6 +266,10 @@ struct Cell {
     /// Server CPU of our code per decision made during the cell (with
     /// `--coalesce`, one call may carry many decisions).
     server_us_per_decision: Option<f64>,
+    /// The server process's CPU (user and system, `INFO cpu`) per decision
+    /// made during the cell: all of its work, reading, parsing and
+    /// answering commands included, which `INFO commandstats` leaves out.
+    server_process_us_per_decision: Option<f64>,
 }
 
 /// The commands that run our code.
@@ -297,6 +301,35 @@ async fn command_stats(url: &str) -> Option<HashMap<String, (u64, u64)>> {
         stats.insert(name.to_owned(), (field("calls="), field("usec=")));
     }
     Some(stats)
+}
+
+/// The server process's CPU seconds so far (user and system, from
+/// `INFO cpu`).
+async fn server_cpu(url: &str) -> Option<f64> {
+    let client = redis::Client::open(url).ok()?;
+    let mut connection = client.get_multiplexed_async_connection().await.ok()?;
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(&mut connection)
+        .await
+        .ok()?;
+    let field = |name: &str| {
+        info.lines().find_map(|line| {
+            line.strip_prefix(name)?
+                .strip_prefix(':')?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+    };
+    Some(field("used_cpu_user")? + field("used_cpu_sys")?)
+}
+
+/// The server process's µs per decision, `decisions` made between two
+/// readings of [`server_cpu`].
+fn process_us_per_decision(before: Option<f64>, after: Option<f64>, decisions: u64) -> Option<f64> {
+    let spent = after? - before?;
+    (decisions > 0).then(|| spent * 1e6 / decisions as f64)
 }
 
 /// Server µs of our code per decision, `decisions` made between two
@@ -354,6 +387,7 @@ async fn run(
     length: Duration,
 ) -> Cell {
     let stats_before = command_stats(url).await;
+    let cpu_before = server_cpu(url).await;
     let deadline = Instant::now() + length;
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
@@ -398,6 +432,7 @@ async fn run(
         errors += own_errors;
     }
     let elapsed = started.elapsed().as_secs_f64();
+    let cpu_after = server_cpu(url).await;
     let stats_after = command_stats(url).await;
     latencies.sort_unstable();
     let at = |q: f64| {
@@ -415,6 +450,11 @@ async fn run(
         server_us_per_decision: us_per_decision(
             &stats_before,
             &stats_after,
+            latencies.len() as u64 + errors,
+        ),
+        server_process_us_per_decision: process_us_per_decision(
+            cpu_before,
+            cpu_after,
             latencies.len() as u64 + errors,
         ),
     }
@@ -470,6 +510,7 @@ async fn alternate(
             errors,
             server_us_per_call: None,
             server_us_per_decision: None,
+            server_process_us_per_decision: None,
         }
     };
     (cell(singles, single_errors), cell(multis, multi_errors))

@@ -14,6 +14,16 @@
 -- <prefix>many_ro (no-writes) for the calls of several callers coalesced
 -- into one (many.lua), which name the entries above.
 
+-- An entry called on its own: no coalesced call's time applies (one that
+-- was interrupted, killed or out of memory, may have left it set).
+local function alone(entry)
+  return function(keys, args)
+    MANY_NOW = nil
+    MANY_GOT = nil
+    return entry(keys, args)
+  end
+end
+
 -- (No `pairs` here: at load time Redis offers no global but `redis`.)
 -- CODES: the rate algorithms' codes (generated, see script.rs).
 for i = 1, #CODES do
@@ -23,25 +33,29 @@ for i = 1, #CODES do
   local acquire = single_decide(M, code, true)
   local peek = single_decide(M, code, false)
   local refund = single_refund(M, code)
-  redis.register_function(RL_PREFIX .. code .. '_acquire', acquire)
+  redis.register_function(RL_PREFIX .. code .. '_acquire', alone(acquire))
   redis.register_function{
     function_name = RL_PREFIX .. code .. '_peek',
-    callback = peek,
+    callback = alone(peek),
     flags = { 'no-writes' },
   }
-  redis.register_function(RL_PREFIX .. code .. '_refund', refund)
+  redis.register_function(RL_PREFIX .. code .. '_refund', alone(refund))
   MANY_ENTRIES[code .. '_acquire'] = acquire
   MANY_ENTRIES[code .. '_peek'] = peek
   MANY_ENTRIES[code .. '_refund'] = refund
   MANY_READ_ONLY[code .. '_peek'] = peek
+  if M.decide_at then
+    MANY_READS_ONE[code .. '_acquire'] = true
+    MANY_READS_ONE[code .. '_peek'] = true
+  end
 end
-redis.register_function(RL_PREFIX .. 'batch', batch)
+redis.register_function(RL_PREFIX .. 'batch', alone(batch))
 redis.register_function{
   function_name = RL_PREFIX .. 'batch_ro',
-  callback = batch_ro,
+  callback = alone(batch_ro),
   flags = { 'no-writes' },
 }
-redis.register_function(RL_PREFIX .. 'lease', lease)
+redis.register_function(RL_PREFIX .. 'lease', alone(lease))
 MANY_ENTRIES['batch'] = batch
 MANY_ENTRIES['batch_ro'] = batch_ro
 MANY_READ_ONLY['batch_ro'] = batch_ro

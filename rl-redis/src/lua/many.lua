@@ -11,7 +11,8 @@
 --
 -- Each sub-call runs its entry exactly as the call alone would (its own
 -- keys and arguments, all-or-nothing within it as alone), one after the
--- other, independent of the others: what it writes is what it would have
+-- other, independent of the others, at one server time (read once, for
+-- the sub-calls that ask the server's time): what it writes is what it would have
 -- written alone, even when it fails (nothing is rolled back, alone or
 -- here), and every key it writes gets its TTL from its own entry.
 --
@@ -26,6 +27,9 @@
 -- registers them; MANY_READ_ONLY: those that never write.
 local MANY_ENTRIES = {}
 local MANY_READ_ONLY = {}
+-- The entries that first GET their one key, a single state (the single
+-- acquire and peek of fixed window and GCRA): read together by one MGET.
+local MANY_READS_ONE = {}
 
 -- The line of the error a sub-call raised, as it comes back.
 local function many_failure(e)
@@ -48,12 +52,23 @@ local function run_many(keys, args, entries)
   if n == nil or n < 1 then
     return many_malformed()
   end
-  -- First the layout, whole: a malformed call runs nothing.
+  -- First the layout, whole: a malformed call runs nothing. The keys the
+  -- sub-calls read first, up to the first sub-call that writes another
+  -- way, are noted for one MGET.
   local k, a = 0, 1
+  local reads, reading = {}, true
   for _ = 1, n do
+    local name = args[a + 1]
     local kc, ac = tonumber(args[a + 2]), tonumber(args[a + 3])
-    if entries[args[a + 1]] == nil or kc == nil or ac == nil or kc < 0 or ac < 0 then
+    if entries[name] == nil or kc == nil or ac == nil or kc < 0 or ac < 0 then
       return many_malformed()
+    end
+    if reading then
+      if MANY_READS_ONE[name] and kc == 1 then
+        reads[#reads + 1] = keys[k + 1]
+      else
+        reading = false
+      end
     end
     k = k + kc
     a = a + 3 + ac
@@ -61,11 +76,32 @@ local function run_many(keys, args, entries)
   if k ~= #keys or a ~= #args then
     return many_malformed()
   end
+  -- One TIME for every sub-call that asks the server's time: they are
+  -- decided at one moment, as one script's calls are anyway.
+  local time = redis.call('TIME')
+  MANY_NOW = time[1] * 1000000 + time[2]
+  if #reads > 1 then
+    local values = redis.call('MGET', unpack(reads))
+    local got = {}
+    for j = 1, #reads do
+      -- (No value: missing, or not a string, which the sub-call's own
+      -- GET refuses as it would alone.)
+      if values[j] then
+        got[reads[j]] = values[j]
+      end
+    end
+    MANY_GOT = got
+  end
   local out = {}
   k, a = 0, 1
   for i = 1, n do
-    local entry = entries[args[a + 1]]
+    local name = args[a + 1]
+    local entry = entries[name]
     local kc, ac = args[a + 2] + 0, args[a + 3] + 0
+    if MANY_GOT and not MANY_READS_ONE[name] then
+      -- It may write a key a later sub-call reads: those read their own.
+      MANY_GOT = nil
+    end
     local sub_keys, sub_args = {}, {}
     for j = 1, kc do
       sub_keys[j] = keys[k + j]
@@ -84,6 +120,8 @@ local function run_many(keys, args, entries)
       out[i] = many_failure(reply)
     end
   end
+  MANY_NOW = nil
+  MANY_GOT = nil
   return out
 end
 

@@ -147,12 +147,25 @@ local function tell(origin, state_keys)
   end
 end
 
--- The time of a call from its `time` argument: 's' for the server's TIME,
--- else the client's time in us. (Text becomes a number by arithmetic here
--- and in the entry points: `tonumber` costs a global look-up and a C call,
--- and converts its text twice.)
+-- The server's time (us) of the coalesced call running now (many.lua),
+-- read once for all of its sub-calls; nil outside one.
+local MANY_NOW = nil
+
+-- The values of the coalesced call's single-state keys (many.lua), read
+-- by one MGET for its sub-calls that GET one such key first (those that
+-- hold a string), each taken at most once; nil outside one, and from the
+-- first sub-call that may write another way.
+local MANY_GOT = nil
+
+-- The time of a call from its `time` argument: 's' for the server's TIME
+-- (the coalesced call's, inside one), else the client's time in us. (Text
+-- becomes a number by arithmetic here and in the entry points: `tonumber`
+-- costs a global look-up and a C call, and converts its text twice.)
 local function clock(arg)
   if arg == 's' then
+    if MANY_NOW then
+      return MANY_NOW
+    end
     local time = redis.call('TIME')
     return time[1] * 1000000 + time[2]
   end

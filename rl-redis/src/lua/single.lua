@@ -73,8 +73,11 @@ local function single_decide(M, code, commit)
       end
       local now = args[at_time]
       if now == nil or now == 's' then
-        local time = redis.call('TIME')
-        now = time[1] * 1000000 + time[2]
+        now = MANY_NOW
+        if not now then
+          local time = redis.call('TIME')
+          now = time[1] * 1000000 + time[2]
+        end
       else
         now = now + 0
       end
@@ -84,8 +87,19 @@ local function single_decide(M, code, commit)
       if third then
         b = args[3] + 0
       end
+      -- Read by the coalesced call's MGET, when it was: taken once (a later
+      -- sub-call on the key reads what this one wrote).
+      local value
+      local got = MANY_GOT
+      if got then
+        value = got[key]
+        got[key] = nil
+      end
+      if value == nil then
+        value = redis.call('GET', key)
+      end
       local allowed, limit, remaining, retry_after, reset_after = decide_at(
-        key, redis.call('GET', key), now, args[at_cost] + 0, args[1] + 0, args[2] + 0, b, commit)
+        key, value, now, args[at_cost] + 0, args[1] + 0, args[2] + 0, b, commit)
       if remaining < 0 then
         remaining = 0
       end
