@@ -32,13 +32,10 @@
 //! from 100 000 identities per thread (below, a few pages dominate).
 
 use std::fmt::Write as _;
-use std::future::Future;
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
-use std::pin::pin;
 use std::process::Command;
 use std::sync::Barrier;
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use governor::{Quota, RateLimiter};
@@ -47,30 +44,15 @@ use plotters::style::FontStyle;
 use ratewall::{Algorithm, Limit, Limiter, Rejection, rate_limit};
 use serde::Serialize;
 
+#[path = "../support/in_memory.rs"]
+mod in_memory;
+use in_memory::{now, rss};
+
 /// A day's limit, set again per cell (`Settings::set_limits`) so that no
 /// identity is refused.
 #[rate_limit(period = 86400, threshold = 50_000, key = user, name = "identities")]
 async fn annotated(user: u64) -> Result<u64, Rejection> {
     Ok(user)
-}
-
-/// Polls a future that completes without suspending (in memory).
-fn now<F: Future>(future: F) -> F::Output {
-    match pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(out) => out,
-        Poll::Pending => panic!("an in-memory decision suspended"),
-    }
-}
-
-/// The resident set in bytes.
-fn rss() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm (Linux)");
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .expect("resident pages");
-    pages * 4096
 }
 
 /// A stride prime to every count of identities asked for (they are

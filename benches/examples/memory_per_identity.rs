@@ -12,14 +12,15 @@
 //! number. `-- rl N` (or `rl_text`, `governor`) runs one side with `N`
 //! identities.
 
-use std::future::Future;
 use std::num::NonZeroU32;
-use std::pin::pin;
 use std::process::Command;
-use std::task::{Context, Poll, Waker};
 
 use governor::{Quota, RateLimiter};
 use ratewall::{Limiter, Rejection, rate_limit};
+
+#[path = "../support/in_memory.rs"]
+mod in_memory;
+use in_memory::{now, rss};
 
 /// Ten per hour: every identity's state lives six minutes after its call,
 /// so none expires (and is swept) during the run.
@@ -32,25 +33,6 @@ async fn annotated(user: u64) -> Result<(), Rejection> {
 #[rate_limit(period = 3600, threshold = 10, key = user, name = "memory_text")]
 async fn annotated_text(user: &str) -> Result<(), Rejection> {
     Ok(())
-}
-
-/// Polls a future that completes without suspending (in memory).
-fn now<F: Future>(future: F) -> F::Output {
-    match pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(out) => out,
-        Poll::Pending => panic!("an in-memory decision suspended"),
-    }
-}
-
-/// The resident set in bytes.
-fn rss() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm (Linux)");
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .expect("resident pages");
-    pages * 4096
 }
 
 /// Decides `n` identities on one side; returns the resident set before and after.

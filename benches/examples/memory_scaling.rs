@@ -10,23 +10,16 @@ use ratewall::{
     clock::{Clock, ManualClock, SystemClock},
     rate_limit,
 };
-use std::future::Future;
-use std::pin::pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
+
+#[path = "../support/in_memory.rs"]
+mod in_memory;
+use in_memory::now;
 
 #[rate_limit(period = 1, threshold = 1_000_000_000, key = user, name = "scaling")]
 async fn annotated(user: u64) -> Result<u64, Rejection> {
     Ok(user)
-}
-
-/// Polls a future that completes without suspending (in memory).
-fn now<F: Future>(future: F) -> F::Output {
-    match pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(out) => out,
-        Poll::Pending => panic!("an in-memory decision suspended"),
-    }
 }
 
 /// Decisions per second of the annotated fn, `threads` threads each on its

@@ -275,15 +275,20 @@ struct Cell {
 /// The commands that run our code.
 const CODE_COMMANDS: [&str; 4] = ["fcall", "fcall_ro", "evalsha", "eval"];
 
-/// `(calls, usec)` per command, from `INFO commandstats`.
-async fn command_stats(url: &str) -> Option<HashMap<String, (u64, u64)>> {
+/// One section of the server's `INFO`, on a connection of its own.
+async fn info(url: &str, section: &str) -> Option<String> {
     let client = redis::Client::open(url).ok()?;
     let mut connection = client.get_multiplexed_async_connection().await.ok()?;
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
+    redis::cmd("INFO")
+        .arg(section)
         .query_async(&mut connection)
         .await
-        .ok()?;
+        .ok()
+}
+
+/// `(calls, usec)` per command, from `INFO commandstats`.
+async fn command_stats(url: &str) -> Option<HashMap<String, (u64, u64)>> {
+    let info = info(url, "commandstats").await?;
     let mut stats = HashMap::new();
     for line in info.lines() {
         let Some((name, fields)) = line
@@ -306,13 +311,7 @@ async fn command_stats(url: &str) -> Option<HashMap<String, (u64, u64)>> {
 /// The server process's CPU seconds so far (user and system, from
 /// `INFO cpu`).
 async fn server_cpu(url: &str) -> Option<f64> {
-    let client = redis::Client::open(url).ok()?;
-    let mut connection = client.get_multiplexed_async_connection().await.ok()?;
-    let info: String = redis::cmd("INFO")
-        .arg("cpu")
-        .query_async(&mut connection)
-        .await
-        .ok()?;
+    let info = info(url, "cpu").await?;
     let field = |name: &str| {
         info.lines().find_map(|line| {
             line.strip_prefix(name)?
