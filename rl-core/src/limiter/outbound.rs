@@ -165,14 +165,16 @@ impl Outbound {
         let freed = self.limiter.room.of(self.spec.name());
         let mut woken = false;
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
+            let attempt = Instant::now();
+            let left = deadline.saturating_duration_since(attempt);
             match self
                 .limiter
                 .call_with(&self.spec, keys(left.min(auto.every_read())))
                 .await
             {
                 Ok(mut permit) => {
-                    permit.waited = started.elapsed();
+                    // The steps before this one, and the wait within it.
+                    permit.waited += attempt.duration_since(started);
                     if woken {
                         // Room was given back: it may fit the next one too.
                         self.limiter.room.freed(self.spec.name());
@@ -191,9 +193,7 @@ impl Outbound {
                         return Err(refused);
                     };
                     woken = room::sleep_or_told(next, pin!(freed.notified())).await;
-                    if let Err(error) = self.limiter.refresh_learned(&self.spec, auto).await {
-                        tracing::warn!(call = self.spec.name(), %error, "the upstream's learned limit could not be read");
-                    }
+                    self.refresh(&refused).await;
                 }
             }
         }
