@@ -153,17 +153,19 @@ impl Connection {
         deadline: Instant,
         cmd: &Cmd,
     ) -> Option<RedisResult<T>> {
+        // The other kinds' futures are boxed: each call's future holds the
+        // largest of them, and is moved whole into its box when made.
         match self {
             Connection::Standalone(c) => standalone_query(c.clone(), deadline, cmd).await,
             Connection::Given(c) => standalone_query(c.clone(), deadline, cmd).await,
             #[cfg(feature = "cluster")]
-            Connection::Cluster(c) => cluster_query(c, deadline, cmd).await,
+            Connection::Cluster(c) => Box::pin(cluster_query(c, deadline, cmd)).await,
             #[cfg(feature = "sentinel")]
-            Connection::Sentinel(c) => c.query(deadline, cmd).await,
+            Connection::Sentinel(c) => Box::pin(c.query(deadline, cmd)).await,
             #[cfg(feature = "__tls")]
-            Connection::Tls(c) => c.query(deadline, cmd).await,
+            Connection::Tls(c) => Box::pin(c.query(deadline, cmd)).await,
             #[cfg(all(feature = "cluster", feature = "__tls"))]
-            Connection::TlsCluster(c, _) => cluster_query(c, deadline, cmd).await,
+            Connection::TlsCluster(c, _) => Box::pin(cluster_query(c, deadline, cmd)).await,
         }
     }
 
@@ -289,7 +291,9 @@ impl Link<'_> {
                 Some(Err(err)) if via != Via::ScriptSource && is_missing_code(&err) => {
                     via = if via == Via::Function && !reloaded {
                         reloaded = true;
-                        if self.reload(deadline, seen).await {
+                        // Boxed: rare, and it would make every call's
+                        // future larger.
+                        if Box::pin(self.reload(deadline, seen)).await {
                             Via::Function
                         } else {
                             Via::ScriptSource
@@ -846,9 +850,10 @@ impl RedisBackend {
                 }
                 Ok(Decisions::new(reply.decisions))
             }
+            // Boxed (a cluster's call over several hash tags): it would
+            // make every call's future larger.
             Some(groups) => {
-                self.acquire_groups(requests.len(), &groups, request_id)
-                    .await
+                Box::pin(self.acquire_groups(requests.len(), &groups, request_id)).await
             }
         }
     }
