@@ -295,10 +295,11 @@ impl RedisBackendBuilder {
     /// was sent.
     ///
     /// Off by default while it is young. Measured (`docs/perf/coalesce.md`,
-    /// the `loadgen` example's `--compare-coalesce`, 4 in flight): 1.06–1.31×
-    /// the decisions per second of calls alone from 16 to 1 024 callers,
-    /// lower p50 and p99 there, the same with one caller, and about the
-    /// same server time per decision.
+    /// the `loadgen` example's `--compare-coalesce`, 4 in flight):
+    /// 1.21–1.35× the decisions per second of calls alone at 64 and 256
+    /// callers (1.07–1.51× from 16 to 1 024), 0.75–0.80× the scripts'
+    /// server time per decision from 64 callers up, lower p50 from 16
+    /// callers up, and the same with one caller (every call goes alone).
     ///
     /// What is coalesced: [`Backend::acquire`](ratewall::backend::Backend::acquire)
     /// and `acquire_once`, `peek` and `peek_ahead`, `refund`, `charge` and

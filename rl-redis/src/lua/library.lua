@@ -14,8 +14,9 @@
 -- <prefix>many_ro (no-writes) for the calls of several callers coalesced
 -- into one (many.lua), which name the entries above.
 
--- An entry called on its own: no coalesced call's time applies (one that
--- was interrupted, killed or out of memory, may have left it set).
+-- An entry called on its own: no coalesced call's time or read values
+-- apply (one that was interrupted, killed or out of memory may have left
+-- them set).
 local function alone(entry)
   return function(keys, args)
     MANY_NOW = nil

@@ -12,9 +12,9 @@
 -- Each sub-call runs its entry exactly as the call alone would (its own
 -- keys and arguments, all-or-nothing within it as alone), one after the
 -- other, independent of the others, at one server time (read once, for
--- the sub-calls that ask the server's time): what it writes is what it would have
--- written alone, even when it fails (nothing is rolled back, alone or
--- here), and every key it writes gets its TTL from its own entry.
+-- the sub-calls that ask the server's time): what it writes is what it
+-- would have written alone, even when it fails (nothing is rolled back,
+-- alone or here), and every key it writes gets its TTL from its own entry.
 --
 -- Reply: one reply per sub-call, in order: what its entry returned (an
 -- array of integers), or, when it returned or raised an error, that
