@@ -108,6 +108,19 @@ impl Tat {
         }
     }
 
+    /// Its parts, as the memory store packs them: the TAT, when it was
+    /// written, and the raw bits of the interval it was measured in.
+    #[inline(always)]
+    pub(crate) fn parts(&self) -> (u64, u64, u32) {
+        (self.tat.get(), self.written.get(), self.measure.0)
+    }
+
+    /// The state of these [`Tat::parts`].
+    #[inline(always)]
+    pub(crate) fn from_parts(tat: u64, written: u64, measure: u32) -> Self {
+        Tat::new(tat, written, Measure(measure))
+    }
+
     /// The TAT measured in `limit`'s interval (see the module docs), or the
     /// stored one when it is fresh at `now` or measured in that interval
     /// already.

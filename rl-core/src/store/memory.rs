@@ -7,7 +7,8 @@
 //!   [`Meter`], [`Log`], [`Slots`]) and per form of identity (a number, or
 //!   text), so an identity costs what its algorithm needs (a GCRA number:
 //!   a 4-byte partition, the 8-byte number, the TAT, when it was written
-//!   and the interval it is measured in (4 bytes, see [`Tat`]), 32 bytes; as
+//!   and the interval it is measured in (4 bytes, see [`Tat`]), 32 bytes,
+//!   packed into 20 once its shard holds 64 of them (see [`Packing`]); as
 //!   text: 48 bytes, the text inline up to 24 bytes);
 //! - a partition is one key head (`prefix:{scope:`) with one algorithm,
 //!   period and slot count, interned once as a `u32`; a resolved call
@@ -44,85 +45,10 @@ use crate::store::reserve::{Freed, choose_slot};
 use crate::store::sharded::{Hasher, Locked, Sharded};
 use crate::store::target::{KeyRef, Op, Slot, Target};
 
-/// One identity's state under one partition.
-#[derive(Debug)]
-struct Entry<S, I> {
-    partition: u32,
-    identity: I,
-    state: S,
-}
-
-/// A state kind with its tables in a shard.
-trait Tabled: State {
-    fn table<I>(tables: &mut Tables<I>) -> &mut HashTable<Entry<Self, I>>;
-}
-
-macro_rules! tabled {
-    ($($state:ty => $field:ident),* $(,)?) => {
-        /// Identities held one way, one table per kind of state.
-        #[repr(C)]
-        struct Tables<I> {
-            $($field: HashTable<Entry<$state, I>>,)*
-        }
-
-        impl<I> Default for Tables<I> {
-            fn default() -> Self {
-                Self { $($field: HashTable::new(),)* }
-            }
-        }
-
-        impl<I: IdentityForm> Tables<I> {
-            fn len(&self) -> usize {
-                0 $(+ self.$field.len())*
-            }
-
-            /// Drops every idle state (see [`sweep_table`]); returns how many.
-            fn sweep(&mut self, now: u64, hasher: &Hasher) -> usize {
-                let before = self.len();
-                $(sweep_table(&mut self.$field, now, hasher);)*
-                before - self.len()
-            }
-        }
-
-        $(impl Tabled for $state {
-            fn table<I>(tables: &mut Tables<I>) -> &mut HashTable<Entry<Self, I>> {
-                &mut tables.$field
-            }
-        })*
-    };
-}
-
-tabled! {
-    Tat => gcra,
-    Window => window,
-    Meter => meter,
-    Log => log,
-    Slots => slots,
-    Flight => flight,
-}
-
-/// Every identity of a shard: numbers and text apart (in order: numbers
-/// first, see [`Shard`]).
-#[derive(Default)]
-#[repr(C)]
-struct AllTables {
-    numbers: Tables<u64>,
-    texts: Tables<CompactString>,
-}
-
-impl AllTables {
-    fn len(&self) -> usize {
-        self.numbers.len() + self.texts.len()
-    }
-
-    fn sweep(&mut self, now: u64, hasher: &Hasher) -> usize {
-        self.numbers.sweep(now, hasher) + self.texts.sweep(now, hasher)
-    }
-}
-
 /// Laid out in order (`repr(C)`): what every decision touches (the time it
-/// decided at, then the tables of numbers, GCRA's first) shares the lock's
-/// cache line, so a decision on a cold shard misses one line, not two.
+/// decided at, then the tables of numbers, GCRA's first: its packed rows,
+/// then where its wide entries are) shares the lock's cache line, so a
+/// decision on a cold shard misses one line, not two.
 #[repr(C)]
 struct Shard {
     /// The latest time this shard decided at: a clock stepping back never
@@ -130,6 +56,8 @@ struct Shard {
     /// than now, never moves it.
     last_now: u64,
     tables: AllTables,
+    /// What the packed rows of the GCRA table of numbers share.
+    packing: Packing,
     /// The store's hasher, to rehash entries when a table grows.
     hasher: Hasher,
     /// Sweep idle states when the shard grows past this size.
@@ -184,8 +112,11 @@ struct Located {
 ///   chosen by hash, so calls on different identities rarely contend, and
 ///   a multi-key decision locks its shards in order.
 /// - Compact: one table per kind of state and form of identity; a GCRA
-///   identity that is a number takes 32 bytes of table, one that is text
-///   48 bytes (text inline up to 24 bytes).
+///   identity that is a number takes 32 bytes of table while its shard
+///   holds fewer than 64 of them, then 20 (packed: its partition and
+///   measure interned per shard, its times 40 bits each; the exact state,
+///   history across a live limit change included); one that is text 48
+///   bytes (text inline up to 24 bytes).
 /// - Bounded: every state expires when it becomes equivalent to a fresh one;
 ///   a shard sweeps idle states whenever it has doubled since its last
 ///   sweep, so rotating keys cannot grow memory without bound. A refused
@@ -289,6 +220,7 @@ impl MemoryBackend {
         let shards = Sharded::per_core(64, |hasher| {
             Mutex::new(Shard {
                 tables: AllTables::default(),
+                packing: Packing::default(),
                 hasher: hasher.clone(),
                 sweep_at: MIN_SWEEP,
                 last_now: 0,
@@ -343,7 +275,8 @@ impl MemoryBackend {
             .map(|shard| {
                 let shard = &mut *shard.lock();
                 sweep_freed(&mut shard.freed, now);
-                block::sweep(shard, now) + shard.tables.sweep(now, &shard.hasher)
+                block::sweep(shard, now)
+                    + shard.tables.sweep(now, &shard.hasher, &mut shard.packing)
             })
             .sum();
         let replies: usize = self.replies.iter().map(|r| r.lock().sweep(now)).sum();
@@ -786,11 +719,15 @@ mod block;
 mod identity;
 mod ops;
 mod partitions;
+mod rows;
 mod sync;
+mod tables;
 #[cfg(test)]
 mod tests;
 
-use identity::{IPV4, IdentityForm, entry_hash, hash_of, sweep_table};
+use identity::{IPV4, IdentityForm, hash_of, sweep_table};
 use ops::*;
 use partitions::Partitions;
+use rows::{PackedTat, Packing, Row};
 use sync::targets;
+use tables::{AllTables, Entry, Pick, Side, Tabled};

@@ -71,27 +71,26 @@ pub(super) fn hash_of(hasher: &Hasher, partition: u32, identity: IdentityRef<'_>
     }
 }
 
-/// The hash of what `entry` holds, as [`hash_of`] located it: what its
-/// table rehashes it by when it grows or shrinks (the hash is kept out of
-/// the entry to keep it small).
-#[inline]
-pub(super) fn entry_hash<S, I: IdentityForm>(hasher: &Hasher, entry: &Entry<S, I>) -> u64 {
-    hash_of(hasher, entry.partition, entry.identity.as_ref())
-}
-
 /// Drops the idle states of `table`, then gives back its room if that left
 /// it at most a quarter full: it keeps twice what it holds, so its entries
 /// stay as close together as when they were inserted (a table grown for
 /// states since swept would otherwise spread the live ones over twice the
 /// cache lines, for good).
-pub(super) fn sweep_table<S: State, I: IdentityForm>(
-    table: &mut HashTable<Entry<S, I>>,
+pub(super) fn sweep_table<S, R: Row<S>>(
+    table: &mut HashTable<R>,
     now: u64,
     hasher: &Hasher,
+    packing: &mut Packing,
 ) {
-    table.retain(|entry| !entry.state.is_idle(now));
+    table.retain(|row| {
+        if row.is_idle(packing, now) {
+            row.forget(packing);
+            return false;
+        }
+        true
+    });
     let held = table.len();
     if held.saturating_mul(4) <= table.capacity() {
-        table.shrink_to(held * 2, |e| entry_hash(hasher, e));
+        table.shrink_to(held * 2, |row| row.hash(packing, hasher));
     }
 }

@@ -291,11 +291,9 @@ fn raise_held<S: Tabled, I: Side>(
     apply: impl FnOnce(&mut S),
 ) {
     let identity = target.key.identity;
-    let table = S::table(I::tables(&mut shard.tables));
-    if let Some(entry) = table.find_mut(at.hash, matches::<S, I>(at, identity)) {
-        apply(&mut entry.state);
+    let Err(apply) = on_held::<S, I, _, _>(shard, at, identity, now, apply) else {
         return;
-    }
+    };
     let mut state = S::default();
     apply(&mut state);
     if !state.is_idle(now) {
@@ -350,13 +348,6 @@ fn release_state<S: Tabled>(
 pub(super) fn reset_in(shard: &mut Shard, at: &Located, target: &Target<'_>) {
     block::lift(shard, at, target.key.identity);
     with_state!(target.limit.algorithm(), S => reset::<S>(shard, at, target))
-}
-
-fn matches<S, I: IdentityForm>(
-    at: &Located,
-    identity: IdentityRef<'_>,
-) -> impl Fn(&Entry<S, I>) -> bool {
-    move |entry| entry.partition == at.partition && entry.identity.is(identity)
 }
 
 fn decide<S: Tabled>(
@@ -415,17 +406,26 @@ impl<S: State + Clone> OnState<S> for Project<'_> {
     }
 }
 
-/// [`State::admit`] of a target at `now`.
+/// [`State::admit`] of a target at `now`: whether it was admitted, the
+/// refusal written aside. (A `Result` of a whole [`Decision`] would be
+/// carried, all of it, past what a packed row does after the decision.)
 struct Admit<'a> {
     target: &'a Target<'a>,
     now: u64,
+    refusal: &'a mut Option<Decision>,
 }
 
 impl<S: State> OnState<S> for Admit<'_> {
-    type Out = Result<(), Decision>;
+    type Out = bool;
     #[inline(always)]
-    fn run(self, state: &mut S) -> Result<(), Decision> {
-        state.admit(self.target.limit, self.now, self.target.cost)
+    fn run(self, state: &mut S) -> bool {
+        match state.admit(self.target.limit, self.now, self.target.cost) {
+            Ok(()) => true,
+            Err(refused) => {
+                *self.refusal = Some(refused);
+                false
+            }
+        }
     }
 }
 
@@ -446,7 +446,16 @@ pub(super) fn admit_in(
         };
     }
     with_state!(target.limit.algorithm(), S => {
-        on_state::<S, _>(shard, at, target, (now, true, now), Admit { target, now })
+        let mut refusal = None;
+        let admit = Admit {
+            target,
+            now,
+            refusal: &mut refusal,
+        };
+        match (on_state::<S, _>(shard, at, target, (now, true, now), admit), refusal) {
+            (false, Some(refused)) => Err(refused),
+            _ => Ok(()),
+        }
     })
 }
 
@@ -472,23 +481,6 @@ fn on_state<S: Tabled, R>(
     }
 }
 
-/// Which of a shard's tables holds identities as `I`.
-trait Side: IdentityForm {
-    fn tables(all: &mut AllTables) -> &mut Tables<Self>;
-}
-
-impl Side for u64 {
-    fn tables(all: &mut AllTables) -> &mut Tables<Self> {
-        &mut all.numbers
-    }
-}
-
-impl Side for CompactString {
-    fn tables(all: &mut AllTables) -> &mut Tables<Self> {
-        &mut all.texts
-    }
-}
-
 #[inline]
 fn decide_held<S: Tabled, I: Side, R>(
     shard: &mut Shard,
@@ -498,20 +490,82 @@ fn decide_held<S: Tabled, I: Side, R>(
     decide: impl OnState<S, Out = R>,
 ) -> R {
     let identity = target.key.identity;
-    let table = S::table(I::tables(&mut shard.tables));
-    if let Some(entry) = table.find_mut(at.hash, matches::<S, I>(at, identity)) {
-        return decide.run(&mut entry.state);
-    }
+    let run = move |state: &mut S| decide.run(state);
+    let run = match on_held::<S, I, _, _>(shard, at, identity, clock, run) {
+        Ok(decided) => return decided,
+        Err(run) => run,
+    };
     let mut state = S::default();
-    let decided = decide.run(&mut state);
+    let decided = run(&mut state);
     if commit && !state.is_idle(now) {
         insert::<S, I>(shard, at, identity, state, clock);
     }
     decided
 }
 
+/// Runs `f` on the state of `identity` under `at`'s partition in its
+/// shard's table (see [`Tabled::pick`]), keeping what it changed; `f` back
+/// when the table holds none. `now` is the shard's time.
+#[inline(always)]
+fn on_held<S: Tabled, I: Side, F: FnOnce(&mut S) -> T, T>(
+    shard: &mut Shard,
+    at: &Located,
+    identity: IdentityRef<'_>,
+    now: u64,
+    f: F,
+) -> Result<T, F> {
+    let packing = &mut shard.packing;
+    match S::pick(I::tables(&mut shard.tables)) {
+        Pick::Wide(table) => on_row(table, packing, at, identity, now, f),
+        Pick::Rows(table) => on_row(table, packing, at, identity, now, f),
+    }
+}
+
+/// [`on_held`] in one table.
+#[inline(always)]
+fn on_row<S, R: Row<S>, F: FnOnce(&mut S) -> T, T>(
+    table: &mut HashTable<R>,
+    packing: &mut Packing,
+    at: &Located,
+    identity: IdentityRef<'_>,
+    now: u64,
+    f: F,
+) -> Result<T, F> {
+    R::ready(table, packing, now);
+    let key = R::key(packing, at.partition);
+    match table.find_mut(at.hash, |row| row.is(packing, key, identity)) {
+        Some(row) => Ok(row.with(packing, key, f)),
+        None => Err(f),
+    }
+}
+
+/// Removes the state of `identity` under `at`'s partition from its
+/// shard's table, if it holds one.
+fn remove_held<S: Tabled, I: Side>(shard: &mut Shard, at: &Located, identity: IdentityRef<'_>) {
+    let packing = &mut shard.packing;
+    match S::pick(I::tables(&mut shard.tables)) {
+        Pick::Wide(table) => remove_row(table, packing, at, identity),
+        Pick::Rows(table) => remove_row(table, packing, at, identity),
+    }
+}
+
+/// [`remove_held`] in one table.
+fn remove_row<S, R: Row<S>>(
+    table: &mut HashTable<R>,
+    packing: &mut Packing,
+    at: &Located,
+    identity: IdentityRef<'_>,
+) {
+    let key = R::key(packing, at.partition);
+    if let Ok(found) = table.find_entry(at.hash, |row| row.is(packing, key, identity)) {
+        found.remove().0.forget(packing);
+    }
+}
+
 /// Adds a new identity's state, sweeping idle ones first when the shard
-/// has doubled since its last sweep.
+/// has doubled since its last sweep. A GCRA state of a number goes into the
+/// shard's wide entries while it holds fewer than [`Packing::pack_at`] of
+/// them; past that, they are all packed (see [`Packing`]).
 fn insert<S: Tabled, I: Side>(
     shard: &mut Shard,
     at: &Located,
@@ -520,20 +574,28 @@ fn insert<S: Tabled, I: Side>(
     now: u64,
 ) {
     if shard.tables.len() >= shard.sweep_at {
-        shard.tables.sweep(now, &shard.hasher);
+        shard.tables.sweep(now, &shard.hasher, &mut shard.packing);
         sweep_freed(&mut shard.freed, now);
         shard.sweep_at = (shard.tables.len() * 2).max(MIN_SWEEP);
     }
-    let partition = at.partition;
-    let entry = Entry {
-        partition,
-        identity: I::hold(identity),
-        state,
+    let packing = &mut shard.packing;
+    let hasher = &shard.hasher;
+    let tables = I::tables(&mut shard.tables);
+    // The tables rehash their rows when they grow (see `Row::hash`).
+    let state = match S::pick(tables) {
+        Pick::Wide(wide) if wide.len() < packing.pack_at() => {
+            let entry = Row::new(packing, at.partition, identity, state);
+            wide.insert_unique(at.hash, entry, |e| e.hash(packing, hasher));
+            return;
+        }
+        Pick::Wide(_) => {
+            S::pack_all(tables, packing, hasher);
+            state
+        }
+        Pick::Rows(_) => state,
     };
-    // The table rehashes its entries when it grows (see `entry_hash`).
-    let hasher = shard.hasher.clone();
-    S::table(I::tables(&mut shard.tables))
-        .insert_unique(at.hash, entry, move |e| entry_hash(&hasher, e));
+    let row = S::Row::<I>::new(packing, at.partition, identity, state);
+    S::table(tables).insert_unique(at.hash, row, |row| row.hash(packing, hasher));
 }
 
 fn refund<S: Tabled>(
@@ -574,30 +636,27 @@ fn change_held<S: Tabled, I: Side>(
     now: u64,
     apply: impl FnOnce(&mut S) -> bool,
 ) -> bool {
-    let table = S::table(I::tables(&mut shard.tables));
-    let Ok(mut found) = table.find_entry(at.hash, matches::<S, I>(at, target.key.identity)) else {
-        return false;
+    let identity = target.key.identity;
+    let apply = |state: &mut S| {
+        let changed = apply(state);
+        (changed, changed && state.is_idle(now))
     };
-    let entry = found.get_mut();
-    if !apply(&mut entry.state) {
-        return false;
+    match on_held::<S, I, _, _>(shard, at, identity, now, apply) {
+        Ok((changed, idle)) => {
+            if idle {
+                remove_held::<S, I>(shard, at, identity);
+            }
+            changed
+        }
+        Err(_) => false,
     }
-    if entry.state.is_idle(now) {
-        found.remove();
-    }
-    true
 }
 
 fn reset<S: Tabled>(shard: &mut Shard, at: &Located, target: &Target<'_>) {
     match target.key.identity {
-        IdentityRef::Number(_) | IdentityRef::Ipv4(_) => reset_held::<S, u64>(shard, at, target),
-        IdentityRef::Text(_) => reset_held::<S, CompactString>(shard, at, target),
-    }
-}
-
-fn reset_held<S: Tabled, I: Side>(shard: &mut Shard, at: &Located, target: &Target<'_>) {
-    let table = S::table(I::tables(&mut shard.tables));
-    if let Ok(found) = table.find_entry(at.hash, matches::<S, I>(at, target.key.identity)) {
-        found.remove();
+        IdentityRef::Number(_) | IdentityRef::Ipv4(_) => {
+            remove_held::<S, u64>(shard, at, target.key.identity)
+        }
+        IdentityRef::Text(_) => remove_held::<S, CompactString>(shard, at, target.key.identity),
     }
 }
