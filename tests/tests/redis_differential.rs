@@ -10,7 +10,10 @@
 //! `RedisBackend` and `MemoryBackend` under identical manual clocks; every
 //! decision (allowed, limit, remaining, retry_after, reset_after, time) must
 //! be identical, and so must every identity's blocks (the block each
-//! refusal wrote, to the microsecond). Every case runs on the Functions library (`FCALL`,
+//! refusal wrote, to the microsecond). The identities of a case are text,
+//! or numbers (about half the cases), which the memory backend holds packed
+//! from the first (`MemoryBackend::with_pack_at(0)`: GCRA states in 20
+//! bytes). Every case runs on the Functions library (`FCALL`,
 //! `FCALL_RO`: the path used on Redis >= 7 and Valkey) and on the scripts
 //! (`EVALSHA`: the path of servers without `FUNCTION`); on a server without
 //! `FUNCTION` (`RATEWALL_TEST_SERVER=redis-no-functions`) only on the
@@ -167,6 +170,10 @@ struct Case {
     /// Each limit's other version (see [`Step::Retune`]).
     retuned: Vec<Limit>,
     keys: usize,
+    /// Whether the identities are numbers, whose GCRA states the memory
+    /// backend packs from the first (`MemoryBackend::with_pack_at(0)`);
+    /// else text.
+    numbers: bool,
     start: u64,
     steps: Vec<Step>,
 }
@@ -288,24 +295,27 @@ fn case(algorithms: Vec<Algorithm>, max_limits: usize) -> impl Strategy<Value = 
             1..=max_limits,
         )
     });
-    (limits, 1usize..=3, 0u64..1_000_000_000).prop_flat_map(|(limits, keys, offset)| {
-        let steps = prop::collection::vec(step(limits.len(), keys), 1..40);
-        let others: Vec<_> = limits.iter().map(|&l| retuned(l)).collect();
-        (
-            Just(limits),
-            others,
-            Just(keys),
-            Just(EPOCH_US + offset),
-            steps,
-        )
-            .prop_map(|(limits, retuned, keys, start, steps)| Case {
-                limits,
-                retuned,
-                keys,
-                start,
+    (limits, 1usize..=3, any::<bool>(), 0u64..1_000_000_000).prop_flat_map(
+        |(limits, keys, numbers, offset)| {
+            let steps = prop::collection::vec(step(limits.len(), keys), 1..40);
+            let others: Vec<_> = limits.iter().map(|&l| retuned(l)).collect();
+            (
+                Just(limits),
+                others,
+                Just(keys),
+                Just(EPOCH_US + offset),
                 steps,
-            })
-    })
+            )
+                .prop_map(move |(limits, retuned, keys, start, steps)| Case {
+                    limits,
+                    retuned,
+                    keys,
+                    numbers,
+                    start,
+                    steps,
+                })
+        },
+    )
 }
 
 /// The Redis backends (one per call mode) under one manual clock.
@@ -383,10 +393,16 @@ async fn run_case_on(
     let number = CASE_NUMBER.fetch_add(1, Ordering::Relaxed);
     let prefix = format!("diff{number}");
     let keys: Vec<Key> = (0..case.keys)
-        .map(|i| Key::new(&prefix, "scope", &format!("id{i}")))
+        .map(|i| match case.numbers {
+            true => Key::from_display(&prefix, "scope", &(i * 7_919)),
+            false => Key::new(&prefix, "scope", &format!("id{i}")),
+        })
         .collect();
     clock.set_micros(case.start);
-    let memory = MemoryBackend::with_clock(clock.clone());
+    let memory = match case.numbers {
+        true => MemoryBackend::with_clock(clock.clone()).with_pack_at(0),
+        false => MemoryBackend::with_clock(clock.clone()),
+    };
     // Which version of each limit is in force (see `Step::Retune`).
     let retuned: Vec<std::cell::Cell<bool>> =
         case.limits.iter().map(|_| Default::default()).collect();
@@ -894,6 +910,7 @@ fn a_refund_that_finds_a_retuned_gcra_state_spent_empties_it_on_both_stores() {
         limits: vec![limit(1, 6)],
         retuned: vec![limit(3, 1)],
         keys: 2,
+        numbers: false,
         start: EPOCH_US + 727_165_905,
         steps: vec![
             {

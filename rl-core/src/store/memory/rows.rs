@@ -179,7 +179,6 @@ impl Packing {
     }
 
     /// Packs once the shard holds `entries` wide entries (0: at once).
-    #[cfg(test)]
     pub(super) fn set_pack_at(&mut self, entries: usize) {
         self.pack_at = entries;
     }

@@ -189,10 +189,7 @@ fn a_sweep_gives_back_the_room_of_the_states_it_dropped_and_keeps_the_rest_finda
 /// `store`, its shards packing once they hold `entries` GCRA states of
 /// numbers (0: at once).
 fn packed(store: MemoryBackend, entries: usize) -> MemoryBackend {
-    for shard in store.shards.iter() {
-        shard.lock().packing.set_pack_at(entries);
-    }
-    store
+    store.with_pack_at(entries)
 }
 
 /// A small deterministic generator (xorshift), for the sequences below.
