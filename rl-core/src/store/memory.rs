@@ -265,7 +265,7 @@ impl MemoryBackend {
     /// let key = Key::from_display("rl", "users", &42);
     /// assert!(backend.acquire_one(&Request::new(&key, &limit, 1)).allowed());
     /// assert!(!backend.acquire_one(&Request::new(&key, &limit, 1)).allowed());
-    /// # Ok::<(), ratewall::LimitError>(())
+    /// # Ok::<(), ratewall::error::LimitError>(())
     /// ```
     #[must_use]
     pub fn with_pack_at(self, states: usize) -> Self {
