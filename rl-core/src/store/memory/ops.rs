@@ -291,9 +291,10 @@ fn raise_held<S: Tabled, I: Side>(
     apply: impl FnOnce(&mut S),
 ) {
     let identity = target.key.identity;
-    let Err(apply) = on_held::<S, I, _, _>(shard, at, identity, now, apply) else {
+    if let (Some(found), packing) = find_held::<S, I>(shard, at, identity, now) {
+        found.with(packing, apply);
         return;
-    };
+    }
     let mut state = S::default();
     apply(&mut state);
     if !state.is_idle(now) {
@@ -406,26 +407,17 @@ impl<S: State + Clone> OnState<S> for Project<'_> {
     }
 }
 
-/// [`State::admit`] of a target at `now`: whether it was admitted, the
-/// refusal written aside. (A `Result` of a whole [`Decision`] would be
-/// carried, all of it, past what a packed row does after the decision.)
+/// [`State::admit`] of a target at `now`.
 struct Admit<'a> {
     target: &'a Target<'a>,
     now: u64,
-    refusal: &'a mut Option<Decision>,
 }
 
 impl<S: State> OnState<S> for Admit<'_> {
-    type Out = bool;
+    type Out = Result<(), Decision>;
     #[inline(always)]
-    fn run(self, state: &mut S) -> bool {
-        match state.admit(self.target.limit, self.now, self.target.cost) {
-            Ok(()) => true,
-            Err(refused) => {
-                *self.refusal = Some(refused);
-                false
-            }
-        }
+    fn run(self, state: &mut S) -> Result<(), Decision> {
+        state.admit(self.target.limit, self.now, self.target.cost)
     }
 }
 
@@ -446,16 +438,7 @@ pub(super) fn admit_in(
         };
     }
     with_state!(target.limit.algorithm(), S => {
-        let mut refusal = None;
-        let admit = Admit {
-            target,
-            now,
-            refusal: &mut refusal,
-        };
-        match (on_state::<S, _>(shard, at, target, (now, true, now), admit), refusal) {
-            (false, Some(refused)) => Err(refused),
-            _ => Ok(()),
-        }
+        on_state::<S, _>(shard, at, target, (now, true, now), Admit { target, now })
     })
 }
 
@@ -490,53 +473,60 @@ fn decide_held<S: Tabled, I: Side, R>(
     decide: impl OnState<S, Out = R>,
 ) -> R {
     let identity = target.key.identity;
-    let run = move |state: &mut S| decide.run(state);
-    let run = match on_held::<S, I, _, _>(shard, at, identity, clock, run) {
-        Ok(decided) => return decided,
-        Err(run) => run,
-    };
+    if let (Some(found), packing) = find_held::<S, I>(shard, at, identity, clock) {
+        return found.with(packing, |state| decide.run(state));
+    }
     let mut state = S::default();
-    let decided = run(&mut state);
+    let decided = decide.run(&mut state);
     if commit && !state.is_idle(now) {
         insert::<S, I>(shard, at, identity, state, clock);
     }
     decided
 }
 
-/// Runs `f` on the state of `identity` under `at`'s partition in its
-/// shard's table (see [`Tabled::pick`]), keeping what it changed; `f` back
-/// when the table holds none. `now` is the shard's time.
-#[inline(always)]
-fn on_held<S: Tabled, I: Side, F: FnOnce(&mut S) -> T, T>(
-    shard: &mut Shard,
-    at: &Located,
-    identity: IdentityRef<'_>,
-    now: u64,
-    f: F,
-) -> Result<T, F> {
-    let packing = &mut shard.packing;
-    match S::pick(I::tables(&mut shard.tables)) {
-        Pick::Wide(table) => on_row(table, packing, at, identity, now, f),
-        Pick::Rows(table) => on_row(table, packing, at, identity, now, f),
+/// A state found in its shard's table ([`find_held`]).
+enum Found<'a, S: Tabled, I: Side> {
+    Wide(&'a mut Entry<S, I>),
+    Row(&'a mut S::Row<I>, <S::Row<I> as Row<S>>::Key),
+}
+
+impl<S: Tabled, I: Side> Found<'_, S, I> {
+    /// Runs `f` on the state, keeping what it changed.
+    #[inline(always)]
+    fn with<T>(self, packing: &mut Packing, f: impl FnOnce(&mut S) -> T) -> T {
+        match self {
+            Found::Wide(entry) => f(&mut entry.state),
+            Found::Row(row, key) => row.with(packing, key, f),
+        }
     }
 }
 
-/// [`on_held`] in one table.
+/// The state of `identity` under `at`'s partition in its shard's table
+/// (see [`Tabled::pick`]), if it holds one, and what the shard's packed
+/// rows share. `now` is the shard's time.
 #[inline(always)]
-fn on_row<S, R: Row<S>, F: FnOnce(&mut S) -> T, T>(
-    table: &mut HashTable<R>,
-    packing: &mut Packing,
+fn find_held<'a, S: Tabled, I: Side>(
+    shard: &'a mut Shard,
     at: &Located,
     identity: IdentityRef<'_>,
     now: u64,
-    f: F,
-) -> Result<T, F> {
-    R::ready(table, packing, now);
-    let key = R::key(packing, at.partition);
-    match table.find_mut(at.hash, |row| row.is(packing, key, identity)) {
-        Some(row) => Ok(row.with(packing, key, f)),
-        None => Err(f),
-    }
+) -> (Option<Found<'a, S, I>>, &'a mut Packing) {
+    let packing = &mut shard.packing;
+    let found = match S::pick(I::tables(&mut shard.tables)) {
+        Pick::Wide(table) => table
+            .find_mut(at.hash, |entry| {
+                entry.partition == at.partition && entry.identity.is(identity)
+            })
+            .map(Found::Wide),
+        Pick::Rows(table) => {
+            S::Row::<I>::ready(table, packing, now);
+            let key = S::Row::<I>::key(packing, at.partition);
+            table
+                .find_mut(at.hash, |row| row.is(packing, key, identity))
+                .map(|row| Found::Row(row, key))
+        }
+    };
+    (found, packing)
 }
 
 /// Removes the state of `identity` under `at`'s partition from its
@@ -637,19 +627,17 @@ fn change_held<S: Tabled, I: Side>(
     apply: impl FnOnce(&mut S) -> bool,
 ) -> bool {
     let identity = target.key.identity;
-    let apply = |state: &mut S| {
+    let (Some(found), packing) = find_held::<S, I>(shard, at, identity, now) else {
+        return false;
+    };
+    let (changed, idle) = found.with(packing, |state| {
         let changed = apply(state);
         (changed, changed && state.is_idle(now))
-    };
-    match on_held::<S, I, _, _>(shard, at, identity, now, apply) {
-        Ok((changed, idle)) => {
-            if idle {
-                remove_held::<S, I>(shard, at, identity);
-            }
-            changed
-        }
-        Err(_) => false,
+    });
+    if idle {
+        remove_held::<S, I>(shard, at, identity);
     }
+    changed
 }
 
 fn reset<S: Tabled>(shard: &mut Shard, at: &Located, target: &Target<'_>) {
