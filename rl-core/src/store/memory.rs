@@ -325,7 +325,7 @@ impl MemoryBackend {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn locate(&self, target: &Target<'_>) -> Located {
         let partition = match target.slot {
             Some(slot) if slot.store == self.id => slot.partition,
@@ -383,7 +383,7 @@ impl MemoryBackend {
     }
 
     /// Decides one target (the hot path: one shard, one probe).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn acquire_target(&self, target: &Target<'_>) -> Decision {
         in_shard(self, target, |shard, at, now| {
             decide_in(shard, at, target, now, true, now)
