@@ -8,7 +8,7 @@
 //!   text), so an identity costs what its algorithm needs (a GCRA number:
 //!   a 4-byte partition, the 8-byte number, the TAT, when it was written
 //!   and the interval it is measured in (4 bytes, see [`Tat`]), 32 bytes,
-//!   packed into 20 once its shard holds 64 of them (see [`Packing`]); as
+//!   packed into 20 once its shard holds 32 of them (see [`Packing`]); as
 //!   text: 48 bytes, the text inline up to 24 bytes);
 //! - a partition is one key head (`prefix:{scope:`) with one algorithm,
 //!   period and slot count, interned once as a `u32`; a resolved call
@@ -113,7 +113,7 @@ struct Located {
 ///   a multi-key decision locks its shards in order.
 /// - Compact: one table per kind of state and form of identity; a GCRA
 ///   identity that is a number takes 32 bytes of table while its shard
-///   holds fewer than 64 of them ([`MemoryBackend::with_pack_at`]), then 20
+///   holds fewer than 32 of them ([`MemoryBackend::with_pack_at`]), then 20
 ///   (packed: its partition and
 ///   measure interned per shard, its times 40 bits each; the exact state,
 ///   history across a live limit change included); one that is text 48
@@ -250,7 +250,7 @@ impl MemoryBackend {
     }
 
     /// This backend, its shards packing their GCRA states of numbers once
-    /// each holds `states` of them (default 64; 0 packs from the first,
+    /// each holds `states` of them (default 32; 0 packs from the first,
     /// `usize::MAX` never).
     ///
     /// A shard holds GCRA states of numbers in 32-byte entries while it is

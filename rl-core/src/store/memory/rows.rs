@@ -100,9 +100,9 @@ type Class = (u32, u32);
 
 /// A shard holds its GCRA states of numbers in wide entries until it
 /// holds this many, then packs them all. Per shard: with 64 shards a core,
-/// 4 096 identities a core stay wide (about 128 KiB of entries), and the
-/// wide tables a store outgrew and freed are at most about 4 KiB a shard.
-pub(super) const PACK_AT: usize = 64;
+/// 2 048 identities a core stay wide (64 KiB of entries), and the wide
+/// tables a store outgrew and freed are about 2 KiB a shard.
+pub(super) const PACK_AT: usize = 32;
 
 /// What the packed rows of a shard share, and whether the shard packs.
 ///
