@@ -514,9 +514,7 @@ fn find_held<'a, S: Tabled, I: Side>(
     let packing = &mut shard.packing;
     let found = match S::pick(I::tables(&mut shard.tables)) {
         Pick::Wide(table) => table
-            .find_mut(at.hash, |entry| {
-                entry.partition == at.partition && entry.identity.is(identity)
-            })
+            .find_mut(at.hash, |entry| entry.is(packing, at.partition, identity))
             .map(Found::Wide),
         Pick::Rows(table) => {
             S::Row::<I>::ready(table, packing, now);
