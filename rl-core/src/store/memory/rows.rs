@@ -104,13 +104,14 @@ type Class = (u32, u32);
 /// tables a store outgrew and freed are about 2 KiB a shard.
 pub(super) const PACK_AT: usize = 32;
 
-/// What the packed rows of a shard share, and whether the shard packs.
+/// What the packed rows of a shard share, and when the shard packs.
 ///
 /// A small shard holds GCRA states of numbers whole ([`Entry`], 32 bytes):
 /// packing costs a few instructions a decision, and a small table is in
-/// the cache anyway. Once it holds [`PACK_AT`] of them it packs them all,
-/// and packs from then on: a table that no longer fits the cache misses
-/// half as many lines packed.
+/// the cache anyway. Once it holds `pack_at` of them ([`PACK_AT`] unless
+/// [`MemoryBackend::with_pack_at`] said otherwise) it packs them all, and
+/// packs new ones for as long as it holds any packed: a table that no
+/// longer fits the cache misses fewer lines (20 bytes a row against 32).
 #[repr(C)]
 pub(super) struct Packing {
     /// The time packed TATs count from (µs): never after the shard's time.
