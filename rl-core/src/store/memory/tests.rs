@@ -186,12 +186,6 @@ fn a_sweep_gives_back_the_room_of_the_states_it_dropped_and_keeps_the_rest_finda
     assert_eq!(store.len(), 1_000);
 }
 
-/// `store`, its shards packing once they hold `entries` GCRA states of
-/// numbers (0: at once).
-fn packed(store: MemoryBackend, entries: usize) -> MemoryBackend {
-    store.with_pack_at(entries)
-}
-
 /// A small deterministic generator (xorshift), for the sequences below.
 struct Steps(u64);
 
@@ -217,7 +211,7 @@ impl Steps {
 fn a_packed_gcra_state_decides_exactly_as_the_whole_state() {
     const DAY: u64 = 86_400_000_000;
     let clock = ManualClock::new(1_700_000_000_000_000);
-    let store = packed(MemoryBackend::with_clock(clock.clone()), 0);
+    let store = MemoryBackend::with_clock(clock.clone()).with_pack_at(0);
     let gcra = |limit: Limit| limit.with_algorithm(Algorithm::Gcra).unwrap();
     let periods = [
         std::time::Duration::from_secs(60),
@@ -315,7 +309,7 @@ fn a_packed_gcra_state_decides_exactly_as_the_whole_state() {
 #[test]
 fn a_shard_past_its_classes_holds_states_aside_and_drops_them_with_their_row() {
     let clock = ManualClock::new(1_000_000);
-    let store = packed(MemoryBackend::with_clock(clock.clone()), 0);
+    let store = MemoryBackend::with_clock(clock.clone()).with_pack_at(0);
     let key = Key::new("rl", "rates", "1");
     let mut state = Tat::default();
     let aside = || -> usize { store.shards.iter().map(|s| s.lock().packing.aside()).sum() };
@@ -349,7 +343,7 @@ fn a_shard_past_its_classes_holds_states_aside_and_drops_them_with_their_row() {
 #[test]
 fn a_shard_that_grows_packs_its_states_and_each_decides_as_before() {
     let clock = ManualClock::new(1_700_000_000_000_000);
-    let store = packed(MemoryBackend::with_clock(clock.clone()), 16);
+    let store = MemoryBackend::with_clock(clock.clone()).with_pack_at(16);
     let gcra = |threshold| {
         Limit::per_minute(threshold)
             .unwrap()
