@@ -970,8 +970,10 @@ impl SubCall {
 
 /// `FCALL <library>_many` (`FCALL_RO <library>_many_ro` when every call
 /// is read-only) of `calls`, in order (see `lua/many.lua`): every call's
-/// keys, then the count and, per call, its entry, its key count, its
-/// argument count and its arguments.
+/// keys, then the count of groups (calls next to each other with the same
+/// entry, key count and arguments) and, per group, its entry, its calls'
+/// key count, its argument count, its arguments and how many calls it
+/// holds.
 pub(crate) fn many_command(calls: &[&SubCall]) -> Cmd {
     let read_only = calls.iter().all(|call| call.read_only());
     let mut cmd = if read_only {
@@ -989,45 +991,89 @@ pub(crate) fn many_command(calls: &[&SubCall]) -> Cmd {
             cmd.arg(key);
         }
     }
-    cmd.arg(calls.len());
-    for call in calls {
+    let groups: Vec<&[&SubCall]> = calls
+        .chunk_by(|first, next| first.same_group(next))
+        .collect();
+    cmd.arg(groups.len());
+    for group in groups {
+        let call = group[0];
         cmd.arg(call.entry.function_suffix())
             .arg(call.keys)
             .arg(call.arg_count());
         for arg in call.split().1 {
             cmd.arg(arg);
         }
+        cmd.arg(group.len());
     }
     cmd
 }
 
+impl SubCall {
+    /// Whether `next` goes in this call's group of a coalesced call: the
+    /// same entry, key count and arguments (its keys its own).
+    fn same_group(&self, next: &SubCall) -> bool {
+        self.entry == next.entry
+            && self.keys == next.keys
+            && self.arg_count() == next.arg_count()
+            && self.split().1.eq(next.split().1)
+    }
+}
+
 /// Splits the reply of a coalesced call over `count` calls into each
 /// call's own reply: its integers, or the error it returned or raised.
+///
+/// The reply lists, call after call: an array (that call's whole reply),
+/// a string (the line of its error), or [`FLAT`] integers (the reply of a
+/// single acquire or peek, written out flat: an array per call cost the
+/// server about as much as the decision, see `lua/many.lua`).
 pub(crate) fn parse_many(
     count: usize,
     value: redis::Value,
 ) -> Result<Vec<redis::RedisResult<Vec<i64>>>, redis::RedisError> {
+    let wrong = |detail: String| {
+        redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "the rate-limit code answered a coalesced call with the wrong replies",
+            detail,
+        ))
+    };
     let redis::Value::Array(replies) = value else {
         return Err(redis::RedisError::from((
             redis::ErrorKind::UnexpectedReturnType,
             "the rate-limit code did not answer a coalesced call with an array",
         )));
     };
-    if replies.len() != count {
-        return Err(redis::RedisError::from((
-            redis::ErrorKind::UnexpectedReturnType,
-            "the rate-limit code answered a coalesced call with the wrong number of replies",
-            format!("{} for {count} calls", replies.len()),
-        )));
-    }
-    Ok(replies
-        .into_iter()
-        .map(|reply| match reply {
+    let mut out = Vec::with_capacity(count);
+    let mut replies = replies.into_iter();
+    while let Some(reply) = replies.next() {
+        if out.len() == count {
+            return Err(wrong(format!("more than {count} replies")));
+        }
+        out.push(match reply {
             redis::Value::BulkString(line) => Err(error_of_line(&line)),
+            redis::Value::Int(first) => {
+                let mut flat = Vec::with_capacity(FLAT);
+                flat.push(first);
+                for _ in 1..FLAT {
+                    match replies.next() {
+                        Some(redis::Value::Int(value)) => flat.push(value),
+                        _ => return Err(wrong(format!("a flat reply of fewer than {FLAT}"))),
+                    }
+                }
+                Ok(flat)
+            }
             reply => redis::FromRedisValue::from_redis_value(reply).map_err(Into::into),
-        })
-        .collect())
+        });
+    }
+    if out.len() != count {
+        return Err(wrong(format!("{} replies for {count} calls", out.len())));
+    }
+    Ok(out)
 }
+
+/// How many integers a single acquire or peek answers (`lua/single.lua`),
+/// written out flat in a coalesced call's reply.
+const FLAT: usize = 6;
 
 /// The error whose line (`<CODE> <message>`) a coalesced call answered for
 /// one of its calls, read as redis-rs reads an error reply: the error the
@@ -1597,7 +1643,8 @@ mod tests {
     }
 
     #[test]
-    fn a_coalesced_call_carries_every_calls_keys_then_each_calls_entry_counts_and_arguments() {
+    fn a_coalesced_call_carries_every_calls_keys_then_each_groups_entry_counts_arguments_and_size()
+    {
         let key = Key::new("rl", "sms", "+33 6");
         let (minute, hour) = (Limit::per_minute(3).unwrap(), Limit::per_hour(5).unwrap());
         let one = [Request::new(&key, &hour, 1)];
@@ -1633,21 +1680,76 @@ mod tests {
                 "5",
                 "1",
                 "42",
+                "1",
                 "batch",
                 "2",
             ]
             .map(str::to_owned),
         );
         assert_eq!(many[..expected.len()], expected[..]);
-        // The batch's own arguments follow its count, as it sends them alone.
+        // The batch's own arguments follow its count, as it sends them
+        // alone, then its group's size.
         let alone = Call::of(&Plan::new(Op::Acquire, Time::Client(42), 0, 0, &two, None));
         assert_eq!(many[expected.len()], alone.args.len().to_string());
-        assert_eq!(many[expected.len() + 1..], alone.args[..]);
+        assert_eq!(many[expected.len() + 1..many.len() - 1], alone.args[..]);
+        assert_eq!(many[many.len() - 1], "1");
+        // Calls next to each other with one entry and the same arguments
+        // form one group, each with its own keys: callers of one limit.
+        let other = Key::new("rl", "sms", "+44 7");
+        let theirs = [Request::new(&other, &hour, 1)];
+        let same = Plan::new(Op::Acquire, Time::Client(42), 0, 0, &theirs, None).sub_call();
+        let later = Plan::new(Op::Acquire, Time::Client(43), 0, 0, &theirs, None).sub_call();
+        let grouped = line(many_command(&[&single, &same, &later, &single]));
+        let mut expected = vec![
+            "FCALL".to_owned(),
+            format!("{}_many", library_name()),
+            "4".to_owned(),
+        ];
+        expected.extend(
+            [
+                "rl:{sms:+33 6}:gc:3600000000",
+                "rl:{sms:+44 7}:gc:3600000000",
+                "rl:{sms:+44 7}:gc:3600000000",
+                "rl:{sms:+33 6}:gc:3600000000",
+                "3",
+                "gc_acquire",
+                "1",
+                "5",
+                "5",
+                "3600000000",
+                "5",
+                "1",
+                "42",
+                "2",
+                "gc_acquire",
+                "1",
+                "5",
+                "5",
+                "3600000000",
+                "5",
+                "1",
+                "43",
+                "1",
+                "gc_acquire",
+                "1",
+                "5",
+                "5",
+                "3600000000",
+                "5",
+                "1",
+                "42",
+                "1",
+            ]
+            .map(str::to_owned),
+        );
+        assert_eq!(grouped, expected);
         // Read-only calls alone go read-only.
         let ro = line(many_command(&[&peek, &peek]));
         assert_eq!(ro[0], "FCALL_RO");
         assert_eq!(ro[1], format!("{}_many_ro", library_name()));
+        assert_eq!(ro[5], "1");
         assert_eq!(ro[6], "gc_peek");
+        assert_eq!(ro[ro.len() - 1], "2");
         // A call alone is the command it would have been.
         let plan = Plan::new(Op::Peek, Time::Server, 0, 0, &one, None);
         assert_eq!(
@@ -1660,21 +1762,34 @@ mod tests {
     #[test]
     fn a_coalesced_reply_splits_into_each_calls_reply_or_error() {
         use redis::Value;
-        let reply = Value::Array(vec![
-            Value::Array(vec![Value::Int(1), Value::Int(9)]),
-            Value::BulkString(b"WRONGTYPE Operation against a key".to_vec()),
-            Value::Array(vec![Value::Int(7)]),
-            Value::BulkString(b"ERR ratewall-redis: malformed\r\n".to_vec()),
-        ]);
-        let replies = parse_many(4, reply).unwrap();
+        let flat = |values: [i64; FLAT]| values.map(Value::Int);
+        let mut replies = vec![Value::Array(vec![Value::Int(1), Value::Int(9)])];
+        replies.extend(flat([1, 10, 9, 0, 60, 1_000]));
+        replies.push(Value::BulkString(
+            b"WRONGTYPE Operation against a key".to_vec(),
+        ));
+        replies.extend(flat([0, 10, 0, 5, 60, 1_000]));
+        replies.push(Value::Array(vec![Value::Int(7)]));
+        replies.push(Value::BulkString(
+            b"ERR ratewall-redis: malformed\r\n".to_vec(),
+        ));
+        let replies = parse_many(6, Value::Array(replies)).unwrap();
         assert_eq!(replies[0].as_ref().unwrap(), &[1, 9]);
-        let wrong = replies[1].as_ref().unwrap_err();
+        assert_eq!(replies[1].as_ref().unwrap(), &[1, 10, 9, 0, 60, 1_000]);
+        let wrong = replies[2].as_ref().unwrap_err();
         assert_eq!(wrong.code(), Some("WRONGTYPE"));
         assert_eq!(wrong.detail(), Some("Operation against a key"));
-        assert_eq!(replies[2].as_ref().unwrap(), &[7]);
-        assert_eq!(replies[3].as_ref().unwrap_err().code(), Some("ERR"));
+        assert_eq!(replies[3].as_ref().unwrap(), &[0, 10, 0, 5, 60, 1_000]);
+        assert_eq!(replies[4].as_ref().unwrap(), &[7]);
+        assert_eq!(replies[5].as_ref().unwrap_err().code(), Some("ERR"));
+        // Too few or too many replies, or a flat reply cut short.
         assert!(parse_many(3, Value::Array(vec![])).is_err());
         assert!(parse_many(1, Value::Int(1)).is_err());
+        let short = Value::Array(flat([1, 10, 9, 0, 60, 1_000])[..5].to_vec());
+        assert!(parse_many(1, short).is_err());
+        let two = Value::Array([flat([1; FLAT]), flat([1; FLAT])].concat());
+        assert!(parse_many(1, two.clone()).is_err());
+        assert_eq!(parse_many(2, two).unwrap().len(), 2);
     }
 
     #[test]

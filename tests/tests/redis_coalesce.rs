@@ -10,7 +10,9 @@
 //! so its results do not depend on how the callers interleave). Also: a
 //! lone call goes alone, concurrent calls form coalesced calls within the
 //! bound (on a server, and on Sentinel's master), one call's error reaches
-//! its caller only, each waiting caller times out at its own deadline,
+//! its caller only, callers of one limit travel as one group and a
+//! malformed coalesced layout runs nothing, each waiting caller times out
+//! at its own deadline,
 //! coalesced calls load the Functions library again when the server lost
 //! it, and a Redis Cluster and the scripts call mode go alone.
 
@@ -486,6 +488,128 @@ async fn a_call_s_error_reaches_its_caller_only() {
     // The set is untouched: an error writes nothing here.
     let kind: String = server.cmd(&["TYPE", &state]).await;
     assert_eq!(kind, "set");
+}
+
+/// The coalesced entry read straight: callers of one limit travel as one
+/// group (the limit's arguments once, each caller's key its own), a
+/// single acquire answers its six integers flat, and a malformed layout
+/// is refused before any of its calls runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_of_callers_decides_each_on_its_own_key_and_a_malformed_layout_runs_nothing() {
+    let server = RedisServer::start();
+    if !coalescing_server(&server).await {
+        return;
+    }
+    let library = RedisBackend::library_source();
+    let _: String = server.cmd(&["FUNCTION", "LOAD", "REPLACE", library]).await;
+    let name = library
+        .lines()
+        .next()
+        .and_then(|line| line.strip_prefix("#!lua name="))
+        .expect("the library names itself");
+    let many = format!("{name}_many");
+    let (a, b) = ("g:{a}:fw:60000000", "g:{b}:fw:60000000");
+    // One group of three: a, b, then a again (which sees what the first
+    // call on a wrote), under 2 per minute.
+    let group = ["1", "fw_acquire", "1", "3", "2", "60000000", "1", "3"];
+    let mut call = vec!["FCALL", &many, "3", a, b, a];
+    call.extend(group);
+    let reply: Vec<i64> = server.cmd(&call).await;
+    assert_eq!(reply.len(), 18, "{reply:?}");
+    let (first, second, third) = (&reply[..6], &reply[6..12], &reply[12..]);
+    assert_eq!(first[..3], [1, 2, 1]);
+    assert_eq!(second[..3], [1, 2, 1]);
+    assert_eq!(third[..3], [1, 2, 0]);
+    // One server time for all three.
+    assert!(first[5] == second[5] && second[5] == third[5]);
+
+    let c = "g:{c}:fw:60000000";
+    let malformed: [&[&str]; 6] = [
+        // A group of no calls.
+        &[
+            "1",
+            c,
+            "1",
+            "fw_acquire",
+            "1",
+            "3",
+            "2",
+            "60000000",
+            "1",
+            "0",
+        ],
+        // No size.
+        &["1", c, "1", "fw_acquire", "1", "3", "2", "60000000", "1"],
+        // Two calls' keys for one.
+        &[
+            "2",
+            c,
+            a,
+            "1",
+            "fw_acquire",
+            "1",
+            "3",
+            "2",
+            "60000000",
+            "1",
+            "1",
+        ],
+        // An entry the coalesced call does not run.
+        &[
+            "1",
+            c,
+            "1",
+            "no_such_entry",
+            "1",
+            "3",
+            "2",
+            "60000000",
+            "1",
+            "1",
+        ],
+        // A good group, then one whose counts are not numbers.
+        &[
+            "2",
+            c,
+            a,
+            "2",
+            "fw_acquire",
+            "1",
+            "3",
+            "2",
+            "60000000",
+            "1",
+            "1",
+            "fw_acquire",
+            "x",
+            "3",
+            "2",
+            "60000000",
+            "1",
+            "1",
+        ],
+        // No group.
+        &["0", "0"],
+    ];
+    for layout in malformed {
+        let mut call = vec!["FCALL", &many];
+        call.extend(layout);
+        let error = server
+            .try_cmd::<redis::Value>(&call)
+            .await
+            .expect_err("a malformed layout is refused");
+        assert!(
+            format!("{error}").contains("malformed coalesced call"),
+            "{layout:?}: {error}"
+        );
+    }
+    // None of them ran a call: c was never written, a is as it was.
+    let written: i64 = server.cmd(&["EXISTS", c]).await;
+    assert_eq!(written, 0);
+    let mut call = vec!["FCALL", &many, "1", a];
+    call.extend(["1", "fw_acquire", "1", "3", "2", "60000000", "1", "1"]);
+    let reply: Vec<i64> = server.cmd(&call).await;
+    assert_eq!(reply[..3], [0, 2, 0], "a is full after the group's two");
 }
 
 /// Runs 40 concurrent acquires on `backend`, all of which must be allowed.

@@ -14,13 +14,14 @@
 -- <prefix>many_ro (no-writes) for the calls of several callers coalesced
 -- into one (many.lua), which name the entries above.
 
--- An entry called on its own: no coalesced call's time or read values
--- apply (one that was interrupted, killed or out of memory may have left
+-- An entry called on its own: no coalesced call's time, read values or
+-- converted numbers apply (one that was interrupted, killed or out of memory may have left
 -- them set).
 local function alone(entry)
   return function(keys, args)
     MANY_NOW = nil
     MANY_GOT = nil
+    MANY_NUMBERS = nil
     return entry(keys, args)
   end
 end
@@ -31,8 +32,8 @@ for i = 1, #CODES do
   local code = CODES[i]
   local M = LOADERS[code]()
   ALG[code] = M
-  local acquire = single_decide(M, code, true)
-  local peek = single_decide(M, code, false)
+  local acquire, acquire_at = single_decide(M, code, true)
+  local peek, peek_at = single_decide(M, code, false)
   local refund = single_refund(M, code)
   redis.register_function(RL_PREFIX .. code .. '_acquire', alone(acquire))
   redis.register_function{
@@ -45,9 +46,9 @@ for i = 1, #CODES do
   MANY_ENTRIES[code .. '_peek'] = peek
   MANY_ENTRIES[code .. '_refund'] = refund
   MANY_READ_ONLY[code .. '_peek'] = peek
-  if M.decide_at then
-    MANY_READS_ONE[code .. '_acquire'] = true
-    MANY_READS_ONE[code .. '_peek'] = true
+  if acquire_at then
+    MANY_READS_ONE[code .. '_acquire'] = acquire_at
+    MANY_READS_ONE[code .. '_peek'] = peek_at
   end
 end
 redis.register_function(RL_PREFIX .. 'batch', alone(batch))

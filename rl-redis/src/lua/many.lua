@@ -4,10 +4,14 @@
 -- every one of them is read-only). Library only: scripts go alone.
 --
 -- keys: every sub-call's keys, concatenated in order.
--- args: the count n, then per sub-call: its entry (the name of the
--- library function it would have called alone, without the library's
--- prefix: 'gc_acquire', 'batch', 'batch_ro', ...), its key count, its
--- argument count, then its arguments.
+-- args: the count of groups, then per group (sub-calls next to each other
+-- that call one entry with the same arguments, each with its own keys,
+-- such as many callers of one limit): its entry (the name of the library
+-- function it would have called alone, without the library's prefix:
+-- 'gc_acquire', 'batch', 'batch_ro', ...), the key count of each of its
+-- sub-calls, the argument count, the arguments, then how many sub-calls
+-- it holds. (An argument costs the server about as much as a tenth of a
+-- decision: the arguments of callers of one limit travel once.)
 --
 -- Each sub-call runs its entry exactly as the call alone would (its own
 -- keys and arguments, all-or-nothing within it as alone), one after the
@@ -16,19 +20,22 @@
 -- would have written alone, even when it fails (nothing is rolled back,
 -- alone or here), and every key it writes gets its TTL from its own entry.
 --
--- Reply: one reply per sub-call, in order: what its entry returned (an
--- array of integers), or, when it returned or raised an error, that
--- error's line as a string ('<CODE> <message>': redis.call's own error,
--- e.g. WRONGTYPE, with its code; a Lua error under ERR). Not an error
--- reply inside the array: clients (redis-rs) fail the whole reply for one.
--- A malformed layout is refused before any sub-call runs.
+-- Reply: per sub-call, in order: what its entry returned (an array of
+-- integers; a single acquire or peek's six integers written out flat, not
+-- in an array of their own), or, when it returned or raised an error,
+-- that error's line as a string ('<CODE> <message>': redis.call's own
+-- error, e.g. WRONGTYPE, with its code; a Lua error under ERR). Not an
+-- error reply inside the array: clients (redis-rs) fail the whole reply
+-- for one. A malformed layout is refused before any sub-call runs.
 
 -- The entries a coalesced call may name, filled by library.lua when it
 -- registers them; MANY_READ_ONLY: those that never write.
 local MANY_ENTRIES = {}
 local MANY_READ_ONLY = {}
 -- The entries that first GET their one key, a single state (the single
--- acquire and peek of fixed window and GCRA): read together by one MGET.
+-- acquire and peek of the algorithms whose state is one string): read
+-- together by one MGET. Each names its form that reads its key and
+-- arguments in place, from the coalesced call's own tables (single.lua).
 local MANY_READS_ONE = {}
 
 -- The line of the error a sub-call raised, as it comes back.
@@ -48,30 +55,48 @@ local function many_malformed()
 end
 
 local function run_many(keys, args, entries)
-  local n = tonumber(args[1])
-  if n == nil or n < 1 then
+  local groups = tonumber(args[1])
+  if groups == nil or groups < 1 then
     return many_malformed()
   end
-  -- First the layout, whole: a malformed call runs nothing. The keys the
-  -- sub-calls read first, up to the first sub-call that writes another
-  -- way, are noted for one MGET.
+  -- First the layout, whole: a malformed call runs nothing. Each group's
+  -- entry, counts and place are kept for the run. The keys the sub-calls
+  -- read first, up to the first sub-call that writes another way, are
+  -- noted for one MGET.
+  local fns, kcs, acs, places, sizes, in_place = {}, {}, {}, {}, {}, {}
+  -- Texts converted to numbers, each once (single.lua reads it too).
+  local numbers = {}
   local k, a = 0, 1
   local reads, reading = {}, true
-  for _ = 1, n do
+  for g = 1, groups do
     local name = args[a + 1]
-    local kc, ac = tonumber(args[a + 2]), tonumber(args[a + 3])
-    if entries[name] == nil or kc == nil or ac == nil or kc < 0 or ac < 0 then
+    local entry = entries[name]
+    local kc, ac = args[a + 2], args[a + 3]
+    kc, ac = numbers[kc] or tonumber(kc), numbers[ac] or tonumber(ac)
+    if entry == nil or kc == nil or ac == nil or kc < 0 or ac < 0 then
       return many_malformed()
     end
-    if reading then
-      if MANY_READS_ONE[name] and kc == 1 then
-        reads[#reads + 1] = keys[k + 1]
-      else
-        reading = false
-      end
+    numbers[args[a + 2]], numbers[args[a + 3]] = kc, ac
+    local size = tonumber(args[a + 4 + ac])
+    if size == nil or size < 1 then
+      return many_malformed()
     end
-    k = k + kc
-    a = a + 3 + ac
+    local at = MANY_READS_ONE[name]
+    if at and kc == 1 then
+      fns[g] = at
+      in_place[g] = true
+      if reading then
+        for j = 1, size do
+          reads[#reads + 1] = keys[k + j]
+        end
+      end
+    else
+      fns[g] = entry
+      reading = false
+    end
+    kcs[g], acs[g], places[g], sizes[g] = kc, ac, a + 3, size
+    k = k + kc * size
+    a = a + 4 + ac
   end
   if k ~= #keys or a ~= #args then
     return many_malformed()
@@ -80,6 +105,7 @@ local function run_many(keys, args, entries)
   -- decided at one moment, as one script's calls are anyway.
   local time = redis.call('TIME')
   MANY_NOW = time[1] * 1000000 + time[2]
+  MANY_NUMBERS = numbers
   if #reads > 1 then
     local values = redis.call('MGET', unpack(reads))
     local got = {}
@@ -92,36 +118,56 @@ local function run_many(keys, args, entries)
     end
     MANY_GOT = got
   end
-  local out = {}
-  k, a = 0, 1
-  for i = 1, n do
-    local name = args[a + 1]
-    local entry = entries[name]
-    local kc, ac = args[a + 2] + 0, args[a + 3] + 0
-    if MANY_GOT and not MANY_READS_ONE[name] then
-      -- It may write a key a later sub-call reads: those read their own.
-      MANY_GOT = nil
-    end
-    local sub_keys, sub_args = {}, {}
-    for j = 1, kc do
-      sub_keys[j] = keys[k + j]
-    end
-    for j = 1, ac do
-      sub_args[j] = args[a + 3 + j]
-    end
-    k = k + kc
-    a = a + 3 + ac
-    local ok, reply = pcall(entry, sub_keys, sub_args)
-    if ok and type(reply) == 'table' and reply.err then
-      out[i] = tostring(reply.err)
-    elseif ok then
-      out[i] = reply
-    else
-      out[i] = many_failure(reply)
+  local out, m = {}, 0
+  k = 0
+  for g = 1, groups do
+    local fn, kc, ac, at = fns[g], kcs[g], acs[g], places[g]
+    for _ = 1, sizes[g] do
+      local ok, reply
+      if in_place[g] then
+        -- Its six integers go into the reply as they are, not in an array
+        -- of their own (an array per call costs the server about as much
+        -- as the decision).
+        local allowed, limit, remaining, retry_after, reset_after, now
+        ok, allowed, limit, remaining, retry_after, reset_after, now = pcall(fn, keys, k, args, at, ac)
+        if ok and limit ~= nil then
+          out[m + 1], out[m + 2], out[m + 3] = allowed, limit, remaining
+          out[m + 4], out[m + 5], out[m + 6] = retry_after, reset_after, now
+          m = m + 6
+          ok = nil
+        else
+          reply = allowed
+        end
+      else
+        -- It may write a key a later sub-call reads: those read their own.
+        MANY_GOT = nil
+        local sub_keys, sub_args = {}, {}
+        for j = 1, kc do
+          sub_keys[j] = keys[k + j]
+        end
+        for j = 1, ac do
+          sub_args[j] = args[at + j]
+        end
+        ok, reply = pcall(fn, sub_keys, sub_args)
+      end
+      k = k + kc
+      if ok == nil then
+        -- (Written above.)
+      elseif ok and type(reply) == 'table' and reply.err then
+        m = m + 1
+        out[m] = tostring(reply.err)
+      elseif ok then
+        m = m + 1
+        out[m] = reply
+      else
+        m = m + 1
+        out[m] = many_failure(reply)
+      end
     end
   end
   MANY_NOW = nil
   MANY_GOT = nil
+  MANY_NUMBERS = nil
   return out
 end
 

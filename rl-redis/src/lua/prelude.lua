@@ -157,6 +157,10 @@ local MANY_NOW = nil
 -- first sub-call that may write another way.
 local MANY_GOT = nil
 
+-- The coalesced call's texts converted to numbers (many.lua), each once:
+-- its sub-calls mostly share their limits' texts; nil outside one.
+local MANY_NUMBERS = nil
+
 -- The time of a call from its `time` argument: 's' for the server's TIME
 -- (the coalesced call's, inside one), else the client's time in us. (Text
 -- becomes a number by arithmetic here and in the entry points: `tonumber`

@@ -19,8 +19,12 @@
 -- field its third limit number fills (the fixed window and the sliding log
 -- take threshold and period only).
 
+local function malformed_count(n)
+  return redis.error_reply('ERR ratewall-redis: malformed arguments (' .. n .. ')')
+end
+
 local function malformed(args)
-  return redis.error_reply('ERR ratewall-redis: malformed arguments (' .. #args .. ')')
+  return malformed_count(#args)
 end
 
 -- How many limit numbers `code` takes.
@@ -66,12 +70,71 @@ local function single_decide(M, code, commit)
   local at_cost, at_time, at_ttl = width + 1, width + 2, width + 3
   local decide_at = M.decide_at
   if decide_at then
-    return function(keys, args)
-      local n = #args
+    -- The call's arguments are args[a + 1 .. a + n] and its key keys[k + 1]:
+    -- a coalesced call (many.lua) passes its own tables, read in place.
+    local function at(keys, k, args, a, n)
       if n < at_cost or n > at_ttl then
-        return malformed(args)
+        return malformed_count(n)
       end
-      local now = args[at_time]
+      local t, p, cost, b = args[a + 1], args[a + 2], args[a + at_cost], nil
+      if third then
+        b = args[a + 3]
+      end
+      local now, ttl = nil, nil
+      if n >= at_time then
+        now = args[a + at_time]
+        if n == at_ttl then
+          ttl = args[a + at_ttl]
+        end
+      end
+      local numbers = MANY_NUMBERS
+      if numbers then
+        -- A coalesced call's calls mostly share their limits: each text is
+        -- converted once (converting a text costs about as much as a
+        -- tenth of the decision).
+        local x = numbers[t]
+        if x == nil then
+          x = t + 0
+          numbers[t] = x
+        end
+        t = x
+        x = numbers[p]
+        if x == nil then
+          x = p + 0
+          numbers[p] = x
+        end
+        p = x
+        x = numbers[cost]
+        if x == nil then
+          x = cost + 0
+          numbers[cost] = x
+        end
+        cost = x
+        if b then
+          x = numbers[b]
+          if x == nil then
+            x = b + 0
+            numbers[b] = x
+          end
+          b = x
+        end
+        if ttl then
+          x = numbers[ttl]
+          if x == nil then
+            x = ttl + 0
+            numbers[ttl] = x
+          end
+          ttl = x
+        end
+      else
+        t, p, cost = t + 0, p + 0, cost + 0
+        if b then
+          b = b + 0
+        end
+        if ttl then
+          ttl = ttl + 0
+        end
+      end
       if now == nil or now == 's' then
         now = MANY_NOW
         if not now then
@@ -81,12 +144,8 @@ local function single_decide(M, code, commit)
       else
         now = now + 0
       end
-      EXTRA_TTL_MS = (args[at_ttl] or 0) + 0
-      local key = keys[1]
-      local b
-      if third then
-        b = args[3] + 0
-      end
+      EXTRA_TTL_MS = ttl or 0
+      local key = keys[k + 1]
       -- Read by the coalesced call's MGET, when it was: taken once (a later
       -- sub-call on the key reads what this one wrote).
       local value
@@ -99,12 +158,20 @@ local function single_decide(M, code, commit)
         value = redis.call('GET', key)
       end
       local allowed, limit, remaining, retry_after, reset_after = decide_at(
-        key, value, now, args[at_cost] + 0, args[1] + 0, args[2] + 0, b, commit)
+        key, value, now, cost, t, p, b, commit)
       if remaining < 0 then
         remaining = 0
       end
-      return { allowed, limit, remaining, retry_after, reset_after, now }
+      return allowed, limit, remaining, retry_after, reset_after, now
     end
+    return function(keys, args)
+      local allowed, limit, remaining, retry_after, reset_after, now = at(keys, 0, args, 0, #args)
+      if limit == nil then
+        -- (An error reply.)
+        return allowed
+      end
+      return { allowed, limit, remaining, retry_after, reset_after, now }
+    end, at
   end
   local decide = M.decide
   local r = {}
