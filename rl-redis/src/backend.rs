@@ -144,6 +144,37 @@ where
         .map(|reply| reply.and_then(|value| Ok(T::from_redis_value(value)?)))
 }
 
+/// Sends `cmd` on a cluster connection to the master redis-rs routes
+/// `slot` to, by `deadline`.
+#[cfg(feature = "cluster")]
+async fn cluster_query_at_slot<C, T>(
+    connection: &ClusterConnection<C>,
+    deadline: Instant,
+    slot: u16,
+    cmd: &Cmd,
+) -> Option<RedisResult<T>>
+where
+    C: redis::aio::ConnectionLike
+        + redis::cluster_async::Connect
+        + Clone
+        + Send
+        + Sync
+        + Unpin
+        + 'static,
+    T: FromRedisValue,
+{
+    use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+    let mut c = connection.clone();
+    let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
+        slot,
+        SlotAddr::Master,
+    )));
+    tokio::time::timeout_at(deadline, c.route_command(cmd.clone(), routing))
+        .await
+        .ok()
+        .map(|reply| reply.and_then(|value| Ok(T::from_redis_value(value)?)))
+}
+
 impl Connection {
     /// Sends `cmd` (on a cluster: to the node of its first key, or to every
     /// master for `FUNCTION LOAD`) and converts the reply; `None` when
@@ -190,19 +221,38 @@ impl Connection {
         }
     }
 
-    /// Whether calls on it may be coalesced: a connection to one server
-    /// (a Redis Cluster's calls go alone).
-    fn coalesces(&self) -> bool {
+    /// Sends `cmd` to the master serving hash `slot` (as redis-rs's map
+    /// of the cluster says); elsewhere like [`Connection::query`]. `None`
+    /// when `deadline` passed first.
+    #[cfg(feature = "cluster")]
+    pub(crate) async fn query_at_slot<T: FromRedisValue>(
+        &self,
+        deadline: Instant,
+        slot: u16,
+        cmd: &Cmd,
+    ) -> Option<RedisResult<T>> {
         match self {
-            Connection::Standalone(_) | Connection::Given(_) => true,
-            #[cfg(feature = "sentinel")]
-            Connection::Sentinel(_) => true,
-            #[cfg(feature = "__tls")]
-            Connection::Tls(_) => true,
             #[cfg(feature = "cluster")]
-            Connection::Cluster(_) => false,
+            Connection::Cluster(c) => cluster_query_at_slot(c, deadline, slot, cmd).await,
             #[cfg(all(feature = "cluster", feature = "__tls"))]
-            Connection::TlsCluster(..) => false,
+            Connection::TlsCluster(c, _) => cluster_query_at_slot(c, deadline, slot, cmd).await,
+            _ => {
+                let _ = slot;
+                self.query(deadline, cmd).await
+            }
+        }
+    }
+
+    /// Whether it reaches a Redis Cluster (whose calls are coalesced per
+    /// node, see [`crate::nodes`]).
+    #[cfg(feature = "cluster")]
+    pub(crate) fn is_cluster(&self) -> bool {
+        match self {
+            #[cfg(feature = "cluster")]
+            Connection::Cluster(_) => true,
+            #[cfg(all(feature = "cluster", feature = "__tls"))]
+            Connection::TlsCluster(..) => true,
+            _ => false,
         }
     }
 
@@ -533,7 +583,7 @@ impl RedisBackend {
     ) -> Self {
         let reloader = Arc::<Reloader>::default();
         let coalescer = coalesce
-            .filter(|_| settings.mode == CallMode::Functions && connection.coalesces())
+            .filter(|_| settings.mode == CallMode::Functions)
             .map(|(max, in_flight)| {
                 Arc::new(Coalescer::new(
                     connection.clone(),

@@ -705,6 +705,8 @@ impl RedisBackendBuilder {
                 let client = ClusterClientBuilder::new(nodes)
                     .connection_timeout(self.timeout)
                     .response_timeout(self.timeout)
+                    .min_retry_wait(5)
+                    .max_retry_wait(200)
                     .build()
                     .map_err(|err| {
                         OpenError::Backend(BackendError::unavailable_with_source(

@@ -10,9 +10,14 @@
 //! reply is split back to each caller. So a lone call is never delayed,
 //! and under load each lane has `in_flight` calls in flight.
 //!
-//! Two lanes: calls that may write go in `<library>_many`; read-only calls
-//! (peeks) in `<library>_many_ro`, flagged `no-writes` like their own
-//! entries, so that a peek is refused nowhere its own entry is not.
+//! On one server, two lanes: calls that may write go in `<library>_many`;
+//! read-only calls (peeks) in `<library>_many_ro`, flagged `no-writes` like
+//! their own entries, so that a peek is refused nowhere its own entry is
+//! not. On a Redis Cluster, a lane per master (see [`crate::nodes`]) for
+//! the single-limit acquires, in `<library>_many_node`, whose keys may be
+//! of any slots the node serves; every other call goes alone there. A call
+//! of a coalesced call that meets a slot served elsewhere (moved, or
+//! moving) failed before it wrote anything, and is sent again alone.
 //!
 //! Each caller keeps its own deadline: one whose deadline passes gets
 //! [`ratewall::error::BackendError::Timeout`] (its call may still run, as a
@@ -29,6 +34,8 @@ use tokio::time::Instant;
 
 use crate::backend::{Connection, Link, Reloader};
 use crate::call_mode::CallMode;
+#[cfg(feature = "cluster")]
+use crate::script::{Entry, Op};
 use crate::script::{Plan, SubCall, Via, is_missing_code, many_command, parse_many};
 
 /// The most calls coalesced into one by default.
@@ -50,6 +57,17 @@ struct Waiting {
     reply: oneshot::Sender<Outcome>,
 }
 
+/// Where a lane's coalesced calls go.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Destination {
+    /// The one server: `<library>_many`, or `_many_ro` for read-only calls.
+    Server,
+    /// A Redis Cluster master: `<library>_many_node`, sent to the node
+    /// serving the first call's slot.
+    #[cfg(feature = "cluster")]
+    Node,
+}
+
 /// One lane's state.
 #[derive(Default)]
 struct Queue {
@@ -59,9 +77,9 @@ struct Queue {
 }
 
 /// The calls of one lane.
-#[derive(Default)]
-struct Lane {
+pub(crate) struct Lane {
     queue: Mutex<Queue>,
+    destination: Destination,
 }
 
 impl Queue {
@@ -78,6 +96,13 @@ impl Queue {
 }
 
 impl Lane {
+    fn new(destination: Destination) -> Self {
+        Self {
+            queue: Mutex::default(),
+            destination,
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Queue> {
         // A panic while holding the lock leaves a queue that is still whole.
         self.queue
@@ -101,6 +126,9 @@ pub struct CoalescedCalls {
     pub batched: u64,
     /// The most calls one coalesced call carried.
     pub largest: u64,
+    /// Calls of coalesced calls on a Redis Cluster node that met a slot
+    /// the node no longer serves (or is moving), and were sent again alone.
+    pub rerouted: u64,
 }
 
 /// The counts behind [`CoalescedCalls`].
@@ -110,6 +138,24 @@ struct Counts {
     batches: AtomicU64,
     batched: AtomicU64,
     largest: AtomicU64,
+    rerouted: AtomicU64,
+}
+
+/// The lanes: two on one server, one per master on a Redis Cluster.
+enum Lanes {
+    /// `[0]`: calls that may write; `[1]`: read-only calls.
+    Server([Arc<Lane>; 2]),
+    #[cfg(feature = "cluster")]
+    Cluster(crate::nodes::Nodes<Lane>),
+}
+
+impl Lanes {
+    fn server() -> Self {
+        Lanes::Server([
+            Arc::new(Lane::new(Destination::Server)),
+            Arc::new(Lane::new(Destination::Server)),
+        ])
+    }
 }
 
 /// Coalesces the calls made on one connection to one server (see the
@@ -122,8 +168,7 @@ pub(crate) struct Coalescer {
     max: usize,
     /// The most calls of one lane in flight at once (at least 1).
     in_flight: usize,
-    /// `[0]`: calls that may write; `[1]`: read-only calls.
-    lanes: [Lane; 2],
+    lanes: Lanes,
     counts: Counts,
 }
 
@@ -138,13 +183,21 @@ impl Coalescer {
         max: usize,
         in_flight: usize,
     ) -> Self {
+        #[cfg(feature = "cluster")]
+        let lanes = if connection.is_cluster() {
+            Lanes::Cluster(crate::nodes::Nodes::new())
+        } else {
+            Lanes::server()
+        };
+        #[cfg(not(feature = "cluster"))]
+        let lanes = Lanes::server();
         Self {
             connection,
             reloader,
             target,
             max: max.max(1),
             in_flight: in_flight.max(1),
-            lanes: Default::default(),
+            lanes,
             counts: Counts::default(),
         }
     }
@@ -165,21 +218,77 @@ impl Coalescer {
             batches: self.counts.batches.load(Ordering::Relaxed),
             batched: self.counts.batched.load(Ordering::Relaxed),
             largest: self.counts.largest.load(Ordering::Relaxed),
+            rerouted: self.counts.rerouted.load(Ordering::Relaxed),
         }
+    }
+
+    /// The lane `plan` queues in; `None`: it goes alone (on a cluster: not
+    /// a single-limit acquire, or its node not known yet).
+    fn lane(self: &Arc<Self>, plan: &Plan<'_, '_>) -> Option<Arc<Lane>> {
+        match &self.lanes {
+            Lanes::Server(lanes) => Some(Arc::clone(&lanes[usize::from(plan.entry.read_only())])),
+            #[cfg(feature = "cluster")]
+            Lanes::Cluster(nodes) => {
+                if !matches!(plan.entry, Entry::Single(Op::Acquire, _)) {
+                    return None;
+                }
+                let slot = crate::nodes::slot_of(plan.first_key()?.as_bytes());
+                let (lane, stale) = nodes.lane(slot);
+                if stale {
+                    self.read_nodes();
+                }
+                lane
+            }
+        }
+    }
+
+    /// Reads the cluster's map in a task of its own, when it is due.
+    #[cfg(feature = "cluster")]
+    fn read_nodes(self: &Arc<Self>) {
+        let Lanes::Cluster(nodes) = &self.lanes else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if !nodes.claim_read(Instant::now()) {
+            return;
+        }
+        let coalescer = Arc::clone(self);
+        runtime.spawn(async move {
+            let deadline = Instant::now() + READ_NODES_WITHIN;
+            let reply = coalescer
+                .connection
+                .query::<redis::Value>(deadline, &redis::cmd("CLUSTER").arg("SLOTS").clone())
+                .await
+                .and_then(Result::ok);
+            if reply.is_none() {
+                tracing::debug!("could not read the cluster's slots; its calls go alone meanwhile");
+            }
+            if let Lanes::Cluster(nodes) = &coalescer.lanes {
+                nodes.update(reply, || Lane::new(Destination::Node));
+            }
+        });
     }
 
     /// Sends `plan` by `deadline`: at once when its lane has nothing in
     /// flight, else with the calls waiting beside it. `Err(None)` when the
     /// deadline passed first.
     pub(crate) async fn send(self: &Arc<Self>, deadline: Instant, plan: &Plan<'_, '_>) -> Outcome {
-        let lane = usize::from(plan.entry.read_only());
-        if self.take_turn(lane) {
+        let Some(lane) = self.lane(plan) else {
+            self.counts.alone.fetch_add(1, Ordering::Relaxed);
+            return self
+                .link()
+                .run(deadline, plan.entry, |via| plan.command(via))
+                .await;
+        };
+        if self.take_turn(&lane) {
             return self.alone(lane, deadline, plan).await;
         }
         // Written out outside the lock (the lane may have emptied meanwhile).
         let call = plan.sub_call();
         let receiver = {
-            let mut queue = self.lanes[lane].lock();
+            let mut queue = lane.lock();
             if self.free(&queue) {
                 queue.in_flight += 1;
                 None
@@ -214,8 +323,8 @@ impl Coalescer {
     }
 
     /// Takes one of `lane`'s places in flight if one is free; whether it did.
-    fn take_turn(&self, lane: usize) -> bool {
-        let mut queue = self.lanes[lane].lock();
+    fn take_turn(&self, lane: &Lane) -> bool {
+        let mut queue = lane.lock();
         let free = self.free(&queue);
         if free {
             queue.in_flight += 1;
@@ -227,7 +336,7 @@ impl Coalescer {
     /// (or dropped), the calls that queued meanwhile go.
     async fn alone(
         self: &Arc<Self>,
-        lane: usize,
+        lane: Arc<Lane>,
         deadline: Instant,
         plan: &Plan<'_, '_>,
     ) -> Outcome {
@@ -243,8 +352,8 @@ impl Coalescer {
 
     /// One of the lane's calls in flight is done: frees its place, or hands
     /// it and the queue to a drain task.
-    fn hand_over(self: &Arc<Self>, lane: usize) {
-        let mut queue = self.lanes[lane].lock();
+    fn hand_over(self: &Arc<Self>, lane: &Arc<Lane>) {
+        let mut queue = lane.lock();
         if queue.waiting.is_empty() {
             queue.in_flight -= 1;
             return;
@@ -256,19 +365,19 @@ impl Coalescer {
             // the lane.
             let guard = Draining {
                 coalescer: Arc::clone(self),
-                lane,
+                lane: Arc::clone(lane),
                 done: false,
             };
             runtime.spawn(guard.drain());
         } else {
             // No runtime to send them on.
-            self.lanes[lane].lock().give_up_place();
+            lane.lock().give_up_place();
         }
     }
 
     /// Sends `batch` (the one call alone as it would go alone), and answers
     /// each caller.
-    async fn send_batch(&self, batch: Vec<Waiting>) {
+    async fn send_batch(&self, lane: &Lane, batch: Vec<Waiting>) {
         let Some(deadline) = batch.iter().map(|waiting| waiting.deadline).max() else {
             return;
         };
@@ -287,7 +396,7 @@ impl Coalescer {
             self.counts.largest.fetch_max(count, Ordering::Relaxed);
             tracing::trace!(calls = count, "coalesced rate-limit calls");
             let calls: Vec<&SubCall> = batch.iter().map(|waiting| &waiting.call).collect();
-            self.run_many(deadline, &calls).await
+            self.run_many(lane.destination, deadline, &calls).await
         };
         for (waiting, outcome) in batch.into_iter().zip(outcomes) {
             // A caller that gave up meanwhile no longer listens.
@@ -299,23 +408,50 @@ impl Coalescer {
     /// server lacks it (once for every call that noticed); when it is
     /// missing again, each call goes alone by `EVAL` of its entry's source,
     /// as a call alone would. One outcome per call, in order.
-    async fn run_many(&self, deadline: Instant, calls: &[&SubCall]) -> Vec<Outcome> {
+    async fn run_many(
+        &self,
+        destination: Destination,
+        deadline: Instant,
+        calls: &[&SubCall],
+    ) -> Vec<Outcome> {
         let every = |outcome: Outcome| calls.iter().map(|_| outcome.clone()).collect();
-        let command = many_command(calls);
+        let command = match destination {
+            Destination::Server => many_command(calls),
+            #[cfg(feature = "cluster")]
+            Destination::Node => crate::script::many_node_command(calls),
+        };
         let mut reloaded = false;
         loop {
             let seen = self.reloader.generation();
-            match self
-                .connection
-                .query::<redis::Value>(deadline, &command)
-                .await
-            {
+            let reply = match destination {
+                Destination::Server => {
+                    self.connection
+                        .query::<redis::Value>(deadline, &command)
+                        .await
+                }
+                #[cfg(feature = "cluster")]
+                Destination::Node => {
+                    let slot = calls
+                        .first()
+                        .and_then(|call| call.first_key())
+                        .map_or(0, crate::nodes::slot_of);
+                    self.connection
+                        .query_at_slot::<redis::Value>(deadline, slot, &command)
+                        .await
+                }
+            };
+            match reply {
                 None => return every(Err(None)),
                 Some(Ok(value)) => {
-                    return match parse_many(calls.len(), value) {
+                    let outcomes = match parse_many(calls.len(), value) {
                         Ok(replies) => replies.into_iter().map(|r| r.map_err(Some)).collect(),
                         Err(error) => every(Err(Some(error))),
                     };
+                    #[cfg(feature = "cluster")]
+                    if destination == Destination::Node {
+                        return self.reroute(deadline, calls, outcomes).await;
+                    }
+                    return outcomes;
                 }
                 Some(Err(error)) if is_missing_code(&error) => {
                     if reloaded || !self.link().reload(deadline, seen).await {
@@ -340,18 +476,81 @@ impl Coalescer {
         });
         futures_util::future::join_all(alone).await
     }
+
+    /// Sends alone (following the cluster's redirections) each call of a
+    /// coalesced call on a cluster node that met a slot the node does not
+    /// serve: it failed at its first read, before it wrote anything. The
+    /// map is read again.
+    #[cfg(feature = "cluster")]
+    async fn reroute(
+        &self,
+        deadline: Instant,
+        calls: &[&SubCall],
+        mut outcomes: Vec<Outcome>,
+    ) -> Vec<Outcome> {
+        let elsewhere: Vec<usize> = outcomes
+            .iter()
+            .enumerate()
+            .filter(|(_, outcome)| matches!(outcome, Err(Some(error)) if served_elsewhere(error)))
+            .map(|(i, _)| i)
+            .collect();
+        if elsewhere.is_empty() {
+            return outcomes;
+        }
+        if let Lanes::Cluster(nodes) = &self.lanes {
+            nodes.stale();
+        }
+        self.counts
+            .rerouted
+            .fetch_add(elsewhere.len() as u64, Ordering::Relaxed);
+        tracing::debug!(
+            calls = elsewhere.len(),
+            "coalesced calls met slots served elsewhere; sending them alone"
+        );
+        let alone = elsewhere.iter().map(|&i| {
+            let call = calls[i];
+            self.link()
+                .run(deadline, call.entry(), |via| call.command(via))
+        });
+        for (i, outcome) in elsewhere
+            .iter()
+            .zip(futures_util::future::join_all(alone).await)
+        {
+            outcomes[*i] = outcome;
+        }
+        outcomes
+    }
+}
+
+/// How long a read of the cluster's map may take.
+#[cfg(feature = "cluster")]
+const READ_NODES_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether a call's error says that its key's slot is served by another
+/// node (moved, or moving and the key not here), where the call did not
+/// run: Redis refuses a script's access to such a key before running it.
+#[cfg(feature = "cluster")]
+fn served_elsewhere(error: &RedisError) -> bool {
+    matches!(
+        error.kind(),
+        redis::ErrorKind::Server(
+            redis::ServerErrorKind::Moved
+                | redis::ServerErrorKind::Ask
+                | redis::ServerErrorKind::TryAgain
+        )
+    ) || error.to_string().contains("non local key")
 }
 
 /// The turn of a call sent alone: when it ends (done or dropped), the lane
 /// is handed over.
 struct Turn<'c> {
     coalescer: &'c Arc<Coalescer>,
-    lane: usize,
+    lane: Arc<Lane>,
 }
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
-        self.coalescer.hand_over(self.lane);
+        self.coalescer.hand_over(&self.lane);
     }
 }
 
@@ -360,7 +559,7 @@ impl Drop for Turn<'_> {
 /// the waiting calls, whose callers hear it at once.
 struct Draining {
     coalescer: Arc<Coalescer>,
-    lane: usize,
+    lane: Arc<Lane>,
     done: bool,
 }
 
@@ -369,10 +568,10 @@ impl Draining {
     /// empty.
     async fn drain(mut self) {
         let coalescer = Arc::clone(&self.coalescer);
-        let lane = self.lane;
+        let lane = Arc::clone(&self.lane);
         loop {
             let batch: Vec<Waiting> = {
-                let mut queue = coalescer.lanes[lane].lock();
+                let mut queue = lane.lock();
                 // Callers that gave up: their calls are not sent.
                 queue.waiting.retain(|waiting| !waiting.reply.is_closed());
                 if queue.waiting.is_empty() {
@@ -383,7 +582,7 @@ impl Draining {
                 let count = queue.waiting.len().min(coalescer.max);
                 queue.waiting.drain(..count).collect()
             };
-            coalescer.send_batch(batch).await;
+            coalescer.send_batch(&lane, batch).await;
         }
     }
 }
@@ -391,7 +590,7 @@ impl Draining {
 impl Drop for Draining {
     fn drop(&mut self) {
         if !self.done {
-            self.coalescer.lanes[self.lane].lock().give_up_place();
+            self.lane.lock().give_up_place();
         }
     }
 }

@@ -177,6 +177,8 @@ mod error;
 mod learned;
 mod lease;
 mod lists;
+#[cfg(feature = "cluster")]
+mod nodes;
 mod notices;
 mod own_connection;
 mod probe;

@@ -913,6 +913,13 @@ impl fmt::Debug for SubCall {
 }
 
 impl Plan<'_, '_> {
+    /// The identity key of its first request (whose hash slot all its keys
+    /// share).
+    #[cfg(feature = "cluster")]
+    pub(crate) fn first_key(&self) -> Option<&str> {
+        self.requests.first().map(|request| request.key.as_str())
+    }
+
     /// This call, to travel inside a coalesced call.
     pub(crate) fn sub_call(&self) -> SubCall {
         let mut parts = Cmd::new();
@@ -936,6 +943,12 @@ impl SubCall {
     /// Whether it never writes.
     pub(crate) fn read_only(&self) -> bool {
         self.entry.read_only()
+    }
+
+    /// Its first key (which every key of a call shares the hash slot of).
+    #[cfg(feature = "cluster")]
+    pub(crate) fn first_key(&self) -> Option<&[u8]> {
+        self.split().0.next()
     }
 
     /// Its keys, then its arguments.
@@ -991,6 +1004,30 @@ pub(crate) fn many_command(calls: &[&SubCall]) -> Cmd {
             cmd.arg(key);
         }
     }
+    write_groups(&mut cmd, calls);
+    cmd
+}
+
+/// `FCALL <library>_many_node 0` of `calls` (single-limit acquires on one
+/// Redis Cluster master, see `lua/many.lua`): no key declared (they may be
+/// of several slots), and as arguments the key count, every call's keys,
+/// then the groups as in [`many_command`].
+#[cfg(feature = "cluster")]
+pub(crate) fn many_node_command(calls: &[&SubCall]) -> Cmd {
+    let mut cmd = redis::cmd("FCALL");
+    cmd.arg(format!("{}_many_node", library_name())).arg(0);
+    cmd.arg(calls.iter().map(|call| call.keys).sum::<usize>());
+    for call in calls {
+        for key in call.split().0 {
+            cmd.arg(key);
+        }
+    }
+    write_groups(&mut cmd, calls);
+    cmd
+}
+
+/// The groups of a coalesced call's layout (see [`many_command`]).
+fn write_groups(cmd: &mut Cmd, calls: &[&SubCall]) {
     let groups: Vec<&[&SubCall]> = calls
         .chunk_by(|first, next| first.same_group(next))
         .collect();
@@ -1005,7 +1042,6 @@ pub(crate) fn many_command(calls: &[&SubCall]) -> Cmd {
         }
         cmd.arg(group.len());
     }
-    cmd
 }
 
 impl SubCall {

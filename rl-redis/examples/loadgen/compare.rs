@@ -68,7 +68,7 @@ struct Comparison {
 
 async fn backend(options: &Options, coalesce: bool) -> Arc<RedisBackend> {
     Arc::new(
-        RedisBackend::builder(options.url.as_str())
+        builder(options.url.as_str())
             .timeout(Duration::from_secs(5))
             .coalesce(coalesce)
             .coalesce_max(options.coalesce_max)

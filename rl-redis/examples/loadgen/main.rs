@@ -277,13 +277,21 @@ const CODE_COMMANDS: [&str; 4] = ["fcall", "fcall_ro", "evalsha", "eval"];
 
 /// One section of the server's `INFO`, on a connection of its own.
 async fn info(url: &str, section: &str) -> Option<String> {
-    let client = redis::Client::open(url).ok()?;
-    let mut connection = client.get_multiplexed_async_connection().await.ok()?;
-    redis::cmd("INFO")
-        .arg(section)
-        .query_async(&mut connection)
-        .await
-        .ok()
+    // A cluster's URLs (comma-separated): every node's, one after the other
+    // (their counts are summed below).
+    let mut all = String::new();
+    for url in url.split(',') {
+        let client = redis::Client::open(url.trim()).ok()?;
+        let mut connection = client.get_multiplexed_async_connection().await.ok()?;
+        let info: String = redis::cmd("INFO")
+            .arg(section)
+            .query_async(&mut connection)
+            .await
+            .ok()?;
+        all.push_str(&info);
+        all.push('\n');
+    }
+    Some(all)
 }
 
 /// `(calls, usec)` per command, from `INFO commandstats`.
@@ -303,7 +311,9 @@ async fn command_stats(url: &str) -> Option<HashMap<String, (u64, u64)>> {
                 .find_map(|f| f.strip_prefix(key)?.parse::<u64>().ok())
                 .unwrap_or(0)
         };
-        stats.insert(name.to_owned(), (field("calls="), field("usec=")));
+        let counts = stats.entry(name.to_owned()).or_insert((0, 0));
+        counts.0 += field("calls=");
+        counts.1 += field("usec=");
     }
     Some(stats)
 }
@@ -312,14 +322,17 @@ async fn command_stats(url: &str) -> Option<HashMap<String, (u64, u64)>> {
 /// `INFO cpu`).
 async fn server_cpu(url: &str) -> Option<f64> {
     let info = info(url, "cpu").await?;
-    let field = |name: &str| {
-        info.lines().find_map(|line| {
-            line.strip_prefix(name)?
-                .strip_prefix(':')?
-                .trim()
-                .parse::<f64>()
-                .ok()
-        })
+    // Summed over a cluster's nodes.
+    let field = |name: &str| -> Option<f64> {
+        info.lines()
+            .filter_map(|line| {
+                line.strip_prefix(name)?
+                    .strip_prefix(':')?
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+            })
+            .reduce(|a, b| a + b)
     };
     Some(field("used_cpu_user")? + field("used_cpu_sys")?)
 }
@@ -1508,11 +1521,22 @@ async fn profile(backend: &RedisBackend, n: u64) {
     println!("{n} sequential decisions, {:.1} µs each", each * 1e6);
 }
 
+/// A backend builder on `url`: a Redis Cluster when it lists several
+/// URLs, comma-separated (only `--compare-coalesce` reads every node's
+/// counts; the other modes read the first node's).
+fn builder(url: &str) -> ratewall_redis::RedisBackendBuilder {
+    if url.contains(',') {
+        RedisBackend::cluster_builder(url.split(',').map(str::trim))
+    } else {
+        RedisBackend::builder(url)
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let options = options();
     let backend = Arc::new(
-        RedisBackend::builder(options.url.as_str())
+        builder(options.url.as_str())
             .timeout(Duration::from_secs(5))
             .call_mode(options.mode)
             .coalesce(options.coalesce)

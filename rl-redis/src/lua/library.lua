@@ -12,7 +12,8 @@
 -- their module is loaded by the batch on first use; <prefix>lease for
 -- quota leasing of rate limits (lease.lua); <prefix>many and
 -- <prefix>many_ro (no-writes) for the calls of several callers coalesced
--- into one (many.lua), which name the entries above.
+-- into one (many.lua), which name the entries above, and <prefix>many_node
+-- (allow-cross-slot-keys) for the acquires coalesced on a cluster node.
 
 -- An entry called on its own: no coalesced call's time, read values or
 -- converted numbers apply (one that was interrupted, killed or out of memory may have left
@@ -46,6 +47,7 @@ for i = 1, #CODES do
   MANY_ENTRIES[code .. '_peek'] = peek
   MANY_ENTRIES[code .. '_refund'] = refund
   MANY_READ_ONLY[code .. '_peek'] = peek
+  MANY_NODE_ENTRIES[code .. '_acquire'] = acquire
   if acquire_at then
     MANY_READS_ONE[code .. '_acquire'] = acquire_at
     MANY_READS_ONE[code .. '_peek'] = peek_at
@@ -66,4 +68,9 @@ redis.register_function{
   function_name = RL_PREFIX .. 'many_ro',
   callback = many_ro,
   flags = { 'no-writes' },
+}
+redis.register_function{
+  function_name = RL_PREFIX .. 'many_node',
+  callback = many_node,
+  flags = { 'allow-cross-slot-keys' },
 }

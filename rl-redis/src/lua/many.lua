@@ -54,8 +54,10 @@ local function many_malformed()
   return redis.error_reply('ERR ratewall-redis: malformed coalesced call')
 end
 
-local function run_many(keys, args, entries)
-  local groups = tonumber(args[1])
+-- The layout starts after args[a0]; gather: whether the leading reads go
+-- in one MGET (not on a cluster node: its keys may be of several slots).
+local function run_many(keys, args, a0, entries, gather)
+  local groups = tonumber(args[a0 + 1])
   if groups == nil or groups < 1 then
     return many_malformed()
   end
@@ -66,8 +68,8 @@ local function run_many(keys, args, entries)
   local fns, kcs, acs, places, sizes, in_place = {}, {}, {}, {}, {}, {}
   -- Texts converted to numbers, each once (single.lua reads it too).
   local numbers = {}
-  local k, a = 0, 1
-  local reads, reading = {}, true
+  local k, a = 0, a0 + 1
+  local reads, reading = {}, gather
   for g = 1, groups do
     local name = args[a + 1]
     local entry = entries[name]
@@ -106,7 +108,7 @@ local function run_many(keys, args, entries)
   local time = redis.call('TIME')
   MANY_NOW = time[1] * 1000000 + time[2]
   MANY_NUMBERS = numbers
-  if #reads > 1 then
+  if gather and #reads > 1 then
     local values = redis.call('MGET', unpack(reads))
     local got = {}
     for j = 1, #reads do
@@ -172,9 +174,31 @@ local function run_many(keys, args, entries)
 end
 
 local function many(keys, args)
-  return run_many(keys, args, MANY_ENTRIES)
+  return run_many(keys, args, 0, MANY_ENTRIES, true)
 end
 
 local function many_ro(keys, args)
-  return run_many(keys, args, MANY_READ_ONLY)
+  return run_many(keys, args, 0, MANY_READ_ONLY, true)
+end
+
+-- On a Redis Cluster node (rl-redis/src/coalesce.rs): the single-limit
+-- acquires of callers whose keys are of any slots this node serves, with
+-- no keys declared (the function is flagged allow-cross-slot-keys). args:
+-- the key count K, the keys, then the layout as above. A call whose key
+-- is not served here (its slot moved, or is moving and the key is not
+-- here) fails at its first read, before it wrote anything, with the
+-- server's error ('... non local key ...'): its caller sends it alone,
+-- which follows the cluster's redirections.
+local MANY_NODE_ENTRIES = {}
+
+local function many_node(_, args)
+  local count = tonumber(args[1])
+  if count == nil or count < 1 or count + 1 > #args then
+    return many_malformed()
+  end
+  local keys = {}
+  for j = 1, count do
+    keys[j] = args[1 + j]
+  end
+  return run_many(keys, args, count + 1, MANY_NODE_ENTRIES, false)
 end
