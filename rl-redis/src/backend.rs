@@ -604,8 +604,8 @@ impl RedisBackend {
 
     /// Whether this backend coalesces the calls of concurrent callers
     /// (see [`RedisBackendBuilder::coalesce`](crate::RedisBackendBuilder::coalesce)):
-    /// asked for, on a connection to one server (not a Redis Cluster), in
-    /// [`CallMode::Functions`].
+    /// asked for, in [`CallMode::Functions`] (on one server, or on a Redis
+    /// Cluster per master: its single-limit acquires).
     pub fn coalesces(&self) -> bool {
         self.coalescer.is_some()
     }

@@ -29,6 +29,12 @@ use crate::sentinel::SentinelConnection;
 /// restarted server is used again at the first call after it is up.
 const RECONNECT_ATTEMPTS: usize = 0;
 
+/// How long a Redis Cluster client waits before retrying a call that met
+/// a node's error it retries later (`TRYAGAIN`, `CLUSTERDOWN`, a node not
+/// connected yet), in ms: at least, and at most.
+#[cfg(feature = "cluster")]
+const CLUSTER_RETRY_WAIT_MS: (u64, u64) = (5, 200);
+
 /// The longest extra TTL: about 100 years, far inside what `PEXPIRE` takes.
 const MAX_EXTRA_TTL_MS: u64 = 100 * 365 * 86_400 * 1_000;
 
@@ -295,11 +301,11 @@ impl RedisBackendBuilder {
     /// was sent.
     ///
     /// Off by default while it is young. Measured (`docs/perf/coalesce.md`,
-    /// the `loadgen` example's `--compare-coalesce`, 4 in flight):
-    /// 1.21–1.35× the decisions per second of calls alone at 64 and 256
-    /// callers (1.07–1.51× from 16 to 1 024), 0.75–0.80× the scripts'
-    /// server time per decision from 64 callers up, lower p50 from 16
-    /// callers up, and the same with one caller (every call goes alone).
+    /// the `loadgen` example's `--compare-coalesce`, 4 in flight, one
+    /// server): 1.52–1.72× the decisions per second of calls alone at 64
+    /// callers and 1.76–2.14× at 256, 0.51–0.66× and 0.45–0.63× the
+    /// scripts' server time per decision, lower p50 from 16 callers up,
+    /// and the same with one caller (every call goes alone).
     ///
     /// What is coalesced: [`Backend::acquire`](ratewall::backend::Backend::acquire)
     /// and `acquire_once`, `peek` and `peek_ahead`, `refund`, `charge` and
@@ -308,14 +314,23 @@ impl RedisBackendBuilder {
     /// waiting calls, in-flight lease renewals, quota leases, blocks,
     /// lists, the limits registry and learned scales.
     ///
-    /// Only on a connection to one server (a URL, the application's own
-    /// connection, TLS, Sentinel's master) in [`CallMode::Functions`]:
-    /// a Redis Cluster's calls and [`CallMode::Scripts`] go alone
-    /// ([`RedisBackend::coalesces`] says which). When the server lost the
-    /// library, a coalesced call loads it again and is sent again, and if
-    /// it is still missing, each of its calls goes alone by `EVAL`, as a
-    /// call alone does. [`RedisBackend::coalesced`] counts what was
-    /// coalesced.
+    /// Where: in [`CallMode::Functions`] ([`CallMode::Scripts`] goes
+    /// alone; [`RedisBackend::coalesces`] says which), on a connection to
+    /// one server (a URL, the application's own connection, TLS,
+    /// Sentinel's master) and on a Redis Cluster. On a cluster only
+    /// single-limit acquires are coalesced, per master: the backend reads
+    /// which master serves which slot (`CLUSTER SLOTS`) and queues each
+    /// master's calls apart, into `<library>_many_node` (flagged
+    /// `allow-cross-slot-keys`: its calls' keys may be of any slots that
+    /// master serves). A call whose slot the master no longer serves (or
+    /// is moving, its key not there yet) fails there before it writes
+    /// anything and is sent again alone, following the cluster's
+    /// redirections; the map is read again (see
+    /// [`CoalescedCalls::rerouted`](crate::CoalescedCalls::rerouted)).
+    /// When the server lost the library, a coalesced call loads it again
+    /// and is sent again, and if it is still missing, each of its calls
+    /// goes alone by `EVAL`, as a call alone does.
+    /// [`RedisBackend::coalesced`] counts what was coalesced.
     pub fn coalesce(mut self, enabled: bool) -> Self {
         self.coalesce = enabled;
         self
@@ -702,11 +717,15 @@ impl RedisBackendBuilder {
                     nodes.push(url);
                     tls.push(is_tls);
                 }
+                // Retries after a redirection or a node's error wait 5 to
+                // 200 ms (redis-rs waits at least 1.28 s by default, past
+                // the 1 s a call has by default: a call that met a slot
+                // being moved timed out instead of being retried).
                 let client = ClusterClientBuilder::new(nodes)
                     .connection_timeout(self.timeout)
                     .response_timeout(self.timeout)
-                    .min_retry_wait(5)
-                    .max_retry_wait(200)
+                    .min_retry_wait(CLUSTER_RETRY_WAIT_MS.0)
+                    .max_retry_wait(CLUSTER_RETRY_WAIT_MS.1)
                     .build()
                     .map_err(|err| {
                         OpenError::Backend(BackendError::unavailable_with_source(
