@@ -158,8 +158,8 @@ impl Lanes {
     }
 }
 
-/// Coalesces the calls made on one connection to one server (see the
-/// module docs).
+/// Coalesces the calls made on one connection, to one server or to a
+/// Redis Cluster's masters (see the module docs).
 pub(crate) struct Coalescer {
     connection: Connection,
     reloader: Arc<Reloader>,
@@ -263,7 +263,9 @@ impl Coalescer {
                 .await
                 .and_then(Result::ok);
             if reply.is_none() {
-                tracing::debug!("could not read the cluster's slots; its calls go alone meanwhile");
+                tracing::debug!(
+                    "could not read the cluster's slots; calls are grouped by the last map read"
+                );
             }
             if let Lanes::Cluster(nodes) = &coalescer.lanes {
                 nodes.update(reply, || Lane::new(Destination::Node));
