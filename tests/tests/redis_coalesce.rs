@@ -526,7 +526,7 @@ async fn a_group_of_callers_decides_each_on_its_own_key_and_a_malformed_layout_r
     assert!(first[5] == second[5] && second[5] == third[5]);
 
     let c = "g:{c}:fw:60000000";
-    let malformed: [&[&str]; 6] = [
+    let malformed: [&[&str]; 7] = [
         // A group of no calls.
         &[
             "1",
@@ -592,6 +592,19 @@ async fn a_group_of_callers_decides_each_on_its_own_key_and_a_malformed_layout_r
         ],
         // No group.
         &["0", "0"],
+        // A group larger than its keys.
+        &[
+            "1",
+            c,
+            "1",
+            "fw_acquire",
+            "1",
+            "3",
+            "2",
+            "60000000",
+            "1",
+            "1000000000",
+        ],
     ];
     for layout in malformed {
         let mut call = vec!["FCALL", &many];

@@ -80,7 +80,7 @@ local function run_many(keys, args, a0, entries, gather)
     end
     numbers[args[a + 2]], numbers[args[a + 3]] = kc, ac
     local size = tonumber(args[a + 4 + ac])
-    if size == nil or size < 1 then
+    if size == nil or size < 1 or k + kc * size > #keys then
       return many_malformed()
     end
     local at = MANY_READS_ONE[name]
