@@ -1525,11 +1525,11 @@ async fn profile(backend: &RedisBackend, n: u64) {
 /// URLs, comma-separated (only `--compare-coalesce` reads every node's
 /// counts; the other modes read the first node's).
 fn builder(url: &str) -> ratewall_redis::RedisBackendBuilder {
+    #[cfg(feature = "cluster")]
     if url.contains(',') {
-        RedisBackend::cluster_builder(url.split(',').map(str::trim))
-    } else {
-        RedisBackend::builder(url)
+        return RedisBackend::cluster_builder(url.split(',').map(str::trim));
     }
+    RedisBackend::builder(url)
 }
 
 #[tokio::main]
