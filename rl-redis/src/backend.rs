@@ -114,12 +114,13 @@ where
         .ok()
 }
 
-/// Sends `cmd` to the master holding `key`'s hash slot by `deadline`.
+/// Sends `cmd` on a cluster connection to the node of `route` (as
+/// redis-rs's map of the cluster says) by `deadline`.
 #[cfg(feature = "cluster")]
-async fn cluster_query_at_key<C, T>(
+async fn cluster_query_at<C, T>(
     connection: &ClusterConnection<C>,
     deadline: Instant,
-    key: &str,
+    route: redis::cluster_routing::Route,
     cmd: &Cmd,
 ) -> Option<RedisResult<T>>
 where
@@ -132,47 +133,25 @@ where
         + 'static,
     T: FromRedisValue,
 {
-    use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+    use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
     let mut c = connection.clone();
-    let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_key(
-        key,
-        SlotAddr::Master,
-    )));
+    let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
     tokio::time::timeout_at(deadline, c.route_command(cmd.clone(), routing))
         .await
         .ok()
         .map(|reply| reply.and_then(|value| Ok(T::from_redis_value(value)?)))
 }
 
-/// Sends `cmd` on a cluster connection to the master redis-rs routes
-/// `slot` to, by `deadline`.
+/// The route to the master holding `key`'s hash slot.
 #[cfg(feature = "cluster")]
-async fn cluster_query_at_slot<C, T>(
-    connection: &ClusterConnection<C>,
-    deadline: Instant,
-    slot: u16,
-    cmd: &Cmd,
-) -> Option<RedisResult<T>>
-where
-    C: redis::aio::ConnectionLike
-        + redis::cluster_async::Connect
-        + Clone
-        + Send
-        + Sync
-        + Unpin
-        + 'static,
-    T: FromRedisValue,
-{
-    use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-    let mut c = connection.clone();
-    let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
-        slot,
-        SlotAddr::Master,
-    )));
-    tokio::time::timeout_at(deadline, c.route_command(cmd.clone(), routing))
-        .await
-        .ok()
-        .map(|reply| reply.and_then(|value| Ok(T::from_redis_value(value)?)))
+fn master_of_key(key: &str) -> redis::cluster_routing::Route {
+    redis::cluster_routing::Route::with_key(key, redis::cluster_routing::SlotAddr::Master)
+}
+
+/// The route to the master holding hash `slot`.
+#[cfg(feature = "cluster")]
+fn master_of_slot(slot: u16) -> redis::cluster_routing::Route {
+    redis::cluster_routing::Route::new(slot, redis::cluster_routing::SlotAddr::Master)
 }
 
 impl Connection {
@@ -211,9 +190,11 @@ impl Connection {
     ) -> Option<RedisResult<T>> {
         match self {
             #[cfg(feature = "cluster")]
-            Connection::Cluster(c) => cluster_query_at_key(c, deadline, key, cmd).await,
+            Connection::Cluster(c) => cluster_query_at(c, deadline, master_of_key(key), cmd).await,
             #[cfg(all(feature = "cluster", feature = "__tls"))]
-            Connection::TlsCluster(c, _) => cluster_query_at_key(c, deadline, key, cmd).await,
+            Connection::TlsCluster(c, _) => {
+                cluster_query_at(c, deadline, master_of_key(key), cmd).await
+            }
             _ => {
                 let _ = key;
                 self.query(deadline, cmd).await
@@ -233,9 +214,13 @@ impl Connection {
     ) -> Option<RedisResult<T>> {
         match self {
             #[cfg(feature = "cluster")]
-            Connection::Cluster(c) => cluster_query_at_slot(c, deadline, slot, cmd).await,
+            Connection::Cluster(c) => {
+                cluster_query_at(c, deadline, master_of_slot(slot), cmd).await
+            }
             #[cfg(all(feature = "cluster", feature = "__tls"))]
-            Connection::TlsCluster(c, _) => cluster_query_at_slot(c, deadline, slot, cmd).await,
+            Connection::TlsCluster(c, _) => {
+                cluster_query_at(c, deadline, master_of_slot(slot), cmd).await
+            }
             _ => {
                 let _ = slot;
                 self.query(deadline, cmd).await
