@@ -301,11 +301,12 @@ impl RedisBackendBuilder {
     /// was sent.
     ///
     /// Off by default while it is young. Measured (`docs/perf/coalesce.md`,
-    /// the `loadgen` example's `--compare-coalesce`, 4 in flight, one
-    /// server): 1.52–1.72× the decisions per second of calls alone at 64
-    /// callers and 1.76–2.14× at 256, 0.51–0.66× and 0.45–0.63× the
-    /// scripts' server time per decision, lower p50 from 16 callers up,
-    /// and the same with one caller (every call goes alone).
+    /// the `loadgen` example's `--compare-coalesce`, the defaults, one
+    /// server, five runs): 1.63–1.91× the decisions per second of calls
+    /// alone at 64 callers and 1.97–2.16× at 256, 0.46–0.64× and
+    /// 0.42–0.50× the scripts' server time per decision, lower p50 from
+    /// 16 callers up, and the same with one caller (every call goes
+    /// alone).
     ///
     /// What is coalesced: [`Backend::acquire`](ratewall::backend::Backend::acquire)
     /// and `acquire_once`, `peek` and `peek_ahead`, `refund`, `charge` and
@@ -346,11 +347,14 @@ impl RedisBackendBuilder {
     }
 
     /// The most calls of one kind (that may write, or peeks) in flight at
-    /// once on a coalescing backend (default 4; see
+    /// once on a coalescing backend (default 2; see
     /// [`RedisBackendBuilder::coalesce`]): a call goes at once, alone, while
     /// fewer are in flight and none waits; else it waits, and each call in
-    /// flight that returns sends the calls waiting then as one. 1 pipelines
-    /// least (measured slower than calls alone); 0 makes
+    /// flight that returns sends the calls waiting then as one. Measured
+    /// (`docs/perf/coalesce.md`): 1 pipelines least (slower than calls
+    /// alone at 64 callers); 2 did best from 16 to 256 concurrent callers;
+    /// with about a thousand, 4 did better (1.7–2.0× the decisions per
+    /// second of calls alone, against 1.3–1.65× with 2). 0 makes
     /// [`RedisBackendBuilder::connect`] fail.
     pub fn coalesce_in_flight(mut self, calls: usize) -> Self {
         self.coalesce_in_flight = calls;

@@ -54,7 +54,7 @@
 //! `INFO commandstats` may carry many decisions, so compare each cell's
 //! `server_us_per_decision`), `--coalesce-max N` (at most `N` calls in
 //! one, default 64), `--coalesce-in-flight N` (at most `N` coalescing
-//! calls in flight, default 4), `--compare-coalesce` (only the comparison of calls
+//! calls in flight, default 2), `--compare-coalesce` (only the comparison of calls
 //! alone and coalesced, alternating `--cpu-runs` rounds per concurrency in
 //! one run, see `compare.rs`; e.g. `--concurrency 1,16,64,256,1024`),
 //! `--cpu-runs N` (default 3), `--cpu-only` (only the floor comparison,
@@ -184,7 +184,7 @@ fn options() -> Options {
         lease: 10_000,
         coalesce: false,
         coalesce_max: 64,
-        coalesce_in_flight: 4,
+        coalesce_in_flight: 2,
         compare_coalesce: false,
     };
     let mut args = std::env::args().skip(1);
