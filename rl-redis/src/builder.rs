@@ -352,9 +352,10 @@ impl RedisBackendBuilder {
     /// fewer are in flight and none waits; else it waits, and each call in
     /// flight that returns sends the calls waiting then as one. Measured
     /// (`docs/perf/coalesce.md`): 1 pipelines least (slower than calls
-    /// alone at 64 callers); 2 did best from 16 to 256 concurrent callers;
-    /// with about a thousand, 4 did better (1.7–2.0× the decisions per
-    /// second of calls alone, against 1.3–1.65× with 2). 0 makes
+    /// alone at 64 callers); 2 did best at 16 concurrent callers and as
+    /// well as 3 or 4 at 64 and 256; with about a thousand, 4 did better
+    /// (1.7–2.0× the decisions per second of calls alone, against
+    /// 1.3–1.75× with 2). 0 makes
     /// [`RedisBackendBuilder::connect`] fail.
     pub fn coalesce_in_flight(mut self, calls: usize) -> Self {
         self.coalesce_in_flight = calls;

@@ -12,7 +12,7 @@
 //! answered its callers yields before it takes the queue again, so that
 //! those who call again at once join the next coalesced call rather than
 //! the one after (measured: more calls per coalesced call, and more
-//! decisions per second at 16 to 256 callers).
+//! decisions per second at 16 and 64 callers; at 256 within the noise).
 //!
 //! On one server, two lanes: calls that may write go in `<library>_many`;
 //! read-only calls (peeks) in `<library>_many_ro`, flagged `no-writes` like
@@ -46,9 +46,9 @@ use crate::script::{Plan, SubCall, Via, is_missing_code, many_command, parse_man
 pub(crate) const DEFAULT_MAX: usize = 64;
 
 /// The most calls of one lane in flight at once by default (measured, see
-/// `docs/perf/coalesce.md`: one pipelines less than calls alone; two did
-/// best from 16 to 256 callers, and at 64 clearly better than four; four
-/// better at 1 024).
+/// `docs/perf/coalesce_in_flight.md`: one pipelines less than calls alone;
+/// two did best at 16 callers and as well as three or four at 64 and 256,
+/// with larger coalesced calls; four better at 1 024).
 pub(crate) const DEFAULT_IN_FLIGHT: usize = 2;
 
 /// What one call comes back with: its reply's integers, or the error it
