@@ -567,17 +567,27 @@ impl RedisBackend {
         coalesce: Option<(usize, usize)>,
     ) -> Self {
         let reloader = Arc::<Reloader>::default();
-        let coalescer = coalesce
-            .filter(|_| settings.mode == CallMode::Functions)
-            .map(|(max, in_flight)| {
-                Arc::new(Coalescer::new(
-                    connection.clone(),
-                    Arc::clone(&reloader),
-                    Arc::clone(&settings.target),
-                    max,
-                    in_flight,
-                ))
-            });
+        // Scripts coalesce on one server only: a script may not touch keys
+        // of several Redis Cluster slots.
+        #[cfg(feature = "cluster")]
+        let cluster = connection.is_cluster();
+        #[cfg(not(feature = "cluster"))]
+        let cluster = false;
+        let coalesces = match settings.mode {
+            CallMode::Functions => true,
+            CallMode::Scripts => !cluster,
+            _ => false,
+        };
+        let coalescer = coalesce.filter(|_| coalesces).map(|(max, in_flight)| {
+            Arc::new(Coalescer::new(
+                connection.clone(),
+                Arc::clone(&reloader),
+                Arc::clone(&settings.target),
+                settings.mode,
+                max,
+                in_flight,
+            ))
+        });
         Self {
             connection,
             settings,
@@ -589,8 +599,9 @@ impl RedisBackend {
 
     /// Whether this backend coalesces the calls of concurrent callers
     /// (see [`RedisBackendBuilder::coalesce`](crate::RedisBackendBuilder::coalesce)):
-    /// asked for, in [`CallMode::Functions`] (on one server, or on a Redis
-    /// Cluster per master: its single-limit acquires).
+    /// asked for, on one server (in [`CallMode::Functions`] or
+    /// [`CallMode::Scripts`]), or on a Redis Cluster in
+    /// [`CallMode::Functions`] (per master: its single-limit acquires).
     pub fn coalesces(&self) -> bool {
         self.coalescer.is_some()
     }
@@ -612,6 +623,15 @@ impl RedisBackend {
     /// e.g. for `SCRIPT LOAD` by other tools.
     pub fn script_source() -> &'static str {
         script::batch_script_source()
+    }
+
+    /// The source of the script that decides coalesced calls in
+    /// [`CallMode::Scripts`] (see
+    /// [`RedisBackendBuilder::coalesce`](crate::RedisBackendBuilder::coalesce);
+    /// read-only coalesced calls go in a script of their own), e.g. for
+    /// `SCRIPT LOAD` by other tools.
+    pub fn coalesced_script_source() -> &'static str {
+        script::many_script_source(false)
     }
 
     /// The name of the Functions library (`rl_<hash of its code>`, so

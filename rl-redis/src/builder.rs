@@ -306,7 +306,9 @@ impl RedisBackendBuilder {
     /// alone at 64 callers and 1.97–2.16× at 256, 0.46–0.64× and
     /// 0.42–0.50× the scripts' server time per decision, lower p50 from
     /// 16 callers up, and the same with one caller (every call goes
-    /// alone).
+    /// alone); in [`CallMode::Scripts`] (`docs/perf/coalesce_scripts.md`,
+    /// three runs, both sides scripts) 1.67–2.21× and 2.39–3.19×, and
+    /// 0.36–0.53× and 0.26–0.38× the scripts' time.
     ///
     /// What is coalesced: [`Backend::acquire`](ratewall::backend::Backend::acquire)
     /// and `acquire_once`, `peek` and `peek_ahead`, `refund`, `charge` and
@@ -315,10 +317,13 @@ impl RedisBackendBuilder {
     /// waiting calls, in-flight lease renewals, quota leases, blocks,
     /// lists, the limits registry and learned scales.
     ///
-    /// Where: in [`CallMode::Functions`] ([`CallMode::Scripts`] goes
-    /// alone; [`RedisBackend::coalesces`] says which), on a connection to
-    /// one server (a URL, the application's own connection, TLS,
-    /// Sentinel's master) and on a Redis Cluster. On a cluster only
+    /// Where: on a connection to one server (a URL, the application's own
+    /// connection, TLS, Sentinel's master), in [`CallMode::Functions`] and
+    /// in [`CallMode::Scripts`] (where the two coalesced entries are
+    /// scripts sent by `EVALSHA`, each holding every algorithm's code), and
+    /// on a Redis Cluster in [`CallMode::Functions`] (with scripts every
+    /// call goes alone there: a script may not touch keys of several
+    /// slots; [`RedisBackend::coalesces`] says which). On a cluster only
     /// single-limit acquires are coalesced, per master: the backend reads
     /// which master serves which slot (`CLUSTER SLOTS`) and queues each
     /// master's calls apart, into `<library>_many_node` (flagged
@@ -330,7 +335,9 @@ impl RedisBackendBuilder {
     /// [`CoalescedCalls::rerouted`](crate::CoalescedCalls::rerouted)).
     /// When the server lost the library, a coalesced call loads it again
     /// and is sent again, and if it is still missing, each of its calls
-    /// goes alone by `EVAL`, as a call alone does.
+    /// goes alone by `EVAL`, as a call alone does; when it lost the
+    /// coalesced script, the call goes again by `EVAL` of the script's
+    /// source.
     /// [`RedisBackend::coalesced`] counts what was coalesced.
     pub fn coalesce(mut self, enabled: bool) -> Self {
         self.coalesce = enabled;

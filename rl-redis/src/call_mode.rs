@@ -22,6 +22,7 @@ pub enum CallMode {
     /// Lua scripts sent with `EVALSHA` (`EVAL` with the source when the
     /// server lacks one): Redis < 7, or servers that refuse functions. Each
     /// script holds only what its entry point runs (a single-limit call's,
-    /// one algorithm), and runs it all on every call.
+    /// one algorithm; a coalesced call's, every algorithm), and runs it all
+    /// on every call.
     Scripts,
 }

@@ -17,7 +17,9 @@
 //! On one server, two lanes: calls that may write go in `<library>_many`;
 //! read-only calls (peeks) in `<library>_many_ro`, flagged `no-writes` like
 //! their own entries, so that a peek is refused nowhere its own entry is
-//! not. On a Redis Cluster, a lane per master (see [`crate::nodes`]) for
+//! not. In [`CallMode::Scripts`], the same two entries as scripts
+//! (`EVALSHA`, `lua/many_script.lua`), on one server only. On a Redis
+//! Cluster (Functions only: a script may not touch keys of several slots), a lane per master (see [`crate::nodes`]) for
 //! the single-limit acquires, in `<library>_many_node`, whose keys may be
 //! of any slots the node serves; every other call goes alone there. A call
 //! of a coalesced call that meets a slot served elsewhere (moved, or
@@ -124,8 +126,10 @@ pub struct CoalescedCalls {
     /// Calls sent as their own single call: made while nothing was in
     /// flight, or alone in the queue when their turn came.
     pub alone: u64,
-    /// Coalesced calls sent (`FCALL <library>_many` or `_many_ro`), each
-    /// carrying the calls of two or more callers.
+    /// Coalesced calls sent (`FCALL <library>_many` or `_many_ro`, or
+    /// `EVALSHA` of the coalesced script in
+    /// [`CallMode::Scripts`](crate::CallMode::Scripts)), each carrying the
+    /// calls of two or more callers.
     pub batches: u64,
     /// Calls that went inside coalesced calls.
     pub batched: u64,
@@ -169,6 +173,8 @@ pub(crate) struct Coalescer {
     connection: Connection,
     reloader: Arc<Reloader>,
     target: Arc<str>,
+    /// [`CallMode::Functions`], or [`CallMode::Scripts`] (on one server).
+    mode: CallMode,
     /// The most calls in one coalesced call (at least 1).
     max: usize,
     /// The most calls of one lane in flight at once (at least 1).
@@ -178,13 +184,14 @@ pub(crate) struct Coalescer {
 }
 
 impl Coalescer {
-    /// A coalescer over `connection`, whose Functions library is reloaded
-    /// through `reloader`; at most `max` calls in one, and `in_flight`
-    /// calls of a lane at once.
+    /// A coalescer over `connection` calling its Lua code as `mode` says
+    /// (whose Functions library is reloaded through `reloader`); at most
+    /// `max` calls in one, and `in_flight` calls of a lane at once.
     pub(crate) fn new(
         connection: Connection,
         reloader: Arc<Reloader>,
         target: Arc<str>,
+        mode: CallMode,
         max: usize,
         in_flight: usize,
     ) -> Self {
@@ -200,6 +207,7 @@ impl Coalescer {
             connection,
             reloader,
             target,
+            mode,
             max: max.max(1),
             in_flight: in_flight.max(1),
             lanes,
@@ -211,7 +219,7 @@ impl Coalescer {
         Link {
             connection: &self.connection,
             reloader: &self.reloader,
-            mode: CallMode::Functions,
+            mode: self.mode,
             target: &self.target,
         }
     }
@@ -411,10 +419,13 @@ impl Coalescer {
         }
     }
 
-    /// Sends `calls` as one coalesced call, reloading the library when the
-    /// server lacks it (once for every call that noticed); when it is
-    /// missing again, each call goes alone by `EVAL` of its entry's source,
-    /// as a call alone would. One outcome per call, in order.
+    /// Sends `calls` as one coalesced call. In [`CallMode::Functions`], it
+    /// reloads the library when the server lacks it (once for every call
+    /// that noticed); when it is missing again, each call goes alone by
+    /// `EVAL` of its entry's source, as a call alone would. In
+    /// [`CallMode::Scripts`], `EVALSHA`, then `EVAL` of the source when the
+    /// server lacks the script, as a call alone. One outcome per call, in
+    /// order.
     async fn run_many(
         &self,
         destination: Destination,
@@ -422,10 +433,9 @@ impl Coalescer {
         calls: &[&SubCall],
     ) -> Vec<Outcome> {
         let every = |outcome: Outcome| calls.iter().map(|_| outcome.clone()).collect();
-        let command = match destination {
-            Destination::Server => many_command(calls),
-            #[cfg(feature = "cluster")]
-            Destination::Node => crate::script::many_node_command(calls),
+        let mut via = match self.mode {
+            CallMode::Scripts => Via::ScriptSha,
+            _ => Via::Function,
         };
         let mut reloaded = false;
         loop {
@@ -433,7 +443,7 @@ impl Coalescer {
             let reply = match destination {
                 Destination::Server => {
                     self.connection
-                        .query::<redis::Value>(deadline, &command)
+                        .query::<redis::Value>(deadline, &many_command(calls, via))
                         .await
                 }
                 #[cfg(feature = "cluster")]
@@ -442,6 +452,7 @@ impl Coalescer {
                         .first()
                         .and_then(|call| call.first_key())
                         .map_or(0, crate::nodes::slot_of);
+                    let command = crate::script::many_node_command(calls);
                     self.connection
                         .query_at_slot::<redis::Value>(deadline, slot, &command)
                         .await
@@ -460,7 +471,11 @@ impl Coalescer {
                     }
                     return outcomes;
                 }
-                Some(Err(error)) if is_missing_code(&error) => {
+                Some(Err(error)) if via == Via::ScriptSha && is_missing_code(&error) => {
+                    // EVAL of the source runs it and caches it.
+                    via = Via::ScriptSource;
+                }
+                Some(Err(error)) if via == Via::Function && is_missing_code(&error) => {
                     if reloaded || !self.link().reload(deadline, seen).await {
                         break;
                     }

@@ -13,7 +13,9 @@
 //!   coalesced into one (`crate::coalesce`, [`SubCall`]).
 //! - **Scripts** (`EVALSHA`, for Redis < 7 and servers that refuse
 //!   functions): one script per entry point, holding only the code that
-//!   entry needs (a single-limit script holds one algorithm).
+//!   entry needs (a single-limit script holds one algorithm); and the
+//!   coalesced entries `many` and `many_ro` as two scripts holding every
+//!   algorithm ([`many_command`], `lua/many_script.lua`).
 //!
 //! Both take the same keys and arguments and give the same replies (see
 //! `lua/single.lua` and `lua/batch.lua`); [`Entry`] names an entry point and
@@ -36,6 +38,7 @@ const BLOCK: &str = include_str!("lua/block.lua");
 const BATCH: &str = include_str!("lua/batch.lua");
 const LEASE: &str = include_str!("lua/lease.lua");
 const MANY: &str = include_str!("lua/many.lua");
+const MANY_SCRIPT: &str = include_str!("lua/many_script.lua");
 const LIBRARY: &str = include_str!("lua/library.lua");
 
 /// The source of the Lua module named `module` (an algorithm's
@@ -360,6 +363,9 @@ struct Code {
     library_name: String,
     library: String,
     entries: Vec<EntryCode>,
+    /// The coalesced entries as scripts (`lua/many_script.lua`): `[0]`
+    /// `many`, `[1]` `many_ro`. Their `function` is the library's.
+    many: [EntryCode; 2],
 }
 
 /// Redis < 5 replicates scripts verbatim, which forbids TIME before a
@@ -449,10 +455,31 @@ static CODE: LazyLock<Code> = LazyLock::new(|| {
             }
         })
         .collect();
+    let many = [("many", false), ("many_ro", true)].map(|(name, read_only)| {
+        let script = [
+            SCRIPT_HEADER,
+            &tables,
+            body.as_str(),
+            MANY,
+            MANY_SCRIPT,
+            if read_only {
+                "return many_ro(KEYS, ARGV)\n"
+            } else {
+                "return many(KEYS, ARGV)\n"
+            },
+        ]
+        .concat();
+        EntryCode {
+            function: format!("{library_name}_{name}"),
+            sha: sha1(&script),
+            script,
+        }
+    });
     Code {
         library_name,
         library,
         entries,
+        many,
     }
 });
 
@@ -473,6 +500,12 @@ pub(crate) fn library_name() -> &'static str {
 /// The batch script's source (what `EVALSHA` runs for multi-limit calls).
 pub(crate) fn batch_script_source() -> &'static str {
     &entry_code(Entry::Batch).script
+}
+
+/// The source of the script of coalesced calls (`lua/many_script.lua`):
+/// read-only ones, or those that may write.
+pub(crate) fn many_script_source(read_only: bool) -> &'static str {
+    &CODE.many[usize::from(read_only)].script
 }
 
 /// The batch script's SHA1.
@@ -981,30 +1014,27 @@ impl SubCall {
     }
 }
 
-/// `FCALL <library>_many` (`FCALL_RO <library>_many_ro` when every call
-/// is read-only) of `calls`, in order (see `lua/many.lua`): every call's
-/// keys, then the count of groups (calls next to each other with the same
-/// entry, key count and arguments) and, per group, its entry, its calls'
-/// key count, its argument count, its arguments and how many calls it
-/// holds.
-pub(crate) fn many_command(calls: &[&SubCall]) -> Cmd {
+/// The coalesced call of `calls`, in order, invoked `via` (see
+/// `lua/many.lua`): `FCALL <library>_many` (`FCALL_RO <library>_many_ro`
+/// when every call is read-only), or `EVALSHA`/`EVAL` of the same entry as
+/// a script (`lua/many_script.lua`). Every call's keys, then its groups:
+/// per group, its entry's name, the key count, its argument count, its
+/// arguments and how many calls it holds.
+pub(crate) fn many_command(calls: &[&SubCall], via: Via) -> Cmd {
     let read_only = calls.iter().all(|call| call.read_only());
-    let mut cmd = if read_only {
-        let mut cmd = redis::cmd("FCALL_RO");
-        cmd.arg(format!("{}_many_ro", library_name()));
-        cmd
-    } else {
-        let mut cmd = redis::cmd("FCALL");
-        cmd.arg(format!("{}_many", library_name()));
-        cmd
+    let code = &CODE.many[usize::from(read_only)];
+    let mut cmd = match via {
+        Via::Function if read_only => redis::cmd("FCALL_RO"),
+        Via::Function => redis::cmd("FCALL"),
+        Via::ScriptSha => redis::cmd("EVALSHA"),
+        Via::ScriptSource => redis::cmd("EVAL"),
     };
-    cmd.arg(calls.iter().map(|call| call.keys).sum::<usize>());
-    for call in calls {
-        for key in call.split().0 {
-            cmd.arg(key);
-        }
-    }
-    write_groups(&mut cmd, calls);
+    match via {
+        Via::Function => cmd.arg(&code.function),
+        Via::ScriptSha => cmd.arg(&code.sha),
+        Via::ScriptSource => cmd.arg(&code.script),
+    };
+    write_layout(&mut cmd, calls);
     cmd
 }
 
@@ -1016,14 +1046,20 @@ pub(crate) fn many_command(calls: &[&SubCall]) -> Cmd {
 pub(crate) fn many_node_command(calls: &[&SubCall]) -> Cmd {
     let mut cmd = redis::cmd("FCALL");
     cmd.arg(format!("{}_many_node", library_name())).arg(0);
+    write_layout(&mut cmd, calls);
+    cmd
+}
+
+/// A coalesced call's layout (see [`many_command`]): the count of its
+/// calls' keys, the keys, then the groups.
+fn write_layout(cmd: &mut Cmd, calls: &[&SubCall]) {
     cmd.arg(calls.iter().map(|call| call.keys).sum::<usize>());
     for call in calls {
         for key in call.split().0 {
             cmd.arg(key);
         }
     }
-    write_groups(&mut cmd, calls);
-    cmd
+    write_groups(cmd, calls);
 }
 
 /// The groups of a coalesced call's layout (see [`many_command`]).
@@ -1696,7 +1732,7 @@ mod tests {
                 })
                 .collect()
         };
-        let many = line(many_command(&[&single, &batch]));
+        let many = line(many_command(&[&single, &batch], Via::Function));
         let mut expected = vec![
             "FCALL".to_owned(),
             format!("{}_many", library_name()),
@@ -1735,7 +1771,10 @@ mod tests {
         let theirs = [Request::new(&other, &hour, 1)];
         let same = Plan::new(Op::Acquire, Time::Client(42), 0, 0, &theirs, None).sub_call();
         let later = Plan::new(Op::Acquire, Time::Client(43), 0, 0, &theirs, None).sub_call();
-        let grouped = line(many_command(&[&single, &same, &later, &single]));
+        let grouped = line(many_command(
+            &[&single, &same, &later, &single],
+            Via::Function,
+        ));
         let mut expected = vec![
             "FCALL".to_owned(),
             format!("{}_many", library_name()),
@@ -1780,7 +1819,7 @@ mod tests {
         );
         assert_eq!(grouped, expected);
         // Read-only calls alone go read-only.
-        let ro = line(many_command(&[&peek, &peek]));
+        let ro = line(many_command(&[&peek, &peek], Via::Function));
         assert_eq!(ro[0], "FCALL_RO");
         assert_eq!(ro[1], format!("{}_many_ro", library_name()));
         assert_eq!(ro[5], "1");
@@ -1793,6 +1832,22 @@ mod tests {
             line(plan.command(Via::Function))
         );
         assert!(library_source().contains("'many'"));
+        // As scripts: the same layout after EVALSHA of the script of its
+        // kind (EVAL of its source), which runs that kind's entry.
+        for (calls, read_only) in [(vec![&peek, &peek], true), (vec![&single, &batch], false)] {
+            let function = line(many_command(&calls, Via::Function));
+            let sha = line(many_command(&calls, Via::ScriptSha));
+            let source = line(many_command(&calls, Via::ScriptSource));
+            let script = many_script_source(read_only);
+            assert_eq!(sha[0], "EVALSHA");
+            assert_eq!(sha[1], sha1(script));
+            assert_eq!(source[..2], ["EVAL", script]);
+            assert_eq!(sha[2..], function[2..]);
+            assert_eq!(source[2..], function[2..]);
+            let entry = if read_only { "many_ro" } else { "many" };
+            assert!(script.ends_with(&format!("return {entry}(KEYS, ARGV)\n")));
+            assert!(script.contains(MANY) && script.contains(MANY_SCRIPT));
+        }
     }
 
     #[test]

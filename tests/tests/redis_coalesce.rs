@@ -14,9 +14,11 @@
 //! malformed coalesced layout runs nothing, each waiting caller times out
 //! at its own deadline,
 //! coalesced calls load the Functions library again when the server lost
-//! it, the scripts call mode goes alone, and on a Redis Cluster each
-//! master's acquires are coalesced apart with no decision lost or doubled
-//! while slots move between masters.
+//! it (and send their script again when it lost that), and on a Redis
+//! Cluster each master's acquires are coalesced apart with no decision
+//! lost or doubled while slots move between masters (scripts go alone
+//! there). Each test on one server runs in both call modes: Functions
+//! (where the server has them) and scripts.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,7 +30,7 @@ use ratewall::{
     clock::ManualClock,
     error::BackendError,
 };
-use ratewall_redis::RedisBackend;
+use ratewall_redis::{CallMode, RedisBackend};
 use ratewall_tests::harness::{RedisCluster, RedisSentinel, RedisServer};
 
 /// A realistic epoch (2023-11), so Lua handles full-size microsecond times.
@@ -223,15 +225,17 @@ async fn run_case(
     outcomes
 }
 
-/// A backend deciding on `clock`, coalescing (at most `max` calls in one)
-/// or not. Keys are kept an hour longer: the manual clock does not move
-/// with the server's.
+/// A backend calling its code as `mode` says, deciding on `clock`,
+/// coalescing (at most `max` calls in one) or not. Keys are kept an hour
+/// longer: the manual clock does not move with the server's.
 async fn backend(
     server: &RedisServer,
+    mode: CallMode,
     clock: &ManualClock,
     coalesce: Option<usize>,
 ) -> RedisBackend {
     let builder = RedisBackend::builder(server.url())
+        .call_mode(mode)
         .client_clock(clock.clone())
         .extra_ttl(Duration::from_secs(3_600))
         .timeout(Duration::from_secs(10));
@@ -242,20 +246,15 @@ async fn backend(
     builder.connect().await.expect("connect")
 }
 
-/// Whether `server` runs the Functions library (without `FUNCTION`, as
-/// `RATEWALL_TEST_SERVER=redis-no-functions` selects, a backend decides
-/// with scripts and coalesces nothing: checked here, then the test ends).
-async fn coalescing_server(server: &RedisServer) -> bool {
+/// The call modes `server` coalesces in: Functions where it has them
+/// (`RATEWALL_TEST_SERVER=redis-no-functions` selects one without), and
+/// scripts everywhere.
+fn modes(server: &RedisServer) -> Vec<CallMode> {
     if server.kind().has_functions() {
-        return true;
+        vec![CallMode::Functions, CallMode::Scripts]
+    } else {
+        vec![CallMode::Scripts]
     }
-    let on_scripts = RedisBackend::builder(server.url())
-        .coalesce(true)
-        .connect()
-        .await
-        .expect("connect");
-    assert!(!on_scripts.coalesces());
-    false
 }
 
 fn cases() -> u64 {
@@ -268,74 +267,77 @@ fn cases() -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coalesced_calls_decide_every_identitys_sequence_exactly_as_calls_sent_alone() {
     let server = RedisServer::start();
-    if !coalescing_server(&server).await {
-        return;
-    }
-    for seed in 0..cases() {
-        let case = case(seed);
-        let alone_clock = ManualClock::new(EPOCH_US);
-        let alone = backend(&server, &alone_clock, None).await;
-        assert!(!alone.coalesces());
-        let coalesced_clock = ManualClock::new(EPOCH_US);
-        // A small bound, so that a step's calls go in several coalesced calls.
-        let coalescing = backend(&server, &coalesced_clock, Some(16)).await;
-        assert!(coalescing.coalesces());
-        let expected = run_case(&alone, &alone_clock, &format!("alone{seed}"), &case).await;
-        let got = run_case(
-            &coalescing,
-            &coalesced_clock,
-            &format!("coalesced{seed}"),
-            &case,
-        )
-        .await;
-        for (index, (expected, got)) in expected.iter().zip(&got).enumerate() {
-            for step in 0..STEPS {
-                assert_eq!(
-                    got[step], expected[step],
-                    "case {seed}, identity {index}, step {step}: {:?} over {:?}",
-                    case.identities[index].ops[step], case.identities[index].limits
-                );
-            }
+    for mode in modes(&server) {
+        for seed in 0..cases() {
+            differential_case(&server, mode, seed).await;
         }
-        // The case decided things both ways, not only errors.
-        let decided = expected
-            .iter()
-            .flatten()
-            .filter_map(|outcome| match outcome {
-                Outcome::Decided(decisions) => Some(decisions.allowed()),
-                _ => None,
-            });
-        let (allowed, refused) =
-            decided.fold(
-                (0, 0),
-                |(a, r), allowed| {
-                    if allowed { (a + 1, r) } else { (a, r + 1) }
-                },
-            );
-        assert!(
-            allowed > 100 && refused > 100,
-            "case {seed}: {allowed} allowed, {refused} refused"
-        );
-        let counts = coalescing.coalesced().expect("coalescing");
-        assert!(counts.batches > 0, "case {seed}: {counts:?}");
-        assert!(counts.largest <= 16, "case {seed}: {counts:?}");
-        // Every call of the case went, alone or inside a coalesced call
-        // (a call refused before it is sent, an invalid one, goes nowhere).
-        assert!(
-            counts.alone + counts.batched <= (IDENTITIES * STEPS) as u64,
-            "case {seed}: {counts:?}"
-        );
     }
+}
+
+/// Case `seed` run alone and coalesced in `mode`: every identity's results
+/// the same.
+async fn differential_case(server: &RedisServer, mode: CallMode, seed: u64) {
+    let case = case(seed);
+    let alone_clock = ManualClock::new(EPOCH_US);
+    let alone = backend(server, mode, &alone_clock, None).await;
+    assert!(!alone.coalesces());
+    let coalesced_clock = ManualClock::new(EPOCH_US);
+    // A small bound, so that a step's calls go in several coalesced calls.
+    let coalescing = backend(server, mode, &coalesced_clock, Some(16)).await;
+    assert!(coalescing.coalesces());
+    let expected = run_case(&alone, &alone_clock, &format!("alone{mode:?}{seed}"), &case).await;
+    let got = run_case(
+        &coalescing,
+        &coalesced_clock,
+        &format!("coalesced{mode:?}{seed}"),
+        &case,
+    )
+    .await;
+    for (index, (expected, got)) in expected.iter().zip(&got).enumerate() {
+        for step in 0..STEPS {
+            assert_eq!(
+                got[step], expected[step],
+                "{mode:?} case {seed}, identity {index}, step {step}: {:?} over {:?}",
+                case.identities[index].ops[step], case.identities[index].limits
+            );
+        }
+    }
+    // The case decided things both ways, not only errors.
+    let decided = expected
+        .iter()
+        .flatten()
+        .filter_map(|outcome| match outcome {
+            Outcome::Decided(decisions) => Some(decisions.allowed()),
+            _ => None,
+        });
+    let (allowed, refused) = decided.fold(
+        (0, 0),
+        |(a, r), allowed| {
+            if allowed { (a + 1, r) } else { (a, r + 1) }
+        },
+    );
+    assert!(
+        allowed > 100 && refused > 100,
+        "{mode:?} case {seed}: {allowed} allowed, {refused} refused"
+    );
+    let counts = coalescing.coalesced().expect("coalescing");
+    assert!(counts.batches > 0, "{mode:?} case {seed}: {counts:?}");
+    assert!(counts.largest <= 16, "{mode:?} case {seed}: {counts:?}");
+    // Every call of the case went, alone or inside a coalesced call
+    // (a call refused before it is sent, an invalid one, goes nowhere).
+    assert!(
+        counts.alone + counts.batched <= (IDENTITIES * STEPS) as u64,
+        "{mode:?} case {seed}: {counts:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lone_call_goes_alone_and_concurrent_calls_go_together_within_the_bound() {
     let server = RedisServer::start();
-    if !coalescing_server(&server).await {
-        return;
-    }
-    for in_flight in [1, 4] {
-        lone_and_concurrent_calls(&server, in_flight).await;
+    for mode in modes(&server) {
+        for in_flight in [1, 4] {
+            lone_and_concurrent_calls(&server, mode, in_flight).await;
+        }
     }
 }
 
@@ -347,10 +349,15 @@ async fn a_lone_call_goes_alone_and_concurrent_calls_go_together_within_the_boun
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_on_one_key_in_one_coalesced_call_each_see_what_the_one_before_wrote() {
     let server = RedisServer::start();
-    if !coalescing_server(&server).await {
-        return;
+    for mode in modes(&server) {
+        same_key_calls(&server, mode).await;
     }
+}
+
+/// The calls on one key of one coalesced call, in `mode`.
+async fn same_key_calls(server: &RedisServer, mode: CallMode) {
     let backend = RedisBackend::builder(server.url())
+        .call_mode(mode)
         .coalesce(true)
         .coalesce_max(64)
         .coalesce_in_flight(1)
@@ -361,7 +368,7 @@ async fn calls_on_one_key_in_one_coalesced_call_each_see_what_the_one_before_wro
         let limit = Limit::per_hour(10)
             .and_then(|l| l.with_algorithm(algorithm))
             .expect("limit");
-        let key = Key::new("same", algorithm.name(), "alice");
+        let key = Key::new("same", algorithm.name(), &format!("alice{mode:?}"));
         let before = backend.coalesced().expect("coalescing");
         let calls = (0..40).map(|_| {
             let (backend, key, limit) = (&backend, &key, &limit);
@@ -375,16 +382,20 @@ async fn calls_on_one_key_in_one_coalesced_call_each_see_what_the_one_before_wro
             .map(|d| d.iter().next().expect("one decision").remaining())
             .collect();
         left.sort_unstable();
-        assert_eq!(left, (0..10).collect::<Vec<_>>(), "{algorithm:?}");
+        assert_eq!(left, (0..10).collect::<Vec<_>>(), "{mode:?} {algorithm:?}");
         let after = backend.coalesced().expect("coalescing");
-        assert!(after.batches > before.batches, "{algorithm:?}: {after:?}");
+        assert!(
+            after.batches > before.batches,
+            "{mode:?} {algorithm:?}: {after:?}"
+        );
     }
 }
 
-/// Three lone calls, then 100 at once, on a backend coalescing at most 8
-/// calls in one with `in_flight` calls in flight.
-async fn lone_and_concurrent_calls(server: &RedisServer, in_flight: usize) {
+/// Three lone calls, then 100 at once, on a backend in `mode` coalescing
+/// at most 8 calls in one with `in_flight` calls in flight.
+async fn lone_and_concurrent_calls(server: &RedisServer, mode: CallMode, in_flight: usize) {
     let backend = RedisBackend::builder(server.url())
+        .call_mode(mode)
         .coalesce(true)
         .coalesce_max(8)
         .coalesce_in_flight(in_flight)
@@ -392,7 +403,7 @@ async fn lone_and_concurrent_calls(server: &RedisServer, in_flight: usize) {
         .await
         .expect("connect");
     let limit = Limit::per_minute(1_000).expect("limit");
-    let key = Key::new("lone", "sms", &format!("alice{in_flight}"));
+    let key = Key::new("lone", "sms", &format!("alice{mode:?}{in_flight}"));
     for _ in 0..3 {
         let decisions = backend
             .acquire(&[Request::new(&key, &limit, 1)])
@@ -404,7 +415,7 @@ async fn lone_and_concurrent_calls(server: &RedisServer, in_flight: usize) {
     assert_eq!((counts.alone, counts.batches, counts.batched), (3, 0, 0));
 
     let keys: Vec<Key> = (0..100)
-        .map(|i| Key::new("many", "sms", &format!("caller{i}-{in_flight}")))
+        .map(|i| Key::new("many", "sms", &format!("caller{i}-{mode:?}{in_flight}")))
         .collect();
     let calls = keys.iter().map(|key| {
         let backend = &backend;
@@ -430,22 +441,28 @@ async fn lone_and_concurrent_calls(server: &RedisServer, in_flight: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_s_error_reaches_its_caller_only() {
     let server = RedisServer::start();
-    if !coalescing_server(&server).await {
-        return;
+    for mode in modes(&server) {
+        error_reaches_its_caller_only(&server, mode).await;
     }
+}
+
+/// One call's error among coalesced calls, in `mode`.
+async fn error_reaches_its_caller_only(server: &RedisServer, mode: CallMode) {
     let backend = RedisBackend::builder(server.url())
+        .call_mode(mode)
         .coalesce(true)
         .connect()
         .await
         .expect("connect");
     let alone = RedisBackend::builder(server.url())
+        .call_mode(mode)
         .coalesce(false)
         .connect()
         .await
         .expect("connect");
     // Room for every round below.
     let limit = Limit::per_minute(100).expect("limit");
-    let bad = Key::new("err", "sms", "bad");
+    let bad = Key::new("err", "sms", &format!("bad{mode:?}"));
     // The bad identity's state key holds a set: reading it as a string
     // raises WRONGTYPE inside the Lua call.
     let state = format!("{}:{}", bad.as_str(), limit.storage_suffix());
@@ -460,7 +477,7 @@ async fn a_call_s_error_reaches_its_caller_only() {
     );
 
     let good: Vec<Key> = (0..20)
-        .map(|i| Key::new("err", "sms", &format!("good{i}")))
+        .map(|i| Key::new("err", "sms", &format!("good{i}{mode:?}")))
         .collect();
     // Rounds until three coalesced calls formed (each round's first calls
     // go alone; the bad one, sixth, waits behind them with the others and
@@ -491,7 +508,7 @@ async fn a_call_s_error_reaches_its_caller_only() {
         }
     }
     let counts = backend.coalesced().expect("coalescing");
-    assert!(counts.batches >= 3, "{rounds} rounds: {counts:?}");
+    assert!(counts.batches >= 3, "{mode:?}, {rounds} rounds: {counts:?}");
     // The set is untouched: an error writes nothing here.
     let kind: String = server.cmd(&["TYPE", &state]).await;
     assert_eq!(kind, "set");
@@ -504,22 +521,31 @@ async fn a_call_s_error_reaches_its_caller_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_of_callers_decides_each_on_its_own_key_and_a_malformed_layout_runs_nothing() {
     let server = RedisServer::start();
-    if !coalescing_server(&server).await {
-        return;
+    for mode in modes(&server) {
+        layouts(&server, mode).await;
     }
-    let library = RedisBackend::library_source();
-    let _: String = server.cmd(&["FUNCTION", "LOAD", "REPLACE", library]).await;
-    let name = library
-        .lines()
-        .next()
-        .and_then(|line| line.strip_prefix("#!lua name="))
-        .expect("the library names itself");
-    let many = format!("{name}_many");
-    let (a, b) = ("g:{a}:fw:60000000", "g:{b}:fw:60000000");
+}
+
+/// The coalesced entry of `mode` called straight: `FCALL <library>_many`,
+/// or `EVAL` of the coalesced script.
+async fn layouts(server: &RedisServer, mode: CallMode) {
+    let (invoke, many) = if mode == CallMode::Scripts {
+        ("EVAL", RedisBackend::coalesced_script_source().to_owned())
+    } else {
+        let library = RedisBackend::library_source();
+        let _: String = server.cmd(&["FUNCTION", "LOAD", "REPLACE", library]).await;
+        ("FCALL", format!("{}_many", RedisBackend::library_name()))
+    };
+    let many = many.as_str();
+    let (a, b) = (
+        format!("g{mode:?}:{{a}}:fw:60000000"),
+        format!("g{mode:?}:{{b}}:fw:60000000"),
+    );
+    let (a, b) = (a.as_str(), b.as_str());
     // One group of three: a, b, then a again (which sees what the first
     // call on a wrote), under 2 per minute.
     let group = ["1", "fw_acquire", "1", "3", "2", "60000000", "1", "3"];
-    let mut call = vec!["FCALL", &many, "3", a, b, a];
+    let mut call = vec![invoke, many, "3", a, b, a];
     call.extend(group);
     let reply: Vec<i64> = server.cmd(&call).await;
     assert_eq!(reply.len(), 18, "{reply:?}");
@@ -530,8 +556,9 @@ async fn a_group_of_callers_decides_each_on_its_own_key_and_a_malformed_layout_r
     // One server time for all three.
     assert!(first[5] == second[5] && second[5] == third[5]);
 
-    let c = "g:{c}:fw:60000000";
-    let malformed: [&[&str]; 7] = [
+    let c = format!("g{mode:?}:{{c}}:fw:60000000");
+    let c = c.as_str();
+    let malformed: [&[&str]; 8] = [
         // A group of no calls.
         &[
             "1",
@@ -567,6 +594,19 @@ async fn a_group_of_callers_decides_each_on_its_own_key_and_a_malformed_layout_r
             c,
             "1",
             "no_such_entry",
+            "1",
+            "3",
+            "2",
+            "60000000",
+            "1",
+            "1",
+        ],
+        // A name made like an entry's, of no algorithm.
+        &[
+            "1",
+            c,
+            "1",
+            "xx_acquire",
             "1",
             "3",
             "2",
@@ -612,7 +652,7 @@ async fn a_group_of_callers_decides_each_on_its_own_key_and_a_malformed_layout_r
         ],
     ];
     for layout in malformed {
-        let mut call = vec!["FCALL", &many];
+        let mut call = vec![invoke, many];
         call.extend(layout);
         let error = server
             .try_cmd::<redis::Value>(&call)
@@ -620,13 +660,13 @@ async fn a_group_of_callers_decides_each_on_its_own_key_and_a_malformed_layout_r
             .expect_err("a malformed layout is refused");
         assert!(
             format!("{error}").contains("malformed coalesced call"),
-            "{layout:?}: {error}"
+            "{mode:?} {layout:?}: {error}"
         );
     }
     // None of them ran a call: c was never written, a is as it was.
     let written: i64 = server.cmd(&["EXISTS", c]).await;
     assert_eq!(written, 0);
-    let mut call = vec!["FCALL", &many, "1", a];
+    let mut call = vec![invoke, many, "1", a];
     call.extend(["1", "fw_acquire", "1", "3", "2", "60000000", "1", "1"]);
     let reply: Vec<i64> = server.cmd(&call).await;
     assert_eq!(reply[..3], [0, 2, 0], "a is full after the group's two");
@@ -693,11 +733,16 @@ async fn coalesced_calls_load_the_library_again_after_function_flush() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_waiting_caller_times_out_at_its_own_deadline_and_the_queue_goes_on_after() {
     let server = RedisServer::start();
-    if !coalescing_server(&server).await {
-        return;
+    for mode in modes(&server) {
+        waiting_callers_time_out(&server, mode).await;
     }
+}
+
+/// Callers waiting behind a paused server, in `mode`.
+async fn waiting_callers_time_out(server: &RedisServer, mode: CallMode) {
     let timeout = Duration::from_millis(300);
     let backend = RedisBackend::builder(server.url())
+        .call_mode(mode)
         .coalesce(true)
         .timeout(timeout)
         .connect()
@@ -705,7 +750,7 @@ async fn each_waiting_caller_times_out_at_its_own_deadline_and_the_queue_goes_on
         .expect("connect");
     let limit = Limit::per_minute(1_000).expect("limit");
     let keys: Vec<Key> = (0..20)
-        .map(|i| Key::new("late", "sms", &format!("c{i}")))
+        .map(|i| Key::new("late", "sms", &format!("c{i}{mode:?}")))
         .collect();
     server.pause();
     let started = std::time::Instant::now();
@@ -760,9 +805,6 @@ async fn a_bound_of_zero_is_refused_when_building() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_on_the_sentinels_master_are_coalesced() {
     let server = RedisServer::start();
-    if !coalescing_server(&server).await {
-        return;
-    }
     let sentinel = RedisSentinel::start(&server);
     let backend = RedisBackend::sentinel_builder([sentinel.url()], sentinel.master_name())
         .coalesce(true)
@@ -777,17 +819,26 @@ async fn calls_on_the_sentinels_master_are_coalesced() {
     assert_eq!(counts.alone + counts.batched, 40, "{counts:?}");
 }
 
-#[tokio::test]
-async fn the_scripts_call_mode_goes_alone() {
+/// Scripts coalesce on one server: `EVALSHA` of the coalesced script, and
+/// `EVAL` of its source when the server lost its scripts (`SCRIPT FLUSH`
+/// before each round), which caches it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_coalesce_and_are_sent_again_after_script_flush() {
     let server = RedisServer::start();
-    let scripts = RedisBackend::builder(server.url())
-        .call_mode(ratewall_redis::CallMode::Scripts)
+    let backend = RedisBackend::builder(server.url())
+        .call_mode(CallMode::Scripts)
         .coalesce(true)
         .connect()
         .await
         .expect("connect");
-    assert!(!scripts.coalesces());
-    assert_eq!(scripts.coalesced(), None);
+    assert!(backend.coalesces());
+    for round in 0..5 {
+        let _: String = server.cmd(&["SCRIPT", "FLUSH"]).await;
+        let before = backend.coalesced().expect("coalescing");
+        concurrent_acquires(&backend, 20 + round).await;
+        let after = backend.coalesced().expect("coalescing");
+        assert!(after.batches > before.batches, "{before:?} {after:?}");
+    }
 }
 
 /// The hash slot of `key` (CRC16/XMODEM of its hash tag), as Redis
@@ -880,13 +931,16 @@ async fn migrate(cluster: &RedisCluster, slot: u16, from: usize, to: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_coalesces_per_master_and_no_decision_is_lost_or_doubled_while_slots_move() {
     let cluster = RedisCluster::start();
+    // A script may not touch keys of several slots: scripts go alone on a
+    // cluster (and every call is a script on one without Functions).
+    let on_scripts = RedisBackend::cluster_builder(cluster.urls())
+        .call_mode(CallMode::Scripts)
+        .coalesce(true)
+        .connect()
+        .await
+        .expect("connect");
+    assert!(!on_scripts.coalesces());
     if !cluster.masters()[0].kind().has_functions() {
-        let on_scripts = RedisBackend::cluster_builder(cluster.urls())
-            .coalesce(true)
-            .connect()
-            .await
-            .expect("connect");
-        assert!(!on_scripts.coalesces());
         return;
     }
     // One call alone per master at a time: the others queue, so that
@@ -1045,10 +1099,7 @@ fn a_runtime_dropped_while_its_call_is_in_flight_leaves_the_backend_usable() {
             .await
             .expect("connect")
     }));
-    if !backend.coalesces() {
-        assert!(!server.kind().has_functions());
-        return;
-    }
+    assert!(backend.coalesces());
     let limit = Limit::per_minute(1_000).expect("limit");
     // The server stops answering: the first runtime's call stays in
     // flight, and the second runtime's calls queue behind it.

@@ -1,7 +1,7 @@
 //! The Lua code is loaded again whenever the server lacks it, without a
 //! single call failing: `SCRIPT FLUSH` and `FUNCTION FLUSH` every 2 ms
-//! during a load run, on a standalone server (in both call modes, and
-//! with coalesced calls) and on every master of a cluster; and the call
+//! during a load run, on a standalone server (in both call modes, each
+//! with and without coalesced calls) and on every master of a cluster; and the call
 //! mode is chosen by what the server allows.
 
 use std::sync::Arc;
@@ -208,6 +208,11 @@ async fn flushing_functions_and_scripts_every_2ms_causes_no_errors_with_coalesce
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flushing_functions_and_scripts_every_2ms_causes_no_errors_with_scripts() {
     standalone_run(CallMode::Scripts, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flushing_functions_and_scripts_every_2ms_causes_no_errors_with_coalesced_scripts() {
+    standalone_run(CallMode::Scripts, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -70,6 +70,7 @@ async fn backend(options: &Options, coalesce: bool) -> Arc<RedisBackend> {
     Arc::new(
         builder(options.url.as_str())
             .timeout(Duration::from_secs(5))
+            .call_mode(options.mode)
             .coalesce(coalesce)
             .coalesce_max(options.coalesce_max)
             .coalesce_in_flight(options.coalesce_in_flight)
@@ -85,7 +86,7 @@ pub(crate) async fn compare(options: &Options) {
     let coalescing = backend(options, true).await;
     assert!(
         coalescing.coalesces(),
-        "the server has no Functions library: nothing to coalesce"
+        "this backend does not coalesce (scripts on a cluster?)"
     );
     let length = Duration::from_secs_f64(options.secs);
     let mut pairs = Vec::new();

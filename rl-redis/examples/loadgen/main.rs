@@ -56,7 +56,8 @@
 //! one, default 64), `--coalesce-in-flight N` (at most `N` coalescing
 //! calls in flight, default 2), `--compare-coalesce` (only the comparison of calls
 //! alone and coalesced, alternating `--cpu-runs` rounds per concurrency in
-//! one run, see `compare.rs`; e.g. `--concurrency 1,16,64,256,1024`),
+//! one run, see `compare.rs`; e.g. `--concurrency 1,16,64,256,1024`;
+//! both sides in `--mode`'s call mode),
 //! `--cpu-runs N` (default 3), `--cpu-only` (only the floor comparison,
 //! printed as one line per algorithm), `--font PATH` (a TTF for the plot's text;
 //! default: DejaVu Sans where Debian installs it). `--profile N` only runs `N` sequential

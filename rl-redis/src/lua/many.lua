@@ -1,7 +1,8 @@
 -- Coalesced calls (rl-redis/src/coalesce.rs): the independent calls of
 -- several callers, queued on one connection while a call was in flight,
 -- decided by one FCALL of <prefix>many (or <prefix>many_ro, no-writes, when
--- every one of them is read-only). Library only: scripts go alone.
+-- every one of them is read-only). As scripts too (CallMode::Scripts, one
+-- server): many_script.lua makes the entries they name on first use.
 --
 -- keys: every sub-call's keys, concatenated in order.
 -- args: the count of groups, then per group (sub-calls next to each other
