@@ -139,7 +139,10 @@ where
     tokio::time::timeout_at(deadline, c.route_command(cmd.clone(), routing))
         .await
         .ok()
-        .map(|reply| reply.and_then(|value| Ok(T::from_redis_value(value)?)))
+        // An error reply comes back as a value here (`query_async` makes
+        // it an error; so does this, or a coalesced call that met
+        // `NOSCRIPT` or a missing library would read it as its reply).
+        .map(|reply| reply.and_then(|value| Ok(T::from_redis_value(value.extract_error()?)?)))
 }
 
 /// The route to the master holding `key`'s hash slot.
@@ -567,17 +570,8 @@ impl RedisBackend {
         coalesce: Option<(usize, usize)>,
     ) -> Self {
         let reloader = Arc::<Reloader>::default();
-        // Scripts coalesce on one server only: a script may not touch keys
-        // of several Redis Cluster slots.
-        #[cfg(feature = "cluster")]
-        let cluster = connection.is_cluster();
-        #[cfg(not(feature = "cluster"))]
-        let cluster = false;
-        let coalesces = match settings.mode {
-            CallMode::Functions => true,
-            CallMode::Scripts => !cluster,
-            _ => false,
-        };
+        // (`Auto` is resolved when connecting.)
+        let coalesces = matches!(settings.mode, CallMode::Functions | CallMode::Scripts);
         let coalescer = coalesce.filter(|_| coalesces).map(|(max, in_flight)| {
             Arc::new(Coalescer::new(
                 connection.clone(),
@@ -599,9 +593,9 @@ impl RedisBackend {
 
     /// Whether this backend coalesces the calls of concurrent callers
     /// (see [`RedisBackendBuilder::coalesce`](crate::RedisBackendBuilder::coalesce)):
-    /// asked for, on one server (in [`CallMode::Functions`] or
-    /// [`CallMode::Scripts`]), or on a Redis Cluster in
-    /// [`CallMode::Functions`] (per master: its single-limit acquires).
+    /// asked for, in [`CallMode::Functions`] or [`CallMode::Scripts`], on
+    /// one server, or on a Redis Cluster per master (its single-limit
+    /// acquires).
     pub fn coalesces(&self) -> bool {
         self.coalescer.is_some()
     }
@@ -631,7 +625,7 @@ impl RedisBackend {
     /// read-only coalesced calls go in a script of their own), e.g. for
     /// `SCRIPT LOAD` by other tools.
     pub fn coalesced_script_source() -> &'static str {
-        script::many_script_source(false)
+        script::many_script_source(script::Many::Any)
     }
 
     /// The name of the Functions library (`rl_<hash of its code>`, so

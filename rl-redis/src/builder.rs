@@ -318,17 +318,17 @@ impl RedisBackendBuilder {
     /// lists, the limits registry and learned scales.
     ///
     /// Where: on a connection to one server (a URL, the application's own
-    /// connection, TLS, Sentinel's master), in [`CallMode::Functions`] and
-    /// in [`CallMode::Scripts`] (where the two coalesced entries are
-    /// scripts sent by `EVALSHA`, each holding every algorithm's code), and
-    /// on a Redis Cluster in [`CallMode::Functions`] (with scripts every
-    /// call goes alone there: a script may not touch keys of several
-    /// slots; [`RedisBackend::coalesces`] says which). On a cluster only
+    /// connection, TLS, Sentinel's master) and on a Redis Cluster, in
+    /// [`CallMode::Functions`] and in [`CallMode::Scripts`] (where the
+    /// coalesced entries are scripts sent by `EVALSHA`, each holding every
+    /// algorithm's code; [`RedisBackend::coalesces`] says whether a
+    /// backend coalesces). On a cluster only
     /// single-limit acquires are coalesced, per master: the backend reads
     /// which master serves which slot (`CLUSTER SLOTS`) and queues each
     /// master's calls apart, into `<library>_many_node` (flagged
     /// `allow-cross-slot-keys`: its calls' keys may be of any slots that
-    /// master serves). A call whose slot the master no longer serves (or
+    /// master serves; as a script, it declares no key, which a script sent
+    /// without flags may do). A call whose slot the master no longer serves (or
     /// is moving, its key not there yet) fails there before it writes
     /// anything and is sent again alone, following the cluster's
     /// redirections; the map is read again (see

@@ -1,5 +1,5 @@
 //! [`Coalescer`]: the calls of several callers on one connection decided by
-//! one `FCALL` (see
+//! one `FCALL` (or `EVALSHA`) (see
 //! [`RedisBackendBuilder::coalesce`](crate::RedisBackendBuilder::coalesce)).
 //!
 //! No timer. A call made while fewer than `in_flight` calls of its lane
@@ -17,11 +17,11 @@
 //! On one server, two lanes: calls that may write go in `<library>_many`;
 //! read-only calls (peeks) in `<library>_many_ro`, flagged `no-writes` like
 //! their own entries, so that a peek is refused nowhere its own entry is
-//! not. In [`CallMode::Scripts`], the same two entries as scripts
-//! (`EVALSHA`, `lua/many_script.lua`), on one server only. On a Redis
-//! Cluster (Functions only: a script may not touch keys of several slots), a lane per master (see [`crate::nodes`]) for
+//! not. On a Redis Cluster, a lane per master (see [`crate::nodes`]) for
 //! the single-limit acquires, in `<library>_many_node`, whose keys may be
-//! of any slots the node serves; every other call goes alone there. A call
+//! of any slots the node serves; every other call goes alone there. In
+//! [`CallMode::Scripts`], the same entries as scripts (`EVALSHA`,
+//! `lua/many_script.lua`). A call
 //! of a coalesced call that meets a slot served elsewhere (moved, or
 //! moving) failed before it wrote anything, and is sent again alone.
 //!
@@ -452,7 +452,7 @@ impl Coalescer {
                         .first()
                         .and_then(|call| call.first_key())
                         .map_or(0, crate::nodes::slot_of);
-                    let command = crate::script::many_node_command(calls);
+                    let command = crate::script::many_node_command(calls, via);
                     self.connection
                         .query_at_slot::<redis::Value>(deadline, slot, &command)
                         .await

@@ -316,19 +316,7 @@ impl Entry {
 
     /// The command invoking it `via`, up to its key count.
     fn invocation(self, via: Via) -> Cmd {
-        let code = entry_code(self);
-        let mut cmd = match via {
-            Via::Function if self.read_only() => redis::cmd("FCALL_RO"),
-            Via::Function => redis::cmd("FCALL"),
-            Via::ScriptSha => redis::cmd("EVALSHA"),
-            Via::ScriptSource => redis::cmd("EVAL"),
-        };
-        match via {
-            Via::Function => cmd.arg(&code.function),
-            Via::ScriptSha => cmd.arg(&code.sha),
-            Via::ScriptSource => cmd.arg(&code.script),
-        };
-        cmd
+        entry_code(self).invocation(via, self.read_only())
     }
 
     fn every() -> impl Iterator<Item = Entry> {
@@ -358,14 +346,33 @@ struct EntryCode {
     sha: String,
 }
 
+impl EntryCode {
+    /// The command invoking this code `via` (`FCALL_RO` when `read_only`),
+    /// up to its key count.
+    fn invocation(&self, via: Via, read_only: bool) -> Cmd {
+        let mut cmd = match via {
+            Via::Function if read_only => redis::cmd("FCALL_RO"),
+            Via::Function => redis::cmd("FCALL"),
+            Via::ScriptSha => redis::cmd("EVALSHA"),
+            Via::ScriptSource => redis::cmd("EVAL"),
+        };
+        match via {
+            Via::Function => cmd.arg(&self.function),
+            Via::ScriptSha => cmd.arg(&self.sha),
+            Via::ScriptSource => cmd.arg(&self.script),
+        };
+        cmd
+    }
+}
+
 /// Everything assembled from the `.lua` files, once per process.
 struct Code {
     library_name: String,
     library: String,
     entries: Vec<EntryCode>,
-    /// The coalesced entries as scripts (`lua/many_script.lua`): `[0]`
-    /// `many`, `[1]` `many_ro`. Their `function` is the library's.
-    many: [EntryCode; 2],
+    /// The coalesced entries as scripts (`lua/many_script.lua`), by
+    /// [`Many`]. Their `function` is the library's.
+    many: [EntryCode; 3],
 }
 
 /// Redis < 5 replicates scripts verbatim, which forbids TIME before a
@@ -455,18 +462,15 @@ static CODE: LazyLock<Code> = LazyLock::new(|| {
             }
         })
         .collect();
-    let many = [("many", false), ("many_ro", true)].map(|(name, read_only)| {
+    let many = Many::EVERY.map(|many| {
+        let name = many.name();
         let script = [
             SCRIPT_HEADER,
             &tables,
             body.as_str(),
             MANY,
             MANY_SCRIPT,
-            if read_only {
-                "return many_ro(KEYS, ARGV)\n"
-            } else {
-                "return many(KEYS, ARGV)\n"
-            },
+            &format!("return {name}(KEYS, ARGV)\n"),
         ]
         .concat();
         EntryCode {
@@ -502,10 +506,43 @@ pub(crate) fn batch_script_source() -> &'static str {
     &entry_code(Entry::Batch).script
 }
 
-/// The source of the script of coalesced calls (`lua/many_script.lua`):
-/// read-only ones, or those that may write.
-pub(crate) fn many_script_source(read_only: bool) -> &'static str {
-    &CODE.many[usize::from(read_only)].script
+/// A coalesced entry (`lua/many.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Many {
+    /// `many`: calls that may write, on one server.
+    Any,
+    /// `many_ro`: read-only calls, on one server.
+    ReadOnly,
+    /// `many_node`: single-limit acquires on a Redis Cluster node.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    Node,
+}
+
+impl Many {
+    const EVERY: [Many; 3] = [Many::Any, Many::ReadOnly, Many::Node];
+
+    /// Its name (without the library's prefix).
+    fn name(self) -> &'static str {
+        match self {
+            Many::Any => "many",
+            Many::ReadOnly => "many_ro",
+            Many::Node => "many_node",
+        }
+    }
+
+    fn code(self) -> &'static EntryCode {
+        &CODE.many[self as usize]
+    }
+
+    /// The command invoking it `via`, up to its key count.
+    fn invocation(self, via: Via) -> Cmd {
+        self.code().invocation(via, self == Many::ReadOnly)
+    }
+}
+
+/// The source of the script of a coalesced entry (`lua/many_script.lua`).
+pub(crate) fn many_script_source(many: Many) -> &'static str {
+    &many.code().script
 }
 
 /// The batch script's SHA1.
@@ -1021,31 +1058,25 @@ impl SubCall {
 /// per group, its entry's name, the key count, its argument count, its
 /// arguments and how many calls it holds.
 pub(crate) fn many_command(calls: &[&SubCall], via: Via) -> Cmd {
-    let read_only = calls.iter().all(|call| call.read_only());
-    let code = &CODE.many[usize::from(read_only)];
-    let mut cmd = match via {
-        Via::Function if read_only => redis::cmd("FCALL_RO"),
-        Via::Function => redis::cmd("FCALL"),
-        Via::ScriptSha => redis::cmd("EVALSHA"),
-        Via::ScriptSource => redis::cmd("EVAL"),
+    let many = if calls.iter().all(|call| call.read_only()) {
+        Many::ReadOnly
+    } else {
+        Many::Any
     };
-    match via {
-        Via::Function => cmd.arg(&code.function),
-        Via::ScriptSha => cmd.arg(&code.sha),
-        Via::ScriptSource => cmd.arg(&code.script),
-    };
+    let mut cmd = many.invocation(via);
     write_layout(&mut cmd, calls);
     cmd
 }
 
-/// `FCALL <library>_many_node 0` of `calls` (single-limit acquires on one
-/// Redis Cluster master, see `lua/many.lua`): no key declared (they may be
-/// of several slots), and as arguments the key count, every call's keys,
-/// then the groups as in [`many_command`].
+/// The coalesced call of `calls` (single-limit acquires on one Redis
+/// Cluster master, see `lua/many.lua`) invoked `via`: `FCALL
+/// <library>_many_node 0`, or `EVALSHA`/`EVAL` of its script with no key:
+/// no key declared (they may be of several slots), and as arguments the
+/// key count, every call's keys, then the groups as in [`many_command`].
 #[cfg(feature = "cluster")]
-pub(crate) fn many_node_command(calls: &[&SubCall]) -> Cmd {
-    let mut cmd = redis::cmd("FCALL");
-    cmd.arg(format!("{}_many_node", library_name())).arg(0);
+pub(crate) fn many_node_command(calls: &[&SubCall], via: Via) -> Cmd {
+    let mut cmd = Many::Node.invocation(via);
+    cmd.arg(0);
     write_layout(&mut cmd, calls);
     cmd
 }
@@ -1834,20 +1865,38 @@ mod tests {
         assert!(library_source().contains("'many'"));
         // As scripts: the same layout after EVALSHA of the script of its
         // kind (EVAL of its source), which runs that kind's entry.
-        for (calls, read_only) in [(vec![&peek, &peek], true), (vec![&single, &batch], false)] {
+        for (calls, many) in [
+            (vec![&peek, &peek], Many::ReadOnly),
+            (vec![&single, &batch], Many::Any),
+        ] {
             let function = line(many_command(&calls, Via::Function));
             let sha = line(many_command(&calls, Via::ScriptSha));
             let source = line(many_command(&calls, Via::ScriptSource));
-            let script = many_script_source(read_only);
+            let script = many_script_source(many);
             assert_eq!(sha[0], "EVALSHA");
             assert_eq!(sha[1], sha1(script));
             assert_eq!(source[..2], ["EVAL", script]);
             assert_eq!(sha[2..], function[2..]);
             assert_eq!(source[2..], function[2..]);
-            let entry = if read_only { "many_ro" } else { "many" };
+            let entry = many.name();
             assert!(script.ends_with(&format!("return {entry}(KEYS, ARGV)\n")));
             assert!(script.contains(MANY) && script.contains(MANY_SCRIPT));
         }
+        // On a cluster node: no key declared, then the key count and the
+        // same layout.
+        #[cfg(feature = "cluster")]
+        for via in [Via::Function, Via::ScriptSha, Via::ScriptSource] {
+            let node = line(many_node_command(&[&single, &single], via));
+            let alone = line(many_command(&[&single, &single], Via::Function));
+            let (command, name) = match via {
+                Via::Function => ("FCALL", format!("{}_many_node", library_name())),
+                Via::ScriptSha => ("EVALSHA", sha1(many_script_source(Many::Node))),
+                Via::ScriptSource => ("EVAL", many_script_source(Many::Node).to_owned()),
+            };
+            assert_eq!(node[..3], [command.to_owned(), name, "0".to_owned()]);
+            assert_eq!(node[3..], alone[2..]);
+        }
+        assert!(many_script_source(Many::Node).ends_with("return many_node(KEYS, ARGV)\n"));
     }
 
     #[test]

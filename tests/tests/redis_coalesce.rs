@@ -16,9 +16,8 @@
 //! coalesced calls load the Functions library again when the server lost
 //! it (and send their script again when it lost that), and on a Redis
 //! Cluster each master's acquires are coalesced apart with no decision
-//! lost or doubled while slots move between masters (scripts go alone
-//! there). Each test on one server runs in both call modes: Functions
-//! (where the server has them) and scripts.
+//! lost or doubled while slots move between masters. Each test runs in
+//! both call modes: Functions (where the server has them) and scripts.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -1000,22 +999,24 @@ async fn migrate(cluster: &RedisCluster, slot: u16, from: usize, to: usize) {
 async fn a_cluster_coalesces_per_master_and_no_decision_is_lost_or_doubled_while_slots_move() {
     let cluster = RedisCluster::start();
     keep_redis_log();
-    // A script may not touch keys of several slots: scripts go alone on a
-    // cluster (and every call is a script on one without Functions).
-    let on_scripts = RedisBackend::cluster_builder(cluster.urls())
-        .call_mode(CallMode::Scripts)
-        .coalesce(true)
-        .connect()
-        .await
-        .expect("connect");
-    assert!(!on_scripts.coalesces());
-    if !cluster.masters()[0].kind().has_functions() {
-        return;
+    let modes = if cluster.masters()[0].kind().has_functions() {
+        vec![CallMode::Functions, CallMode::Scripts]
+    } else {
+        vec![CallMode::Scripts]
+    };
+    for mode in modes {
+        slots_move_under_load(&cluster, mode).await;
     }
+}
+
+/// Four slots of master 0 move to master 1 under a load coalesced in
+/// `mode` (see above).
+async fn slots_move_under_load(cluster: &RedisCluster, mode: CallMode) {
     // One call alone per master at a time: the others queue, so that
     // concurrent calls are coalesced even on this small load.
     let backend = Arc::new(
         RedisBackend::cluster_builder(cluster.urls())
+            .call_mode(mode)
             .coalesce(true)
             .coalesce_in_flight(1)
             .timeout(Duration::from_secs(3))
@@ -1024,7 +1025,7 @@ async fn a_cluster_coalesces_per_master_and_no_decision_is_lost_or_doubled_while
             .expect("connect"),
     );
     assert!(backend.is_cluster() && backend.coalesces());
-    let owners = owners(&cluster).await;
+    let owners = owners(cluster).await;
     // Four slots of master 0, six identities in each (they move to master
     // 1), and 40 identities anywhere (they stay).
     let moving_slots: Vec<u16> = (0..16_384u16)
@@ -1037,7 +1038,7 @@ async fn a_cluster_coalesces_per_master_and_no_decision_is_lost_or_doubled_while
     for &slot in &moving_slots {
         let mut found = 0;
         for i in 0.. {
-            let id = format!("m{slot}-{i}");
+            let id = format!("m{mode:?}{slot}-{i}");
             if slot_of(&format!("sms:{id}")) == slot {
                 moving.push(id);
                 found += 1;
@@ -1047,7 +1048,7 @@ async fn a_cluster_coalesces_per_master_and_no_decision_is_lost_or_doubled_while
             }
         }
     }
-    let staying: Vec<String> = (0..40).map(|i| format!("s{i}")).collect();
+    let staying: Vec<String> = (0..40).map(|i| format!("s{mode:?}{i}")).collect();
     let identities: Vec<Key> = moving
         .iter()
         .chain(&staying)
@@ -1096,7 +1097,7 @@ async fn a_cluster_coalesces_per_master_and_no_decision_is_lost_or_doubled_while
     let moving_load = tokio::spawn(load(18));
     tokio::time::sleep(Duration::from_millis(20)).await;
     for &slot in &moving_slots {
-        migrate(&cluster, slot, 0, 1).await;
+        migrate(cluster, slot, 0, 1).await;
     }
     let first = moving_load.await.expect("the load ran");
     let second = load(12).await;
@@ -1110,7 +1111,7 @@ async fn a_cluster_coalesces_per_master_and_no_decision_is_lost_or_doubled_while
         failed += errors;
         assert!(
             allowed <= 20 && allowed + errors >= 20,
-            "{key}: allowed {allowed} of 30 under 20 a day, {errors} failed ({:?}); {}",
+            "{mode:?} {key}: allowed {allowed} of 30 under 20 a day, {errors} failed ({:?}); {}",
             limit_of(i).algorithm(),
             recent_redis_log()
         );
@@ -1119,7 +1120,7 @@ async fn a_cluster_coalesces_per_master_and_no_decision_is_lost_or_doubled_while
     // most 1 in 50.
     assert!(
         failed * 50 <= identities.len() * 30,
-        "{failed} of {} calls failed; {}",
+        "{mode:?}: {failed} of {} calls failed; {}",
         identities.len() * 30,
         recent_redis_log()
     );
@@ -1128,7 +1129,7 @@ async fn a_cluster_coalesces_per_master_and_no_decision_is_lost_or_doubled_while
     for (i, key) in identities.iter().enumerate().take(moving.len()) {
         let state = format!("{}:{}", key.as_str(), limit_of(i).storage_suffix());
         let here: i64 = cluster.masters()[1].cmd(&["EXISTS", &state]).await;
-        assert_eq!(here, 1, "{state} moved to master 1");
+        assert_eq!(here, 1, "{mode:?}: {state} moved to master 1");
         let left = backend
             .peek(&[Request::new(key, &limit_of(i), 1)])
             .await
@@ -1144,7 +1145,7 @@ async fn a_cluster_coalesces_per_master_and_no_decision_is_lost_or_doubled_while
     );
     assert!(
         counts.rerouted > 0,
-        "calls coalesced on a master that no longer served their slot: {counts:?}"
+        "{mode:?}: calls coalesced on a master that no longer served their slot: {counts:?}"
     );
 }
 

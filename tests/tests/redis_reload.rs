@@ -226,6 +226,38 @@ async fn flushing_every_cluster_master_every_2ms_causes_no_errors() {
     check(&tally, "cluster", cluster.masters().len());
 }
 
+/// Coalesced per master, in both call modes: a coalesced call that finds
+/// the library or its script missing on its master loads it (or sends
+/// the script's source) and goes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flushing_every_cluster_master_every_2ms_causes_no_errors_with_coalesced_calls() {
+    let cluster = RedisCluster::start();
+    let modes = if cluster.masters()[0].kind().has_functions() {
+        vec![CallMode::Functions, CallMode::Scripts]
+    } else {
+        vec![CallMode::Scripts]
+    };
+    for mode in modes {
+        let backend = RedisBackend::cluster_builder(cluster.urls())
+            .call_mode(mode)
+            .coalesce(true)
+            .connect()
+            .await
+            .expect("connect");
+        assert!(backend.coalesces());
+        let backend = Arc::new(backend);
+        let tally = load_while_flushing(backend.clone(), cluster.masters()).await;
+        check(
+            &tally,
+            &format!("cluster, {mode:?}, coalesced"),
+            cluster.masters().len(),
+        );
+        let counts = backend.coalesced().expect("coalescing");
+        eprintln!("coalesced: {counts:?}");
+        assert!(counts.batches > 0, "{mode:?}: {counts:?}");
+    }
+}
+
 async fn library_loaded(server: &RedisServer) -> bool {
     let libraries: redis::Value = server
         .cmd(&[

@@ -16,7 +16,8 @@
 -- several callers in one FCALL) and library.lua (Redis >= 7: a Functions
 -- library, loaded once, whose code above runs once at load time) or one
 -- `return <entry>(KEYS, ARGV)` line (a script, for EVALSHA: the code above
--- runs on every call).
+-- runs on every call; the scripts of coalesced calls hold many.lua and
+-- many_script.lua before it).
 
 -- (A script starts with a line asking Redis 3.2 - 4.x for effects
 -- replication, so that TIME is allowed before writes: script.rs.)
