@@ -622,8 +622,8 @@ impl RedisBackend {
     /// The source of the script that decides coalesced calls in
     /// [`CallMode::Scripts`] (see
     /// [`RedisBackendBuilder::coalesce`](crate::RedisBackendBuilder::coalesce);
-    /// read-only coalesced calls go in a script of their own), e.g. for
-    /// `SCRIPT LOAD` by other tools.
+    /// read-only coalesced calls, and those on a Redis Cluster master, go
+    /// in scripts of their own), e.g. for `SCRIPT LOAD` by other tools.
     pub fn coalesced_script_source() -> &'static str {
         script::many_script_source(script::Many::Any)
     }

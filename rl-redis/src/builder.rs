@@ -327,8 +327,8 @@ impl RedisBackendBuilder {
     /// which master serves which slot (`CLUSTER SLOTS`) and queues each
     /// master's calls apart, into `<library>_many_node` (flagged
     /// `allow-cross-slot-keys`: its calls' keys may be of any slots that
-    /// master serves; as a script, it declares no key, which a script sent
-    /// without flags may do). A call whose slot the master no longer serves (or
+    /// master serves; as a script, sent without flags, it may touch them
+    /// too). A call whose slot the master no longer serves (or
     /// is moving, its key not there yet) fails there before it writes
     /// anything and is sent again alone, following the cluster's
     /// redirections; the map is read again (see

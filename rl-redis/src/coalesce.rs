@@ -173,7 +173,7 @@ pub(crate) struct Coalescer {
     connection: Connection,
     reloader: Arc<Reloader>,
     target: Arc<str>,
-    /// [`CallMode::Functions`], or [`CallMode::Scripts`] (on one server).
+    /// [`CallMode::Functions`] or [`CallMode::Scripts`].
     mode: CallMode,
     /// The most calls in one coalesced call (at least 1).
     max: usize,

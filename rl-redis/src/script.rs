@@ -14,8 +14,8 @@
 //! - **Scripts** (`EVALSHA`, for Redis < 7 and servers that refuse
 //!   functions): one script per entry point, holding only the code that
 //!   entry needs (a single-limit script holds one algorithm); and the
-//!   coalesced entries `many` and `many_ro` as two scripts holding every
-//!   algorithm ([`many_command`], `lua/many_script.lua`).
+//!   coalesced entries `many`, `many_ro` and `many_node` as three scripts
+//!   holding every algorithm ([`many_command`], `lua/many_script.lua`).
 //!
 //! Both take the same keys and arguments and give the same replies (see
 //! `lua/single.lua` and `lua/batch.lua`); [`Entry`] names an entry point and

@@ -19,8 +19,7 @@
 //! lost or doubled while slots move between masters. Each test runs in
 //! both call modes: Functions (where the server has them) and scripts.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -841,73 +840,6 @@ async fn scripts_coalesce_and_are_sent_again_after_script_flush() {
     }
 }
 
-/// The last lines redis-rs logged at debug level or above (its cluster
-/// client logs through `log` when it repairs a connection or reads the
-/// slots again), kept to be shown when the slot migration test fails: a
-/// stall of every master's calls until their timeouts was seen once in
-/// about 400 loaded runs, its cause not found.
-struct RecentLog(Mutex<VecDeque<String>>);
-
-static RECENT_LOG: RecentLog = RecentLog(Mutex::new(VecDeque::new()));
-
-/// How many lines [`RECENT_LOG`] keeps.
-const RECENT_LINES: usize = 400;
-
-impl log::Log for RecentLog {
-    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
-        metadata.level() <= log::Level::Debug && metadata.target().starts_with("redis")
-    }
-
-    fn log(&self, record: &log::Record<'_>) {
-        if !self.enabled(record.metadata()) {
-            return;
-        }
-        let since_epoch = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        let line = format!(
-            "{}.{:03} {} {}: {}",
-            since_epoch.as_secs(),
-            since_epoch.subsec_millis(),
-            record.level(),
-            record.target(),
-            record.args()
-        );
-        let mut lines = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if lines.len() == RECENT_LINES {
-            lines.pop_front();
-        }
-        lines.push_back(line);
-    }
-
-    fn flush(&self) {}
-}
-
-/// Keeps what redis-rs logs from now on (once per process).
-fn keep_redis_log() {
-    if log::set_logger(&RECENT_LOG).is_ok() {
-        log::set_max_level(log::LevelFilter::Debug);
-    }
-}
-
-/// What redis-rs logged last, one line each.
-fn recent_redis_log() -> String {
-    let lines = RECENT_LOG
-        .0
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if lines.is_empty() {
-        return "redis-rs logged nothing".to_owned();
-    }
-    format!(
-        "what redis-rs logged last:\n{}",
-        lines.iter().cloned().collect::<Vec<_>>().join("\n")
-    )
-}
-
 /// The hash slot of `key` (CRC16/XMODEM of its hash tag), as Redis
 /// Cluster computes it.
 fn slot_of(tag: &str) -> u16 {
@@ -994,11 +926,14 @@ async fn migrate(cluster: &RedisCluster, slot: u16, from: usize, to: usize) {
 /// load (both cores kept busy besides); a first version, which sent every
 /// call alone while it read the cluster's map again, saw calls sent alone
 /// through redis-rs's cluster client stall until their timeout in about 1
-/// run in 5 (once 743 of 1 920).
+/// run in 5 (once 743 of 1 920). The stall is redis-rs's: its cluster
+/// client begins a slot refresh that never completes (its own log's last
+/// line), and every call through it times out. It came back in 4 of 16
+/// loaded runs of this file while a `log` logger took redis-rs's debug
+/// lines, and in none of 14 without one: no logger is installed here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_coalesces_per_master_and_no_decision_is_lost_or_doubled_while_slots_move() {
     let cluster = RedisCluster::start();
-    keep_redis_log();
     let modes = if cluster.masters()[0].kind().has_functions() {
         vec![CallMode::Functions, CallMode::Scripts]
     } else {
@@ -1111,18 +1046,16 @@ async fn slots_move_under_load(cluster: &RedisCluster, mode: CallMode) {
         failed += errors;
         assert!(
             allowed <= 20 && allowed + errors >= 20,
-            "{mode:?} {key}: allowed {allowed} of 30 under 20 a day, {errors} failed ({:?}); {}",
-            limit_of(i).algorithm(),
-            recent_redis_log()
+            "{mode:?} {key}: allowed {allowed} of 30 under 20 a day, {errors} failed ({:?})",
+            limit_of(i).algorithm()
         );
     }
     // Calls may fail only while slots move, and rarely (see above): at
     // most 1 in 50.
     assert!(
         failed * 50 <= identities.len() * 30,
-        "{mode:?}: {failed} of {} calls failed; {}",
-        identities.len() * 30,
-        recent_redis_log()
+        "{mode:?}: {failed} of {} calls failed",
+        identities.len() * 30
     );
     // The moved identities' states are on master 1 now, whole: a peek
     // there (through the cluster) finds nothing left.

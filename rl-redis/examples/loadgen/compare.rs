@@ -84,10 +84,7 @@ async fn backend(options: &Options, coalesce: bool) -> Arc<RedisBackend> {
 pub(crate) async fn compare(options: &Options) {
     let alone = backend(options, false).await;
     let coalescing = backend(options, true).await;
-    assert!(
-        coalescing.coalesces(),
-        "this backend does not coalesce (scripts on a cluster?)"
-    );
+    assert!(coalescing.coalesces(), "this backend does not coalesce");
     let length = Duration::from_secs_f64(options.secs);
     let mut pairs = Vec::new();
     for &algorithm in &options.algorithms {

@@ -1,8 +1,8 @@
 -- Coalesced calls (rl-redis/src/coalesce.rs): the independent calls of
 -- several callers, queued on one connection while a call was in flight,
 -- decided by one FCALL of <prefix>many (or <prefix>many_ro, no-writes, when
--- every one of them is read-only). As scripts too (CallMode::Scripts, one
--- server): many_script.lua makes the entries they name on first use.
+-- every one of them is read-only). As scripts too (CallMode::Scripts):
+-- many_script.lua makes the entries they name on first use.
 --
 -- keys: every sub-call's keys, concatenated in order.
 -- args: the count of groups, then per group (sub-calls next to each other
@@ -184,7 +184,8 @@ end
 
 -- On a Redis Cluster node (rl-redis/src/coalesce.rs): the single-limit
 -- acquires of callers whose keys are of any slots this node serves, with
--- no keys declared (the function is flagged allow-cross-slot-keys). args:
+-- no keys declared (the function is flagged allow-cross-slot-keys; its
+-- script has no flags, which lets it do the same, many_script.lua). args:
 -- the key count K, the keys, then the layout as above. A call whose key
 -- is not served here (its slot moved, or is moving and the key is not
 -- here) fails at its first read, before it wrote anything, with the
