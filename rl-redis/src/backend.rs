@@ -570,9 +570,9 @@ impl RedisBackend {
         coalesce: Option<(usize, usize)>,
     ) -> Self {
         let reloader = Arc::<Reloader>::default();
-        // (`Auto` is resolved when connecting.)
-        let coalesces = matches!(settings.mode, CallMode::Functions | CallMode::Scripts);
-        let coalescer = coalesce.filter(|_| coalesces).map(|(max, in_flight)| {
+        // Both call modes coalesce (`settings.mode` is resolved when
+        // connecting: never `Auto` here).
+        let coalescer = coalesce.map(|(max, in_flight)| {
             Arc::new(Coalescer::new(
                 connection.clone(),
                 Arc::clone(&reloader),

@@ -514,7 +514,6 @@ pub(crate) enum Many {
     /// `many_ro`: read-only calls, on one server.
     ReadOnly,
     /// `many_node`: single-limit acquires on a Redis Cluster node.
-    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     Node,
 }
 
