@@ -673,6 +673,60 @@ async fn layouts(server: &RedisServer, mode: CallMode) {
     assert_eq!(reply[..3], [0, 2, 0], "a is full after the group's two");
 }
 
+/// A coalesced call of more single acquires than Lua can unpack at once
+/// (Redis's Lua takes about 8 000 values on its stack; `coalesce_max` has
+/// no upper bound): their keys are read in several MGETs, and every call
+/// is decided, each on its own key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coalesced_call_of_nine_thousand_single_acquires_decides_every_one() {
+    let server = RedisServer::start();
+    for mode in modes(&server) {
+        let (invoke, many) = if mode == CallMode::Scripts {
+            ("EVAL", RedisBackend::coalesced_script_source().to_owned())
+        } else {
+            let library = RedisBackend::library_source();
+            let _: String = server.cmd(&["FUNCTION", "LOAD", "REPLACE", library]).await;
+            ("FCALL", format!("{}_many", RedisBackend::library_name()))
+        };
+        let calls = 9_000;
+        let keys: Vec<String> = (0..calls)
+            .map(|i| format!("big{mode:?}:{{k{i}}}:fw:60000000"))
+            .collect();
+        // The first 10 keys were used once already: each call sees its
+        // own key's state, not its neighbour's.
+        for key in &keys[..10] {
+            let one = ["1", "fw_acquire", "1", "3", "2", "60000000", "1", "1"];
+            let mut call = vec![invoke, many.as_str(), "1", key.as_str()];
+            call.extend(one);
+            let reply: Vec<i64> = server.cmd(&call).await;
+            assert_eq!(reply[..3], [1, 2, 1], "{mode:?}");
+        }
+        let count = calls.to_string();
+        let mut call = vec![invoke, many.as_str(), count.as_str()];
+        call.extend(keys.iter().map(String::as_str));
+        call.extend([
+            "1",
+            "fw_acquire",
+            "1",
+            "3",
+            "2",
+            "60000000",
+            "1",
+            count.as_str(),
+        ]);
+        // (Not `cmd`, whose panic would print all 9 000 keys.)
+        let reply: Vec<i64> = match server.try_cmd(&call).await {
+            Ok(reply) => reply,
+            Err(error) => panic!("{mode:?}: the coalesced call failed: {error}"),
+        };
+        assert_eq!(reply.len(), calls * 6, "{mode:?}: six integers per call");
+        for (i, decision) in reply.chunks(6).enumerate() {
+            let expected = if i < 10 { [1, 2, 0] } else { [1, 2, 1] };
+            assert_eq!(decision[..3], expected, "{mode:?}: call {i}");
+        }
+    }
+}
+
 /// Runs 40 concurrent acquires on `backend`, all of which must be allowed.
 async fn concurrent_acquires(backend: &RedisBackend, round: usize) {
     let limit = Limit::per_minute(1_000).expect("limit");

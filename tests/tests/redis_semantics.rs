@@ -912,3 +912,44 @@ async fn a_refusal_by_a_limit_that_blocks_blocks_the_identity_to_the_microsecond
     tokio::time::sleep(during.retry_after() + Duration::from_millis(5)).await;
     assert!(backend.acquire(&call).await.expect("acquire").allowed());
 }
+
+/// Slots given back and already past are dropped by the next reservation
+/// however many there are: more than Lua unpacks at once (about 8 000)
+/// are deleted in several `HDEL`s, and the reservation is decided, not
+/// failed.
+#[tokio::test]
+async fn a_reservation_drops_nine_thousand_past_given_back_slots() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(EPOCH_US);
+    let backend = client_clock_backend(&server, &clock).await;
+    let key = Key::new("rl", "freed", "many");
+    let limit = limit(Algorithm::Gcra, 1, Duration::from_secs(1));
+    let requests = [Request::new(&key, &limit, 1)];
+    let wait = Duration::from_secs(10);
+    let _first = backend.reserve(&requests, wait).await.expect("reserve");
+    let second = backend.reserve(&requests, wait).await.expect("reserve");
+    let _third = backend.reserve(&requests, wait).await.expect("reserve");
+    // Not the last reservation: its slot is given back.
+    backend.cancel(&requests, &second).await.expect("cancel");
+    let freed: Vec<String> = server.cmd(&["KEYS", "*:freed"]).await;
+    assert_eq!(freed.len(), 1, "{freed:?}");
+    let freed = freed[0].as_str();
+    let past: Vec<String> = (1..=9_000).map(|t| t.to_string()).collect();
+    let mut hset = vec!["HSET", freed];
+    for t in &past {
+        hset.extend([t.as_str(), "1"]);
+    }
+    let added: i64 = server.cmd(&hset).await;
+    assert_eq!(added, 9_000);
+
+    let fourth = backend.reserve(&requests, wait).await;
+    assert!(fourth.is_ok(), "{fourth:?}");
+    let left: Vec<String> = server.cmd(&["HKEYS", freed]).await;
+    let now = clock.now_micros();
+    assert!(
+        left.iter()
+            .all(|slot| slot.parse::<u64>().expect("a slot") >= now),
+        "{} slots left, some past",
+        left.len()
+    );
+}

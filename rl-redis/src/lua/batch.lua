@@ -92,8 +92,10 @@ local function freed_slots(r, now)
       slots[slot] = tonumber(flat[j + 1])
     end
   end
-  if #past > 0 then
-    redis.call('HDEL', r.freed, unpack(past))
+  -- In HDELs of at most 1 000 fields: Lua unpacks no more than about
+  -- 8 000 values at once, and cancelled reservations may give back more.
+  for from = 1, #past, 1000 do
+    redis.call('HDEL', r.freed, unpack(past, from, math.min(from + 999, #past)))
   end
   return slots
 end

@@ -51,6 +51,9 @@ local function many_failure(e)
   return 'ERR ' .. e
 end
 
+-- The most keys one MGET of a coalesced call reads.
+local MANY_MGET = 1000
+
 local function many_malformed()
   return redis.error_reply('ERR ratewall-redis: malformed coalesced call')
 end
@@ -110,13 +113,19 @@ local function run_many(keys, args, a0, entries, gather)
   MANY_NOW = time[1] * 1000000 + time[2]
   MANY_NUMBERS = numbers
   if gather and #reads > 1 then
-    local values = redis.call('MGET', unpack(reads))
+    -- In MGETs of at most MANY_MGET keys: Lua unpacks no more than about
+    -- 8 000 values at once, and a coalesced call has no bound of its own.
     local got = {}
-    for j = 1, #reads do
-      -- (No value: missing, or not a string, which the sub-call's own
-      -- GET refuses as it would alone.)
-      if values[j] then
-        got[reads[j]] = values[j]
+    for from = 1, #reads, MANY_MGET do
+      local to = math.min(from + MANY_MGET - 1, #reads)
+      local values = redis.call('MGET', unpack(reads, from, to))
+      for j = from, to do
+        -- (No value: missing, or not a string, which the sub-call's own
+        -- GET refuses as it would alone.)
+        local value = values[j - from + 1]
+        if value then
+          got[reads[j]] = value
+        end
       end
     end
     MANY_GOT = got
