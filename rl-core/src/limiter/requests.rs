@@ -241,8 +241,15 @@ impl<'l> Requests<'l> {
                     partition: memo.partition,
                 };
                 Target {
+                    name: &memo.name,
+                    key: KeyRef {
+                        head: &memo.head,
+                        identity: key.identity_ref(),
+                    },
+                    limit: request.limit,
+                    cost: request.cost,
                     slot: Some(slot),
-                    ..target_of(request, &memo.name)
+                    lease: request.holder,
                 }
             }
             None => target_of(request, key.scope()),
@@ -280,6 +287,7 @@ impl<'l> Requests<'l> {
                     store: memory.id(),
                     state,
                     partition: memory.slot(key.head(), limit).partition,
+                    head: key.head().into(),
                     name: key.scope().into(),
                     allowed: counters::allowed(key.scope()),
                     rejected: counters::rejected(key.scope()),

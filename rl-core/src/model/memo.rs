@@ -40,6 +40,11 @@ pub(crate) struct Remembered {
     pub(crate) state: StateId,
     /// The partition: the key head with that state.
     pub(crate) partition: u32,
+    /// The key head (`prefix:{scope:`) every key remembering this shares:
+    /// read here on the lane rather than sliced from each key's own text,
+    /// which would read that text (a heap line per key) only to check the
+    /// slice.
+    pub(crate) head: Box<str>,
     /// The head's scope: the name its requests are counted by.
     pub(crate) name: Box<str>,
     /// `ratewall_decisions_total{limit = scope, outcome = "allowed", source = "backend"}`.
