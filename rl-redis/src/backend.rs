@@ -15,6 +15,9 @@ use ratewall::{
 use redis::aio::ConnectionManager;
 #[cfg(feature = "cluster")]
 use redis::cluster_async::ClusterConnection;
+
+#[cfg(feature = "cluster")]
+use crate::renewing::Renewing;
 use redis::{Cmd, FromRedisValue, RedisResult};
 use tokio::time::Instant;
 
@@ -46,9 +49,10 @@ pub(crate) enum Connection {
     /// The application's own connection to one server (a clone of its
     /// handle).
     Given(crate::own_connection::Given),
-    /// A Redis Cluster connection (reconnects and follows slot moves).
+    /// A Redis Cluster connection (reconnects and follows slot moves;
+    /// opened again when it stalls, see [`crate::renewing`]).
     #[cfg(feature = "cluster")]
-    Cluster(ClusterConnection),
+    Cluster(Renewing<ClusterConnection>),
     /// The master named by Redis Sentinels (looked up again after failures).
     #[cfg(feature = "sentinel")]
     Sentinel(SentinelConnection),
@@ -59,7 +63,7 @@ pub(crate) enum Connection {
     /// the TLS configuration they connect with (held while it lives).
     #[cfg(all(feature = "cluster", feature = "__tls"))]
     TlsCluster(
-        ClusterConnection<crate::tls::cluster::TlsNode>,
+        Renewing<ClusterConnection<crate::tls::cluster::TlsNode>>,
         #[allow(
             dead_code,
             reason = "held, never read: keeps the configuration registered while the connection lives"
@@ -94,7 +98,7 @@ where
 /// Sends `cmd` on a cluster connection by `deadline`.
 #[cfg(feature = "cluster")]
 async fn cluster_query<C, T>(
-    connection: &ClusterConnection<C>,
+    connection: &Renewing<ClusterConnection<C>>,
     deadline: Instant,
     cmd: &Cmd,
 ) -> Option<RedisResult<T>>
@@ -108,17 +112,19 @@ where
         + 'static,
     T: FromRedisValue,
 {
-    let mut c = connection.clone();
-    tokio::time::timeout_at(deadline, cmd.query_async(&mut c))
+    let mut c = connection.get();
+    let reply = tokio::time::timeout_at(deadline, cmd.query_async(&mut c))
         .await
-        .ok()
+        .ok();
+    connection.heard(reply.as_ref());
+    reply
 }
 
 /// Sends `cmd` on a cluster connection to the node of `route` (as
 /// redis-rs's map of the cluster says) by `deadline`.
 #[cfg(feature = "cluster")]
 async fn cluster_query_at<C, T>(
-    connection: &ClusterConnection<C>,
+    connection: &Renewing<ClusterConnection<C>>,
     deadline: Instant,
     route: redis::cluster_routing::Route,
     cmd: &Cmd,
@@ -134,11 +140,13 @@ where
     T: FromRedisValue,
 {
     use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-    let mut c = connection.clone();
+    let mut c = connection.get();
     let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
-    tokio::time::timeout_at(deadline, c.route_command(cmd.clone(), routing))
+    let reply = tokio::time::timeout_at(deadline, c.route_command(cmd.clone(), routing))
         .await
-        .ok()
+        .ok();
+    connection.heard(reply.as_ref());
+    reply
         // An error reply comes back as a value here (`query_async` makes
         // it an error; so does this, or a coalesced call that met
         // `NOSCRIPT` or a missing library would read it as its reply).
@@ -598,6 +606,26 @@ impl RedisBackend {
     /// acquires).
     pub fn coalesces(&self) -> bool {
         self.coalescer.is_some()
+    }
+
+    /// How many times this backend opened its Redis Cluster connection
+    /// again after it stalled and sent the calls after through the new one
+    /// ([`RedisBackendBuilder::reopen_stalled_cluster`](crate::RedisBackendBuilder::reopen_stalled_cluster));
+    /// 0 for a backend that is not on a cluster.
+    pub fn cluster_connections_reopened(&self) -> u64 {
+        #[cfg(feature = "cluster")]
+        {
+            match &self.connection {
+                Connection::Cluster(c) => c.reopened().installed,
+                #[cfg(feature = "__tls")]
+                Connection::TlsCluster(c, _) => c.reopened().installed,
+                _ => 0,
+            }
+        }
+        #[cfg(not(feature = "cluster"))]
+        {
+            0
+        }
     }
 
     /// What coalescing did so far: how many calls went alone, how many

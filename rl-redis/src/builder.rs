@@ -1,6 +1,10 @@
 //! [`RedisBackendBuilder`]: where to connect and how to decide.
 
 use std::fmt;
+#[cfg(feature = "cluster")]
+use std::future::Future;
+#[cfg(feature = "cluster")]
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +23,8 @@ use crate::notices::{Notices, Source};
 use crate::own_connection::Given;
 use crate::probe::{self, PROBE_TIMEOUT};
 use crate::redact::redact_url as redact;
+#[cfg(feature = "cluster")]
+use crate::renewing::{Renewing, Reopen};
 use crate::script;
 #[cfg(feature = "sentinel")]
 use crate::sentinel::SentinelConnection;
@@ -105,6 +111,11 @@ pub struct RedisBackendBuilder {
     /// Where a backend on the application's connection subscribes to
     /// refund notices.
     pubsub: Vec<redis::Client>,
+    /// After how long with no cluster node heard the cluster connection is
+    /// opened again: `None` until set (then 5 × the timeout, at least
+    /// 5 s), `Some(None)`: never.
+    #[cfg(feature = "cluster")]
+    reopen_stalled_cluster: Option<Option<Duration>>,
     #[cfg(feature = "__tls")]
     tls: crate::tls::Certificates,
 }
@@ -126,6 +137,8 @@ impl fmt::Debug for RedisBackendBuilder {
             .field("coalesce_max", &self.coalesce_max)
             .field("coalesce_in_flight", &self.coalesce_in_flight)
             .field("pubsub_clients", &self.pubsub.len());
+        #[cfg(feature = "cluster")]
+        f.field("reopen_stalled_cluster", &self.reopen_stalled_cluster);
         #[cfg(feature = "__tls")]
         f.field("tls", &self.tls);
         f.finish_non_exhaustive()
@@ -147,6 +160,8 @@ impl RedisBackendBuilder {
             coalesce_max: crate::coalesce::DEFAULT_MAX,
             coalesce_in_flight: crate::coalesce::DEFAULT_IN_FLIGHT,
             pubsub: Vec::new(),
+            #[cfg(feature = "cluster")]
+            reopen_stalled_cluster: None,
             #[cfg(feature = "__tls")]
             tls: crate::tls::Certificates::default(),
         }
@@ -388,6 +403,31 @@ impl RedisBackendBuilder {
     /// the servers they name.
     pub fn pubsub_client(mut self, client: redis::Client) -> Self {
         self.pubsub.push(client);
+        self
+    }
+
+    /// After how long with no node heard through a Redis Cluster
+    /// connection the backend opens a new one (default: 5 × the
+    /// [timeout](RedisBackendBuilder::timeout), at least 5 s; `None`:
+    /// never).
+    ///
+    /// redis-rs's async cluster client (1.8) can stall for good while
+    /// slots move under load: its slot refresh waits for a lock that a
+    /// request it no longer polls holds, and every later call through it
+    /// times out. When every call has timed out or lost its connection
+    /// for this long, none answered by a server (an error reply counts as
+    /// an answer), the backend opens a new cluster connection in the
+    /// background and sends the calls after through it; meanwhile calls
+    /// follow the failure policy, as any call that times out does. At
+    /// most one opening per period; one that fails keeps the old
+    /// connection. Each is logged (`WARN`, or `ERROR` when it fails) and
+    /// counted ([`RedisBackend::cluster_connections_reopened`]). A
+    /// connection the application gave
+    /// ([`RedisBackend::cluster_builder_with_connection`]) is never
+    /// replaced. Ignored by a backend that is not on a cluster.
+    #[cfg(feature = "cluster")]
+    pub fn reopen_stalled_cluster(mut self, after: Option<Duration>) -> Self {
+        self.reopen_stalled_cluster = Some(after);
         self
     }
 
@@ -691,7 +731,8 @@ impl RedisBackendBuilder {
             }
             #[cfg(feature = "cluster")]
             Target::GivenCluster(connection) => {
-                self.checked(Connection::Cluster(connection.clone())).await
+                let renewing = Renewing::new(connection.clone(), None, self.stalled_after());
+                self.checked(Connection::Cluster(renewing)).await
             }
             Target::Standalone(url) => {
                 let (url, tls) = crate::url::plain(url)
@@ -751,7 +792,17 @@ impl RedisBackendBuilder {
                             .get_async_connection()
                             .await
                             .map_err(OpenError::Redis)?;
-                        Ok(Connection::Cluster(connection))
+                        let reopen: Option<Reopen<redis::cluster_async::ClusterConnection>> =
+                            self.reopens().then(|| {
+                                let client = client.clone();
+                                Arc::new(move || {
+                                    let client = client.clone();
+                                    Box::pin(async move { client.get_async_connection().await })
+                                        as Pin<Box<dyn Future<Output = _> + Send>>
+                                }) as Reopen<_>
+                            });
+                        let renewing = Renewing::new(connection, reopen, self.stalled_after());
+                        Ok(Connection::Cluster(renewing))
                     }
                     (true, _) => self.open_tls_cluster(&client, target).await,
                     (false, true) => Err(invalid(format!(
@@ -808,6 +859,24 @@ impl RedisBackendBuilder {
     /// `connection`, the application's, once it answered a `PING` in
     /// [`CallMode::Scripts`] (in the other modes, loading the library
     /// checks it next).
+    /// Whether a stalled cluster connection is opened again.
+    #[cfg(feature = "cluster")]
+    fn reopens(&self) -> bool {
+        !matches!(self.reopen_stalled_cluster, Some(None))
+    }
+
+    /// After how long with no node heard a cluster connection is opened
+    /// again ([`RedisBackendBuilder::reopen_stalled_cluster`]; never:
+    /// the longest wait, unused).
+    #[cfg(feature = "cluster")]
+    fn stalled_after(&self) -> Duration {
+        match self.reopen_stalled_cluster {
+            None => self.timeout.saturating_mul(5).max(Duration::from_secs(5)),
+            Some(Some(after)) => after,
+            Some(None) => Duration::MAX,
+        }
+    }
+
     async fn checked(&self, connection: Connection) -> Result<Connection, OpenError> {
         if self.call_mode == CallMode::Scripts {
             let deadline = Instant::now() + self.connect_timeout;
@@ -879,7 +948,20 @@ impl RedisBackendBuilder {
             .get_async_generic_connection::<crate::tls::cluster::TlsNode>()
             .await
             .map_err(OpenError::Redis)?;
-        Ok(Connection::TlsCluster(connection, tls))
+        let reopen: Option<Reopen<redis::cluster_async::ClusterConnection<_>>> =
+            self.reopens().then(|| {
+                let client = client.clone();
+                Arc::new(move || {
+                    let client = client.clone();
+                    Box::pin(async move {
+                        client
+                            .get_async_generic_connection::<crate::tls::cluster::TlsNode>()
+                            .await
+                    }) as Pin<Box<dyn Future<Output = _> + Send>>
+                }) as Reopen<_>
+            });
+        let renewing = Renewing::new(connection, reopen, self.stalled_after());
+        Ok(Connection::TlsCluster(renewing, tls))
     }
 
     #[cfg(all(feature = "cluster", not(feature = "__tls")))]

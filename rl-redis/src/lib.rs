@@ -184,6 +184,8 @@ mod own_connection;
 mod probe;
 mod redact;
 mod registry;
+#[cfg(feature = "cluster")]
+mod renewing;
 mod reserve;
 mod script;
 #[cfg(feature = "sentinel")]
