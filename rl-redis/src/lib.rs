@@ -222,6 +222,18 @@ pub mod __private {
         };
         Plan::new(Op::Acquire, Time::Server, 0, 0, requests, None).command_line(via)
     }
+
+    /// The scripts of the read-only coalesced calls and of those on a
+    /// Redis Cluster master ([`CallMode::Scripts`]; `many` is
+    /// [`crate::RedisBackend::coalesced_script_source`]): for the tests
+    /// that call them straight.
+    pub fn coalesced_script_sources() -> (&'static str, &'static str) {
+        use crate::script::{Many, many_script_source};
+        (
+            many_script_source(Many::ReadOnly),
+            many_script_source(Many::Node),
+        )
+    }
 }
 
 // The README's example compiles (`cargo test --doc`).

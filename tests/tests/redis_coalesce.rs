@@ -727,6 +727,73 @@ async fn a_coalesced_call_of_nine_thousand_single_acquires_decides_every_one() {
     }
 }
 
+/// The read-only coalesced entry runs no entry that writes, and the one of
+/// a cluster master only single acquires: a layout naming any other entry
+/// is refused before any call runs, in both call modes; the entries they
+/// do run, run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_read_only_and_the_node_coalesced_entries_refuse_entries_they_do_not_run() {
+    let server = RedisServer::start();
+    for mode in modes(&server) {
+        let ((ro_invoke, ro), (node_invoke, node)) = if mode == CallMode::Scripts {
+            let (ro, node) = ratewall_redis::__private::coalesced_script_sources();
+            (("EVAL", ro.to_owned()), ("EVAL", node.to_owned()))
+        } else {
+            let library = RedisBackend::library_source();
+            let _: String = server.cmd(&["FUNCTION", "LOAD", "REPLACE", library]).await;
+            let name = RedisBackend::library_name();
+            (
+                ("FCALL_RO", format!("{name}_many_ro")),
+                ("FCALL", format!("{name}_many_node")),
+            )
+        };
+        let key = format!("only{mode:?}:{{k}}:fw:60000000");
+        let key = key.as_str();
+        let layout = |entry: &'static str| [entry, "1", "3", "2", "60000000", "1", "1"];
+        for entry in ["fw_acquire", "fw_refund", "gc_acquire", "batch"] {
+            let mut call = vec![ro_invoke, ro.as_str(), "1", key, "1"];
+            call.extend(layout(entry));
+            let error = server
+                .try_cmd::<redis::Value>(&call)
+                .await
+                .expect_err("a write entry in a read-only coalesced call is refused");
+            assert!(
+                format!("{error}").contains("malformed coalesced call"),
+                "{mode:?} many_ro {entry}: {error}"
+            );
+        }
+        for entry in ["fw_peek", "fw_refund", "batch", "batch_ro"] {
+            let mut call = vec![node_invoke, node.as_str(), "0", "1", key, "1"];
+            call.extend(layout(entry));
+            let error = server
+                .try_cmd::<redis::Value>(&call)
+                .await
+                .expect_err("an entry other than a single acquire on a node is refused");
+            assert!(
+                format!("{error}").contains("malformed coalesced call"),
+                "{mode:?} many_node {entry}: {error}"
+            );
+        }
+        let written: i64 = server.cmd(&["EXISTS", key]).await;
+        assert_eq!(written, 0, "{mode:?}: no refused layout ran a call");
+
+        let mut peek = vec![ro_invoke, ro.as_str(), "1", key, "1"];
+        peek.extend(layout("fw_peek"));
+        let reply: Vec<i64> = server.cmd(&peek).await;
+        assert_eq!(reply[..3], [1, 2, 2], "{mode:?}: a peek runs read-only");
+        let written: i64 = server.cmd(&["EXISTS", key]).await;
+        assert_eq!(written, 0, "{mode:?}: a peek writes nothing");
+        let mut acquire = vec![node_invoke, node.as_str(), "0", "1", key, "1"];
+        acquire.extend(layout("fw_acquire"));
+        let reply: Vec<i64> = server.cmd(&acquire).await;
+        assert_eq!(
+            reply[..3],
+            [1, 2, 1],
+            "{mode:?}: a node runs a single acquire"
+        );
+    }
+}
+
 /// Runs 40 concurrent acquires on `backend`, all of which must be allowed.
 async fn concurrent_acquires(backend: &RedisBackend, round: usize) {
     let limit = Limit::per_minute(1_000).expect("limit");
