@@ -113,10 +113,11 @@ where
     T: FromRedisValue,
 {
     let mut c = connection.get();
+    let call = connection.call();
     let reply = tokio::time::timeout_at(deadline, cmd.query_async(&mut c))
         .await
         .ok();
-    connection.heard(reply.as_ref());
+    call.heard(reply.as_ref());
     reply
 }
 
@@ -142,10 +143,11 @@ where
     use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
     let mut c = connection.get();
     let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+    let call = connection.call();
     let reply = tokio::time::timeout_at(deadline, c.route_command(cmd.clone(), routing))
         .await
         .ok();
-    connection.heard(reply.as_ref());
+    call.heard(reply.as_ref());
     reply
         // An error reply comes back as a value here (`query_async` makes
         // it an error; so does this, or a coalesced call that met

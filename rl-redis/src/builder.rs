@@ -406,23 +406,27 @@ impl RedisBackendBuilder {
         self
     }
 
-    /// After how long with no node heard through a Redis Cluster
-    /// connection the backend opens a new one (default: 5 × the
+    /// After how long with its calls unanswered a backend on a Redis
+    /// Cluster opens a new cluster connection (default: 5 × the
     /// [timeout](RedisBackendBuilder::timeout), at least 5 s; `None`:
-    /// never).
+    /// never; `Some` of zero makes [`RedisBackendBuilder::connect`] fail).
     ///
     /// redis-rs's async cluster client (1.8) can stall for good while
     /// slots move under load: its slot refresh waits for a lock that a
     /// request it no longer polls holds, and every later call through it
-    /// times out. When every call has timed out or lost its connection
-    /// for this long, none answered by a server (an error reply counts as
-    /// an answer), the backend opens a new cluster connection in the
-    /// background and sends the calls after through it; meanwhile calls
-    /// follow the failure policy, as any call that times out does. At
-    /// most one opening per period; one that fails keeps the old
-    /// connection. Each is logged (`WARN`, or `ERROR` when it fails) and
-    /// counted ([`RedisBackend::cluster_connections_reopened`]). A
-    /// connection the application gave
+    /// times out. When, from the first call that timed out, lost its
+    /// connection or was dropped unfinished by its caller, to one at least
+    /// this much later, no call was answered by a server (an error reply
+    /// is an answer; a pause with no calls is not), the backend opens a
+    /// new cluster connection in the background (given the
+    /// [connect timeout](RedisBackendBuilder::connect_timeout)) and sends
+    /// the calls after through it; meanwhile calls follow the failure
+    /// policy, as any call that times out does. One opening at a time,
+    /// and one that fails keeps the old connection and waits a whole
+    /// period before the next. Each is logged (`WARN`, or `ERROR` when it
+    /// fails); those that succeed are counted
+    /// ([`RedisBackend::cluster_connections_reopened`]). A connection the
+    /// application gave
     /// ([`RedisBackend::cluster_builder_with_connection`]) is never
     /// replaced. Ignored by a backend that is not on a cluster.
     #[cfg(feature = "cluster")]
@@ -537,6 +541,13 @@ impl RedisBackendBuilder {
         if self.coalesce_max == 0 {
             return Err(BackendError::unavailable(
                 "coalesce_max(0): a coalesced call carries at least one call; give 1 or more",
+            ));
+        }
+        #[cfg(feature = "cluster")]
+        if self.reopen_stalled_cluster == Some(Some(Duration::ZERO)) {
+            return Err(BackendError::unavailable(
+                "reopen_stalled_cluster(Some(0)): a connection is opened again after calls went \
+                 unanswered for a while; give a period above 0, or None for never",
             ));
         }
         if self.coalesce_in_flight == 0 {
@@ -731,7 +742,12 @@ impl RedisBackendBuilder {
             }
             #[cfg(feature = "cluster")]
             Target::GivenCluster(connection) => {
-                let renewing = Renewing::new(connection.clone(), None, self.stalled_after());
+                let renewing = Renewing::new(
+                    connection.clone(),
+                    None,
+                    self.stalled_after(),
+                    self.connect_timeout,
+                );
                 self.checked(Connection::Cluster(renewing)).await
             }
             Target::Standalone(url) => {
@@ -801,7 +817,12 @@ impl RedisBackendBuilder {
                                         as Pin<Box<dyn Future<Output = _> + Send>>
                                 }) as Reopen<_>
                             });
-                        let renewing = Renewing::new(connection, reopen, self.stalled_after());
+                        let renewing = Renewing::new(
+                            connection,
+                            reopen,
+                            self.stalled_after(),
+                            self.connect_timeout,
+                        );
                         Ok(Connection::Cluster(renewing))
                     }
                     (true, _) => self.open_tls_cluster(&client, target).await,
@@ -856,18 +877,15 @@ impl RedisBackendBuilder {
         }
     }
 
-    /// `connection`, the application's, once it answered a `PING` in
-    /// [`CallMode::Scripts`] (in the other modes, loading the library
-    /// checks it next).
     /// Whether a stalled cluster connection is opened again.
     #[cfg(feature = "cluster")]
     fn reopens(&self) -> bool {
         !matches!(self.reopen_stalled_cluster, Some(None))
     }
 
-    /// After how long with no node heard a cluster connection is opened
-    /// again ([`RedisBackendBuilder::reopen_stalled_cluster`]; never:
-    /// the longest wait, unused).
+    /// After how long with calls unanswered a cluster connection is
+    /// opened again ([`RedisBackendBuilder::reopen_stalled_cluster`];
+    /// never: the longest wait, unused).
     #[cfg(feature = "cluster")]
     fn stalled_after(&self) -> Duration {
         match self.reopen_stalled_cluster {
@@ -877,6 +895,9 @@ impl RedisBackendBuilder {
         }
     }
 
+    /// `connection`, the application's, once it answered a `PING` in
+    /// [`CallMode::Scripts`] (in the other modes, loading the library
+    /// checks it next).
     async fn checked(&self, connection: Connection) -> Result<Connection, OpenError> {
         if self.call_mode == CallMode::Scripts {
             let deadline = Instant::now() + self.connect_timeout;
@@ -960,7 +981,12 @@ impl RedisBackendBuilder {
                     }) as Pin<Box<dyn Future<Output = _> + Send>>
                 }) as Reopen<_>
             });
-        let renewing = Renewing::new(connection, reopen, self.stalled_after());
+        let renewing = Renewing::new(
+            connection,
+            reopen,
+            self.stalled_after(),
+            self.connect_timeout,
+        );
         Ok(Connection::TlsCluster(renewing, tls))
     }
 

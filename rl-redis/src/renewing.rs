@@ -7,12 +7,14 @@
 //! requests in flight while a refresh runs. So the refresh never gets the
 //! lock and never ends, and every later call through that client times
 //! out. This module does not fix that. It bounds it: a backend that
-//! opened its cluster connection itself opens a new one once calls through
-//! it have found no server for a while (`reopen_stalled_cluster`: every call
-//! timed out or lost its connection, none was answered, not even with an
-//! error). Calls go on through the old connection until the new one is
-//! open; one opening at a time, and at most one per period. A connection
-//! the application gave the backend is never replaced.
+//! opened its cluster connection itself opens a new one once the calls
+//! through it have gone unanswered for a while (`reopen_stalled_cluster`):
+//! from the first call that timed out, lost its connection or was dropped
+//! by its caller unfinished, to one as late as the period, no call was
+//! answered by a server (an error reply is an answer; a pause with no
+//! calls is not silence). Calls go on through the old connection until the
+//! new one is open; one opening at a time, and at most one per period. A
+//! connection the application gave the backend is never replaced.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -20,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-use redis::{RedisError, RedisResult};
+use redis::{ErrorKind, RedisError, RedisResult};
 
 /// Opens a new connection.
 pub(crate) type Reopen<T> =
@@ -40,16 +42,21 @@ impl<T> Clone for Renewing<T> {
     }
 }
 
+/// No call unanswered since the last answer.
+const ANSWERED: u64 = u64::MAX;
+
 struct Inner<T> {
     current: RwLock<T>,
     /// `None`: the application's connection, never replaced.
     reopen: Option<Reopen<T>>,
     stalled_after: Duration,
+    /// The longest an opening may take.
+    open_timeout: Duration,
     born: Instant,
-    /// When (ms after `born`) the current quiet span started: the last
-    /// reply from a server, the last connection installed, or the last
-    /// try to open one.
-    quiet_since: AtomicU64,
+    /// When (ms after `born`) the current run of unanswered calls began
+    /// (or the last failed opening ended); [`ANSWERED`] when a server
+    /// answered since.
+    silent_since: AtomicU64,
     opening: AtomicBool,
     /// Connections opened again and installed.
     reopened: AtomicU64,
@@ -65,16 +72,23 @@ pub(crate) struct Reopened {
 }
 
 impl<T: Clone + Send + Sync + 'static> Renewing<T> {
-    /// `connection`, opened again by `reopen` (when given) after
-    /// `stalled_after` with no server heard.
-    pub(crate) fn new(connection: T, reopen: Option<Reopen<T>>, stalled_after: Duration) -> Self {
+    /// `connection`, opened again by `reopen` (when given, each opening
+    /// given at most `open_timeout`) once calls went unanswered for
+    /// `stalled_after`.
+    pub(crate) fn new(
+        connection: T,
+        reopen: Option<Reopen<T>>,
+        stalled_after: Duration,
+        open_timeout: Duration,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 current: RwLock::new(connection),
                 reopen,
                 stalled_after,
+                open_timeout,
                 born: Instant::now(),
-                quiet_since: AtomicU64::new(0),
+                silent_since: AtomicU64::new(ANSWERED),
                 opening: AtomicBool::new(false),
                 reopened: AtomicU64::new(0),
                 failed: AtomicU64::new(0),
@@ -99,24 +113,43 @@ impl<T: Clone + Send + Sync + 'static> Renewing<T> {
         }
     }
 
+    /// A guard for one call: unless [`Call::heard`] is told what the call
+    /// got, dropping it counts the call as unanswered (its caller dropped
+    /// it unfinished, e.g. under a shorter timeout of its own).
+    pub(crate) fn call(&self) -> Call<'_, T> {
+        Call {
+            renewing: self,
+            told: false,
+        }
+    }
+
     /// Notes what a call got: `None` when it timed out. Opens a new
-    /// connection (in a task of the current runtime) when no server was
-    /// heard for the period it was made with.
-    pub(crate) fn heard<V>(&self, reply: Option<&RedisResult<V>>) {
-        let now = self.now_ms();
+    /// connection (in a task of the current runtime) when calls went
+    /// unanswered for the period.
+    fn heard<V>(&self, reply: Option<&RedisResult<V>>) {
         if reply.is_some_and(|reply| reply.as_ref().err().is_none_or(answered)) {
-            // A server answered: at most one store per 100 ms (or a
-            // quarter of the period, if shorter), so busy callers do not
-            // all write one cache line.
-            let since = self.inner.quiet_since.load(Ordering::Relaxed);
-            let step = (self.inner.stalled_after.as_millis() / 4).min(100);
-            if u128::from(now.saturating_sub(since)) >= step {
-                self.inner.quiet_since.store(now, Ordering::Relaxed);
+            // Read first: a busy, healthy connection writes nothing.
+            if self.inner.silent_since.load(Ordering::Relaxed) != ANSWERED {
+                self.inner.silent_since.store(ANSWERED, Ordering::Relaxed);
             }
             return;
         }
-        let quiet = now.saturating_sub(self.inner.quiet_since.load(Ordering::Relaxed));
-        if u128::from(quiet) < self.inner.stalled_after.as_millis() {
+        self.unanswered();
+    }
+
+    /// A call went unanswered.
+    fn unanswered(&self) {
+        let now = self.now_ms();
+        let since = match self.inner.silent_since.compare_exchange(
+            ANSWERED,
+            now,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => now,
+            Err(since) => since,
+        };
+        if !self.silent_long_enough(since, now) {
             return;
         }
         let Some(reopen) = self.inner.reopen.clone() else {
@@ -128,60 +161,106 @@ impl<T: Clone + Send + Sync + 'static> Renewing<T> {
         if self.inner.opening.swap(true, Ordering::AcqRel) {
             return;
         }
+        // Owned by the task from now: dropped with it, polled or not, it
+        // lets the next stall open again.
+        let opening = Opening(Arc::clone(&self.inner));
+        // Still silent, read after winning the flag: an opening that just
+        // ended started a new period.
+        let since = self.inner.silent_since.load(Ordering::Relaxed);
+        if since == ANSWERED || !self.silent_long_enough(since, now) {
+            return;
+        }
         let renewing = self.clone();
+        let quiet = now.saturating_sub(since);
         runtime.spawn(async move {
-            // Lets the next stall open again even when this task is
-            // dropped with its runtime.
-            let _opening = Opening(&renewing.inner.opening);
+            let _opening = opening;
             tracing::warn!(
                 quiet_ms = quiet,
-                "no Redis Cluster node answered through the cluster connection for {quiet} ms \
-                 (a redis-rs cluster client can stall for good while slots move); opening a \
+                "no call through the Redis Cluster connection was answered for {quiet} ms \
+                 (redis-rs's cluster client can stall for good while slots move); opening a \
                  new one"
             );
-            match reopen().await {
-                Ok(connection) => {
+            let opened = tokio::time::timeout(renewing.inner.open_timeout, reopen()).await;
+            match opened {
+                Ok(Ok(connection)) => {
                     *renewing
                         .inner
                         .current
                         .write()
                         .unwrap_or_else(PoisonError::into_inner) = connection;
                     renewing.inner.reopened.fetch_add(1, Ordering::Relaxed);
+                    renewing
+                        .inner
+                        .silent_since
+                        .store(ANSWERED, Ordering::Relaxed);
                     tracing::warn!("a new Redis Cluster connection is in use");
                 }
-                Err(error) => {
+                failed => {
                     renewing.inner.failed.fetch_add(1, Ordering::Relaxed);
-                    tracing::error!(%error, "could not open a new Redis Cluster connection; \
-                        calls go on through the old one");
+                    // The next try waits a whole period more.
+                    let now = renewing.now_ms();
+                    renewing.inner.silent_since.store(now, Ordering::Relaxed);
+                    let why = match failed {
+                        Ok(Err(error)) => error.to_string(),
+                        _ => format!("no connection within {:?}", renewing.inner.open_timeout),
+                    };
+                    tracing::error!(
+                        error = %why,
+                        "could not open a new Redis Cluster connection; calls go on through \
+                         the old one"
+                    );
                 }
             }
-            // The next quiet span starts now, whatever came of it.
-            let now = renewing.now_ms();
-            renewing.inner.quiet_since.store(now, Ordering::Relaxed);
         });
     }
 
+    fn silent_long_enough(&self, since: u64, now: u64) -> bool {
+        u128::from(now.saturating_sub(since)) >= self.inner.stalled_after.as_millis()
+    }
+
     fn now_ms(&self) -> u64 {
-        u64::try_from(self.inner.born.elapsed().as_millis()).unwrap_or(u64::MAX)
+        u64::try_from(self.inner.born.elapsed().as_millis()).unwrap_or(u64::MAX - 1)
     }
 }
 
-/// Whether `error` came from a server (an error reply), not from a
-/// connection that lost it or a wait that ran out.
+/// One call through a [`Renewing`] connection (see [`Renewing::call`]).
+pub(crate) struct Call<'a, T: Clone + Send + Sync + 'static> {
+    renewing: &'a Renewing<T>,
+    told: bool,
+}
+
+impl<T: Clone + Send + Sync + 'static> Call<'_, T> {
+    /// What the call got: `None` when it timed out.
+    pub(crate) fn heard<V>(mut self, reply: Option<&RedisResult<V>>) {
+        self.told = true;
+        self.renewing.heard(reply);
+    }
+}
+
+impl<T: Clone + Send + Sync + 'static> Drop for Call<'_, T> {
+    fn drop(&mut self) {
+        if !self.told {
+            self.renewing.unanswered();
+        }
+    }
+}
+
+/// Whether `error` came from a server (an error reply, or a reply that
+/// did not convert), not from a connection that lost it, a wait that ran
+/// out, or a cluster client with no connection to send it on.
 fn answered(error: &RedisError) -> bool {
     !(error.is_io_error()
         || error.is_connection_dropped()
-        || error.is_connection_refusal()
         || error.is_timeout()
-        || error.is_unrecoverable_error())
+        || error.kind() == ErrorKind::ClusterConnectionNotFound)
 }
 
 /// Clears the flag of an opening under way when dropped.
-struct Opening<'a>(&'a AtomicBool);
+struct Opening<T>(Arc<Inner<T>>);
 
-impl Drop for Opening<'_> {
+impl<T> Drop for Opening<T> {
     fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
+        self.0.opening.store(false, Ordering::Release);
     }
 }
 
@@ -194,7 +273,12 @@ mod tests {
     /// A fake connection: its number (how many were opened before it).
     type Fake = usize;
 
-    fn renewing(stalled_after: Duration, fail: bool) -> (Renewing<Fake>, Arc<AtomicUsize>) {
+    /// Periods long enough that a thread paused on a loaded machine does
+    /// not end one early.
+    const PERIOD: Duration = Duration::from_millis(400);
+    const PAST: Duration = Duration::from_millis(450);
+
+    fn renewing(fail: bool) -> (Renewing<Fake>, Arc<AtomicUsize>) {
         let opened = Arc::new(AtomicUsize::new(0));
         let count = Arc::clone(&opened);
         let reopen: Reopen<Fake> = Arc::new(move || {
@@ -209,12 +293,19 @@ mod tests {
                 }
             })
         });
-        (Renewing::new(0, Some(reopen), stalled_after), opened)
+        let renewing = Renewing::new(0, Some(reopen), PERIOD, Duration::from_secs(5));
+        (renewing, opened)
     }
 
     const TIMED_OUT: Option<&RedisResult<()>> = None;
 
-    /// Lets the spawned opening run.
+    fn dropped() -> RedisResult<()> {
+        Err(RedisError::from(std::io::Error::from(
+            std::io::ErrorKind::BrokenPipe,
+        )))
+    }
+
+    /// Lets a spawned opening run.
     async fn settle() {
         for _ in 0..10 {
             tokio::task::yield_now().await;
@@ -222,12 +313,12 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn calls_that_time_out_for_the_whole_period_open_one_new_connection() {
-        let (renewing, opened) = renewing(Duration::from_millis(500), false);
+    async fn calls_unanswered_for_the_whole_period_open_one_new_connection() {
+        let (renewing, opened) = renewing(false);
         renewing.heard(TIMED_OUT);
         settle().await;
-        assert_eq!(renewing.get(), 0, "not quiet long enough yet");
-        tokio::time::sleep(Duration::from_millis(550)).await;
+        assert_eq!(renewing.get(), 0, "silent for no time yet");
+        tokio::time::sleep(PAST).await;
         renewing.heard(TIMED_OUT);
         renewing.heard(TIMED_OUT);
         settle().await;
@@ -240,18 +331,30 @@ mod tests {
                 failed: 0
             }
         );
-        // A new quiet span starts with the new connection.
+        // A new run of silence starts after the new connection.
         renewing.heard(TIMED_OUT);
         settle().await;
         assert_eq!(renewing.get(), 1);
     }
 
     #[tokio::test]
-    async fn a_reply_from_a_server_even_an_error_keeps_the_connection() {
-        let (renewing, opened) = renewing(Duration::from_millis(50), false);
-        tokio::time::sleep(Duration::from_millis(60)).await;
+    async fn a_pause_with_no_calls_is_not_silence() {
+        let (renewing, opened) = renewing(false);
+        renewing.heard(Some(&Ok::<(), RedisError>(())));
+        tokio::time::sleep(PAST).await;
+        renewing.heard(TIMED_OUT);
+        settle().await;
+        assert_eq!(opened.load(Ordering::SeqCst), 0);
+        assert_eq!(renewing.get(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_reply_from_a_server_even_an_error_ends_the_silence() {
+        let (renewing, opened) = renewing(false);
+        renewing.heard(TIMED_OUT);
+        tokio::time::sleep(PAST).await;
         let error_reply: RedisResult<()> = Err(RedisError::from((
-            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            ErrorKind::Server(redis::ServerErrorKind::ResponseError),
             "WRONGTYPE",
         )));
         renewing.heard(Some(&error_reply));
@@ -262,13 +365,28 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn lost_connections_count_as_silence_and_a_failed_opening_keeps_the_old_one() {
-        let (renewing, opened) = renewing(Duration::from_millis(50), true);
-        tokio::time::sleep(Duration::from_millis(60)).await;
-        let dropped: RedisResult<()> = Err(RedisError::from(std::io::Error::from(
-            std::io::ErrorKind::BrokenPipe,
-        )));
-        renewing.heard(Some(&dropped));
+    async fn a_call_its_caller_dropped_unfinished_counts_as_unanswered() {
+        let (renewing, opened) = renewing(false);
+        drop(renewing.call());
+        tokio::time::sleep(PAST).await;
+        drop(renewing.call());
+        settle().await;
+        assert_eq!(opened.load(Ordering::SeqCst), 1);
+        assert_eq!(renewing.get(), 1);
+        // A call told what it got counts as that.
+        renewing.call().heard(Some(&Ok::<(), RedisError>(())));
+        tokio::time::sleep(PAST).await;
+        renewing.call().heard(TIMED_OUT);
+        settle().await;
+        assert_eq!(opened.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn lost_connections_are_silence_and_a_failed_opening_keeps_the_old_one() {
+        let (renewing, opened) = renewing(true);
+        renewing.heard(Some(&dropped()));
+        tokio::time::sleep(PAST).await;
+        renewing.heard(Some(&dropped()));
         settle().await;
         assert_eq!(opened.load(Ordering::SeqCst), 1);
         assert_eq!(renewing.get(), 0, "the old connection stays");
@@ -280,19 +398,40 @@ mod tests {
             }
         );
         // At most one try per period.
-        renewing.heard(Some(&dropped));
+        renewing.heard(Some(&dropped()));
         settle().await;
         assert_eq!(opened.load(Ordering::SeqCst), 1);
-        tokio::time::sleep(Duration::from_millis(60)).await;
-        renewing.heard(Some(&dropped));
+        tokio::time::sleep(PAST).await;
+        renewing.heard(Some(&dropped()));
         settle().await;
         assert_eq!(opened.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]
+    async fn an_opening_that_takes_too_long_fails_and_frees_the_next() {
+        let stuck: Reopen<Fake> = Arc::new(|| Box::pin(std::future::pending()));
+        let renewing = Renewing::new(0, Some(stuck), PERIOD, Duration::from_millis(50));
+        renewing.heard(TIMED_OUT);
+        tokio::time::sleep(PAST).await;
+        renewing.heard(TIMED_OUT);
+        settle().await;
+        assert!(renewing.inner.opening.load(Ordering::Acquire));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            renewing.reopened(),
+            Reopened {
+                installed: 0,
+                failed: 1
+            }
+        );
+        assert!(!renewing.inner.opening.load(Ordering::Acquire));
+    }
+
+    #[tokio::test]
     async fn the_applications_connection_is_never_replaced() {
-        let renewing: Renewing<Fake> = Renewing::new(7, None, Duration::from_millis(10));
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        let renewing: Renewing<Fake> = Renewing::new(7, None, PERIOD, Duration::from_secs(5));
+        renewing.heard(TIMED_OUT);
+        tokio::time::sleep(PAST).await;
         renewing.heard(TIMED_OUT);
         settle().await;
         assert_eq!(renewing.get(), 7);
@@ -300,24 +439,18 @@ mod tests {
     }
 
     #[test]
-    fn an_opening_whose_runtime_is_dropped_lets_the_next_stall_open_again() {
-        let (renewing, _) = renewing(Duration::from_millis(10), false);
-        // Never resolves: the opening is dropped with its runtime.
+    fn an_opening_dropped_with_its_runtime_unpolled_lets_the_next_stall_open() {
         let stuck: Reopen<Fake> = Arc::new(|| Box::pin(std::future::pending()));
-        let renewing = Renewing {
-            inner: Arc::new(Inner {
-                reopen: Some(stuck),
-                ..Arc::into_inner(renewing.inner).expect("one owner")
-            }),
-        };
+        let renewing = Renewing::new(0, Some(stuck), PERIOD, Duration::from_secs(60));
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
             .expect("runtime");
         runtime.block_on(async {
-            tokio::time::sleep(Duration::from_millis(20)).await;
             renewing.heard(TIMED_OUT);
-            settle().await;
+            tokio::time::sleep(PAST).await;
+            // Spawned, never polled: this task does not yield after.
+            renewing.heard(TIMED_OUT);
         });
         assert!(renewing.inner.opening.load(Ordering::Acquire));
         drop(runtime);

@@ -597,61 +597,41 @@ async fn a_refused_identity_stays_refused_for_its_block_by_redis_time_on_a_clust
     assert_eq!(backend.blocks(&ip).await.expect("blocks").len(), 1);
 }
 
-/// A cluster connection through which no node is heard for the period
-/// set is opened again in the background, and the calls after go through
-/// the new one and decide exactly. (Every master paused: the call in
-/// flight times out, the new connection is being opened to the paused
-/// nodes when they resume, and answers then.) The application's own
-/// connection is never replaced.
+/// A cluster connection whose calls went unanswered for the period set
+/// is opened again in the background, and the calls after go through the
+/// new one and decide exactly. (Every master paused, about a second, below
+/// the cluster's node timeout: two calls time out, half a second apart;
+/// the second starts the opening, which the nodes answer once resumed.)
+/// The application's own connection is never replaced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_connection_that_heard_no_node_for_the_period_is_opened_again() {
+async fn a_cluster_connection_whose_calls_went_unanswered_for_the_period_is_opened_again() {
     let cluster = RedisCluster::start();
+    let timeout = Duration::from_millis(500);
+    let period = Some(Duration::from_millis(400));
     let backend = RedisBackend::cluster_builder(cluster.urls())
-        .timeout(Duration::from_millis(1_500))
-        .reopen_stalled_cluster(Some(Duration::from_secs(1)))
+        .timeout(timeout)
+        .reopen_stalled_cluster(period)
         .connect()
         .await
         .expect("connect");
     let given = RedisBackend::cluster_builder_with_connection(cluster.async_connection().await)
-        .timeout(Duration::from_millis(1_500))
-        .reopen_stalled_cluster(Some(Duration::from_secs(1)))
+        .timeout(timeout)
+        .reopen_stalled_cluster(period)
         .connect()
         .await
         .expect("connect");
     let per_minute = limit(Algorithm::Gcra, 2, Duration::from_secs(60));
-    let warm = Key::new("stall", "warm", "a");
-    for backend in [&backend, &given] {
-        let decided = backend
-            .acquire(&[Request::new(&warm, &per_minute, 1)])
-            .await
-            .expect("a call before the pause");
-        assert!(decided.allowed());
-    }
-
-    for node in cluster.masters() {
-        node.pause();
-    }
-    let key = Key::new("stall", "paused", "a");
-    // The given connection's call first: the backend's, last, starts the
-    // opening, which the nodes answer once resumed.
-    for backend in [&given, &backend] {
-        let timed_out = backend.acquire(&[Request::new(&key, &per_minute, 1)]).await;
-        assert!(timed_out.is_err(), "{timed_out:?}");
-    }
-    for node in cluster.masters() {
-        node.resume();
-    }
+    let paused = Key::new("stall", "paused", "a");
+    stall(&cluster, &backend, &per_minute, &paused).await;
     let started = std::time::Instant::now();
     while backend.cluster_connections_reopened() == 0 {
         assert!(
             started.elapsed() < Duration::from_secs(20),
-            "the cluster connection was not opened again"
+            "the cluster connection was not opened again (a failed opening is logged)"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(backend.cluster_connections_reopened(), 1);
-    assert_eq!(given.cluster_connections_reopened(), 0);
-
     let fresh = Key::new("stall", "after", "a");
     let mut allowed = Vec::new();
     for _ in 0..3 {
@@ -662,4 +642,52 @@ async fn a_cluster_connection_that_heard_no_node_for_the_period_is_opened_again(
         allowed.push(decided.allowed());
     }
     assert_eq!(allowed, [true, true, false]);
+
+    stall(&cluster, &given, &per_minute, &paused).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(given.cluster_connections_reopened(), 0);
+    let after = given
+        .acquire(&[Request::new(&fresh, &per_minute, 1)])
+        .await
+        .expect("the given connection answers once the nodes resume");
+    assert!(!after.allowed());
+}
+
+/// With every master of `cluster` paused, two calls of `backend` time out
+/// (half a second apart, at its timeout); then the masters resume.
+async fn stall(cluster: &RedisCluster, backend: &RedisBackend, per_minute: &Limit, paused: &Key) {
+    let warm = backend
+        .acquire(&[Request::new(&Key::new("stall", "warm", "a"), per_minute, 1)])
+        .await
+        .expect("a call before the pause");
+    assert!(warm.allowed());
+    for node in cluster.masters() {
+        node.pause();
+    }
+    for _ in 0..2 {
+        let timed_out = backend
+            .acquire(&[Request::new(paused, per_minute, 1)])
+            .await;
+        assert!(timed_out.is_err(), "{timed_out:?}");
+    }
+    for node in cluster.masters() {
+        node.resume();
+    }
+}
+
+/// A period of zero for reopening a stalled cluster connection cannot
+/// work, and says so when building, before connecting.
+#[tokio::test]
+async fn a_period_of_zero_for_reopening_is_refused_when_building() {
+    let error = RedisBackend::cluster_builder(["redis://127.0.0.1:1/"])
+        .reopen_stalled_cluster(Some(Duration::ZERO))
+        .connect()
+        .await
+        .expect_err("a period of zero is refused");
+    assert!(
+        error
+            .to_string()
+            .contains("reopen_stalled_cluster(Some(0))"),
+        "{error}"
+    );
 }

@@ -923,9 +923,10 @@ async fn a_reservation_drops_nine_thousand_past_given_back_slots() {
     let clock = ManualClock::new(EPOCH_US);
     let backend = client_clock_backend(&server, &clock).await;
     let key = Key::new("rl", "freed", "many");
-    let limit = limit(Algorithm::Gcra, 1, Duration::from_secs(1));
+    // Slots a minute apart: the given-back one lives a minute.
+    let limit = limit(Algorithm::Gcra, 1, Duration::from_secs(60));
     let requests = [Request::new(&key, &limit, 1)];
-    let wait = Duration::from_secs(10);
+    let wait = Duration::from_secs(600);
     let _first = backend.reserve(&requests, wait).await.expect("reserve");
     let second = backend.reserve(&requests, wait).await.expect("reserve");
     let _third = backend.reserve(&requests, wait).await.expect("reserve");
@@ -941,6 +942,12 @@ async fn a_reservation_drops_nine_thousand_past_given_back_slots() {
     }
     let added: i64 = server.cmd(&hset).await;
     assert_eq!(added, 9_000);
+    // Kept past its TTL (the given-back slot's, a minute away), however
+    // slow the machine: what is tested is the reservation's cleanup.
+    let kept: i64 = server.cmd(&["PERSIST", freed]).await;
+    assert_eq!(kept, 1);
+    let held: i64 = server.cmd(&["HLEN", freed]).await;
+    assert_eq!(held, 9_001, "the given-back slot and 9 000 past ones");
 
     let fourth = backend.reserve(&requests, wait).await;
     assert!(fourth.is_ok(), "{fourth:?}");

@@ -36,8 +36,8 @@ pub struct Key {
     memo: Memo,
 }
 
-// A key read on the raw requests' lane is one cache line: a slice of keys
-// walked by a service reads one new line per key, not two.
+// At most a cache line: a slice of keys walked in order (as the raw
+// requests' lane reads them) reads one new line per key.
 const _: () = assert!(std::mem::size_of::<Key>() <= 64);
 
 /// The typed form of a key's identity ([`IdentityRef`]'s non-text forms).
@@ -163,8 +163,8 @@ impl fmt::Display for Key {
 
 /// Where the hash tag of a key's `text` starts: after its first `{` (0
 /// without one). A key's scope starts there too. Found when asked, not
-/// kept: a key is 64 bytes, one cache line of a slice of keys, and the
-/// raw requests' lane never asks.
+/// kept: a key is 64 bytes (one new cache line per key of a slice walked
+/// in order), and the raw requests' lane never asks.
 fn scope_at(text: &str) -> usize {
     text.find('{').map_or(0, |i| i + 1)
 }

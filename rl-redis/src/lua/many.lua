@@ -35,7 +35,7 @@ local MANY_ENTRIES = {}
 local MANY_READ_ONLY = {}
 -- The entries that first GET their one key, a single state (the single
 -- acquire and peek of the algorithms whose state is one string): read
--- together by one MGET. Each names its form that reads its key and
+-- together by MGETs (of at most MANY_MGET keys). Each names its form that reads its key and
 -- arguments in place, from the coalesced call's own tables (single.lua).
 local MANY_READS_ONE = {}
 
@@ -59,7 +59,7 @@ local function many_malformed()
 end
 
 -- The layout starts after args[a0]; gather: whether the leading reads go
--- in one MGET (not on a cluster node: its keys may be of several slots).
+-- in MGETs (not on a cluster node: its keys may be of several slots).
 local function run_many(keys, args, a0, entries, gather)
   local groups = tonumber(args[a0 + 1])
   if groups == nil or groups < 1 then
@@ -68,7 +68,7 @@ local function run_many(keys, args, a0, entries, gather)
   -- First the layout, whole: a malformed call runs nothing. Each group's
   -- entry, counts and place are kept for the run. The keys the sub-calls
   -- read first, up to the first sub-call that writes another way, are
-  -- noted for one MGET.
+  -- noted for the MGETs.
   local fns, kcs, acs, places, sizes, in_place = {}, {}, {}, {}, {}, {}
   -- Texts converted to numbers, each once (single.lua reads it too).
   local numbers = {}

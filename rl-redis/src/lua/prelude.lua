@@ -153,7 +153,7 @@ end
 local MANY_NOW = nil
 
 -- The values of the coalesced call's single-state keys (many.lua), read
--- by one MGET for its sub-calls that GET one such key first (those that
+-- by MGETs for its sub-calls that GET one such key first (those that
 -- hold a string), each taken at most once; nil outside one, and from the
 -- first sub-call that may write another way.
 local MANY_GOT = nil
