@@ -409,7 +409,8 @@ impl RedisBackendBuilder {
     /// After how long with its calls unanswered a backend on a Redis
     /// Cluster opens a new cluster connection (default: 5 × the
     /// [timeout](RedisBackendBuilder::timeout), at least 5 s; `None`:
-    /// never; `Some` of zero makes [`RedisBackendBuilder::connect`] fail).
+    /// never; `Some` of less than a millisecond makes
+    /// [`RedisBackendBuilder::connect`] fail, on any backend).
     ///
     /// redis-rs's async cluster client (1.8) can stall for good while
     /// slots move under load: its slot refresh waits for a lock that a
@@ -428,7 +429,7 @@ impl RedisBackendBuilder {
     /// ([`RedisBackend::cluster_connections_reopened`]). A connection the
     /// application gave
     /// ([`RedisBackend::cluster_builder_with_connection`]) is never
-    /// replaced. Ignored by a backend that is not on a cluster.
+    /// replaced. Otherwise ignored by a backend that is not on a cluster.
     #[cfg(feature = "cluster")]
     pub fn reopen_stalled_cluster(mut self, after: Option<Duration>) -> Self {
         self.reopen_stalled_cluster = Some(after);
@@ -529,7 +530,8 @@ impl RedisBackendBuilder {
     /// A [`BackendError`] when the backend cannot be built:
     /// [`BackendError::Unavailable`] for a URL that cannot be read, a
     /// [`RedisBackendBuilder::coalesce_max`] or
-    /// [`RedisBackendBuilder::coalesce_in_flight`] of 0, a server
+    /// [`RedisBackendBuilder::coalesce_in_flight`] of 0, a
+    /// `reopen_stalled_cluster` period under a millisecond, a server
     /// that cannot be reached or drops the connection, or (with sentinels) a
     /// master the sentinels do not name;
     /// [`BackendError::Timeout`] when connecting takes longer than the connect
@@ -544,11 +546,14 @@ impl RedisBackendBuilder {
             ));
         }
         #[cfg(feature = "cluster")]
-        if self.reopen_stalled_cluster == Some(Some(Duration::ZERO)) {
-            return Err(BackendError::unavailable(
-                "reopen_stalled_cluster(Some(0)): a connection is opened again after calls went \
-                 unanswered for a while; give a period above 0, or None for never",
-            ));
+        if let Some(Some(after)) = self.reopen_stalled_cluster
+            && after.as_millis() == 0
+        {
+            return Err(BackendError::unavailable(format!(
+                "reopen_stalled_cluster(Some({after:?})): a connection is opened again after \
+                 calls went unanswered for a while; give a period of 1 ms or more, or None for \
+                 never"
+            )));
         }
         if self.coalesce_in_flight == 0 {
             return Err(BackendError::unavailable(

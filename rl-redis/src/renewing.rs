@@ -9,10 +9,11 @@
 //! out. This module does not fix that. It bounds it: a backend that
 //! opened its cluster connection itself opens a new one once the calls
 //! through it have gone unanswered for a while (`reopen_stalled_cluster`):
-//! from the first call that timed out, lost its connection or was dropped
-//! by its caller unfinished, to one as late as the period, no call was
-//! answered by a server (an error reply is an answer; a pause with no
-//! calls is not silence). Calls go on through the old connection until the
+//! from the first call that timed out, lost its connection (or found none,
+//! or was lost inside redis-rs's client) or was dropped by its caller
+//! unfinished, to one as late as the period, no call was answered by a
+//! server (an error reply is an answer; a pause with no calls after an
+//! answer is not silence). Calls go on through the old connection until the
 //! new one is open; one opening at a time, and at most one per period. A
 //! connection the application gave the backend is never replaced.
 
@@ -197,9 +198,14 @@ impl<T: Clone + Send + Sync + 'static> Renewing<T> {
                 }
                 failed => {
                     renewing.inner.failed.fetch_add(1, Ordering::Relaxed);
-                    // The next try waits a whole period more.
+                    // The next try waits a whole period more, unless a
+                    // server answered meanwhile.
                     let now = renewing.now_ms();
-                    renewing.inner.silent_since.store(now, Ordering::Relaxed);
+                    let _ = renewing.inner.silent_since.fetch_update(
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                        |since| (since != ANSWERED).then_some(now),
+                    );
                     let why = match failed {
                         Ok(Err(error)) => error.to_string(),
                         _ => format!("no connection within {:?}", renewing.inner.open_timeout),
@@ -247,12 +253,17 @@ impl<T: Clone + Send + Sync + 'static> Drop for Call<'_, T> {
 
 /// Whether `error` came from a server (an error reply, or a reply that
 /// did not convert), not from a connection that lost it, a wait that ran
-/// out, or a cluster client with no connection to send it on.
+/// out, or a cluster client with no connection to send it on or whose
+/// own task dropped it (`Client`: "request wasn't handled due to internal
+/// failure").
 fn answered(error: &RedisError) -> bool {
     !(error.is_io_error()
         || error.is_connection_dropped()
         || error.is_timeout()
-        || error.kind() == ErrorKind::ClusterConnectionNotFound)
+        || matches!(
+            error.kind(),
+            ErrorKind::ClusterConnectionNotFound | ErrorKind::Client
+        ))
 }
 
 /// Clears the flag of an opening under way when dropped.
@@ -275,8 +286,8 @@ mod tests {
 
     /// Periods long enough that a thread paused on a loaded machine does
     /// not end one early.
-    const PERIOD: Duration = Duration::from_millis(400);
-    const PAST: Duration = Duration::from_millis(450);
+    const PERIOD: Duration = Duration::from_secs(1);
+    const PAST: Duration = Duration::from_millis(1_050);
 
     fn renewing(fail: bool) -> (Renewing<Fake>, Arc<AtomicUsize>) {
         let opened = Arc::new(AtomicUsize::new(0));
@@ -407,24 +418,41 @@ mod tests {
         assert_eq!(opened.load(Ordering::SeqCst), 2);
     }
 
+    /// An opening that never ends, counted.
+    fn stuck() -> (Reopen<Fake>, Arc<AtomicUsize>) {
+        let tries = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&tries);
+        let reopen: Reopen<Fake> = Arc::new(move || {
+            count.fetch_add(1, Ordering::SeqCst);
+            Box::pin(std::future::pending())
+        });
+        (reopen, tries)
+    }
+
     #[tokio::test]
-    async fn an_opening_that_takes_too_long_fails_and_frees_the_next() {
-        let stuck: Reopen<Fake> = Arc::new(|| Box::pin(std::future::pending()));
+    async fn an_opening_that_takes_too_long_fails_and_the_next_stall_opens_again() {
+        let (stuck, tries) = stuck();
         let renewing = Renewing::new(0, Some(stuck), PERIOD, Duration::from_millis(50));
         renewing.heard(TIMED_OUT);
         tokio::time::sleep(PAST).await;
         renewing.heard(TIMED_OUT);
         settle().await;
-        assert!(renewing.inner.opening.load(Ordering::Acquire));
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert_eq!(
-            renewing.reopened(),
-            Reopened {
-                installed: 0,
-                failed: 1
-            }
-        );
+        assert_eq!(tries.load(Ordering::SeqCst), 1);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while renewing.reopened().failed == 0 {
+            assert!(Instant::now() < deadline, "the opening never timed out");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        settle().await;
         assert!(!renewing.inner.opening.load(Ordering::Acquire));
+        tokio::time::sleep(PAST).await;
+        renewing.heard(TIMED_OUT);
+        settle().await;
+        assert_eq!(
+            tries.load(Ordering::SeqCst),
+            2,
+            "the next stall opened again"
+        );
     }
 
     #[tokio::test]
@@ -440,20 +468,30 @@ mod tests {
 
     #[test]
     fn an_opening_dropped_with_its_runtime_unpolled_lets_the_next_stall_open() {
-        let stuck: Reopen<Fake> = Arc::new(|| Box::pin(std::future::pending()));
+        let (stuck, tries) = stuck();
         let renewing = Renewing::new(0, Some(stuck), PERIOD, Duration::from_secs(60));
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .expect("runtime");
-        runtime.block_on(async {
+        let runtime = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .expect("runtime")
+        };
+        let first = runtime();
+        first.block_on(async {
             renewing.heard(TIMED_OUT);
             tokio::time::sleep(PAST).await;
             // Spawned, never polled: this task does not yield after.
             renewing.heard(TIMED_OUT);
         });
         assert!(renewing.inner.opening.load(Ordering::Acquire));
-        drop(runtime);
+        assert_eq!(tries.load(Ordering::SeqCst), 0, "never polled");
+        drop(first);
         assert!(!renewing.inner.opening.load(Ordering::Acquire));
+        // Still silent: the next unanswered call opens.
+        runtime().block_on(async {
+            renewing.heard(TIMED_OUT);
+            settle().await;
+        });
+        assert_eq!(tries.load(Ordering::SeqCst), 1);
     }
 }

@@ -622,14 +622,18 @@ async fn a_cluster_connection_whose_calls_went_unanswered_for_the_period_is_open
         .expect("connect");
     let per_minute = limit(Algorithm::Gcra, 2, Duration::from_secs(60));
     let paused = Key::new("stall", "paused", "a");
-    stall(&cluster, &backend, &per_minute, &paused).await;
-    let started = std::time::Instant::now();
-    while backend.cluster_connections_reopened() == 0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "the cluster connection was not opened again (a failed opening is logged)"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    // Up to three stalls: an opening that failed (the machine slow enough
+    // for it to time out before the nodes resumed) is logged, not counted.
+    let mut stalls = 0;
+    while backend.cluster_connections_reopened() == 0 && stalls < 3 {
+        stall(&cluster, &backend, &per_minute, &paused).await;
+        stalls += 1;
+        let started = std::time::Instant::now();
+        while backend.cluster_connections_reopened() == 0
+            && started.elapsed() < Duration::from_secs(5)
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
     assert_eq!(backend.cluster_connections_reopened(), 1);
     let fresh = Key::new("stall", "after", "a");
@@ -656,11 +660,11 @@ async fn a_cluster_connection_whose_calls_went_unanswered_for_the_period_is_open
 /// With every master of `cluster` paused, two calls of `backend` time out
 /// (half a second apart, at its timeout); then the masters resume.
 async fn stall(cluster: &RedisCluster, backend: &RedisBackend, per_minute: &Limit, paused: &Key) {
-    let warm = backend
+    // Answered (allowed or not: stalls may repeat) before the pause.
+    backend
         .acquire(&[Request::new(&Key::new("stall", "warm", "a"), per_minute, 1)])
         .await
         .expect("a call before the pause");
-    assert!(warm.allowed());
     for node in cluster.masters() {
         node.pause();
     }
@@ -675,19 +679,22 @@ async fn stall(cluster: &RedisCluster, backend: &RedisBackend, per_minute: &Limi
     }
 }
 
-/// A period of zero for reopening a stalled cluster connection cannot
-/// work, and says so when building, before connecting.
+/// A period under a millisecond for reopening a stalled cluster
+/// connection cannot work (every unanswered call would reopen), and says
+/// so when building, before connecting.
 #[tokio::test]
 async fn a_period_of_zero_for_reopening_is_refused_when_building() {
-    let error = RedisBackend::cluster_builder(["redis://127.0.0.1:1/"])
-        .reopen_stalled_cluster(Some(Duration::ZERO))
-        .connect()
-        .await
-        .expect_err("a period of zero is refused");
-    assert!(
-        error
-            .to_string()
-            .contains("reopen_stalled_cluster(Some(0))"),
-        "{error}"
-    );
+    for period in [Duration::ZERO, Duration::from_micros(500)] {
+        let error = RedisBackend::cluster_builder(["redis://127.0.0.1:1/"])
+            .reopen_stalled_cluster(Some(period))
+            .connect()
+            .await
+            .expect_err("a period under a millisecond is refused");
+        assert!(
+            error
+                .to_string()
+                .contains(&format!("reopen_stalled_cluster(Some({period:?}))")),
+            "{error}"
+        );
+    }
 }
