@@ -1060,12 +1060,19 @@ async fn migrate(cluster: &RedisCluster, slot: u16, from: usize, to: usize) {
 /// That stall is redis-rs's and is still seen, rarely: its cluster client
 /// begins a slot refresh that never completes (the last line of its own
 /// log), and every call through it times out (here about 1 400 of 1 920
-/// calls fail). Each slot move is a chance of it under load (5 stalls in
-/// 33 loaded runs of this file that moved slots twice, Functions then
-/// scripts, 16 of them with a logger taking redis-rs's debug lines; none
-/// in 26 that moved them once), so each run moves them once, in
-/// one call mode per server: the Functions library on Redis 7, scripts on
-/// Valkey and on Redis without `FUNCTION` (`scripts/test` runs all three).
+/// calls failed, before the backend opened a stalled connection again).
+/// Each slot move is a chance of it under load (5 stalls in 33 loaded runs
+/// of this file that moved slots twice, Functions then scripts, 16 of them
+/// with a logger taking redis-rs's debug lines; none in 26 that moved them
+/// once), so each run moves them once, in one call mode per server: the
+/// Functions library on Redis 7, scripts on Valkey and on Redis without
+/// `FUNCTION` (`scripts/test` runs all three). The backend opens a new
+/// connection after a second of calls unanswered
+/// (`reopen_stalled_cluster`): a stall then costs the calls of about two
+/// rounds, allowed besides the 1 in 50 when it happened. (One CI run on
+/// a machine loaded besides saw 264 of 1 920 fail on Valkey, about four
+/// rounds, when this test had the default period, 15 s here; its output
+/// does not say whether redis-rs stalled.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_coalesces_per_master_and_no_decision_is_lost_or_doubled_while_slots_move() {
     let cluster = RedisCluster::start();
@@ -1087,6 +1094,9 @@ async fn slots_move_under_load(cluster: &RedisCluster, mode: CallMode) {
             .coalesce(true)
             .coalesce_in_flight(1)
             .timeout(Duration::from_secs(3))
+            // Should redis-rs's client stall (see above), a new connection
+            // after two rounds of calls that time out.
+            .reopen_stalled_cluster(Some(Duration::from_secs(1)))
             .connect()
             .await
             .expect("connect"),
@@ -1183,12 +1193,26 @@ async fn slots_move_under_load(cluster: &RedisCluster, mode: CallMode) {
         );
     }
     // Calls may fail only while slots move, and rarely (see above): at
-    // most 1 in 50.
+    // most 1 in 50; and when redis-rs's client stalled, the calls of the
+    // rounds until a new connection was in use besides (two or three
+    // rounds, each ending at the timeout: 31 to 166 calls in 7 stalls of
+    // 60 loaded runs on Valkey; four allowed).
+    let reopened = backend.cluster_connections_reopened();
+    let stalled = if reopened > 0 {
+        identities.len() * 4
+    } else {
+        0
+    };
     assert!(
-        failed * 50 <= identities.len() * 30,
-        "{mode:?}: {failed} of {} calls failed",
+        failed * 50 <= identities.len() * 30 + stalled * 50,
+        "{mode:?}: {failed} of {} calls failed, the connection opened again {reopened} times",
         identities.len() * 30
     );
+    if reopened > 0 {
+        eprintln!(
+            "{mode:?}: the cluster connection stalled and was opened again {reopened} times; {failed} calls failed"
+        );
+    }
     // The moved identities' states are on master 1 now, whole: a peek
     // there (through the cluster) finds nothing left.
     for (i, key) in identities.iter().enumerate().take(moving.len()) {
@@ -1203,7 +1227,26 @@ async fn slots_move_under_load(cluster: &RedisCluster, mode: CallMode) {
             assert!(!left.allowed(), "{key}");
         }
     }
-    let counts = backend.coalesced().expect("coalescing");
+    let mut counts = backend.coalesced().expect("coalescing");
+    if counts.rerouted == 0 && reopened > 0 {
+        // The stall hid the moves from the coalesced calls: the slots move
+        // back under load, once, and no identity is allowed more.
+        eprintln!("{mode:?}: no call was rerouted; the slots move back under load");
+        let back_load = tokio::spawn(load(6));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        for &slot in &moving_slots {
+            migrate(cluster, slot, 1, 0).await;
+        }
+        let third = back_load.await.expect("the load ran");
+        for (i, key) in identities.iter().enumerate() {
+            let allowed = first[i].0 + second[i].0 + third[i].0;
+            assert!(
+                allowed <= 20,
+                "{mode:?} {key}: allowed {allowed} under 20 a day"
+            );
+        }
+        counts = backend.coalesced().expect("coalescing");
+    }
     assert!(
         counts.batches > 0 && counts.batched > counts.batches,
         "{counts:?}"
