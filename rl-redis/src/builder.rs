@@ -813,15 +813,11 @@ impl RedisBackendBuilder {
                             .get_async_connection()
                             .await
                             .map_err(OpenError::Redis)?;
-                        let reopen: Option<Reopen<redis::cluster_async::ClusterConnection>> =
-                            self.reopens().then(|| {
-                                let client = client.clone();
-                                Arc::new(move || {
-                                    let client = client.clone();
-                                    Box::pin(async move { client.get_async_connection().await })
-                                        as Pin<Box<dyn Future<Output = _> + Send>>
-                                }) as Reopen<_>
-                            });
+                        let reopen = self.reopens().then(|| {
+                            reopener(&client, |client| async move {
+                                client.get_async_connection().await
+                            })
+                        });
                         let renewing = Renewing::new(
                             connection,
                             reopen,
@@ -974,18 +970,13 @@ impl RedisBackendBuilder {
             .get_async_generic_connection::<crate::tls::cluster::TlsNode>()
             .await
             .map_err(OpenError::Redis)?;
-        let reopen: Option<Reopen<redis::cluster_async::ClusterConnection<_>>> =
-            self.reopens().then(|| {
-                let client = client.clone();
-                Arc::new(move || {
-                    let client = client.clone();
-                    Box::pin(async move {
-                        client
-                            .get_async_generic_connection::<crate::tls::cluster::TlsNode>()
-                            .await
-                    }) as Pin<Box<dyn Future<Output = _> + Send>>
-                }) as Reopen<_>
-            });
+        let reopen = self.reopens().then(|| {
+            reopener(client, |client| async move {
+                client
+                    .get_async_generic_connection::<crate::tls::cluster::TlsNode>()
+                    .await
+            })
+        });
         let renewing = Renewing::new(
             connection,
             reopen,
@@ -1003,6 +994,18 @@ impl RedisBackendBuilder {
     ) -> Result<Connection, OpenError> {
         Err(needs_tls(target))
     }
+}
+
+/// Opens a new connection of `client` with `open` each time it is called
+/// (a stalled cluster connection's replacement, see [`crate::renewing`]).
+#[cfg(feature = "cluster")]
+fn reopener<T, F, O>(client: &redis::cluster::ClusterClient, open: F) -> Reopen<T>
+where
+    F: Fn(redis::cluster::ClusterClient) -> O + Send + Sync + 'static,
+    O: Future<Output = redis::RedisResult<T>> + Send + 'static,
+{
+    let client = client.clone();
+    Arc::new(move || Box::pin(open(client.clone())) as Pin<Box<dyn Future<Output = _> + Send>>)
 }
 
 /// A setting that cannot work, said in `message`.

@@ -527,16 +527,46 @@ async fn a_group_of_callers_decides_each_on_its_own_key_and_a_malformed_layout_r
     }
 }
 
-/// The coalesced entry of `mode` called straight: `FCALL <library>_many`,
-/// or `EVAL` of the coalesced script.
-async fn layouts(server: &RedisServer, mode: CallMode) {
-    let (invoke, many) = if mode == CallMode::Scripts {
-        ("EVAL", RedisBackend::coalesced_script_source().to_owned())
+/// How the coalesced entries of `mode` are called straight, `(command,
+/// function name or script source)` for `many`, `many_ro` and
+/// `many_node`: `FCALL` (`FCALL_RO`) of the library's functions, loaded
+/// here, or `EVAL` of their scripts.
+async fn coalesced_entries(server: &RedisServer, mode: CallMode) -> [(&'static str, String); 3] {
+    if mode == CallMode::Scripts {
+        let (ro, node) = ratewall_redis::__private::coalesced_script_sources();
+        [
+            ("EVAL", RedisBackend::coalesced_script_source().to_owned()),
+            ("EVAL", ro.to_owned()),
+            ("EVAL", node.to_owned()),
+        ]
     } else {
         let library = RedisBackend::library_source();
         let _: String = server.cmd(&["FUNCTION", "LOAD", "REPLACE", library]).await;
-        ("FCALL", format!("{}_many", RedisBackend::library_name()))
-    };
+        let name = RedisBackend::library_name();
+        [
+            ("FCALL", format!("{name}_many")),
+            ("FCALL_RO", format!("{name}_many_ro")),
+            ("FCALL", format!("{name}_many_node")),
+        ]
+    }
+}
+
+/// `call` is refused as a malformed coalesced call (`what` names it).
+async fn assert_malformed(server: &RedisServer, call: &[&str], what: &str) {
+    let error = server
+        .try_cmd::<redis::Value>(call)
+        .await
+        .expect_err("a malformed coalesced call is refused");
+    assert!(
+        format!("{error}").contains("malformed coalesced call"),
+        "{what}: {error}"
+    );
+}
+
+/// The coalesced entry of `mode` called straight: `FCALL <library>_many`,
+/// or `EVAL` of the coalesced script.
+async fn layouts(server: &RedisServer, mode: CallMode) {
+    let [(invoke, many), ..] = coalesced_entries(server, mode).await;
     let many = many.as_str();
     let (a, b) = (
         format!("g{mode:?}:{{a}}:fw:60000000"),
@@ -655,14 +685,7 @@ async fn layouts(server: &RedisServer, mode: CallMode) {
     for layout in malformed {
         let mut call = vec![invoke, many];
         call.extend(layout);
-        let error = server
-            .try_cmd::<redis::Value>(&call)
-            .await
-            .expect_err("a malformed layout is refused");
-        assert!(
-            format!("{error}").contains("malformed coalesced call"),
-            "{mode:?} {layout:?}: {error}"
-        );
+        assert_malformed(server, &call, &format!("{mode:?} {layout:?}")).await;
     }
     // None of them ran a call: c was never written, a is as it was.
     let written: i64 = server.cmd(&["EXISTS", c]).await;
@@ -681,13 +704,7 @@ async fn layouts(server: &RedisServer, mode: CallMode) {
 async fn a_coalesced_call_of_nine_thousand_single_acquires_decides_every_one() {
     let server = RedisServer::start();
     for mode in modes(&server) {
-        let (invoke, many) = if mode == CallMode::Scripts {
-            ("EVAL", RedisBackend::coalesced_script_source().to_owned())
-        } else {
-            let library = RedisBackend::library_source();
-            let _: String = server.cmd(&["FUNCTION", "LOAD", "REPLACE", library]).await;
-            ("FCALL", format!("{}_many", RedisBackend::library_name()))
-        };
+        let [(invoke, many), ..] = coalesced_entries(&server, mode).await;
         let calls = 9_000;
         let keys: Vec<String> = (0..calls)
             .map(|i| format!("big{mode:?}:{{k{i}}}:fw:60000000"))
@@ -741,44 +758,19 @@ async fn a_coalesced_call_of_nine_thousand_single_acquires_decides_every_one() {
 async fn the_read_only_and_the_node_coalesced_entries_refuse_entries_they_do_not_run() {
     let server = RedisServer::start();
     for mode in modes(&server) {
-        let ((ro_invoke, ro), (node_invoke, node)) = if mode == CallMode::Scripts {
-            let (ro, node) = ratewall_redis::__private::coalesced_script_sources();
-            (("EVAL", ro.to_owned()), ("EVAL", node.to_owned()))
-        } else {
-            let library = RedisBackend::library_source();
-            let _: String = server.cmd(&["FUNCTION", "LOAD", "REPLACE", library]).await;
-            let name = RedisBackend::library_name();
-            (
-                ("FCALL_RO", format!("{name}_many_ro")),
-                ("FCALL", format!("{name}_many_node")),
-            )
-        };
+        let [_, (ro_invoke, ro), (node_invoke, node)] = coalesced_entries(&server, mode).await;
         let key = format!("only{mode:?}:{{k}}:fw:60000000");
         let key = key.as_str();
         let layout = |entry: &'static str| [entry, "1", "3", "2", "60000000", "1", "1"];
         for entry in ["fw_acquire", "fw_refund", "gc_acquire", "batch"] {
             let mut call = vec![ro_invoke, ro.as_str(), "1", key, "1"];
             call.extend(layout(entry));
-            let error = server
-                .try_cmd::<redis::Value>(&call)
-                .await
-                .expect_err("a write entry in a read-only coalesced call is refused");
-            assert!(
-                format!("{error}").contains("malformed coalesced call"),
-                "{mode:?} many_ro {entry}: {error}"
-            );
+            assert_malformed(&server, &call, &format!("{mode:?} many_ro {entry}")).await;
         }
         for entry in ["fw_peek", "fw_refund", "batch", "batch_ro"] {
             let mut call = vec![node_invoke, node.as_str(), "0", "1", key, "1"];
             call.extend(layout(entry));
-            let error = server
-                .try_cmd::<redis::Value>(&call)
-                .await
-                .expect_err("an entry other than a single acquire on a node is refused");
-            assert!(
-                format!("{error}").contains("malformed coalesced call"),
-                "{mode:?} many_node {entry}: {error}"
-            );
+            assert_malformed(&server, &call, &format!("{mode:?} many_node {entry}")).await;
         }
         let written: i64 = server.cmd(&["EXISTS", key]).await;
         assert_eq!(written, 0, "{mode:?}: no refused layout ran a call");
