@@ -15,15 +15,14 @@ use ratewall::{
 use redis::aio::ConnectionManager;
 #[cfg(feature = "cluster")]
 use redis::cluster_async::ClusterConnection;
-
-#[cfg(feature = "cluster")]
-use crate::renewing::Renewing;
 use redis::{Cmd, FromRedisValue, RedisResult};
 use tokio::time::Instant;
 
 use crate::call_mode::CallMode;
 use crate::coalesce::{CoalescedCalls, Coalescer};
 use crate::error;
+#[cfg(feature = "cluster")]
+use crate::renewing::Renewing;
 use crate::script::{
     self, Entry, Op, Plan, Reply, Time, Via, is_missing_code, parse_reply, request_id_key,
 };

@@ -240,16 +240,13 @@ impl<'l> Requests<'l> {
                     store: memo.store,
                     partition: memo.partition,
                 };
+                let key = KeyRef {
+                    head: &memo.head,
+                    identity: key.identity_ref(),
+                };
                 Target {
-                    name: &memo.name,
-                    key: KeyRef {
-                        head: &memo.head,
-                        identity: key.identity_ref(),
-                    },
-                    limit: request.limit,
-                    cost: request.cost,
                     slot: Some(slot),
-                    lease: request.holder,
+                    ..target_with(request, &memo.name, key)
                 }
             }
             None => target_of(request, key.scope()),
@@ -625,9 +622,17 @@ impl<'a, 'l: 'a> Future for Acquiring<'a, 'l> {
 /// The target of `request`, named `name`.
 #[inline(always)]
 fn target_of<'a>(request: &'a Request<'a>, name: &'a str) -> Target<'a> {
+    target_with(request, name, KeyRef::of(request.key))
+}
+
+/// The target of `request`, named `name`, its key given as `key` (the
+/// lane's, whose head comes from what the key remembers: slicing it from
+/// the key reads the key's text).
+#[inline(always)]
+fn target_with<'a>(request: &'a Request<'a>, name: &'a str, key: KeyRef<'a>) -> Target<'a> {
     Target {
         name,
-        key: KeyRef::of(request.key),
+        key,
         limit: request.limit,
         cost: request.cost,
         slot: None,
