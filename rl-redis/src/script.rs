@@ -1125,9 +1125,13 @@ impl SubCall {
 /// call's own reply: its integers, or the error it returned or raised.
 ///
 /// The reply lists, call after call: an array (that call's whole reply),
-/// a string (the line of its error), or [`FLAT`] integers (the reply of a
-/// single acquire or peek, written out flat: an array per call cost the
-/// server about as much as the decision, see `lua/many.lua`).
+/// a string (the line of its error), or the reply of a single acquire or
+/// peek written out flat (an array per call cost the server about as much
+/// as the decision, see `lua/many.lua`): its [`FLAT`] integers, or, when
+/// its limit and time are those of the last one written out in full,
+/// fewer: refused, -1 - remaining, retry after and reset after; allowed
+/// with no wait, remaining + 2 and reset after (a full one starts with 1
+/// or 0).
 pub(crate) fn parse_many(
     count: usize,
     value: redis::Value,
@@ -1147,22 +1151,39 @@ pub(crate) fn parse_many(
     };
     let mut out = Vec::with_capacity(count);
     let mut replies = replies.into_iter();
+    let next_int = |replies: &mut std::vec::IntoIter<redis::Value>| match replies.next() {
+        Some(redis::Value::Int(value)) => Ok(value),
+        _ => Err(wrong("a flat reply cut short".to_owned())),
+    };
+    // The limit and time of the last flat reply written out in full.
+    let mut last: Option<(i64, i64)> = None;
     while let Some(reply) = replies.next() {
         if out.len() == count {
             return Err(wrong(format!("more than {count} replies")));
         }
         out.push(match reply {
             redis::Value::BulkString(line) => Err(error_of_line(&line)),
-            redis::Value::Int(first) => {
+            redis::Value::Int(allowed @ (0 | 1)) => {
                 let mut flat = Vec::with_capacity(FLAT);
-                flat.push(first);
+                flat.push(allowed);
                 for _ in 1..FLAT {
-                    match replies.next() {
-                        Some(redis::Value::Int(value)) => flat.push(value),
-                        _ => return Err(wrong(format!("a flat reply of fewer than {FLAT}"))),
-                    }
+                    flat.push(next_int(&mut replies)?);
                 }
+                last = Some((flat[1], flat[5]));
                 Ok(flat)
+            }
+            redis::Value::Int(first) => {
+                let Some((limit, now)) = last else {
+                    return Err(wrong("a short flat reply before a full one".to_owned()));
+                };
+                Ok(if first >= 2 {
+                    let reset_after = next_int(&mut replies)?;
+                    vec![1, limit, first - 2, 0, reset_after, now]
+                } else {
+                    let retry_after = next_int(&mut replies)?;
+                    let reset_after = next_int(&mut replies)?;
+                    vec![0, limit, -1 - first, retry_after, reset_after, now]
+                })
             }
             reply => redis::FromRedisValue::from_redis_value(reply).map_err(Into::into),
         });
@@ -1929,6 +1950,36 @@ mod tests {
         let two = Value::Array([flat([1; FLAT]), flat([1; FLAT])].concat());
         assert!(parse_many(1, two.clone()).is_err());
         assert_eq!(parse_many(2, two).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_short_flat_reply_takes_the_limit_and_time_of_the_last_full_one() {
+        use redis::Value;
+        let ints = |values: &[i64]| values.iter().map(|&v| Value::Int(v)).collect::<Vec<_>>();
+        // Full (allowed, 9 left), short allowed with 7 left, an error, short
+        // refused with 0 and with 3 left, then a full one of another limit
+        // and time, and a short one after it.
+        let mut replies = ints(&[1, 10, 9, 0, 60, 1_000]);
+        replies.extend(ints(&[9, 60]));
+        replies.push(Value::BulkString(b"WRONGTYPE Operation".to_vec()));
+        replies.extend(ints(&[-1, 5, 60]));
+        replies.extend(ints(&[-4, 5, 60]));
+        replies.extend(ints(&[0, 20, 0, 7, 70, 2_000]));
+        replies.extend(ints(&[2, 70]));
+        let replies = parse_many(7, Value::Array(replies)).unwrap();
+        let ok = |i: usize| replies[i].as_ref().unwrap().clone();
+        assert_eq!(ok(0), [1, 10, 9, 0, 60, 1_000]);
+        assert_eq!(ok(1), [1, 10, 7, 0, 60, 1_000]);
+        assert_eq!(replies[2].as_ref().unwrap_err().code(), Some("WRONGTYPE"));
+        assert_eq!(ok(3), [0, 10, 0, 5, 60, 1_000]);
+        assert_eq!(ok(4), [0, 10, 3, 5, 60, 1_000]);
+        assert_eq!(ok(5), [0, 20, 0, 7, 70, 2_000]);
+        assert_eq!(ok(6), [1, 20, 0, 0, 70, 2_000]);
+        // A short one with nothing full before it, or cut short.
+        assert!(parse_many(1, Value::Array(ints(&[2, 60]))).is_err());
+        let mut cut = ints(&[1, 10, 9, 0, 60, 1_000]);
+        cut.extend(ints(&[-1, 5]));
+        assert!(parse_many(2, Value::Array(cut)).is_err());
     }
 
     #[test]

@@ -158,8 +158,10 @@ local MANY_NOW = nil
 -- first sub-call that may write another way.
 local MANY_GOT = nil
 
--- The coalesced call's texts converted to numbers (many.lua), each once:
--- its sub-calls mostly share their limits' texts; nil outside one.
+-- The coalesced call's conversions (many.lua), each made once: its
+-- sub-calls mostly share their limits' texts (keyed by the text: its
+-- number) and the TTLs they write (keyed by the number: its text); nil
+-- outside one.
 local MANY_NUMBERS = nil
 
 -- The time of a call from its `time` argument: 's' for the server's TIME
