@@ -616,6 +616,27 @@ async fn layouts(server: &RedisServer, mode: CallMode) {
     // One server time for all three.
     assert!(first[5] == second[5] && second[5] == third[5]);
 
+    // Three groups of one entry, each with its own limit (2, then 5, then
+    // 2 again per minute), each read with its own: d twice and e under 2,
+    // f under 5, then d once more under 2, refused (the 2 are spent), with
+    // its limit, and e's second under 2.
+    let (d, e, f) = (
+        format!("g{mode:?}:{{d}}:fw:60000000"),
+        format!("g{mode:?}:{{e}}:fw:60000000"),
+        format!("g{mode:?}:{{f}}:fw:60000000"),
+    );
+    let (d, e, f) = (d.as_str(), e.as_str(), f.as_str());
+    let mut call = vec![invoke, many, "5", d, d, f, d, e, "3"];
+    call.extend(["fw_acquire", "1", "3", "2", "60000000", "1", "2"]);
+    call.extend(["fw_acquire", "1", "3", "5", "60000000", "1", "1"]);
+    call.extend(["fw_acquire", "1", "3", "2", "60000000", "1", "2"]);
+    let reply: Vec<i64> = server.cmd(&call).await;
+    let decisions = flat_decisions(&reply);
+    let firsts: Vec<&[i64]> = decisions.iter().map(|d| &d[..3]).collect();
+    let expected: [&[i64]; 5] = [&[1, 2, 1], &[1, 2, 0], &[1, 5, 4], &[0, 2, 0], &[1, 2, 1]];
+    assert_eq!(firsts, expected, "{reply:?}");
+    assert!(decisions.iter().all(|d| d[5] == decisions[0][5]));
+
     let c = format!("g{mode:?}:{{c}}:fw:60000000");
     let c = c.as_str();
     let malformed: [&[&str]; 8] = [

@@ -142,23 +142,24 @@ local function run_many(keys, args, a0, entries, gather)
   local last_limit, last_now = nil, nil
   k = 0
   for g = 1, groups do
-    local fn, kc, ac, at = fns[g], kcs[g], acs[g], places[g]
+    local fn, kc, ac, at, flat = fns[g], kcs[g], acs[g], places[g], in_place[g]
     for _ = 1, sizes[g] do
       local ok, reply
-      if in_place[g] then
-        -- Its six integers go into the reply as they are, not in an array
-        -- of their own (an array per call costs the server about as much
-        -- as the decision).
+      if flat then
+        -- Its integers go into the reply as they are, not in an array of
+        -- their own (an array per call costs the server about as much as
+        -- the decision).
         local allowed, limit, remaining, retry_after, reset_after, now
         ok, allowed, limit, remaining, retry_after, reset_after, now = pcall(fn, keys, k, args, at, ac)
         if ok and limit ~= nil then
-          if limit == last_limit and now == last_now and allowed == 0 then
-            -- The limit and time of the last one written out in full:
-            -- allowed and remaining in the first integer of three, or of
-            -- two when allowed (nothing to wait for).
+          -- With the limit and time of the last one written out in full:
+          -- allowed and remaining in the first integer of three, or of two
+          -- when allowed (nothing to wait for).
+          local same = limit == last_limit and now == last_now
+          if same and allowed == 0 then
             out[m + 1], out[m + 2], out[m + 3] = -1 - remaining, retry_after, reset_after
             m = m + 3
-          elseif limit == last_limit and now == last_now and retry_after == 0 then
+          elseif same and retry_after == 0 then
             out[m + 1], out[m + 2] = remaining + 2, reset_after
             m = m + 2
           else
