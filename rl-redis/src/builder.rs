@@ -317,9 +317,9 @@ impl RedisBackendBuilder {
     ///
     /// Off by default while it is young. Measured (`docs/perf/coalesce.md`,
     /// the `loadgen` example's `--compare-coalesce`, the defaults, one
-    /// server, five runs): 1.63–1.91× the decisions per second of calls
-    /// alone at 64 callers and 1.97–2.16× at 256, 0.46–0.64× and
-    /// 0.42–0.50× the scripts' server time per decision, lower p50 from
+    /// server, four runs): 1.81–2.29× the decisions per second of calls
+    /// alone at 64 callers and 2.56–3.10× at 256, 0.40–0.54× and
+    /// 0.35–0.41× the scripts' server time per decision, lower p50 from
     /// 16 callers up, and the same with one caller (every call goes
     /// alone); in [`CallMode::Scripts`] (`docs/perf/coalesce_scripts.md`,
     /// three runs, both sides scripts) 1.67–2.21× and 2.39–3.19×, and
