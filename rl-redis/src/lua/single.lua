@@ -35,6 +35,17 @@ local function single_width(code)
   return 2
 end
 
+-- The number a text reads as, converted once per coalesced call
+-- (`numbers`: its conversions, MANY_NUMBERS).
+local function single_number(numbers, text)
+  local x = numbers[text]
+  if x == nil then
+    x = text + 0
+    numbers[text] = x
+  end
+  return x
+end
+
 -- Fills `r` (a request table) from one call's keys and arguments (numbers
 -- converted as below, in single_decide). A
 -- library reuses one table per entry point (calls never overlap, and every
@@ -103,39 +114,12 @@ local function single_decide(M, code, commit)
           -- A coalesced call's calls mostly share their limits: each text is
           -- converted once (converting a text costs about as much as a
           -- tenth of the decision).
-          local x = numbers[t]
-          if x == nil then
-            x = t + 0
-            numbers[t] = x
-          end
-          t = x
-          x = numbers[p]
-          if x == nil then
-            x = p + 0
-            numbers[p] = x
-          end
-          p = x
-          x = numbers[cost]
-          if x == nil then
-            x = cost + 0
-            numbers[cost] = x
-          end
-          cost = x
+          t, p, cost = single_number(numbers, t), single_number(numbers, p), single_number(numbers, cost)
           if b then
-            x = numbers[b]
-            if x == nil then
-              x = b + 0
-              numbers[b] = x
-            end
-            b = x
+            b = single_number(numbers, b)
           end
           if ttl then
-            x = numbers[ttl]
-            if x == nil then
-              x = ttl + 0
-              numbers[ttl] = x
-            end
-            ttl = x
+            ttl = single_number(numbers, ttl)
           end
         else
           t, p, cost = t + 0, p + 0, cost + 0
