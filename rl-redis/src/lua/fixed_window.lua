@@ -92,8 +92,8 @@ LOADERS.fw = function()
       end
       ms = ms + EXTRA_TTL_MS
       -- In a coalesced call, every key of a limit has this TTL: its text
-      -- is made once (the server's own conversion of a number costs about
-      -- a twelfth of the decision).
+      -- is made once (Redis 7.0's own conversion of a number costs about a
+      -- sixteenth of the decision).
       local texts = MANY_NUMBERS
       if texts then
         local text = texts[ms]

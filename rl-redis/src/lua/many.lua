@@ -28,12 +28,11 @@
 -- of the last one written out in six: refused, three, -1 - remaining,
 -- retry after and reset after; allowed with nothing to wait for, two,
 -- remaining + 2 and reset after; each integer of a reply costs the server
--- about a twentieth of a decision), or, when it
--- returned or raised an error, that error's line as a string ('<CODE>
--- <message>': redis.call's own error, e.g. WRONGTYPE, with its code; a
--- Lua error under ERR). Not an error reply inside the array: clients
--- (redis-rs) fail the whole reply for one. A malformed layout is refused
--- before any sub-call runs.
+-- about a sixtieth of a decision), or, when it returned or raised an
+-- error, that error's line as a string ('<CODE> <message>': redis.call's
+-- own error, e.g. WRONGTYPE, with its code; a Lua error under ERR). Not
+-- an error reply inside the array: clients (redis-rs) fail the whole
+-- reply for one. A malformed layout is refused before any sub-call runs.
 
 -- The entries a coalesced call may name, filled by library.lua when it
 -- registers them; MANY_READ_ONLY: those that never write.

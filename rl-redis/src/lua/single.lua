@@ -86,7 +86,7 @@ local function single_decide(M, code, commit)
     -- The group of a coalesced call whose arguments were read last (its
     -- conversions, MANY_NUMBERS, made for that call only, and its place
     -- a, never 0 there) and what they read as: the calls of a group share
-    -- their arguments, read once (about a twentieth of the decision). A
+    -- their arguments, read once (about a thirtieth of the decision). A
     -- call with tables of its own (a = 0: alone, or not read in place)
     -- reads its own.
     local seen_numbers, seen_a = nil, nil
