@@ -617,9 +617,9 @@ async fn layouts(server: &RedisServer, mode: CallMode) {
     assert!(first[5] == second[5] && second[5] == third[5]);
 
     // Three groups of one entry, each with its own limit (2, then 5, then
-    // 2 again per minute), each read with its own: d twice and e under 2,
-    // f under 5, then d once more under 2, refused (the 2 are spent), with
-    // its limit, and e's second under 2.
+    // 2 again per minute), each read with its own: d twice under 2, f
+    // under 5, then d a third time under 2 (refused: its 2 are spent,
+    // answered with its limit) and e once under 2.
     let (d, e, f) = (
         format!("g{mode:?}:{{d}}:fw:60000000"),
         format!("g{mode:?}:{{e}}:fw:60000000"),
