@@ -8,8 +8,9 @@
 //!   text), so an identity costs what its algorithm needs (a GCRA number:
 //!   a 4-byte partition, the 8-byte number, the TAT, when it was written
 //!   and the interval it is measured in (4 bytes, see [`Tat`]), 32 bytes,
-//!   packed into 20 once its shard holds 32 of them (see [`Packing`]); as
-//!   text: 48 bytes, the text inline up to 24 bytes);
+//!   packed into 20 once its shard holds 32 of them (see [`Packing`]),
+//!   three to a cache line (see [`LineTable`]); as text: 48 bytes, the text
+//!   inline up to 24 bytes);
 //! - a partition is one key head (`prefix:{scope:`) with one algorithm,
 //!   period and slot count, interned once as a `u32`; a resolved call
 //!   carries its partitions ([`Slot`]), so deciding needs no lookup but the
@@ -116,7 +117,8 @@ struct Located {
 ///   holds fewer than 32 of them ([`MemoryBackend::with_pack_at`]), then 20
 ///   (packed: its partition and
 ///   measure interned per shard, its times 40 bits each; the exact state,
-///   history across a live limit change included); one that is text 48
+///   history across a live limit change included), three to a 64-byte
+///   cache line, so that finding one reads one line; one that is text 48
 ///   bytes (text inline up to 24 bytes).
 /// - Bounded: every state expires when it becomes equivalent to a fresh one;
 ///   a shard sweeps idle states whenever it has doubled since its last
@@ -255,8 +257,9 @@ impl MemoryBackend {
     ///
     /// A shard holds GCRA states of numbers in 32-byte entries while it is
     /// small, then packs them all into 20 bytes each, exactly (see the
-    /// type's docs): a large table misses fewer cache lines and takes less
-    /// memory, for a few instructions a decision.
+    /// type's docs), three to a 64-byte cache line: a large table misses
+    /// fewer cache lines (a lookup reads one line, rarely two) and takes
+    /// less memory, for a few instructions a decision.
     ///
     /// ```
     /// use ratewall::{Algorithm, Key, Limit, backend::{MemoryBackend, Request}};
@@ -744,6 +747,7 @@ pub(crate) fn lease_size(want: u64, remaining: u64, cost: u64) -> u64 {
 mod backend;
 mod block;
 mod identity;
+mod lines;
 mod ops;
 mod partitions;
 mod rows;
@@ -753,8 +757,9 @@ mod tables;
 mod tests;
 
 use identity::{IPV4, IdentityForm, hash_of, sweep_table};
+use lines::LineTable;
 use ops::*;
 use partitions::Partitions;
 use rows::{PackedTat, Packing, Row};
 use sync::targets;
-use tables::{AllTables, Entry, Pick, Side, Tabled};
+use tables::{AllTables, Entry, Pick, RowTable, Side, Tabled};

@@ -76,19 +76,23 @@ pub(super) fn hash_of(hasher: &Hasher, partition: u32, identity: IdentityRef<'_>
 /// stay as close together as when they were inserted (a table grown for
 /// states since swept would otherwise spread the live ones over twice the
 /// cache lines, for good).
-pub(super) fn sweep_table<S, R: Row<S>>(
-    table: &mut HashTable<R>,
+pub(super) fn sweep_table<S, T: RowTable<Row: Row<S>>>(
+    table: &mut T,
     now: u64,
     hasher: &Hasher,
     packing: &mut Packing,
 ) {
-    table.retain(|row| {
-        if row.is_idle(packing, now) {
-            row.forget(packing);
-            return false;
-        }
-        true
-    });
+    table.retain(
+        packing,
+        |row, packing| {
+            if row.is_idle(packing, now) {
+                row.forget(packing);
+                return false;
+            }
+            true
+        },
+        |row, packing| row.hash(packing, hasher),
+    );
     let held = table.len();
     if held.saturating_mul(4) <= table.capacity() {
         table.shrink_to(held * 2, |row| row.hash(packing, hasher));

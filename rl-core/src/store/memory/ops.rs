@@ -512,12 +512,13 @@ fn find_held<'a, S: Tabled, I: Side>(
     now: u64,
 ) -> (Option<Found<'a, S, I>>, &'a mut Packing) {
     let packing = &mut shard.packing;
+    let hasher = &shard.hasher;
     let found = match S::pick(I::tables(&mut shard.tables)) {
         Pick::Wide(table) => table
             .find_mut(at.hash, |entry| entry.is(packing, at.partition, identity))
             .map(Found::Wide),
         Pick::Rows(table) => {
-            S::Row::<I>::ready(table, packing, now);
+            S::Row::<I>::ready(table, packing, hasher, now);
             let key = S::Row::<I>::key(packing, at.partition);
             table
                 .find_mut(at.hash, |row| row.is(packing, key, identity))
@@ -538,15 +539,15 @@ fn remove_held<S: Tabled, I: Side>(shard: &mut Shard, at: &Located, identity: Id
 }
 
 /// [`remove_held`] in one table.
-fn remove_row<S, R: Row<S>>(
-    table: &mut HashTable<R>,
+fn remove_row<S, T: RowTable<Row: Row<S>>>(
+    table: &mut T,
     packing: &mut Packing,
     at: &Located,
     identity: IdentityRef<'_>,
 ) {
-    let key = R::key(packing, at.partition);
-    if let Ok(found) = table.find_entry(at.hash, |row| row.is(packing, key, identity)) {
-        found.remove().0.forget(packing);
+    let key = T::Row::key(packing, at.partition);
+    if let Some(row) = table.remove(at.hash, |row| row.is(packing, key, identity)) {
+        row.forget(packing);
     }
 }
 

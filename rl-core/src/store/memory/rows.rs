@@ -31,6 +31,8 @@ pub(super) trait Row<S>: Sized {
     fn is(&self, packing: &Packing, key: Self::Key, identity: IdentityRef<'_>) -> bool;
     /// A row of `identity`'s `state` under `partition`.
     fn new(packing: &mut Packing, partition: u32, identity: IdentityRef<'_>, state: S) -> Self;
+    /// The table that holds rows of this kind.
+    type Table: RowTable<Row = Self>;
     /// Runs `f` on the row's state (found by `key`), keeping what it
     /// changed.
     fn with<R>(&mut self, packing: &mut Packing, key: Self::Key, f: impl FnOnce(&mut S) -> R) -> R;
@@ -43,11 +45,12 @@ pub(super) trait Row<S>: Sized {
     fn forget(&self, _packing: &mut Packing) {}
     /// Makes `table` ready for a call at the shard's time `now`.
     #[inline(always)]
-    fn ready(_table: &mut HashTable<Self>, _packing: &mut Packing, _now: u64) {}
+    fn ready(_table: &mut Self::Table, _packing: &mut Packing, _hasher: &Hasher, _now: u64) {}
 }
 
 impl<S: State, I: IdentityForm> Row<S> for Entry<S, I> {
     type Key = u32;
+    type Table = HashTable<Self>;
 
     #[inline(always)]
     fn key(_: &Packing, partition: u32) -> u32 {
@@ -111,7 +114,8 @@ pub(super) const PACK_AT: usize = 32;
 /// the cache anyway. Once it holds `pack_at` of them ([`PACK_AT`] unless
 /// [`MemoryBackend::with_pack_at`] said otherwise) it packs them all, and
 /// packs new ones for as long as it holds any packed: a table that no
-/// longer fits the cache misses fewer lines (20 bytes a row against 32).
+/// longer fits the cache misses fewer lines (20 bytes a row against 32,
+/// three rows and their tags to a line, see [`LineTable`]).
 #[repr(C)]
 pub(super) struct Packing {
     /// The time packed TATs count from (µs): never after the shard's time.
@@ -269,8 +273,27 @@ fn unpack_times(times: &Times) -> (u64, u64) {
 }
 
 impl PackedTat {
+    /// The row of an empty slot ([`LineTable`]'s): no row's bytes.
+    pub(super) const BLANK: PackedTat = PackedTat {
+        number: [0; 8],
+        class: [0; 2],
+        times: Times {
+            low: [0; 8],
+            high: [0; 2],
+        },
+    };
+
+    /// A row of `number` holding nothing else (for [`LineTable`]'s tests).
+    #[cfg(test)]
+    pub(super) fn of_number(number: u64) -> Self {
+        PackedTat {
+            number: number.to_ne_bytes(),
+            ..Self::BLANK
+        }
+    }
+
     #[inline(always)]
-    fn number(&self) -> u64 {
+    pub(super) fn number(&self) -> u64 {
         u64::from_ne_bytes(self.number)
     }
 
@@ -414,22 +437,27 @@ impl PackedTat {
     /// Moves the base of `table`'s rows up to `now`: every row repacked
     /// against it, idle ones dropped.
     #[cold]
-    fn rebase(table: &mut HashTable<Self>, packing: &mut Packing, now: u64) {
-        table.retain(|row| {
-            let state = row.unpack(packing);
-            if state.is_idle(now) {
-                Row::<Tat>::forget(row, packing);
-                return false;
-            }
-            row.repack(packing, now, &state);
-            true
-        });
+    fn rebase(table: &mut LineTable, packing: &mut Packing, hasher: &Hasher, now: u64) {
+        table.retain(
+            packing,
+            |row, packing| {
+                let state = row.unpack(packing);
+                if state.is_idle(now) {
+                    Row::<Tat>::forget(row, packing);
+                    return false;
+                }
+                row.repack(packing, now, &state);
+                true
+            },
+            |row, packing| row.hash(packing, hasher),
+        );
         packing.base = now;
     }
 }
 
 impl Row<Tat> for PackedTat {
     type Key = PackedKey;
+    type Table = LineTable;
 
     #[inline(always)]
     fn key(packing: &Packing, partition: u32) -> PackedKey {
@@ -504,9 +532,9 @@ impl Row<Tat> for PackedTat {
     }
 
     #[inline(always)]
-    fn ready(table: &mut HashTable<Self>, packing: &mut Packing, now: u64) {
+    fn ready(table: &mut LineTable, packing: &mut Packing, hasher: &Hasher, now: u64) {
         if now.saturating_sub(packing.base) >= REBASE {
-            Self::rebase(table, packing, now);
+            Self::rebase(table, packing, hasher, now);
         }
     }
 }

@@ -39,7 +39,7 @@ fn what_a_decision_on_a_number_touches_shares_the_lock_s_cache_line() {
     let wide = numbers + offset_of!(Tables<u64>, wide_gcra);
     let touched = [
         offset_of!(Shard, last_now) + size_of::<u64>(),
-        packed + size_of::<HashTable<rows::PackedTat>>(),
+        packed + size_of::<LineTable>(),
         wide + 1,
     ];
     for end in touched {
