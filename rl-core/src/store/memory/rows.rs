@@ -25,14 +25,14 @@ pub(super) trait Row<S>: Sized {
     /// What a call finds its rows by: its partition, and what the shard
     /// knows of it ([`Row::key`]).
     type Key: Copy;
+    /// The table that holds rows of this kind.
+    type Table: RowTable<Row = Self>;
     /// The key of calls under `partition`, found once per call.
     fn key(packing: &Packing, partition: u32) -> Self::Key;
     /// Whether this row holds `identity` under `key`'s partition.
     fn is(&self, packing: &Packing, key: Self::Key, identity: IdentityRef<'_>) -> bool;
     /// A row of `identity`'s `state` under `partition`.
     fn new(packing: &mut Packing, partition: u32, identity: IdentityRef<'_>, state: S) -> Self;
-    /// The table that holds rows of this kind.
-    type Table: RowTable<Row = Self>;
     /// Runs `f` on the row's state (found by `key`), keeping what it
     /// changed.
     fn with<R>(&mut self, packing: &mut Packing, key: Self::Key, f: impl FnOnce(&mut S) -> R) -> R;
