@@ -328,6 +328,25 @@ async fn after_ten_thousand_distinct_identities_every_key_has_a_ttl() {
     }
 }
 
+/// A period no test here outlives. A fixed window's boundaries fall on
+/// multiples of its period in Redis time, so a test whose point is not time
+/// (isolation, what a refusal writes) takes windows of a day, started clear
+/// of midnight UTC ([`clear_of_midnight`]): no window ends under its calls.
+/// (With a minute, a slow run that crossed one saw its first call's window
+/// gone: keys missing, a refused call allowed.)
+const A_DAY: Duration = Duration::from_secs(86_400);
+
+/// Returns once Redis's clock is at least two minutes before midnight UTC,
+/// waiting for the day to turn if it is not.
+async fn clear_of_midnight(server: &RedisServer) {
+    const MARGIN: u64 = 120;
+    let (seconds, _): (u64, u64) = server.cmd(&["TIME"]).await;
+    let left = 86_400 - seconds % 86_400;
+    if left <= MARGIN {
+        tokio::time::sleep(Duration::from_secs(left + 1)).await;
+    }
+}
+
 /// The server's current minute (fixed windows of 60 s turn over with it).
 async fn server_minute(connection: &mut redis::aio::MultiplexedConnection) -> u64 {
     let (seconds, _): (u64, u64) = redis::cmd("TIME")
@@ -341,6 +360,7 @@ async fn server_minute(connection: &mut redis::aio::MultiplexedConnection) -> u6
 async fn hostile_identities_are_accepted_and_never_share_state() {
     let server = RedisServer::start();
     let backend = RedisBackend::connect(server.url()).await.expect("connect");
+    clear_of_midnight(&server).await;
     let long = "x".repeat(10 * 1024);
     let identities = [
         "{",
@@ -365,7 +385,7 @@ async fn hostile_identities_are_accepted_and_never_share_state() {
         Algorithm::SlidingLog,
         Algorithm::Gcra,
     ] {
-        let limit = limit(algorithm, 1, Duration::from_secs(60));
+        let limit = limit(algorithm, 1, A_DAY);
         let keys: Vec<Key> = identities
             .iter()
             .map(|id| Key::new("host", "sms", id))
@@ -498,8 +518,9 @@ async fn a_call_exactly_retry_after_a_rejection_is_allowed_for_every_algorithm()
 async fn refused_calls_and_peeks_write_nothing() {
     let server = RedisServer::start();
     let backend = RedisBackend::connect(server.url()).await.expect("connect");
+    clear_of_midnight(&server).await;
     for algorithm in Algorithm::ALL {
-        let limit = limit(algorithm, 2, Duration::from_secs(60));
+        let limit = limit(algorithm, 2, A_DAY);
         let key = Key::new("ro", algorithm.name(), "bob");
         let request = [Request::new(&key, &limit, 2)];
         assert!(backend.acquire(&request).await.expect("acquire").allowed());
@@ -520,8 +541,9 @@ async fn refused_calls_and_peeks_write_nothing() {
 async fn a_state_given_back_entirely_is_deleted() {
     let server = RedisServer::start();
     let backend = RedisBackend::connect(server.url()).await.expect("connect");
+    clear_of_midnight(&server).await;
     for algorithm in Algorithm::ALL {
-        let limit = limit(algorithm, 3, Duration::from_secs(60));
+        let limit = limit(algorithm, 3, A_DAY);
         let key = Key::new("fresh", algorithm.name(), "carol");
         let request = [Request::new(&key, &limit, 2)];
         let decision = backend.acquire(&request).await.expect("acquire")[0];
