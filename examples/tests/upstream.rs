@@ -15,8 +15,9 @@
 //!   minute; the trials run the five minutes of the issue), and from 30 s
 //!   after the halving at least 85 % of the new limit served.
 //!
-//! The three runs go at once (each has its own Redis and upstream), on a
-//! machine that runs the rest of the suite beside them.
+//! Each run has its own Redis and upstream. They go as many at once as the
+//! test harness has threads (two on a two-core machine: the third waits for
+//! one to end), and `scripts/test` runs the libraries' tests beside them.
 
 use std::process::Command;
 

@@ -299,7 +299,7 @@ impl Limiter {
     /// let limiter = Limiter::builder().memory().build()?;
     /// let smooth = |n| Limit::per_second(n)?.with_algorithm(Algorithm::LeakyBucket)?.with_burst(1);
     /// let export = CallSpec::owned("export", vec![GroupSpec::owned_tiered("export", vec![
-    ///     Tier::owned("free", vec![smooth(20)?]),
+    ///     Tier::owned("free", vec![smooth(10)?]),
     ///     Tier::owned("pro", vec![smooth(1000)?]),
     /// ])]);
     /// let start = Instant::now();
@@ -307,7 +307,7 @@ impl Limiter {
     ///     let keys = Keys::new(&[&"tenant-1"]).tiers(&["free"]).wait(Duration::from_secs(1));
     ///     limiter.call_with(&export, keys).await?;
     /// }
-    /// assert!(start.elapsed() >= Duration::from_millis(100)); // one every 50 ms
+    /// assert!(start.elapsed() >= Duration::from_millis(200)); // one every 100 ms
     /// // A slot further away than the call may wait is refused at once.
     /// let keys = Keys::new(&[&"tenant-1"]).tiers(&["free"]).wait(Duration::from_millis(10));
     /// let refused = limiter.call_with(&export, keys).await.unwrap_err();

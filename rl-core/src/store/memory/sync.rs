@@ -75,9 +75,10 @@ impl MemoryBackend {
     /// `after` from now, synchronously, as [`Backend::hold`].
     ///
     /// ```
-    /// use ratewall::{Key, Limit, backend::{MemoryBackend, Request}};
+    /// use ratewall::{Key, Limit, backend::{MemoryBackend, Request}, clock::ManualClock};
     /// use std::time::Duration;
-    /// let backend = MemoryBackend::new();
+    /// let clock = ManualClock::new(1_000_000);
+    /// let backend = MemoryBackend::with_clock(clock.clone());
     /// let limit = Limit::per_minute(600).unwrap(); // one every 100 ms
     /// let key = Key::new("rl", "upstream", "api");
     /// let req = [Request::new(&key, &limit, 1)];
@@ -85,7 +86,9 @@ impl MemoryBackend {
     /// backend.hold_sync(&req, Duration::from_secs(2), 0);
     /// let refused = backend.peek_sync(&req);
     /// assert!(!refused[0].allowed());
-    /// assert!(refused[0].retry_after() > Duration::from_millis(1_999));
+    /// assert!(refused[0].retry_after() >= Duration::from_secs(2));
+    /// clock.advance(refused[0].retry_after());
+    /// assert!(backend.peek_sync(&req)[0].allowed());
     /// ```
     pub fn hold_sync(&self, requests: &[Request<'_>], after: std::time::Duration, left: u64) {
         let after = micros(after);
