@@ -84,9 +84,11 @@ async fn window_count(server: &RedisServer, key: &str, window: u64) -> Option<u6
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_hot_identity_on_four_instances_takes_a_tenth_of_the_round_trips_and_never_exceeds_the_limit()
  {
-    // The figures: 1 000 000 per minute, a lease of at most 2 % of
-    // it; the demand exhausts a window within about 4 s of a debug build.
-    let (threshold, period, lease) = (1_000_000, Duration::from_secs(60), 20_000);
+    // The proportions, a lease of at most 2 % of the limit, at a
+    // fifth of its 1 000 000 per minute: the demand exhausts a window
+    // within a few seconds of a debug build, where a million took about 4 s
+    // alone and a minute beside the rest of the suite.
+    let (threshold, period, lease) = (200_000, Duration::from_secs(60), 4_000);
     const INSTANCES: usize = 4;
     const CALLERS: usize = 4;
     let cap = period + Duration::from_secs(10);
@@ -172,7 +174,7 @@ async fn one_hot_identity_on_four_instances_takes_a_tenth_of_the_round_trips_and
         decisions as f64 / calls as f64
     );
     if !done.load(Ordering::Relaxed) {
-        // A busy machine cannot make a million calls a minute: then the
+        // A busy machine may not make the limit's calls in a minute: then the
         // demand never exceeded the limit, and what is judged below is that
         // no call was refused before its window was nearly spent.
         eprintln!("the demand did not exhaust a window within {cap:?}");
