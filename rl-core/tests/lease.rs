@@ -145,7 +145,7 @@ async fn taken(backend: &Counted, name: &str, identity: &str, limit: &Limit) -> 
 
 #[tokio::test]
 async fn a_hot_identitys_calls_are_decided_from_its_lease_without_the_store() {
-    let backend = Counted::default();
+    let backend = Counted::standing_still();
     let limiter = limiter(&backend);
     let limit = window(100_000, 500);
     let spec = CallSpec::owned("api", vec![GroupSpec::owned("api", vec![limit])]);
@@ -255,7 +255,7 @@ async fn a_call_is_decided_in_process_only_when_every_group_holds_a_lease_all_or
 
 #[tokio::test]
 async fn a_call_settled_as_not_counted_gives_its_units_back_to_the_lease() {
-    let backend = Counted::default();
+    let backend = Counted::standing_still();
     let limiter = limiter(&backend);
     let limit = window(100_000, 500);
     let spec = CallSpec::owned("login", vec![GroupSpec::owned("login", vec![limit])])
@@ -320,7 +320,7 @@ async fn a_shadowed_name_takes_no_lease() {
 
 #[tokio::test]
 async fn new_limits_for_a_name_give_its_leases_back() {
-    let backend = Counted::default();
+    let backend = Counted::standing_still();
     let limiter = limiter(&backend);
     let limit = window(100_000, 500);
     let spec = CallSpec::owned("api", vec![GroupSpec::owned("api", vec![limit])]);
@@ -349,7 +349,7 @@ fn decisions_from_leases_are_counted_with_source_lease_and_takes_are_counted() {
             .build()
             .unwrap();
         runtime.block_on(async {
-            let backend = Counted::default();
+            let backend = Counted::standing_still();
             // A long lease: a busy machine's pauses do not end it mid-test.
             let limiter = Limiter::builder()
                 .shared_backend(Arc::new(backend.clone()))

@@ -35,6 +35,13 @@ use ratewall_redis::{CallMode, RedisBackend};
 use ratewall_tests::harness::{RedisCluster, RedisSentinel, RedisServer, ServerKind};
 
 /// A realistic epoch (2023-11), so Lua handles full-size microsecond times.
+/// The fixed windows of the raw calls below, which read back what earlier
+/// calls wrote on the server's clock: a day, entered at least a minute
+/// before it ends ([`RedisServer::away_from_window_end`]), so no window
+/// ends between a call and the calls that read what it wrote. (With a
+/// minute, a slow run could cross a boundary and see a full key empty.)
+const A_DAY: Duration = Duration::from_secs(86_400);
+
 const EPOCH_US: u64 = 1_700_000_000_000_000;
 
 /// Callers (one identity each) deciding at the same time.
@@ -591,16 +598,17 @@ fn flat_decisions(reply: &[i64]) -> Vec<[i64; 6]> {
 /// The coalesced entry of `mode` called straight: `FCALL <library>_many`,
 /// or `EVAL` of the coalesced script.
 async fn layouts(server: &RedisServer, mode: CallMode) {
+    server.away_from_window_end(A_DAY).await;
     let [(invoke, many), ..] = coalesced_entries(server, mode).await;
     let many = many.as_str();
     let (a, b) = (
-        format!("g{mode:?}:{{a}}:fw:60000000"),
-        format!("g{mode:?}:{{b}}:fw:60000000"),
+        format!("g{mode:?}:{{a}}:fw:86400000000"),
+        format!("g{mode:?}:{{b}}:fw:86400000000"),
     );
     let (a, b) = (a.as_str(), b.as_str());
     // One group of three: a, b, then a again (which sees what the first
-    // call on a wrote), under 2 per minute.
-    let group = ["1", "fw_acquire", "1", "3", "2", "60000000", "1", "3"];
+    // call on a wrote), under 2 a day.
+    let group = ["1", "fw_acquire", "1", "3", "2", "86400000000", "1", "3"];
     let mut call = vec![invoke, many, "3", a, b, a];
     call.extend(group);
     let reply: Vec<i64> = server.cmd(&call).await;
@@ -617,19 +625,19 @@ async fn layouts(server: &RedisServer, mode: CallMode) {
     assert!(first[5] == second[5] && second[5] == third[5]);
 
     // Three groups of one entry, each with its own limit (2, then 5, then
-    // 2 again per minute), each read with its own: d twice under 2, f
+    // 2 again a day), each read with its own: d twice under 2, f
     // under 5, then d a third time under 2 (refused: its 2 are spent,
     // answered with its limit) and e once under 2.
     let (d, e, f) = (
-        format!("g{mode:?}:{{d}}:fw:60000000"),
-        format!("g{mode:?}:{{e}}:fw:60000000"),
-        format!("g{mode:?}:{{f}}:fw:60000000"),
+        format!("g{mode:?}:{{d}}:fw:86400000000"),
+        format!("g{mode:?}:{{e}}:fw:86400000000"),
+        format!("g{mode:?}:{{f}}:fw:86400000000"),
     );
     let (d, e, f) = (d.as_str(), e.as_str(), f.as_str());
     let mut call = vec![invoke, many, "5", d, d, f, d, e, "3"];
-    call.extend(["fw_acquire", "1", "3", "2", "60000000", "1", "2"]);
-    call.extend(["fw_acquire", "1", "3", "5", "60000000", "1", "1"]);
-    call.extend(["fw_acquire", "1", "3", "2", "60000000", "1", "2"]);
+    call.extend(["fw_acquire", "1", "3", "2", "86400000000", "1", "2"]);
+    call.extend(["fw_acquire", "1", "3", "5", "86400000000", "1", "1"]);
+    call.extend(["fw_acquire", "1", "3", "2", "86400000000", "1", "2"]);
     let reply: Vec<i64> = server.cmd(&call).await;
     let decisions = flat_decisions(&reply);
     let firsts: Vec<&[i64]> = decisions.iter().map(|d| &d[..3]).collect();
@@ -637,7 +645,7 @@ async fn layouts(server: &RedisServer, mode: CallMode) {
     assert_eq!(firsts, expected, "{reply:?}");
     assert!(decisions.iter().all(|d| d[5] == decisions[0][5]));
 
-    let c = format!("g{mode:?}:{{c}}:fw:60000000");
+    let c = format!("g{mode:?}:{{c}}:fw:86400000000");
     let c = c.as_str();
     let malformed: [&[&str]; 8] = [
         // A group of no calls.
@@ -649,12 +657,12 @@ async fn layouts(server: &RedisServer, mode: CallMode) {
             "1",
             "3",
             "2",
-            "60000000",
+            "86400000000",
             "1",
             "0",
         ],
         // No size.
-        &["1", c, "1", "fw_acquire", "1", "3", "2", "60000000", "1"],
+        &["1", c, "1", "fw_acquire", "1", "3", "2", "86400000000", "1"],
         // Two calls' keys for one.
         &[
             "2",
@@ -665,7 +673,7 @@ async fn layouts(server: &RedisServer, mode: CallMode) {
             "1",
             "3",
             "2",
-            "60000000",
+            "86400000000",
             "1",
             "1",
         ],
@@ -678,7 +686,7 @@ async fn layouts(server: &RedisServer, mode: CallMode) {
             "1",
             "3",
             "2",
-            "60000000",
+            "86400000000",
             "1",
             "1",
         ],
@@ -691,7 +699,7 @@ async fn layouts(server: &RedisServer, mode: CallMode) {
             "1",
             "3",
             "2",
-            "60000000",
+            "86400000000",
             "1",
             "1",
         ],
@@ -705,14 +713,14 @@ async fn layouts(server: &RedisServer, mode: CallMode) {
             "1",
             "3",
             "2",
-            "60000000",
+            "86400000000",
             "1",
             "1",
             "fw_acquire",
             "x",
             "3",
             "2",
-            "60000000",
+            "86400000000",
             "1",
             "1",
         ],
@@ -727,7 +735,7 @@ async fn layouts(server: &RedisServer, mode: CallMode) {
             "1",
             "3",
             "2",
-            "60000000",
+            "86400000000",
             "1",
             "1000000000",
         ],
@@ -741,7 +749,7 @@ async fn layouts(server: &RedisServer, mode: CallMode) {
     let written: i64 = server.cmd(&["EXISTS", c]).await;
     assert_eq!(written, 0);
     let mut call = vec![invoke, many, "1", a];
-    call.extend(["1", "fw_acquire", "1", "3", "2", "60000000", "1", "1"]);
+    call.extend(["1", "fw_acquire", "1", "3", "2", "86400000000", "1", "1"]);
     let reply: Vec<i64> = server.cmd(&call).await;
     assert_eq!(reply[..3], [0, 2, 0], "a is full after the group's two");
 }
@@ -754,17 +762,18 @@ async fn layouts(server: &RedisServer, mode: CallMode) {
 async fn a_coalesced_call_of_nine_thousand_single_acquires_decides_every_one() {
     let server = RedisServer::start();
     for mode in modes(&server) {
+        server.away_from_window_end(A_DAY).await;
         let [(invoke, many), ..] = coalesced_entries(&server, mode).await;
         let calls = 9_000;
         let keys: Vec<String> = (0..calls)
-            .map(|i| format!("big{mode:?}:{{k{i}}}:fw:60000000"))
+            .map(|i| format!("big{mode:?}:{{k{i}}}:fw:86400000000"))
             .collect();
         // Some keys were used once already, in the first MGET and at the
         // edges of the later ones (1 000 keys each): each call sees its
         // own key's state, not its neighbour's.
         let used = [0, 1, 2, 998, 999, 1_000, 1_001, 4_567, 8_998, 8_999];
         for key in used.map(|i| &keys[i]) {
-            let one = ["1", "fw_acquire", "1", "3", "2", "60000000", "1", "1"];
+            let one = ["1", "fw_acquire", "1", "3", "2", "86400000000", "1", "1"];
             let mut call = vec![invoke, many.as_str(), "1", key.as_str()];
             call.extend(one);
             let reply: Vec<i64> = server.cmd(&call).await;
@@ -779,7 +788,7 @@ async fn a_coalesced_call_of_nine_thousand_single_acquires_decides_every_one() {
             "1",
             "3",
             "2",
-            "60000000",
+            "86400000000",
             "1",
             count.as_str(),
         ]);

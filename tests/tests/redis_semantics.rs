@@ -330,22 +330,12 @@ async fn after_ten_thousand_distinct_identities_every_key_has_a_ttl() {
 
 /// A period no test here outlives. A fixed window's boundaries fall on
 /// multiples of its period in Redis time, so a test whose point is not time
-/// (isolation, what a refusal writes) takes windows of a day, started clear
-/// of midnight UTC ([`clear_of_midnight`]): no window ends under its calls.
-/// (With a minute, a slow run that crossed one saw its first call's window
-/// gone: keys missing, a refused call allowed.)
+/// (isolation, what a refusal writes) takes windows of a day, entered at
+/// least a minute before one ends ([`RedisServer::away_from_window_end`]):
+/// no window ends under its calls. (With a minute, a slow run that crossed
+/// one saw its first call's window gone: keys missing, a refused call
+/// allowed.)
 const A_DAY: Duration = Duration::from_secs(86_400);
-
-/// Returns once Redis's clock is at least two minutes before midnight UTC,
-/// waiting for the day to turn if it is not.
-async fn clear_of_midnight(server: &RedisServer) {
-    const MARGIN: u64 = 120;
-    let (seconds, _): (u64, u64) = server.cmd(&["TIME"]).await;
-    let left = 86_400 - seconds % 86_400;
-    if left <= MARGIN {
-        tokio::time::sleep(Duration::from_secs(left + 1)).await;
-    }
-}
 
 /// The server's current minute (fixed windows of 60 s turn over with it).
 async fn server_minute(connection: &mut redis::aio::MultiplexedConnection) -> u64 {
@@ -360,7 +350,7 @@ async fn server_minute(connection: &mut redis::aio::MultiplexedConnection) -> u6
 async fn hostile_identities_are_accepted_and_never_share_state() {
     let server = RedisServer::start();
     let backend = RedisBackend::connect(server.url()).await.expect("connect");
-    clear_of_midnight(&server).await;
+    server.away_from_window_end(A_DAY).await;
     let long = "x".repeat(10 * 1024);
     let identities = [
         "{",
@@ -518,7 +508,7 @@ async fn a_call_exactly_retry_after_a_rejection_is_allowed_for_every_algorithm()
 async fn refused_calls_and_peeks_write_nothing() {
     let server = RedisServer::start();
     let backend = RedisBackend::connect(server.url()).await.expect("connect");
-    clear_of_midnight(&server).await;
+    server.away_from_window_end(A_DAY).await;
     for algorithm in Algorithm::ALL {
         let limit = limit(algorithm, 2, A_DAY);
         let key = Key::new("ro", algorithm.name(), "bob");
@@ -541,7 +531,7 @@ async fn refused_calls_and_peeks_write_nothing() {
 async fn a_state_given_back_entirely_is_deleted() {
     let server = RedisServer::start();
     let backend = RedisBackend::connect(server.url()).await.expect("connect");
-    clear_of_midnight(&server).await;
+    server.away_from_window_end(A_DAY).await;
     for algorithm in Algorithm::ALL {
         let limit = limit(algorithm, 3, A_DAY);
         let key = Key::new("fresh", algorithm.name(), "carol");
