@@ -34,7 +34,6 @@ use ratewall::{
 use ratewall_redis::{CallMode, RedisBackend};
 use ratewall_tests::harness::{RedisCluster, RedisSentinel, RedisServer, ServerKind};
 
-/// A realistic epoch (2023-11), so Lua handles full-size microsecond times.
 /// The fixed windows of the raw calls below, which read back what earlier
 /// calls wrote on the server's clock: a day, entered at least a minute
 /// before it ends ([`RedisServer::away_from_window_end`]), so no window
@@ -42,6 +41,7 @@ use ratewall_tests::harness::{RedisCluster, RedisSentinel, RedisServer, ServerKi
 /// minute, a slow run could cross a boundary and see a full key empty.)
 const A_DAY: Duration = Duration::from_secs(86_400);
 
+/// A realistic epoch (2023-11), so Lua handles full-size microsecond times.
 const EPOCH_US: u64 = 1_700_000_000_000_000;
 
 /// Callers (one identity each) deciding at the same time.
