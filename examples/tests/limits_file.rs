@@ -64,7 +64,11 @@ async fn the_file_applies_at_startup_and_again_on_sighup() {
 
         write(&path, &user_failures("2/1m"));
         hangup(&service);
-        // The reload is asynchronous: poll with fresh usernames.
+        // The reload is asynchronous: poll with fresh usernames until one
+        // is held to the new limit. A reload that lands during a poll holds
+        // that username's failures so far to the new limit from then on
+        // (the history carries over): it sees between the new limit and
+        // the old one, never more than the old, never fewer than the new.
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut attempt = 0;
         loop {
@@ -73,7 +77,10 @@ async fn the_file_applies_at_startup_and_again_on_sighup() {
             if seen == 2 {
                 break;
             }
-            assert_eq!(seen, 5, "{backend:?}: either the old or the new limit");
+            assert!(
+                (2..=5).contains(&seen),
+                "{backend:?}: {seen} failures, not between the new limit (2) and the old (5)"
+            );
             assert!(
                 Instant::now() < deadline,
                 "{backend:?}: SIGHUP did not apply the new file"
